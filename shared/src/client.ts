@@ -1,0 +1,109 @@
+/**
+ * createServiceClient: the one way a sandnode component calls another. Every call has a
+ * deadline (unary calls get DEFAULT_CALL_TIMEOUT_MS unless the caller passes one; streams get
+ * none by default because they run as long as their command), and idempotent calls (those
+ * marked `idempotency_level` in the proto) are retried on UNAVAILABLE with backoff by the
+ * nice-grpc retry middleware.
+ */
+import { createChannel, createClientFactory } from 'nice-grpc';
+import type { Channel, Client, CompatServiceDefinition } from 'nice-grpc';
+import { deadlineMiddleware, type DeadlineOptions } from 'nice-grpc-client-middleware-deadline';
+import { retryMiddleware, type RetryOptions } from 'nice-grpc-client-middleware-retry';
+import { Status } from 'nice-grpc-common';
+import { FailedPreconditionError } from './errors';
+import { VersionServiceDefinition, type GetVersionResponse } from './gen/sandnode/common/v1/version';
+import { MAX_MESSAGE_BYTES } from './server';
+
+/** Default deadline of a unary call, in ms. */
+export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
+/** Default number of attempts for an idempotent call (first try + retries). */
+export const DEFAULT_RETRY_ATTEMPTS = 5;
+/** Base backoff between retries, in ms (doubles each attempt, with jitter). */
+export const DEFAULT_RETRY_BASE_DELAY_MS = 50;
+
+export type SandnodeCallOptions = DeadlineOptions & RetryOptions;
+export type ServiceClient<D extends CompatServiceDefinition> = Client<D, SandnodeCallOptions>;
+
+/** createSandnodeChannel opens a channel to "unix:///abs.sock" or "host:port". */
+export function createSandnodeChannel(address: string): Channel {
+  return createChannel(address, undefined, {
+    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+    'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+  });
+}
+
+export interface ServiceClientOptions {
+  /** Deadline of unary calls in ms (default DEFAULT_CALL_TIMEOUT_MS). */
+  timeoutMs?: number;
+  /** Attempts for idempotent calls (default DEFAULT_RETRY_ATTEMPTS). */
+  retryAttempts?: number;
+}
+
+const factory = createClientFactory().use(retryMiddleware).use(deadlineMiddleware);
+
+/** createServiceClient makes a client of def on channel with the common middleware. */
+export function createServiceClient<D extends CompatServiceDefinition>(
+  def: D,
+  channel: Channel,
+  opts: ServiceClientOptions = {},
+): ServiceClient<D> {
+  const methods = (typeof def === 'object' && 'methods' in def ? (def as { methods: Record<string, { responseStream: boolean }> }).methods : def) as Record<
+    string,
+    { responseStream?: boolean }
+  >;
+  const defaults: Record<string, SandnodeCallOptions> = {};
+  for (const [name, m] of Object.entries(methods)) {
+    defaults[name] = {
+      retryMaxAttempts: opts.retryAttempts ?? DEFAULT_RETRY_ATTEMPTS,
+      retryBaseDelayMs: DEFAULT_RETRY_BASE_DELAY_MS,
+      retryMaxDelayMs: 1000,
+      retryableStatuses: [Status.UNAVAILABLE],
+      ...(m.responseStream ? {} : { deadline: opts.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS }),
+    };
+  }
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  return factory.create(def, channel, defaults as any) as ServiceClient<D>;
+}
+
+/**
+ * PeerFeatures learns a peer's features once per connection (GetVersion) and answers
+ * `require(feature)`: a FAILED_PRECONDITION that names the peer, its version and the missing
+ * feature when the peer lacks it. Never infer features from version numbers.
+ */
+export class PeerFeatures {
+  private version: Promise<GetVersionResponse> | undefined;
+  private readonly client: ServiceClient<typeof VersionServiceDefinition>;
+
+  constructor(channel: Channel, private readonly peerName: string) {
+    this.client = createServiceClient(VersionServiceDefinition, channel, { timeoutMs: 5000 });
+  }
+
+  /** get returns the peer's GetVersion answer, asking once. */
+  get(): Promise<GetVersionResponse> {
+    if (!this.version) {
+      this.version = this.client.getVersion({});
+      this.version.catch(() => {
+        this.version = undefined; // ask again next time
+      });
+    }
+    return this.version;
+  }
+
+  /** has says whether the peer lists feature. */
+  async has(feature: string): Promise<boolean> {
+    return (await this.get()).features.includes(feature);
+  }
+
+  /** require throws FailedPreconditionError unless the peer lists feature. */
+  async require(feature: string): Promise<void> {
+    const v = await this.get();
+    if (!v.features.includes(feature)) {
+      throw new FailedPreconditionError(`${this.peerName} ${v.version} lacks feature "${feature}"`);
+    }
+  }
+
+  /** reset forgets the cached answer (call after reconnecting to a restarted peer). */
+  reset(): void {
+    this.version = undefined;
+  }
+}

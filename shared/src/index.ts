@@ -1,0 +1,12 @@
+/** @sandnode/shared: the common package of every sandnode component. */
+export * from './errors';
+export * from './logger';
+export * from './config';
+export * from './version';
+export * from './server';
+export * from './client';
+export * from './metrics';
+export * from './proc';
+export * from './paths';
+export * from './ids';
+export * from './daemon';

@@ -1,0 +1,82 @@
+/**
+ * Process helpers: identify a process across pid reuse, and run host commands with their
+ * output captured and errors that say what failed.
+ */
+import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { InternalError } from './errors';
+
+/**
+ * processStartTicks returns field 22 (starttime, clock ticks after boot) of /proc/<pid>/stat,
+ * or undefined when no such process exists. pid + start ticks identify a process: a reused pid
+ * has a later start time (proc(5)).
+ */
+export function processStartTicks(pid: number): number | undefined {
+  if (!Number.isInteger(pid) || pid <= 0) return undefined;
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch {
+    return undefined;
+  }
+  // comm (field 2) may contain spaces and parens: split after the last ")".
+  const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  // rest[0] is field 3 (state); field 22 is rest[19].
+  const v = Number(rest[19]);
+  return Number.isFinite(v) ? v : undefined;
+}
+
+/** isSameProcess says whether pid is alive and started at startTicks. */
+export function isSameProcess(pid: number, startTicks: number): boolean {
+  const t = processStartTicks(pid);
+  return t !== undefined && t === startTicks;
+}
+
+/** processState returns the state letter of /proc/<pid>/stat (R, S, D, Z, T ...), or undefined. */
+export function processState(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3);
+  } catch {
+    return undefined;
+  }
+}
+
+export interface RunResult {
+  stdout: string;
+  stderr: string;
+}
+
+/** Default time a host command may take, in ms. */
+export const DEFAULT_COMMAND_TIMEOUT_MS = 60_000;
+
+/**
+ * run executes a host command (no shell) and resolves with its output; it rejects with an
+ * InternalError that names the command, its exit code and stderr when it fails.
+ */
+export function run(cmd: string, args: string[], opts: { timeoutMs?: number; input?: string; signal?: AbortSignal } = {}): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    const child = execFile(
+      cmd,
+      args,
+      { timeout: opts.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS, maxBuffer: 64 * 1024 * 1024, signal: opts.signal },
+      (err, stdout, stderr) => {
+        if (err) {
+          const e = err as NodeJS.ErrnoException & { code?: unknown };
+          const how = typeof e.code === 'number' ? `exit ${e.code}` : String(e.code ?? e.message);
+          reject(new CommandError(`${cmd} ${args.join(' ')}: ${how}: ${String(stderr).trim() || e.message}`, String(stderr), typeof e.code === 'number' ? e.code : -1));
+          return;
+        }
+        resolve({ stdout: String(stdout), stderr: String(stderr) });
+      },
+    );
+    if (opts.input !== undefined) child.stdin?.end(opts.input);
+  });
+}
+
+/** A host command that failed; stderr and exitCode say how. */
+export class CommandError extends InternalError {
+  constructor(message: string, readonly stderr: string, readonly exitCode: number) {
+    super(message);
+  }
+}

@@ -1,0 +1,68 @@
+/**
+ * Component identity for `sandnode.common.v1.VersionService/GetVersion`: name, semver, git
+ * commit and feature strings. Callers check features, never version numbers.
+ */
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import type { GetVersionResponse, VersionServiceImplementation } from './gen/sandnode/common/v1/version';
+
+/** ComponentInfo is what a component says about itself. */
+export interface ComponentInfo {
+  component: string;
+  version: string;
+  commit: string;
+  features: string[];
+}
+
+/** SUITE_VERSION is the suite's semver, read from the root package.json of this build. */
+export const SUITE_VERSION: string = readSuiteVersion();
+
+function readSuiteVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(path.join(__dirname, '..', 'package.json'), 'utf8')) as { version?: string };
+    return pkg.version ?? '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
+}
+
+let cachedCommit: string | undefined;
+
+/**
+ * buildCommit is the git commit this build came from: `SANDNODE_BUILD_COMMIT` if set, else
+ * `git rev-parse HEAD` in the build's directory, else "unknown".
+ */
+export function buildCommit(): string {
+  if (cachedCommit !== undefined) return cachedCommit;
+  cachedCommit = process.env.SANDNODE_BUILD_COMMIT ?? '';
+  if (!cachedCommit) {
+    try {
+      cachedCommit = execFileSync('git', ['rev-parse', 'HEAD'], { cwd: __dirname, stdio: ['ignore', 'pipe', 'ignore'], timeout: 2000 })
+        .toString()
+        .trim();
+    } catch {
+      cachedCommit = 'unknown';
+    }
+  }
+  return cachedCommit;
+}
+
+const startedAtMs = Date.now();
+
+/** versionResponse builds the GetVersion answer for info. */
+export function versionResponse(info: ComponentInfo): GetVersionResponse {
+  return {
+    component: info.component,
+    version: info.version,
+    commit: info.commit,
+    features: [...info.features],
+    pid: process.pid,
+    startedAtMs,
+  };
+}
+
+/** versionService implements VersionService for info. */
+export function versionService(info: ComponentInfo): VersionServiceImplementation {
+  return { getVersion: async () => versionResponse(info) };
+}
