@@ -15,10 +15,18 @@ export interface ComponentInfo {
   features: string[];
 }
 
-/** SUITE_VERSION is the suite's semver, read from the root package.json of this build. */
+/**
+ * Build-time constants that a bundler may define (podd is bundled with esbuild into one file
+ * that is copied into templates, where no package.json is beside it).
+ */
+declare const __SANDNODE_VERSION__: string | undefined;
+declare const __SANDNODE_COMMIT__: string | undefined;
+
+/** SUITE_VERSION is the suite's semver: bundled-in, or read from this build's package.json. */
 export const SUITE_VERSION: string = readSuiteVersion();
 
 function readSuiteVersion(): string {
+  if (typeof __SANDNODE_VERSION__ === 'string') return __SANDNODE_VERSION__;
   try {
     const pkg = JSON.parse(readFileSync(path.join(__dirname, '..', 'package.json'), 'utf8')) as { version?: string };
     return pkg.version ?? '0.0.0';
@@ -35,6 +43,7 @@ let cachedCommit: string | undefined;
  */
 export function buildCommit(): string {
   if (cachedCommit !== undefined) return cachedCommit;
+  if (typeof __SANDNODE_COMMIT__ === 'string') return (cachedCommit = __SANDNODE_COMMIT__);
   cachedCommit = process.env.SANDNODE_BUILD_COMMIT ?? '';
   if (!cachedCommit) {
     try {
