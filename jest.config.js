@@ -3,7 +3,7 @@
  * need root, runc and loop devices and start real service processes on unix sockets). Select
  * with `--selectProjects unit` or `--selectProjects integration`.
  */
-const transform = { '^.+\\.ts$': ['ts-jest', { isolatedModules: true, tsconfig: '<rootDir>/tsconfig.json' }] };
+const transform = { '^.+\\.ts$': ['ts-jest', { tsconfig: '<rootDir>/tsconfig.json' }] };
 const roots = ['<rootDir>/shared/src', '<rootDir>/services', '<rootDir>/compat-tests/src'];
 const testPathIgnorePatterns = ['/node_modules/', '/dist/'];
 module.exports = {

@@ -1,0 +1,55 @@
+/**
+ * The operator CLI against a real node: JSON shapes for scripts and exit codes.
+ */
+import { describeNode, startNode, type TestNode } from './harness';
+
+jest.setTimeout(180_000);
+
+describeNode('sandnode CLI', () => {
+  let node: TestNode;
+  beforeAll(async () => {
+    node = await startNode();
+  });
+  afterAll(async () => {
+    await node?.stop();
+  });
+
+  it('creates, gets, lists, execs, pauses, resumes and deletes with --json', () => {
+    const c = node.cli(['sandbox', 'create', '--template', 'base', '--metadata', 'who=cli', '--json']);
+    expect(c.stderr).toBe('');
+    expect(c.status).toBe(0);
+    const s = JSON.parse(c.stdout) as { id: string; state: string; pid: number; metadata: Record<string, string> };
+    expect(s).toMatchObject({ state: 'RUNNING', metadata: { who: 'cli' } });
+    expect(s.pid).toBeGreaterThan(1);
+
+    const g = JSON.parse(node.cli(['sandbox', 'get', s.id, '--json']).stdout) as typeof s;
+    expect(g).toMatchObject({ id: s.id, state: 'RUNNING', pid: s.pid });
+    const l = JSON.parse(node.cli(['sandbox', 'list', '--json']).stdout) as (typeof s)[];
+    expect(l.map((x) => x.id)).toEqual([s.id]);
+
+    const e = node.cli(['sandbox', 'exec', s.id, '--', 'sh', '-c', 'echo hi; echo oops >&2; exit 3']);
+    expect([e.status, e.stdout, e.stderr]).toEqual([3, 'hi\n', 'oops\n']);
+    expect(node.cli(['sandbox', 'pause', s.id, '--json']).stdout).toContain('"PAUSED"');
+    expect(node.cli(['sandbox', 'resume', s.id, '--json']).stdout).toContain('"RUNNING"');
+
+    const st = JSON.parse(node.cli(['status', '--json']).stdout) as { components: { name: string; version: string; pid: number; features: string[] }[]; sandboxes: number };
+    expect(st.sandboxes).toBe(1);
+    expect(st.components.map((x) => x.name)).toEqual(['vmm-supervisor', 'ublk-manager', 'server']);
+    for (const comp of st.components) {
+      expect(comp.pid).toBeGreaterThan(1);
+      expect(comp.version).toMatch(/^\d+\.\d+\.\d+/);
+      expect(comp.features.length).toBeGreaterThan(0);
+    }
+
+    const bad = node.cli(['sandbox', 'get', 'sb-0000000000000000']);
+    expect(bad.status).toBe(1);
+    expect(bad.stderr).toMatch(/NOT_FOUND/);
+    expect(node.cli(['sandbox', 'delete', s.id]).status).toBe(0);
+    expect(JSON.parse(node.cli(['sandbox', 'list', '--json']).stdout)).toEqual([]);
+  });
+
+  it('lists templates', () => {
+    const t = JSON.parse(node.cli(['template', 'list', '--json']).stdout) as { name: string; poddVersion: string }[];
+    expect(t.map((x) => x.name)).toEqual(['base']);
+  });
+});

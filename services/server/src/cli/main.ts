@@ -1,0 +1,380 @@
+#!/usr/bin/env node
+/**
+ * sandnode: the operator CLI of a node. Tables for people, `--json` for scripts.
+ *
+ *   sandnode up | down [--purge] | status [--json]
+ *   sandnode template build [NAME] [--replace] | template list [--json]
+ *   sandnode sandbox create --template base [--json] | list | get ID | exec ID -- CMD... |
+ *                    pause ID | resume ID | delete ID | set-timeout ID SECONDS
+ *   sandnode demo
+ *
+ * Exit codes: 0 ok; 1 failure (the gRPC status is printed); `sandbox exec` exits with the
+ * command's exit code.
+ */
+import path from 'node:path';
+import { Command, Option } from 'commander';
+import { ClientError, Status } from 'nice-grpc-common';
+import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, socketPath, unixAddress } from '@sandnode/shared';
+import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { connectServer, sandboxJson, table, type SandboxJson } from './api';
+import { COMPONENTS, findRunning, getVersion, purgeNode, startComponent, stopComponent, type StackDirs } from './stack';
+import { runDemo } from './demo';
+
+interface GlobalOpts {
+  stateDir: string;
+  runDir: string;
+  listen: string;
+  address?: string;
+}
+
+const program = new Command('sandnode')
+  .description('Operate a sandnode node: its daemons, templates and sandboxes')
+  .addOption(new Option('--state-dir <dir>', 'state dir (records, images, templates)').env('SANDNODE_STATE_DIR').default(DEFAULT_STATE_DIR))
+  .addOption(new Option('--run-dir <dir>', 'runtime dir (sockets, sandbox dirs)').env('SANDNODE_RUN_DIR').default(DEFAULT_RUN_DIR))
+  .addOption(new Option('--listen <host:port>', 'server TCP listen address for `up` ("" disables)').env('SANDNODE_LISTEN').default('127.0.0.1:7070'))
+  .addOption(new Option('--address <addr>', 'server address (default: its unix socket in the runtime dir)').env('SANDNODE_ADDRESS'));
+
+function dirs(): StackDirs & { address: string } {
+  const o = program.opts<GlobalOpts>();
+  return {
+    stateDir: path.resolve(o.stateDir),
+    runDir: path.resolve(o.runDir),
+    listen: o.listen,
+    address: o.address ?? unixAddress(socketPath(o.runDir, 'server')),
+  };
+}
+
+function print(json: boolean, value: unknown, human: () => string): void {
+  process.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
+}
+
+/** action wraps a command: gRPC errors print as "CODE: message" and exit 1. */
+function action<A extends unknown[]>(fn: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
+  return async (...args: A) => {
+    try {
+      await fn(...args);
+    } catch (err) {
+      if (err instanceof ClientError) {
+        process.stderr.write(`sandnode: ${Status[err.code]}: ${err.details}\n`);
+        if (err.code === Status.UNAVAILABLE) process.stderr.write('sandnode: is the node up? run: sandnode up\n');
+      } else {
+        process.stderr.write(`sandnode: ${(err as Error).message}\n`);
+      }
+      process.exit(1);
+    }
+  };
+}
+
+program
+  .command('up')
+  .description('start vmm-supervisor, ublk-manager and server in the background; returns when all answer (idempotent)')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (o: { json?: boolean }) => {
+      const d = dirs();
+      const out: { name: string; pid: number; started: boolean; ms: number }[] = [];
+      for (const c of COMPONENTS) {
+        const t0 = Date.now();
+        const r = await startComponent(d, c);
+        out.push({ name: c, pid: r.pid, started: r.started, ms: Date.now() - t0 });
+      }
+      print(!!o.json, { components: out }, () =>
+        table(['COMPONENT', 'PID', 'ACTION', 'MS'], out.map((c) => [c.name, c.pid, c.started ? 'started' : 'already running', c.ms])),
+      );
+    }),
+  );
+
+program
+  .command('down')
+  .description('stop the daemons; sandboxes keep running (--purge: delete every sandbox, device, mount and dir)')
+  .option('--purge', 'remove everything: sandboxes, devices, mounts, dirs')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (o: { purge?: boolean; json?: boolean }) => {
+      const d = dirs();
+      const deleted: string[] = [];
+      if (o.purge && findRunning(d, 'server')) {
+        const api = connectServer(d.address);
+        try {
+          const list = await api.sandboxes.listSandboxes({ pageSize: 1000 });
+          await Promise.all(
+            list.sandboxes.map(async (s) => {
+              await api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
+              deleted.push(s.sandboxId);
+            }),
+          );
+        } finally {
+          api.close();
+        }
+      }
+      const stopped: string[] = [];
+      for (const c of [...COMPONENTS].reverse()) if (await stopComponent(d, c)) stopped.push(c);
+      const purge = o.purge ? await purgeNode(d) : undefined;
+      print(!!o.json, { stopped, deleted, purge }, () =>
+        [
+          `stopped: ${stopped.join(', ') || 'nothing was running'}`,
+          ...(o.purge
+            ? [
+                `deleted sandboxes: ${deleted.length}`,
+                `removed containers: ${purge?.containers.length ?? 0}, mounts: ${purge?.mounts.length ?? 0}, loop devices: ${purge?.loopDevices.length ?? 0}, dirs: ${purge?.dirs.join(' ') || 'none'}`,
+              ]
+            : ['sandboxes keep running; `sandnode up` adopts them']),
+        ].join('\n'),
+      );
+    }),
+  );
+
+program
+  .command('status')
+  .description('show the components (version, pid, features) and the number of sandboxes')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (o: { json?: boolean }) => {
+      const d = dirs();
+      const components: { name: string; version: string | null; pid: number | null; features: string[]; up: boolean }[] = [];
+      for (const c of COMPONENTS) {
+        const v = await getVersion(d, c);
+        components.push({ name: c, version: v?.version ?? null, pid: v?.pid ?? findRunning(d, c)?.pid ?? null, features: v?.features ?? [], up: !!v });
+      }
+      let sandboxes = 0;
+      if (components.find((c) => c.name === 'server')?.up) {
+        const api = connectServer(d.address);
+        try {
+          let token = '';
+          do {
+            const page = await api.sandboxes.listSandboxes({ pageSize: 1000, pageToken: token });
+            sandboxes += page.sandboxes.length;
+            token = page.nextPageToken;
+          } while (token);
+        } finally {
+          api.close();
+        }
+      }
+      print(!!o.json, { components, sandboxes }, () =>
+        [
+          table(
+            ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
+            components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', c.pid ?? '-', c.features.join(',')]),
+          ),
+          `sandboxes: ${sandboxes}`,
+        ].join('\n'),
+      );
+    }),
+  );
+
+const template = program.command('template').description('build and list templates');
+template
+  .command('build [name]')
+  .description('build a template from busybox-static, the Node runtime and podd (no network)')
+  .option('--replace', 'rebuild an existing template (refused while a sandbox uses it)')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (name: string | undefined, o: { replace?: boolean; json?: boolean }) => {
+      const api = connectServer(dirs().address);
+      try {
+        const r = await api.templates.buildTemplate({ name: name ?? 'base', replace: !!o.replace });
+        const t = r.template!;
+        print(!!o.json, t, () => `built template ${t.name} (podd ${t.poddVersion}, ${(t.sizeBytes / 1048576).toFixed(1)} MiB) in ${t.buildMs} ms at ${t.rootfsPath}`);
+      } catch (err) {
+        if (err instanceof ClientError && err.code === Status.ALREADY_EXISTS && !o.replace) {
+          process.stderr.write(`sandnode: template ${name ?? 'base'} exists (use --replace to rebuild)\n`);
+          process.exit(1);
+        }
+        throw err;
+      } finally {
+        api.close();
+      }
+    }),
+  );
+template
+  .command('list')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (o: { json?: boolean }) => {
+      const api = connectServer(dirs().address);
+      try {
+        const r = await api.templates.listTemplates({});
+        print(!!o.json, r.templates, () =>
+          table(['NAME', 'PODD', 'SIZE MIB', 'CREATED'], r.templates.map((t) => [t.name, t.poddVersion, (t.sizeBytes / 1048576).toFixed(1), new Date(t.createdAtMs).toISOString()])),
+        );
+      } finally {
+        api.close();
+      }
+    }),
+  );
+
+const sandbox = program.command('sandbox').description('create, inspect, run commands in, pause, resume and delete sandboxes');
+
+function kv(v: string, acc: Record<string, string>): Record<string, string> {
+  const i = v.indexOf('=');
+  if (i <= 0) throw new Error(`--metadata ${v}: expected KEY=VALUE`);
+  acc[v.slice(0, i)] = v.slice(i + 1);
+  return acc;
+}
+
+sandbox
+  .command('create')
+  .requiredOption('--template <name>', 'template name', 'base')
+  .option('--timeout <seconds>', 'lifetime in seconds (0: none)', '0')
+  .option('--metadata <key=value>', 'label (repeatable)', kv, {})
+  .option('--vcpus <n>', 'virtual CPUs', '0')
+  .option('--memory-mib <n>', 'memory limit in MiB', '0')
+  .option('--disk-bytes <n>', '/workspace size in bytes', '0')
+  .option('--request-id <id>', 'idempotency key')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (o: { template: string; timeout: string; metadata: Record<string, string>; vcpus: string; memoryMib: string; diskBytes: string; requestId?: string; json?: boolean }) => {
+      const api = connectServer(dirs().address);
+      try {
+        const r = await api.sandboxes.createSandbox({
+          template: o.template,
+          timeoutSeconds: Number(o.timeout),
+          metadata: o.metadata,
+          resources: { vcpus: Number(o.vcpus), memoryMib: Number(o.memoryMib), diskBytes: Number(o.diskBytes) },
+          requestId: o.requestId ?? '',
+        });
+        const s = sandboxJson(r.sandbox!);
+        print(!!o.json, s, () => `${s.id} ${s.state} pid ${s.pid}`);
+      } finally {
+        api.close();
+      }
+    }),
+  );
+
+sandbox
+  .command('list')
+  .option('--state <state>', 'only this state (RUNNING, PAUSED, ...)')
+  .option('--metadata <key=value>', 'only with this label (repeatable)', kv, {})
+  .option('--json', 'print JSON')
+  .action(
+    action(async (o: { state?: string; metadata: Record<string, string>; json?: boolean }) => {
+      const api = connectServer(dirs().address);
+      try {
+        const states = o.state ? [SandboxState[`SANDBOX_STATE_${o.state.toUpperCase()}` as keyof typeof SandboxState]] : [];
+        if (states.some((s) => s === undefined)) throw new Error(`--state ${o.state}: unknown state`);
+        const all: SandboxJson[] = [];
+        let token = '';
+        do {
+          const page = await api.sandboxes.listSandboxes({ states: states as SandboxState[], metadata: o.metadata, pageSize: 1000, pageToken: token });
+          all.push(...page.sandboxes.map(sandboxJson));
+          token = page.nextPageToken;
+        } while (token);
+        print(!!o.json, all, () => table(['ID', 'STATE', 'PID', 'TEMPLATE', 'CREATED'], all.map((s) => [s.id, s.state, s.pid, s.template, s.created_at])));
+      } finally {
+        api.close();
+      }
+    }),
+  );
+
+sandbox
+  .command('get <id>')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (id: string, o: { json?: boolean }) => {
+      const api = connectServer(dirs().address);
+      try {
+        const s = sandboxJson((await api.sandboxes.getSandbox({ sandboxId: id })).sandbox!);
+        print(!!o.json, s, () => Object.entries(s).map(([k, v]) => `${k.padEnd(13)} ${typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`).join('\n'));
+      } finally {
+        api.close();
+      }
+    }),
+  );
+
+for (const [name, verb] of [
+  ['pause', 'pauseSandbox'],
+  ['resume', 'resumeSandbox'],
+] as const) {
+  sandbox
+    .command(`${name} <id>`)
+    .option('--json', 'print JSON')
+    .action(
+      action(async (id: string, o: { json?: boolean }) => {
+        const api = connectServer(dirs().address);
+        try {
+          const s = sandboxJson((await api.sandboxes[verb]({ sandboxId: id })).sandbox!);
+          print(!!o.json, s, () => `${s.id} ${s.state} pid ${s.pid}`);
+        } finally {
+          api.close();
+        }
+      }),
+    );
+}
+
+sandbox
+  .command('delete <id...>')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (ids: string[], o: { json?: boolean }) => {
+      const api = connectServer(dirs().address);
+      try {
+        for (const id of ids) await api.sandboxes.deleteSandbox({ sandboxId: id });
+        print(!!o.json, { deleted: ids }, () => ids.map((id) => `${id} deleted`).join('\n'));
+      } finally {
+        api.close();
+      }
+    }),
+  );
+
+sandbox
+  .command('set-timeout <id> <seconds>')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (id: string, seconds: string, o: { json?: boolean }) => {
+      const api = connectServer(dirs().address);
+      try {
+        const s = sandboxJson((await api.sandboxes.setTimeout({ sandboxId: id, timeoutSeconds: Number(seconds) })).sandbox!);
+        print(!!o.json, s, () => `${s.id} expires ${s.expires_at ?? 'never'}`);
+      } finally {
+        api.close();
+      }
+    }),
+  );
+
+sandbox
+  .command('exec <id> <cmd...>')
+  .description('run a command in the sandbox, stream its output and exit with its exit code (use -- before the command)')
+  .option('--cwd <dir>', 'working directory inside the sandbox', '')
+  .option('--env <key=value>', 'environment variable (repeatable)', kv, {})
+  .option('--timeout-ms <ms>', 'kill the command after this many ms', '0')
+  .option('--stdin', 'pass this process standard input to the command')
+  .action(
+    action(async (id: string, cmd: string[], o: { cwd: string; env: Record<string, string>; timeoutMs: string; stdin?: boolean }) => {
+      const api = connectServer(dirs().address);
+      let code = 1;
+      try {
+        let stdin = Buffer.alloc(0);
+        if (o.stdin) {
+          const chunks: Buffer[] = [];
+          for await (const c of process.stdin) chunks.push(c as Buffer);
+          stdin = Buffer.concat(chunks);
+        }
+        for await (const ev of api.sandboxes.exec({ sandboxId: id, argv: cmd, env: o.env, cwd: o.cwd, stdin, timeoutMs: Number(o.timeoutMs) })) {
+          const e = ev.event;
+          if (e?.$case === 'stdout') process.stdout.write(e.value);
+          else if (e?.$case === 'stderr') process.stderr.write(e.value);
+          else if (e?.$case === 'exit') code = e.value.exitCode;
+        }
+      } finally {
+        api.close();
+      }
+      process.exitCode = code;
+    }),
+  );
+
+program
+  .command('demo')
+  .description('the main job: a full tour on a fresh node (needs root): 3 sandboxes, files, streams, pause/resume, server kill -9 + adoption, cleanup')
+  .option('--keep', 'leave the stack running afterwards')
+  .action(
+    action(async (o: { keep?: boolean }) => {
+      const ok = await runDemo(dirs(), { keep: !!o.keep });
+      process.exitCode = ok ? 0 : 1;
+    }),
+  );
+
+
+program.parseAsync(process.argv).catch((err: unknown) => {
+  process.stderr.write(`sandnode: ${(err as Error).message}\n`);
+  process.exit(1);
+});

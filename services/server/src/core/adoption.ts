@@ -1,0 +1,129 @@
+/**
+ * Adoption: what a server does with the node's runtime records when it becomes active
+ * (ARCHITECTURE.md section 3). For every record:
+ * - RUNNING / PAUSED: verify the VM (pid + start ticks as the supervisor reports them), the
+ *   devices, and podd health (RUNNING only: a paused sandbox cannot answer). A verified
+ *   sandbox is registered with no state change and no restart. If the VM's real pause state
+ *   differs (a crash between the supervisor call and the record write), the record follows
+ *   the VM. A VM that is gone or is another process -> ERROR with the reason (never dropped).
+ * - CREATING / DELETING: a crash interrupted the operation -> tear down what exists.
+ * - ERROR: kept as is for the operator to delete.
+ */
+import type { Logger } from '@sandnode/shared';
+import { mapLimit } from './keyed-mutex';
+import type { SandboxManager } from './sandbox-manager';
+import type { DevicePort, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
+
+export interface AdoptionReport {
+  /** records verified and registered unchanged */
+  adopted: string[];
+  /** records whose state was corrected to the VM's real state */
+  reconciled: string[];
+  /** CREATING/DELETING records torn down */
+  tornDown: string[];
+  /** records marked ERROR, with reasons */
+  failed: { sandboxId: string; reason: string }[];
+  /** podd did not answer Health (the sandbox stays RUNNING; its init respawns podd) */
+  poddUnhealthy: string[];
+  durationMs: number;
+}
+
+export interface AdoptionDeps {
+  store: RecordStore;
+  vms: VmPort;
+  devices: DevicePort;
+  podd: PoddConnector;
+  manager: SandboxManager;
+  log: Logger;
+  /** how many records are checked at once (default 16) */
+  concurrency?: number;
+  /** podd Health timeout per sandbox, ms (default 2000) */
+  poddTimeoutMs?: number;
+}
+
+/** adoptAll adopts every record; it never restarts or pauses a sandbox. */
+export async function adoptAll(d: AdoptionDeps): Promise<AdoptionReport> {
+  const t0 = Date.now();
+  const report: AdoptionReport = { adopted: [], reconciled: [], tornDown: [], failed: [], poddUnhealthy: [], durationMs: 0 };
+  const records = d.store.list();
+  const vms = new Map((await d.vms.list()).map((v) => [v.vmId, v]));
+  const devices = new Map((await d.devices.list()).map((x) => [x.deviceId, x]));
+
+  await mapLimit(records, d.concurrency ?? 16, (rec) =>
+    d.manager.withLock(rec.sandboxId, () => adoptOne(d, rec, vms, devices, report)).catch((err: unknown) => {
+      report.failed.push({ sandboxId: rec.sandboxId, reason: (err as Error).message });
+      d.log.error({ sandbox_id: rec.sandboxId, err: (err as Error).message }, 'adoption failed');
+    }),
+  );
+  report.durationMs = Date.now() - t0;
+  d.log.info(
+    {
+      adopted: report.adopted.length,
+      reconciled: report.reconciled.length,
+      torn_down: report.tornDown.length,
+      failed: report.failed.length,
+      podd_unhealthy: report.poddUnhealthy.length,
+      ms: report.durationMs,
+    },
+    'adoption finished',
+  );
+  return report;
+}
+
+async function adoptOne(
+  d: AdoptionDeps,
+  rec: SandboxRecord,
+  vms: Map<string, Awaited<ReturnType<VmPort['list']>>[number]>,
+  devices: Map<string, Awaited<ReturnType<DevicePort['list']>>[number]>,
+  report: AdoptionReport,
+): Promise<void> {
+  const log = d.log.child({ sandbox_id: rec.sandboxId });
+  if (rec.state === 'CREATING' || rec.state === 'DELETING') {
+    log.warn({ state: rec.state }, 'interrupted operation: tearing down');
+    await d.manager.teardown(rec);
+    report.tornDown.push(rec.sandboxId);
+    return;
+  }
+  if (rec.state !== 'RUNNING' && rec.state !== 'PAUSED') return;
+
+  const fail = (reason: string) => {
+    rec.state = 'ERROR';
+    rec.errorMessage = reason;
+    d.manager.touch(rec);
+    report.failed.push({ sandboxId: rec.sandboxId, reason });
+    log.error({ reason }, 'sandbox cannot be adopted; marked ERROR');
+  };
+  const vm = rec.vm ? vms.get(rec.vm.vmId) : undefined;
+  if (!rec.vm || !vm) return fail('its VM is gone');
+  if (vm.pid !== rec.vm.pid || vm.startTimeTicks !== rec.vm.startTimeTicks) {
+    return fail(`its VM is another process now (record pid ${rec.vm.pid}, supervisor pid ${vm.pid})`);
+  }
+  if (vm.state !== 'RUNNING' && vm.state !== 'PAUSED') return fail(`its VM is ${vm.state}`);
+  let changed = false;
+  for (const dev of rec.devices) {
+    const live = devices.get(dev.deviceId);
+    if (!live || !live.attached) return fail(`device ${dev.deviceId} is gone`);
+    if (live.path !== dev.path) {
+      dev.path = live.path;
+      changed = true;
+    }
+  }
+  if (vm.state !== rec.state) {
+    log.warn({ record: rec.state, vm: vm.state }, 'record follows the VM state');
+    rec.state = vm.state;
+    changed = true;
+    report.reconciled.push(rec.sandboxId);
+  }
+  if (changed) d.manager.touch(rec);
+  if (rec.state === 'RUNNING') {
+    const ok = await d.podd
+      .connect(rec.poddAddress)
+      .health(d.poddTimeoutMs ?? 2000)
+      .catch(() => false);
+    if (!ok) {
+      report.poddUnhealthy.push(rec.sandboxId);
+      log.warn('podd did not answer Health; sandbox kept RUNNING');
+    }
+  }
+  report.adopted.push(rec.sandboxId);
+}

@@ -1,0 +1,328 @@
+/**
+ * SandboxManager: the sandbox lifecycle state machine of the active server.
+ *
+ *   CREATING -> RUNNING <-> PAUSED
+ *       |          |          |
+ *       +------> DELETING <---+        (ERROR -> DELETING too)
+ *
+ * Every transition is persisted in the record store (durable on return) before it is
+ * acknowledged. Operations on one sandbox are serialized; different sandboxes run
+ * concurrently. A crash at any step leaves a record that adoption (adoption.ts) finishes:
+ * CREATING and DELETING records are torn down, RUNNING/PAUSED ones are verified and kept.
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, rm } from 'node:fs/promises';
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
+import { KeyedMutex } from './keyed-mutex';
+import type { DevicePort, ExecArgs, ExecEvent, PoddConnector, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
+import { RECORD_SCHEMA } from './types';
+import {
+  validateArgv,
+  validateChunk,
+  validateMetadata,
+  validateRequestId,
+  validateResources,
+  validateTemplateName,
+  validateTimeoutSeconds,
+  workspacePath,
+  MAX_FILE_CHUNK_BYTES,
+  type ResourceDefaults,
+} from './validate';
+
+/** Default size of a sandbox's rootfs upper device, bytes (sparse). */
+export const DEFAULT_UPPER_BYTES = 1024 * 1024 * 1024;
+/** Default time podd gets to answer Health after the VM starts, ms. */
+export const DEFAULT_PODD_READY_TIMEOUT_MS = 20_000;
+
+export interface SandboxManagerOptions {
+  store: RecordStore;
+  vms: VmPort;
+  devices: DevicePort;
+  podd: PoddConnector;
+  templates: TemplateCatalog;
+  log: Logger;
+  runDir: string;
+  resourceDefaults: ResourceDefaults;
+  upperBytes?: number;
+  poddReadyTimeoutMs?: number;
+  now?: () => number;
+}
+
+export interface CreateSandboxArgs {
+  template: string;
+  timeoutSeconds: number;
+  metadata: Record<string, string>;
+  resources: Partial<Resources> | undefined;
+  requestId: string;
+}
+
+export interface ListSandboxesArgs {
+  states: SandboxState[];
+  metadata: Record<string, string>;
+  pageSize: number;
+  pageToken: string;
+}
+
+const DEFAULT_PAGE_SIZE = 100;
+const MAX_PAGE_SIZE = 1000;
+
+export class SandboxManager {
+  private readonly locks = new KeyedMutex();
+  private readonly now: () => number;
+  /** Creates in flight by request id, so a retried create joins the first one. */
+  private readonly creating = new Map<string, Promise<SandboxRecord>>();
+
+  constructor(private readonly o: SandboxManagerOptions) {
+    this.now = o.now ?? Date.now;
+  }
+
+  /** get returns the record of id. Errors: INVALID_ARGUMENT (malformed id), NOT_FOUND. */
+  get(id: string): SandboxRecord {
+    requireSandboxId('sandbox_id', id);
+    const rec = this.o.store.get(id);
+    if (!rec) throw new NotFoundError(`sandbox ${id} not found`);
+    return rec;
+  }
+
+  /** list filters and pages the records (ordered by id). The page token is the last id, base64url. */
+  list(args: ListSandboxesArgs): { sandboxes: SandboxRecord[]; nextPageToken: string } {
+    if (args.pageSize > MAX_PAGE_SIZE) throw new InvalidArgumentError(`page_size: ${args.pageSize} is above ${MAX_PAGE_SIZE}`);
+    const size = args.pageSize || DEFAULT_PAGE_SIZE;
+    let after = '';
+    if (args.pageToken) {
+      after = Buffer.from(args.pageToken, 'base64url').toString('utf8');
+      if (!/^sb-[0-9a-f]{16}$/.test(after)) throw new InvalidArgumentError('page_token: not a token from ListSandboxes');
+    }
+    const mdFilter = Object.entries(args.metadata);
+    const matches = this.o.store
+      .list()
+      .filter((r) => r.sandboxId > after)
+      .filter((r) => args.states.length === 0 || args.states.includes(r.state))
+      .filter((r) => mdFilter.every(([k, v]) => r.metadata[k] === v));
+    const page = matches.slice(0, size);
+    const last = page[page.length - 1];
+    const nextPageToken = matches.length > size && last ? Buffer.from(last.sandboxId).toString('base64url') : '';
+    return { sandboxes: page, nextPageToken };
+  }
+
+  /**
+   * create makes devices and a VM from a template and waits for podd. Returns the RUNNING
+   * record. Errors: INVALID_ARGUMENT, NOT_FOUND (template), and those of the peers; on failure
+   * everything made is torn down and the record removed.
+   */
+  async create(args: CreateSandboxArgs): Promise<SandboxRecord> {
+    const template = validateTemplateName('template', args.template);
+    const timeoutSeconds = validateTimeoutSeconds('timeout_seconds', args.timeoutSeconds);
+    const metadata = validateMetadata('metadata', args.metadata);
+    const resources = validateResources('resources', args.resources, this.o.resourceDefaults);
+    const requestId = validateRequestId('request_id', args.requestId);
+    if (requestId) {
+      const inflight = this.creating.get(requestId);
+      if (inflight) return inflight;
+      const existing = this.o.store.findByRequestId(requestId);
+      if (existing) return existing;
+    }
+    const tpl = await this.o.templates.get(template);
+    if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
+    const p = this.createFromTemplate(template, tpl.rootfsPath, tpl.poddVersion, timeoutSeconds, metadata, resources, requestId);
+    if (requestId) {
+      this.creating.set(requestId, p);
+      p.finally(() => this.creating.delete(requestId)).catch(() => undefined);
+    }
+    return p;
+  }
+
+  private async createFromTemplate(
+    template: string,
+    rootfs: string,
+    poddVersion: string,
+    timeoutSeconds: number,
+    metadata: Record<string, string>,
+    resources: Resources,
+    requestId: string,
+  ): Promise<SandboxRecord> {
+    const id = `sb-${randomBytes(8).toString('hex')}`;
+    const log = this.o.log.child({ sandbox_id: id });
+    const now = this.now();
+    const dir = sandboxDir(this.o.runDir, id);
+    const rec: SandboxRecord = {
+      schema: RECORD_SCHEMA,
+      sandboxId: id,
+      state: 'CREATING',
+      template,
+      templatePoddVersion: poddVersion,
+      templateRootfs: rootfs,
+      vm: undefined,
+      devices: [],
+      poddAddress: unixAddress(`${dir}/podd.sock`),
+      createdAtMs: now,
+      updatedAtMs: now,
+      expiresAtMs: timeoutSeconds ? now + timeoutSeconds * 1000 : 0,
+      metadata,
+      resources,
+      requestId,
+      errorMessage: '',
+    };
+    return this.locks.run(id, async () => {
+      this.o.store.put(rec);
+      const t0 = this.now();
+      try {
+        const upper = await this.o.devices.createEmpty(`${id}-upper`, this.o.upperBytes ?? DEFAULT_UPPER_BYTES);
+        rec.devices.push({ deviceId: upper.deviceId, role: 'rootfs-upper', path: upper.path, backingFile: upper.backingFile, sizeBytes: upper.sizeBytes });
+        const ws = await this.o.devices.createEmpty(`${id}-ws`, resources.diskBytes);
+        rec.devices.push({ deviceId: ws.deviceId, role: 'workspace', path: ws.path, backingFile: ws.backingFile, sizeBytes: ws.sizeBytes });
+        this.touch(rec);
+        await mkdir(dir, { recursive: true, mode: 0o700 });
+        const vm = await this.o.vms.create({
+          vmId: id,
+          templateRootfs: rootfs,
+          upperPath: upper.path,
+          workspacePath: ws.path,
+          resources,
+          poddSocketDir: dir,
+          hostname: id,
+          env: {},
+        });
+        rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket };
+        this.touch(rec);
+        await this.waitForPodd(rec);
+        rec.state = 'RUNNING';
+        this.touch(rec);
+        log.info({ pid: vm.pid, template, ms: this.now() - t0 }, 'sandbox created');
+        return rec;
+      } catch (err) {
+        log.warn({ err: (err as Error).message }, 'create failed; tearing down');
+        await this.teardown(rec).catch((e: unknown) => log.error({ err: (e as Error).message }, 'teardown after failed create failed; adoption will retry'));
+        throw err;
+      }
+    });
+  }
+
+  private async waitForPodd(rec: SandboxRecord): Promise<void> {
+    const client = this.o.podd.connect(rec.poddAddress);
+    const deadline = this.now() + (this.o.poddReadyTimeoutMs ?? DEFAULT_PODD_READY_TIMEOUT_MS);
+    for (;;) {
+      if (await client.health(1000).catch(() => false)) return;
+      if (this.now() > deadline) {
+        throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: podd did not answer at ${rec.poddAddress} within ${this.o.poddReadyTimeoutMs ?? DEFAULT_PODD_READY_TIMEOUT_MS} ms`);
+      }
+      await new Promise((r) => setTimeout(r, 25));
+    }
+  }
+
+  /** pause freezes a RUNNING sandbox. Errors: NOT_FOUND, FAILED_PRECONDITION (not RUNNING). */
+  pause(id: string): Promise<SandboxRecord> {
+    this.get(id);
+    return this.locks.run(id, async () => {
+      const rec = this.requireState(id, 'PauseSandbox', ['RUNNING']);
+      await this.o.vms.pause(rec.vm?.vmId ?? id);
+      rec.state = 'PAUSED';
+      this.touch(rec);
+      return rec;
+    });
+  }
+
+  /** resume thaws a PAUSED sandbox. Errors: NOT_FOUND, FAILED_PRECONDITION (not PAUSED). */
+  resume(id: string): Promise<SandboxRecord> {
+    this.get(id);
+    return this.locks.run(id, async () => {
+      const rec = this.requireState(id, 'ResumeSandbox', ['PAUSED']);
+      await this.o.vms.resume(rec.vm?.vmId ?? id);
+      rec.state = 'RUNNING';
+      this.touch(rec);
+      return rec;
+    });
+  }
+
+  /** delete tears the sandbox down and removes its record. Errors: NOT_FOUND. */
+  delete(id: string): Promise<void> {
+    this.get(id);
+    return this.locks.run(id, async () => {
+      const rec = this.o.store.get(id);
+      if (!rec) throw new NotFoundError(`sandbox ${id} not found`);
+      await this.teardown(rec);
+      this.o.log.info({ sandbox_id: id }, 'sandbox deleted');
+    });
+  }
+
+  /**
+   * teardown removes VM, devices, runtime dir and finally the record (marked DELETING first,
+   * so a crash in between is finished by adoption).
+   */
+  async teardown(rec: SandboxRecord): Promise<void> {
+    rec.state = 'DELETING';
+    this.touch(rec);
+    await this.o.vms.delete(rec.vm?.vmId ?? rec.sandboxId);
+    this.o.podd.forget(rec.poddAddress);
+    for (const d of rec.devices.length ? rec.devices.map((x) => x.deviceId) : [`${rec.sandboxId}-upper`, `${rec.sandboxId}-ws`]) {
+      await this.o.devices.delete(d);
+    }
+    await rm(sandboxDir(this.o.runDir, rec.sandboxId), { recursive: true, force: true });
+    this.o.store.delete(rec.sandboxId);
+  }
+
+  /** setTimeout sets the lifetime from now (0: none). Errors: INVALID_ARGUMENT, NOT_FOUND. */
+  setTimeout(id: string, seconds: number): Promise<SandboxRecord> {
+    validateTimeoutSeconds('timeout_seconds', seconds);
+    this.get(id);
+    return this.locks.run(id, async () => {
+      const rec = this.get(id);
+      rec.expiresAtMs = seconds ? this.now() + seconds * 1000 : 0;
+      this.touch(rec);
+      return rec;
+    });
+  }
+
+  /** expired returns the ids whose lifetime has passed (for the reaper). */
+  expired(): string[] {
+    const now = this.now();
+    return this.o.store
+      .list()
+      .filter((r) => r.expiresAtMs > 0 && r.expiresAtMs <= now && (r.state === 'RUNNING' || r.state === 'PAUSED' || r.state === 'ERROR'))
+      .map((r) => r.sandboxId);
+  }
+
+  /** exec runs a command through the sandbox's podd. Errors: see SandboxService.Exec. */
+  exec(id: string, args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent> {
+    validateArgv('argv', args.argv);
+    validateChunk('stdin', args.stdin.length);
+    const rec = this.requireState(id, 'Exec', ['RUNNING']);
+    return this.o.podd.connect(rec.poddAddress).exec({ ...args, cwd: args.cwd || '/workspace' }, signal);
+  }
+
+  /** readFile reads below /workspace. Errors: INVALID_ARGUMENT (path), NOT_FOUND, FAILED_PRECONDITION. */
+  async readFile(id: string, p: string, offset: number, length: number): Promise<{ data: Uint8Array; sizeBytes: number; eof: boolean }> {
+    const abs = workspacePath('path', p);
+    validateChunk('length', length);
+    const rec = this.requireState(id, 'ReadFile', ['RUNNING']);
+    return this.o.podd.connect(rec.poddAddress).readFile(abs, offset, length || MAX_FILE_CHUNK_BYTES);
+  }
+
+  /** writeFile writes below /workspace (fsync'd by podd). Errors as readFile. */
+  async writeFile(id: string, p: string, data: Uint8Array, mode: number, append: boolean): Promise<{ sizeBytes: number }> {
+    const abs = workspacePath('path', p);
+    validateChunk('data', data.length);
+    if (mode > 0o7777) throw new InvalidArgumentError(`mode: ${mode.toString(8)} is not a permission mode`);
+    const rec = this.requireState(id, 'WriteFile', ['RUNNING']);
+    return this.o.podd.connect(rec.poddAddress).writeFile(abs, data, mode, append);
+  }
+
+  private requireState(id: string, op: string, states: SandboxState[]): SandboxRecord {
+    const rec = this.get(id);
+    if (!states.includes(rec.state)) {
+      throw new FailedPreconditionError(`sandbox ${id} is ${rec.state}; ${op} needs ${states.join(' or ')}`);
+    }
+    return rec;
+  }
+
+  /** touch stamps updatedAtMs and persists (durable on return). */
+  touch(rec: SandboxRecord): void {
+    rec.updatedAtMs = this.now();
+    this.o.store.put(rec);
+  }
+
+  /** withLock runs fn under the sandbox's lock (adoption uses it). */
+  withLock<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    return this.locks.run(id, fn);
+  }
+}

@@ -1,0 +1,179 @@
+/**
+ * Domain types of the server: sandboxes, their runtime records and the ports to the other
+ * components. No proto imports here: `store/` and `peers/` convert.
+ */
+
+/** Lifecycle states of a sandbox (see the state machine in sandbox-manager.ts). */
+export type SandboxState = 'CREATING' | 'RUNNING' | 'PAUSED' | 'DELETING' | 'ERROR' | 'UNKNOWN';
+
+/** Resources with defaults filled in. */
+export interface Resources {
+  /** virtual CPUs */
+  vcpus: number;
+  /** memory limit, MiB */
+  memoryMib: number;
+  /** /workspace device size, bytes */
+  diskBytes: number;
+}
+
+export type DeviceRole = 'rootfs-upper' | 'workspace';
+
+/** One device of a sandbox as recorded. */
+export interface DeviceRef {
+  deviceId: string;
+  role: DeviceRole;
+  /** device node at the time of the record, e.g. /dev/loop3 */
+  path: string;
+  backingFile: string;
+  sizeBytes: number;
+}
+
+/** The VM of a sandbox as recorded. */
+export interface VmRef {
+  vmId: string;
+  driver: string;
+  /** host pid of the VM's init */
+  pid: number;
+  /** /proc/<pid>/stat field 22 */
+  startTimeTicks: number;
+  driverVersion: string;
+  apiSocket: string;
+}
+
+/**
+ * SandboxRecord is the runtime record of one sandbox: the persisted truth. `opaque` carries the
+ * stored encoding so that a rewrite keeps fields this version does not know (downgrades lose
+ * nothing); core code never looks inside it.
+ */
+export interface SandboxRecord {
+  schema: number;
+  sandboxId: string;
+  state: SandboxState;
+  template: string;
+  templatePoddVersion: string;
+  templateRootfs: string;
+  vm: VmRef | undefined;
+  devices: DeviceRef[];
+  poddAddress: string;
+  createdAtMs: number;
+  updatedAtMs: number;
+  /** 0 means no timeout */
+  expiresAtMs: number;
+  metadata: Record<string, string>;
+  resources: Resources;
+  requestId: string;
+  errorMessage: string;
+  opaque?: unknown;
+}
+
+/** The newest record schema this server reads and the one it writes. */
+export const RECORD_SCHEMA = 1;
+
+/** RecordStore persists runtime records; every write is durable (fsync) when it returns. */
+export interface RecordStore {
+  get(id: string): SandboxRecord | undefined;
+  /** list returns every record ordered by id. */
+  list(): SandboxRecord[];
+  findByRequestId(requestId: string): SandboxRecord | undefined;
+  /** put inserts or replaces the record; durable on return. */
+  put(rec: SandboxRecord): void;
+  /** delete removes the record; durable on return. */
+  delete(id: string): void;
+  close(): void;
+}
+
+/** VmInfo is what the supervisor reports of a VM. */
+export interface VmInfo {
+  vmId: string;
+  state: 'CREATING' | 'RUNNING' | 'PAUSED' | 'STOPPED' | 'UNKNOWN';
+  pid: number;
+  startTimeTicks: number;
+  driver: string;
+  driverVersion: string;
+  apiSocket: string;
+}
+
+/** VmPort is the server's view of the vmm-supervisor. */
+export interface VmPort {
+  create(args: {
+    vmId: string;
+    templateRootfs: string;
+    upperPath: string;
+    workspacePath: string;
+    resources: Resources;
+    poddSocketDir: string;
+    hostname: string;
+    env: Record<string, string>;
+  }): Promise<VmInfo>;
+  /** get returns undefined for an unknown VM. */
+  get(vmId: string): Promise<VmInfo | undefined>;
+  list(): Promise<VmInfo[]>;
+  pause(vmId: string): Promise<VmInfo>;
+  resume(vmId: string): Promise<VmInfo>;
+  delete(vmId: string): Promise<void>;
+}
+
+/** DeviceInfo is what the device manager reports of a device. */
+export interface DeviceInfo {
+  deviceId: string;
+  path: string;
+  backingFile: string;
+  sizeBytes: number;
+  attached: boolean;
+}
+
+/** DevicePort is the server's view of the ublk-manager. */
+export interface DevicePort {
+  createEmpty(deviceId: string, sizeBytes: number): Promise<DeviceInfo>;
+  get(deviceId: string): Promise<DeviceInfo | undefined>;
+  list(): Promise<DeviceInfo[]>;
+  delete(deviceId: string): Promise<void>;
+}
+
+/** One event of an exec stream. */
+export type ExecEvent =
+  | { kind: 'started'; pid: number }
+  | { kind: 'stdout'; data: Uint8Array }
+  | { kind: 'stderr'; data: Uint8Array }
+  | { kind: 'exit'; exitCode: number; signal: string };
+
+export interface ExecArgs {
+  argv: string[];
+  env: Record<string, string>;
+  cwd: string;
+  stdin: Uint8Array;
+  timeoutMs: number;
+}
+
+/** PoddClient talks to the podd of one sandbox. */
+export interface PoddClient {
+  health(timeoutMs: number): Promise<boolean>;
+  version(): Promise<{ version: string; features: string[] }>;
+  exec(args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent>;
+  readFile(path: string, offset: number, length: number): Promise<{ data: Uint8Array; sizeBytes: number; eof: boolean }>;
+  writeFile(path: string, data: Uint8Array, mode: number, append: boolean): Promise<{ sizeBytes: number }>;
+  close(): void;
+}
+
+/** PoddConnector opens (and caches) podd clients by address. */
+export interface PoddConnector {
+  connect(address: string): PoddClient;
+  forget(address: string): void;
+}
+
+/** Template as the server knows it. */
+export interface TemplateInfo {
+  name: string;
+  poddVersion: string;
+  rootfsPath: string;
+  sizeBytes: number;
+  createdAtMs: number;
+  buildMs: number;
+}
+
+/** TemplateCatalog resolves and builds templates. */
+export interface TemplateCatalog {
+  get(name: string): Promise<TemplateInfo | undefined>;
+  list(): Promise<TemplateInfo[]>;
+  build(name: string, replace: boolean): Promise<TemplateInfo>;
+}

@@ -1,0 +1,48 @@
+import { InvalidArgumentError } from '@sandnode/shared';
+import { validateArgv, validateMetadata, validateResources, validateTimeoutSeconds, workspacePath } from './validate';
+
+const d = { vcpus: 1, memoryMib: 512, diskBytes: 1 << 30 };
+
+describe('workspacePath', () => {
+  it.each([
+    ['a.txt', '/workspace/a.txt'],
+    ['dir/b', '/workspace/dir/b'],
+    ['/workspace/x', '/workspace/x'],
+    ['./y', '/workspace/y'],
+  ])('%s -> %s', (p, want) => expect(workspacePath('path', p)).toBe(want));
+
+  it.each(['', '..', '../etc/passwd', 'a/../../b', '/workspace/../etc', '/etc/passwd', '/workspacex/a', '/workspace', 'a\0b'])('refuses %j', (p) => {
+    expect(() => workspacePath('path', p)).toThrow(InvalidArgumentError);
+    expect(() => workspacePath('path', p)).toThrow(/^path/);
+  });
+});
+
+describe('validateResources', () => {
+  it('fills defaults', () => expect(validateResources('resources', undefined, d)).toEqual(d));
+  it('keeps given values', () => expect(validateResources('r', { vcpus: 2, memoryMib: 64, diskBytes: 32 << 20 }, d)).toEqual({ vcpus: 2, memoryMib: 64, diskBytes: 32 << 20 }));
+  it.each([
+    [{ vcpus: 65 }, /r\.vcpus/],
+    [{ vcpus: -1 }, /r\.vcpus/],
+    [{ memoryMib: 16 }, /r\.memory_mib/],
+    [{ diskBytes: 1000 }, /r\.disk_bytes/],
+    [{ diskBytes: (16 << 20) + 1 }, /r\.disk_bytes/],
+  ])('refuses %j', (r, msg) => expect(() => validateResources('r', r, d)).toThrow(msg));
+});
+
+describe('other rules', () => {
+  it('timeout range', () => {
+    expect(validateTimeoutSeconds('t', 0)).toBe(0);
+    expect(() => validateTimeoutSeconds('t', -1)).toThrow(/^t:/);
+    expect(() => validateTimeoutSeconds('t', 30 * 24 * 3600 + 1)).toThrow(/^t:/);
+  });
+  it('argv', () => {
+    expect(() => validateArgv('argv', [])).toThrow(/argv/);
+    expect(() => validateArgv('argv', [''])).toThrow(/argv\[0\]/);
+    expect(validateArgv('argv', ['ls', '-l'])).toEqual(['ls', '-l']);
+  });
+  it('metadata', () => {
+    expect(() => validateMetadata('metadata', { 'a b': 'x' })).toThrow(/metadata/);
+    expect(() => validateMetadata('metadata', { a: 'x'.repeat(257) })).toThrow(/256 bytes/);
+    expect(validateMetadata('metadata', { 'app.io/name': 'x' })).toEqual({ 'app.io/name': 'x' });
+  });
+});

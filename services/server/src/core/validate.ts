@@ -1,0 +1,102 @@
+/**
+ * Input rules of the public API. Every check throws InvalidArgumentError naming the field, so
+ * bad input changes nothing.
+ */
+import path from 'node:path';
+import { InvalidArgumentError, TEMPLATE_NAME_RE, requireMatch } from '@sandnode/shared';
+import type { Resources } from './types';
+
+/** Longest sandbox lifetime a caller may set, in seconds (30 days). */
+export const MAX_TIMEOUT_SECONDS = 30 * 24 * 3600;
+/** Largest file payload of ReadFile/WriteFile and Exec stdin, in bytes (3 MiB). */
+export const MAX_FILE_CHUNK_BYTES = 3 * 1024 * 1024;
+/** Most metadata entries per sandbox. */
+export const MAX_METADATA_ENTRIES = 64;
+/** Most argv entries of an Exec. */
+export const MAX_ARGV = 1024;
+const METADATA_KEY_RE = /^[A-Za-z0-9._/-]{1,63}$/;
+const REQUEST_ID_RE = /^[A-Za-z0-9._-]{1,64}$/;
+const MIB = 1024 * 1024;
+
+/** Node defaults for resources a caller leaves at 0. */
+export interface ResourceDefaults {
+  vcpus: number;
+  memoryMib: number;
+  diskBytes: number;
+}
+
+export function validateTemplateName(field: string, name: string): string {
+  if (!name) throw new InvalidArgumentError(`${field}: must not be empty`);
+  return requireMatch(field, name, TEMPLATE_NAME_RE, 'template name');
+}
+
+export function validateTimeoutSeconds(field: string, s: number): number {
+  if (!Number.isInteger(s) || s < 0 || s > MAX_TIMEOUT_SECONDS) {
+    throw new InvalidArgumentError(`${field}: ${s} is out of range 0..${MAX_TIMEOUT_SECONDS} seconds`);
+  }
+  return s;
+}
+
+export function validateMetadata(field: string, md: Record<string, string>): Record<string, string> {
+  const entries = Object.entries(md);
+  if (entries.length > MAX_METADATA_ENTRIES) throw new InvalidArgumentError(`${field}: ${entries.length} entries, at most ${MAX_METADATA_ENTRIES}`);
+  for (const [k, v] of entries) {
+    if (!METADATA_KEY_RE.test(k)) throw new InvalidArgumentError(`${field}: key ${JSON.stringify(k.slice(0, 80))} must match ${METADATA_KEY_RE.source}`);
+    if (Buffer.byteLength(v) > 256) throw new InvalidArgumentError(`${field}[${k}]: value is longer than 256 bytes`);
+  }
+  return { ...md };
+}
+
+export function validateRequestId(field: string, id: string): string {
+  if (id === '') return id;
+  return requireMatch(field, id, REQUEST_ID_RE, 'request id');
+}
+
+/** validateResources fills defaults and checks ranges (see common.v1.Resources). */
+export function validateResources(field: string, r: Partial<Resources> | undefined, d: ResourceDefaults): Resources {
+  const vcpus = r?.vcpus ?? 0;
+  const memoryMib = r?.memoryMib ?? 0;
+  const diskBytes = r?.diskBytes ?? 0;
+  if (!Number.isInteger(vcpus) || vcpus < 0 || vcpus > 64) throw new InvalidArgumentError(`${field}.vcpus: ${vcpus} is out of range 0..64`);
+  if (!Number.isInteger(memoryMib) || (memoryMib !== 0 && (memoryMib < 32 || memoryMib > 65536))) {
+    throw new InvalidArgumentError(`${field}.memory_mib: ${memoryMib} must be 0 or 32..65536`);
+  }
+  if (!Number.isSafeInteger(diskBytes) || (diskBytes !== 0 && (diskBytes < 16 * MIB || diskBytes > 1024 * 1024 * MIB))) {
+    throw new InvalidArgumentError(`${field}.disk_bytes: ${diskBytes} must be 0 or 16 MiB..1 TiB`);
+  }
+  if (diskBytes % 512 !== 0) throw new InvalidArgumentError(`${field}.disk_bytes: ${diskBytes} is not a multiple of 512`);
+  return { vcpus: vcpus || d.vcpus, memoryMib: memoryMib || d.memoryMib, diskBytes: diskBytes || d.diskBytes };
+}
+
+/**
+ * workspacePath turns an API path (relative to /workspace, or absolute below it) into the
+ * absolute path inside the sandbox. Refuses "..", NUL bytes, empty paths and absolute paths
+ * outside /workspace.
+ */
+export function workspacePath(field: string, p: string): string {
+  if (!p) throw new InvalidArgumentError(`${field}: must not be empty`);
+  if (p.includes('\0')) throw new InvalidArgumentError(`${field}: contains a NUL byte`);
+  if (Buffer.byteLength(p) > 4096) throw new InvalidArgumentError(`${field}: longer than 4096 bytes`);
+  if (p.split('/').includes('..')) throw new InvalidArgumentError(`${field}: ${JSON.stringify(p)} contains ".."`);
+  const abs = path.posix.isAbsolute(p) ? path.posix.normalize(p) : path.posix.join('/workspace', p);
+  if (abs !== '/workspace' && !abs.startsWith('/workspace/')) {
+    throw new InvalidArgumentError(`${field}: ${JSON.stringify(p)} is outside /workspace`);
+  }
+  if (abs === '/workspace' || abs === '/workspace/') throw new InvalidArgumentError(`${field}: names /workspace itself, not a file`);
+  return abs;
+}
+
+/** validateArgv checks an Exec command line. */
+export function validateArgv(field: string, argv: string[]): string[] {
+  if (argv.length === 0) throw new InvalidArgumentError(`${field}: must not be empty`);
+  if (argv.length > MAX_ARGV) throw new InvalidArgumentError(`${field}: ${argv.length} arguments, at most ${MAX_ARGV}`);
+  if (!argv[0]) throw new InvalidArgumentError(`${field}[0]: must not be empty`);
+  if (argv.some((a) => a.includes('\0'))) throw new InvalidArgumentError(`${field}: an argument contains a NUL byte`);
+  return argv;
+}
+
+/** validateChunk checks a payload size against MAX_FILE_CHUNK_BYTES. */
+export function validateChunk(field: string, bytes: number): number {
+  if (bytes > MAX_FILE_CHUNK_BYTES) throw new InvalidArgumentError(`${field}: ${bytes} bytes, at most ${MAX_FILE_CHUNK_BYTES}`);
+  return bytes;
+}

@@ -1,0 +1,92 @@
+/**
+ * PoddPeers: PoddClients over gRPC to each sandbox's podd (podd.v1.PoddService), one channel per
+ * podd socket, cached until the sandbox is deleted.
+ */
+import { createSandnodeChannel, createServiceClient, PeerFeatures, type ServiceClient } from '@sandnode/shared';
+import { PoddServiceDefinition } from '@sandnode/shared/proto/podd/v1/podd';
+import type { Channel } from 'nice-grpc';
+import type { ExecArgs, ExecEvent, PoddClient, PoddConnector } from '../core/types';
+
+class PoddPeer implements PoddClient {
+  readonly channel: Channel;
+  readonly client: ServiceClient<typeof PoddServiceDefinition>;
+  readonly features: PeerFeatures;
+
+  constructor(address: string) {
+    this.channel = createSandnodeChannel(address);
+    this.client = createServiceClient(PoddServiceDefinition, this.channel, { timeoutMs: 30_000, retryAttempts: 3 });
+    this.features = new PeerFeatures(this.channel, `podd at ${address}`);
+  }
+
+  async health(timeoutMs: number): Promise<boolean> {
+    const res = await this.client.health({}, { deadline: timeoutMs, retry: false });
+    return res.ok;
+  }
+
+  async version(): Promise<{ version: string; features: string[] }> {
+    const v = await this.features.get();
+    return { version: v.version, features: v.features };
+  }
+
+  async *exec(args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent> {
+    const stream = this.client.exec(
+      { argv: args.argv, env: args.env, cwd: args.cwd, stdin: Buffer.from(args.stdin), timeoutMs: args.timeoutMs },
+      { signal },
+    );
+    for await (const ev of stream) {
+      const e = ev.event;
+      if (!e) continue;
+      switch (e.$case) {
+        case 'started':
+          yield { kind: 'started', pid: e.value.pid };
+          break;
+        case 'stdout':
+          yield { kind: 'stdout', data: e.value };
+          break;
+        case 'stderr':
+          yield { kind: 'stderr', data: e.value };
+          break;
+        case 'exit':
+          yield { kind: 'exit', exitCode: e.value.exitCode, signal: e.value.signal };
+          break;
+      }
+    }
+  }
+
+  async readFile(path: string, offset: number, length: number) {
+    const r = await this.client.readFile({ path, offset, length });
+    return { data: r.data, sizeBytes: r.sizeBytes, eof: r.eof };
+  }
+
+  async writeFile(path: string, data: Uint8Array, mode: number, append: boolean) {
+    const r = await this.client.writeFile({ path, data: Buffer.from(data), mode, append, createParents: true });
+    return { sizeBytes: r.sizeBytes };
+  }
+
+  close(): void {
+    this.channel.close();
+  }
+}
+
+export class PoddPeers implements PoddConnector {
+  private readonly peers = new Map<string, PoddPeer>();
+
+  connect(address: string): PoddClient {
+    let p = this.peers.get(address);
+    if (!p) {
+      p = new PoddPeer(address);
+      this.peers.set(address, p);
+    }
+    return p;
+  }
+
+  forget(address: string): void {
+    this.peers.get(address)?.close();
+    this.peers.delete(address);
+  }
+
+  closeAll(): void {
+    for (const p of this.peers.values()) p.close();
+    this.peers.clear();
+  }
+}

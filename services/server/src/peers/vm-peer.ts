@@ -1,0 +1,82 @@
+/**
+ * VmPeer: the VmPort over gRPC to the vmm-supervisor (vmm.v1.VmService).
+ */
+import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, type ServiceClient } from '@sandnode/shared';
+import { DriveRole, VmServiceDefinition, VmState, type Vm } from '@sandnode/shared/proto/vmm/v1/vmm';
+import type { Channel } from 'nice-grpc';
+import type { VmInfo, VmPort } from '../core/types';
+
+function toInfo(vm: Vm | undefined): VmInfo {
+  if (!vm) throw new Error('vmm-supervisor answered without a vm');
+  const state =
+    vm.state === VmState.VM_STATE_RUNNING
+      ? 'RUNNING'
+      : vm.state === VmState.VM_STATE_PAUSED
+        ? 'PAUSED'
+        : vm.state === VmState.VM_STATE_STOPPED
+          ? 'STOPPED'
+          : vm.state === VmState.VM_STATE_CREATING
+            ? 'CREATING'
+            : 'UNKNOWN';
+  return { vmId: vm.vmId, state, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driver: vm.driver, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket };
+}
+
+export class VmPeer implements VmPort {
+  readonly channel: Channel;
+  readonly client: ServiceClient<typeof VmServiceDefinition>;
+  readonly features: PeerFeatures;
+
+  /** address is "unix:///abs/vmm-supervisor.sock". */
+  constructor(address: string) {
+    this.channel = createSandnodeChannel(address);
+    this.client = createServiceClient(VmServiceDefinition, this.channel, { timeoutMs: 60_000 });
+    this.features = new PeerFeatures(this.channel, 'vmm-supervisor');
+  }
+
+  async create(a: Parameters<VmPort['create']>[0]): Promise<VmInfo> {
+    const res = await this.client.createVm({
+      vmId: a.vmId,
+      spec: {
+        templateRootfs: a.templateRootfs,
+        drives: [
+          { driveId: 'upper', path: a.upperPath, role: DriveRole.DRIVE_ROLE_ROOTFS_UPPER, readOnly: false },
+          { driveId: 'workspace', path: a.workspacePath, role: DriveRole.DRIVE_ROLE_WORKSPACE, readOnly: false },
+        ],
+        resources: { vcpus: a.resources.vcpus, memoryMib: a.resources.memoryMib, diskBytes: a.resources.diskBytes },
+        poddSocketDir: a.poddSocketDir,
+        hostname: a.hostname,
+        env: a.env,
+      },
+    });
+    return toInfo(res.vm);
+  }
+
+  async get(vmId: string): Promise<VmInfo | undefined> {
+    try {
+      return toInfo((await this.client.getVm({ vmId })).vm);
+    } catch (err) {
+      if (isCode(err, Status.NOT_FOUND)) return undefined;
+      throw err;
+    }
+  }
+
+  async list(): Promise<VmInfo[]> {
+    return (await this.client.listVms({})).vms.map(toInfo);
+  }
+
+  async pause(vmId: string): Promise<VmInfo> {
+    return toInfo((await this.client.pauseVm({ vmId })).vm);
+  }
+
+  async resume(vmId: string): Promise<VmInfo> {
+    return toInfo((await this.client.resumeVm({ vmId })).vm);
+  }
+
+  async delete(vmId: string): Promise<void> {
+    await this.client.deleteVm({ vmId });
+  }
+
+  close(): void {
+    this.channel.close();
+  }
+}

@@ -1,0 +1,33 @@
+/**
+ * Conversions between the public proto messages (server.v1) and the domain types.
+ */
+import type { Sandbox, SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
+import type { Template } from '@sandnode/shared/proto/server/v1/template';
+import type { SandboxRecord, SandboxState, TemplateInfo } from '../core/types';
+import { stateFromPb, stateToPb } from '../store/record-codec';
+
+/** sandboxToPb gives the public view of a record. */
+export function sandboxToPb(r: SandboxRecord): Sandbox {
+  return {
+    sandboxId: r.sandboxId,
+    state: stateToPb(r.state),
+    template: r.template,
+    pid: r.vm?.pid ?? 0,
+    metadata: { ...r.metadata },
+    resources: { ...r.resources },
+    createdAtMs: r.createdAtMs,
+    expiresAtMs: r.expiresAtMs,
+    poddVersion: r.templatePoddVersion,
+    errorMessage: r.errorMessage,
+  };
+}
+
+/** statesFromPb maps a filter list; unknown enum values match nothing. */
+export function statesFromPb(states: (PbState | number)[]): SandboxState[] {
+  return states.map((s) => stateFromPb(s));
+}
+
+/** templateToPb gives the public view of a template. */
+export function templateToPb(t: TemplateInfo): Template {
+  return { name: t.name, poddVersion: t.poddVersion, rootfsPath: t.rootfsPath, sizeBytes: t.sizeBytes, createdAtMs: t.createdAtMs, buildMs: t.buildMs };
+}

@@ -1,0 +1,71 @@
+/**
+ * SandboxService handlers: validate -> call SandboxManager -> convert. Errors are domain errors
+ * mapped to gRPC codes by the shared middleware.
+ */
+import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from '@sandnode/shared';
+import type { ExecResponse, SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
+import type { SandboxManager } from '../core/sandbox-manager';
+import { sandboxToPb, statesFromPb } from './convert';
+
+export function sandboxService(m: SandboxManager): SandboxServiceImplementation<SandnodeCallContext> {
+  return {
+    async createSandbox(req) {
+      const rec = await m.create({
+        template: req.template,
+        timeoutSeconds: req.timeoutSeconds,
+        metadata: req.metadata,
+        resources: req.resources,
+        requestId: req.requestId,
+      });
+      return { sandbox: sandboxToPb(rec) };
+    },
+    async getSandbox(req) {
+      return { sandbox: sandboxToPb(m.get(req.sandboxId)) };
+    },
+    async listSandboxes(req) {
+      const page = m.list({ states: statesFromPb(req.states), metadata: req.metadata, pageSize: req.pageSize, pageToken: req.pageToken });
+      return { sandboxes: page.sandboxes.map(sandboxToPb), nextPageToken: page.nextPageToken };
+    },
+    async pauseSandbox(req) {
+      return { sandbox: sandboxToPb(await m.pause(req.sandboxId)) };
+    },
+    async resumeSandbox(req) {
+      return { sandbox: sandboxToPb(await m.resume(req.sandboxId)) };
+    },
+    async deleteSandbox(req) {
+      await m.delete(req.sandboxId);
+      return {};
+    },
+    async setTimeout(req) {
+      return { sandbox: sandboxToPb(await m.setTimeout(req.sandboxId, req.timeoutSeconds)) };
+    },
+    async *exec(req, ctx): AsyncIterable<ExecResponse> {
+      requireSandboxId('sandbox_id', req.sandboxId);
+      const events = m.exec(req.sandboxId, { argv: req.argv, env: req.env, cwd: req.cwd, stdin: req.stdin, timeoutMs: req.timeoutMs }, ctx.signal);
+      for await (const ev of events) {
+        switch (ev.kind) {
+          case 'started':
+            yield { event: { $case: 'started', value: { pid: ev.pid } } };
+            break;
+          case 'stdout':
+            yield { event: { $case: 'stdout', value: Buffer.from(ev.data) } };
+            break;
+          case 'stderr':
+            yield { event: { $case: 'stderr', value: Buffer.from(ev.data) } };
+            break;
+          case 'exit':
+            yield { event: { $case: 'exit', value: { exitCode: ev.exitCode, signal: ev.signal } } };
+            break;
+        }
+      }
+    },
+    async readFile(req) {
+      if (req.offset > Number.MAX_SAFE_INTEGER) throw new InvalidArgumentError('offset: too large');
+      const r = await m.readFile(req.sandboxId, req.path, req.offset, req.length);
+      return { data: Buffer.from(r.data), sizeBytes: r.sizeBytes, eof: r.eof };
+    },
+    async writeFile(req) {
+      return m.writeFile(req.sandboxId, req.path, req.data, req.mode, req.append);
+    },
+  };
+}

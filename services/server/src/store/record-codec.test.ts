@@ -1,0 +1,49 @@
+import { BinaryReader, BinaryWriter } from '@bufbuild/protobuf/wire';
+import { FailedPreconditionError } from '@sandnode/shared';
+import { RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
+import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { decodeRecord, encodeRecord } from './record-codec';
+
+function newerWriterBytes(schema: number): Uint8Array {
+  const known = RuntimeRecord.encode(
+    RuntimeRecord.fromPartial({ schema, sandboxId: 'sb-0123456789abcdef', state: SandboxState.SANDBOX_STATE_RUNNING, template: 'base', metadata: { a: 'b' } }),
+  ).finish();
+  // field 99 (a string a newer server added) and field 98 (a varint)
+  const extra = new BinaryWriter().uint32((99 << 3) | 2).string('from the future').uint32((98 << 3) | 0).uint64(42).finish();
+  return Uint8Array.from([...known, ...extra]);
+}
+
+function fieldsOf(bytes: Uint8Array): Map<number, unknown> {
+  const r = new BinaryReader(bytes);
+  const out = new Map<number, unknown>();
+  while (r.pos < r.len) {
+    const [no, wt] = r.tag();
+    out.set(no, wt === 2 ? Buffer.from(r.bytes()).toString() : (r.skip(wt), true));
+  }
+  return out;
+}
+
+describe('runtime record codec', () => {
+  it('keeps fields a newer server wrote across a read-modify-write', () => {
+    const rec = decodeRecord(newerWriterBytes(1));
+    rec.state = 'PAUSED';
+    rec.metadata.c = 'd';
+    const out = encodeRecord(rec);
+    const fields = fieldsOf(out);
+    expect(fields.get(99)).toBe('from the future');
+    expect(fields.has(98)).toBe(true);
+    const again = decodeRecord(out);
+    expect(again.state).toBe('PAUSED');
+    expect(again.metadata).toEqual({ a: 'b', c: 'd' });
+  });
+
+  it('refuses a schema newer than it reads, naming both', () => {
+    expect(() => decodeRecord(newerWriterBytes(2))).toThrow(FailedPreconditionError);
+    expect(() => decodeRecord(newerWriterBytes(2))).toThrow(/schema 2 .*schema 1/);
+  });
+
+  it('maps an unknown state value to UNKNOWN instead of failing', () => {
+    const bytes = RuntimeRecord.encode(RuntimeRecord.fromPartial({ schema: 1, sandboxId: 'sb-0123456789abcdef', state: 42 as SandboxState })).finish();
+    expect(decodeRecord(bytes).state).toBe('UNKNOWN');
+  });
+});

@@ -1,0 +1,124 @@
+/**
+ * Conversion between the domain SandboxRecord and the persisted protobuf RuntimeRecord.
+ * The decoded message is carried in `opaque`, and encoding starts from it, so fields (and
+ * unknown fields, kept by ts-proto's unknownFields option) written by a newer server survive a
+ * read-modify-write by this one.
+ */
+import { FailedPreconditionError } from '@sandnode/shared';
+import { SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { DeviceRole as PbRole, RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
+import { RECORD_SCHEMA, type DeviceRole, type SandboxRecord, type SandboxState } from '../core/types';
+
+const STATE_TO_PB: Record<SandboxState, PbState> = {
+  CREATING: PbState.SANDBOX_STATE_CREATING,
+  RUNNING: PbState.SANDBOX_STATE_RUNNING,
+  PAUSED: PbState.SANDBOX_STATE_PAUSED,
+  DELETING: PbState.SANDBOX_STATE_DELETING,
+  ERROR: PbState.SANDBOX_STATE_ERROR,
+  UNKNOWN: PbState.SANDBOX_STATE_UNSPECIFIED,
+};
+
+/** stateToPb maps a domain state to the proto enum. */
+export function stateToPb(s: SandboxState): PbState {
+  return STATE_TO_PB[s];
+}
+
+/** stateFromPb maps the proto enum to a domain state; unknown values become UNKNOWN. */
+export function stateFromPb(s: PbState | number): SandboxState {
+  for (const [k, v] of Object.entries(STATE_TO_PB)) if (v === s) return k as SandboxState;
+  return 'UNKNOWN';
+}
+
+function roleFromPb(r: PbRole): DeviceRole | undefined {
+  if (r === PbRole.DEVICE_ROLE_ROOTFS_UPPER) return 'rootfs-upper';
+  if (r === PbRole.DEVICE_ROLE_WORKSPACE) return 'workspace';
+  return undefined;
+}
+
+/** encodeRecord returns the bytes to persist for rec. */
+export function encodeRecord(rec: SandboxRecord): Uint8Array {
+  const base = (rec.opaque as RuntimeRecord | undefined) ?? RuntimeRecord.fromPartial({});
+  const msg: RuntimeRecord = {
+    ...base,
+    schema: RECORD_SCHEMA,
+    sandboxId: rec.sandboxId,
+    state: stateToPb(rec.state),
+    template: rec.template,
+    templatePoddVersion: rec.templatePoddVersion,
+    templateRootfs: rec.templateRootfs,
+    vm: rec.vm ? { ...(base.vm ?? {}), ...rec.vm } : undefined,
+    devices: rec.devices.map((d) => {
+      const old = base.devices.find((o) => o.deviceId === d.deviceId);
+      return {
+        ...(old ?? {}),
+        deviceId: d.deviceId,
+        role: d.role === 'rootfs-upper' ? PbRole.DEVICE_ROLE_ROOTFS_UPPER : PbRole.DEVICE_ROLE_WORKSPACE,
+        path: d.path,
+        backingFile: d.backingFile,
+        sizeBytes: d.sizeBytes,
+      };
+    }),
+    poddAddress: rec.poddAddress,
+    networkSlot: base.networkSlot ?? -1,
+    egressPolicy: base.egressPolicy ?? '',
+    createdAtMs: rec.createdAtMs,
+    updatedAtMs: rec.updatedAtMs,
+    expiresAtMs: rec.expiresAtMs,
+    metadata: { ...rec.metadata },
+    resources: { ...(base.resources ?? {}), ...rec.resources },
+    requestId: rec.requestId,
+    errorMessage: rec.errorMessage,
+  };
+  // A record that was read with a schema this version knows keeps that schema (lowest that
+  // expresses the data); this release only writes schema 1.
+  msg.schema = Math.min(Math.max(base.schema || RECORD_SCHEMA, 1), RECORD_SCHEMA);
+  return RuntimeRecord.encode(msg).finish();
+}
+
+/**
+ * decodeRecord parses persisted bytes. Throws FailedPreconditionError naming both schema
+ * numbers when the record is newer than this server can read.
+ */
+export function decodeRecord(bytes: Uint8Array): SandboxRecord {
+  const msg = RuntimeRecord.decode(bytes);
+  if (msg.schema > RECORD_SCHEMA) {
+    throw new FailedPreconditionError(
+      `runtime record ${msg.sandboxId}: schema ${msg.schema} is newer than schema ${RECORD_SCHEMA} this server reads; upgrade the server`,
+    );
+  }
+  return {
+    schema: msg.schema,
+    sandboxId: msg.sandboxId,
+    state: stateFromPb(msg.state),
+    template: msg.template,
+    templatePoddVersion: msg.templatePoddVersion,
+    templateRootfs: msg.templateRootfs,
+    vm: msg.vm
+      ? {
+          vmId: msg.vm.vmId,
+          driver: msg.vm.driver,
+          pid: msg.vm.pid,
+          startTimeTicks: msg.vm.startTimeTicks,
+          driverVersion: msg.vm.driverVersion,
+          apiSocket: msg.vm.apiSocket,
+        }
+      : undefined,
+    devices: msg.devices.flatMap((d) => {
+      const role = roleFromPb(d.role);
+      return role ? [{ deviceId: d.deviceId, role, path: d.path, backingFile: d.backingFile, sizeBytes: d.sizeBytes }] : [];
+    }),
+    poddAddress: msg.poddAddress,
+    createdAtMs: msg.createdAtMs,
+    updatedAtMs: msg.updatedAtMs,
+    expiresAtMs: msg.expiresAtMs,
+    metadata: { ...msg.metadata },
+    resources: {
+      vcpus: msg.resources?.vcpus ?? 0,
+      memoryMib: msg.resources?.memoryMib ?? 0,
+      diskBytes: msg.resources?.diskBytes ?? 0,
+    },
+    requestId: msg.requestId,
+    errorMessage: msg.errorMessage,
+    opaque: msg,
+  };
+}
