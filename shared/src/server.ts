@@ -45,8 +45,8 @@ export interface ServiceServer {
   setServing(serving: boolean): void;
   /** shutdown runs the shutdown order; resolves when the server is closed. */
   shutdown(drainMs?: number): Promise<void>;
-  /** The underlying nice-grpc server. */
-  readonly server: Server<SandnodeCallContext>;
+  /** The underlying nice-grpc servers, one per listened address. */
+  readonly servers: readonly Server<SandnodeCallContext>[];
 }
 
 function fullServiceName(def: CompatServiceDefinition): string {
@@ -95,37 +95,54 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
     }
   }
 
-  const server = createServer({
-    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-    'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
-  }).use(errorAndLog);
+  const services: [CompatServiceDefinition, unknown][] = [
+    [VersionServiceDefinition, versionService(info)],
+    [HealthDefinition, HealthServiceImpl(health)],
+  ];
+  const servers: Server<SandnodeCallContext>[] = [];
 
-  server.add(VersionServiceDefinition, versionService(info));
-  server.add(HealthDefinition, HealthServiceImpl(health));
+  // nice-grpc binds one address per server: each address gets its own server with the same
+  // middleware and services.
+  const makeServer = (): Server<SandnodeCallContext> => {
+    const srv = createServer({
+      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+      'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+    }).use(errorAndLog);
+    for (const [def, impl] of services) {
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any
+      srv.add(def, impl as any);
+    }
+    return srv;
+  };
 
   let reflectionAdded = false;
   return {
-    server,
+    get servers() {
+      return servers;
+    },
     add(def, impl) {
-      server.add(def, impl);
+      if (servers.length) throw new Error('add() after listen()');
+      services.push([def, impl]);
       names.push(fullServiceName(def));
     },
     async listen(addresses) {
       if (!reflectionAdded) {
-        server.add(ServerReflectionService, ServerReflection(loadDescriptorSet(), names));
+        services.push([ServerReflectionService, ServerReflection(loadDescriptorSet(), names)]);
         reflectionAdded = true;
       }
       const ports: number[] = [];
       for (const addr of addresses) {
+        const srv = makeServer();
         if (addr.startsWith('unix://')) {
           const p = addr.slice('unix://'.length);
           if (existsSync(p)) unlinkSync(p); // a stale socket from a killed process
-          ports.push(await server.listen(addr));
+          ports.push(await srv.listen(addr));
           chmodSync(p, 0o600);
           socketPaths.push(p);
         } else {
-          ports.push(await server.listen(addr));
+          ports.push(await srv.listen(addr));
         }
+        servers.push(srv);
       }
       this.setServing(true);
       return ports;
@@ -137,9 +154,9 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
     },
     async shutdown(drainMs = DEFAULT_DRAIN_MS) {
       this.setServing(false);
-      const timer = setTimeout(() => server.forceShutdown(), drainMs);
+      const timer = setTimeout(() => servers.forEach((srv) => srv.forceShutdown()), drainMs);
       try {
-        await server.shutdown();
+        await Promise.all(servers.map((srv) => srv.shutdown()));
       } finally {
         clearTimeout(timer);
         for (const p of socketPaths) {
