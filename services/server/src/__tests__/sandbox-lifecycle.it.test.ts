@@ -34,7 +34,7 @@ describeNode('sandbox lifecycle on a real node', () => {
     expect(s.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
     expect(s.sandboxId).toMatch(/^sb-[0-9a-f]{16}$/);
     expect(processStartTicks(s.pid)).toBeDefined();
-    expect(s.resources).toEqual({ vcpus: 1, memoryMib: 512, diskBytes: 1024 ** 3 });
+    expect(s.resources).toMatchObject({ vcpus: 1, memoryMib: 512, diskBytes: 1024 ** 3 });
 
     const hello = await execCollect(api, s.sandboxId, ['sh', '-c', 'echo out; echo err >&2; hostname; exit 7']);
     expect(hello.stdout).toBe(`out\n${s.sandboxId}\n`);

@@ -101,7 +101,7 @@ export interface TemplateManifest {
 }
 
 /**
- * validateTemplateName throws InvalidArgumentError (gRPC INVALID_ARGUMENT) naming `name` unless
+ * validateName throws InvalidArgumentError (gRPC INVALID_ARGUMENT) naming `name` unless
  * name matches TEMPLATE_NAME_RE.
  */
 export function validateName(name: string): void {

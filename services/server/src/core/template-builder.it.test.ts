@@ -1,0 +1,199 @@
+/**
+ * Template builder integration (root, runc, busybox-static): build a template from the real
+ * podd bundle, run node and sh in it with chroot, then boot it with runc (under this test's own
+ * --root), call podd through the bind-mounted socket, kill -9 podd and see the init respawn it
+ * with its own pid unchanged, stop it with SIGTERM. Skips, naming what is missing, without root,
+ * runc or busybox. Needs `npm run build` (or the podd tsc -b + bundle) for the podd bundle.
+ */
+import { execFile, spawn } from 'node:child_process';
+import { closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { createSandnodeChannel, createServiceClient, processStartTicks } from '@sandnode/shared';
+import { PoddServiceDefinition, type ExecResponse } from '@sandnode/shared/proto/podd/v1/podd';
+import { buildTemplate, ROOTFS_PATHS, type TemplateInfo } from './template-builder';
+
+const BUSYBOX = '/bin/busybox';
+const PODD_DIR = path.resolve(__dirname, '..', '..', '..', 'podd');
+const BUNDLE = path.join(PODD_DIR, 'dist', 'podd.bundle.js');
+const PODD_VERSION = (JSON.parse(readFileSync(path.join(PODD_DIR, 'package.json'), 'utf8')) as { version: string }).version;
+
+function which(cmd: string): string | undefined {
+  for (const d of (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':')) {
+    const p = path.join(d, cmd);
+    if (existsSync(p)) return p;
+  }
+  return undefined;
+}
+
+const missing: string[] = [];
+if (process.getuid?.() !== 0) missing.push('root');
+if (!which('runc')) missing.push('runc (apt-get install runc)');
+if (!existsSync(BUSYBOX)) missing.push('busybox (apt-get install busybox-static)');
+if (!which('chroot')) missing.push('chroot');
+const describeIf = missing.length ? describe.skip : describe;
+if (missing.length) {
+  // eslint-disable-next-line no-console
+  console.warn(`template-builder.it: skipped, missing: ${missing.join(', ')}`);
+}
+
+function sh(cmd: string, args: string[], timeoutMs = 30_000): Promise<{ stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    execFile(cmd, args, { timeout: timeoutMs }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`${cmd} ${args.join(' ')}: ${err.message}: ${stderr}`));
+      else resolve({ stdout: String(stdout), stderr: String(stderr) });
+    });
+  });
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+async function until<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, ms = 15_000): Promise<T> {
+  const end = Date.now() + ms;
+  let lastErr: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== false) return v;
+    } catch (err) {
+      lastErr = err;
+    }
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}${lastErr ? `: ${String(lastErr)}` : ''}`);
+    await sleep(50);
+  }
+}
+
+/** Children of ppid whose command line contains needle. */
+function childrenMatching(ppid: number, needle: string): number[] {
+  const out: number[] = [];
+  for (const n of readdirSync('/proc')) {
+    if (!/^\d+$/.test(n)) continue;
+    try {
+      const stat = readFileSync(`/proc/${n}/stat`, 'utf8');
+      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(rest[1]) !== ppid || rest[0] === 'Z') continue;
+      if (readFileSync(`/proc/${n}/cmdline`, 'utf8').includes(needle)) out.push(Number(n));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
+describeIf('template builder (integration: chroot + runc)', () => {
+  let dir: string;
+  let tpl: TemplateInfo;
+  const runcRoot = () => path.join(dir, 'runc-root');
+  const id = `sandnode-tb-it-${process.pid}`;
+  let created = false;
+
+  const runc = (...args: string[]) => sh('runc', ['--root', runcRoot(), ...args]);
+
+  beforeAll(async () => {
+    if (!existsSync(BUNDLE)) throw new Error(`${BUNDLE} is missing: run \`npx tsc -b services/podd/tsconfig.build.json && npm run bundle --workspace @sandnode/podd\``);
+    dir = mkdtempSync(path.join(tmpdir(), 'tpl-it-'));
+    tpl = await buildTemplate({ name: 'it', templatesDir: path.join(dir, 'templates'), poddBundlePath: BUNDLE, poddVersion: PODD_VERSION });
+  });
+
+  afterAll(async () => {
+    if (created) await runc('delete', '--force', id).catch(() => undefined);
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('the build takes a few seconds and the libraries are complete (chroot node, chroot sh)', async () => {
+    expect(tpl.buildMs).toBeLessThan(15_000);
+    expect((await sh('chroot', [tpl.rootfsPath, ROOTFS_PATHS.node, '-e', 'console.log(1)'])).stdout).toBe('1\n');
+    expect((await sh('chroot', [tpl.rootfsPath, '/bin/sh', '-c', 'echo ok'])).stdout).toBe('ok\n');
+    // the bundle alone loads in the rootfs (no node_modules there)
+    const v = await sh('chroot', [tpl.rootfsPath, ROOTFS_PATHS.node, ROOTFS_PATHS.podd, '--help']);
+    expect(v.stderr).toMatch(/usage: podd/);
+  });
+
+  test('runs under runc: podd answers on the bind-mounted socket; the init respawns a killed podd', async () => {
+    // A bundle whose root is a copy of the template, so the template stays pristine.
+    const bundleDir = path.join(dir, 'bundle');
+    const hostRun = path.join(dir, 'run');
+    mkdirSync(bundleDir);
+    mkdirSync(hostRun);
+    mkdirSync(runcRoot());
+    cpSync(tpl.rootfsPath, path.join(bundleDir, 'rootfs'), { recursive: true, verbatimSymlinks: true, preserveTimestamps: true });
+    await sh('runc', ['spec', '--bundle', bundleDir]);
+    const specPath = path.join(bundleDir, 'config.json');
+    const spec = JSON.parse(readFileSync(specPath, 'utf8')) as {
+      process: { args: string[]; terminal: boolean; env: string[] };
+      root: { path: string; readonly: boolean };
+      hostname: string;
+      mounts: Array<{ destination: string; type: string; source: string; options?: string[] }>;
+      linux: { cgroupsPath?: string };
+    };
+    spec.process.args = [ROOTFS_PATHS.init];
+    spec.process.terminal = false;
+    spec.root = { path: path.join(bundleDir, 'rootfs'), readonly: false };
+    spec.hostname = 'tb-it';
+    spec.mounts.push({ destination: '/run/sandnode', type: 'bind', source: hostRun, options: ['rbind', 'rw'] });
+    spec.mounts.push({ destination: '/workspace', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'nodev', 'mode=755', 'size=65536k'] });
+    spec.linux.cgroupsPath = `/${id}`;
+    writeFileSync(specPath, JSON.stringify(spec, null, 2));
+
+    const logFd = openSync(path.join(dir, 'container.log'), 'a');
+    const rc = await new Promise<number | null>((resolve) => {
+      const p = spawn('runc', ['--root', runcRoot(), 'run', '-d', '--bundle', bundleDir, id], { stdio: ['ignore', logFd, logFd] });
+      p.once('exit', resolve);
+    });
+    closeSync(logFd);
+    created = true;
+    expect({ rc, log: rc === 0 ? '' : readFileSync(path.join(dir, 'container.log'), 'utf8') }).toEqual({ rc: 0, log: '' });
+
+    const initPid = (JSON.parse((await runc('state', id)).stdout) as { pid: number }).pid;
+    const initTicks = processStartTicks(initPid);
+    expect(initTicks).toBeDefined();
+
+    const sock = path.join(hostRun, 'podd.sock');
+    const channel = createSandnodeChannel(`unix://${sock}`);
+    try {
+      const client = createServiceClient(PoddServiceDefinition, channel, { timeoutMs: 3000 });
+      await until('podd socket', () => existsSync(sock) || undefined);
+      const h = await until('podd health', () => client.health({}));
+      expect(h).toMatchObject({ ok: true, hostname: 'tb-it' });
+
+      const evs: ExecResponse[] = [];
+      for await (const ev of client.exec({ argv: ['sh', '-c', 'echo hi; pwd; id -u; echo $HOME; cat /proc/1/cmdline | tr "\\0" " "'] })) evs.push(ev);
+      const out = Buffer.concat(evs.flatMap((e) => (e.event?.$case === 'stdout' ? [e.event.value] : []))).toString();
+      expect(out).toBe(`hi\n/workspace\n0\n/root\n/bin/busybox sh ${ROOTFS_PATHS.init} `);
+      expect(evs.at(-1)?.event).toEqual({ $case: 'exit', value: expect.objectContaining({ exitCode: 0 }) });
+      await client.writeFile({ path: '/workspace/f.txt', data: Buffer.from('in the sandbox') });
+      expect((await client.readFile({ path: '/workspace/f.txt' })).data.toString()).toBe('in the sandbox');
+
+      // kill -9 podd: the init (pid unchanged) starts a new one.
+      const [podd1] = await until('podd process', () => {
+        const c = childrenMatching(initPid, ROOTFS_PATHS.podd);
+        return c.length === 1 ? c : undefined;
+      });
+      process.kill(podd1 as number, 'SIGKILL');
+      const [podd2] = await until('respawned podd', () => {
+        const c = childrenMatching(initPid, ROOTFS_PATHS.podd);
+        return c.length === 1 && c[0] !== podd1 ? c : undefined;
+      });
+      expect(podd2).not.toBe(podd1);
+      const h2 = await until('respawned podd health', () => client.health({}));
+      expect(h2.ok).toBe(true);
+      expect((JSON.parse((await runc('state', id)).stdout) as { pid: number }).pid).toBe(initPid);
+      expect(processStartTicks(initPid)).toBe(initTicks);
+      const log = readFileSync(path.join(hostRun, 'podd.log'), 'utf8');
+      expect(log).toMatch(/podd exited with status 137 .*restarting/);
+      expect(log).toMatch(/"msg":"podd listening"/);
+
+      // SIGTERM to the init: podd gets TERM, the init exits 0, the container stops.
+      await runc('kill', id, 'TERM');
+      await until('container stopped', async () => ((JSON.parse((await runc('state', id)).stdout) as { status: string }).status === 'stopped' ? true : undefined));
+      expect(readFileSync(path.join(hostRun, 'podd.log'), 'utf8')).toMatch(/"msg":"stopped"[\s\S]*sandnode-init.*stopped/);
+    } finally {
+      channel.close();
+      await runc('delete', '--force', id).catch(() => undefined);
+      created = false;
+    }
+    expect(existsSync(path.join(runcRoot(), id))).toBe(false);
+  });
+});

@@ -1,0 +1,67 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { ConfigError } from '@sandnode/shared';
+import { loadUblkConfig } from './config';
+import { parseArgs } from './main';
+
+describe('loadUblkConfig', () => {
+  it('resolves defaults from stateDir and runDir', () => {
+    const c = loadUblkConfig({ env: { SANDNODE_UBLK_MANAGER_STATE_DIR: '/s', SANDNODE_UBLK_MANAGER_RUN_DIR: '/r' } });
+    expect(c).toEqual({
+      stateDir: '/s',
+      runDir: '/r',
+      listen: 'unix:///r/ublk-manager.sock',
+      logLevel: 'info',
+      driver: 'loop',
+      imagesDir: '/s/images',
+      maxDeviceSizeBytes: 1024 ** 4,
+      directIo: true,
+      drainMs: 5000,
+    });
+  });
+
+  it('reads env strings for numbers and booleans', () => {
+    const c = loadUblkConfig({ env: { SANDNODE_UBLK_MANAGER_DIRECT_IO: 'false', SANDNODE_UBLK_MANAGER_MAX_DEVICE_SIZE_BYTES: '268435456', SANDNODE_UBLK_MANAGER_DRIVER: 'ublk' } });
+    expect(c).toMatchObject({ directIo: false, maxDeviceSizeBytes: 256 * 1024 * 1024, driver: 'ublk' });
+  });
+
+  it('reads a JSON file with version 1, env overriding it', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'ublk-cfg-'));
+    try {
+      const file = path.join(dir, 'c.json');
+      writeFileSync(file, JSON.stringify({ version: 1, imagesDir: '/img', directIo: false, logLevel: 'debug' }));
+      expect(loadUblkConfig({ file, env: { SANDNODE_UBLK_MANAGER_LOG_LEVEL: 'warn' } })).toMatchObject({ imagesDir: '/img', directIo: false, logLevel: 'warn' });
+      writeFileSync(file, JSON.stringify({ version: 1, imagesdir: '/img' }));
+      expect(() => loadUblkConfig({ file, env: {} })).toThrow(/unknown key "imagesdir"/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it.each([
+    ['driver', 'SANDNODE_UBLK_MANAGER_DRIVER', 'nbd'],
+    ['maxDeviceSizeBytes', 'SANDNODE_UBLK_MANAGER_MAX_DEVICE_SIZE_BYTES', '1000'],
+    ['maxDeviceSizeBytes', 'SANDNODE_UBLK_MANAGER_MAX_DEVICE_SIZE_BYTES', '2097153'],
+    ['directIo', 'SANDNODE_UBLK_MANAGER_DIRECT_IO', 'maybe'],
+    ['logLevel', 'SANDNODE_UBLK_MANAGER_LOG_LEVEL', 'loud'],
+  ])('names the bad key %s', (key, env, value) => {
+    let err: unknown;
+    try {
+      loadUblkConfig({ env: { [env]: value } });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as Error).message).toContain(`"${key}"`);
+  });
+});
+
+describe('parseArgs', () => {
+  it('accepts --config FILE and --config=FILE, refuses others', () => {
+    expect(parseArgs(['--config', '/c.json'])).toEqual({ config: '/c.json', help: false });
+    expect(parseArgs(['--config=/c.json'])).toEqual({ config: '/c.json', help: false });
+    expect(() => parseArgs(['--config'])).toThrow(/needs a file/);
+    expect(() => parseArgs(['--bogus'])).toThrow(/unknown argument/);
+  });
+});

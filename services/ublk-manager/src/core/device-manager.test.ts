@@ -1,0 +1,328 @@
+import path from 'node:path';
+import {
+  AlreadyExistsError,
+  createLogger,
+  FailedPreconditionError,
+  InternalError,
+  InvalidArgumentError,
+  NotFoundError,
+  ResourceExhaustedError,
+} from '@sandnode/shared';
+import { DeviceManager } from './device-manager';
+import type { AttachOptions, BlockDriver, ImageOps, SourceImageInfo } from './driver';
+import { MemoryDeviceStore } from './memory-store';
+import { MIB, type AttachedDevice, type DeviceRecord, type DriverCapability } from './types';
+import type { CreateDeviceInput } from './validate';
+
+const DIR = '/images';
+
+/** A BlockDriver in memory; records calls; failures injectable. */
+class FakeDriver implements BlockDriver {
+  readonly name = 'loop' as const;
+  devices = new Map<string, AttachedDevice>();
+  busy = new Map<string, string>();
+  failAttach: Error | undefined;
+  calls: string[] = [];
+  private next = 0;
+  capabilities(): DriverCapability[] {
+    return [];
+  }
+  async checkAvailable(): Promise<void> {}
+  async attach(backingFile: string, opts: AttachOptions): Promise<AttachedDevice> {
+    this.calls.push(`attach ${backingFile}`);
+    if (this.failAttach) throw this.failAttach;
+    const d = { path: `/dev/loop${this.next++}`, backingFile, readOnly: opts.readOnly, flags: ['direct-io'] };
+    this.devices.set(d.path, d);
+    return { ...d };
+  }
+  async detach(p: string): Promise<void> {
+    this.calls.push(`detach ${p}`);
+    this.devices.delete(p);
+  }
+  async listAttached(dir: string): Promise<AttachedDevice[]> {
+    return [...this.devices.values()].filter((d) => path.dirname(d.backingFile) === dir).map((d) => ({ ...d }));
+  }
+  async busyReason(p: string): Promise<string | undefined> {
+    return this.busy.get(p);
+  }
+}
+
+/** ImageOps in memory: file -> size. */
+class FakeImages implements ImageOps {
+  readonly dir = DIR;
+  files = new Map<string, number>();
+  failFormat: Error | undefined;
+  onCreate: (() => void) | undefined;
+  imagePath(id: string): string {
+    return `${DIR}/${id}.img`;
+  }
+  async exists(f: string): Promise<boolean> {
+    return this.files.has(f);
+  }
+  async inspectSource(f: string): Promise<SourceImageInfo> {
+    const size = this.files.get(f);
+    if (size === undefined) throw new NotFoundError(`source_image: ${f} does not exist`);
+    return { sizeBytes: size };
+  }
+  async createEmpty(f: string, size: number): Promise<void> {
+    this.onCreate?.();
+    if (this.files.has(f)) throw new Error('EEXIST');
+    this.files.set(f, size);
+  }
+  async formatExt4(): Promise<void> {
+    if (this.failFormat) throw this.failFormat;
+  }
+  async clone(src: string, dst: string): Promise<void> {
+    this.files.set(dst, this.files.get(src) ?? 0);
+  }
+  async remove(f: string): Promise<boolean> {
+    return this.files.delete(f);
+  }
+}
+
+function setup(maxDeviceSizeBytes = 1024 * MIB) {
+  const store = new MemoryDeviceStore();
+  const driver = new FakeDriver();
+  const images = new FakeImages();
+  const log = createLogger('test', '0', 'silent');
+  let t = 1000;
+  const manager = new DeviceManager({ store, driver, images, log, limits: { maxDeviceSizeBytes }, now: () => t++ });
+  return { store, driver, images, manager };
+}
+
+const input = (over: Partial<CreateDeviceInput> = {}): CreateDeviceInput => ({
+  deviceId: 'dev-a',
+  sizeBytes: 64 * MIB,
+  sourceImage: '',
+  filesystem: 'ext4',
+  readOnly: false,
+  ...over,
+});
+
+const row = (over: Partial<DeviceRecord>): DeviceRecord => ({
+  deviceId: 'x',
+  state: 'ready',
+  sizeBytes: 8 * MIB,
+  sourceImage: '',
+  filesystem: 'ext4',
+  readOnly: false,
+  backingFile: `${DIR}/x.img`,
+  path: '',
+  createdAtMs: 1,
+  updatedAtMs: 1,
+  ...over,
+});
+
+describe('DeviceManager.create', () => {
+  it('writes the row (creating) before making the image, then attaches and marks it ready', async () => {
+    const { store, driver, images, manager } = setup();
+    let stateAtCreate: string | undefined;
+    images.onCreate = () => (stateAtCreate = store.get('dev-a')?.state);
+    const d = await manager.create(input());
+    expect(stateAtCreate).toBe('creating');
+    expect(d).toMatchObject({ deviceId: 'dev-a', path: '/dev/loop0', state: 'attached', sizeBytes: 64 * MIB, backingFile: `${DIR}/dev-a.img`, driver: 'loop', flags: ['direct-io'] });
+    expect(store.get('dev-a')).toMatchObject({ state: 'ready', path: '/dev/loop0' });
+    expect(driver.calls).toEqual([`attach ${DIR}/dev-a.img`]);
+  });
+
+  it('is idempotent on device_id with the same spec (no second attach)', async () => {
+    const { driver, manager } = setup();
+    const a = await manager.create(input());
+    const b = await manager.create(input());
+    expect(b.path).toBe(a.path);
+    expect(driver.calls).toHaveLength(1);
+  });
+
+  it('serialises concurrent creates of one id', async () => {
+    const { driver, manager } = setup();
+    const [a, b] = await Promise.all([manager.create(input()), manager.create(input())]);
+    expect(a.path).toBe(b.path);
+    expect(driver.calls).toHaveLength(1);
+  });
+
+  it('re-attaches an existing device that was detached', async () => {
+    const { driver, manager } = setup();
+    await manager.create(input());
+    await driver.detach('/dev/loop0');
+    const d = await manager.create(input());
+    expect(d).toMatchObject({ state: 'attached', path: '/dev/loop1' });
+  });
+
+  it('refuses the same id with a different spec (ALREADY_EXISTS)', async () => {
+    const { manager } = setup();
+    await manager.create(input());
+    await expect(manager.create(input({ sizeBytes: 32 * MIB }))).rejects.toBeInstanceOf(AlreadyExistsError);
+    await expect(manager.create(input({ readOnly: true }))).rejects.toThrow(/different spec/);
+  });
+
+  it('clones a source image with its size and filesystem inherited', async () => {
+    const { images, manager } = setup();
+    images.files.set('/tpl/base.img', 16 * MIB);
+    const d = await manager.create(input({ deviceId: 'c1', sizeBytes: 0, sourceImage: '/tpl/base.img', readOnly: true }));
+    expect(d).toMatchObject({ sizeBytes: 16 * MIB, sourceImage: '/tpl/base.img', filesystem: 'inherited', readOnly: true });
+    expect(images.files.get(`${DIR}/c1.img`)).toBe(16 * MIB);
+  });
+
+  it('reports a missing source_image as NOT_FOUND and changes nothing', async () => {
+    const { store, images, manager } = setup();
+    await expect(manager.create(input({ sizeBytes: 0, sourceImage: '/tpl/none.img' }))).rejects.toBeInstanceOf(NotFoundError);
+    expect(store.list()).toEqual([]);
+    expect(images.files.size).toBe(0);
+  });
+
+  it('rejects a source above the maximum naming source_image', async () => {
+    const { images, manager } = setup(8 * MIB);
+    images.files.set('/tpl/big.img', 16 * MIB);
+    await expect(manager.create(input({ sizeBytes: 0, sourceImage: '/tpl/big.img' }))).rejects.toThrow(InvalidArgumentError);
+  });
+
+  it('undoes everything when mkfs fails and says which step failed', async () => {
+    const { store, images, driver, manager } = setup();
+    images.failFormat = new Error('mkfs.ext4 exploded');
+    const err = await manager.create(input()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InternalError);
+    expect((err as Error).message).toMatch(/CreateDevice "dev-a": format ext4 failed: mkfs.ext4 exploded/);
+    expect(store.get('dev-a')).toBeUndefined();
+    expect(images.files.size).toBe(0);
+    expect(driver.calls).toEqual([]);
+  });
+
+  it('maps no free loop device to RESOURCE_EXHAUSTED and undoes the image', async () => {
+    const { store, images, driver, manager } = setup();
+    driver.failAttach = new ResourceExhaustedError('no free loop device');
+    const err = await manager.create(input()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ResourceExhaustedError);
+    expect((err as Error).message).toContain('attach failed');
+    expect(store.get('dev-a')).toBeUndefined();
+    expect(images.files.size).toBe(0);
+  });
+
+  it('skips mkfs for filesystem none', async () => {
+    const { images, manager } = setup();
+    images.failFormat = new Error('must not run');
+    await expect(manager.create(input({ filesystem: 'none' }))).resolves.toMatchObject({ filesystem: 'none' });
+  });
+
+  it('refuses to reuse an image file that no row owns (FAILED_PRECONDITION), leaving it alone', async () => {
+    const { store, images, manager } = setup();
+    images.files.set(`${DIR}/dev-a.img`, 5);
+    await expect(manager.create(input())).rejects.toBeInstanceOf(FailedPreconditionError);
+    expect(images.files.get(`${DIR}/dev-a.img`)).toBe(5);
+    expect(store.list()).toEqual([]);
+  });
+
+  it('cleans up a leftover creating row before creating again', async () => {
+    const { store, images, driver, manager } = setup();
+    store.insert(row({ deviceId: 'dev-a', state: 'creating', backingFile: `${DIR}/dev-a.img` }));
+    images.files.set(`${DIR}/dev-a.img`, 1);
+    driver.devices.set('/dev/loop9', { path: '/dev/loop9', backingFile: `${DIR}/dev-a.img`, readOnly: false, flags: [] });
+    const d = await manager.create(input());
+    expect(d.state).toBe('attached');
+    expect(driver.devices.has('/dev/loop9')).toBe(false);
+  });
+});
+
+describe('DeviceManager get/list', () => {
+  it('reports live state and orders by id', async () => {
+    const { driver, images, manager } = setup();
+    await manager.create(input({ deviceId: 'b' }));
+    await manager.create(input({ deviceId: 'a' }));
+    await manager.create(input({ deviceId: 'c' }));
+    await driver.detach((await manager.get('b')).path);
+    images.files.delete(`${DIR}/c.img`);
+    await driver.detach((await manager.get('c')).path);
+    const list = await manager.list();
+    expect(list.map((d) => [d.deviceId, d.state, d.path])).toEqual([
+      ['a', 'attached', '/dev/loop1'],
+      ['b', 'detached', ''],
+      ['c', 'missing', ''],
+    ]);
+  });
+
+  it('GetDevice: NOT_FOUND for unknown, INVALID_ARGUMENT for a bad id, hides unfinished rows', async () => {
+    const { store, manager } = setup();
+    await expect(manager.get('nope')).rejects.toBeInstanceOf(NotFoundError);
+    await expect(manager.get('Bad/Id')).rejects.toBeInstanceOf(InvalidArgumentError);
+    store.insert(row({ deviceId: 'half', state: 'creating' }));
+    await expect(manager.get('half')).rejects.toBeInstanceOf(NotFoundError);
+    expect(await manager.list()).toEqual([]);
+  });
+});
+
+describe('DeviceManager.delete', () => {
+  it('detaches, removes the image and drops the row', async () => {
+    const { store, images, driver, manager } = setup();
+    await manager.create(input());
+    expect(await manager.delete('dev-a')).toBe(true);
+    expect(driver.devices.size).toBe(0);
+    expect(images.files.size).toBe(0);
+    expect(store.get('dev-a')).toBeUndefined();
+  });
+
+  it('succeeds with existed=false for an unknown id; INVALID_ARGUMENT for a bad id', async () => {
+    const { manager } = setup();
+    expect(await manager.delete('nope')).toBe(false);
+    await expect(manager.delete('')).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+
+  it('refuses a busy device (FAILED_PRECONDITION) and changes nothing', async () => {
+    const { store, images, driver, manager } = setup();
+    const d = await manager.create(input());
+    driver.busy.set(d.path, 'mounted at /mnt/x');
+    const err = await manager.delete('dev-a').catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(FailedPreconditionError);
+    expect((err as Error).message).toContain('mounted at /mnt/x');
+    expect(driver.devices.has(d.path)).toBe(true);
+    expect(images.files.size).toBe(1);
+    expect(store.get('dev-a')?.state).toBe('ready');
+  });
+
+  it('deletes a detached device', async () => {
+    const { images, driver, manager } = setup();
+    const d = await manager.create(input());
+    await driver.detach(d.path);
+    expect(await manager.delete('dev-a')).toBe(true);
+    expect(images.files.size).toBe(0);
+  });
+});
+
+describe('DeviceManager.adopt', () => {
+  it('keeps attached, re-attaches detached, cleans unfinished rows, keeps missing, never touches unowned devices', async () => {
+    const { store, images, driver, manager } = setup();
+    const f = (id: string) => `${DIR}/${id}.img`;
+    store.insert(row({ deviceId: 'kept', backingFile: f('kept'), path: '/dev/loop5' }));
+    images.files.set(f('kept'), 1);
+    driver.devices.set('/dev/loop7', { path: '/dev/loop7', backingFile: f('kept'), readOnly: false, flags: [] });
+    store.insert(row({ deviceId: 'detached', backingFile: f('detached'), path: '/dev/loop6' }));
+    images.files.set(f('detached'), 1);
+    store.insert(row({ deviceId: 'half', state: 'creating', backingFile: f('half') }));
+    images.files.set(f('half'), 1);
+    driver.devices.set('/dev/loop8', { path: '/dev/loop8', backingFile: f('half'), readOnly: false, flags: [] });
+    store.insert(row({ deviceId: 'going', state: 'deleting', backingFile: f('going') }));
+    images.files.set(f('going'), 1);
+    store.insert(row({ deviceId: 'lost', backingFile: f('lost') }));
+    driver.devices.set('/dev/loop20', { path: '/dev/loop20', backingFile: '/elsewhere/x.img', readOnly: false, flags: [] });
+    driver.devices.set('/dev/loop21', { path: '/dev/loop21', backingFile: f('stranger'), readOnly: false, flags: [] });
+
+    const report = await manager.adopt();
+    expect(report).toEqual({ kept: ['kept'], reattached: ['detached'], cleanedUp: ['going', 'half'], missing: ['lost'], failed: [] });
+    expect(store.get('kept')?.path).toBe('/dev/loop7');
+    expect(store.get('detached')?.path).toBe('/dev/loop0');
+    expect(store.get('half')).toBeUndefined();
+    expect(store.get('going')).toBeUndefined();
+    expect(images.files.has(f('half'))).toBe(false);
+    expect(images.files.has(f('going'))).toBe(false);
+    expect(driver.devices.has('/dev/loop8')).toBe(false);
+    expect(driver.devices.has('/dev/loop20')).toBe(true);
+    expect(driver.devices.has('/dev/loop21')).toBe(true);
+    expect((await manager.get('lost')).state).toBe('missing');
+  });
+
+  it('reports a device it cannot re-attach as failed and goes on', async () => {
+    const { store, images, driver, manager } = setup();
+    store.insert(row({ deviceId: 'a', backingFile: `${DIR}/a.img` }));
+    images.files.set(`${DIR}/a.img`, 1);
+    driver.failAttach = new Error('losetup broke');
+    expect((await manager.adopt()).failed).toEqual(['a']);
+  });
+});

@@ -1,0 +1,71 @@
+/**
+ * The backend interfaces the DeviceManager drives: a BlockDriver turns image files into
+ * device nodes (loop today, ublk later), ImageOps makes and removes the image files.
+ */
+import type { AttachedDevice, DriverCapability, DriverName } from './types';
+
+/** Options of {@link BlockDriver.attach}. */
+export interface AttachOptions {
+  /** Attach read-only. */
+  readOnly: boolean;
+}
+
+/** BlockDriver attaches image files as block devices and reports what the kernel has. */
+export interface BlockDriver {
+  /** The driver's name as reported by GetCapabilities and in Device.driver. */
+  readonly name: DriverName;
+  /** Device-handover capabilities on this kernel (none for loop). */
+  capabilities(): DriverCapability[];
+  /**
+   * checkAvailable resolves when the driver can run on this host; otherwise it rejects with an
+   * error whose message names what is missing (a device node, a command, a kernel module).
+   */
+  checkAvailable(): Promise<void>;
+  /**
+   * attach makes a device node for backingFile. Rejects with ResourceExhaustedError when no
+   * device node is free, with a CommandError (INTERNAL) for other failures.
+   */
+  attach(backingFile: string, opts: AttachOptions): Promise<AttachedDevice>;
+  /** detach removes the device node; a node that is already gone is not an error. */
+  detach(path: string): Promise<void>;
+  /**
+   * listAttached returns every attached device whose backing file lies directly in dir (an
+   * absolute, symlink-free path), ordered by device path. Devices backed elsewhere are never
+   * reported, so the manager can never touch them.
+   */
+  listAttached(dir: string): Promise<AttachedDevice[]>;
+  /**
+   * busyReason says why the device node must not be detached now ("mounted at /mnt/x",
+   * "held by dm-0", ...), or undefined when it is free.
+   */
+  busyReason(path: string): Promise<string | undefined>;
+}
+
+/** What {@link ImageOps.inspectSource} learns about an image to clone. */
+export interface SourceImageInfo {
+  /** Size in bytes. */
+  sizeBytes: number;
+}
+
+/** ImageOps makes, clones and removes the image files behind devices. */
+export interface ImageOps {
+  /** The images directory (absolute, symlinks resolved). */
+  readonly dir: string;
+  /** imagePath is `<dir>/<deviceId>.img`. */
+  imagePath(deviceId: string): string;
+  /** exists says whether the file exists. */
+  exists(file: string): Promise<boolean>;
+  /**
+   * inspectSource checks an image to clone: NotFoundError when it does not exist,
+   * InvalidArgumentError naming source_image when it is not a regular file.
+   */
+  inspectSource(file: string): Promise<SourceImageInfo>;
+  /** createEmpty makes a sparse file of sizeBytes (must not exist yet) and fsyncs it. */
+  createEmpty(file: string, sizeBytes: number): Promise<void>;
+  /** formatExt4 runs mkfs.ext4 on the file. */
+  formatExt4(file: string): Promise<void>;
+  /** clone copies src to dst copy-on-write where possible, sparse always, and fsyncs it. */
+  clone(src: string, dst: string): Promise<void>;
+  /** remove deletes the file; resolves false when it did not exist. */
+  remove(file: string): Promise<boolean>;
+}

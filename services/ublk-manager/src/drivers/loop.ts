@@ -1,0 +1,246 @@
+/**
+ * LoopDriver: the embedded driver. Image files are attached as loop devices (loop(4)) with
+ * `losetup --find --show [--read-only] [--direct-io=on]`; live state is read from sysfs
+ * (`/sys/block/loopN/loop/backing_file`, `ro`, `loop/dio`). The loop driver has no user-space
+ * data path, so it has no device-handover capabilities.
+ *
+ * Safety: only devices whose backing file lies directly in the images directory are ever
+ * reported by {@link LoopDriver.listAttached}, so the manager never touches anyone else's.
+ */
+import { constants as fsc } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { CommandError, FailedPreconditionError, InternalError, ResourceExhaustedError, run, type Logger } from '@sandnode/shared';
+import type { AttachOptions, BlockDriver } from '../core/driver';
+import type { AttachedDevice, DriverCapability } from '../core/types';
+import type { RunFn } from './images';
+
+/** Time a losetup call may take, in ms. */
+export const DEFAULT_LOSETUP_TIMEOUT_MS = 30_000;
+
+/** Flag reported when a loop device does direct I/O on its backing file. */
+export const FLAG_DIRECT_IO = 'direct-io';
+
+const LOOP_PATH_RE = /^\/dev\/loop(\d+)$/;
+const NO_FREE_RE = /could not find any free loop device|no free loop device|failed to get free loop device/i;
+
+/** Options of a LoopDriver. */
+export interface LoopDriverOptions {
+  /** Ask for direct I/O (`--direct-io=on`); falls back to buffered I/O when losetup refuses. */
+  directIo: boolean;
+  log: Logger;
+  /** Runs host commands (default shared `run`). */
+  run?: RunFn;
+  /** sysfs mount point (default "/sys"). */
+  sysfsRoot?: string;
+  /** procfs mount point (default "/proc"). */
+  procRoot?: string;
+  /** The loop control node (default "/dev/loop-control"). */
+  loopControl?: string;
+}
+
+async function readTrim(file: string): Promise<string | undefined> {
+  try {
+    return (await fs.readFile(file, 'utf8')).trim();
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ENXIO') return undefined;
+    throw err;
+  }
+}
+
+async function readDirOr(dir: string): Promise<string[]> {
+  try {
+    return await fs.readdir(dir);
+  } catch {
+    return [];
+  }
+}
+
+/** unescapeMountinfo decodes the octal escapes (\040 for space) of a mountinfo path field. */
+export function unescapeMountinfo(s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+}
+
+/**
+ * findMount returns the mount point of the first line of a mountinfo text (proc(5)) whose
+ * major:minor (field 3) is in devs, or undefined.
+ */
+export function findMount(mountinfo: string, devs: ReadonlySet<string>): string | undefined {
+  for (const line of mountinfo.split('\n')) {
+    const f = line.split(' ');
+    if (f.length > 4 && devs.has(f[2] ?? '')) return unescapeMountinfo(f[4] ?? '');
+  }
+  return undefined;
+}
+
+/** LoopDriver implements BlockDriver with loop devices. */
+export class LoopDriver implements BlockDriver {
+  readonly name = 'loop' as const;
+  private readonly directIo: boolean;
+  private readonly log: Logger;
+  private readonly run: RunFn;
+  private readonly sys: string;
+  private readonly proc: string;
+  private readonly loopControl: string;
+
+  constructor(opts: LoopDriverOptions) {
+    this.directIo = opts.directIo;
+    this.log = opts.log;
+    this.run = opts.run ?? run;
+    this.sys = opts.sysfsRoot ?? '/sys';
+    this.proc = opts.procRoot ?? '/proc';
+    this.loopControl = opts.loopControl ?? '/dev/loop-control';
+  }
+
+  /** capabilities: none. The loop driver has no user-space data path to hand over. */
+  capabilities(): DriverCapability[] {
+    return [];
+  }
+
+  /** checkAvailable needs a usable /dev/loop-control and the losetup command. */
+  async checkAvailable(): Promise<void> {
+    try {
+      await fs.access(this.loopControl, fsc.R_OK | fsc.W_OK);
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      throw new FailedPreconditionError(
+        code === 'ENOENT'
+          ? `driver "loop": ${this.loopControl} is missing (load the loop kernel module: modprobe loop)`
+          : `driver "loop": ${this.loopControl} is not usable (${code ?? String(err)}; the manager must run as root)`,
+      );
+    }
+    try {
+      await this.run('losetup', ['--version'], { timeoutMs: DEFAULT_LOSETUP_TIMEOUT_MS });
+    } catch (err) {
+      throw new FailedPreconditionError(`driver "loop": losetup (util-linux) cannot run: ${(err as Error).message}`);
+    }
+  }
+
+  /**
+   * attach runs losetup; with directIo it first asks for direct I/O and, if losetup refuses,
+   * attaches without it (logged; Device.flags then lacks "direct-io").
+   * Errors: ResourceExhaustedError when no loop device is free; CommandError (INTERNAL) else.
+   */
+  async attach(backingFile: string, opts: AttachOptions): Promise<AttachedDevice> {
+    const args = ['--find', '--show', ...(opts.readOnly ? ['--read-only'] : [])];
+    if (this.directIo) {
+      try {
+        return await this.losetup([...args, '--direct-io=on', backingFile]);
+      } catch (err) {
+        if (err instanceof ResourceExhaustedError) throw err;
+        // Some losetup versions set the device up and then fail to switch on direct I/O.
+        for (const a of (await this.listAttached(path.dirname(backingFile))).filter((d) => d.backingFile === backingFile)) await this.detach(a.path);
+        this.log.warn({ err: (err as Error).message, backing_file: backingFile }, 'losetup refused --direct-io=on; attaching with buffered I/O');
+      }
+    }
+    return this.losetup([...args, backingFile]);
+  }
+
+  private async losetup(args: string[]): Promise<AttachedDevice> {
+    let out: string;
+    try {
+      out = (await this.run('losetup', args, { timeoutMs: DEFAULT_LOSETUP_TIMEOUT_MS })).stdout.trim();
+    } catch (err) {
+      if (err instanceof CommandError && NO_FREE_RE.test(`${err.stderr} ${err.message}`)) {
+        throw new ResourceExhaustedError(`no free loop device: ${err.message}`);
+      }
+      throw err;
+    }
+    if (!LOOP_PATH_RE.test(out)) throw new InternalError(`losetup ${args.join(' ')}: unexpected output ${JSON.stringify(out)}`);
+    const dev = await this.readDevice(path.basename(out));
+    if (!dev) throw new InternalError(`losetup attached ${out} but sysfs shows no backing file`);
+    return dev;
+  }
+
+  /** detach runs `losetup -d`; a device that is no longer bound is not an error. */
+  async detach(devPath: string): Promise<void> {
+    if (!LOOP_PATH_RE.test(devPath)) throw new InternalError(`detach: ${devPath} is not a loop device`);
+    try {
+      await this.run('losetup', ['-d', devPath], { timeoutMs: DEFAULT_LOSETUP_TIMEOUT_MS });
+    } catch (err) {
+      if ((await this.readDevice(path.basename(devPath))) === undefined) return;
+      throw err;
+    }
+  }
+
+  /** listAttached scans /sys/block/loop* and keeps devices backed by files directly in dir. */
+  async listAttached(dir: string): Promise<AttachedDevice[]> {
+    const names = (await readDirOr(path.join(this.sys, 'block'))).filter((n) => /^loop\d+$/.test(n));
+    names.sort((a, b) => Number(a.slice(4)) - Number(b.slice(4)));
+    const out: AttachedDevice[] = [];
+    for (const name of names) {
+      const dev = await this.readDevice(name);
+      if (dev && path.dirname(dev.backingFile) === dir) out.push(dev);
+    }
+    return out;
+  }
+
+  /** readDevice reads the sysfs view of loopN; undefined when it has no backing file. */
+  private async readDevice(name: string): Promise<AttachedDevice | undefined> {
+    const blk = path.join(this.sys, 'block', name);
+    const raw = await readTrim(path.join(blk, 'loop', 'backing_file'));
+    if (!raw) return undefined;
+    const backingFile = raw.endsWith(' (deleted)') ? raw.slice(0, -' (deleted)'.length) : raw;
+    const ro = (await readTrim(path.join(blk, 'ro'))) === '1';
+    const dio = (await readTrim(path.join(blk, 'loop', 'dio'))) === '1';
+    return { path: `/dev/${name}`, backingFile, readOnly: ro, flags: dio ? [FLAG_DIRECT_IO] : [] };
+  }
+
+  /**
+   * busyReason checks, in order: holders in sysfs (device mapper, md), mounts of the device
+   * or its partitions in every mount namespace on the host (/proc/<pid>/mountinfo, by
+   * major:minor), and an exclusive open (O_EXCL fails with EBUSY while anyone claims it).
+   */
+  async busyReason(devPath: string): Promise<string | undefined> {
+    const name = path.basename(devPath);
+    const blk = path.join(this.sys, 'block', name);
+    const parts = [name, ...(await readDirOr(blk)).filter((n) => n.startsWith(`${name}p`))];
+    const devs = new Set<string>();
+    for (const p of parts) {
+      const dir = p === name ? blk : path.join(blk, p);
+      const dev = await readTrim(path.join(dir, 'dev'));
+      if (dev) devs.add(dev);
+      const holders = await readDirOr(path.join(dir, 'holders'));
+      if (holders.length > 0) return `held by ${holders.join(', ')}`;
+    }
+    if (devs.size > 0) {
+      const where = await this.findMountAnywhere(devs);
+      if (where) return where;
+    }
+    try {
+      const fh = await fs.open(devPath, fsc.O_RDONLY | fsc.O_EXCL | fsc.O_NONBLOCK);
+      await fh.close();
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === 'EBUSY') return 'in exclusive use (open with O_EXCL failed: EBUSY)';
+    }
+    return undefined;
+  }
+
+  /** findMountAnywhere reads one mountinfo per mount namespace, starting with our own. */
+  private async findMountAnywhere(devs: ReadonlySet<string>): Promise<string | undefined> {
+    const own = await readTrim(path.join(this.proc, 'self', 'mountinfo'));
+    const mp = own ? findMount(own, devs) : undefined;
+    if (mp) return `mounted at ${mp}`;
+    const seen = new Set<string>();
+    try {
+      seen.add(await fs.readlink(path.join(this.proc, 'self', 'ns', 'mnt')));
+    } catch {
+      /* no namespaces in this proc */
+    }
+    for (const pid of (await readDirOr(this.proc)).filter((n) => /^\d+$/.test(n))) {
+      let ns: string;
+      try {
+        ns = await fs.readlink(path.join(this.proc, pid, 'ns', 'mnt'));
+      } catch {
+        continue;
+      }
+      if (seen.has(ns)) continue;
+      seen.add(ns);
+      const info = await readTrim(path.join(this.proc, pid, 'mountinfo')).catch(() => undefined);
+      const m = info ? findMount(info, devs) : undefined;
+      if (m) return `mounted at ${m} (in the mount namespace of pid ${pid})`;
+    }
+    return undefined;
+  }
+}

@@ -1,0 +1,125 @@
+/**
+ * SqliteDeviceStore: the device table in SQLite (better-sqlite3) at
+ * `<stateDir>/ublk/devices.db`, journal_mode=WAL and synchronous=FULL, so every write is on
+ * disk (fsynced) before the call returns. The schema version is kept in `user_version`; a
+ * database written by a newer schema is refused with a message naming both versions.
+ */
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import type { DeviceStore } from '../core/store';
+import type { DeviceRecord, FilesystemKind, RecordState } from '../core/types';
+
+/** Schema version this release writes and reads. */
+export const DEVICE_DB_SCHEMA = 1;
+
+/** deviceDbPath is `<stateDir>/ublk/devices.db`. */
+export function deviceDbPath(stateDir: string): string {
+  return path.join(path.resolve(stateDir), 'ublk', 'devices.db');
+}
+
+interface Row {
+  device_id: string;
+  state: string;
+  size_bytes: number;
+  source_image: string;
+  filesystem: string;
+  read_only: number;
+  backing_file: string;
+  path: string;
+  created_at_ms: number;
+  updated_at_ms: number;
+}
+
+const STATES: readonly RecordState[] = ['creating', 'ready', 'deleting'];
+const FILESYSTEMS: readonly FilesystemKind[] = ['ext4', 'none', 'inherited'];
+
+function fromRow(r: Row): DeviceRecord {
+  if (!STATES.includes(r.state as RecordState)) throw new Error(`devices.db: row ${r.device_id} has unknown state "${r.state}"`);
+  if (!FILESYSTEMS.includes(r.filesystem as FilesystemKind)) throw new Error(`devices.db: row ${r.device_id} has unknown filesystem "${r.filesystem}"`);
+  return {
+    deviceId: r.device_id,
+    state: r.state as RecordState,
+    sizeBytes: r.size_bytes,
+    sourceImage: r.source_image,
+    filesystem: r.filesystem as FilesystemKind,
+    readOnly: r.read_only !== 0,
+    backingFile: r.backing_file,
+    path: r.path,
+    createdAtMs: r.created_at_ms,
+    updatedAtMs: r.updated_at_ms,
+  };
+}
+
+/** SqliteDeviceStore is the durable DeviceStore. */
+export class SqliteDeviceStore implements DeviceStore {
+  private readonly db: Database.Database;
+
+  /** open creates the directory and the database if needed and checks the schema version. */
+  constructor(file: string) {
+    mkdirSync(path.dirname(file), { recursive: true });
+    this.db = new Database(file);
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = FULL');
+    this.db.pragma('busy_timeout = 5000');
+    const version = this.db.pragma('user_version', { simple: true }) as number;
+    if (version > DEVICE_DB_SCHEMA) {
+      this.db.close();
+      throw new Error(`${file}: schema ${version} is newer than this release reads (${DEVICE_DB_SCHEMA})`);
+    }
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS devices (
+        device_id     TEXT PRIMARY KEY,
+        state         TEXT NOT NULL,
+        size_bytes    INTEGER NOT NULL,
+        source_image  TEXT NOT NULL,
+        filesystem    TEXT NOT NULL,
+        read_only     INTEGER NOT NULL,
+        backing_file  TEXT NOT NULL,
+        path          TEXT NOT NULL,
+        created_at_ms INTEGER NOT NULL,
+        updated_at_ms INTEGER NOT NULL
+      ) STRICT;
+    `);
+    if (version < DEVICE_DB_SCHEMA) this.db.pragma(`user_version = ${DEVICE_DB_SCHEMA}`);
+  }
+
+  /** get returns the row of deviceId or undefined. */
+  get(deviceId: string): DeviceRecord | undefined {
+    const r = this.db.prepare('SELECT * FROM devices WHERE device_id = ?').get(deviceId) as Row | undefined;
+    return r ? fromRow(r) : undefined;
+  }
+
+  /** list returns every row ordered by device id. */
+  list(): DeviceRecord[] {
+    return (this.db.prepare('SELECT * FROM devices ORDER BY device_id').all() as Row[]).map(fromRow);
+  }
+
+  /** insert adds a row (durable on return); throws on a duplicate id. */
+  insert(r: DeviceRecord): void {
+    this.db
+      .prepare(
+        `INSERT INTO devices (device_id, state, size_bytes, source_image, filesystem, read_only, backing_file, path, created_at_ms, updated_at_ms)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      )
+      .run(r.deviceId, r.state, r.sizeBytes, r.sourceImage, r.filesystem, r.readOnly ? 1 : 0, r.backingFile, r.path, r.createdAtMs, r.updatedAtMs);
+  }
+
+  /** update changes state and/or path (durable on return); throws when there is no row. */
+  update(deviceId: string, change: { state?: RecordState; path?: string }, nowMs: number): void {
+    const res = this.db
+      .prepare('UPDATE devices SET state = COALESCE(?, state), path = COALESCE(?, path), updated_at_ms = ? WHERE device_id = ?')
+      .run(change.state ?? null, change.path ?? null, nowMs, deviceId);
+    if (res.changes !== 1) throw new Error(`devices.db: device ${deviceId} has no row`);
+  }
+
+  /** delete drops the row (durable on return). */
+  delete(deviceId: string): boolean {
+    return this.db.prepare('DELETE FROM devices WHERE device_id = ?').run(deviceId).changes > 0;
+  }
+
+  /** close closes the database. */
+  close(): void {
+    if (this.db.open) this.db.close();
+  }
+}

@@ -1,0 +1,181 @@
+/**
+ * Integration-test fixture: a busybox template rootfs, ext4 loop devices, and the real
+ * vmm-supervisor daemon on a unix socket in a temp dir. Everything it creates is tracked and
+ * removed by cleanup() (containers under its own runc root, mounts under its temp dir, its loop
+ * devices, its daemon processes) and nothing else is touched.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeFileSync, copyFileSync } from 'node:fs';
+import path from 'node:path';
+import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
+import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
+import type { ServiceClient } from '@sandnode/shared';
+import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { mountsUnder } from '../drivers/mounts';
+
+/** The built daemon the integration tests start. */
+export const MAIN_JS = path.resolve(__dirname, '..', '..', 'dist', 'main.js');
+
+function which(cmd: string): boolean {
+  try {
+    execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** missingPrereqs names what this host lacks for the integration suite (empty = all there). */
+export function missingPrereqs(): string[] {
+  const missing: string[] = [];
+  if (process.getuid?.() !== 0) missing.push('root');
+  if (!which('runc')) missing.push('runc');
+  if (!existsSync('/bin/busybox')) missing.push('busybox (/bin/busybox, apt busybox-static)');
+  if (!existsSync('/dev/loop-control')) missing.push('/dev/loop-control');
+  for (const c of ['losetup', 'mkfs.ext4', 'mount', 'umount']) if (!which(c)) missing.push(c);
+  return missing;
+}
+
+/** The init of the test template: writes a marker into /run/sandnode, exits 0 on SIGTERM. */
+export const TEST_INIT = `#!/bin/busybox sh
+trap 'exit 0' TERM
+echo "started $SANDNODE_SANDBOX_ID" > /run/sandnode/init-marker
+while true; do sleep 1 & wait $!; done
+`;
+
+/** Daemon is one running vmm-supervisor process. */
+export interface Daemon {
+  proc: ChildProcess;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** Fixture owns a temp dir with everything a test run creates. */
+export class Fixture {
+  readonly dir = mkdtempSync('/tmp/vmmsup-it-');
+  readonly stateDir = path.join(this.dir, 'state');
+  readonly runDir = path.join(this.dir, 'run');
+  readonly runcRoot = path.join(this.runDir, 'runc');
+  readonly socket = path.join(this.runDir, 'vmm-supervisor.sock');
+  readonly address = `unix://${this.socket}`;
+  readonly rootfs = path.join(this.dir, 'template-rootfs');
+  readonly logFile = path.join(this.dir, 'daemon.log');
+  private readonly loops: string[] = [];
+  private readonly daemons: Daemon[] = [];
+
+  /** buildRootfs writes a busybox rootfs with /sbin/sandnode-init. */
+  buildRootfs(): string {
+    const r = this.rootfs;
+    for (const d of ['bin', 'sbin', 'usr/bin', 'usr/sbin', 'proc', 'sys', 'dev', 'tmp', 'run/sandnode', 'etc', 'root', 'workspace']) {
+      mkdirSync(path.join(r, d), { recursive: true });
+    }
+    copyFileSync('/bin/busybox', path.join(r, 'bin/busybox'));
+    chmodSync(path.join(r, 'bin/busybox'), 0o755);
+    const applets = execFileSync('/bin/busybox', ['--list']).toString().split('\n').filter(Boolean);
+    for (const a of applets) {
+      if (a === 'busybox') continue;
+      symlinkSync('busybox', path.join(r, 'bin', a));
+    }
+    writeFileSync(path.join(r, 'sbin/sandnode-init'), TEST_INIT, { mode: 0o755 });
+    return r;
+  }
+
+  /** makeExt4Loop makes a sparse ext4 image of sizeMib and attaches it; returns /dev/loopN. */
+  makeExt4Loop(name: string, sizeMib = 64): string {
+    const img = path.join(this.dir, `${name}.img`);
+    execFileSync('truncate', ['-s', `${sizeMib}M`, img]);
+    execFileSync('mkfs.ext4', ['-q', '-F', img]);
+    const dev = execFileSync('losetup', ['--find', '--show', img]).toString().trim();
+    this.loops.push(dev);
+    return dev;
+  }
+
+  /** start runs the daemon and waits until it answers GetVersion. */
+  async start(env: Record<string, string> = {}): Promise<Daemon> {
+    const fd = openSync(this.logFile, 'a');
+    const proc = spawn(process.execPath, [MAIN_JS], {
+      stdio: ['ignore', fd, fd],
+      env: {
+        ...process.env,
+        SANDNODE_VMM_SUPERVISOR_STATE_DIR: this.stateDir,
+        SANDNODE_VMM_SUPERVISOR_RUN_DIR: this.runDir,
+        SANDNODE_VMM_SUPERVISOR_LOG_LEVEL: 'debug',
+        SANDNODE_VMM_SUPERVISOR_STOP_TIMEOUT_MS: '1000',
+        ...env,
+      },
+    });
+    closeSync(fd);
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      proc.once('exit', (code, signal) => resolve({ code, signal })),
+    );
+    const d = { proc, exited };
+    this.daemons.push(d);
+    const version = createServiceClient(VersionServiceDefinition, createSandnodeChannel(this.address), { timeoutMs: 1000, retryAttempts: 1 });
+    const until = Date.now() + 20_000;
+    let dead = false;
+    void exited.then(() => (dead = true));
+    for (;;) {
+      if (dead) throw new Error(`daemon exited at start; log:\n${this.log()}`);
+      try {
+        await version.getVersion({});
+        return d;
+      } catch {
+        if (Date.now() > until) throw new Error(`daemon not ready in 20 s; log:\n${this.log()}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  }
+
+  /** client returns a VmService client of this fixture's daemon. */
+  client(): ServiceClient<typeof VmServiceDefinition> {
+    return createServiceClient(VmServiceDefinition, createSandnodeChannel(this.address), { timeoutMs: 30_000, retryAttempts: 1 });
+  }
+
+  /** runc runs `runc --root <fixture root> args` and returns stdout. */
+  runc(args: string[]): string {
+    return execFileSync('runc', ['--root', this.runcRoot, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }).toString();
+  }
+
+  /** log returns the daemon log so far (last 8 KiB). */
+  log(): string {
+    try {
+      return readFileSync(this.logFile, 'utf8').slice(-8192);
+    } catch {
+      return '';
+    }
+  }
+
+  /** cleanup removes everything this fixture created; best effort, never throws. */
+  async cleanup(): Promise<void> {
+    for (const d of this.daemons) {
+      if (d.proc.exitCode === null && d.proc.signalCode === null) {
+        d.proc.kill('SIGKILL');
+        await d.exited;
+      }
+    }
+    const tryRun = (cmd: string, args: string[]) => {
+      try {
+        execFileSync(cmd, args, { stdio: 'ignore' });
+      } catch {
+        /* best effort */
+      }
+    };
+    if (existsSync(this.runcRoot)) {
+      let ids: string[] = [];
+      try {
+        const listed = JSON.parse(this.runc(['list', '--format', 'json'])) as { id: string }[] | null;
+        ids = (listed ?? []).map((c) => c.id);
+      } catch {
+        /* no containers */
+      }
+      for (const id of ids) {
+        tryRun('runc', ['--root', this.runcRoot, 'kill', '--all', id, 'KILL']);
+        tryRun('runc', ['--root', this.runcRoot, 'resume', id]);
+        tryRun('runc', ['--root', this.runcRoot, 'delete', '--force', id]);
+      }
+    }
+    // Deepest mounts first; only mounts under this fixture's dir.
+    for (const m of mountsUnder(this.dir).sort((a, b) => b.length - a.length)) tryRun('umount', ['-l', m]);
+    for (const dev of this.loops) tryRun('losetup', ['-d', dev]);
+    if (mountsUnder(this.dir).length === 0) rmSync(this.dir, { recursive: true, force: true });
+  }
+}

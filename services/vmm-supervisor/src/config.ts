@@ -1,0 +1,59 @@
+/**
+ * Config of the vmm-supervisor: JSON file (`--config FILE`, `version: 1`) overridden by env
+ * `SANDNODE_VMM_SUPERVISOR_<KEY>`. Keys and defaults are listed in the README.
+ */
+import path from 'node:path';
+import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+
+/** The service name used in env var names and logs. */
+export const SERVICE = 'vmm-supervisor';
+
+/** The config schema; every key has a default. */
+export const configSchema = z.object({
+  /** State dir: the VM table lives in `<stateDir>/vmm-supervisor/vm-table.db`. */
+  stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
+  /** Runtime dir: the socket and the per-VM dirs `<runDir>/vms/<id>`. */
+  runDir: z.string().min(1).default(DEFAULT_RUN_DIR),
+  /** gRPC address; default `unix://<runDir>/vmm-supervisor.sock`. */
+  listen: z.string().min(1).optional(),
+  logLevel: z.enum(LOG_LEVELS).default('info'),
+  /** VM backend: "runc" (embedded) or "firecracker" (not built in this release). */
+  driver: z.enum(['runc', 'firecracker']).default('runc'),
+  /** runc binary name or path. */
+  runcBinary: z.string().min(1).default('runc'),
+  /** runc state dir (`runc --root`); default `<runDir>/runc`. */
+  runcRoot: z.string().min(1).optional(),
+  /** vcpus of a VM whose spec says 0. */
+  defaultVcpus: z.coerce.number().int().min(1).max(64).default(1),
+  /** Memory limit in MiB of a VM whose spec says 0. */
+  defaultMemoryMib: z.coerce.number().int().min(32).max(65536).default(512),
+  /** SIGTERM -> SIGKILL wait of StopVm/DeleteVm when the request says 0, in ms. */
+  stopTimeoutMs: z.coerce.number().int().min(0).max(600_000).default(2000),
+});
+
+/** VmmConfig is the validated config with every derived default filled in (absolute paths). */
+export interface VmmConfig {
+  stateDir: string;
+  runDir: string;
+  listen: string;
+  logLevel: z.infer<typeof configSchema>['logLevel'];
+  driver: 'runc' | 'firecracker';
+  runcBinary: string;
+  runcRoot: string;
+  defaultVcpus: number;
+  defaultMemoryMib: number;
+  stopTimeoutMs: number;
+}
+
+/** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */
+export function loadVmmConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}): VmmConfig {
+  const c = loadConfig(configSchema, { service: SERVICE, file: opts.file, env: opts.env });
+  const runDir = path.resolve(c.runDir);
+  return {
+    ...c,
+    stateDir: path.resolve(c.stateDir),
+    runDir,
+    listen: c.listen ?? unixAddress(socketPath(runDir, 'vmm-supervisor')),
+    runcRoot: path.resolve(c.runcRoot ?? path.join(runDir, 'runc')),
+  };
+}

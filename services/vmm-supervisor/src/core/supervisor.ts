@@ -1,0 +1,273 @@
+/**
+ * Supervisor: the VM state machine. It owns the VM table (persisted before every transition is
+ * acknowledged) and drives a {@link VmDriver}. Operations on one VM are serialised; different
+ * VMs proceed concurrently.
+ *
+ *   CreateVm:  (none) -> creating -> running         (creating row dropped again on failure)
+ *   PauseVm:   running -> paused                     (else FAILED_PRECONDITION)
+ *   ResumeVm:  paused -> running                     (else FAILED_PRECONDITION)
+ *   StopVm:    running | paused | stopped -> stopped
+ *   DeleteVm:  any -> (none)
+ *   live check: running | paused -> stopped when the process is gone or was replaced
+ *
+ * A supervisor restart never starts, restarts, pauses or resumes a VM: {@link Supervisor.adopt}
+ * only reads the host and records what it finds.
+ */
+import { AlreadyExistsError, FailedPreconditionError, NotFoundError, requireResourceId } from '@sandnode/shared';
+import type { Logger } from '@sandnode/shared';
+import type { LiveStatus, VmDriver } from './driver';
+import { KeyedMutex } from './keyed-mutex';
+import type { EffectiveResources, VmRecord, VmSpec, VmState } from './types';
+import { VM_RECORD_SCHEMA } from './types';
+import { canonicalSpec, checkHostPaths, validateVmSpec } from './validate';
+import type { VmStore } from './vm-store';
+
+/** Node defaults applied to zero resource fields and zero stop timeouts. */
+export interface SupervisorDefaults {
+  /** vcpus when a spec says 0. */
+  vcpus: number;
+  /** Memory limit in MiB when a spec says 0. */
+  memoryMib: number;
+  /** SIGTERM -> SIGKILL wait in ms when a StopVm says 0 (also used by DeleteVm). */
+  stopTimeoutMs: number;
+}
+
+/** What adopt() found, for logs and tests. */
+export interface AdoptionReport {
+  /** VMs adopted with their live state (running or paused), unchanged. */
+  adopted: string[];
+  /** VMs whose processes were gone: now stopped, row kept. */
+  stopped: string[];
+  /** Half-created VMs that were undone and dropped. */
+  undone: string[];
+  /** VMs whose check or undo failed; they stay in the table as they were. */
+  failed: string[];
+}
+
+export interface SupervisorOptions {
+  store: VmStore;
+  driver: VmDriver;
+  defaults: SupervisorDefaults;
+  log: Logger;
+}
+
+/** Supervisor implements every VmService operation on domain types. */
+export class Supervisor {
+  private readonly store: VmStore;
+  private readonly driver: VmDriver;
+  private readonly defaults: SupervisorDefaults;
+  private readonly log: Logger;
+  private readonly locks = new KeyedMutex();
+  private driverVersion = '';
+
+  constructor(opts: SupervisorOptions) {
+    this.store = opts.store;
+    this.driver = opts.driver;
+    this.defaults = opts.defaults;
+    this.log = opts.log;
+  }
+
+  /** Feature strings of the supervisor with its driver, for GetVersion. */
+  features(): string[] {
+    return [...this.driver.features, 'vmm.adoption.v1'];
+  }
+
+  /**
+   * adopt runs once at start, before serving: every row is checked against the host.
+   * A live VM whose pid and start ticks match is adopted as it is (running or paused, no
+   * restart); a creating row (the supervisor died mid-create) is undone and dropped; a VM whose
+   * processes are gone becomes stopped (row kept, logged).
+   */
+  async adopt(): Promise<AdoptionReport> {
+    this.driverVersion = await this.driver.version();
+    const report: AdoptionReport = { adopted: [], stopped: [], undone: [], failed: [] };
+    for (const rec of this.store.list()) {
+      const log = this.log.child({ vm_id: rec.vmId });
+      try {
+        await this.locks.run(rec.vmId, async () => {
+          if (rec.state === 'creating') {
+            await this.driver.destroy(rec.vmId);
+            this.store.delete(rec.vmId);
+            report.undone.push(rec.vmId);
+            log.warn('adopt: found a half-created VM; undone and dropped');
+            return;
+          }
+          const before = rec.state;
+          const after = await this.refresh(rec);
+          if (after.state === 'stopped') {
+            report.stopped.push(rec.vmId);
+            if (before !== 'stopped') log.warn({ was: before }, 'adopt: VM processes are gone; marked stopped');
+          } else {
+            report.adopted.push(rec.vmId);
+            log.info({ state: after.state, pid: after.pid }, 'adopt: VM adopted');
+          }
+        });
+      } catch (err) {
+        report.failed.push(rec.vmId);
+        log.error({ err }, 'adopt: could not check VM; left as recorded');
+      }
+    }
+    return report;
+  }
+
+  /**
+   * create validates, persists a `creating` row, lets the driver start the VM and persists it
+   * `running`. Idempotent on vmId: the same spec returns the existing VM; another spec throws
+   * AlreadyExistsError. InvalidArgumentError for bad input, FailedPreconditionError when a
+   * drive or the template is missing; a driver failure is undone (row dropped) and rethrown.
+   */
+  async create(vmId: string, spec: VmSpec | undefined): Promise<VmRecord> {
+    validateVmSpec(vmId, spec);
+    return this.locks.run(vmId, async () => {
+      const existing = this.store.get(vmId);
+      if (existing) {
+        if (canonicalSpec(existing.spec) !== canonicalSpec(spec)) {
+          throw new AlreadyExistsError(`vm ${vmId} exists with a different spec`);
+        }
+        return this.refresh(existing);
+      }
+      checkHostPaths(spec);
+      const rec: VmRecord = {
+        schema: VM_RECORD_SCHEMA,
+        vmId,
+        state: 'creating',
+        pid: 0,
+        startTimeTicks: 0,
+        driver: this.driver.name,
+        driverVersion: this.driverVersion,
+        spec,
+        createdAtMs: Date.now(),
+        apiSocket: '',
+      };
+      this.store.put(rec);
+      const log = this.log.child({ vm_id: vmId });
+      try {
+        const proc = await this.driver.create(vmId, spec, this.effectiveResources(spec));
+        const running: VmRecord = { ...rec, state: 'running', pid: proc.pid, startTimeTicks: proc.startTimeTicks };
+        this.store.put(running);
+        log.info({ pid: proc.pid }, 'vm created');
+        return running;
+      } catch (err) {
+        this.store.delete(vmId);
+        log.warn({ err }, 'vm create failed; undone');
+        throw err;
+      }
+    });
+  }
+
+  /** get returns vmId with its live state. NotFoundError when there is no such VM. */
+  async get(vmId: string): Promise<VmRecord> {
+    requireResourceId('vm_id', vmId);
+    return this.refresh(this.require(vmId));
+  }
+
+  /** list returns every VM with its live state, ordered by vm id. */
+  async list(): Promise<VmRecord[]> {
+    const out: VmRecord[] = [];
+    for (const rec of this.store.list()) out.push(await this.refresh(rec));
+    return out;
+  }
+
+  /** pause freezes a running VM. NotFoundError; FailedPreconditionError unless running. */
+  pause(vmId: string): Promise<VmRecord> {
+    return this.transition(vmId, 'running', 'paused', () => this.driver.pause(vmId));
+  }
+
+  /** resume thaws a paused VM. NotFoundError; FailedPreconditionError unless paused. */
+  resume(vmId: string): Promise<VmRecord> {
+    return this.transition(vmId, 'paused', 'running', () => this.driver.resume(vmId));
+  }
+
+  /**
+   * stop ends the VM's processes (SIGTERM, SIGKILL after timeoutMs; 0 = the default) and
+   * records it stopped. Idempotent. NotFoundError when there is no such VM;
+   * FailedPreconditionError while it is still being created.
+   */
+  async stop(vmId: string, timeoutMs: number): Promise<VmRecord> {
+    requireResourceId('vm_id', vmId);
+    return this.locks.run(vmId, async () => {
+      const rec = await this.refresh(this.require(vmId));
+      if (rec.state === 'creating') throw new FailedPreconditionError(`vm ${vmId} is CREATING`);
+      if (rec.state === 'stopped') return rec;
+      await this.driver.stop(vmId, timeoutMs > 0 ? timeoutMs : this.defaults.stopTimeoutMs);
+      const stopped: VmRecord = { ...rec, state: 'stopped', pid: 0, startTimeTicks: 0 };
+      this.store.put(stopped);
+      this.log.info({ vm_id: vmId }, 'vm stopped');
+      return stopped;
+    });
+  }
+
+  /**
+   * delete stops the VM if needed, removes its host state and drops its row. Idempotent:
+   * returns false when no VM had that id.
+   */
+  async delete(vmId: string): Promise<boolean> {
+    requireResourceId('vm_id', vmId);
+    return this.locks.run(vmId, async () => {
+      const rec = this.store.get(vmId);
+      if (!rec) return false;
+      if (rec.state !== 'creating') {
+        const live = await this.refresh(rec);
+        if (live.state !== 'stopped') await this.driver.stop(vmId, this.defaults.stopTimeoutMs);
+      }
+      await this.driver.destroy(vmId);
+      this.store.delete(vmId);
+      this.log.info({ vm_id: vmId }, 'vm deleted');
+      return true;
+    });
+  }
+
+  /** effectiveResources applies the node defaults to a spec's zero resource fields. */
+  effectiveResources(spec: VmSpec): EffectiveResources {
+    return {
+      vcpus: spec.resources.vcpus || this.defaults.vcpus,
+      memoryMib: spec.resources.memoryMib || this.defaults.memoryMib,
+    };
+  }
+
+  private require(vmId: string): VmRecord {
+    const rec = this.store.get(vmId);
+    if (!rec) throw new NotFoundError(`vm ${vmId} not found`);
+    return rec;
+  }
+
+  private async transition(vmId: string, from: VmState, to: VmState, act: () => Promise<void>): Promise<VmRecord> {
+    requireResourceId('vm_id', vmId);
+    return this.locks.run(vmId, async () => {
+      const rec = await this.refresh(this.require(vmId));
+      if (rec.state !== from) {
+        throw new FailedPreconditionError(`vm ${vmId} is ${rec.state.toUpperCase()}, not ${from.toUpperCase()}`);
+      }
+      await act();
+      const next: VmRecord = { ...rec, state: to };
+      this.store.put(next);
+      this.log.info({ vm_id: vmId, state: to }, `vm ${to}`);
+      return next;
+    });
+  }
+
+  /**
+   * refresh checks rec against the host and returns it with its live state. A changed state is
+   * persisted only if the stored row is still the one that was read (a concurrent operation
+   * persists its own result). Creating and stopped rows are returned as they are.
+   */
+  private async refresh(rec: VmRecord): Promise<VmRecord> {
+    if (rec.state === 'creating' || rec.state === 'stopped') return rec;
+    const live: LiveStatus = await this.driver.inspect(rec.vmId, { pid: rec.pid, startTimeTicks: rec.startTimeTicks });
+    const next: VmRecord =
+      live.state === 'stopped'
+        ? { ...rec, state: 'stopped', pid: 0, startTimeTicks: 0 }
+        : { ...rec, state: live.state, pid: live.process.pid, startTimeTicks: live.process.startTimeTicks };
+    if (next.state !== rec.state || next.pid !== rec.pid) {
+      if (live.state === 'stopped') this.log.warn({ vm_id: rec.vmId, was: rec.state, detail: live.detail }, 'vm found stopped');
+      else this.log.warn({ vm_id: rec.vmId, was: rec.state, now: next.state }, 'vm state changed outside the supervisor');
+      this.persistIfCurrent(rec, next);
+    }
+    return next;
+  }
+
+  private persistIfCurrent(prev: VmRecord, next: VmRecord): void {
+    const cur = this.store.get(prev.vmId);
+    if (cur && cur.state === prev.state && cur.pid === prev.pid) this.store.put(next);
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * Host mount helpers: mount/umount through the host commands, mount points read from
+ * /proc/self/mountinfo.
+ */
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { CommandError, InternalError, run } from '@sandnode/shared';
+
+/** How many times an EBUSY unmount is retried, and the pause between tries in ms. */
+export const UMOUNT_RETRIES = 20;
+export const UMOUNT_RETRY_DELAY_MS = 100;
+
+function unescapeMountinfo(s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+}
+
+/** mountPoints returns every mount point of this mount namespace (field 5 of mountinfo). */
+export function mountPoints(): string[] {
+  const text = readFileSync('/proc/self/mountinfo', 'utf8');
+  const out: string[] = [];
+  for (const line of text.split('\n')) {
+    const f = line.split(' ');
+    if (f[4]) out.push(unescapeMountinfo(f[4]));
+  }
+  return out;
+}
+
+/** isMountPoint says whether dir (absolute) is a mount point. */
+export function isMountPoint(dir: string): boolean {
+  const d = path.resolve(dir);
+  return mountPoints().includes(d);
+}
+
+/** mountsUnder lists the mount points at or below dir. */
+export function mountsUnder(dir: string): string[] {
+  const d = path.resolve(dir);
+  return mountPoints().filter((m) => m === d || m.startsWith(`${d}/`));
+}
+
+/** mount runs `mount -t type [-o options] source target`. */
+export async function mount(source: string, target: string, type: string, options: string[] = []): Promise<void> {
+  const args = ['-t', type];
+  if (options.length) args.push('-o', options.join(','));
+  await run('mount', [...args, source, target]);
+}
+
+/**
+ * unmountIfMounted unmounts dir (every layer stacked on it) when it is a mount point, retrying
+ * while the kernel says it is busy. Throws InternalError when it stays busy.
+ */
+export async function unmountIfMounted(dir: string): Promise<void> {
+  for (let attempt = 0; isMountPoint(dir); attempt++) {
+    try {
+      await run('umount', [dir]);
+    } catch (err) {
+      const busy = err instanceof CommandError && /busy/i.test(err.stderr);
+      if (!busy) throw err;
+      if (attempt >= UMOUNT_RETRIES) throw new InternalError(`umount ${dir}: still busy after ${UMOUNT_RETRIES} tries`);
+      await new Promise((r) => setTimeout(r, UMOUNT_RETRY_DELAY_MS));
+    }
+  }
+}

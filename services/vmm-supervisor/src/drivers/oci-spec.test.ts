@@ -1,0 +1,96 @@
+import { buildEnv, buildOciSpec, DEFAULT_CAPABILITIES, SANDBOX_INIT } from './oci-spec';
+
+const base = {
+  vmId: 'vm-1',
+  rootfsPath: '/run/sn/vms/vm-1/rootfs',
+  poddSocketDir: '/run/sn/sandboxes/vm-1',
+  workspacePath: '/run/sn/vms/vm-1/workspace',
+  hostname: '',
+  env: {},
+  resources: { vcpus: 2, memoryMib: 256 },
+};
+
+describe('buildOciSpec', () => {
+  test('runs the sandbox init as root with the base env, in /', () => {
+    const s = buildOciSpec(base);
+    expect(s.process.args).toEqual([SANDBOX_INIT]);
+    expect(s.process.cwd).toBe('/');
+    expect(s.process.terminal).toBe(false);
+    expect(s.process.env).toEqual(['PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin', 'HOME=/root', 'SANDNODE_SANDBOX_ID=vm-1']);
+  });
+
+  test('root is the writable overlay; hostname defaults to the vm id', () => {
+    const s = buildOciSpec(base);
+    expect(s.root).toEqual({ path: base.rootfsPath, readonly: false });
+    expect(s.hostname).toBe('vm-1');
+    expect(buildOciSpec({ ...base, hostname: 'box' }).hostname).toBe('box');
+  });
+
+  test('mounts: the runc defaults, then podd socket dir and workspace binds', () => {
+    const s = buildOciSpec(base);
+    expect(s.mounts.map((m) => [m.destination, m.type])).toEqual([
+      ['/proc', 'proc'],
+      ['/dev', 'tmpfs'],
+      ['/dev/pts', 'devpts'],
+      ['/dev/shm', 'tmpfs'],
+      ['/dev/mqueue', 'mqueue'],
+      ['/sys', 'sysfs'],
+      ['/sys/fs/cgroup', 'cgroup'],
+      ['/run/sandnode', 'bind'],
+      ['/workspace', 'bind'],
+    ]);
+    expect(s.mounts.find((m) => m.destination === '/sys')?.options).toContain('ro');
+    expect(s.mounts.find((m) => m.destination === '/sys/fs/cgroup')?.options).toContain('ro');
+    expect(s.mounts.find((m) => m.destination === '/run/sandnode')).toEqual({
+      destination: '/run/sandnode',
+      type: 'bind',
+      source: base.poddSocketDir,
+      options: ['rbind', 'rw', 'nosuid', 'nodev'],
+    });
+    expect(s.mounts.find((m) => m.destination === '/workspace')?.source).toBe(base.workspacePath);
+  });
+
+  test('no workspace drive: no /workspace mount; a read-only workspace binds ro', () => {
+    expect(buildOciSpec({ ...base, workspacePath: undefined }).mounts.some((m) => m.destination === '/workspace')).toBe(false);
+    const ro = buildOciSpec({ ...base, workspaceReadOnly: true }).mounts.find((m) => m.destination === '/workspace');
+    expect(ro?.options).toContain('ro');
+    expect(ro?.options).not.toContain('rw');
+  });
+
+  test('own pid, ipc, uts, mount and network namespaces; runc default caps and masked paths', () => {
+    const s = buildOciSpec(base);
+    expect(s.linux.namespaces.map((n) => n.type).sort()).toEqual(['ipc', 'mount', 'network', 'pid', 'uts']);
+    expect(s.process.capabilities).toEqual({
+      bounding: DEFAULT_CAPABILITIES,
+      effective: DEFAULT_CAPABILITIES,
+      permitted: DEFAULT_CAPABILITIES,
+      ambient: DEFAULT_CAPABILITIES,
+    });
+    expect(s.linux.maskedPaths).toContain('/proc/kcore');
+    expect(s.linux.readonlyPaths).toContain('/proc/sys');
+  });
+
+  test('memory limit and cpu quota from resources; cgroupsPath /sandnode/<id>', () => {
+    const s = buildOciSpec(base);
+    expect(s.linux.resources.memory).toEqual({ limit: 256 * 1024 * 1024 });
+    expect(s.linux.resources.cpu).toEqual({ quota: 200_000, period: 100_000 });
+    expect(s.linux.cgroupsPath).toBe('/sandnode/vm-1');
+  });
+
+  test('is plain JSON', () => {
+    const s = buildOciSpec(base);
+    expect(JSON.parse(JSON.stringify(s))).toEqual(s);
+  });
+});
+
+describe('buildEnv', () => {
+  test('spec env is added sorted and may override PATH, never SANDNODE_SANDBOX_ID', () => {
+    expect(buildEnv('vm-1', { ZED: '1', PATH: '/x', A: 'b', SANDNODE_SANDBOX_ID: 'evil' })).toEqual([
+      'PATH=/x',
+      'HOME=/root',
+      'A=b',
+      'SANDNODE_SANDBOX_ID=vm-1',
+      'ZED=1',
+    ]);
+  });
+});

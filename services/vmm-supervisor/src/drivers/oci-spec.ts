@@ -1,0 +1,127 @@
+/**
+ * OCI runtime spec (config.json) of a runc VM: the sandbox's init in its own pid, ipc, uts,
+ * mount and network namespaces (loopback only), the defaults of `runc spec` for capabilities,
+ * mounts and masked paths, the podd socket dir at /run/sandnode and the workspace at /workspace.
+ */
+import type { EffectiveResources } from '../core/types';
+
+/** The init every template ships at this path; it starts and respawns podd. */
+export const SANDBOX_INIT = '/sbin/sandnode-init';
+/** Where podd_socket_dir appears inside the VM. */
+export const PODD_SOCKET_MOUNT = '/run/sandnode';
+/** Where the workspace drive appears inside the VM. */
+export const WORKSPACE_MOUNT = '/workspace';
+/** CFS period used for the CPU quota, in microseconds (100 ms). */
+export const CPU_PERIOD_US = 100_000;
+/** The capability set `runc spec` gives a container. */
+export const DEFAULT_CAPABILITIES = ['CAP_AUDIT_WRITE', 'CAP_KILL', 'CAP_NET_BIND_SERVICE'];
+
+const BASE_PATH = '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin';
+
+/** Inputs of {@link buildOciSpec}; every path is an absolute host path. */
+export interface OciSpecInput {
+  vmId: string;
+  /** The overlay mount that becomes the container's root. */
+  rootfsPath: string;
+  /** Host dir bind-mounted rw at /run/sandnode. */
+  poddSocketDir: string;
+  /** Host mount of the workspace drive, bind-mounted at /workspace; undefined = no workspace. */
+  workspacePath?: string;
+  /** Bind the workspace read-only. */
+  workspaceReadOnly?: boolean;
+  /** Hostname; empty means vmId. */
+  hostname: string;
+  /** Extra environment; may override PATH and HOME, never SANDNODE_SANDBOX_ID. */
+  env: Record<string, string>;
+  resources: EffectiveResources;
+  /** cgroupsPath; default `/sandnode/<vmId>`. */
+  cgroupsPath?: string;
+}
+
+/** OciSpec is the subset of the OCI runtime spec this driver writes (a plain JSON object). */
+export type OciSpec = Record<string, unknown> & {
+  process: Record<string, unknown> & { args: string[]; env: string[]; cwd: string; terminal: boolean; capabilities: Record<string, string[]> };
+  root: { path: string; readonly: boolean };
+  hostname: string;
+  mounts: { destination: string; type: string; source: string; options?: string[] }[];
+  linux: Record<string, unknown> & {
+    cgroupsPath: string;
+    namespaces: { type: string }[];
+    resources: { memory: { limit: number }; cpu: { quota: number; period: number }; devices: unknown[] };
+    maskedPaths: string[];
+    readonlyPaths: string[];
+  };
+};
+
+/** buildEnv returns the init's environment as KEY=VALUE strings, base keys first. */
+export function buildEnv(vmId: string, extra: Record<string, string>): string[] {
+  const env = new Map<string, string>([
+    ['PATH', BASE_PATH],
+    ['HOME', '/root'],
+  ]);
+  for (const k of Object.keys(extra).sort()) env.set(k, extra[k]!);
+  env.set('SANDNODE_SANDBOX_ID', vmId);
+  return [...env].map(([k, v]) => `${k}=${v}`);
+}
+
+/** buildOciSpec returns the config.json object of a VM. Pure: no host access. */
+export function buildOciSpec(input: OciSpecInput): OciSpec {
+  const caps = [...DEFAULT_CAPABILITIES];
+  const mounts: OciSpec['mounts'] = [
+    { destination: '/proc', type: 'proc', source: 'proc' },
+    { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
+    { destination: '/dev/pts', type: 'devpts', source: 'devpts', options: ['nosuid', 'noexec', 'newinstance', 'ptmxmode=0666', 'mode=0620', 'gid=5'] },
+    { destination: '/dev/shm', type: 'tmpfs', source: 'shm', options: ['nosuid', 'noexec', 'nodev', 'mode=1777', 'size=65536k'] },
+    { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
+    { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
+    { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
+    { destination: PODD_SOCKET_MOUNT, type: 'bind', source: input.poddSocketDir, options: ['rbind', 'rw', 'nosuid', 'nodev'] },
+  ];
+  if (input.workspacePath !== undefined) {
+    mounts.push({
+      destination: WORKSPACE_MOUNT,
+      type: 'bind',
+      source: input.workspacePath,
+      options: ['rbind', input.workspaceReadOnly ? 'ro' : 'rw', 'nosuid', 'nodev'],
+    });
+  }
+  return {
+    ociVersion: '1.0.2-dev',
+    process: {
+      terminal: false,
+      user: { uid: 0, gid: 0 },
+      args: [SANDBOX_INIT],
+      env: buildEnv(input.vmId, input.env),
+      cwd: '/',
+      capabilities: { bounding: caps, effective: caps, permitted: caps, ambient: caps },
+      rlimits: [{ type: 'RLIMIT_NOFILE', hard: 1024, soft: 1024 }],
+      noNewPrivileges: true,
+    },
+    root: { path: input.rootfsPath, readonly: false },
+    hostname: input.hostname || input.vmId,
+    mounts,
+    linux: {
+      cgroupsPath: input.cgroupsPath ?? `/sandnode/${input.vmId}`,
+      resources: {
+        devices: [{ allow: false, access: 'rwm' }],
+        memory: { limit: input.resources.memoryMib * 1024 * 1024 },
+        cpu: { quota: input.resources.vcpus * CPU_PERIOD_US, period: CPU_PERIOD_US },
+      },
+      // A new network namespace with nothing configured has only loopback.
+      namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }],
+      maskedPaths: [
+        '/proc/acpi',
+        '/proc/asound',
+        '/proc/kcore',
+        '/proc/keys',
+        '/proc/latency_stats',
+        '/proc/timer_list',
+        '/proc/timer_stats',
+        '/proc/sched_debug',
+        '/sys/firmware',
+        '/proc/scsi',
+      ],
+      readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],
+    },
+  };
+}

@@ -1,0 +1,266 @@
+/**
+ * The embedded runc driver: each VM is a detached OCI container whose container id is the vm
+ * id. Host layout under `<runDir>/vms/<id>/`:
+ *
+ *   upper-dev/   the rootfs-upper drive (ext4), holding upper/ and work/
+ *   rootfs/      overlay: lowerdir = template rootfs, upperdir/workdir on upper-dev
+ *   workspace/   the workspace drive (ext4), bind-mounted at /workspace
+ *   bundle/      config.json (OCI spec) and init.pid
+ *   console.log  stdio of runc and of the container (a file, never a pipe)
+ *
+ * The container is started with `runc run -d` in a new session with file stdio and its own
+ * cgroup (`/sandnode/<id>`), so it is in no process group or cgroup of the supervisor and
+ * survives a kill -9 of it.
+ */
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdir, rm } from 'node:fs/promises';
+import path from 'node:path';
+import { CommandError, InternalError, isSameProcess, processStartTicks, run } from '@sandnode/shared';
+import type { Logger } from '@sandnode/shared';
+import type { LiveStatus, VmDriver } from '../core/driver';
+import type { EffectiveResources, VmProcess, VmSpec } from '../core/types';
+import { failpoint, FAILPOINTS } from '../core/failpoints';
+import { mount, mountsUnder, unmountIfMounted } from './mounts';
+import { buildOciSpec } from './oci-spec';
+
+/** Longest a `runc run -d` may take before it is killed, in ms. */
+export const RUNC_START_TIMEOUT_MS = 30_000;
+/** Longest a VM may take to be gone after SIGKILL, in ms. */
+export const KILL_WAIT_MS = 5_000;
+/** Poll interval while waiting for a container to stop, in ms. */
+export const STOP_POLL_MS = 25;
+
+/** RuncDriverOptions configure the driver. */
+export interface RuncDriverOptions {
+  /** runc binary name or path. */
+  runcBinary: string;
+  /** runc state dir (`runc --root`). */
+  runcRoot: string;
+  /** The supervisor's runtime dir; VMs live in `<runDir>/vms/<id>`. */
+  runDir: string;
+  log: Logger;
+}
+
+/** Status reported by `runc state`, or "absent" when runc has no such container. */
+export type RuncStatus = 'created' | 'running' | 'paused' | 'stopped' | 'absent';
+
+/** RuncDriver implements VmDriver with runc. */
+export class RuncDriver implements VmDriver {
+  readonly name = 'runc';
+  readonly features = ['vmm.runc'] as const;
+  private readonly runc: string;
+  private readonly root: string;
+  private readonly vmsDir: string;
+  private readonly log: Logger;
+  private cachedVersion: string | undefined;
+
+  constructor(opts: RuncDriverOptions) {
+    this.runc = opts.runcBinary;
+    this.root = path.resolve(opts.runcRoot);
+    this.vmsDir = path.join(path.resolve(opts.runDir), 'vms');
+    this.log = opts.log;
+    mkdirSync(this.root, { recursive: true, mode: 0o700 });
+    mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
+  }
+
+  /** vmDir is the host dir of one VM. */
+  vmDir(vmId: string): string {
+    return path.join(this.vmsDir, vmId);
+  }
+
+  /** version parses `runc --version` ("runc version 1.1.5+ds1" -> "1.1.5+ds1"). */
+  async version(): Promise<string> {
+    if (this.cachedVersion === undefined) {
+      const { stdout } = await run(this.runc, ['--version']);
+      const m = /runc version (\S+)/.exec(stdout);
+      this.cachedVersion = m?.[1] ?? stdout.split('\n')[0]?.trim() ?? 'unknown';
+    }
+    return this.cachedVersion;
+  }
+
+  async create(vmId: string, spec: VmSpec, resources: EffectiveResources): Promise<VmProcess> {
+    const dir = this.vmDir(vmId);
+    const upperDev = path.join(dir, 'upper-dev');
+    const rootfs = path.join(dir, 'rootfs');
+    const workspace = path.join(dir, 'workspace');
+    const bundle = path.join(dir, 'bundle');
+    const pidFile = path.join(bundle, 'init.pid');
+    const upper = spec.drives.find((d) => d.role === 'rootfs-upper')!;
+    const ws = spec.drives.find((d) => d.role === 'workspace');
+    let step = 'prepare dirs';
+    try {
+      if (existsSync(dir)) await this.destroy(vmId); // leftovers of an earlier failed attempt
+      await mkdir(dir, { recursive: true, mode: 0o700 });
+      for (const d of [upperDev, rootfs, bundle]) await mkdir(d, { recursive: true });
+      await mkdir(spec.poddSocketDir, { recursive: true, mode: 0o755 });
+
+      step = `mount rootfs upper drive ${upper.path}`;
+      await mount(upper.path, upperDev, 'ext4', ['noatime']);
+      await mkdir(path.join(upperDev, 'upper'), { recursive: true, mode: 0o755 });
+      await mkdir(path.join(upperDev, 'work'), { recursive: true, mode: 0o755 });
+
+      step = 'mount overlay rootfs';
+      await mount('overlay', rootfs, 'overlay', [
+        `lowerdir=${spec.templateRootfs}`,
+        `upperdir=${path.join(upperDev, 'upper')}`,
+        `workdir=${path.join(upperDev, 'work')}`,
+      ]);
+
+      if (ws) {
+        step = `mount workspace drive ${ws.path}`;
+        await mkdir(workspace, { recursive: true });
+        await mount(ws.path, workspace, 'ext4', ws.readOnly ? ['ro', 'noatime'] : ['noatime']);
+      }
+
+      failpoint(FAILPOINTS.createAfterMounts);
+
+      step = 'write bundle/config.json';
+      const oci = buildOciSpec({
+        vmId,
+        rootfsPath: rootfs,
+        poddSocketDir: spec.poddSocketDir,
+        workspacePath: ws ? workspace : undefined,
+        workspaceReadOnly: ws?.readOnly,
+        hostname: spec.hostname,
+        env: spec.env,
+        resources,
+      });
+      writeFileSync(path.join(bundle, 'config.json'), `${JSON.stringify(oci, null, 2)}\n`, { mode: 0o600 });
+
+      step = 'runc run';
+      await this.runDetached(vmId, bundle, pidFile, path.join(dir, 'console.log'));
+
+      step = 'read init pid';
+      const pid = Number(readFileSync(pidFile, 'utf8').trim());
+      const startTimeTicks = processStartTicks(pid);
+      if (startTimeTicks === undefined) throw new InternalError(`init pid ${pid} is not alive (see ${path.join(dir, 'console.log')})`);
+      return { pid, startTimeTicks };
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      let undo = '';
+      try {
+        await this.destroy(vmId);
+      } catch (undoErr) {
+        undo = `; undo failed too: ${(undoErr as Error).message}`;
+        this.log.error({ vm_id: vmId, err: undoErr }, 'undo of a failed create failed');
+      }
+      throw new InternalError(`create vm ${vmId}: ${step} failed: ${why}${undo}`);
+    }
+  }
+
+  async inspect(vmId: string, expected: VmProcess): Promise<LiveStatus> {
+    const st = await this.state(vmId);
+    if (st.status === 'absent') return { state: 'stopped', detail: 'runc has no such container' };
+    if (st.status !== 'running' && st.status !== 'paused') return { state: 'stopped', detail: `runc status ${st.status}` };
+    if (st.pid !== expected.pid || !isSameProcess(expected.pid, expected.startTimeTicks)) {
+      return { state: 'stopped', detail: `pid ${expected.pid} with start ticks ${expected.startTimeTicks} is gone (runc pid ${st.pid})` };
+    }
+    return { state: st.status, process: expected };
+  }
+
+  async pause(vmId: string): Promise<void> {
+    await this.exec(['pause', vmId]);
+  }
+
+  async resume(vmId: string): Promise<void> {
+    await this.exec(['resume', vmId]);
+  }
+
+  async stop(vmId: string, timeoutMs: number): Promise<void> {
+    const st = await this.state(vmId);
+    if (st.status === 'absent' || st.status === 'stopped') return;
+    if (st.status === 'paused') {
+      // Frozen tasks do not die until thawed: queue SIGKILL, then thaw.
+      await this.killAll(vmId);
+      await this.exec(['resume', vmId]).catch(() => undefined); // runc may already have thawed it
+    } else {
+      await this.exec(['kill', vmId, 'TERM']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGTERM failed'));
+      if (await this.waitStopped(vmId, timeoutMs)) return;
+      this.log.info({ vm_id: vmId, timeout_ms: timeoutMs }, 'vm ignored SIGTERM; sending SIGKILL');
+      await this.killAll(vmId);
+    }
+    if (!(await this.waitStopped(vmId, KILL_WAIT_MS))) {
+      throw new InternalError(`stop vm ${vmId}: processes still alive ${KILL_WAIT_MS} ms after SIGKILL`);
+    }
+  }
+
+  async destroy(vmId: string): Promise<void> {
+    const dir = this.vmDir(vmId);
+    const st = await this.state(vmId);
+    if (st.status !== 'absent') {
+      if (st.status === 'paused') await this.killAll(vmId);
+      await this.exec(['delete', '--force', vmId]);
+    }
+    for (const sub of ['workspace', 'rootfs', 'upper-dev']) await unmountIfMounted(path.join(dir, sub));
+    const left = mountsUnder(dir);
+    if (left.length) throw new InternalError(`destroy vm ${vmId}: mounts left under ${dir}: ${left.join(', ')}`);
+    await rm(dir, { recursive: true, force: true });
+  }
+
+  /** state runs `runc state` and returns its status and pid ("absent" when unknown to runc). */
+  async state(vmId: string): Promise<{ status: RuncStatus; pid: number }> {
+    try {
+      const { stdout } = await this.exec(['state', vmId]);
+      const j = JSON.parse(stdout) as { status?: string; pid?: number };
+      const status = (['created', 'running', 'paused', 'stopped'] as const).find((s) => s === j.status);
+      if (!status) throw new InternalError(`runc state ${vmId}: unknown status ${String(j.status)}`);
+      return { status, pid: j.pid ?? 0 };
+    } catch (err) {
+      if (err instanceof CommandError && /does not exist/i.test(err.stderr)) return { status: 'absent', pid: 0 };
+      throw err;
+    }
+  }
+
+  private async killAll(vmId: string): Promise<void> {
+    await this.exec(['kill', '--all', vmId, 'KILL']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGKILL failed'));
+  }
+
+  private async waitStopped(vmId: string, timeoutMs: number): Promise<boolean> {
+    const until = Date.now() + timeoutMs;
+    for (;;) {
+      const st = await this.state(vmId);
+      if (st.status === 'stopped' || st.status === 'absent') return true;
+      if (Date.now() >= until) return false;
+      await new Promise((r) => setTimeout(r, STOP_POLL_MS));
+    }
+  }
+
+  /** exec runs `runc --root <root> args...`. */
+  private exec(args: string[]) {
+    return run(this.runc, ['--root', this.root, ...args]);
+  }
+
+  /**
+   * runDetached runs `runc run -d` in a new session with stdin from /dev/null and stdout and
+   * stderr appended to consoleLog, and waits for runc (not the container) to exit.
+   */
+  private runDetached(vmId: string, bundle: string, pidFile: string, consoleLog: string): Promise<void> {
+    const fd = openSync(consoleLog, 'a', 0o600);
+    return new Promise<void>((resolve, reject) => {
+      const child = spawn(this.runc, ['--root', this.root, 'run', '-d', '--bundle', bundle, '--pid-file', pidFile, vmId], {
+        detached: true,
+        stdio: ['ignore', fd, fd],
+      });
+      closeSync(fd);
+      const timer = setTimeout(() => child.kill('SIGKILL'), RUNC_START_TIMEOUT_MS);
+      child.once('error', (err) => {
+        clearTimeout(timer);
+        reject(new InternalError(`${this.runc}: ${err.message}`));
+      });
+      child.once('exit', (code, signal) => {
+        clearTimeout(timer);
+        if (code === 0) return resolve();
+        reject(new InternalError(`runc run exited ${code ?? signal}: ${lastLines(consoleLog, 5)}`));
+      });
+    });
+  }
+}
+
+function lastLines(file: string, n: number): string {
+  try {
+    return readFileSync(file, 'utf8').trim().split('\n').slice(-n).join(' | ');
+  } catch {
+    return '(no console.log)';
+  }
+}

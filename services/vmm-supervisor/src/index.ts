@@ -1,0 +1,14 @@
+/** @sandnode/vmm-supervisor: the node's VM owner (embedded runc driver). */
+export { configSchema, loadVmmConfig, SERVICE } from './config';
+export type { VmmConfig } from './config';
+export { Supervisor } from './core/supervisor';
+export type { AdoptionReport, SupervisorDefaults, SupervisorOptions } from './core/supervisor';
+export type { LiveStatus, VmDriver } from './core/driver';
+export type { VmStore } from './core/vm-store';
+export { MemoryVmStore } from './core/vm-store';
+export type { DriveRole, DriveSpec, EffectiveResources, VmProcess, VmRecord, VmResources, VmSpec, VmState } from './core/types';
+export { RuncDriver } from './drivers/runc';
+export { buildOciSpec } from './drivers/oci-spec';
+export { createDriver } from './drivers/select';
+export { createVmService } from './rpc/vm-service';
+export { SqliteVmStore } from './store/sqlite-vm-store';

@@ -1,0 +1,78 @@
+#!/usr/bin/env node
+/**
+ * vmm-supervisor daemon: `sandnode-vmm-supervisor [--config FILE]`.
+ *
+ * Start order: config -> VM table -> driver -> adopt every VM in the table (no restarts) ->
+ * serve VmService (+ VersionService, health, reflection). SIGTERM/SIGINT run the shared
+ * shutdown order and close the table; running VMs are never touched.
+ */
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { buildCommit, createLogger, createServiceServer, runDaemon, SUITE_VERSION } from '@sandnode/shared';
+import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { loadVmmConfig, SERVICE } from './config';
+import { Supervisor } from './core/supervisor';
+import { createDriver } from './drivers/select';
+import { createVmService } from './rpc/vm-service';
+import { SqliteVmStore } from './store/sqlite-vm-store';
+
+/** parseArgs reads `--config FILE` (or `--config=FILE`); anything else is an error. */
+export function parseArgs(argv: string[]): { configFile?: string } {
+  let configFile: string | undefined;
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--config') configFile = argv[++i];
+    else if (a.startsWith('--config=')) configFile = a.slice('--config='.length);
+    else throw new Error(`unknown argument ${JSON.stringify(a)} (usage: sandnode-vmm-supervisor [--config FILE])`);
+    if (!configFile) throw new Error('--config needs a file');
+  }
+  return { configFile };
+}
+
+async function main(): Promise<void> {
+  const boot = createLogger(SERVICE, SUITE_VERSION);
+  let cfg;
+  try {
+    cfg = loadVmmConfig({ file: parseArgs(process.argv.slice(2)).configFile });
+  } catch (err) {
+    boot.fatal({ err }, `cannot start: ${(err as Error).message}`);
+    process.exit(2);
+  }
+  const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel);
+  let driver;
+  try {
+    driver = createDriver(cfg, log);
+  } catch (err) {
+    log.fatal({ err }, `cannot start: ${(err as Error).message}`);
+    process.exit(2);
+  }
+  mkdirSync(cfg.stateDir, { recursive: true, mode: 0o700 });
+  mkdirSync(cfg.runDir, { recursive: true, mode: 0o755 });
+  if (cfg.listen.startsWith('unix://')) mkdirSync(path.dirname(cfg.listen.slice('unix://'.length)), { recursive: true });
+
+  const store = SqliteVmStore.forStateDir(cfg.stateDir);
+  const supervisor = new Supervisor({
+    store,
+    driver,
+    log,
+    defaults: { vcpus: cfg.defaultVcpus, memoryMib: cfg.defaultMemoryMib, stopTimeoutMs: cfg.stopTimeoutMs },
+  });
+  const report = await supervisor.adopt();
+  log.info({ ...report, driver: driver.name, driver_version: await driver.version() }, 'adoption done');
+
+  const server = createServiceServer({
+    info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: supervisor.features() },
+    log,
+  });
+  server.add(VmServiceDefinition, createVmService(supervisor));
+  await server.listen([cfg.listen]);
+  runDaemon({ server, log, onStop: () => store.close() });
+  log.info({ listen: cfg.listen, state_dir: cfg.stateDir, run_dir: cfg.runDir }, 'serving');
+}
+
+if (require.main === module) {
+  main().catch((err: unknown) => {
+    createLogger(SERVICE, SUITE_VERSION).fatal({ err }, 'vmm-supervisor failed to start');
+    process.exit(1);
+  });
+}

@@ -1,0 +1,91 @@
+/**
+ * The one place where proto messages of sandnode.vmm.v1 and domain types meet.
+ */
+import { DriveRole as PbDriveRole, VmState as PbVmState } from '@sandnode/shared/proto/vmm/v1/vmm';
+import type { Drive as PbDrive, Vm as PbVm, VmSpec as PbVmSpec } from '@sandnode/shared/proto/vmm/v1/vmm';
+import type { DriveRole, DriveSpec, VmRecord, VmSpec, VmState } from '../core/types';
+
+/** driveRoleFromProto maps a wire role; UNSPECIFIED and unknown values become "unspecified" (rejected by validation). */
+export function driveRoleFromProto(role: PbDriveRole): DriveRole {
+  switch (role) {
+    case PbDriveRole.DRIVE_ROLE_ROOTFS_UPPER:
+      return 'rootfs-upper';
+    case PbDriveRole.DRIVE_ROLE_WORKSPACE:
+      return 'workspace';
+    default:
+      return 'unspecified';
+  }
+}
+
+/** driveRoleToProto maps a domain role to the wire. */
+export function driveRoleToProto(role: DriveRole): PbDriveRole {
+  switch (role) {
+    case 'rootfs-upper':
+      return PbDriveRole.DRIVE_ROLE_ROOTFS_UPPER;
+    case 'workspace':
+      return PbDriveRole.DRIVE_ROLE_WORKSPACE;
+    default:
+      return PbDriveRole.DRIVE_ROLE_UNSPECIFIED;
+  }
+}
+
+/** vmStateToProto maps a domain state to the wire enum. */
+export function vmStateToProto(state: VmState): PbVmState {
+  switch (state) {
+    case 'creating':
+      return PbVmState.VM_STATE_CREATING;
+    case 'running':
+      return PbVmState.VM_STATE_RUNNING;
+    case 'paused':
+      return PbVmState.VM_STATE_PAUSED;
+    case 'stopped':
+      return PbVmState.VM_STATE_STOPPED;
+  }
+}
+
+/** vmSpecFromProto maps a request spec; undefined stays undefined (validation rejects it). */
+export function vmSpecFromProto(spec: PbVmSpec | undefined): VmSpec | undefined {
+  if (!spec) return undefined;
+  return {
+    templateRootfs: spec.templateRootfs,
+    drives: spec.drives.map(
+      (d: PbDrive): DriveSpec => ({ driveId: d.driveId, path: d.path, role: driveRoleFromProto(d.role), readOnly: d.readOnly }),
+    ),
+    resources: {
+      vcpus: spec.resources?.vcpus ?? 0,
+      memoryMib: spec.resources?.memoryMib ?? 0,
+      diskBytes: spec.resources?.diskBytes ?? 0,
+    },
+    poddSocketDir: spec.poddSocketDir,
+    hostname: spec.hostname,
+    env: { ...spec.env },
+  };
+}
+
+/** vmSpecToProto maps a stored spec back to the wire. */
+export function vmSpecToProto(spec: VmSpec): PbVmSpec {
+  return {
+    templateRootfs: spec.templateRootfs,
+    drives: spec.drives.map((d) => ({ driveId: d.driveId, path: d.path, role: driveRoleToProto(d.role), readOnly: d.readOnly })),
+    resources: { vcpus: spec.resources.vcpus, memoryMib: spec.resources.memoryMib, diskBytes: spec.resources.diskBytes },
+    poddSocketDir: spec.poddSocketDir,
+    hostname: spec.hostname,
+    env: { ...spec.env },
+  };
+}
+
+/** vmToProto maps a VM row (with its live state) to the wire. Stopped VMs report pid 0. */
+export function vmToProto(rec: VmRecord): PbVm {
+  const live = rec.state === 'running' || rec.state === 'paused';
+  return {
+    vmId: rec.vmId,
+    state: vmStateToProto(rec.state),
+    pid: live ? rec.pid : 0,
+    startTimeTicks: live ? rec.startTimeTicks : 0,
+    driver: rec.driver,
+    driverVersion: rec.driverVersion,
+    spec: vmSpecToProto(rec.spec),
+    createdAtMs: rec.createdAtMs,
+    apiSocket: rec.apiSocket,
+  };
+}

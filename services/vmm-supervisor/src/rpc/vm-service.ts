@@ -1,0 +1,36 @@
+/**
+ * Thin nice-grpc handlers of sandnode.vmm.v1.VmService: convert -> call the Supervisor ->
+ * convert. Domain errors thrown by the core are mapped to gRPC codes by the shared middleware.
+ */
+import type { SandnodeCallContext } from '@sandnode/shared';
+import type { VmServiceImplementation } from '@sandnode/shared/proto/vmm/v1/vmm';
+import type { Supervisor } from '../core/supervisor';
+import { vmSpecFromProto, vmToProto } from './convert';
+
+/** createVmService returns the VmService implementation backed by supervisor. */
+export function createVmService(supervisor: Supervisor): VmServiceImplementation<SandnodeCallContext> {
+  return {
+    async createVm(req, ctx) {
+      ctx.log.debug({ vm_id: req.vmId }, 'CreateVm');
+      return { vm: vmToProto(await supervisor.create(req.vmId, vmSpecFromProto(req.spec))) };
+    },
+    async getVm(req) {
+      return { vm: vmToProto(await supervisor.get(req.vmId)) };
+    },
+    async listVms() {
+      return { vms: (await supervisor.list()).map(vmToProto) };
+    },
+    async pauseVm(req) {
+      return { vm: vmToProto(await supervisor.pause(req.vmId)) };
+    },
+    async resumeVm(req) {
+      return { vm: vmToProto(await supervisor.resume(req.vmId)) };
+    },
+    async stopVm(req) {
+      return { vm: vmToProto(await supervisor.stop(req.vmId, req.timeoutMs)) };
+    },
+    async deleteVm(req) {
+      return { existed: await supervisor.delete(req.vmId) };
+    },
+  };
+}
