@@ -1,0 +1,55 @@
+#!/usr/bin/env node
+/**
+ * Bundles podd into dist/podd.bundle.js: one file that runs with plain `node` and no
+ * node_modules (it is copied into sandbox templates as /opt/sandnode/podd.js). Defines the
+ * build constants shared/src/version.ts reads: __SANDNODE_VERSION__ (this package's version)
+ * and __SANDNODE_COMMIT__ (SANDNODE_BUILD_COMMIT, else `git rev-parse HEAD`, else "unknown").
+ * Run after `tsc -b services/podd/tsconfig.build.json` (it bundles dist/main.js).
+ */
+'use strict';
+const { execFileSync } = require('node:child_process');
+const { readFileSync, existsSync } = require('node:fs');
+const path = require('node:path');
+const esbuild = require('esbuild');
+
+const pkgDir = path.resolve(__dirname, '..');
+const entry = path.join(pkgDir, 'dist', 'main.js');
+const outfile = path.join(pkgDir, 'dist', 'podd.bundle.js');
+
+function commit() {
+  if (process.env.SANDNODE_BUILD_COMMIT) return process.env.SANDNODE_BUILD_COMMIT;
+  try {
+    return execFileSync('git', ['rev-parse', 'HEAD'], { cwd: pkgDir, stdio: ['ignore', 'pipe', 'ignore'], timeout: 5000 }).toString().trim() || 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+async function main() {
+  if (!existsSync(entry)) {
+    console.error(`bundle: ${entry} is missing: run \`npx tsc -b services/podd/tsconfig.build.json\` first`);
+    process.exit(1);
+  }
+  const version = JSON.parse(readFileSync(path.join(pkgDir, 'package.json'), 'utf8')).version;
+  const sha = commit();
+  await esbuild.build({
+    entryPoints: [entry],
+    bundle: true,
+    platform: 'node',
+    target: 'node20',
+    format: 'cjs',
+    outfile,
+    logLevel: 'warning',
+    legalComments: 'none',
+    define: {
+      __SANDNODE_VERSION__: JSON.stringify(version),
+      __SANDNODE_COMMIT__: JSON.stringify(sha),
+    },
+  });
+  console.error(`bundle: ${path.relative(process.cwd(), outfile)} (podd ${version}, commit ${sha})`);
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

@@ -1,0 +1,39 @@
+/**
+ * podd config: one typed schema, defaults for a sandbox, env overrides `SANDNODE_PODD_<KEY>`
+ * (e.g. `SANDNODE_PODD_DEFAULT_CWD`), flags override env. See the table in the README.
+ */
+import { loadConfig, LOG_LEVELS, z } from '@sandnode/shared';
+
+/** Default unix socket podd listens on inside the sandbox (bind-mounted from the host). */
+export const DEFAULT_SOCKET = '/run/sandnode/podd.sock';
+/** Default working directory of Exec when the request leaves cwd empty. */
+export const DEFAULT_CWD = '/workspace';
+/** Largest stdout/stderr chunk of one ExecResponse, in bytes (the contract says 64 KiB). */
+export const MAX_CHUNK_BYTES = 64 * 1024;
+/** Default time running calls get to finish at shutdown, in ms. */
+export const DEFAULT_PODD_DRAIN_MS = 3000;
+
+/** The podd config schema; every key has a default. */
+export const poddConfigSchema = z.object({
+  /** socket is the absolute path of the unix socket to listen on. */
+  socket: z.string().min(1).refine((s) => s.startsWith('/'), 'must be an absolute path').default(DEFAULT_SOCKET),
+  /** logLevel is the pino level of the stderr log. */
+  logLevel: z.enum(LOG_LEVELS).default('info'),
+  /** defaultCwd is the Exec working directory when a request leaves cwd empty (absolute). */
+  defaultCwd: z.string().min(1).refine((s) => s.startsWith('/'), 'must be an absolute path').default(DEFAULT_CWD),
+  /** maxChunkBytes caps one stdout/stderr chunk, 1..65536 bytes. */
+  maxChunkBytes: z.coerce.number().int().min(1).max(MAX_CHUNK_BYTES).default(MAX_CHUNK_BYTES),
+  /** drainMs is how long running calls get at shutdown before they are cut, in ms. */
+  drainMs: z.coerce.number().int().min(0).default(DEFAULT_PODD_DRAIN_MS),
+});
+
+/** PoddConfig is the validated config. */
+export type PoddConfig = z.infer<typeof poddConfigSchema>;
+
+/**
+ * readPoddConfig validates env (`SANDNODE_PODD_*`, optional JSON file `SANDNODE_PODD_CONFIG`)
+ * plus flag overrides. Throws ConfigError naming the bad key.
+ */
+export function readPoddConfig(overrides: Partial<Record<keyof PoddConfig, unknown>> = {}, env: NodeJS.ProcessEnv = process.env): PoddConfig {
+  return loadConfig(poddConfigSchema, { service: 'podd', env, overrides });
+}

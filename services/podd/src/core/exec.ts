@@ -1,0 +1,301 @@
+/**
+ * ExecRunner runs commands for podd's Exec: argv (no shell) in its own process group, stdin
+ * written then closed, stdout/stderr as bounded chunks in read order, then one exit event.
+ *
+ * Memory stays bounded: when more than `highWaterBytes` of output wait for a slow consumer,
+ * both pipes are paused (the child then blocks on write) until the consumer catches up.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { constants as osConstants } from 'node:os';
+import { stat } from 'node:fs/promises';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { DeadlineExceededError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
+import { MAX_STDIN_BYTES } from './limits';
+
+/** ExecSpec is one command to run (domain form of ExecRequest). */
+export interface ExecSpec {
+  /** argv is the command and its arguments; argv[0] is looked up in PATH. */
+  argv: string[];
+  /** env is merged over podd's environment. */
+  env?: Record<string, string>;
+  /** cwd is absolute; empty means the runner's default cwd. */
+  cwd?: string;
+  /** stdin is written to the command, which then sees EOF. At most 3 MiB. */
+  stdin?: Uint8Array;
+  /** timeoutMs kills the process group after this many ms; 0 means no limit. */
+  timeoutMs?: number;
+}
+
+/** ExecEvent is one event of a run: started first, exit last, output chunks between. */
+export type ExecEvent =
+  | { kind: 'started'; pid: number }
+  | { kind: 'stdout'; data: Buffer }
+  | { kind: 'stderr'; data: Buffer }
+  | { kind: 'exit'; exitCode: number; signal: string };
+
+export interface ExecRunnerOptions {
+  /** Working directory when a spec leaves cwd empty (absolute). */
+  defaultCwd: string;
+  /** Largest output chunk in bytes (at most 64 KiB). */
+  maxChunkBytes: number;
+  /** Output bytes queued for the consumer before the pipes are paused (default 256 KiB). */
+  highWaterBytes?: number;
+  /** Environment commands start from (default: {@link defaultBaseEnv}). */
+  baseEnv?: Record<string, string>;
+  /**
+   * After the command exits, how long to keep reading pipes that a surviving background
+   * process still holds open, in ms (default 1000). Then they are closed and exit is sent.
+   */
+  exitDrainMs?: number;
+}
+
+/** Default PATH when podd's own environment has none. */
+export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+/** Default output queued before the pipes are paused, in bytes. */
+export const DEFAULT_HIGH_WATER_BYTES = 256 * 1024;
+/** Default time pipes may stay open after the command exited, in ms. */
+export const DEFAULT_EXIT_DRAIN_MS = 1000;
+
+/** An abort error that nice-grpc's middleware (abort-controller-x `isAbortError`) maps to CANCELLED. */
+export class ExecAbortError extends Error {
+  override name = 'AbortError';
+  constructor() {
+    super('exec cancelled by the caller');
+  }
+}
+
+/** podd's own environment for commands: process.env (minus SANDNODE_PODD_*) with PATH, HOME=/root and TERM=xterm filled in when missing. */
+export function defaultBaseEnv(): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) if (v !== undefined && !k.startsWith('SANDNODE_PODD_')) env[k] = v;
+  env.PATH ??= DEFAULT_PATH;
+  env.HOME ??= '/root';
+  env.TERM ??= 'xterm';
+  return env;
+}
+
+/**
+ * validateExecSpec checks a spec without touching the system; throws InvalidArgumentError
+ * naming the bad field (`argv`, `env`, `cwd`, `stdin`, `timeout_ms`).
+ */
+export function validateExecSpec(spec: ExecSpec): void {
+  if (spec.argv.length === 0) throw new InvalidArgumentError('argv: must not be empty');
+  if (!spec.argv[0]) throw new InvalidArgumentError('argv: argv[0] must not be empty');
+  spec.argv.forEach((a, i) => {
+    if (a.includes('\0')) throw new InvalidArgumentError(`argv: argv[${i}] contains a NUL byte`);
+  });
+  for (const [k, v] of Object.entries(spec.env ?? {})) {
+    if (!k || k.includes('=') || k.includes('\0')) throw new InvalidArgumentError(`env: bad variable name ${JSON.stringify(k)}`);
+    if (v.includes('\0')) throw new InvalidArgumentError(`env: value of ${k} contains a NUL byte`);
+  }
+  if (spec.cwd && (!path.isAbsolute(spec.cwd) || spec.cwd.includes('\0'))) {
+    throw new InvalidArgumentError(`cwd: must be an absolute path, got ${JSON.stringify(spec.cwd)}`);
+  }
+  if ((spec.stdin?.length ?? 0) > MAX_STDIN_BYTES) {
+    throw new InvalidArgumentError(`stdin: ${spec.stdin?.length} bytes is above the limit of ${MAX_STDIN_BYTES}`);
+  }
+  const t = spec.timeoutMs ?? 0;
+  if (!Number.isInteger(t) || t < 0) throw new InvalidArgumentError(`timeout_ms: must be a non-negative integer`);
+}
+
+/** exitCodeOf turns a child's (code, signal) into the contract's exit code (128 + signo). */
+export function exitCodeOf(code: number | null, signal: NodeJS.Signals | null): { exitCode: number; signal: string } {
+  if (signal) return { exitCode: 128 + (osConstants.signals[signal] ?? 0), signal };
+  return { exitCode: code ?? 0, signal: '' };
+}
+
+/** Sends sig to the process group led by pid; false when the group is gone. */
+function killGroup(pid: number, sig: NodeJS.Signals): boolean {
+  try {
+    process.kill(-pid, sig);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** ExecRunner starts commands and tracks the running ones (for shutdown). */
+export class ExecRunner {
+  private readonly children = new Set<ChildProcess>();
+  private readonly highWater: number;
+  private readonly baseEnv: Record<string, string>;
+  private readonly exitDrainMs: number;
+
+  constructor(private readonly opts: ExecRunnerOptions) {
+    this.highWater = opts.highWaterBytes ?? DEFAULT_HIGH_WATER_BYTES;
+    this.baseEnv = opts.baseEnv ?? defaultBaseEnv();
+    this.exitDrainMs = opts.exitDrainMs ?? DEFAULT_EXIT_DRAIN_MS;
+  }
+
+  /** running is the number of commands still running. */
+  get running(): number {
+    return this.children.size;
+  }
+
+  /** signalAll sends sig to the process group of every running command; returns how many. */
+  signalAll(sig: NodeJS.Signals): number {
+    let n = 0;
+    for (const c of this.children) if (c.pid !== undefined && killGroup(c.pid, sig)) n++;
+    return n;
+  }
+
+  /**
+   * run starts spec and yields its events: `started`, output chunks (each at most
+   * maxChunkBytes, in read order), then exactly one `exit`. Throws InvalidArgumentError
+   * (argv, env, cwd, stdin, timeout_ms), NotFoundError (argv[0] not found),
+   * FailedPreconditionError (argv[0] not executable), DeadlineExceededError (timeoutMs passed:
+   * the group got SIGKILL and the command was reaped) and an AbortError when signal aborts (the
+   * group got SIGKILL). Returning early from the iterator also kills the group.
+   */
+  async *run(spec: ExecSpec, signal?: AbortSignal): AsyncGenerator<ExecEvent, void, undefined> {
+    validateExecSpec(spec);
+    const cwd = spec.cwd || this.opts.defaultCwd;
+    await checkCwd(cwd);
+    if (signal?.aborted) throw new ExecAbortError();
+
+    const argv0 = spec.argv[0] as string;
+    const child = spawn(argv0, spec.argv.slice(1), {
+      cwd,
+      env: { ...this.baseEnv, ...(spec.env ?? {}) },
+      detached: true, // setsid(): own session and process group, pgid == pid
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        child.once('spawn', resolve);
+        child.once('error', reject);
+      });
+    } catch (err) {
+      throw spawnError(err, argv0);
+    }
+    const pid = child.pid as number;
+    this.children.add(child);
+
+    const queue: ExecEvent[] = [];
+    let queued = 0;
+    let paused = false;
+    let closed = false;
+    let exited = false;
+    let timedOut = false;
+    let exit: { exitCode: number; signal: string } = { exitCode: 0, signal: '' };
+    let wake: (() => void) | undefined;
+    const notify = () => {
+      const w = wake;
+      wake = undefined;
+      w?.();
+    };
+    const out = child.stdout as Readable;
+    const err = child.stderr as Readable;
+    const setPaused = (p: boolean) => {
+      if (p === paused) return;
+      paused = p;
+      for (const s of [out, err]) {
+        if (p) s.pause();
+        else s.resume();
+      }
+    };
+    const onData = (kind: 'stdout' | 'stderr') => (chunk: Buffer) => {
+      for (let off = 0; off < chunk.length; off += this.opts.maxChunkBytes) {
+        queue.push({ kind, data: chunk.subarray(off, off + this.opts.maxChunkBytes) });
+      }
+      queued += chunk.length;
+      if (queued >= this.highWater) setPaused(true);
+      notify();
+    };
+    out.on('data', onData('stdout'));
+    err.on('data', onData('stderr'));
+
+    // stdin: write it all, then close; a command that never reads gets EPIPE, which is fine.
+    const stdin = child.stdin;
+    stdin?.on('error', () => undefined);
+    stdin?.end(spec.stdin && spec.stdin.length > 0 ? Buffer.from(spec.stdin) : undefined);
+
+    // After exit, pipes held open by a surviving background process are closed after a grace
+    // period (counted only while the consumer keeps up).
+    let drainTimer: NodeJS.Timeout | undefined;
+    const armDrain = () => {
+      drainTimer = setTimeout(() => {
+        if (closed) return;
+        if (paused) return armDrain();
+        out.destroy();
+        err.destroy();
+      }, this.exitDrainMs);
+    };
+    child.once('exit', (code, sig) => {
+      exited = true;
+      exit = exitCodeOf(code, sig);
+      armDrain();
+    });
+    child.once('close', () => {
+      closed = true;
+      this.children.delete(child);
+      notify();
+    });
+
+    let timeoutTimer: NodeJS.Timeout | undefined;
+    if (spec.timeoutMs && spec.timeoutMs > 0) {
+      timeoutTimer = setTimeout(() => {
+        timedOut = true;
+        killGroup(pid, 'SIGKILL');
+      }, spec.timeoutMs);
+    }
+    const onAbort = () => {
+      killGroup(pid, 'SIGKILL');
+      notify();
+    };
+    signal?.addEventListener('abort', onAbort);
+
+    try {
+      yield { kind: 'started', pid };
+      for (;;) {
+        const ev = queue.shift();
+        if (ev) {
+          if (ev.kind === 'stdout' || ev.kind === 'stderr') {
+            queued -= ev.data.length;
+            if (paused && queued <= this.highWater / 2) setPaused(false);
+          }
+          yield ev;
+          continue;
+        }
+        if (closed) break;
+        if (signal?.aborted) throw new ExecAbortError();
+        await new Promise<void>((resolve) => (wake = resolve));
+      }
+      if (timedOut) throw new DeadlineExceededError(`exec timed out after timeout_ms=${spec.timeoutMs}; process group ${pid} was killed`);
+      if (!exited) exit = exitCodeOf(child.exitCode, child.signalCode);
+      yield { kind: 'exit', ...exit };
+    } finally {
+      clearTimeout(timeoutTimer);
+      clearTimeout(drainTimer);
+      signal?.removeEventListener('abort', onAbort);
+      if (!closed) {
+        // The consumer went away (cancel, error, early return): the command must not outlive it.
+        killGroup(pid, 'SIGKILL');
+        out.destroy();
+        err.destroy();
+      }
+    }
+  }
+}
+
+/** checkCwd: cwd must be an existing directory, else InvalidArgumentError naming cwd. */
+async function checkCwd(cwd: string): Promise<void> {
+  let st;
+  try {
+    st = await stat(cwd);
+  } catch (e) {
+    throw new InvalidArgumentError(`cwd: ${cwd}: ${(e as NodeJS.ErrnoException).code ?? 'cannot stat'}`);
+  }
+  if (!st.isDirectory()) throw new InvalidArgumentError(`cwd: ${cwd} is not a directory`);
+}
+
+/** spawnError maps a spawn failure to a domain error. */
+function spawnError(err: unknown, argv0: string): unknown {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ENOENT') return new NotFoundError(`argv[0]: ${argv0}: command not found`);
+  if (code === 'EACCES' || code === 'ENOEXEC' || code === 'EISDIR') {
+    return new FailedPreconditionError(`argv[0]: ${argv0}: not executable (${code})`);
+  }
+  return err;
+}

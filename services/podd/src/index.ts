@@ -1,0 +1,10 @@
+/** @sandnode/podd: the guest agent's core, for embedding and tests. The daemon is main.ts. */
+export { ExecRunner, validateExecSpec, exitCodeOf, defaultBaseEnv, ExecAbortError } from './core/exec';
+export type { ExecSpec, ExecEvent, ExecRunnerOptions } from './core/exec';
+export { readFile, writeFile, statPath, checkPath, fsyncDir } from './core/files';
+export type { FileInfo, FileKind, ReadResult, WriteOptions } from './core/files';
+export { MAX_FILE_BYTES, MAX_STDIN_BYTES } from './core/limits';
+export { readPoddConfig, poddConfigSchema, DEFAULT_SOCKET, DEFAULT_CWD, MAX_CHUNK_BYTES } from './config';
+export type { PoddConfig } from './config';
+export { PODD_COMPONENT, PODD_FEATURES } from './features';
+export { poddService } from './rpc/podd-service';

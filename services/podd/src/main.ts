@@ -1,0 +1,71 @@
+#!/usr/bin/env node
+/**
+ * podd: the guest agent inside a sandbox. Serves sandnode.podd.v1.PoddService (plus version,
+ * health and reflection) on a unix socket. Logs JSON to stderr only.
+ *
+ * Usage: podd [--socket PATH] [--log-level LEVEL]
+ *
+ * Shutdown (SIGTERM/SIGINT): running commands' process groups get SIGTERM at once, then the
+ * shared order runs (health NOT_SERVING, drain calls, close); groups still alive get SIGKILL.
+ */
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { buildCommit, createLogger, createServiceServer, runDaemon, SUITE_VERSION, unixAddress } from '@sandnode/shared';
+import { PoddServiceDefinition } from '@sandnode/shared/proto/podd/v1/podd';
+import { readPoddConfig } from './config';
+import { parseFlags } from './flags';
+import { ExecRunner } from './core/exec';
+import { PODD_COMPONENT, PODD_FEATURES } from './features';
+import { poddService } from './rpc/podd-service';
+
+const USAGE = 'usage: podd [--socket PATH] [--log-level LEVEL]\n';
+
+async function main(): Promise<void> {
+  const startedAtMs = Date.now();
+  let cfg;
+  try {
+    const flags = parseFlags(process.argv.slice(2));
+    if (flags.help) {
+      process.stderr.write(USAGE);
+      return;
+    }
+    cfg = readPoddConfig({ socket: flags.socket, logLevel: flags.logLevel });
+  } catch (err) {
+    process.stderr.write(`podd: ${(err as Error).message}\n${USAGE}`);
+    process.exit(2);
+  }
+  const log = createLogger(PODD_COMPONENT, SUITE_VERSION, cfg.logLevel);
+  const runner = new ExecRunner({ defaultCwd: cfg.defaultCwd, maxChunkBytes: cfg.maxChunkBytes });
+
+  const server = createServiceServer({
+    info: { component: PODD_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: [...PODD_FEATURES] },
+    log,
+  });
+  server.add(PoddServiceDefinition, poddService({ runner, startedAtMs }));
+
+  // Registered before runDaemon's handler, so commands get SIGTERM before the drain starts.
+  const termChildren = () => {
+    const n = runner.signalAll('SIGTERM');
+    if (n > 0) log.info({ groups: n }, 'sent SIGTERM to running commands');
+  };
+  process.on('SIGTERM', termChildren);
+  process.on('SIGINT', termChildren);
+  runDaemon({
+    server,
+    log,
+    drainMs: cfg.drainMs,
+    onStop: () => {
+      const n = runner.signalAll('SIGKILL');
+      if (n > 0) log.warn({ groups: n }, 'sent SIGKILL to commands that outlived the drain');
+    },
+  });
+
+  mkdirSync(path.dirname(cfg.socket), { recursive: true });
+  await server.listen([unixAddress(cfg.socket)]);
+  log.info({ socket: cfg.socket, commit: buildCommit() }, 'podd listening');
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`podd: fatal: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  process.exit(1);
+});

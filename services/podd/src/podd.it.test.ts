@@ -1,0 +1,354 @@
+/**
+ * podd integration: the real podd process (dist/main.js, and the esbuild bundle alone in a
+ * temp dir) on the host, no container, called over its unix socket.
+ * Needs `npx tsc -b services/podd/tsconfig.build.json && npm run bundle --workspace @sandnode/podd`.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { closeSync, copyFileSync, existsSync, openSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { hostname, tmpdir } from 'node:os';
+import path from 'node:path';
+import { ClientError, Status } from 'nice-grpc';
+import { createSandnodeChannel, createServiceClient, type ServiceClient } from '@sandnode/shared';
+import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
+import { FileType, PoddServiceDefinition, type ExecRequest, type ExecResponse } from '@sandnode/shared/proto/podd/v1/podd';
+import type { Channel } from 'nice-grpc';
+
+const PODD_DIR = path.resolve(__dirname, '..');
+const MAIN = path.join(PODD_DIR, 'dist', 'main.js');
+const BUNDLE = path.join(PODD_DIR, 'dist', 'podd.bundle.js');
+const BUILD_HINT = 'run `npx tsc -b services/podd/tsconfig.build.json && npm run bundle --workspace @sandnode/podd`';
+const PKG_VERSION = (JSON.parse(readFileSync(path.join(PODD_DIR, 'package.json'), 'utf8')) as { version: string }).version;
+
+interface RunningPodd {
+  proc: ChildProcess;
+  sock: string;
+  logPath: string;
+  channel: Channel;
+  client: ServiceClient<typeof PoddServiceDefinition>;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  stop(): Promise<void>;
+}
+
+async function startPodd(entry: string, dir: string, env: Record<string, string> = {}): Promise<RunningPodd> {
+  if (!existsSync(entry)) throw new Error(`${entry} is missing: ${BUILD_HINT}`);
+  const sock = path.join(dir, 'podd.sock');
+  const logPath = path.join(dir, 'podd.log');
+  const logFd = openSync(logPath, 'a');
+  const proc = spawn(process.execPath, [entry, '--socket', sock], {
+    env: { ...process.env, SANDNODE_PODD_LOG_LEVEL: 'debug', ...env },
+    stdio: ['ignore', 'ignore', logFd],
+  });
+  closeSync(logFd);
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+  const deadline = Date.now() + 15_000;
+  while (!existsSync(sock)) {
+    if (proc.exitCode !== null) throw new Error(`podd exited early: ${readFileSync(logPath, 'utf8')}`);
+    if (Date.now() > deadline) throw new Error(`podd did not listen: ${readFileSync(logPath, 'utf8')}`);
+    await sleep(25);
+  }
+  const channel = createSandnodeChannel(`unix://${sock}`);
+  const client = createServiceClient(PoddServiceDefinition, channel, { timeoutMs: 10_000 });
+  await client.health({});
+  return {
+    proc,
+    sock,
+    logPath,
+    channel,
+    client,
+    exited,
+    async stop() {
+      channel.close();
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill('SIGTERM');
+        const t = setTimeout(() => proc.kill('SIGKILL'), 8000);
+        await exited;
+        clearTimeout(t);
+      }
+    },
+  };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+async function collect(client: RunningPodd['client'], req: Partial<ExecRequest>, signal?: AbortSignal): Promise<ExecResponse[]> {
+  const out: ExecResponse[] = [];
+  for await (const ev of client.exec(req, { signal })) out.push(ev);
+  return out;
+}
+
+function text(evs: ExecResponse[], which: 'stdout' | 'stderr'): string {
+  return Buffer.concat(evs.flatMap((e) => (e.event?.$case === which ? [e.event.value] : []))).toString();
+}
+
+function exitOf(evs: ExecResponse[]) {
+  const last = evs.at(-1)?.event;
+  if (last?.$case !== 'exit') throw new Error(`last event is ${last?.$case}, not exit`);
+  expect(evs.filter((e) => e.event?.$case === 'exit')).toHaveLength(1);
+  return last.value;
+}
+
+async function codeOf(p: Promise<unknown>): Promise<{ code: Status; details: string }> {
+  try {
+    await p;
+  } catch (err) {
+    if (err instanceof ClientError) return { code: err.code, details: err.details };
+    throw err;
+  }
+  throw new Error('expected the call to fail');
+}
+
+/** Live (non-zombie) pids whose process group is pgid. */
+function groupMembers(pgid: number): number[] {
+  const pids: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(rest[2]) === pgid && rest[0] !== 'Z' && rest[0] !== 'X') pids.push(Number(name));
+  }
+  return pids;
+}
+
+async function waitGroupGone(pgid: number, ms = 3000): Promise<number[]> {
+  const end = Date.now() + ms;
+  let left = groupMembers(pgid);
+  while (left.length > 0 && Date.now() < end) {
+    await sleep(50);
+    left = groupMembers(pgid);
+  }
+  return left;
+}
+
+function vmRssKb(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return Number(m?.[1] ?? 0);
+}
+
+describe('podd (dist/main.js on the host)', () => {
+  let dir: string;
+  let ws: string;
+  let podd: RunningPodd;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'podd-it-'));
+    ws = path.join(dir, 'workspace');
+    mkdirSync(ws);
+    podd = await startPodd(MAIN, dir, { SANDNODE_PODD_DEFAULT_CWD: ws });
+  });
+  afterAll(async () => {
+    await podd?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('Health and GetVersion', async () => {
+    const h = await podd.client.health({});
+    expect(h.ok).toBe(true);
+    expect(h.hostname).toBe(hostname());
+    expect(h.uptimeMs).toBeGreaterThanOrEqual(0);
+    const v = await createServiceClient(VersionServiceDefinition, podd.channel).getVersion({});
+    expect(v.component).toBe('podd');
+    expect(v.version).toBe(PKG_VERSION);
+    expect(v.features).toEqual(expect.arrayContaining(['podd.exec.v1', 'podd.files.v1']));
+    expect(v.pid).toBe(podd.proc.pid);
+  });
+
+  test('Exec streams started, stdout and stderr in order, then one exit', async () => {
+    const evs = await collect(podd.client, { argv: ['sh', '-c', 'echo out1; sleep 0.1; echo err1 >&2; sleep 0.1; echo out2'] });
+    expect(evs[0]?.event?.$case).toBe('started');
+    expect(evs[0]?.event?.$case === 'started' && evs[0].event.value.pid).toBeGreaterThan(0);
+    const seq = evs.slice(1, -1).map((e) => `${e.event?.$case}:${e.event?.$case === 'stdout' || e.event?.$case === 'stderr' ? e.event.value.toString() : ''}`);
+    expect(seq).toEqual(['stdout:out1\n', 'stderr:err1\n', 'stdout:out2\n']);
+    expect(exitOf(evs)).toMatchObject({ exitCode: 0, signal: '' });
+  });
+
+  test('Exec delivers several MB complete, in chunks of at most 64 KiB', async () => {
+    const n = 1_000_000;
+    const evs = await collect(podd.client, { argv: ['seq', '1', String(n)] });
+    let expected = '';
+    for (let i = 1; i <= n; i++) expected += `${i}\n`;
+    const out = text(evs, 'stdout');
+    expect(out.length).toBe(expected.length); // ~6.9 MB
+    expect(out === expected).toBe(true);
+    expect(evs.every((e) => e.event?.$case !== 'stdout' || e.event.value.length <= 65536)).toBe(true);
+    expect(exitOf(evs).exitCode).toBe(0);
+  });
+
+  test('Exec exit codes and signals', async () => {
+    expect(exitOf(await collect(podd.client, { argv: ['sh', '-c', 'exit 7'] }))).toMatchObject({ exitCode: 7, signal: '' });
+    expect(exitOf(await collect(podd.client, { argv: ['sh', '-c', 'kill -TERM $$'] }))).toMatchObject({ exitCode: 143, signal: 'SIGTERM' });
+    expect(exitOf(await collect(podd.client, { argv: ['sh', '-c', 'kill -KILL $$'] }))).toMatchObject({ exitCode: 137, signal: 'SIGKILL' });
+  });
+
+  test('Exec stdin, env, cwd', async () => {
+    expect(text(await collect(podd.client, { argv: ['cat'], stdin: Buffer.from('hello stdin') }), 'stdout')).toBe('hello stdin');
+    const big = Buffer.alloc(2 * 1024 * 1024, 'a');
+    expect(text(await collect(podd.client, { argv: ['wc', '-c'], stdin: big }), 'stdout').trim()).toBe(String(big.length));
+    // no stdin: the command sees EOF at once
+    expect(exitOf(await collect(podd.client, { argv: ['cat'] })).exitCode).toBe(0);
+    const env = text(await collect(podd.client, { argv: ['sh', '-c', 'echo "$FOO|$HOME|${PATH:+path}"'], env: { FOO: 'bar baz' } }), 'stdout');
+    expect(env).toBe(`bar baz|${process.env.HOME ?? '/root'}|path\n`);
+    expect(text(await collect(podd.client, { argv: ['pwd'] }), 'stdout')).toBe(`${ws}\n`);
+    expect(text(await collect(podd.client, { argv: ['pwd'], cwd: dir }), 'stdout')).toBe(`${dir}\n`);
+  });
+
+  test('Exec timeout_ms: DEADLINE_EXCEEDED and the whole process group is gone', async () => {
+    let pid = 0;
+    const t0 = Date.now();
+    const err = await codeOf(
+      (async () => {
+        for await (const ev of podd.client.exec({ argv: ['sh', '-c', 'sleep 30 & sleep 30 & wait'], timeoutMs: 300 })) {
+          if (ev.event?.$case === 'started') pid = ev.event.value.pid;
+        }
+      })(),
+    );
+    expect(err.code).toBe(Status.DEADLINE_EXCEEDED);
+    expect(Date.now() - t0).toBeLessThan(5000);
+    expect(pid).toBeGreaterThan(0);
+    expect(await waitGroupGone(pid)).toEqual([]);
+  });
+
+  test('cancelling the call kills the process group', async () => {
+    const ac = new AbortController();
+    let pid = 0;
+    const run = (async () => {
+      for await (const ev of podd.client.exec({ argv: ['sh', '-c', 'sleep 30 & echo ready; sleep 30'] }, { signal: ac.signal })) {
+        if (ev.event?.$case === 'started') pid = ev.event.value.pid;
+        if (ev.event?.$case === 'stdout') ac.abort();
+      }
+    })();
+    await expect(run).rejects.toMatchObject({ name: 'AbortError' });
+    expect(pid).toBeGreaterThan(0);
+    expect(await waitGroupGone(pid)).toEqual([]);
+  });
+
+  test('a slow consumer does not make podd buffer the output (backpressure)', async () => {
+    const total = 64 * 1024 * 1024;
+    const rss0 = vmRssKb(podd.proc.pid as number);
+    const it = podd.client.exec({ argv: ['head', '-c', String(total), '/dev/zero'] })[Symbol.asyncIterator]();
+    const first = await it.next();
+    expect(first.value?.event?.$case).toBe('started');
+    const pid = first.value?.event?.$case === 'started' ? first.value.event.value.pid : 0;
+    await sleep(1500);
+    // The writer is blocked on a full pipe, not finished; podd holds far less than 64 MiB.
+    expect(groupMembers(pid)).toContain(pid);
+    const grownMb = (vmRssKb(podd.proc.pid as number) - rss0) / 1024;
+    expect(grownMb).toBeLessThan(32);
+    let got = 0;
+    for (;;) {
+      const r = await it.next();
+      if (r.done) break;
+      if (r.value.event?.$case === 'stdout') got += r.value.event.value.length;
+    }
+    expect(got).toBe(total);
+  });
+
+  test('Exec bad input gets the contract status codes', async () => {
+    const cases: Array<[Partial<ExecRequest>, Status, RegExp]> = [
+      [{ argv: [] }, Status.INVALID_ARGUMENT, /argv/],
+      [{ argv: [''] }, Status.INVALID_ARGUMENT, /argv/],
+      [{ argv: ['no-such-command-sandnode'] }, Status.NOT_FOUND, /no-such-command-sandnode/],
+      [{ argv: ['/nonexistent/bin/x'] }, Status.NOT_FOUND, /argv/],
+      [{ argv: ['true'], cwd: path.join(dir, 'missing') }, Status.INVALID_ARGUMENT, /cwd/],
+      [{ argv: ['true'], cwd: 'relative' }, Status.INVALID_ARGUMENT, /cwd/],
+      [{ argv: ['true'], stdin: Buffer.alloc(3 * 1024 * 1024 + 1) }, Status.INVALID_ARGUMENT, /stdin/],
+      [{ argv: ['true'], env: { 'A=B': '1' } }, Status.INVALID_ARGUMENT, /env/],
+    ];
+    for (const [req, code, re] of cases) {
+      const e = await codeOf(collect(podd.client, req));
+      expect({ req: req.argv, code: Status[e.code] }).toEqual({ req: req.argv, code: Status[code] });
+      expect(e.details).toMatch(re);
+    }
+  });
+
+  test('files: round trip, append, offset/length, create_parents, mode, stat', async () => {
+    const f = path.join(dir, 'files', 'a', 'b.txt');
+    expect((await podd.client.writeFile({ path: f, data: Buffer.from('hello'), createParents: true, mode: 0o600 })).sizeBytes).toBe(5);
+    expect(readFileSync(f, 'utf8')).toBe('hello'); // on disk as soon as the call returned
+    expect((await podd.client.writeFile({ path: f, data: Buffer.from(' world'), append: true })).sizeBytes).toBe(11);
+    const r = await podd.client.readFile({ path: f });
+    expect(r.data.toString()).toBe('hello world');
+    expect(r).toMatchObject({ sizeBytes: 11, eof: true });
+    expect(await podd.client.readFile({ path: f, offset: 6, length: 3 })).toMatchObject({ data: Buffer.from('wor'), sizeBytes: 11, eof: false });
+    const st = await podd.client.stat({ path: f });
+    expect(st).toMatchObject({ type: FileType.FILE_TYPE_REGULAR, sizeBytes: 11, mode: 0o600 });
+    expect(Math.abs(st.mtimeMs - statSync(f).mtimeMs)).toBeLessThan(2);
+    expect((await podd.client.stat({ path: path.dirname(f) })).type).toBe(FileType.FILE_TYPE_DIRECTORY);
+    symlinkSync('b.txt', path.join(path.dirname(f), 'link'));
+    expect((await podd.client.stat({ path: path.join(path.dirname(f), 'link') })).type).toBe(FileType.FILE_TYPE_SYMLINK);
+    // replace
+    expect((await podd.client.writeFile({ path: f, data: Buffer.from('x') })).sizeBytes).toBe(1);
+    // 3 MiB binary round trip
+    const big = Buffer.alloc(3 * 1024 * 1024);
+    for (let i = 0; i < big.length; i++) big[i] = (i * 7) & 0xff;
+    await podd.client.writeFile({ path: path.join(dir, 'files', 'big.bin'), data: big });
+    const rb = await podd.client.readFile({ path: path.join(dir, 'files', 'big.bin') });
+    expect(rb.data.equals(big)).toBe(true);
+    expect(rb.eof).toBe(true);
+  });
+
+  test('files: bad input gets the contract status codes', async () => {
+    writeFileSync(path.join(dir, 'plain'), 'x');
+    const cases: Array<[string, () => Promise<unknown>, Status, RegExp]> = [
+      ['read relative', () => podd.client.readFile({ path: 'rel' }), Status.INVALID_ARGUMENT, /path/],
+      ['read too long', () => podd.client.readFile({ path: path.join(dir, 'plain'), length: 3 * 1024 * 1024 + 1 }), Status.INVALID_ARGUMENT, /length/],
+      ['read missing', () => podd.client.readFile({ path: path.join(dir, 'missing') }), Status.NOT_FOUND, /missing/],
+      ['read dir', () => podd.client.readFile({ path: dir }), Status.FAILED_PRECONDITION, /directory/],
+      ['write relative', () => podd.client.writeFile({ path: 'rel', data: Buffer.from('x') }), Status.INVALID_ARGUMENT, /path/],
+      ['write too big', () => podd.client.writeFile({ path: path.join(dir, 'big'), data: Buffer.alloc(3 * 1024 * 1024 + 1) }), Status.INVALID_ARGUMENT, /data/],
+      ['write no parent', () => podd.client.writeFile({ path: path.join(dir, 'no', 'parent'), data: Buffer.from('x') }), Status.NOT_FOUND, /parent/],
+      ['write dir', () => podd.client.writeFile({ path: ws, data: Buffer.from('x') }), Status.FAILED_PRECONDITION, /directory/],
+      ['stat relative', () => podd.client.stat({ path: 'rel' }), Status.INVALID_ARGUMENT, /path/],
+      ['stat missing', () => podd.client.stat({ path: path.join(dir, 'missing') }), Status.NOT_FOUND, /missing/],
+    ];
+    for (const [name, call, code, re] of cases) {
+      const e = await codeOf(call());
+      expect({ name, code: Status[e.code] }).toEqual({ name, code: Status[code] });
+      expect(e.details).toMatch(re);
+    }
+  });
+});
+
+describe('podd bundle (dist/podd.bundle.js alone, no node_modules)', () => {
+  test('serves Health, GetVersion with build constants, Exec; SIGTERM stops it and TERMs running commands', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'podd-bundle-'));
+    let podd: RunningPodd | undefined;
+    try {
+      if (!existsSync(BUNDLE)) throw new Error(`${BUNDLE} is missing: ${BUILD_HINT}`);
+      const lone = path.join(dir, 'podd.js');
+      copyFileSync(BUNDLE, lone);
+      podd = await startPodd(lone, dir, { SANDNODE_PODD_DEFAULT_CWD: dir, NODE_PATH: '' });
+      expect((await podd.client.health({})).ok).toBe(true);
+      const v = await createServiceClient(VersionServiceDefinition, podd.channel).getVersion({});
+      expect(v).toMatchObject({ component: 'podd', version: PKG_VERSION });
+      expect(v.commit).toMatch(/^([0-9a-f]{40}|unknown)$/);
+      expect(v.features).toEqual(expect.arrayContaining(['podd.exec.v1', 'podd.files.v1']));
+      expect(text(await collect(podd.client, { argv: ['echo', 'bundled'] }), 'stdout')).toBe('bundled\n');
+
+      // SIGTERM while a command runs: the command gets SIGTERM, its stream ends with exit 143,
+      // podd exits 0 and removes its socket.
+      const evs: ExecResponse[] = [];
+      const running = (async () => {
+        for await (const ev of podd!.client.exec({ argv: ['sleep', '30'] })) evs.push(ev);
+      })();
+      while (evs.length === 0) await sleep(20);
+      podd.proc.kill('SIGTERM');
+      await running;
+      expect(exitOf(evs)).toMatchObject({ exitCode: 143, signal: 'SIGTERM' });
+      expect(await podd.exited).toEqual({ code: 0, signal: null });
+      expect(existsSync(podd.sock)).toBe(false);
+      const log = readFileSync(podd.logPath, 'utf8');
+      expect(log).toMatch(/"msg":"podd listening"/);
+      expect(log).toMatch(/"msg":"stopped"/);
+    } finally {
+      await podd?.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
