@@ -353,6 +353,13 @@ async function populate(root: string, parts: { busyboxPath: string; nodePath: st
   // podd and the init
   await copyFile(parts.bundlePath, at(ROOTFS_PATHS.podd));
   await chmod(at(ROOTFS_PATHS.podd), 0o644);
+  // The descriptor set for podd's server reflection, where shared's loader looks for it
+  // (<bundle dir>/../descriptor/sandnode.binpb). Optional: without it reflection lists nothing.
+  const descriptor = reflectionDescriptor();
+  if (descriptor) {
+    await mkdir(at('/opt/descriptor'), { recursive: true });
+    await copyFile(descriptor, at('/opt/descriptor/sandnode.binpb'));
+  }
   await writeFile(at(ROOTFS_PATHS.init), initScript(), { mode: 0o755 });
   await chmod(at(ROOTFS_PATHS.init), 0o755);
 
@@ -552,4 +559,13 @@ function runHost(cmd: string, args: string[]): Promise<string> {
       resolve(String(stdout));
     });
   });
+}
+
+/** reflectionDescriptor finds the descriptor set `npm run gen` writes, or undefined. */
+function reflectionDescriptor(): string | undefined {
+  try {
+    return require.resolve('@sandnode/shared/descriptor');
+  } catch {
+    return undefined;
+  }
 }
