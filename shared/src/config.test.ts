@@ -35,3 +35,10 @@ describe('loadConfig', () => {
     expect(() => loadConfig(schema, { service: 'x', file: f2, env: {} })).toThrow(/"version" is 2/);
   });
 });
+
+describe('empty env values', () => {
+  it('set a string key to ""', () => {
+    const s = z.object({ listen: z.string().default('127.0.0.1:7070') });
+    expect(loadConfig(s, { service: 'x', env: { SANDNODE_X_LISTEN: '' } }).listen).toBe('');
+  });
+});

@@ -62,8 +62,9 @@ export function loadConfig<S extends z.ZodObject<z.ZodRawShape>>(schema: S, opts
     Object.assign(raw, rest);
   }
   for (const key of Object.keys(schema.shape)) {
+    // An empty value counts: it is how a string key is set to "" (e.g. to disable a listener).
     const v = env[envKey(opts.service, key)];
-    if (v !== undefined && v !== '') raw[key] = v;
+    if (v !== undefined) raw[key] = v;
   }
   for (const [k, v] of Object.entries(opts.overrides ?? {})) if (v !== undefined) raw[k] = v;
   const result = schema.safeParse(raw);

@@ -44,7 +44,9 @@ async function readTrim(file: string): Promise<string | undefined> {
     return (await fs.readFile(file, 'utf8')).trim();
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ENXIO') return undefined;
+    // ENODEV: the loop device was detached (or removed) between listing /sys/block and this
+    // read, e.g. by a concurrent DeleteDevice: it has no backing file any more.
+    if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ENXIO' || code === 'ENODEV') return undefined;
     throw err;
   }
 }
