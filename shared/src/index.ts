@@ -10,3 +10,4 @@ export * from './proc';
 export * from './paths';
 export * from './ids';
 export * from './daemon';
+export * from './keyed-mutex';

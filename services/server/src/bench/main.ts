@@ -14,7 +14,7 @@ import path from 'node:path';
 import { socketPath, unixAddress } from '@sandnode/shared';
 import { connectServer, table, type ServerApi } from '../cli/api';
 import { COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '../cli/stack';
-import { mapLimit } from '../core/keyed-mutex';
+import { mapLimit } from '@sandnode/shared';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 

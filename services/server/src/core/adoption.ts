@@ -10,7 +10,7 @@
  * - ERROR: kept as is for the operator to delete.
  */
 import type { Logger } from '@sandnode/shared';
-import { mapLimit } from './keyed-mutex';
+import { mapLimit } from '@sandnode/shared';
 import type { SandboxManager } from './sandbox-manager';
 import type { DevicePort, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
 

@@ -13,7 +13,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
-import { KeyedMutex } from './keyed-mutex';
+import { KeyedMutex } from '@sandnode/shared';
 import type { DevicePort, ExecArgs, ExecEvent, PoddConnector, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
 import { RECORD_SCHEMA } from './types';
 import {

@@ -18,7 +18,7 @@ import {
   type Logger,
 } from '@sandnode/shared';
 import type { BlockDriver, ImageOps } from './driver';
-import { KeyedMutex } from './keyed-mutex';
+import { KeyedMutex } from '@sandnode/shared';
 import type { DeviceStore } from './store';
 import type { AttachedDevice, Device, DeviceRecord, DeviceSpec, DriverCapability, DriverName } from './types';
 import { describeSpec, sameSpec, validateCloneSize, validateCreateInput, validateDeviceId, type CreateDeviceInput, type DeviceLimits } from './validate';

@@ -16,7 +16,7 @@
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError, requireResourceId } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, VmDriver } from './driver';
-import { KeyedMutex } from './keyed-mutex';
+import { KeyedMutex } from '@sandnode/shared';
 import type { EffectiveResources, VmRecord, VmSpec, VmState } from './types';
 import { VM_RECORD_SCHEMA } from './types';
 import { canonicalSpec, checkHostPaths, validateVmSpec } from './validate';

@@ -1,5 +1,5 @@
 /**
- * KeyedMutex serializes lifecycle operations per sandbox: a second operation on the same id
+ * KeyedMutex serializes operations per key (a sandbox, VM or device id): a second operation on the same key
  * waits for the first to finish (operations on different ids run concurrently).
  */
 export class KeyedMutex {
