@@ -1,4 +1,4 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { ConfigError, envKey, loadConfig, z } from './config';
@@ -8,12 +8,16 @@ const schema = z.object({
   maxDevices: z.coerce.number().int().min(1).default(8),
 });
 
+const made: string[] = [];
+afterAll(() => made.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
 describe('loadConfig', () => {
   it('names env keys after the service and key', () => {
     expect(envKey('vmm-supervisor', 'stateDir')).toBe('SANDNODE_VMM_SUPERVISOR_STATE_DIR');
   });
   it('takes defaults, then the file, then env, then overrides', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'cfg-'));
+    made.push(dir);
     const file = path.join(dir, 'c.json');
     writeFileSync(file, JSON.stringify({ version: 1, stateDir: '/from/file', maxDevices: 3 }));
     expect(loadConfig(schema, { service: 'x', env: {} })).toEqual({ stateDir: '/var/lib/x', maxDevices: 8 });
@@ -27,6 +31,7 @@ describe('loadConfig', () => {
   });
   it('refuses unknown keys and other file versions', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'cfg-'));
+    made.push(dir);
     const f1 = path.join(dir, 'a.json');
     writeFileSync(f1, JSON.stringify({ version: 1, stateDri: '/typo' }));
     expect(() => loadConfig(schema, { service: 'x', file: f1, env: {} })).toThrow(/unknown key "stateDri"/);

@@ -162,9 +162,13 @@ export async function writeFile(p: string, data: Uint8Array, opts: WriteOptions 
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw fsError(err, p, 'write');
   }
   if (before?.isDirectory()) throw new FailedPreconditionError(`path: ${p} is a directory`);
+  // A FIFO, socket or device would block or misbehave: only regular files (or a symlink, which
+  // open resolves) are written. O_NONBLOCK keeps a FIFO swapped in after the lstat from blocking
+  // one of podd's few fs threads (open fails with ENXIO instead).
+  if (before && !before.isFile() && !before.isSymbolicLink()) throw new FailedPreconditionError(`path: ${p} is not a regular file`);
   const existed = before !== undefined;
 
-  const flags = fsConstants.O_WRONLY | fsConstants.O_CREAT | (opts.append ? fsConstants.O_APPEND : fsConstants.O_TRUNC);
+  const flags = fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_NONBLOCK | (opts.append ? fsConstants.O_APPEND : fsConstants.O_TRUNC);
   let fh;
   try {
     fh = await open(p, flags, mode);

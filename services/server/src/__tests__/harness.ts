@@ -54,7 +54,15 @@ export interface TestNode {
 export async function startNode(opts: { buildTemplate?: boolean } = {}): Promise<TestNode> {
   const root = mkdtempSync(path.join(os.tmpdir(), 'sandnode-it-'));
   const dirs: StackDirs = { stateDir: path.join(root, 'state'), runDir: path.join(root, 'run'), listen: '' };
-  for (const c of COMPONENTS) await startComponent(dirs, c, { timeoutMs: 60_000 });
+  try {
+    for (const c of COMPONENTS) await startComponent(dirs, c, { timeoutMs: 60_000 });
+  } catch (err) {
+    // stop what did start, so a failed start leaves no daemon or dir behind
+    for (const c of [...COMPONENTS].reverse()) await stopComponent(dirs, c).catch(() => undefined);
+    await purgeNode(dirs).catch(() => undefined);
+    execFileSync('rm', ['-rf', root]);
+    throw err;
+  }
   const address = unixAddress(socketPath(dirs.runDir, 'server'));
   const node: TestNode = {
     dirs,

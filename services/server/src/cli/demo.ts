@@ -10,7 +10,7 @@
  * sandnode process is left. Prints a report with timings; returns false if a check failed.
  */
 import { createHash } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { run, socketPath, unixAddress } from '@sandnode/shared';
 import { connectServer, stateName, table, type ServerApi } from './api';
@@ -182,6 +182,7 @@ export async function runDemo(base: StackDirs, opts: { keep: boolean }): Promise
       await step('stop the stack and check that nothing is left', async () => {
         for (const c of [...COMPONENTS].reverse()) await stopComponent(dirs, c);
         const purge = await purgeNode(dirs);
+        rmSync(root, { recursive: true, force: true });
         const leftovers: string[] = [];
         const loops = loopDevicesBelow(dirs.stateDir);
         if (loops.length) leftovers.push(`loop devices ${loops.join(' ')}`);

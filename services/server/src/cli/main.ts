@@ -11,6 +11,7 @@
  * Exit codes: 0 ok; 1 failure (the gRPC status is printed); `sandbox exec` exits with the
  * command's exit code.
  */
+import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { Command, Option } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
@@ -136,8 +137,9 @@ program
         const v = await getVersion(d, c);
         components.push({ name: c, version: v?.version ?? null, pid: v?.pid ?? findRunning(d, c)?.pid ?? null, features: v?.features ?? [], up: !!v });
       }
-      let sandboxes = 0;
+      let sandboxes: number | null = null;
       if (components.find((c) => c.name === 'server')?.up) {
+        sandboxes = 0;
         const api = connectServer(d.address);
         try {
           let token = '';
@@ -156,7 +158,7 @@ program
             ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
             components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', c.pid ?? '-', c.features.join(',')]),
           ),
-          `sandboxes: ${sandboxes}`,
+          `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
         ].join('\n'),
       );
     }),
@@ -231,7 +233,8 @@ sandbox
           timeoutSeconds: Number(o.timeout),
           metadata: o.metadata,
           resources: { vcpus: Number(o.vcpus), memoryMib: Number(o.memoryMib), diskBytes: Number(o.diskBytes) },
-          requestId: o.requestId ?? '',
+          // always an idempotency key, so the client's retry on UNAVAILABLE cannot create twice
+          requestId: o.requestId ?? `cli-${randomBytes(8).toString('hex')}`,
         });
         const s = sandboxJson(r.sandbox!);
         print(!!o.json, s, () => `${s.id} ${s.state} pid ${s.pid}`);

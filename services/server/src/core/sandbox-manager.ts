@@ -120,16 +120,30 @@ export class SandboxManager {
       const inflight = this.creating.get(requestId);
       if (inflight) return inflight;
       const existing = this.o.store.findByRequestId(requestId);
-      if (existing) return existing;
+      if (existing) return this.existingCreate(existing, template);
     }
-    const tpl = await this.o.templates.get(template);
-    if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
-    const p = this.createFromTemplate(template, tpl.rootfsPath, tpl.poddVersion, timeoutSeconds, metadata, resources, requestId);
+    // Registered before the first await, so a parallel create with the same request_id joins it.
+    const p = (async () => {
+      const tpl = await this.o.templates.get(template);
+      if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
+      return this.createFromTemplate(template, tpl.rootfsPath, tpl.poddVersion, timeoutSeconds, metadata, resources, requestId);
+    })();
     if (requestId) {
       this.creating.set(requestId, p);
       p.finally(() => this.creating.delete(requestId)).catch(() => undefined);
     }
     return p;
+  }
+
+  /** existingCreate answers a repeated request_id: the same sandbox, if it still lives. */
+  private existingCreate(rec: SandboxRecord, template: string): SandboxRecord {
+    if (rec.template !== template) {
+      throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId} from template ${rec.template}`);
+    }
+    if (rec.state !== 'RUNNING' && rec.state !== 'PAUSED') {
+      throw new FailedPreconditionError(`request_id: ${rec.requestId} made sandbox ${rec.sandboxId}, which is ${rec.state}`);
+    }
+    return rec;
   }
 
   private async createFromTemplate(
@@ -302,7 +316,7 @@ export class SandboxManager {
   async writeFile(id: string, p: string, data: Uint8Array, mode: number, append: boolean): Promise<{ sizeBytes: number }> {
     const abs = workspacePath('path', p);
     validateChunk('data', data.length);
-    if (mode > 0o7777) throw new InvalidArgumentError(`mode: ${mode.toString(8)} is not a permission mode`);
+    if (mode > 0o777) throw new InvalidArgumentError(`mode: ${mode.toString(8)} is not a permission mode (0..0777)`);
     const rec = this.requireState(id, 'WriteFile', ['RUNNING']);
     return this.o.podd.connect(rec.poddAddress).writeFile(abs, data, mode, append);
   }
