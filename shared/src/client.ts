@@ -13,6 +13,7 @@ import { Status } from 'nice-grpc-common';
 import { FailedPreconditionError } from './errors';
 import { VersionServiceDefinition, type GetVersionResponse } from './gen/sandnode/common/v1/version';
 import { MAX_MESSAGE_BYTES } from './server';
+import { epochClientMiddleware } from './epoch-fence';
 
 /** Default deadline of a unary call, in ms. */
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
@@ -37,6 +38,8 @@ export interface ServiceClientOptions {
   timeoutMs?: number;
   /** Attempts for idempotent calls (default DEFAULT_RETRY_ATTEMPTS). */
   retryAttempts?: number;
+  /** The caller's epoch, sent as `sandnode-epoch` on every call (the active server's). */
+  epoch?: () => number;
 }
 
 const factory = createClientFactory().use(retryMiddleware).use(deadlineMiddleware);
@@ -61,8 +64,9 @@ export function createServiceClient<D extends CompatServiceDefinition>(
       ...(m.responseStream ? {} : { deadline: opts.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS }),
     };
   }
+  const f = opts.epoch ? factory.use(epochClientMiddleware(opts.epoch)) : factory;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
-  return factory.create(def, channel, defaults as any) as ServiceClient<D>;
+  return f.create(def, channel, defaults as any) as ServiceClient<D>;
 }
 
 /**

@@ -11,3 +11,5 @@ export * from './paths';
 export * from './ids';
 export * from './daemon';
 export * from './keyed-mutex';
+export * from './epoch-fence';
+export * from './grpc-host';

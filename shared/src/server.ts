@@ -9,8 +9,9 @@
  */
 import { chmodSync, existsSync, readFileSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
-import { createServer, ServerError, Status } from 'nice-grpc';
-import type { CallContext, ServerMiddlewareCall, Server, ServiceImplementation, CompatServiceDefinition } from 'nice-grpc';
+import type net from 'node:net';
+import { ServerError, Status } from 'nice-grpc';
+import type { CallContext, ServerMiddlewareCall, ServiceImplementation, CompatServiceDefinition } from 'nice-grpc';
 import { HealthDefinition, HealthServiceImpl, HealthState } from 'nice-grpc-server-health';
 import { ServerReflection, ServerReflectionService } from 'nice-grpc-server-reflection';
 import type { Logger } from 'pino';
@@ -19,6 +20,8 @@ import { toServerError } from './errors';
 import { VersionServiceDefinition } from './gen/sandnode/common/v1/version';
 import { versionService, type ComponentInfo } from './version';
 import { rpcDuration } from './metrics';
+import { GrpcHost } from './grpc-host';
+import { epochFenceMiddleware, type EpochFence } from './epoch-fence';
 
 /** Largest gRPC message a sandnode component accepts or sends, in bytes (4 MiB). */
 export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
@@ -33,6 +36,8 @@ export interface SandnodeCallContext {
 export interface ServiceServerOptions {
   info: ComponentInfo;
   log: Logger;
+  /** epoch fence for mutating calls (vmm-supervisor, ublk-manager) */
+  fence?: EpochFence;
 }
 
 /** ServiceServer is a running component server. */
@@ -45,8 +50,10 @@ export interface ServiceServer {
   setServing(serving: boolean): void;
   /** shutdown runs the shutdown order; resolves when the server is closed. */
   shutdown(drainMs?: number): Promise<void>;
-  /** The underlying nice-grpc servers, one per listened address. */
-  readonly servers: readonly Server<SandnodeCallContext>[];
+  /** serveListener serves gRPC on connections accepted by a listening net.Server we own. */
+  serveListener(listener: net.Server): void;
+  /** The grpc-js host (for handover: injected listeners, stop accepting). */
+  readonly host: GrpcHost;
 }
 
 function fullServiceName(def: CompatServiceDefinition): string {
@@ -95,57 +102,51 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
     }
   }
 
-  const services: [CompatServiceDefinition, unknown][] = [
-    [VersionServiceDefinition, versionService(info)],
-    [HealthDefinition, HealthServiceImpl(health)],
-  ];
-  const servers: Server<SandnodeCallContext>[] = [];
-
-  // nice-grpc binds one address per server: each address gets its own server with the same
-  // middleware and services.
-  const makeServer = (): Server<SandnodeCallContext> => {
-    const srv = createServer({
+  const host = new GrpcHost({
+    options: {
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
       'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
-    }).use(errorAndLog);
-    for (const [def, impl] of services) {
-      // eslint-disable-next-line @typescript-eslint/no-explicit-any
-      srv.add(def, impl as any);
-    }
-    return srv;
-  };
+    },
+    middleware: opts.fence ? [errorAndLog, epochFenceMiddleware(opts.fence)] : [errorAndLog],
+  });
+  host.add(VersionServiceDefinition, versionService(info));
+  host.add(HealthDefinition, HealthServiceImpl(health));
 
   let reflectionAdded = false;
+  const addReflection = () => {
+    if (!reflectionAdded) {
+      host.add(ServerReflectionService, ServerReflection(loadDescriptorSet(), names));
+      reflectionAdded = true;
+    }
+  };
   return {
-    get servers() {
-      return servers;
-    },
+    host,
     add(def, impl) {
-      if (servers.length) throw new Error('add() after listen()');
-      services.push([def, impl]);
+      if (reflectionAdded) throw new Error('add() after listen()');
+      host.add(def, impl);
       names.push(fullServiceName(def));
     },
     async listen(addresses) {
-      if (!reflectionAdded) {
-        services.push([ServerReflectionService, ServerReflection(loadDescriptorSet(), names)]);
-        reflectionAdded = true;
-      }
+      addReflection();
       const ports: number[] = [];
       for (const addr of addresses) {
-        const srv = makeServer();
         if (addr.startsWith('unix://')) {
           const p = addr.slice('unix://'.length);
           if (existsSync(p)) unlinkSync(p); // a stale socket from a killed process
-          ports.push(await srv.listen(addr));
+          ports.push(await host.bind(addr));
           chmodSync(p, 0o600);
           socketPaths.push(p);
         } else {
-          ports.push(await srv.listen(addr));
+          ports.push(await host.bind(addr));
         }
-        servers.push(srv);
       }
       this.setServing(true);
       return ports;
+    },
+    serveListener(listener) {
+      addReflection();
+      host.serveListener(listener);
+      this.setServing(true);
     },
     setServing(serving) {
       const s = serving ? 'healthy' : 'unhealthy';
@@ -154,11 +155,9 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
     },
     async shutdown(drainMs = DEFAULT_DRAIN_MS) {
       this.setServing(false);
-      const timer = setTimeout(() => servers.forEach((srv) => srv.forceShutdown()), drainMs);
       try {
-        await Promise.all(servers.map((srv) => srv.shutdown()));
+        await host.shutdown(drainMs);
       } finally {
-        clearTimeout(timer);
         for (const p of socketPaths) {
           try {
             unlinkSync(p);

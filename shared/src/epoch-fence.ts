@@ -1,0 +1,107 @@
+/**
+ * Epoch fencing (ARCHITECTURE.md section 4): every mutating call from the active server to
+ * vmm-supervisor and ublk-manager carries the server's epoch in metadata `sandnode-epoch`.
+ * Those services persist the highest epoch seen and reject lower ones with ABORTED, so two
+ * servers can never both mutate the node (the idea of fencing tokens, as in Kleppmann's
+ * "How to do distributed locking" and Chubby's sequencers).
+ *
+ * A call is mutating unless its method is marked `idempotency_level = NO_SIDE_EFFECTS`. A
+ * mutating call without the metadata counts as epoch 0: accepted only while no epoch was ever
+ * seen (a node before its first server took the lease, or a test calling a service alone).
+ */
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import path from 'node:path';
+import { Metadata } from 'nice-grpc-common';
+import type { CallContext, ClientMiddleware, ClientMiddlewareCall, ServerMiddlewareCall, CallOptions } from 'nice-grpc-common';
+import { AbortedError, InvalidArgumentError } from './errors';
+
+/** The metadata key that carries the epoch. */
+export const EPOCH_METADATA_KEY = 'sandnode-epoch';
+
+/**
+ * EpochFence remembers the highest epoch seen in `<dir>/epoch`, written atomically (temp file,
+ * fsync, rename, fsync dir) before a call that raised it is handled.
+ */
+export class EpochFence {
+  private highest: number;
+  private readonly file: string;
+
+  constructor(dir: string) {
+    mkdirSync(dir, { recursive: true });
+    this.file = path.join(dir, 'epoch');
+    this.highest = EpochFence.read(this.file);
+  }
+
+  private static read(file: string): number {
+    try {
+      const v = Number(JSON.parse(readFileSync(file, 'utf8')).epoch);
+      return Number.isSafeInteger(v) && v >= 0 ? v : 0;
+    } catch {
+      return 0;
+    }
+  }
+
+  /** current is the highest epoch seen. */
+  get current(): number {
+    return this.highest;
+  }
+
+  /**
+   * admit checks an epoch: lower than the highest -> AbortedError; higher -> persisted first.
+   */
+  admit(epoch: number, rpc: string): void {
+    if (epoch < this.highest) {
+      throw new AbortedError(`${rpc}: stale epoch ${epoch}; this node is at epoch ${this.highest} (another server took the lease)`);
+    }
+    if (epoch > this.highest) {
+      const tmp = `${this.file}.tmp`;
+      const fd = openSync(tmp, 'w', 0o600);
+      try {
+        writeSync(fd, JSON.stringify({ epoch, updatedAtMs: Date.now() }));
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      renameSync(tmp, this.file);
+      const dfd = openSync(path.dirname(this.file), 'r');
+      try {
+        fsyncSync(dfd);
+      } finally {
+        closeSync(dfd);
+      }
+      this.highest = epoch;
+    }
+  }
+}
+
+/** parseEpoch reads the epoch of a call's metadata; missing -> 0. */
+export function parseEpoch(metadata: Metadata): number {
+  const raw = metadata.get(EPOCH_METADATA_KEY);
+  if (raw === undefined || raw === '') return 0;
+  const v = Number(raw);
+  if (!Number.isSafeInteger(v) || v < 0) throw new InvalidArgumentError(`metadata ${EPOCH_METADATA_KEY}: ${JSON.stringify(raw)} is not an epoch`);
+  return v;
+}
+
+/** isMutating says whether a method may change state (not NO_SIDE_EFFECTS). */
+export function isMutating(method: { options?: { idempotencyLevel?: string } }): boolean {
+  return method.options?.idempotencyLevel !== 'NO_SIDE_EFFECTS';
+}
+
+/** epochFenceMiddleware admits mutating calls through fence (server side). */
+export function epochFenceMiddleware(fence: EpochFence) {
+  return async function* fenceCall<Req, Res>(call: ServerMiddlewareCall<Req, Res>, context: CallContext) {
+    if (isMutating(call.method as { options?: { idempotencyLevel?: string } })) {
+      fence.admit(parseEpoch(context.metadata), call.method.path);
+    }
+    return yield* call.next(call.request, context);
+  };
+}
+
+/** epochClientMiddleware adds the caller's current epoch to every call (client side). */
+export function epochClientMiddleware(getEpoch: () => number): ClientMiddleware {
+  return async function* withEpoch<Req, Res>(call: ClientMiddlewareCall<Req, Res>, options: CallOptions) {
+    const metadata = Metadata(options.metadata).set(EPOCH_METADATA_KEY, String(getEpoch()));
+    return yield* call.next(call.request, { ...options, metadata });
+  };
+}

@@ -1,0 +1,115 @@
+/**
+ * GrpcHost: a grpc-js Server that runs nice-grpc service implementations and middleware, and
+ * that we own, so that it can also serve connections accepted on listening sockets it did not
+ * bind itself (an inherited fd, or one received over SCM_RIGHTS during a handover) through
+ * grpc-js `Server.createConnectionInjector`.
+ *
+ * nice-grpc keeps its grpc-js server private and binds one address per server; this adapter
+ * builds the grpc-js service handlers with nice-grpc's own handler factories (pinned
+ * nice-grpc 2.1.18, `lib/server/handle*Call`), so handlers, middleware and error mapping behave
+ * exactly as under `createServer()`.
+ */
+import net from 'node:net';
+import * as grpc from '@grpc/grpc-js';
+import type { CompatServiceDefinition, ServiceImplementation } from 'nice-grpc';
+import { composeServerMiddleware, type ServerMiddleware } from 'nice-grpc-common';
+import { UnimplementedError } from './errors';
+/* eslint-disable @typescript-eslint/no-require-imports, @typescript-eslint/no-explicit-any */
+const defs = require('nice-grpc/lib/service-definitions') as {
+  normalizeServiceDefinition(d: CompatServiceDefinition): Record<string, any>;
+  toGrpcJsServiceDefinition(d: Record<string, any>): grpc.ServiceDefinition;
+};
+const unary = require('nice-grpc/lib/server/handleUnaryCall') as { createUnaryMethodHandler: (...a: any[]) => any };
+const serverStream = require('nice-grpc/lib/server/handleServerStreamingCall') as { createServerStreamingMethodHandler: (...a: any[]) => any };
+const clientStream = require('nice-grpc/lib/server/handleClientStreamingCall') as { createClientStreamingMethodHandler: (...a: any[]) => any };
+const bidi = require('nice-grpc/lib/server/handleBidiStreamingCall') as { createBidiStreamingMethodHandler: (...a: any[]) => any };
+/* eslint-enable @typescript-eslint/no-require-imports */
+
+export interface GrpcHostOptions {
+  /** grpc-js server options (message size limits ...). */
+  options: grpc.ServerOptions;
+  /** the middleware every call goes through, outermost first. */
+  middleware: ServerMiddleware<any, any>[];
+}
+
+/** GrpcHost serves registered services on bound addresses and on injected listeners. */
+export class GrpcHost {
+  readonly server: grpc.Server;
+  private injector: ReturnType<grpc.Server['createConnectionInjector']> | undefined;
+  private readonly listeners = new Set<net.Server>();
+  private readonly middleware: ServerMiddleware<any, any> | undefined;
+
+  constructor(opts: GrpcHostOptions) {
+    this.server = new grpc.Server(opts.options);
+    this.middleware = opts.middleware.reduce<ServerMiddleware<any, any> | undefined>((acc, m) => (acc ? composeServerMiddleware(acc, m) : m), undefined);
+  }
+
+  /** add registers a nice-grpc service implementation. */
+  add<D extends CompatServiceDefinition>(def: D, impl: ServiceImplementation<D, any>): void {
+    const definition = defs.normalizeServiceDefinition(def);
+    const handlers: Record<string, any> = {};
+    for (const [name, m] of Object.entries(definition)) {
+      const fn = (impl as Record<string, ((...a: unknown[]) => unknown) | undefined>)[name];
+      // An RPC this build does not implement answers UNIMPLEMENTED (it is in a newer contract).
+      const bound = fn
+        ? fn.bind(impl)
+        : m.responseStream
+          ? // eslint-disable-next-line require-yield
+            async function* () {
+              throw new UnimplementedError(`${m.path} is not implemented by this version`);
+            }
+          : async () => {
+              throw new UnimplementedError(`${m.path} is not implemented by this version`);
+            };
+      const make = !m.requestStream
+        ? !m.responseStream
+          ? unary.createUnaryMethodHandler
+          : serverStream.createServerStreamingMethodHandler
+        : !m.responseStream
+          ? clientStream.createClientStreamingMethodHandler
+          : bidi.createBidiStreamingMethodHandler;
+      handlers[name] = make(m, bound, this.middleware);
+    }
+    this.server.addService(defs.toGrpcJsServiceDefinition(definition), handlers);
+  }
+
+  /** bind listens on a gRPC address ("unix:///abs.sock" or "host:port"); returns the port. */
+  bind(address: string): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port)));
+    });
+  }
+
+  /**
+   * serveListener serves gRPC on connections accepted by a listening net.Server we own (e.g.
+   * `net.createServer().listen({ fd })`). Returns the net.Server.
+   */
+  serveListener(listener: net.Server): net.Server {
+    if (!this.injector) this.injector = this.server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+    const injector = this.injector;
+    listener.on('connection', (socket: net.Socket) => injector.injectConnection(socket));
+    this.listeners.add(listener);
+    return listener;
+  }
+
+  /** stopAccepting closes our own listeners (accepting stops; sessions keep running). */
+  async stopAccepting(): Promise<void> {
+    await Promise.all([...this.listeners].map((l) => new Promise<void>((r) => l.close(() => r()))));
+    this.listeners.clear();
+  }
+
+  /** shutdown: stop accepting, GOAWAY, wait for running calls; force after drainMs. */
+  async shutdown(drainMs: number): Promise<void> {
+    await this.stopAccepting();
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.server.forceShutdown();
+        resolve();
+      }, drainMs);
+      this.server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+}
