@@ -17,6 +17,12 @@ export const DEFAULT_PODD_DRAIN_MS = 3000;
 export const poddConfigSchema = z.object({
   /** socket is the absolute path of the unix socket to listen on. */
   socket: z.string().min(1).refine((s) => s.startsWith('/'), 'must be an absolute path').default(DEFAULT_SOCKET),
+  /**
+   * listenFd is an inherited listening unix socket to serve on instead of binding `socket`
+   * (-1: none). The vmm-supervisor binds podd's socket on the host, outside the sandbox, and
+   * hands it in as fd 3 (env SANDNODE_PODD_LISTEN_FD=3), so the sandbox cannot redirect it.
+   */
+  listenFd: z.coerce.number().int().min(-1).default(-1),
   /** logLevel is the pino level of the stderr log. */
   logLevel: z.enum(LOG_LEVELS).default('info'),
   /** defaultCwd is the Exec working directory when a request leaves cwd empty (absolute). */

@@ -4,12 +4,13 @@ import { ConfigError } from '@sandnode/shared';
 /** PoddFlags are the parsed flags; they override env and config file. */
 export interface PoddFlags {
   socket?: string;
+  listenFd?: string;
   logLevel?: string;
   help?: boolean;
 }
 
 /**
- * parseFlags reads `--socket PATH` / `--socket=PATH`, `--log-level LEVEL` and `--help`.
+ * parseFlags reads `--socket PATH` / `--socket=PATH`, `--listen-fd N`, `--log-level LEVEL` and `--help`.
  * Throws ConfigError naming an unknown flag or a flag without its value. */
 export function parseFlags(args: string[]): PoddFlags {
   const out: PoddFlags = {};
@@ -23,6 +24,7 @@ export function parseFlags(args: string[]): PoddFlags {
       return v;
     };
     if (flag === '--socket') out.socket = value();
+    else if (flag === '--listen-fd') out.listenFd = value();
     else if (flag === '--log-level') out.logLevel = value();
     else if (flag === '--help' || flag === '-h') out.help = true;
     else throw new ConfigError(`unknown flag ${a}`);

@@ -3,12 +3,13 @@
  * podd: the guest agent inside a sandbox. Serves sandnode.podd.v1.PoddService (plus version,
  * health and reflection) on a unix socket. Logs JSON to stderr only.
  *
- * Usage: podd [--socket PATH] [--log-level LEVEL]
+ * Usage: podd [--socket PATH | --listen-fd N] [--log-level LEVEL]
  *
  * Shutdown (SIGTERM/SIGINT): running commands' process groups get SIGTERM at once, then the
  * shared order runs (health NOT_SERVING, drain calls, close); groups still alive get SIGKILL.
  */
 import { mkdirSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { buildCommit, createLogger, createServiceServer, runDaemon, SUITE_VERSION, unixAddress } from '@sandnode/shared';
 import { PoddServiceDefinition } from '@sandnode/shared/proto/podd/v1/podd';
@@ -18,7 +19,7 @@ import { ExecRunner } from './core/exec';
 import { PODD_COMPONENT, PODD_FEATURES } from './features';
 import { poddService } from './rpc/podd-service';
 
-const USAGE = 'usage: podd [--socket PATH] [--log-level LEVEL]\n';
+const USAGE = 'usage: podd [--socket PATH | --listen-fd N] [--log-level LEVEL]\n';
 
 async function main(): Promise<void> {
   const startedAtMs = Date.now();
@@ -29,7 +30,7 @@ async function main(): Promise<void> {
       process.stderr.write(USAGE);
       return;
     }
-    cfg = readPoddConfig({ socket: flags.socket, logLevel: flags.logLevel });
+    cfg = readPoddConfig({ socket: flags.socket, listenFd: flags.listenFd, logLevel: flags.logLevel });
   } catch (err) {
     process.stderr.write(`podd: ${(err as Error).message}\n${USAGE}`);
     process.exit(2);
@@ -60,9 +61,20 @@ async function main(): Promise<void> {
     },
   });
 
-  mkdirSync(path.dirname(cfg.socket), { recursive: true });
-  await server.listen([unixAddress(cfg.socket)]);
-  log.info({ socket: cfg.socket, commit: buildCommit() }, 'podd listening');
+  if (cfg.listenFd >= 0) {
+    // The host bound this socket outside the sandbox; serve the connections it accepts.
+    const listener = net.createServer();
+    await new Promise<void>((resolve, reject) => {
+      listener.once('error', reject);
+      listener.listen({ fd: cfg.listenFd }, () => resolve());
+    });
+    server.serveListener(listener);
+    log.info({ fd: cfg.listenFd, commit: buildCommit() }, 'podd serving on the inherited socket');
+  } else {
+    mkdirSync(path.dirname(cfg.socket), { recursive: true });
+    await server.listen([unixAddress(cfg.socket)]);
+    log.info({ socket: cfg.socket, commit: buildCommit() }, 'podd listening');
+  }
 }
 
 main().catch((err: unknown) => {

@@ -4,8 +4,9 @@
  * Needs `npx tsc -b services/podd/tsconfig.build.json && npm run bundle --workspace @sandnode/podd`.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { closeSync, copyFileSync, existsSync, openSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { closeSync, copyFileSync, existsSync, linkSync, openSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
+import net from 'node:net';
 import path from 'node:path';
 import { ClientError, Status } from 'nice-grpc';
 import { createSandnodeChannel, createServiceClient, type ServiceClient } from '@sandnode/shared';
@@ -348,6 +349,57 @@ describe('podd bundle (dist/podd.bundle.js alone, no node_modules)', () => {
       expect(log).toMatch(/"msg":"stopped"/);
     } finally {
       await podd?.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('podd on an inherited listening socket (--listen-fd)', () => {
+  it('serves on fd 3 held by a respawning parent (like the sandbox init); a killed podd is replaced on the same socket', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'podd-fd-'));
+    const sock = path.join(dir, 'podd.sock');
+    const tmpSock = `${sock}.tmp`;
+    // Bind like the vmm-supervisor does: at a temp name, hard-linked to the real name, so that
+    // closing our copy only unlinks the temp name.
+    const listener = net.createServer();
+    await new Promise<void>((r) => listener.listen(tmpSock, () => r()));
+    linkSync(tmpSock, sock);
+    const fd = (listener as unknown as { _handle: { fd: number } })._handle.fd;
+    const logFd = openSync(path.join(dir, 'podd.log'), 'a');
+    // the "init": holds fd 3 and restarts podd when it dies
+    const init = spawn('sh', ['-c', `while :; do "${process.execPath}" "${MAIN}"; sleep 0.1; done`], {
+      stdio: ['ignore', logFd, logFd, fd],
+      env: { ...process.env, SANDNODE_PODD_LISTEN_FD: '3', SANDNODE_PODD_DEFAULT_CWD: dir },
+      detached: true,
+    });
+    await new Promise<void>((r) => listener.close(() => r())); // our copy: no longer accepting
+    const channel = createSandnodeChannel(`unix://${sock}`);
+    const client = createServiceClient(PoddServiceDefinition, channel, { timeoutMs: 2000 });
+    const healthy = async () => {
+      for (let i = 0; i < 200; i++) {
+        if (await client.health({}, { retry: false }).then((h) => h.ok, () => false)) return true;
+        await sleep(50);
+      }
+      return false;
+    };
+    const poddPid = () => Number(readFileSync(`/proc/${init.pid}/task/${init.pid}/children`, 'utf8').trim().split(' ')[0]);
+    try {
+      expect(existsSync(tmpSock)).toBe(false);
+      expect(await healthy()).toBe(true);
+      const first = poddPid();
+      process.kill(first, 'SIGKILL');
+      expect(await healthy()).toBe(true);
+      expect(poddPid()).not.toBe(first);
+      const evs = await collect(client, { argv: ['echo', 'via fd'] });
+      expect(text(evs, 'stdout')).toBe('via fd\n');
+    } finally {
+      try {
+        process.kill(-(init.pid as number), 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+      channel.close();
+      closeSync(logFd);
       rmSync(dir, { recursive: true, force: true });
     }
   });

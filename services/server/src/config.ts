@@ -40,6 +40,16 @@ export const serverConfigSchema = z.object({
   metricsListen: z.string().default(''),
   /** time running calls get at shutdown, ms */
   drainMs: z.coerce.number().int().min(0).default(5000),
+  /** A/B slot of this server ("a", "b" or ""); names its admin socket */
+  slot: z.enum(['', 'a', 'b']).default(''),
+  /** start as the standby that takes the node over from the active server (upgrade) */
+  takeover: z.preprocess((v) => v === true || v === 'true' || v === '1', z.boolean()).default(false),
+  /** how long a retiring server relays running streams before it exits, ms */
+  retireDrainMs: z.coerce.number().int().min(0).default(600_000),
+  /** SIGTERM drains the node first (pod deletion); off for local runs */
+  drainOnSigterm: z.preprocess((v) => v === true || v === 'true' || v === '1', z.boolean()).default(false),
+  /** deadline of the SIGTERM drain, ms (keep it below the pod's grace period) */
+  drainDeadlineMs: z.coerce.number().int().min(1000).default(20_000),
 });
 
 export type ServerConfig = z.infer<typeof serverConfigSchema> & {

@@ -2,48 +2,21 @@
 /**
  * sandnode-server: the sandbox lifecycle API of a node.
  *
- * Start order: config -> records DB -> peers (vmm-supervisor, ublk-manager; waits for them) ->
- * adoption of every record -> serve (TCP + unix socket) -> timeout reaper.
- * Shutdown (SIGTERM): health NOT_SERVING -> stop taking calls -> drain -> close DB. Sandboxes
- * are never touched by a server stop.
+ * Normal start: take the lease if free (then active: epoch+1, adopt, sweep orphans, serve),
+ * else wait as standby and take over if the active server dies. With `takeover` set (what
+ * `sandnode upgrade server` does), take the node over from the active server by handover:
+ * same listening sockets, no refused connection. SIGTERM stops serving (after a drain when
+ * `drainOnSigterm` is set); sandboxes are never touched by a server stop.
  */
-import { mkdirSync } from 'node:fs';
-import path from 'node:path';
-import { createLogger, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION, buildCommit, unixAddress, ConfigError } from '@sandnode/shared';
-import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
-import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
+import { ConfigError, createLogger, SUITE_VERSION } from '@sandnode/shared';
 import { resolveServerConfig } from './config';
-import { adoptAll } from './core/adoption';
-import { SandboxManager } from './core/sandbox-manager';
-import { LocalTemplateCatalog } from './core/template-catalog';
-import { DevicePeer } from './peers/device-peer';
-import { PoddPeers } from './peers/podd-peer';
-import { VmPeer } from './peers/vm-peer';
-import { sandboxService } from './rpc/sandbox-service';
-import { templateService } from './rpc/template-service';
-import { SqliteRecordStore } from './store/sqlite-record-store';
+import { ServerNode } from './handover/server-node';
 
-/** Features this server offers (GetVersion). */
-export const SERVER_FEATURES = ['server.sandbox.v1', 'server.template.v1', 'server.adoption.v1'];
-
-/** How long the server waits for vmm-supervisor and ublk-manager at start, ms. */
-const PEER_WAIT_MS = 30_000;
+export { SERVER_FEATURES } from './handover/server-node';
 
 function parseArgs(argv: string[]): { config?: string } {
   const i = argv.indexOf('--config');
   return i >= 0 ? { config: argv[i + 1] } : {};
-}
-
-async function waitFor<T>(what: string, fn: () => Promise<T>, ms: number): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    try {
-      return await fn();
-    } catch (err) {
-      if (Date.now() > deadline) throw new Error(`${what} did not answer within ${ms} ms: ${(err as Error).message}`);
-      await new Promise((r) => setTimeout(r, 200));
-    }
-  }
 }
 
 async function main(): Promise<void> {
@@ -57,70 +30,34 @@ async function main(): Promise<void> {
     }
     throw err;
   }
-  const log = createLogger('server', SUITE_VERSION, cfg.logLevel);
-  mkdirSync(cfg.stateDir, { recursive: true });
-  mkdirSync(path.join(cfg.runDir, 'sandboxes'), { recursive: true });
-
-  const store = new SqliteRecordStore(path.join(cfg.stateDir, 'records.db'), log);
-  const vms = new VmPeer(cfg.vmmAddress);
-  const devices = new DevicePeer(cfg.ublkAddress);
-  const podd = new PoddPeers();
-  const templates = new LocalTemplateCatalog({ templatesDir: cfg.templatesDir, poddBundlePath: cfg.poddBundle, poddVersion: cfg.poddVersion, store });
-  const manager = new SandboxManager({
-    store,
-    vms,
-    devices,
-    podd,
-    templates,
-    log,
-    runDir: cfg.runDir,
-    resourceDefaults: { vcpus: cfg.defaultVcpus, memoryMib: cfg.defaultMemoryMib, diskBytes: cfg.defaultDiskBytes },
-    upperBytes: cfg.upperBytes,
-    poddReadyTimeoutMs: cfg.poddReadyTimeoutMs,
-  });
-
-  const vmmVersion = await waitFor('vmm-supervisor', () => vms.features.get(), PEER_WAIT_MS);
-  const ublkVersion = await waitFor('ublk-manager', () => devices.features.get(), PEER_WAIT_MS);
-  log.info({ vmm: vmmVersion.version, ublk: ublkVersion.version }, 'peers answer');
-
-  const report = await adoptAll({ store, vms, devices, podd, manager, log, concurrency: cfg.adoptConcurrency });
-
-  const server = createServiceServer({ info: { component: 'server', version: SUITE_VERSION, commit: buildCommit(), features: SERVER_FEATURES }, log });
-  server.add(SandboxServiceDefinition, sandboxService(manager));
-  server.add(TemplateServiceDefinition, templateService(templates));
-  const addrs = [unixAddress(cfg.socket)];
-  if (cfg.listen) addrs.push(cfg.listen);
-  const ports = await server.listen(addrs);
-  const metrics = cfg.metricsListen ? await serveMetrics(cfg.metricsListen) : undefined;
-  log.info({ socket: cfg.socket, listen: cfg.listen, port: ports[1], adopted: report.adopted.length, adoption_ms: report.durationMs }, 'serving');
-  // A line on stdout that scripts and tests can wait for.
-  process.stdout.write(`${JSON.stringify({ ready: true, port: ports[1] ?? 0, socket: cfg.socket, adopted: report.adopted.length, adoptionMs: report.durationMs })}\n`);
-
-  let reaping = false;
-  const reaper = setInterval(() => {
-    if (reaping) return;
-    reaping = true;
-    (async () => {
-      for (const id of manager.expired()) {
-        log.info({ sandbox_id: id }, 'timeout reached: deleting sandbox');
-        await manager.delete(id).catch((err: unknown) => log.error({ sandbox_id: id, err: (err as Error).message }, 'reaper delete failed'));
-      }
-    })().finally(() => (reaping = false));
-  }, cfg.reaperIntervalMs);
-
-  runDaemon({
-    server,
-    log,
-    drainMs: cfg.drainMs,
-    onStop: () => {
-      clearInterval(reaper);
-      metrics?.close();
-      podd.closeAll();
-      vms.close();
-      devices.close();
-      store.close();
-    },
-  });
+  const log = createLogger('server', SUITE_VERSION, cfg.logLevel).child({ slot: cfg.slot || undefined });
+  const node = new ServerNode(cfg, log);
+  let stopping = false;
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    log.info({ sig }, 'signal received: stopping');
+    node.stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        log.error({ err }, 'stop failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  if (cfg.takeover) {
+    try {
+      await node.takeover();
+    } catch (err) {
+      log.error({ err: (err as Error).message }, 'takeover failed; the old server stays active');
+      process.stdout.write(`${JSON.stringify({ takeover: false, error: (err as Error).message })}\n`);
+      process.exit(3);
+    }
+  } else {
+    await node.start();
+  }
 }
 
 main().catch((err: unknown) => {

@@ -9,6 +9,9 @@ describe('loadUblkConfig', () => {
   it('resolves defaults from stateDir and runDir', () => {
     const c = loadUblkConfig({ env: { SANDNODE_UBLK_MANAGER_STATE_DIR: '/s', SANDNODE_UBLK_MANAGER_RUN_DIR: '/r' } });
     expect(c).toEqual({
+      slot: '',
+      metricsListen: '',
+      ublkServer: 'ublk',
       stateDir: '/s',
       runDir: '/r',
       listen: 'unix:///r/ublk-manager.sock',
@@ -19,6 +22,15 @@ describe('loadUblkConfig', () => {
       directIo: true,
       drainMs: 5000,
     });
+  });
+
+  it('gives slot a and b their own socket; validates slot and metricsListen', () => {
+    const env = { SANDNODE_UBLK_MANAGER_STATE_DIR: '/s', SANDNODE_UBLK_MANAGER_RUN_DIR: '/r' };
+    expect(loadUblkConfig({ env: { ...env, SANDNODE_UBLK_MANAGER_SLOT: 'a' } }).listen).toBe('unix:///r/ublk-manager-a.sock');
+    expect(loadUblkConfig({ env: { ...env, SANDNODE_UBLK_MANAGER_SLOT: 'b' } }).listen).toBe('unix:///r/ublk-manager-b.sock');
+    expect(() => loadUblkConfig({ env: { ...env, SANDNODE_UBLK_MANAGER_SLOT: 'c' } })).toThrow(/slot/);
+    expect(loadUblkConfig({ env: { ...env, SANDNODE_UBLK_MANAGER_METRICS_LISTEN: '127.0.0.1:9464' } }).metricsListen).toBe('127.0.0.1:9464');
+    expect(() => loadUblkConfig({ env: { ...env, SANDNODE_UBLK_MANAGER_METRICS_LISTEN: 'nope' } })).toThrow(/metricsListen/);
   });
 
   it('reads env strings for numbers and booleans', () => {

@@ -16,7 +16,9 @@ const boolish = z.union([z.boolean(), z.stringbool()], { error: 'must be a boole
 
 /** The config schema; every key has a default. */
 export const configSchema = z.object({
-  /** State dir: the device table lives in `<stateDir>/ublk/devices.db`. */
+  /** A/B slot: "a", "b" or "" (no slot). The table is `<stateDir>/ublk-manager/<slot or default>/devices.db`. */
+  slot: z.enum(['a', 'b', '']).default(''),
+  /** State dir, shared by both slots. */
   stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
   /** Runtime dir: the default socket is `<runDir>/ublk-manager.sock`. */
   runDir: z.string().min(1).default(DEFAULT_RUN_DIR),
@@ -39,10 +41,18 @@ export const configSchema = z.object({
   directIo: boolish.default(true),
   /** Time running calls get to finish at shutdown, in ms. */
   drainMs: z.coerce.number().int().min(0).max(600_000).default(5000),
+  /** Prometheus `/metrics` on "host:port"; "" disables. */
+  metricsListen: z
+    .string()
+    .regex(/^$|^[^:]+:\d{1,5}$/, { message: 'must be "host:port" or ""' })
+    .default(''),
+  /** The ublk server program of driver "ublk" (ublksrv's `ublk`, or a path). */
+  ublkServer: z.string().min(1).default('ublk'),
 });
 
 /** The config with every default resolved to an absolute path or address. */
 export interface UblkManagerConfig {
+  slot: 'a' | 'b' | '';
   stateDir: string;
   runDir: string;
   listen: string;
@@ -52,6 +62,8 @@ export interface UblkManagerConfig {
   maxDeviceSizeBytes: number;
   directIo: boolean;
   drainMs: number;
+  metricsListen: string;
+  ublkServer: string;
 }
 
 /**
@@ -65,12 +77,15 @@ export function loadUblkConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; o
   return {
     stateDir,
     runDir,
-    listen: c.listen ?? unixAddress(socketPath(runDir, 'ublk-manager')),
+    slot: c.slot,
+    listen: c.listen ?? unixAddress(c.slot === '' ? socketPath(runDir, 'ublk-manager') : path.join(runDir, `ublk-manager-${c.slot}.sock`)),
     logLevel: c.logLevel,
     driver: c.driver,
     imagesDir: path.resolve(c.imagesDir ?? path.join(stateDir, 'images')),
     maxDeviceSizeBytes: c.maxDeviceSizeBytes,
     directIo: c.directIo,
     drainMs: c.drainMs,
+    metricsListen: c.metricsListen,
+    ublkServer: c.ublkServer,
   };
 }

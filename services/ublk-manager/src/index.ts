@@ -3,11 +3,29 @@ export * from './core/types';
 export * from './core/driver';
 export * from './core/store';
 export * from './core/validate';
-export { DeviceManager, explain, type AdoptionReport, type DeviceManagerOptions, type ManagerCapabilities } from './core/device-manager';
+export {
+  DeviceManager,
+  explain,
+  DEFAULT_QUIESCE_TIMEOUT_MS,
+  DEFAULT_RELEASE_TIMEOUT_MS,
+  MAX_QUIESCE_TIMEOUT_MS,
+  type AdoptionReport,
+  type ConvergeReport,
+  type DeviceManagerOptions,
+  type ManagerCapabilities,
+  type RecoverInput,
+} from './core/device-manager';
+export { handoverAll, handoverMode, DEFAULT_PER_DEVICE_TIMEOUT_MS, type OldSlot, type HandoverReport, type DeviceHandoverResult, type HandoverMode } from './core/handover';
+export { failpoint, setFailpoints, parseFailpoints, FAILPOINT_NAMES, FAILPOINTS_ENV, type FailpointName, type FailpointAction } from './core/failpoints';
+export { FileSlotPeers } from './store/slot-peers';
+export { SharedEpochFence } from './store/shared-epoch-fence';
+export { lockSlot, FileMutex, type HeldLock } from './store/locks';
+export * from './store/layout';
+export { handoverStall } from './metrics';
 export { MemoryDeviceStore } from './core/memory-store';
 export { SqliteDeviceStore, deviceDbPath, DEVICE_DB_SCHEMA } from './store/sqlite-device-store';
 export { LoopDriver, FLAG_DIRECT_IO, type LoopDriverOptions } from './drivers/loop';
-export { UblkDriver, UBLK_CONTROL } from './drivers/ublk';
+export { UblkDriver, UBLK_CONTROL, DEFAULT_UBLK_SERVER, parseUblkList, parseUblkFeatures, type UblkDriverOptions } from './drivers/ublk';
 export { FileImages } from './drivers/images';
 export { deviceService } from './rpc/device-service';
 export { loadUblkConfig, configSchema, SERVICE_NAME, type UblkManagerConfig } from './config';

@@ -1,5 +1,10 @@
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { ConfigError, createLogger } from '@sandnode/shared';
-import { loadVmmConfig } from './config';
+import { DEFAULT_KERNEL_ARGS, loadVmmConfig } from './config';
+
+const tmp = mkdtempSync(path.join(os.tmpdir(), 'vmm-cfg-'));
 import { createDriver } from './drivers/select';
 
 describe('loadVmmConfig', () => {
@@ -18,8 +23,26 @@ describe('loadVmmConfig', () => {
 });
 
 describe('createDriver', () => {
-  test('firecracker is not built in this release and says so', () => {
-    const c = loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_DRIVER: 'firecracker' } });
-    expect(() => createDriver(c, createLogger('vmm-supervisor-test', '0.0.0', 'silent'))).toThrow(/firecracker.*not built/);
+  const log = createLogger('vmm-supervisor-test', '0.0.0', 'silent');
+  test('firecracker needs kernelImage, and says so naming the key', () => {
+    const c = loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_DRIVER: 'firecracker', SANDNODE_VMM_SUPERVISOR_RUN_DIR: tmp } });
+    expect(() => createDriver(c, log)).toThrow(/key "kernelImage": required with driver "firecracker"/);
+    const missing = loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_DRIVER: 'firecracker', SANDNODE_VMM_SUPERVISOR_KERNEL_IMAGE: '/no/such/vmlinux', SANDNODE_VMM_SUPERVISOR_RUN_DIR: tmp } });
+    expect(() => createDriver(missing, log)).toThrow(/key "kernelImage": \/no\/such\/vmlinux does not exist/);
+  });
+
+  test('firecracker keys have defaults; a kernel image that exists gives the firecracker driver', () => {
+    const kernel = path.join(tmp, 'vmlinux');
+    writeFileSync(kernel, '');
+    const c = loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_DRIVER: 'firecracker', SANDNODE_VMM_SUPERVISOR_KERNEL_IMAGE: kernel, SANDNODE_VMM_SUPERVISOR_RUN_DIR: tmp } });
+    expect(c).toMatchObject({ firecrackerBinary: 'firecracker', kernelArgs: DEFAULT_KERNEL_ARGS, kernelImage: kernel });
+    const d = createDriver(c, log);
+    expect(d.name).toBe('firecracker');
+    expect(d.features).toEqual(['vmm.firecracker']);
+  });
+
+  test('a driver binary that is not in PATH is a ConfigError naming the key', () => {
+    const c = loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_RUNC_BINARY: 'no-such-runc-binary', SANDNODE_VMM_SUPERVISOR_RUN_DIR: tmp } });
+    expect(() => createDriver(c, log).configuredBinary()).toThrow(/key "runcBinary": "no-such-runc-binary" was not found in PATH/);
   });
 });

@@ -5,6 +5,9 @@
 import path from 'node:path';
 import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 
+/** Kernel command line of firecracker VMs unless `kernelArgs` says otherwise. */
+export const DEFAULT_KERNEL_ARGS = 'console=ttyS0 reboot=k panic=1 pci=off';
+
 /** The service name used in env var names and logs. */
 export const SERVICE = 'vmm-supervisor';
 
@@ -17,12 +20,18 @@ export const configSchema = z.object({
   /** gRPC address; default `unix://<runDir>/vmm-supervisor.sock`. */
   listen: z.string().min(1).optional(),
   logLevel: z.enum(LOG_LEVELS).default('info'),
-  /** VM backend: "runc" (embedded) or "firecracker" (not built in this release). */
+  /** VM backend: "runc" (embedded) or "firecracker" (needs /dev/kvm and kernelImage). */
   driver: z.enum(['runc', 'firecracker']).default('runc'),
   /** runc binary name or path. */
   runcBinary: z.string().min(1).default('runc'),
   /** runc state dir (`runc --root`); default `<runDir>/runc`. */
   runcRoot: z.string().min(1).optional(),
+  /** firecracker binary name or path (driver "firecracker"). */
+  firecrackerBinary: z.string().min(1).default('firecracker'),
+  /** Guest kernel (uncompressed vmlinux) of firecracker VMs; required with driver "firecracker". */
+  kernelImage: z.string().min(1).optional(),
+  /** Kernel command line of firecracker VMs. */
+  kernelArgs: z.string().min(1).default(DEFAULT_KERNEL_ARGS),
   /** vcpus of a VM whose spec says 0. */
   defaultVcpus: z.coerce.number().int().min(1).max(64).default(1),
   /** Memory limit in MiB of a VM whose spec says 0. */
@@ -40,6 +49,10 @@ export interface VmmConfig {
   driver: 'runc' | 'firecracker';
   runcBinary: string;
   runcRoot: string;
+  firecrackerBinary: string;
+  /** Absolute path; undefined unless configured. */
+  kernelImage: string | undefined;
+  kernelArgs: string;
   defaultVcpus: number;
   defaultMemoryMib: number;
   stopTimeoutMs: number;
@@ -55,5 +68,6 @@ export function loadVmmConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } =
     runDir,
     listen: c.listen ?? unixAddress(socketPath(runDir, 'vmm-supervisor')),
     runcRoot: path.resolve(c.runcRoot ?? path.join(runDir, 'runc')),
+    kernelImage: c.kernelImage === undefined ? undefined : path.resolve(c.kernelImage),
   };
 }

@@ -2,19 +2,26 @@
 /**
  * vmm-supervisor daemon: `sandnode-vmm-supervisor [--config FILE]`.
  *
- * Start order: config -> VM table -> driver -> adopt every VM in the table (no restarts) ->
- * serve VmService (+ VersionService, health, reflection). SIGTERM/SIGINT run the shared
+ * Start order: config -> driver -> state-dir lock (flock; a second supervisor on the same state
+ * dir exits 3 here, before it could touch the first one's socket) -> VM table -> versioned
+ * driver binary -> adopt every VM in the table (no restarts) -> serve VmService (+
+ * VersionService, health, reflection) behind the epoch fence. SIGTERM/SIGINT run the shared
  * shutdown order and close the table; running VMs are never touched.
  */
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { buildCommit, createLogger, createServiceServer, runDaemon, SUITE_VERSION } from '@sandnode/shared';
+import { buildCommit, createLogger, createServiceServer, EpochFence, runDaemon, SUITE_VERSION } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { loadVmmConfig, SERVICE } from './config';
 import { Supervisor } from './core/supervisor';
 import { createDriver } from './drivers/select';
 import { createVmService } from './rpc/vm-service';
+import { acquireStateLock, StateLockHeldError } from './state-lock';
+import { DriverBinaries } from './store/driver-binaries';
 import { SqliteVmStore } from './store/sqlite-vm-store';
+
+/** Exit code when another supervisor holds the state dir. */
+export const EXIT_LOCKED = 3;
 
 /** parseArgs reads `--config FILE` (or `--config=FILE`); anything else is an error. */
 export function parseArgs(argv: string[]): { configFile?: string } {
@@ -47,8 +54,26 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   mkdirSync(cfg.stateDir, { recursive: true, mode: 0o700 });
+  const supervisorDir = path.join(cfg.stateDir, SERVICE);
+  try {
+    // Held until the process exits; the kernel releases it even on kill -9.
+    acquireStateLock(supervisorDir);
+  } catch (err) {
+    if (err instanceof StateLockHeldError) {
+      log.fatal({ lock: err.file, holder_pid: err.holder }, `cannot start: ${err.message}`);
+      process.exit(EXIT_LOCKED);
+    }
+    throw err;
+  }
   mkdirSync(cfg.runDir, { recursive: true, mode: 0o755 });
   if (cfg.listen.startsWith('unix://')) mkdirSync(path.dirname(cfg.listen.slice('unix://'.length)), { recursive: true });
+  try {
+    driver.configuredBinary();
+  } catch (err) {
+    log.fatal({ err }, `cannot start: ${(err as Error).message}`);
+    process.exit(2);
+  }
+  if (driver.name === 'firecracker' && !existsSync('/dev/kvm')) log.warn('/dev/kvm is missing: firecracker VMs cannot start on this host');
 
   const store = SqliteVmStore.forStateDir(cfg.stateDir);
   const supervisor = new Supervisor({
@@ -56,18 +81,21 @@ async function main(): Promise<void> {
     driver,
     log,
     defaults: { vcpus: cfg.defaultVcpus, memoryMib: cfg.defaultMemoryMib, stopTimeoutMs: cfg.stopTimeoutMs },
+    binaries: DriverBinaries.forStateDir(cfg.stateDir),
   });
   const report = await supervisor.adopt();
-  log.info({ ...report, driver: driver.name, driver_version: await driver.version() }, 'adoption done');
+  log.info({ ...report, driver: driver.name, driver_version: await driver.version(), driver_binary: driver.currentBinary() }, 'adoption done');
 
+  const fence = new EpochFence(supervisorDir);
   const server = createServiceServer({
     info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: supervisor.features() },
     log,
+    fence,
   });
   server.add(VmServiceDefinition, createVmService(supervisor));
   await server.listen([cfg.listen]);
   runDaemon({ server, log, onStop: () => store.close() });
-  log.info({ listen: cfg.listen, state_dir: cfg.stateDir, run_dir: cfg.runDir }, 'serving');
+  log.info({ listen: cfg.listen, state_dir: cfg.stateDir, run_dir: cfg.runDir, epoch: fence.current }, 'serving');
 }
 
 if (require.main === module) {

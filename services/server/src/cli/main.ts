@@ -20,6 +20,10 @@ import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { connectServer, sandboxJson, table, type SandboxJson } from './api';
 import { COMPONENTS, findRunning, getVersion, purgeNode, startComponent, stopComponent, type StackDirs } from './stack';
 import { runDemo } from './demo';
+import { upgradeServer } from './upgrade';
+import { FlockLease } from '../store/flock-lease';
+import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
+import { AdminServiceDefinition, DrainOutcome, ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 
 interface GlobalOpts {
   stateDir: string;
@@ -152,13 +156,29 @@ program
           api.close();
         }
       }
-      print(!!o.json, { components, sandboxes }, () =>
+      const holder = FlockLease.readHolder(path.join(d.stateDir, 'server.lease'));
+      let lease: { epoch: number; role: string } | undefined;
+      if (holder && FlockLease.isHeld(path.join(d.stateDir, 'server.lease'))) {
+        const ch = createSandnodeChannel(holder.admin);
+        try {
+          const st = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs: 2000, retryAttempts: 1 }).getLeaseStatus({});
+          lease = { epoch: Number(st.epoch), role: ServerRole[st.role].replace('SERVER_ROLE_', '') };
+        } catch {
+          /* the holder does not answer */
+        } finally {
+          ch.close();
+        }
+      }
+      const server = holder && lease ? { slot: holder.slot, pid: holder.pid, version: holder.version } : null;
+      const epoch = lease?.epoch ?? null;
+      print(!!o.json, { components, sandboxes, epoch, server }, () =>
         [
           table(
             ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
             components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', c.pid ?? '-', c.features.join(',')]),
           ),
           `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
+          `epoch: ${epoch ?? '-'}; active server: ${server ? `slot ${server.slot || '-'} pid ${server.pid} version ${server.version}` : 'none'}`,
         ].join('\n'),
       );
     }),
@@ -362,6 +382,56 @@ sandbox
         api.close();
       }
       process.exitCode = code;
+    }),
+  );
+
+const upgrade = program.command('upgrade').description('upgrade (or roll back) a component live, by handover');
+upgrade
+  .command('server')
+  .description('start a server from another build in the standby slot and hand the node over to it')
+  .requiredOption('--from-build <dir>', 'a checkout of sandnode with node_modules and a build ("." for this one)')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (o: { fromBuild: string; json?: boolean }) => {
+      const r = await upgradeServer(dirs(), o.fromBuild);
+      print(!!o.json, r, () =>
+        table(
+          ['', 'OLD', 'NEW'],
+          [
+            ['version', r.oldVersion, r.newVersion],
+            ['pid', r.oldPid, r.newPid],
+            ['epoch', r.epoch - 1, r.epoch],
+          ],
+        ) + `
+hold window ${r.holdWindowMs} ms, ${r.adopted} sandboxes adopted in ${r.adoptionMs} ms, listeners ${r.listeners.join(' ')}`,
+      );
+    }),
+  );
+
+program
+  .command('drain')
+  .description('pause and persist every live sandbox (bounded concurrency), then stop the device manager; for pod deletion / node shutdown')
+  .option('--deadline-ms <ms>', 'time for the whole drain', '20000')
+  .option('--concurrency <n>', 'sandboxes drained at once', '8')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (o: { deadlineMs: string; concurrency: string; json?: boolean }) => {
+      const d = dirs();
+      const holder = FlockLease.readHolder(path.join(d.stateDir, 'server.lease'));
+      if (!holder) throw new Error('no active server');
+      const ch = createSandnodeChannel(holder.admin);
+      try {
+        const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: Number(o.deadlineMs) + 10_000 });
+        const r = await admin.drain({ deadlineMs: Number(o.deadlineMs), concurrency: Number(o.concurrency) });
+        const rows = r.sandboxes.map((s) => ({ id: s.sandboxId, outcome: DrainOutcome[s.outcome].replace('DRAIN_OUTCOME_', ''), resume: s.resumeMethod, ms: s.ms, error: s.error }));
+        print(!!o.json, { sandboxes: rows, durationMs: r.durationMs, deviceManagerStopped: r.deviceManagerStopped }, () =>
+          `${table(['ID', 'OUTCOME', 'RESUME', 'MS', 'ERROR'], rows.map((x) => [x.id, x.outcome, x.resume, x.ms, x.error]))}
+drained in ${r.durationMs} ms; device manager stopped: ${r.deviceManagerStopped}`,
+        );
+        if (rows.some((x) => x.outcome !== 'PRESERVED')) process.exitCode = 1;
+      } finally {
+        ch.close();
+      }
     }),
   );
 

@@ -14,6 +14,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
 import { KeyedMutex } from '@sandnode/shared';
+import { LifecycleGate } from './gate';
 import type { DevicePort, ExecArgs, ExecEvent, PoddConnector, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
 import { RECORD_SCHEMA } from './types';
 import {
@@ -68,6 +69,8 @@ const MAX_PAGE_SIZE = 1000;
 
 export class SandboxManager {
   private readonly locks = new KeyedMutex();
+  /** Closed during a handover: lifecycle operations are held, then UNAVAILABLE. */
+  readonly gate = new LifecycleGate();
   private readonly now: () => number;
   /** Creates in flight by request id, so a retried create joins the first one. */
   private readonly creating = new Map<string, Promise<SandboxRecord>>();
@@ -123,11 +126,11 @@ export class SandboxManager {
       if (existing) return this.existingCreate(existing, template);
     }
     // Registered before the first await, so a parallel create with the same request_id joins it.
-    const p = (async () => {
+    const p = this.gate.run(async () => {
       const tpl = await this.o.templates.get(template);
       if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
       return this.createFromTemplate(template, tpl.rootfsPath, tpl.poddVersion, timeoutSeconds, metadata, resources, requestId);
-    })();
+    });
     if (requestId) {
       this.creating.set(requestId, p);
       p.finally(() => this.creating.delete(requestId)).catch(() => undefined);
@@ -176,6 +179,7 @@ export class SandboxManager {
       resources,
       requestId,
       errorMessage: '',
+      resumeMethod: '',
     };
     return this.locks.run(id, async () => {
       this.o.store.put(rec);
@@ -227,7 +231,7 @@ export class SandboxManager {
   /** pause freezes a RUNNING sandbox. Errors: NOT_FOUND, FAILED_PRECONDITION (not RUNNING). */
   pause(id: string): Promise<SandboxRecord> {
     this.get(id);
-    return this.locks.run(id, async () => {
+    return this.gated(id, async () => {
       const rec = this.requireState(id, 'PauseSandbox', ['RUNNING']);
       await this.o.vms.pause(rec.vm?.vmId ?? id);
       rec.state = 'PAUSED';
@@ -236,11 +240,16 @@ export class SandboxManager {
     });
   }
 
-  /** resume thaws a PAUSED sandbox. Errors: NOT_FOUND, FAILED_PRECONDITION (not PAUSED). */
+  /**
+   * resume thaws a PAUSED sandbox, or boots a DRAINED one again on its own disks (same id,
+   * metadata and /workspace; a new pid). Errors: NOT_FOUND, FAILED_PRECONDITION (not PAUSED or
+   * DRAINED, or a device of a drained sandbox is not attached).
+   */
   resume(id: string): Promise<SandboxRecord> {
     this.get(id);
-    return this.locks.run(id, async () => {
-      const rec = this.requireState(id, 'ResumeSandbox', ['PAUSED']);
+    return this.gated(id, async () => {
+      const rec = this.requireState(id, 'ResumeSandbox', ['PAUSED', 'DRAINED']);
+      if (rec.state === 'DRAINED') return this.coldStart(rec);
       await this.o.vms.resume(rec.vm?.vmId ?? id);
       rec.state = 'RUNNING';
       this.touch(rec);
@@ -248,10 +257,58 @@ export class SandboxManager {
     });
   }
 
+  private async coldStart(rec: SandboxRecord): Promise<SandboxRecord> {
+    const paths: Partial<Record<'rootfs-upper' | 'workspace', string>> = {};
+    for (const d of rec.devices) {
+      const live = await this.o.devices.get(d.deviceId);
+      if (!live?.attached) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: device ${d.deviceId} is not attached (is ublk-manager running?)`);
+      d.path = live.path;
+      paths[d.role] = live.path;
+    }
+    if (!paths['rootfs-upper'] || !paths.workspace) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: its record lacks a device`);
+    const dir = sandboxDir(this.o.runDir, rec.sandboxId);
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    const vm = await this.o.vms.create({
+      vmId: rec.vm?.vmId ?? rec.sandboxId,
+      templateRootfs: rec.templateRootfs,
+      upperPath: paths['rootfs-upper'],
+      workspacePath: paths.workspace,
+      resources: rec.resources,
+      poddSocketDir: dir,
+      hostname: rec.sandboxId,
+      env: {},
+    });
+    rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket };
+    this.touch(rec);
+    await this.waitForPodd(rec);
+    rec.state = 'RUNNING';
+    rec.resumeMethod = '';
+    this.touch(rec);
+    this.o.log.info({ sandbox_id: rec.sandboxId, pid: vm.pid }, 'drained sandbox started again on its disks');
+    return rec;
+  }
+
+  /**
+   * drainOne persists a live sandbox for a node drain: freeze, stop its VM (its filesystems are
+   * unmounted, so flushed; its devices stay), record DRAINED with resume method "cold-start".
+   */
+  drainOne(id: string): Promise<void> {
+    return this.locks.run(id, async () => {
+      const rec = this.requireState(id, 'Drain', ['RUNNING', 'PAUSED']);
+      const vmId = rec.vm?.vmId ?? id;
+      if (rec.state === 'RUNNING') await this.o.vms.pause(vmId);
+      await this.o.vms.delete(vmId);
+      this.o.podd.forget(rec.poddAddress);
+      rec.state = 'DRAINED';
+      rec.resumeMethod = 'cold-start';
+      this.touch(rec);
+    });
+  }
+
   /** delete tears the sandbox down and removes its record. Errors: NOT_FOUND. */
   delete(id: string): Promise<void> {
     this.get(id);
-    return this.locks.run(id, async () => {
+    return this.gated(id, async () => {
       const rec = this.o.store.get(id);
       if (!rec) throw new NotFoundError(`sandbox ${id} not found`);
       await this.teardown(rec);
@@ -279,7 +336,7 @@ export class SandboxManager {
   setTimeout(id: string, seconds: number): Promise<SandboxRecord> {
     validateTimeoutSeconds('timeout_seconds', seconds);
     this.get(id);
-    return this.locks.run(id, async () => {
+    return this.gated(id, async () => {
       const rec = this.get(id);
       rec.expiresAtMs = seconds ? this.now() + seconds * 1000 : 0;
       this.touch(rec);
@@ -292,7 +349,7 @@ export class SandboxManager {
     const now = this.now();
     return this.o.store
       .list()
-      .filter((r) => r.expiresAtMs > 0 && r.expiresAtMs <= now && (r.state === 'RUNNING' || r.state === 'PAUSED' || r.state === 'ERROR'))
+      .filter((r) => r.expiresAtMs > 0 && r.expiresAtMs <= now && (r.state === 'RUNNING' || r.state === 'PAUSED' || r.state === 'ERROR' || r.state === 'DRAINED'))
       .map((r) => r.sandboxId);
   }
 
@@ -333,6 +390,11 @@ export class SandboxManager {
   touch(rec: SandboxRecord): void {
     rec.updatedAtMs = this.now();
     this.o.store.put(rec);
+  }
+
+  /** gated runs a lifecycle operation through the handover gate and the sandbox's lock. */
+  private gated<T>(id: string, fn: () => Promise<T>): Promise<T> {
+    return this.gate.run(() => this.locks.run(id, fn));
   }
 
   /** withLock runs fn under the sandbox's lock (adoption uses it). */

@@ -277,6 +277,8 @@ delay=0
 log "starting"
 while [ "$stopping" = 0 ]; do
   started=$(date +%s)
+  # podd serves fd 3 when the host hands in its socket (SANDNODE_PODD_LISTEN_FD=3); --socket
+  # is the fallback for a runtime that does not.
   ${p.node} ${p.podd} --socket ${p.poddSocket} </dev/null >>"$LOG" 2>&1 &
   podd=$!
   log "podd started, pid $podd"

@@ -4,7 +4,7 @@
  */
 
 /** Lifecycle states of a sandbox (see the state machine in sandbox-manager.ts). */
-export type SandboxState = 'CREATING' | 'RUNNING' | 'PAUSED' | 'DELETING' | 'ERROR' | 'UNKNOWN';
+export type SandboxState = 'CREATING' | 'RUNNING' | 'PAUSED' | 'DELETING' | 'ERROR' | 'DRAINED' | 'UNKNOWN';
 
 /** Resources with defaults filled in. */
 export interface Resources {
@@ -63,6 +63,8 @@ export interface SandboxRecord {
   resources: Resources;
   requestId: string;
   errorMessage: string;
+  /** how a DRAINED sandbox comes back: "cold-start" (or "criu"); empty otherwise */
+  resumeMethod: string;
   opaque?: unknown;
 }
 

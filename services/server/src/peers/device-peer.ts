@@ -17,9 +17,10 @@ export class DevicePeer implements DevicePort {
   readonly features: PeerFeatures;
 
   /** address is "unix:///abs/ublk-manager.sock". */
-  constructor(address: string) {
+  /** epoch is the server's current epoch, sent as `sandnode-epoch` on every call. */
+  constructor(address: string, epoch: () => number = () => 0) {
     this.channel = createSandnodeChannel(address);
-    this.client = createServiceClient(DeviceServiceDefinition, this.channel, { timeoutMs: 60_000 });
+    this.client = createServiceClient(DeviceServiceDefinition, this.channel, { timeoutMs: 60_000, epoch });
     this.features = new PeerFeatures(this.channel, 'ublk-manager');
   }
 

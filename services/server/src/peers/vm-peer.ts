@@ -27,9 +27,10 @@ export class VmPeer implements VmPort {
   readonly features: PeerFeatures;
 
   /** address is "unix:///abs/vmm-supervisor.sock". */
-  constructor(address: string) {
+  /** epoch is the server's current epoch, sent as `sandnode-epoch` on every call. */
+  constructor(address: string, epoch: () => number = () => 0) {
     this.channel = createSandnodeChannel(address);
-    this.client = createServiceClient(VmServiceDefinition, this.channel, { timeoutMs: 60_000 });
+    this.client = createServiceClient(VmServiceDefinition, this.channel, { timeoutMs: 60_000, epoch });
     this.features = new PeerFeatures(this.channel, 'vmm-supervisor');
   }
 

@@ -7,7 +7,8 @@ import type { ExecResponse, SandboxServiceImplementation } from '@sandnode/share
 import type { SandboxManager } from '../core/sandbox-manager';
 import { sandboxToPb, statesFromPb } from './convert';
 
-export function sandboxService(m: SandboxManager): SandboxServiceImplementation<SandnodeCallContext> {
+/** counters.streams counts running Exec streams (a retiring server relays them to the end). */
+export function sandboxService(m: SandboxManager, counters: { streams: number } = { streams: 0 }): SandboxServiceImplementation<SandnodeCallContext> {
   return {
     async createSandbox(req) {
       const rec = await m.create({
@@ -42,6 +43,8 @@ export function sandboxService(m: SandboxManager): SandboxServiceImplementation<
     async *exec(req, ctx): AsyncIterable<ExecResponse> {
       requireSandboxId('sandbox_id', req.sandboxId);
       const events = m.exec(req.sandboxId, { argv: req.argv, env: req.env, cwd: req.cwd, stdin: req.stdin, timeoutMs: req.timeoutMs }, ctx.signal);
+      counters.streams++;
+      try {
       for await (const ev of events) {
         switch (ev.kind) {
           case 'started':
@@ -57,6 +60,9 @@ export function sandboxService(m: SandboxManager): SandboxServiceImplementation<
             yield { event: { $case: 'exit', value: { exitCode: ev.exitCode, signal: ev.signal } } };
             break;
         }
+      }
+      } finally {
+        counters.streams--;
       }
     },
     async readFile(req) {

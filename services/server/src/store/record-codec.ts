@@ -15,6 +15,7 @@ const STATE_TO_PB: Record<SandboxState, PbState> = {
   PAUSED: PbState.SANDBOX_STATE_PAUSED,
   DELETING: PbState.SANDBOX_STATE_DELETING,
   ERROR: PbState.SANDBOX_STATE_ERROR,
+  DRAINED: PbState.SANDBOX_STATE_DRAINED,
   UNKNOWN: PbState.SANDBOX_STATE_UNSPECIFIED,
 };
 
@@ -68,6 +69,7 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
     resources: { ...(base.resources ?? {}), ...rec.resources },
     requestId: rec.requestId,
     errorMessage: rec.errorMessage,
+    resumeMethod: rec.resumeMethod,
   };
   // A record that was read with a schema this version knows keeps that schema (lowest that
   // expresses the data); this release only writes schema 1.
@@ -119,6 +121,7 @@ export function decodeRecord(bytes: Uint8Array): SandboxRecord {
     },
     requestId: msg.requestId,
     errorMessage: msg.errorMessage,
+    resumeMethod: msg.resumeMethod,
     opaque: msg,
   };
 }

@@ -85,6 +85,29 @@ export class SqliteRecordStore implements RecordStore {
     this.stmts.del.run(id);
   }
 
+  /** epoch is the node's current epoch (0 before the first takeover). */
+  epoch(): number {
+    const row = this.db.prepare<[], { value: string }>("SELECT value FROM meta WHERE key = 'epoch'").get();
+    return row ? Number(row.value) : 0;
+  }
+
+  /**
+   * bumpEpoch sets the epoch to max(stored, atLeast) + 1 and persists it (fsync) before it
+   * returns. Only the lease holder calls it, at takeover.
+   */
+  bumpEpoch(atLeast = 0): number {
+    return this.db.transaction(() => {
+      const next = Math.max(this.epoch(), atLeast) + 1;
+      this.db.prepare("INSERT INTO meta (key, value) VALUES ('epoch', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value").run(String(next));
+      return next;
+    })();
+  }
+
+  /** checkpoint folds the WAL into the DB file (handover: the next server reads a clean file). */
+  checkpoint(): void {
+    this.db.pragma('wal_checkpoint(TRUNCATE)');
+  }
+
   close(): void {
     this.db.close();
   }

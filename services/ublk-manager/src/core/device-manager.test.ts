@@ -45,6 +45,21 @@ class FakeDriver implements BlockDriver {
   async busyReason(p: string): Promise<string | undefined> {
     return this.busy.get(p);
   }
+  async quiesce(d: AttachedDevice): Promise<void> {
+    this.calls.push(`quiesce ${d.path}`);
+  }
+  async resume(d: AttachedDevice): Promise<void> {
+    this.calls.push(`resume ${d.path}`);
+  }
+  async release(d: AttachedDevice): Promise<void> {
+    this.calls.push(`release ${d.path}`);
+  }
+  async recover(d: AttachedDevice): Promise<AttachedDevice> {
+    this.calls.push(`recover ${d.path}`);
+    const live = [...this.devices.values()].find((x) => x.backingFile === d.backingFile);
+    if (!live) throw new FailedPreconditionError(`${d.backingFile} is not attached`);
+    return { ...live };
+  }
 }
 
 /** ImageOps in memory: file -> size. */
@@ -110,6 +125,7 @@ const row = (over: Partial<DeviceRecord>): DeviceRecord => ({
   path: '',
   createdAtMs: 1,
   updatedAtMs: 1,
+  handoverToken: '',
   ...over,
 });
 

@@ -17,9 +17,11 @@ import {
   ResourceExhaustedError,
   type Logger,
 } from '@sandnode/shared';
+import { randomBytes } from 'node:crypto';
 import type { BlockDriver, ImageOps } from './driver';
 import { KeyedMutex } from '@sandnode/shared';
-import type { DeviceStore } from './store';
+import { failpoint } from './failpoints';
+import { NoPeers, type DeviceStore, type SlotPeers } from './store';
 import type { AttachedDevice, Device, DeviceRecord, DeviceSpec, DriverCapability, DriverName } from './types';
 import { describeSpec, sameSpec, validateCloneSize, validateCreateInput, validateDeviceId, type CreateDeviceInput, type DeviceLimits } from './validate';
 
@@ -32,6 +34,37 @@ export interface DeviceManagerOptions {
   limits: DeviceLimits;
   /** Clock in Unix epoch ms (tests pass a fake). */
   now?: () => number;
+  /** The other slots' tables and the cross-slot lock (default: none). */
+  peers?: SlotPeers;
+  /**
+   * A `released` row that no other slot has taken over after this long (ms) is taken back by
+   * the running manager (default DEFAULT_RELEASE_TIMEOUT_MS).
+   */
+  releaseTimeoutMs?: number;
+}
+
+/** Default quiesce hold when QuiesceDevice says 0, in ms. */
+export const DEFAULT_QUIESCE_TIMEOUT_MS = 5000;
+/** Longest quiesce hold QuiesceDevice accepts, in ms. */
+export const MAX_QUIESCE_TIMEOUT_MS = 30_000;
+/** Default time after which a running manager takes back a released, unclaimed device, in ms. */
+export const DEFAULT_RELEASE_TIMEOUT_MS = 30_000;
+
+/** What {@link DeviceManager.converge} did, by device id. */
+export interface ConvergeReport {
+  /** Released rows whose device another slot owns: dropped. */
+  dropped: string[];
+  /** Released rows no other slot owns: owned (ready) again. */
+  takenBack: string[];
+}
+
+/** What RecoverDevice needs to know about the released device. */
+export interface RecoverInput {
+  deviceId: string;
+  /** Device node as the old slot reported it. */
+  path: string;
+  /** Backing file as the old slot reported it (must be `<imagesDir>/<id>.img`). */
+  backingFile: string;
 }
 
 /** What GetCapabilities reports. */
@@ -79,8 +112,15 @@ export class DeviceManager {
   private readonly limits: DeviceLimits;
   private readonly now: () => number;
   private readonly locks = new KeyedMutex();
+  private readonly peers: SlotPeers;
+  private readonly releaseTimeoutMs: number;
+  /** Quiesced devices: id -> the timer that resumes them by itself. */
+  private readonly quiesced = new Map<string, NodeJS.Timeout>();
+  private sweepTimer: NodeJS.Timeout | undefined;
 
   constructor(opts: DeviceManagerOptions) {
+    this.peers = opts.peers ?? new NoPeers();
+    this.releaseTimeoutMs = opts.releaseTimeoutMs ?? DEFAULT_RELEASE_TIMEOUT_MS;
     this.store = opts.store;
     this.driver = opts.driver;
     this.images = opts.images;
@@ -106,6 +146,7 @@ export class DeviceManager {
     const spec = validateCreateInput(input, this.limits);
     return this.locks.run(spec.deviceId, async () => {
       const existing = this.store.get(spec.deviceId);
+      this.refuseDuringHandover(spec.deviceId, existing, 'CreateDevice');
       if (existing?.state === 'ready') {
         if (!sameSpec(existing, spec)) {
           throw new AlreadyExistsError(
@@ -136,8 +177,12 @@ export class DeviceManager {
     return this.toDevice(rec, await this.liveIndex());
   }
 
-  /** list returns every device with its live state, ordered by device id. */
+  /**
+   * list returns every device this slot owns with its live state, ordered by device id.
+   * Released rows are not listed; those another slot now owns are dropped here.
+   */
   async list(): Promise<Device[]> {
+    if (this.store.list().some((r) => r.state === 'released')) await this.converge({ takeBackAfterMs: this.releaseTimeoutMs });
     const index = await this.liveIndex();
     const out: Device[] = [];
     for (const rec of this.store.list()) if (rec.state === 'ready') out.push(await this.toDevice(rec, index));
@@ -155,6 +200,7 @@ export class DeviceManager {
     return this.locks.run(deviceId, async () => {
       const rec = this.store.get(deviceId);
       if (!rec) return false;
+      this.refuseDuringHandover(deviceId, rec, 'DeleteDevice');
       const attached = await this.attachedTo(rec.backingFile);
       for (const a of attached) {
         const why = await this.driver.busyReason(a.path);
@@ -193,6 +239,7 @@ export class DeviceManager {
       await this.locks.run(rec.deviceId, async () => {
         const log = this.log.child({ device_id: rec.deviceId });
         try {
+          if (rec.state === 'released') return; // handled by converge()
           if (rec.state !== 'ready') {
             await this.teardown(rec);
             log.info({ state: rec.state }, 'adoption: finished the cleanup of an interrupted create or delete');
@@ -229,6 +276,260 @@ export class DeviceManager {
     return report;
   }
 
+  /**
+   * quiesce lets in-flight I/O of the device complete and makes it durable (driver quiesce;
+   * loop: fsync of the image + `blockdev --flushbufs`), then holds the device quiesced until
+   * resume, release or timeoutMs (0 = DEFAULT_QUIESCE_TIMEOUT_MS; then it resumes by itself).
+   * While quiesced, CreateDevice/DeleteDevice on it fail FAILED_PRECONDITION. A quiesce does
+   * not survive a restart of the process (the kernel device never stopped serving).
+   * Returns the device and the time quiescing took, in ms.
+   * Errors: InvalidArgumentError (id, timeout_ms above MAX_QUIESCE_TIMEOUT_MS), NotFoundError,
+   * FailedPreconditionError (released, or not attached), InternalError (flush failed).
+   */
+  async quiesce(deviceId: string, timeoutMs: number): Promise<{ device: Device; quiesceMs: number }> {
+    validateDeviceId(deviceId);
+    if (!Number.isInteger(timeoutMs) || timeoutMs < 0 || timeoutMs > MAX_QUIESCE_TIMEOUT_MS) {
+      throw new InvalidArgumentError(`timeout_ms: must be 0..${MAX_QUIESCE_TIMEOUT_MS}, got ${timeoutMs}`);
+    }
+    const hold = timeoutMs === 0 ? DEFAULT_QUIESCE_TIMEOUT_MS : timeoutMs;
+    return this.locks.run(deviceId, async () => {
+      const { rec, live } = await this.ownedAttached(deviceId, 'QuiesceDevice');
+      const t0 = performance.now();
+      try {
+        await this.driver.quiesce(live);
+      } catch (err) {
+        throw explain(err, `QuiesceDevice "${deviceId}": flushing ${live.path} failed`);
+      }
+      const quiesceMs = performance.now() - t0;
+      this.setQuiesced(deviceId, hold);
+      this.log.info({ device_id: deviceId, path: live.path, quiesce_ms: quiesceMs, hold_ms: hold }, 'device quiesced');
+      failpoint('ublk.quiesce.after');
+      return { device: this.deviceFrom(rec, live), quiesceMs };
+    });
+  }
+
+  /**
+   * resume ends a quiesce; idempotent (a device that is not quiesced is returned as it is).
+   * Errors: InvalidArgumentError, NotFoundError, FailedPreconditionError (released).
+   */
+  async resume(deviceId: string): Promise<Device> {
+    validateDeviceId(deviceId);
+    return this.locks.run(deviceId, async () => {
+      const rec = this.store.get(deviceId);
+      if (rec?.state === 'released') throw new FailedPreconditionError(`device_id "${deviceId}" was released to another slot; nothing to resume`);
+      if (!rec || rec.state !== 'ready') throw new NotFoundError(`device_id "${deviceId}": no such device`);
+      const live = (await this.attachedTo(rec.backingFile))[0];
+      if (this.clearQuiesced(deviceId) && live) await this.driver.resume(live);
+      return this.deviceFrom(rec, live);
+    });
+  }
+
+  /**
+   * release gives up ownership of a quiesced device: the driver stops serving it (loop: the
+   * kernel keeps serving, the device stays attached), the row becomes `released` with a new
+   * random handover token, persisted (fsync) before the call returns. Returns the device and
+   * the token. Errors: InvalidArgumentError, NotFoundError, FailedPreconditionError (not
+   * quiesced, or not attached), InternalError.
+   */
+  async release(deviceId: string): Promise<{ device: Device; token: string }> {
+    validateDeviceId(deviceId);
+    return this.locks.run(deviceId, async () => {
+      const { rec, live } = await this.ownedAttached(deviceId, 'ReleaseDevice');
+      if (!this.quiesced.has(deviceId)) throw new FailedPreconditionError(`ReleaseDevice "${deviceId}": the device is not quiesced (call QuiesceDevice first); nothing changed`);
+      try {
+        await this.driver.release(live);
+      } catch (err) {
+        throw explain(err, `ReleaseDevice "${deviceId}": the driver could not stop serving ${live.path}`);
+      }
+      const token = randomBytes(16).toString('hex');
+      this.store.update(deviceId, { state: 'released', handoverToken: token, path: live.path }, this.now());
+      this.clearQuiesced(deviceId);
+      this.scheduleSweep();
+      this.log.info({ device_id: deviceId, path: live.path }, 'device released for handover');
+      failpoint('ublk.release.after');
+      return { device: this.deviceFrom(rec, live), token };
+    });
+  }
+
+  /**
+   * recover takes over a device another slot released: under the cross-slot lock it checks
+   * that another slot's row is `released` with this token, that the kernel device is still
+   * attached to `<imagesDir>/<id>.img` (driver recover), and inserts a `ready` row into this
+   * slot's table (fsynced) built from the releasing slot's row. Tells no one else: the old
+   * slot drops its row when it sees this one. Returns the device and the time it took, in ms.
+   * Errors: InvalidArgumentError (id, empty or wrong token, backing file not in the images
+   * dir), AlreadyExistsError (this slot owns the device), FailedPreconditionError (no slot
+   * released it, or the device is not attached), InternalError.
+   */
+  async recover(input: RecoverInput, token: string): Promise<{ device: Device; recoverMs: number }> {
+    failpoint('ublk.recover');
+    const deviceId = input.deviceId;
+    validateDeviceId(deviceId, 'device.device_id');
+    if (token === '') throw new InvalidArgumentError('handover_token: must be set (ReleaseDeviceResponse.handover_token)');
+    const backingFile = this.images.imagePath(deviceId);
+    if (input.backingFile !== backingFile) {
+      throw new InvalidArgumentError(`device.backing_file: ${JSON.stringify(input.backingFile)} is not ${backingFile} (images are shared by both slots)`);
+    }
+    const t0 = performance.now();
+    return this.locks.run(deviceId, () =>
+      this.peers.exclusive(async () => {
+        const own = this.store.get(deviceId);
+        if (own && own.state !== 'released') throw new AlreadyExistsError(`RecoverDevice "${deviceId}": this slot (${this.peers.self}) owns it already (row ${own.state})`);
+        const rows = this.peers.peerRows(deviceId);
+        const from = rows.find((r) => r.record.state === 'released' && r.record.handoverToken === token);
+        if (!from) {
+          if (rows.some((r) => r.record.state === 'released')) throw new InvalidArgumentError(`handover_token: does not match the release of device_id "${deviceId}"`);
+          const owners = rows.map((r) => `${r.slot} (${r.record.state})`).join(', ');
+          throw new FailedPreconditionError(`RecoverDevice "${deviceId}": no slot released it${owners ? `; rows: ${owners}` : ''}; nothing changed`);
+        }
+        let live: AttachedDevice;
+        try {
+          live = await this.driver.recover({ path: input.path, backingFile, readOnly: from.record.readOnly, flags: [] });
+        } catch (err) {
+          throw explain(err, `RecoverDevice "${deviceId}"`);
+        }
+        const now = this.now();
+        const rec: DeviceRecord = { ...from.record, state: 'ready', path: live.path, handoverToken: token, updatedAtMs: now };
+        if (own) this.store.delete(deviceId); // a stale released row from an earlier move out of this slot
+        this.store.insert(rec);
+        const recoverMs = performance.now() - t0;
+        this.log.info({ device_id: deviceId, path: live.path, from_slot: from.slot, recover_ms: recoverMs }, 'device recovered from another slot');
+        failpoint('ublk.recover.before-response');
+        return { device: this.deviceFrom(rec, live), recoverMs };
+      }),
+    );
+  }
+
+  /**
+   * abortHandover takes a released device back after the new slot failed to recover it:
+   * token must match; the row becomes `ready` again (fsynced) and the device is served. A row
+   * that is already back with this token is returned as it is (idempotent).
+   * Errors: InvalidArgumentError (token), NotFoundError (no row), FailedPreconditionError
+   * (another slot owns the device now: this slot's row is dropped, nothing to abort).
+   */
+  async abortHandover(deviceId: string, token: string): Promise<Device> {
+    validateDeviceId(deviceId);
+    if (token === '') throw new InvalidArgumentError('handover_token: must be set');
+    return this.locks.run(deviceId, () =>
+      this.peers.exclusive(async () => {
+        const rec = this.store.get(deviceId);
+        if (!rec) throw new NotFoundError(`AbortHandover "${deviceId}": this slot has no such device`);
+        if (rec.handoverToken !== token) throw new InvalidArgumentError(`handover_token: does not match the release of device_id "${deviceId}"`);
+        if (rec.state === 'ready') return this.ensureAttached(rec);
+        if (rec.state !== 'released') throw new FailedPreconditionError(`AbortHandover "${deviceId}": row is ${rec.state}`);
+        const owner = this.peers.peerRows(deviceId).find((r) => r.record.state !== 'released');
+        if (owner) {
+          this.store.delete(deviceId);
+          throw new FailedPreconditionError(`AbortHandover "${deviceId}": slot ${owner.slot} owns the device now; this slot dropped its row`);
+        }
+        const dev = await this.takeBack(rec);
+        this.log.info({ device_id: deviceId, path: dev.path }, 'handover aborted: device owned again');
+        return dev;
+      }),
+    );
+  }
+
+  /**
+   * converge applies the crash-convergence rule to this slot's `released` rows, under the
+   * cross-slot lock: a row whose device another slot's table owns is dropped; a row no other
+   * slot owns is taken back (ready, device re-attached if needed) when it was released at
+   * least takeBackAfterMs ago (0 at start: the new slot died before it recovered the device,
+   * or this process died before ReleaseDevice answered). Never throws for one device.
+   */
+  async converge(opts: { takeBackAfterMs: number }): Promise<ConvergeReport> {
+    const report: ConvergeReport = { dropped: [], takenBack: [] };
+    await this.peers.exclusive(async () => {
+      for (const rec of this.store.list()) {
+        if (rec.state !== 'released') continue;
+        const log = this.log.child({ device_id: rec.deviceId });
+        try {
+          const owner = this.peers.peerRows(rec.deviceId).find((r) => r.record.state !== 'released');
+          if (owner) {
+            this.store.delete(rec.deviceId);
+            log.info({ owner: owner.slot }, 'converge: released device is owned by another slot; row dropped');
+            report.dropped.push(rec.deviceId);
+          } else if (this.now() - rec.updatedAtMs >= opts.takeBackAfterMs) {
+            await this.takeBack(rec);
+            log.warn({ released_ms_ago: this.now() - rec.updatedAtMs }, 'converge: released device was not taken over by any slot; owned again');
+            report.takenBack.push(rec.deviceId);
+          }
+        } catch (err) {
+          log.error({ err }, 'converge failed for this device');
+        }
+      }
+    });
+    if (report.dropped.length + report.takenBack.length > 0) this.log.info(report, 'converge done');
+    if (this.store.list().some((r) => r.state === 'released')) this.scheduleSweep();
+    return report;
+  }
+
+  /** stop clears timers (quiesce holds, the release sweep); devices are left as they are. */
+  stop(): void {
+    for (const t of this.quiesced.values()) clearTimeout(t);
+    this.quiesced.clear();
+    if (this.sweepTimer) clearTimeout(this.sweepTimer);
+    this.sweepTimer = undefined;
+  }
+
+  /** takeBack marks a released row ready again and makes sure its device is attached. */
+  private async takeBack(rec: DeviceRecord): Promise<Device> {
+    const live = (await this.attachedTo(rec.backingFile))[0];
+    if (live) {
+      try {
+        await this.driver.recover(live);
+      } catch (err) {
+        throw explain(err, `taking back "${rec.deviceId}"`);
+      }
+    }
+    this.store.update(rec.deviceId, { state: 'ready' }, this.now());
+    return this.ensureAttached({ ...rec, state: 'ready' });
+  }
+
+  /** ownedAttached returns the ready row and its attached device, or throws the handover errors. */
+  private async ownedAttached(deviceId: string, rpc: string): Promise<{ rec: DeviceRecord; live: AttachedDevice }> {
+    const rec = this.store.get(deviceId);
+    if (rec?.state === 'released') throw new FailedPreconditionError(`${rpc} "${deviceId}": the device was released to another slot`);
+    if (!rec || rec.state !== 'ready') throw new NotFoundError(`${rpc} "${deviceId}": no such device`);
+    const live = (await this.attachedTo(rec.backingFile))[0];
+    if (!live) throw new FailedPreconditionError(`${rpc} "${deviceId}": the device is not attached`);
+    return { rec, live };
+  }
+
+  /** refuseDuringHandover: CreateDevice/DeleteDevice fail while a device is quiesced or released. */
+  private refuseDuringHandover(deviceId: string, rec: DeviceRecord | undefined, rpc: string): void {
+    if (this.quiesced.has(deviceId)) throw new FailedPreconditionError(`${rpc} "${deviceId}": the device is quiesced for a handover; retry after ResumeDevice or the quiesce timeout (nothing changed)`);
+    if (rec?.state === 'released') throw new FailedPreconditionError(`${rpc} "${deviceId}": the device was released to another slot; call it there (nothing changed)`);
+  }
+
+  private setQuiesced(deviceId: string, holdMs: number): void {
+    this.clearQuiesced(deviceId);
+    const t = setTimeout(() => {
+      if (this.quiesced.get(deviceId) !== t) return;
+      this.log.warn({ device_id: deviceId, hold_ms: holdMs }, 'quiesce timed out: resuming by itself');
+      void this.resume(deviceId).catch((err: unknown) => this.log.error({ err, device_id: deviceId }, 'resume after the quiesce timeout failed'));
+    }, holdMs);
+    t.unref();
+    this.quiesced.set(deviceId, t);
+  }
+
+  private clearQuiesced(deviceId: string): boolean {
+    const t = this.quiesced.get(deviceId);
+    if (!t) return false;
+    clearTimeout(t);
+    this.quiesced.delete(deviceId);
+    return true;
+  }
+
+  /** scheduleSweep runs converge() once soon, so released rows do not linger. */
+  private scheduleSweep(): void {
+    if (this.sweepTimer) return;
+    this.sweepTimer = setTimeout(() => {
+      this.sweepTimer = undefined;
+      void this.converge({ takeBackAfterMs: this.releaseTimeoutMs }).catch((err: unknown) => this.log.error({ err }, 'release sweep failed'));
+    }, 1000);
+    this.sweepTimer.unref();
+  }
+
   /** make writes the row, makes the image, attaches it and marks the row ready; undoes on failure. */
   private async make(spec: DeviceSpec, sizeBytes: number): Promise<Device> {
     const id = spec.deviceId;
@@ -238,7 +539,7 @@ export class DeviceManager {
       throw new FailedPreconditionError(`device_id "${id}": image ${backingFile} exists but no device owns it; remove it or pick another id (nothing changed)`);
     }
     const now = this.now();
-    const rec: DeviceRecord = { ...spec, sizeBytes, state: 'creating', backingFile, path: '', createdAtMs: now, updatedAtMs: now };
+    const rec: DeviceRecord = { ...spec, sizeBytes, state: 'creating', backingFile, path: '', createdAtMs: now, updatedAtMs: now, handoverToken: '' };
     this.store.insert(rec);
     let step = 'make the image';
     let attached: AttachedDevice | undefined;

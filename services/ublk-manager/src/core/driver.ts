@@ -39,6 +39,27 @@ export interface BlockDriver {
    * "held by dm-0", ...), or undefined when it is free.
    */
   busyReason(path: string): Promise<string | undefined>;
+  /**
+   * quiesce lets in-flight I/O of the device complete and makes what was written durable
+   * (loop: fsync of the backing image + `blockdev --flushbufs`; ublk: the kernel QUIESCE
+   * command where the kernel has it). Rejects with a CommandError (INTERNAL) when it fails.
+   */
+  quiesce(dev: AttachedDevice): Promise<void>;
+  /** resume ends a quiesce (loop: nothing to do). */
+  resume(dev: AttachedDevice): Promise<void>;
+  /**
+   * release stops this process from serving the device; the kernel device stays (loop: nothing
+   * to do, the kernel serves I/O; ublk: the server of the device stops, the device waits in
+   * recovery).
+   */
+  release(dev: AttachedDevice): Promise<void>;
+  /**
+   * recover takes over a device released by another slot and returns it as attached now.
+   * Loop: verifies that dev.path is still attached to dev.backingFile (or finds where the
+   * backing file is attached). ublk: runs user recovery. FailedPreconditionError when the
+   * device is not attached / not in recovery.
+   */
+  recover(dev: AttachedDevice): Promise<AttachedDevice>;
 }
 
 /** What {@link ImageOps.inspectSource} learns about an image to clone. */

@@ -1,6 +1,6 @@
 /** MemoryDeviceStore: a DeviceStore in a Map, for tests. Not durable. */
-import type { DeviceStore } from './store';
-import type { DeviceRecord, RecordState } from './types';
+import type { DeviceStore, RecordChange } from './store';
+import type { DeviceRecord } from './types';
 
 /** MemoryDeviceStore keeps rows in memory (copies in, copies out). */
 export class MemoryDeviceStore implements DeviceStore {
@@ -24,11 +24,12 @@ export class MemoryDeviceStore implements DeviceStore {
   }
 
   /** update changes state and/or path of an existing row. */
-  update(deviceId: string, change: { state?: RecordState; path?: string }, nowMs: number): void {
+  update(deviceId: string, change: RecordChange, nowMs: number): void {
     const r = this.rows.get(deviceId);
     if (!r) throw new Error(`device ${deviceId} has no row`);
     if (change.state !== undefined) r.state = change.state;
     if (change.path !== undefined) r.path = change.path;
+    if (change.handoverToken !== undefined) r.handoverToken = change.handoverToken;
     r.updatedAtMs = nowMs;
   }
 

@@ -5,6 +5,13 @@
  */
 import type { DeviceRecord, RecordState } from './types';
 
+/** The fields of a row that {@link DeviceStore.update} may change. */
+export interface RecordChange {
+  state?: RecordState;
+  path?: string;
+  handoverToken?: string;
+}
+
 /** DeviceStore keeps one row per device id. */
 export interface DeviceStore {
   /** get returns the row of deviceId or undefined. */
@@ -13,10 +20,48 @@ export interface DeviceStore {
   list(): DeviceRecord[];
   /** insert adds a row; throws when the id already has one. */
   insert(record: DeviceRecord): void;
-  /** update replaces the state and device path of a row and stamps updatedAtMs. */
-  update(deviceId: string, change: { state?: RecordState; path?: string }, nowMs: number): void;
+  /** update replaces the state, device path and/or handover token of a row and stamps updatedAtMs. */
+  update(deviceId: string, change: RecordChange, nowMs: number): void;
   /** delete drops the row; false when there was none. */
   delete(deviceId: string): boolean;
   /** close releases the store. */
   close(): void;
+}
+
+/** A row of another slot's table, as {@link SlotPeers.peerRows} reports it. */
+export interface PeerRow {
+  /** The other slot ("a", "b" or "default"). */
+  slot: string;
+  record: DeviceRecord;
+}
+
+/**
+ * SlotPeers gives a slot a read-only view of the other slots' tables (they share the state
+ * dir) and a lock that serialises decisions that read another slot's table and then write
+ * this slot's (RecoverDevice, AbortHandover, the crash-convergence rule), so that no device is
+ * ever owned by two tables.
+ */
+export interface SlotPeers {
+  /** This slot ("a", "b" or "default"). */
+  readonly self: string;
+  /** peerRows returns the rows of deviceId in the other slots' tables. */
+  peerRows(deviceId: string): PeerRow[];
+  /** exclusive runs fn while no other slot runs an exclusive section. */
+  exclusive<T>(fn: () => Promise<T>): Promise<T>;
+}
+
+/** NoPeers is SlotPeers for a manager alone on its state dir (tests). */
+export class NoPeers implements SlotPeers {
+  readonly self = 'default';
+  private tail: Promise<unknown> = Promise.resolve();
+  /** peerRows: none. */
+  peerRows(): PeerRow[] {
+    return [];
+  }
+  /** exclusive: a promise chain in this process. */
+  exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.tail.then(fn);
+    this.tail = next.catch(() => undefined);
+    return next;
+  }
 }

@@ -26,9 +26,12 @@ export type FilesystemKind = 'ext4' | 'none' | 'inherited';
 /**
  * Life of a row in the device table. `creating` is written before the image is made and
  * `deleting` before it is removed, so that a crash at any step leaves a row that the next
- * start cleans up. Only `ready` rows are devices that callers see.
+ * start cleans up. Only `ready` rows are devices that callers see. `released` means this slot
+ * gave the device up during a handover (ReleaseDevice) and no longer owns it: the row keeps
+ * the handover token until the new slot owns the device (then the row is dropped) or the
+ * device comes back (AbortHandover, or the crash-convergence rule at start).
  */
-export type RecordState = 'creating' | 'ready' | 'deleting';
+export type RecordState = 'creating' | 'ready' | 'deleting' | 'released';
 
 /**
  * Live state checked against the kernel: `attached` (a device node serves the image),
@@ -74,6 +77,8 @@ export interface DeviceRecord {
   createdAtMs: number;
   /** Unix epoch ms of the last change of the row. */
   updatedAtMs: number;
+  /** Token of the last ReleaseDevice ('' when never released). */
+  handoverToken: string;
 }
 
 /** A device as reported to callers: the row plus its live state. */

@@ -6,6 +6,12 @@
  *
  * Safety: only devices whose backing file lies directly in the images directory are ever
  * reported by {@link LoopDriver.listAttached}, so the manager never touches anyone else's.
+ *
+ * Handover: the kernel serves loop I/O, so a handover between manager slots moves ownership
+ * and control only ("ownership-only"). quiesce = fsync of the backing image + `blockdev
+ * --flushbufs` on the device (BLKFLSBUF: writes back the device's buffers and syncs a
+ * filesystem mounted on it); it does not hold I/O. release does nothing; recover verifies the
+ * device is still attached to the same backing file.
  */
 import { constants as fsc } from 'node:fs';
 import fs from 'node:fs/promises';
@@ -17,6 +23,9 @@ import type { RunFn } from './images';
 
 /** Time a losetup call may take, in ms. */
 export const DEFAULT_LOSETUP_TIMEOUT_MS = 30_000;
+
+/** Time `blockdev --flushbufs` may take, in ms. */
+export const DEFAULT_FLUSH_TIMEOUT_MS = 30_000;
 
 /** Flag reported when a loop device does direct I/O on its backing file. */
 export const FLAG_DIRECT_IO = 'direct-io';
@@ -187,6 +196,46 @@ export class LoopDriver implements BlockDriver {
     const ro = (await readTrim(path.join(blk, 'ro'))) === '1';
     const dio = (await readTrim(path.join(blk, 'loop', 'dio'))) === '1';
     return { path: `/dev/${name}`, backingFile, readOnly: ro, flags: dio ? [FLAG_DIRECT_IO] : [] };
+  }
+
+  /**
+   * quiesce makes what was written to the device durable: fsync of the backing file (dirty
+   * pages of a buffered loop device), then `blockdev --flushbufs <dev>`. Sandbox I/O keeps
+   * flowing (the kernel serves it); there is no user-space queue to hold.
+   * Errors: CommandError (INTERNAL) when blockdev fails; the fs error when the fsync fails.
+   */
+  async quiesce(dev: AttachedDevice): Promise<void> {
+    if (!LOOP_PATH_RE.test(dev.path)) throw new InternalError(`quiesce: ${dev.path} is not a loop device`);
+    const fh = await fs.open(dev.backingFile, dev.readOnly ? fsc.O_RDONLY : fsc.O_RDWR);
+    try {
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    await this.run('blockdev', ['--flushbufs', dev.path], { timeoutMs: DEFAULT_FLUSH_TIMEOUT_MS });
+  }
+
+  /** resume: nothing to do (quiesce holds no I/O). */
+  async resume(): Promise<void> {}
+
+  /** release: nothing to do; the loop device stays attached and keeps serving. */
+  async release(): Promise<void> {}
+
+  /**
+   * recover verifies that dev.path is still attached to dev.backingFile; when it is not, it
+   * looks for another loop device on that backing file (the kernel is the truth).
+   * FailedPreconditionError when the backing file is not attached at all.
+   */
+  async recover(dev: AttachedDevice): Promise<AttachedDevice> {
+    const name = path.basename(dev.path);
+    const at = LOOP_PATH_RE.test(dev.path) ? await this.readDevice(name) : undefined;
+    if (at && at.backingFile === dev.backingFile) return at;
+    const other = (await this.listAttached(path.dirname(dev.backingFile))).find((d) => d.backingFile === dev.backingFile);
+    if (other) {
+      this.log.warn({ requested: dev.path, found: other.path, backing_file: dev.backingFile }, 'recover: the backing file is attached at another loop device; taking that one');
+      return other;
+    }
+    throw new FailedPreconditionError(`${dev.backingFile} is not attached to any loop device (${dev.path} ${at ? `serves ${at.backingFile}` : 'is not bound'})`);
   }
 
   /**

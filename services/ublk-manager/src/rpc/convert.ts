@@ -7,11 +7,14 @@ import {
   Capability,
   DeviceState,
   Filesystem,
+  HandoverResult,
+  type DeviceHandover,
   type CreateDeviceRequest,
   type Device as PbDevice,
   type GetCapabilitiesResponse,
 } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { ManagerCapabilities } from '../core/device-manager';
+import type { DeviceHandoverResult } from '../core/handover';
 import type { Device, DriverCapability, FilesystemKind, LiveState } from '../core/types';
 import type { CreateDeviceInput } from '../core/validate';
 
@@ -89,4 +92,36 @@ export function deviceToPb(d: Device): PbDevice {
 /** capabilitiesToPb maps the manager's capabilities to GetCapabilitiesResponse. */
 export function capabilitiesToPb(c: ManagerCapabilities): GetCapabilitiesResponse {
   return { driver: c.driver, capabilities: c.capabilities.map((x) => CAPABILITIES[x]), maxDeviceSizeBytes: c.maxDeviceSizeBytes };
+}
+
+/** deviceFromPb maps a contract Device back to the domain (RecoverDevice, HandoverAll). */
+export function deviceFromPb(d: PbDevice): Device {
+  const fs: FilesystemKind =
+    d.filesystem === Filesystem.FILESYSTEM_EXT4 ? 'ext4' : d.filesystem === Filesystem.FILESYSTEM_NONE ? 'none' : 'inherited';
+  const state: LiveState =
+    d.state === DeviceState.DEVICE_STATE_ATTACHED ? 'attached' : d.state === DeviceState.DEVICE_STATE_DETACHED ? 'detached' : 'missing';
+  return {
+    deviceId: d.deviceId ?? '',
+    path: d.path ?? '',
+    sizeBytes: d.sizeBytes ?? 0,
+    backingFile: d.backingFile ?? '',
+    readOnly: d.readOnly ?? false,
+    filesystem: fs,
+    state,
+    driver: d.driver === 'ublk' ? 'ublk' : 'loop',
+    flags: [...(d.flags ?? [])],
+    createdAtMs: d.createdAtMs ?? 0,
+    sourceImage: d.sourceImage ?? '',
+  };
+}
+
+const RESULTS: Record<DeviceHandoverResult['result'], HandoverResult> = {
+  moved: HandoverResult.HANDOVER_RESULT_MOVED,
+  aborted: HandoverResult.HANDOVER_RESULT_ABORTED,
+  failed: HandoverResult.HANDOVER_RESULT_FAILED,
+};
+
+/** handoverToPb maps one device's handover result. */
+export function handoverToPb(r: DeviceHandoverResult): DeviceHandover {
+  return { deviceId: r.deviceId, result: RESULTS[r.result], stallMs: r.stallMs, error: r.error };
 }

@@ -1,15 +1,26 @@
 /**
  * DeviceService handlers: thin. Map the request (convert.ts), call the DeviceManager, map
  * the result. Errors are the typed domain errors of core; the shared server middleware maps
- * them to gRPC status codes.
+ * them to gRPC status codes (and fences mutating calls by epoch before they get here).
  */
-import type { SandnodeCallContext } from '@sandnode/shared';
+import { InvalidArgumentError, parseEpoch, UnavailableError, type SandnodeCallContext } from '@sandnode/shared';
 import type { DeviceServiceImplementation } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { DeviceManager } from '../core/device-manager';
-import { capabilitiesToPb, createInputFromPb, deviceToPb } from './convert';
+import { handoverAll, type HandoverMode } from '../core/handover';
+import { capabilitiesToPb, createInputFromPb, deviceToPb, handoverToPb } from './convert';
+import { connectOldSlot } from './old-slot-client';
+
+/** Options of the handlers that need more than the manager. */
+export interface DeviceServiceOptions {
+  /** This slot's own listen address: HandoverAll from it is INVALID_ARGUMENT. */
+  selfAddress?: string;
+  /** Called with each moved device's stall in seconds (the stall histogram). */
+  observeStall?: (stallSeconds: number, mode: HandoverMode) => void;
+}
 
 /** deviceService implements sandnode.ublk.v1.DeviceService on a DeviceManager. */
-export function deviceService(manager: DeviceManager): DeviceServiceImplementation<SandnodeCallContext> {
+export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions = {}): DeviceServiceImplementation<SandnodeCallContext> {
+  let handoverRunning = false;
   return {
     async getCapabilities() {
       return capabilitiesToPb(manager.capabilities());
@@ -25,6 +36,49 @@ export function deviceService(manager: DeviceManager): DeviceServiceImplementati
     },
     async deleteDevice(req) {
       return { existed: await manager.delete(req.deviceId) };
+    },
+    async quiesceDevice(req) {
+      const r = await manager.quiesce(req.deviceId, req.timeoutMs);
+      return { device: deviceToPb(r.device), quiesceMs: Math.ceil(r.quiesceMs) };
+    },
+    async resumeDevice(req) {
+      return { device: deviceToPb(await manager.resume(req.deviceId)) };
+    },
+    async releaseDevice(req) {
+      const r = await manager.release(req.deviceId);
+      return { device: deviceToPb(r.device), handoverToken: r.token };
+    },
+    async recoverDevice(req) {
+      if (!req.device) throw new InvalidArgumentError('device: must be set (ReleaseDeviceResponse.device)');
+      const r = await manager.recover({ deviceId: req.device.deviceId, path: req.device.path, backingFile: req.device.backingFile }, req.handoverToken);
+      return { device: deviceToPb(r.device), recoverMs: Math.ceil(r.recoverMs) };
+    },
+    async abortHandover(req) {
+      return { device: deviceToPb(await manager.abortHandover(req.deviceId, req.handoverToken)) };
+    },
+    async handoverAll(req, context) {
+      if (req.fromAddress === '') throw new InvalidArgumentError('from_address: must be set (the old slot, e.g. unix:///run/sandnode/ublk-manager-a.sock)');
+      if (opts.selfAddress !== undefined && req.fromAddress === opts.selfAddress) throw new InvalidArgumentError(`from_address: ${req.fromAddress} is this slot`);
+      if (handoverRunning) throw new UnavailableError('a HandoverAll is already running on this slot; try again when it ends');
+      handoverRunning = true;
+      try {
+        const old = await connectOldSlot(req.fromAddress, parseEpoch(context.metadata));
+        try {
+          const report = await handoverAll({
+            manager,
+            old,
+            deviceIds: req.deviceIds,
+            perDeviceTimeoutMs: req.perDeviceTimeoutMs,
+            log: context.log,
+            observe: opts.observeStall,
+          });
+          return { devices: report.devices.map(handoverToPb), mode: report.mode, totalMs: Math.ceil(report.totalMs) };
+        } finally {
+          old.close();
+        }
+      } finally {
+        handoverRunning = false;
+      }
     },
   };
 }

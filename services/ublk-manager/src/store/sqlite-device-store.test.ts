@@ -16,6 +16,7 @@ const rec = (id: string, over: Partial<DeviceRecord> = {}): DeviceRecord => ({
   path: '',
   createdAtMs: 10,
   updatedAtMs: 10,
+  handoverToken: '',
   ...over,
 });
 
@@ -24,9 +25,10 @@ describe('SqliteDeviceStore', () => {
   beforeEach(() => (dir = mkdtempSync(path.join(os.tmpdir(), 'ublk-store-'))));
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-  it('lives at <stateDir>/ublk/devices.db with WAL and synchronous=FULL', () => {
+  it('lives at <stateDir>/ublk-manager/<slot or default>/devices.db with WAL and synchronous=FULL', () => {
+    expect(deviceDbPath(dir, 'a')).toBe(path.join(dir, 'ublk-manager', 'a', 'devices.db'));
     const file = deviceDbPath(dir);
-    expect(file).toBe(path.join(dir, 'ublk', 'devices.db'));
+    expect(file).toBe(path.join(dir, 'ublk-manager', 'default', 'devices.db'));
     const s = new SqliteDeviceStore(file);
     s.close();
     const db = new Database(file);

@@ -1,24 +1,31 @@
 /**
- * SqliteDeviceStore: the device table in SQLite (better-sqlite3) at
- * `<stateDir>/ublk/devices.db`, journal_mode=WAL and synchronous=FULL, so every write is on
- * disk (fsynced) before the call returns. The schema version is kept in `user_version`; a
- * database written by a newer schema is refused with a message naming both versions.
+ * SqliteDeviceStore: the device table of one slot in SQLite (better-sqlite3) at
+ * `<stateDir>/ublk-manager/<slot or "default">/devices.db`, journal_mode=WAL and
+ * synchronous=FULL, so every write is on disk (fsynced) before the call returns. The schema
+ * version is kept in `user_version`; a database written by a newer schema is refused with a
+ * message naming both versions.
+ *
+ * Schema 2 adds the `released` state and the `handover_token` column (device handover between
+ * slots). It is a bump because a schema-1 reader would treat a `released` row (a device that
+ * another slot now owns) as an unknown state; schema-1 tables are upgraded in place.
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import type { DeviceStore } from '../core/store';
+import type { DeviceStore, RecordChange } from '../core/store';
 import type { DeviceRecord, FilesystemKind, RecordState } from '../core/types';
+import { slotDir } from './layout';
 
 /** Schema version this release writes and reads. */
-export const DEVICE_DB_SCHEMA = 1;
+export const DEVICE_DB_SCHEMA = 2;
 
-/** deviceDbPath is `<stateDir>/ublk/devices.db`. */
-export function deviceDbPath(stateDir: string): string {
-  return path.join(path.resolve(stateDir), 'ublk', 'devices.db');
+/** deviceDbPath is `<stateDir>/ublk-manager/<slot or "default">/devices.db`. */
+export function deviceDbPath(stateDir: string, slot = ''): string {
+  return path.join(slotDir(stateDir, slot), 'devices.db');
 }
 
-interface Row {
+/** A row of the devices table as SQLite returns it. */
+export interface Row {
   device_id: string;
   state: string;
   size_bytes: number;
@@ -29,12 +36,14 @@ interface Row {
   path: string;
   created_at_ms: number;
   updated_at_ms: number;
+  handover_token?: string;
 }
 
-const STATES: readonly RecordState[] = ['creating', 'ready', 'deleting'];
+const STATES: readonly RecordState[] = ['creating', 'ready', 'deleting', 'released'];
 const FILESYSTEMS: readonly FilesystemKind[] = ['ext4', 'none', 'inherited'];
 
-function fromRow(r: Row): DeviceRecord {
+/** fromRow maps a table row to a record; throws on an unknown state or filesystem. */
+export function fromRow(r: Row): DeviceRecord {
   if (!STATES.includes(r.state as RecordState)) throw new Error(`devices.db: row ${r.device_id} has unknown state "${r.state}"`);
   if (!FILESYSTEMS.includes(r.filesystem as FilesystemKind)) throw new Error(`devices.db: row ${r.device_id} has unknown filesystem "${r.filesystem}"`);
   return {
@@ -48,6 +57,7 @@ function fromRow(r: Row): DeviceRecord {
     path: r.path,
     createdAtMs: r.created_at_ms,
     updatedAtMs: r.updated_at_ms,
+    handoverToken: r.handover_token ?? '',
   };
 }
 
@@ -55,7 +65,10 @@ function fromRow(r: Row): DeviceRecord {
 export class SqliteDeviceStore implements DeviceStore {
   private readonly db: Database.Database;
 
-  /** open creates the directory and the database if needed and checks the schema version. */
+  /**
+   * open creates the directory and the database if needed, checks the schema version and
+   * upgrades a schema-1 table (adds `handover_token`).
+   */
   constructor(file: string) {
     mkdirSync(path.dirname(file), { recursive: true });
     this.db = new Database(file);
@@ -78,9 +91,12 @@ export class SqliteDeviceStore implements DeviceStore {
         backing_file  TEXT NOT NULL,
         path          TEXT NOT NULL,
         created_at_ms INTEGER NOT NULL,
-        updated_at_ms INTEGER NOT NULL
+        updated_at_ms INTEGER NOT NULL,
+        handover_token TEXT NOT NULL DEFAULT ''
       ) STRICT;
     `);
+    const cols = (this.db.prepare('PRAGMA table_info(devices)').all() as { name: string }[]).map((c) => c.name);
+    if (!cols.includes('handover_token')) this.db.exec(`ALTER TABLE devices ADD COLUMN handover_token TEXT NOT NULL DEFAULT ''`);
     if (version < DEVICE_DB_SCHEMA) this.db.pragma(`user_version = ${DEVICE_DB_SCHEMA}`);
   }
 
@@ -99,17 +115,19 @@ export class SqliteDeviceStore implements DeviceStore {
   insert(r: DeviceRecord): void {
     this.db
       .prepare(
-        `INSERT INTO devices (device_id, state, size_bytes, source_image, filesystem, read_only, backing_file, path, created_at_ms, updated_at_ms)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        `INSERT INTO devices (device_id, state, size_bytes, source_image, filesystem, read_only, backing_file, path, created_at_ms, updated_at_ms, handover_token)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
-      .run(r.deviceId, r.state, r.sizeBytes, r.sourceImage, r.filesystem, r.readOnly ? 1 : 0, r.backingFile, r.path, r.createdAtMs, r.updatedAtMs);
+      .run(r.deviceId, r.state, r.sizeBytes, r.sourceImage, r.filesystem, r.readOnly ? 1 : 0, r.backingFile, r.path, r.createdAtMs, r.updatedAtMs, r.handoverToken ?? '');
   }
 
-  /** update changes state and/or path (durable on return); throws when there is no row. */
-  update(deviceId: string, change: { state?: RecordState; path?: string }, nowMs: number): void {
+  /** update changes state, path and/or handover token (durable on return); throws when there is no row. */
+  update(deviceId: string, change: RecordChange, nowMs: number): void {
     const res = this.db
-      .prepare('UPDATE devices SET state = COALESCE(?, state), path = COALESCE(?, path), updated_at_ms = ? WHERE device_id = ?')
-      .run(change.state ?? null, change.path ?? null, nowMs, deviceId);
+      .prepare(
+        'UPDATE devices SET state = COALESCE(?, state), path = COALESCE(?, path), handover_token = COALESCE(?, handover_token), updated_at_ms = ? WHERE device_id = ?',
+      )
+      .run(change.state ?? null, change.path ?? null, change.handoverToken ?? null, nowMs, deviceId);
     if (res.changes !== 1) throw new Error(`devices.db: device ${deviceId} has no row`);
   }
 

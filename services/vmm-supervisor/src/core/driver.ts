@@ -1,7 +1,12 @@
 /**
  * VmDriver is the backend that turns a VM row into host processes: runc (embedded) or
- * firecracker (production, a later release). The supervisor owns the table and the state
- * machine; a driver only acts on the host and reports what it sees.
+ * firecracker (production). The supervisor owns the table and the state machine; a driver
+ * only acts on the host and reports what it sees.
+ *
+ * Binaries: at start the supervisor copies the configured driver binary into a versioned dir
+ * and calls {@link VmDriver.useBinary}; new VMs start with that copy and every later call on a
+ * VM uses the binary recorded for it ({@link VmRef.binary}), so upgrading the host package never
+ * changes the binary that manages a running VM.
  */
 import type { EffectiveResources, VmProcess, VmSpec } from './types';
 
@@ -14,37 +19,64 @@ export type LiveStatus =
   /** The VM's processes are gone (or the pid now names another process). `detail` says why. */
   | { state: 'stopped'; detail: string };
 
+/** VmRef is what the table knows about a VM that a driver call needs. */
+export interface VmRef {
+  vmId: string;
+  /** The process the table names (pid 0 when not started or stopped). */
+  process: VmProcess;
+  /** The driver binary recorded for the VM; empty = the driver's current binary. */
+  binary: string;
+  /** The VMM API socket recorded for the VM (firecracker); empty for runc. */
+  apiSocket: string;
+}
+
+/** StartedVm is what create reports about a started VM. */
+export interface StartedVm {
+  process: VmProcess;
+  /** Host path of the VMM API socket; empty when the driver has none. */
+  apiSocket: string;
+}
+
 /** VmDriver is one VM backend. Every method may throw a SandnodeError (InternalError when a host command fails). */
 export interface VmDriver {
-  /** Driver name reported in Vm.driver: "runc" or "firecracker". */
+  /** Driver name reported in Vm.driver: "runc" or "firecracker"; also the versioned bin dir prefix. */
   readonly name: string;
   /** Feature strings the driver adds to GetVersion, e.g. "vmm.runc". */
   readonly features: readonly string[];
-  /** version returns the driver binary's version, e.g. "1.1.5". */
+  /** version returns the configured driver binary's version, e.g. "1.1.5+ds1". */
   version(): Promise<string>;
   /**
-   * create sets up the host (mounts, bundle) and starts the VM detached from the supervisor.
-   * On failure it undoes everything it did and throws an error naming the failed step.
+   * configuredBinary resolves the configured binary (a name is looked up in PATH) to an
+   * absolute path. Throws ConfigError naming the config key when it cannot be found.
    */
-  create(vmId: string, spec: VmSpec, resources: EffectiveResources): Promise<VmProcess>;
+  configuredBinary(): string;
+  /** useBinary makes path (a versioned copy of the configured binary) the one new VMs start with. */
+  useBinary(path: string): void;
+  /** currentBinary is the binary new VMs start with (absolute path). */
+  currentBinary(): string;
   /**
-   * inspect reports the live status of vmId. `expected` is the process the table names: a
-   * live process with other start ticks is reported `stopped` (never adopted).
+   * create sets up the host and starts the VM detached from the supervisor with the current
+   * binary. On failure it undoes everything it did and throws an error naming the failed step.
    */
-  inspect(vmId: string, expected: VmProcess): Promise<LiveStatus>;
+  create(vmId: string, spec: VmSpec, resources: EffectiveResources): Promise<StartedVm>;
+  /**
+   * inspect reports the live status of vm. A live process with other start ticks than
+   * vm.process is reported `stopped` (never adopted).
+   */
+  inspect(vm: VmRef): Promise<LiveStatus>;
   /** pause freezes every process of a running VM. */
-  pause(vmId: string): Promise<void>;
+  pause(vm: VmRef): Promise<void>;
   /** resume thaws a paused VM. */
-  resume(vmId: string): Promise<void>;
+  resume(vm: VmRef): Promise<void>;
   /**
-   * stop ends the VM's processes: SIGTERM to init, SIGKILL to all after timeoutMs ms. Works on
-   * a paused VM (kill, then thaw). Resolves once no process is left; no-op when already stopped.
+   * stop ends the VM's processes: a graceful request first, a kill of all after timeoutMs ms.
+   * Works on a paused VM. Resolves once no process is left; no-op when already stopped.
    */
-  stop(vmId: string, timeoutMs: number): Promise<void>;
+  stop(vm: VmRef, timeoutMs: number): Promise<void>;
   /**
    * destroy removes everything the VM has on the host (runtime state, mounts, dirs), killing
    * what still runs. Idempotent: a VM with nothing left on the host is a no-op. Also undoes
    * a half-done create.
    */
-  destroy(vmId: string): Promise<void>;
+  destroy(vm: VmRef): Promise<void>;
 }

@@ -1,11 +1,12 @@
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { AlreadyExistsError, createLogger, FailedPreconditionError, InternalError, NotFoundError } from '@sandnode/shared';
-import type { LiveStatus, VmDriver } from './driver';
+import type { LiveStatus, VmDriver, VmRef } from './driver';
 import { Supervisor } from './supervisor';
 import type { EffectiveResources, VmProcess, VmRecord, VmSpec } from './types';
 import { MemoryVmStore } from './vm-store';
+import { DriverBinaries } from '../store/driver-binaries';
 
 type HostState = 'running' | 'paused' | 'stopped';
 
@@ -15,39 +16,56 @@ class FakeDriver implements VmDriver {
   readonly features = ['vmm.fake'];
   readonly host = new Map<string, { state: HostState; proc: VmProcess }>();
   readonly calls: string[] = [];
+  /** Binary each call used, by call. */
+  readonly binaries: string[] = [];
   failCreate = false;
+  versionString = '9.9.9';
+  configured = '/usr/bin/fake';
+  private current: string | undefined;
   private nextPid = 1000;
 
   async version() {
-    return '9.9.9';
+    return this.versionString;
+  }
+  configuredBinary() {
+    return this.configured;
+  }
+  useBinary(p: string) {
+    this.current = p;
+  }
+  currentBinary() {
+    return this.current ?? this.configured;
   }
   async create(vmId: string, _spec: VmSpec, res: EffectiveResources) {
     this.calls.push(`create ${vmId} ${res.vcpus}/${res.memoryMib}`);
+    this.binaries.push(`create ${this.currentBinary()}`);
     if (this.failCreate) throw new InternalError('create vm: runc run failed');
     const proc = { pid: this.nextPid++, startTimeTicks: 42 };
     this.host.set(vmId, { state: 'running', proc });
-    return proc;
+    return { process: proc, apiSocket: '' };
   }
-  async inspect(vmId: string, expected: VmProcess): Promise<LiveStatus> {
+  async inspect(ref: VmRef): Promise<LiveStatus> {
+    const { vmId, process: expected } = ref;
     const h = this.host.get(vmId);
     if (!h || h.state === 'stopped') return { state: 'stopped', detail: 'gone' };
     if (h.proc.pid !== expected.pid || h.proc.startTimeTicks !== expected.startTimeTicks) return { state: 'stopped', detail: 'pid reused' };
     return { state: h.state, process: h.proc };
   }
-  async pause(vmId: string) {
+  async pause({ vmId, binary }: VmRef) {
     this.calls.push(`pause ${vmId}`);
+    this.binaries.push(`pause ${binary}`);
     this.host.get(vmId)!.state = 'paused';
   }
-  async resume(vmId: string) {
+  async resume({ vmId }: VmRef) {
     this.calls.push(`resume ${vmId}`);
     this.host.get(vmId)!.state = 'running';
   }
-  async stop(vmId: string, timeoutMs: number) {
+  async stop({ vmId }: VmRef, timeoutMs: number) {
     this.calls.push(`stop ${vmId} ${timeoutMs}`);
     const h = this.host.get(vmId);
     if (h) h.state = 'stopped';
   }
-  async destroy(vmId: string) {
+  async destroy({ vmId }: VmRef) {
     this.calls.push(`destroy ${vmId}`);
     this.host.delete(vmId);
   }
@@ -153,7 +171,7 @@ describe('Supervisor', () => {
 
     const restarted = new Supervisor({ store, driver, log, defaults: { vcpus: 1, memoryMib: 512, stopTimeoutMs: 2000 } });
     const report = await restarted.adopt();
-    expect(report).toEqual({ adopted: ['vm-paused', 'vm-run'], stopped: ['vm-gone'], undone: ['vm-half'], failed: [] });
+    expect(report).toEqual({ adopted: ['vm-paused', 'vm-run'], stopped: ['vm-gone'], undone: ['vm-half'], failed: [], prunedBinaries: [] });
     expect(driver.calls).toEqual(['destroy vm-half']); // never create, pause, resume or stop
     expect(store.list().map((r) => [r.vmId, r.state])).toEqual([
       ['vm-gone', 'stopped'],
@@ -170,5 +188,44 @@ describe('Supervisor', () => {
 
   test('features add adoption to the driver features', () => {
     expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1']);
+  });
+});
+
+describe('Supervisor driver binaries', () => {
+  test('a VM keeps the versioned binary it started with across an upgrade; unused dirs are pruned at start and after delete', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'vmm-sup-bin-'));
+    const host = path.join(dir, 'host');
+    mkdirSync(host);
+    writeFileSync(path.join(host, 'fake'), '#!/bin/sh\necho v1\n', { mode: 0o755 });
+    const binaries = new DriverBinaries(path.join(dir, 'bin'));
+    mkdirSync(path.join(binaries.dir, 'fake-0.0.1'), { recursive: true }); // a stale dir nobody uses
+    const store = new MemoryVmStore();
+    const driver = new FakeDriver();
+    driver.configured = path.join(host, 'fake');
+    driver.versionString = '1.0.0';
+    const defaults = { vcpus: 1, memoryMib: 512, stopTimeoutMs: 2000 };
+    const sup1 = new Supervisor({ store, driver, log, defaults, binaries });
+    expect((await sup1.adopt()).prunedBinaries).toEqual(['fake-0.0.1']);
+    const v1 = path.join(binaries.dir, 'fake-1.0.0', 'fake');
+    expect(existsSync(v1)).toBe(true);
+    await sup1.create('vm-old', spec);
+    expect(store.get('vm-old')?.driverBinary).toBe(v1);
+
+    // The host package is upgraded; the supervisor restarts.
+    writeFileSync(path.join(host, 'fake'), '#!/bin/sh\necho v2\n', { mode: 0o755 });
+    driver.versionString = '2.0.0';
+    const sup2 = new Supervisor({ store, driver, log, defaults, binaries });
+    expect((await sup2.adopt()).prunedBinaries).toEqual([]);
+    const v2 = path.join(binaries.dir, 'fake-2.0.0', 'fake');
+    expect(binaries.list()).toEqual(['fake-1.0.0', 'fake-2.0.0']);
+    await sup2.pause('vm-old');
+    await sup2.create('vm-new', spec);
+    expect(driver.binaries.slice(-2)).toEqual([`pause ${v1}`, `create ${v2}`]);
+    expect(store.get('vm-new')?.driverBinary).toBe(v2);
+
+    await sup2.delete('vm-new');
+    expect(binaries.list()).toEqual(['fake-1.0.0', 'fake-2.0.0']); // v2 is current
+    await sup2.delete('vm-old');
+    expect(binaries.list()).toEqual(['fake-2.0.0']);
   });
 });

@@ -15,7 +15,7 @@
  */
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError, requireResourceId } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
-import type { LiveStatus, VmDriver } from './driver';
+import type { LiveStatus, VmDriver, VmRef } from './driver';
 import { KeyedMutex } from '@sandnode/shared';
 import type { EffectiveResources, VmRecord, VmSpec, VmState } from './types';
 import { VM_RECORD_SCHEMA } from './types';
@@ -42,13 +42,29 @@ export interface AdoptionReport {
   undone: string[];
   /** VMs whose check or undo failed; they stay in the table as they were. */
   failed: string[];
+  /** Versioned driver binary dirs removed because no VM uses them. */
+  prunedBinaries: string[];
 }
 
+/**
+ * DriverBinaryStore keeps versioned copies of driver binaries (implemented by
+ * store/driver-binaries.ts on the state dir).
+ */
+export interface DriverBinaryStore {
+  /** install copies source into the dir of driver+version if missing; returns the copy's path. */
+  install(driver: string, version: string, source: string): string;
+  /** prune removes every version dir no path of inUse lies in; returns the removed names. */
+  prune(inUse: Iterable<string>): string[];
+}
+
+/** SupervisorOptions wire a Supervisor. */
 export interface SupervisorOptions {
   store: VmStore;
   driver: VmDriver;
   defaults: SupervisorDefaults;
   log: Logger;
+  /** Versioned driver binaries; without it VMs run with the configured binary itself. */
+  binaries?: DriverBinaryStore;
 }
 
 /** Supervisor implements every VmService operation on domain types. */
@@ -58,6 +74,7 @@ export class Supervisor {
   private readonly defaults: SupervisorDefaults;
   private readonly log: Logger;
   private readonly locks = new KeyedMutex();
+  private readonly binaries: DriverBinaryStore | undefined;
   private driverVersion = '';
 
   constructor(opts: SupervisorOptions) {
@@ -65,6 +82,7 @@ export class Supervisor {
     this.driver = opts.driver;
     this.defaults = opts.defaults;
     this.log = opts.log;
+    this.binaries = opts.binaries;
   }
 
   /** Feature strings of the supervisor with its driver, for GetVersion. */
@@ -77,16 +95,24 @@ export class Supervisor {
    * A live VM whose pid and start ticks match is adopted as it is (running or paused, no
    * restart); a creating row (the supervisor died mid-create) is undone and dropped; a VM whose
    * processes are gone becomes stopped (row kept, logged).
+   *
+   * Before that, the configured driver binary is copied into its versioned dir (if missing) and
+   * becomes the binary of new VMs; after it, version dirs no VM uses are pruned.
    */
   async adopt(): Promise<AdoptionReport> {
     this.driverVersion = await this.driver.version();
-    const report: AdoptionReport = { adopted: [], stopped: [], undone: [], failed: [] };
+    if (this.binaries) {
+      const copy = this.binaries.install(this.driver.name, this.driverVersion, this.driver.configuredBinary());
+      this.driver.useBinary(copy);
+      this.log.info({ binary: copy, driver_version: this.driverVersion }, 'driver binary in use');
+    }
+    const report: AdoptionReport = { adopted: [], stopped: [], undone: [], failed: [], prunedBinaries: [] };
     for (const rec of this.store.list()) {
       const log = this.log.child({ vm_id: rec.vmId });
       try {
         await this.locks.run(rec.vmId, async () => {
           if (rec.state === 'creating') {
-            await this.driver.destroy(rec.vmId);
+            await this.driver.destroy(refOf(rec));
             this.store.delete(rec.vmId);
             report.undone.push(rec.vmId);
             log.warn('adopt: found a half-created VM; undone and dropped');
@@ -107,7 +133,25 @@ export class Supervisor {
         log.error({ err }, 'adopt: could not check VM; left as recorded');
       }
     }
+    report.prunedBinaries = this.pruneBinaries();
     return report;
+  }
+
+  /**
+   * pruneBinaries removes the versioned driver binary dirs that no VM in the table uses and
+   * that are not the current one. Never throws (a failure is logged).
+   */
+  pruneBinaries(): string[] {
+    if (!this.binaries) return [];
+    try {
+      const inUse = [this.driver.currentBinary(), ...this.store.list().map((r) => r.driverBinary ?? '')];
+      const removed = this.binaries.prune(inUse);
+      if (removed.length) this.log.info({ removed }, 'pruned unused driver binaries');
+      return removed;
+    } catch (err) {
+      this.log.warn({ err }, 'could not prune driver binaries');
+      return [];
+    }
   }
 
   /**
@@ -138,14 +182,16 @@ export class Supervisor {
         spec,
         createdAtMs: Date.now(),
         apiSocket: '',
+        driverBinary: this.driver.currentBinary(),
       };
       this.store.put(rec);
       const log = this.log.child({ vm_id: vmId });
       try {
-        const proc = await this.driver.create(vmId, spec, this.effectiveResources(spec));
-        const running: VmRecord = { ...rec, state: 'running', pid: proc.pid, startTimeTicks: proc.startTimeTicks };
+        const started = await this.driver.create(vmId, spec, this.effectiveResources(spec));
+        const { pid, startTimeTicks } = started.process;
+        const running: VmRecord = { ...rec, state: 'running', pid, startTimeTicks, apiSocket: started.apiSocket };
         this.store.put(running);
-        log.info({ pid: proc.pid }, 'vm created');
+        log.info({ pid, binary: rec.driverBinary }, 'vm created');
         return running;
       } catch (err) {
         this.store.delete(vmId);
@@ -170,12 +216,12 @@ export class Supervisor {
 
   /** pause freezes a running VM. NotFoundError; FailedPreconditionError unless running. */
   pause(vmId: string): Promise<VmRecord> {
-    return this.transition(vmId, 'running', 'paused', () => this.driver.pause(vmId));
+    return this.transition(vmId, 'running', 'paused', (rec) => this.driver.pause(refOf(rec)));
   }
 
   /** resume thaws a paused VM. NotFoundError; FailedPreconditionError unless paused. */
   resume(vmId: string): Promise<VmRecord> {
-    return this.transition(vmId, 'paused', 'running', () => this.driver.resume(vmId));
+    return this.transition(vmId, 'paused', 'running', (rec) => this.driver.resume(refOf(rec)));
   }
 
   /**
@@ -189,7 +235,7 @@ export class Supervisor {
       const rec = await this.refresh(this.require(vmId));
       if (rec.state === 'creating') throw new FailedPreconditionError(`vm ${vmId} is CREATING`);
       if (rec.state === 'stopped') return rec;
-      await this.driver.stop(vmId, timeoutMs > 0 ? timeoutMs : this.defaults.stopTimeoutMs);
+      await this.driver.stop(refOf(rec), timeoutMs > 0 ? timeoutMs : this.defaults.stopTimeoutMs);
       const stopped: VmRecord = { ...rec, state: 'stopped', pid: 0, startTimeTicks: 0 };
       this.store.put(stopped);
       this.log.info({ vm_id: vmId }, 'vm stopped');
@@ -198,23 +244,25 @@ export class Supervisor {
   }
 
   /**
-   * delete stops the VM if needed, removes its host state and drops its row. Idempotent:
-   * returns false when no VM had that id.
+   * delete stops the VM if needed, removes its host state and drops its row, then prunes the
+   * driver binary dirs no VM uses any more. Idempotent: returns false when no VM had that id.
    */
   async delete(vmId: string): Promise<boolean> {
     requireResourceId('vm_id', vmId);
-    return this.locks.run(vmId, async () => {
+    const existed = await this.locks.run(vmId, async () => {
       const rec = this.store.get(vmId);
       if (!rec) return false;
       if (rec.state !== 'creating') {
         const live = await this.refresh(rec);
-        if (live.state !== 'stopped') await this.driver.stop(vmId, this.defaults.stopTimeoutMs);
+        if (live.state !== 'stopped') await this.driver.stop(refOf(rec), this.defaults.stopTimeoutMs);
       }
-      await this.driver.destroy(vmId);
+      await this.driver.destroy(refOf(rec));
       this.store.delete(vmId);
       this.log.info({ vm_id: vmId }, 'vm deleted');
       return true;
     });
+    if (existed) this.pruneBinaries();
+    return existed;
   }
 
   /** effectiveResources applies the node defaults to a spec's zero resource fields. */
@@ -231,14 +279,14 @@ export class Supervisor {
     return rec;
   }
 
-  private async transition(vmId: string, from: VmState, to: VmState, act: () => Promise<void>): Promise<VmRecord> {
+  private async transition(vmId: string, from: VmState, to: VmState, act: (rec: VmRecord) => Promise<void>): Promise<VmRecord> {
     requireResourceId('vm_id', vmId);
     return this.locks.run(vmId, async () => {
       const rec = await this.refresh(this.require(vmId));
       if (rec.state !== from) {
         throw new FailedPreconditionError(`vm ${vmId} is ${rec.state.toUpperCase()}, not ${from.toUpperCase()}`);
       }
-      await act();
+      await act(rec);
       const next: VmRecord = { ...rec, state: to };
       this.store.put(next);
       this.log.info({ vm_id: vmId, state: to }, `vm ${to}`);
@@ -253,7 +301,7 @@ export class Supervisor {
    */
   private async refresh(rec: VmRecord): Promise<VmRecord> {
     if (rec.state === 'creating' || rec.state === 'stopped') return rec;
-    const live: LiveStatus = await this.driver.inspect(rec.vmId, { pid: rec.pid, startTimeTicks: rec.startTimeTicks });
+    const live: LiveStatus = await this.driver.inspect(refOf(rec));
     const next: VmRecord =
       live.state === 'stopped'
         ? { ...rec, state: 'stopped', pid: 0, startTimeTicks: 0 }
@@ -270,4 +318,14 @@ export class Supervisor {
     const cur = this.store.get(prev.vmId);
     if (cur && cur.state === prev.state && cur.pid === prev.pid) this.store.put(next);
   }
+}
+
+/** refOf is what a driver call needs to know about the VM of rec. */
+function refOf(rec: VmRecord): VmRef {
+  return {
+    vmId: rec.vmId,
+    process: { pid: rec.pid, startTimeTicks: rec.startTimeTicks },
+    binary: rec.driverBinary ?? '',
+    apiSocket: rec.apiSocket ?? '',
+  };
 }

@@ -43,7 +43,11 @@ export interface VmSpec {
   /** Exactly one `rootfs-upper` drive and at most one `workspace` drive. */
   drives: DriveSpec[];
   resources: VmResources;
-  /** Absolute host dir bind-mounted at /run/sandnode in the VM; podd creates podd.sock there. */
+  /**
+   * Absolute host dir of the VM's podd socket. The supervisor binds `<dir>/podd.sock` on the
+   * host and hands the listening fd to the VM (runc: fd 3, env SANDNODE_PODD_LISTEN_FD=3);
+   * `<dir>/guest/` is the only part the VM sees (runc: rw at /run/sandnode).
+   */
   poddSocketDir: string;
   /** Hostname of the VM; empty means the vm id. */
   hostname: string;
@@ -91,4 +95,10 @@ export interface VmRecord {
   createdAtMs: number;
   /** Host path of the VMM API socket (firecracker); empty for runc. */
   apiSocket: string;
+  /**
+   * Absolute path of the driver binary that manages this VM: the versioned copy
+   * `<stateDir>/vmm-supervisor/bin/<driver>-<version>/<binary>` it was started with. Empty in
+   * rows written before this field existed (the driver's current binary is used for them).
+   */
+  driverBinary: string;
 }

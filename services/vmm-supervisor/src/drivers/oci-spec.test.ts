@@ -3,7 +3,7 @@ import { buildEnv, buildOciSpec, DEFAULT_CAPABILITIES, SANDBOX_INIT } from './oc
 const base = {
   vmId: 'vm-1',
   rootfsPath: '/run/sn/vms/vm-1/rootfs',
-  poddSocketDir: '/run/sn/sandboxes/vm-1',
+  poddGuestDir: '/run/sn/sandboxes/vm-1/guest',
   workspacePath: '/run/sn/vms/vm-1/workspace',
   hostname: '',
   env: {},
@@ -44,7 +44,7 @@ describe('buildOciSpec', () => {
     expect(s.mounts.find((m) => m.destination === '/run/sandnode')).toEqual({
       destination: '/run/sandnode',
       type: 'bind',
-      source: base.poddSocketDir,
+      source: base.poddGuestDir,
       options: ['rbind', 'rw', 'nosuid', 'nodev'],
     });
     expect(s.mounts.find((m) => m.destination === '/workspace')?.source).toBe(base.workspacePath);
@@ -92,5 +92,21 @@ describe('buildEnv', () => {
       'SANDNODE_SANDBOX_ID=vm-1',
       'ZED=1',
     ]);
+  });
+});
+
+describe('podd socket handover', () => {
+  test('the guest dir, never the socket dir, is mounted at /run/sandnode', () => {
+    const s = buildOciSpec(base);
+    const m = s.mounts.filter((x) => x.destination === '/run/sandnode');
+    expect(m).toHaveLength(1);
+    expect(m[0]?.source).toBe('/run/sn/sandboxes/vm-1/guest');
+    expect(s.mounts.some((x) => x.source === '/run/sn/sandboxes/vm-1')).toBe(false);
+  });
+
+  test('SANDNODE_PODD_LISTEN_FD names the inherited fd and cannot be overridden by spec env', () => {
+    const s = buildOciSpec({ ...base, poddListenFd: 3, env: { SANDNODE_PODD_LISTEN_FD: '7' } });
+    expect(s.process.env.filter((e) => e.startsWith('SANDNODE_PODD_LISTEN_FD='))).toEqual(['SANDNODE_PODD_LISTEN_FD=3']);
+    expect(buildEnv('vm-1', { SANDNODE_PODD_LISTEN_FD: '7' })).not.toContain('SANDNODE_PODD_LISTEN_FD=7');
   });
 });

@@ -1,13 +1,15 @@
 /**
  * OCI runtime spec (config.json) of a runc VM: the sandbox's init in its own pid, ipc, uts,
  * mount and network namespaces (loopback only), the defaults of `runc spec` for capabilities,
- * mounts and masked paths, the podd socket dir at /run/sandnode and the workspace at /workspace.
+ * mounts and masked paths, podd's guest dir at /run/sandnode and the workspace at /workspace.
+ * podd's listening socket is not mounted: it arrives as an inherited fd (see podd-socket.ts).
  */
 import type { EffectiveResources } from '../core/types';
+import { PODD_LISTEN_FD_ENV } from './podd-socket';
 
 /** The init every template ships at this path; it starts and respawns podd. */
 export const SANDBOX_INIT = '/sbin/sandnode-init';
-/** Where podd_socket_dir appears inside the VM. */
+/** Where `<podd_socket_dir>/guest` appears inside the VM. */
 export const PODD_SOCKET_MOUNT = '/run/sandnode';
 /** Where the workspace drive appears inside the VM. */
 export const WORKSPACE_MOUNT = '/workspace';
@@ -23,8 +25,10 @@ export interface OciSpecInput {
   vmId: string;
   /** The overlay mount that becomes the container's root. */
   rootfsPath: string;
-  /** Host dir bind-mounted rw at /run/sandnode. */
-  poddSocketDir: string;
+  /** Host dir bind-mounted rw at /run/sandnode: `<podd_socket_dir>/guest`, never the socket's dir. */
+  poddGuestDir: string;
+  /** fd of podd's inherited listening socket in the init, announced as SANDNODE_PODD_LISTEN_FD; undefined = none. */
+  poddListenFd?: number;
   /** Host mount of the workspace drive, bind-mounted at /workspace; undefined = no workspace. */
   workspacePath?: string;
   /** Bind the workspace read-only. */
@@ -53,14 +57,19 @@ export type OciSpec = Record<string, unknown> & {
   };
 };
 
-/** buildEnv returns the init's environment as KEY=VALUE strings, base keys first. */
-export function buildEnv(vmId: string, extra: Record<string, string>): string[] {
+/**
+ * buildEnv returns the init's environment as KEY=VALUE strings, base keys first. extra may
+ * override PATH and HOME, never SANDNODE_SANDBOX_ID or SANDNODE_PODD_LISTEN_FD.
+ */
+export function buildEnv(vmId: string, extra: Record<string, string>, poddListenFd?: number): string[] {
   const env = new Map<string, string>([
     ['PATH', BASE_PATH],
     ['HOME', '/root'],
   ]);
   for (const k of Object.keys(extra).sort()) env.set(k, extra[k]!);
   env.set('SANDNODE_SANDBOX_ID', vmId);
+  if (poddListenFd !== undefined) env.set(PODD_LISTEN_FD_ENV, String(poddListenFd));
+  else env.delete(PODD_LISTEN_FD_ENV);
   return [...env].map(([k, v]) => `${k}=${v}`);
 }
 
@@ -75,7 +84,7 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
     { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
     { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
     { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
-    { destination: PODD_SOCKET_MOUNT, type: 'bind', source: input.poddSocketDir, options: ['rbind', 'rw', 'nosuid', 'nodev'] },
+    { destination: PODD_SOCKET_MOUNT, type: 'bind', source: input.poddGuestDir, options: ['rbind', 'rw', 'nosuid', 'nodev'] },
   ];
   if (input.workspacePath !== undefined) {
     mounts.push({
@@ -91,7 +100,7 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
       terminal: false,
       user: { uid: 0, gid: 0 },
       args: [SANDBOX_INIT],
-      env: buildEnv(input.vmId, input.env),
+      env: buildEnv(input.vmId, input.env, input.poddListenFd),
       cwd: '/',
       capabilities: { bounding: caps, effective: caps, permitted: caps, ambient: caps },
       rlimits: [{ type: 'RLIMIT_NOFILE', hard: 1024, soft: 1024 }],

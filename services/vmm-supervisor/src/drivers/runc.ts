@@ -10,7 +10,12 @@
  *
  * The container is started with `runc run -d` in a new session with file stdio and its own
  * cgroup (`/sandnode/<id>`), so it is in no process group or cgroup of the supervisor and
- * survives a kill -9 of it.
+ * survives a kill -9 of it. podd's listening socket is bound on the host at
+ * `<podd_socket_dir>/podd.sock` and handed in as fd 3 (`--preserve-fds 1`); only
+ * `<podd_socket_dir>/guest` is mounted (at /run/sandnode).
+ *
+ * Every call on an existing VM uses the runc binary recorded for it (a versioned copy), so a
+ * host runc upgrade never changes the binary that manages a running container.
  */
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
@@ -18,8 +23,10 @@ import { mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { CommandError, InternalError, isSameProcess, processStartTicks, run } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
-import type { LiveStatus, VmDriver } from '../core/driver';
-import type { EffectiveResources, VmProcess, VmSpec } from '../core/types';
+import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
+import type { EffectiveResources, VmSpec } from '../core/types';
+import { resolveExecutable } from './binary';
+import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from './podd-socket';
 import { failpoint, FAILPOINTS } from '../core/failpoints';
 import { mount, mountsUnder, unmountIfMounted } from './mounts';
 import { buildOciSpec } from './oci-spec';
@@ -54,6 +61,7 @@ export class RuncDriver implements VmDriver {
   private readonly vmsDir: string;
   private readonly log: Logger;
   private cachedVersion: string | undefined;
+  private current: string | undefined;
 
   constructor(opts: RuncDriverOptions) {
     this.runc = opts.runcBinary;
@@ -69,17 +77,33 @@ export class RuncDriver implements VmDriver {
     return path.join(this.vmsDir, vmId);
   }
 
-  /** version parses `runc --version` ("runc version 1.1.5+ds1" -> "1.1.5+ds1"). */
+  /** configuredBinary resolves `runcBinary` to an absolute path (ConfigError naming the key if missing). */
+  configuredBinary(): string {
+    return resolveExecutable(this.runc, 'runcBinary');
+  }
+
+  /** useBinary makes path the runc new containers start with. */
+  useBinary(binary: string): void {
+    this.current = binary;
+  }
+
+  /** currentBinary is the runc new containers start with. */
+  currentBinary(): string {
+    return this.current ?? this.configuredBinary();
+  }
+
+  /** version parses `runc --version` of the configured binary ("runc version 1.1.5+ds1" -> "1.1.5+ds1"). */
   async version(): Promise<string> {
     if (this.cachedVersion === undefined) {
-      const { stdout } = await run(this.runc, ['--version']);
+      const { stdout } = await run(this.configuredBinary(), ['--version']);
       const m = /runc version (\S+)/.exec(stdout);
       this.cachedVersion = m?.[1] ?? stdout.split('\n')[0]?.trim() ?? 'unknown';
     }
     return this.cachedVersion;
   }
 
-  async create(vmId: string, spec: VmSpec, resources: EffectiveResources): Promise<VmProcess> {
+  async create(vmId: string, spec: VmSpec, resources: EffectiveResources): Promise<StartedVm> {
+    const runc = this.currentBinary();
     const dir = this.vmDir(vmId);
     const upperDev = path.join(dir, 'upper-dev');
     const rootfs = path.join(dir, 'rootfs');
@@ -89,11 +113,13 @@ export class RuncDriver implements VmDriver {
     const upper = spec.drives.find((d) => d.role === 'rootfs-upper')!;
     const ws = spec.drives.find((d) => d.role === 'workspace');
     let step = 'prepare dirs';
+    let podd: PoddSocket | undefined;
     try {
-      if (existsSync(dir)) await this.destroy(vmId); // leftovers of an earlier failed attempt
+      if (existsSync(dir)) await this.destroy({ vmId, binary: runc, process: { pid: 0, startTimeTicks: 0 }, apiSocket: '' }); // leftovers of an earlier failed attempt
       await mkdir(dir, { recursive: true, mode: 0o700 });
       for (const d of [upperDev, rootfs, bundle]) await mkdir(d, { recursive: true });
-      await mkdir(spec.poddSocketDir, { recursive: true, mode: 0o755 });
+      step = `prepare podd socket dir ${spec.poddSocketDir}`;
+      const guestDir = preparePoddDirs(spec.poddSocketDir);
 
       step = `mount rootfs upper drive ${upper.path}`;
       await mount(upper.path, upperDev, 'ext4', ['noatime']);
@@ -119,7 +145,8 @@ export class RuncDriver implements VmDriver {
       const oci = buildOciSpec({
         vmId,
         rootfsPath: rootfs,
-        poddSocketDir: spec.poddSocketDir,
+        poddGuestDir: guestDir,
+        poddListenFd: PODD_LISTEN_FD,
         workspacePath: ws ? workspace : undefined,
         workspaceReadOnly: ws?.readOnly,
         hostname: spec.hostname,
@@ -128,19 +155,26 @@ export class RuncDriver implements VmDriver {
       });
       writeFileSync(path.join(bundle, 'config.json'), `${JSON.stringify(oci, null, 2)}\n`, { mode: 0o600 });
 
+      step = 'bind podd socket';
+      podd = await bindPoddSocket(spec.poddSocketDir);
+
       step = 'runc run';
-      await this.runDetached(vmId, bundle, pidFile, path.join(dir, 'console.log'));
+      await this.runDetached(runc, vmId, bundle, pidFile, path.join(dir, 'console.log'), podd.fd);
+      // The container holds the socket now: publish its name and drop our copy.
+      step = 'publish podd socket';
+      podd.publish();
 
       step = 'read init pid';
       const pid = Number(readFileSync(pidFile, 'utf8').trim());
       const startTimeTicks = processStartTicks(pid);
       if (startTimeTicks === undefined) throw new InternalError(`init pid ${pid} is not alive (see ${path.join(dir, 'console.log')})`);
-      return { pid, startTimeTicks };
+      return { process: { pid, startTimeTicks }, apiSocket: '' };
     } catch (err) {
+      podd?.discard();
       const why = err instanceof Error ? err.message : String(err);
       let undo = '';
       try {
-        await this.destroy(vmId);
+        await this.destroy({ vmId, binary: runc, process: { pid: 0, startTimeTicks: 0 }, apiSocket: '' });
       } catch (undoErr) {
         undo = `; undo failed too: ${(undoErr as Error).message}`;
         this.log.error({ vm_id: vmId, err: undoErr }, 'undo of a failed create failed');
@@ -149,8 +183,9 @@ export class RuncDriver implements VmDriver {
     }
   }
 
-  async inspect(vmId: string, expected: VmProcess): Promise<LiveStatus> {
-    const st = await this.state(vmId);
+  async inspect(vm: VmRef): Promise<LiveStatus> {
+    const { vmId, process: expected } = vm;
+    const st = await this.state(vmId, this.bin(vm));
     if (st.status === 'absent') return { state: 'stopped', detail: 'runc has no such container' };
     if (st.status !== 'running' && st.status !== 'paused') return { state: 'stopped', detail: `runc status ${st.status}` };
     if (st.pid !== expected.pid || !isSameProcess(expected.pid, expected.startTimeTicks)) {
@@ -159,38 +194,42 @@ export class RuncDriver implements VmDriver {
     return { state: st.status, process: expected };
   }
 
-  async pause(vmId: string): Promise<void> {
-    await this.exec(['pause', vmId]);
+  async pause(vm: VmRef): Promise<void> {
+    await this.exec(this.bin(vm), ['pause', vm.vmId]);
   }
 
-  async resume(vmId: string): Promise<void> {
-    await this.exec(['resume', vmId]);
+  async resume(vm: VmRef): Promise<void> {
+    await this.exec(this.bin(vm), ['resume', vm.vmId]);
   }
 
-  async stop(vmId: string, timeoutMs: number): Promise<void> {
-    const st = await this.state(vmId);
+  async stop(vm: VmRef, timeoutMs: number): Promise<void> {
+    const { vmId } = vm;
+    const runc = this.bin(vm);
+    const st = await this.state(vmId, runc);
     if (st.status === 'absent' || st.status === 'stopped') return;
     if (st.status === 'paused') {
       // Frozen tasks do not die until thawed: queue SIGKILL, then thaw.
-      await this.killAll(vmId);
-      await this.exec(['resume', vmId]).catch(() => undefined); // runc may already have thawed it
+      await this.killAll(runc, vmId);
+      await this.exec(runc, ['resume', vmId]).catch(() => undefined); // runc may already have thawed it
     } else {
-      await this.exec(['kill', vmId, 'TERM']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGTERM failed'));
-      if (await this.waitStopped(vmId, timeoutMs)) return;
+      await this.exec(runc, ['kill', vmId, 'TERM']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGTERM failed'));
+      if (await this.waitStopped(runc, vmId, timeoutMs)) return;
       this.log.info({ vm_id: vmId, timeout_ms: timeoutMs }, 'vm ignored SIGTERM; sending SIGKILL');
-      await this.killAll(vmId);
+      await this.killAll(runc, vmId);
     }
-    if (!(await this.waitStopped(vmId, KILL_WAIT_MS))) {
+    if (!(await this.waitStopped(runc, vmId, KILL_WAIT_MS))) {
       throw new InternalError(`stop vm ${vmId}: processes still alive ${KILL_WAIT_MS} ms after SIGKILL`);
     }
   }
 
-  async destroy(vmId: string): Promise<void> {
+  async destroy(vm: VmRef): Promise<void> {
+    const { vmId } = vm;
+    const runc = this.bin(vm);
     const dir = this.vmDir(vmId);
-    const st = await this.state(vmId);
+    const st = await this.state(vmId, runc);
     if (st.status !== 'absent') {
-      if (st.status === 'paused') await this.killAll(vmId);
-      await this.exec(['delete', '--force', vmId]);
+      if (st.status === 'paused') await this.killAll(runc, vmId);
+      await this.exec(runc, ['delete', '--force', vmId]);
     }
     for (const sub of ['workspace', 'rootfs', 'upper-dev']) await unmountIfMounted(path.join(dir, sub));
     const left = mountsUnder(dir);
@@ -198,10 +237,10 @@ export class RuncDriver implements VmDriver {
     await rm(dir, { recursive: true, force: true });
   }
 
-  /** state runs `runc state` and returns its status and pid ("absent" when unknown to runc). */
-  async state(vmId: string): Promise<{ status: RuncStatus; pid: number }> {
+  /** state runs `runc state` (with runc, default the current binary) and returns its status and pid ("absent" when unknown to runc). */
+  async state(vmId: string, runc = this.currentBinary()): Promise<{ status: RuncStatus; pid: number }> {
     try {
-      const { stdout } = await this.exec(['state', vmId]);
+      const { stdout } = await this.exec(runc, ['state', vmId]);
       const j = JSON.parse(stdout) as { status?: string; pid?: number };
       const status = (['created', 'running', 'paused', 'stopped'] as const).find((s) => s === j.status);
       if (!status) throw new InternalError(`runc state ${vmId}: unknown status ${String(j.status)}`);
@@ -212,41 +251,54 @@ export class RuncDriver implements VmDriver {
     }
   }
 
-  private async killAll(vmId: string): Promise<void> {
-    await this.exec(['kill', '--all', vmId, 'KILL']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGKILL failed'));
+  /**
+   * bin is the runc that manages vm: its recorded versioned copy, or the current binary when
+   * none is recorded (rows of an older release) or the copy is gone (logged).
+   */
+  private bin(vm: VmRef): string {
+    if (!vm.binary) return this.currentBinary();
+    if (existsSync(vm.binary)) return vm.binary;
+    this.log.warn({ vm_id: vm.vmId, binary: vm.binary }, 'recorded runc binary is missing; using the current one');
+    return this.currentBinary();
   }
 
-  private async waitStopped(vmId: string, timeoutMs: number): Promise<boolean> {
+  private async killAll(runc: string, vmId: string): Promise<void> {
+    await this.exec(runc, ['kill', '--all', vmId, 'KILL']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGKILL failed'));
+  }
+
+  private async waitStopped(runc: string, vmId: string, timeoutMs: number): Promise<boolean> {
     const until = Date.now() + timeoutMs;
     for (;;) {
-      const st = await this.state(vmId);
+      const st = await this.state(vmId, runc);
       if (st.status === 'stopped' || st.status === 'absent') return true;
       if (Date.now() >= until) return false;
       await new Promise((r) => setTimeout(r, STOP_POLL_MS));
     }
   }
 
-  /** exec runs `runc --root <root> args...`. */
-  private exec(args: string[]) {
-    return run(this.runc, ['--root', this.root, ...args]);
+  /** exec runs `<runc> --root <root> args...`. */
+  private exec(runc: string, args: string[]) {
+    return run(runc, ['--root', this.root, ...args]);
   }
 
   /**
-   * runDetached runs `runc run -d` in a new session with stdin from /dev/null and stdout and
-   * stderr appended to consoleLog, and waits for runc (not the container) to exit.
+   * runDetached runs `runc run -d --preserve-fds 1` in a new session with stdin from
+   * /dev/null, stdout and stderr appended to consoleLog and poddFd as fd 3, and waits for runc
+   * (not the container) to exit.
    */
-  private runDetached(vmId: string, bundle: string, pidFile: string, consoleLog: string): Promise<void> {
+  private runDetached(runc: string, vmId: string, bundle: string, pidFile: string, consoleLog: string, poddFd: number): Promise<void> {
     const fd = openSync(consoleLog, 'a', 0o600);
     return new Promise<void>((resolve, reject) => {
-      const child = spawn(this.runc, ['--root', this.root, 'run', '-d', '--bundle', bundle, '--pid-file', pidFile, vmId], {
+      const args = ['--root', this.root, 'run', '-d', '--preserve-fds', '1', '--bundle', bundle, '--pid-file', pidFile, vmId];
+      const child = spawn(runc, args, {
         detached: true,
-        stdio: ['ignore', fd, fd],
+        stdio: ['ignore', fd, fd, poddFd],
       });
       closeSync(fd);
       const timer = setTimeout(() => child.kill('SIGKILL'), RUNC_START_TIMEOUT_MS);
       child.once('error', (err) => {
         clearTimeout(timer);
-        reject(new InternalError(`${this.runc}: ${err.message}`));
+        reject(new InternalError(`${runc}: ${err.message}`));
       });
       child.once('exit', (code, signal) => {
         clearTimeout(timer);

@@ -1,10 +1,12 @@
 /**
- * createDriver picks the VM backend named by config. Only "runc" is built in this release;
- * "firecracker" fails at start with a message that says so.
+ * createDriver picks the VM backend named by config: "runc" (embedded) or "firecracker"
+ * (needs `kernelImage`; its binary and /dev/kvm are checked when the supervisor starts).
  */
+import { existsSync } from 'node:fs';
 import { ConfigError } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { VmDriver } from '../core/driver';
+import { FirecrackerDriver } from './firecracker';
 import { RuncDriver } from './runc';
 
 /** What createDriver needs from the config. */
@@ -13,14 +15,26 @@ export interface DriverConfig {
   runcBinary: string;
   runcRoot: string;
   runDir: string;
+  firecrackerBinary: string;
+  kernelImage: string | undefined;
+  kernelArgs: string;
 }
 
-/** createDriver returns the configured driver; throws ConfigError for one not built here. */
+/** createDriver returns the configured driver; throws ConfigError naming a missing or bad key. */
 export function createDriver(cfg: DriverConfig, log: Logger): VmDriver {
   switch (cfg.driver) {
     case 'runc':
       return new RuncDriver({ runcBinary: cfg.runcBinary, runcRoot: cfg.runcRoot, runDir: cfg.runDir, log: log.child({ driver: 'runc' }) });
-    case 'firecracker':
-      throw new ConfigError('key "driver": the "firecracker" driver is not built in this release of vmm-supervisor; use "runc"');
+    case 'firecracker': {
+      if (!cfg.kernelImage) throw new ConfigError('key "kernelImage": required with driver "firecracker" (an uncompressed vmlinux)');
+      if (!existsSync(cfg.kernelImage)) throw new ConfigError(`key "kernelImage": ${cfg.kernelImage} does not exist`);
+      return new FirecrackerDriver({
+        firecrackerBinary: cfg.firecrackerBinary,
+        kernelImage: cfg.kernelImage,
+        kernelArgs: cfg.kernelArgs,
+        runDir: cfg.runDir,
+        log: log.child({ driver: 'firecracker' }),
+      });
+    }
   }
 }

@@ -16,6 +16,7 @@ const rec = (vmId: string, over: Partial<VmRecord> = {}): VmRecord => ({
   spec: { templateRootfs: '/t', drives: [], resources: { vcpus: 0, memoryMib: 0, diskBytes: 0 }, poddSocketDir: '/p', hostname: '', env: { A: '1' } },
   createdAtMs: 1,
   apiSocket: '',
+  driverBinary: '/state/vmm-supervisor/bin/runc-1.1.5/runc',
   ...over,
 });
 

@@ -1,0 +1,52 @@
+/**
+ * Orphan sweep (ARCHITECTURE.md section 3): on takeover, remove what no runtime record owns:
+ * VMs (their containers, mounts and dirs go with DeleteVm), devices (images go with
+ * DeleteDevice) and per-sandbox runtime dirs. Records whose parts are gone are not touched here:
+ * adoption marks them ERROR with the reason. Runs before the server serves, so no create is
+ * in flight.
+ */
+import { readdir, rm } from 'node:fs/promises';
+import path from 'node:path';
+import type { Logger } from '@sandnode/shared';
+import type { DevicePort, RecordStore, VmPort } from './types';
+
+export interface SweepReport {
+  vms: string[];
+  devices: string[];
+  dirs: string[];
+  failed: string[];
+}
+
+export async function sweepOrphans(d: { store: RecordStore; vms: VmPort; devices: DevicePort; runDir: string; log: Logger }): Promise<SweepReport> {
+  const report: SweepReport = { vms: [], devices: [], dirs: [], failed: [] };
+  const records = d.store.list();
+  const ownedVms = new Set(records.map((r) => r.vm?.vmId ?? r.sandboxId));
+  const ownedDevices = new Set(records.flatMap((r) => (r.devices.length ? r.devices.map((x) => x.deviceId) : [`${r.sandboxId}-upper`, `${r.sandboxId}-ws`])));
+  const ownedDirs = new Set(records.map((r) => r.sandboxId));
+  for (const vm of await d.vms.list()) {
+    if (ownedVms.has(vm.vmId)) continue;
+    try {
+      await d.vms.delete(vm.vmId);
+      report.vms.push(vm.vmId);
+    } catch (err) {
+      report.failed.push(`vm ${vm.vmId}: ${(err as Error).message}`);
+    }
+  }
+  for (const dev of await d.devices.list()) {
+    if (ownedDevices.has(dev.deviceId)) continue;
+    try {
+      await d.devices.delete(dev.deviceId);
+      report.devices.push(dev.deviceId);
+    } catch (err) {
+      report.failed.push(`device ${dev.deviceId}: ${(err as Error).message}`);
+    }
+  }
+  const sbDir = path.join(d.runDir, 'sandboxes');
+  for (const name of await readdir(sbDir).catch(() => [] as string[])) {
+    if (ownedDirs.has(name)) continue;
+    await rm(path.join(sbDir, name), { recursive: true, force: true });
+    report.dirs.push(name);
+  }
+  if (report.vms.length + report.devices.length + report.dirs.length + report.failed.length > 0) d.log.warn(report, 'orphans swept');
+  return report;
+}

@@ -1,0 +1,92 @@
+/**
+ * FlockLease: the node's server lease, an exclusive flock(2) on `<stateDir>/server.lease`.
+ * The kernel releases it when the holder dies (kill -9 included), so a crashed server never
+ * blocks its successor. The file's content names the holder (pid, admin socket, slot,
+ * version) for standbys and the CLI; the lock, not the content, is the truth.
+ */
+import { closeSync, openSync, readFileSync, ftruncateSync, writeSync, fsyncSync } from 'node:fs';
+// eslint-disable-next-line @typescript-eslint/no-require-imports
+const fsExt = require('fs-ext') as { flockSync(fd: number, flags: 'ex' | 'exnb' | 'un'): void };
+
+/** What the lease file says about its holder. */
+export interface LeaseHolder {
+  pid: number;
+  admin: string;
+  slot: string;
+  version: string;
+  epoch: number;
+  sinceMs: number;
+}
+
+export class FlockLease {
+  private fd: number | undefined;
+
+  constructor(readonly file: string) {}
+
+  /** held says whether this process holds the lease. */
+  get held(): boolean {
+    return this.fd !== undefined;
+  }
+
+  /** tryAcquire takes the lease if it is free (non-blocking); true when taken. */
+  tryAcquire(): boolean {
+    if (this.fd !== undefined) return true;
+    const fd = openSync(this.file, 'a+', 0o600);
+    try {
+      fsExt.flockSync(fd, 'exnb');
+    } catch (err) {
+      closeSync(fd);
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === 'EAGAIN' || code === 'EWOULDBLOCK') return false;
+      throw err;
+    }
+    this.fd = fd;
+    return true;
+  }
+
+  /** acquire polls tryAcquire every pollMs until timeoutMs; true when taken. */
+  async acquire(timeoutMs: number, pollMs = 10): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (this.tryAcquire()) return true;
+      if (Date.now() >= deadline) return false;
+      await new Promise((r) => setTimeout(r, pollMs));
+    }
+  }
+
+  /** describe writes the holder record into the lease file (only while held). */
+  describe(h: LeaseHolder): void {
+    if (this.fd === undefined) throw new Error('lease not held');
+    ftruncateSync(this.fd, 0);
+    writeSync(this.fd, JSON.stringify(h), 0);
+    fsyncSync(this.fd);
+  }
+
+  /** release unlocks (the kernel does the same if the process dies). */
+  release(): void {
+    if (this.fd === undefined) return;
+    try {
+      fsExt.flockSync(this.fd, 'un');
+    } finally {
+      closeSync(this.fd);
+      this.fd = undefined;
+    }
+  }
+
+  /** readHolder returns what the lease file says (it may name a dead holder). */
+  static readHolder(file: string): LeaseHolder | undefined {
+    try {
+      return JSON.parse(readFileSync(file, 'utf8')) as LeaseHolder;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** isHeld says whether some process holds the lease now (tries and releases at once). */
+  static isHeld(file: string): boolean {
+    const probe = new FlockLease(file);
+    if (!probe.tryAcquire()) return true;
+    probe.release();
+    return false;
+  }
+}

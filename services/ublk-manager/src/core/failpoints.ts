@@ -1,0 +1,73 @@
+/**
+ * Failpoints: named places where a test makes the process fail on purpose (after containerd's
+ * `integration/failpoint`). They are set with env `SANDNODE_FAILPOINTS` as a comma-separated
+ * list of `name=action`, e.g. `ublk.recover=error,ublk.release.after=kill`:
+ *
+ * - `error`: the call throws InternalError("failpoint <name>") at that place;
+ * - `kill`: the process sends itself SIGKILL at that place (a crash at exactly that step);
+ * - `off`: nothing.
+ *
+ * Unknown names or actions fail the start ({@link parseFailpoints} throws naming them).
+ */
+import { InternalError } from '@sandnode/shared';
+
+/** Env var that sets failpoints at start. */
+export const FAILPOINTS_ENV = 'SANDNODE_FAILPOINTS';
+
+/** The failpoints of the ublk-manager, in handover order. */
+export const FAILPOINT_NAMES = [
+  /** Old slot: the device is quiesced, before QuiesceDevice answers. */
+  'ublk.quiesce.after',
+  /** Old slot: the `released` row is persisted, before ReleaseDevice answers. */
+  'ublk.release.after',
+  /** New slot (HandoverAll): ReleaseDevice answered, before RecoverDevice starts. */
+  'ublk.handover.after-release',
+  /** New slot: RecoverDevice starts, before anything changed. */
+  'ublk.recover',
+  /** New slot: the recovered row is persisted, before RecoverDevice answers. */
+  'ublk.recover.before-response',
+] as const;
+
+/** A failpoint name. */
+export type FailpointName = (typeof FAILPOINT_NAMES)[number];
+/** What a failpoint does. */
+export type FailpointAction = 'error' | 'kill' | 'off';
+
+const ACTIONS: readonly FailpointAction[] = ['error', 'kill', 'off'];
+
+/** parseFailpoints reads a `name=action,...` list; throws Error naming a bad entry. */
+export function parseFailpoints(spec: string | undefined): Map<FailpointName, FailpointAction> {
+  const out = new Map<FailpointName, FailpointAction>();
+  for (const part of (spec ?? '').split(',').map((p) => p.trim()).filter(Boolean)) {
+    const eq = part.lastIndexOf('=');
+    const name = eq < 0 ? part : part.slice(0, eq);
+    const action = eq < 0 ? 'error' : part.slice(eq + 1);
+    if (!(FAILPOINT_NAMES as readonly string[]).includes(name)) throw new Error(`${FAILPOINTS_ENV}: unknown failpoint "${name}" (known: ${FAILPOINT_NAMES.join(', ')})`);
+    if (!(ACTIONS as readonly string[]).includes(action)) throw new Error(`${FAILPOINTS_ENV}: failpoint "${name}": unknown action "${action}" (error, kill, off)`);
+    out.set(name as FailpointName, action as FailpointAction);
+  }
+  return out;
+}
+
+let active = new Map<FailpointName, FailpointAction>();
+
+/** setFailpoints replaces the active failpoints (main.ts at start; unit tests). */
+export function setFailpoints(spec: string | undefined): void {
+  active = parseFailpoints(spec);
+}
+
+/** activeFailpoints lists the active ones as `name=action` (for the start log). */
+export function activeFailpoints(): string[] {
+  return [...active].filter(([, a]) => a !== 'off').map(([n, a]) => `${n}=${a}`);
+}
+
+/** failpoint runs the action set for name, if any. */
+export function failpoint(name: FailpointName): void {
+  const action = active.get(name);
+  if (action === 'error') throw new InternalError(`failpoint ${name}`);
+  if (action === 'kill') {
+    process.kill(process.pid, 'SIGKILL');
+    // SIGKILL to ourselves is delivered before the syscall returns; never reached.
+    throw new InternalError(`failpoint ${name}: SIGKILL did not stop the process`);
+  }
+}

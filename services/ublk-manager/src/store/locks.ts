@@ -1,0 +1,98 @@
+/**
+ * File locks (flock(2), through fs-ext): released by the kernel when the process dies, so a
+ * kill -9 never leaves a lock behind.
+ */
+import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
+import path from 'node:path';
+import { flock, flockSync } from 'fs-ext';
+import { FailedPreconditionError } from '@sandnode/shared';
+
+/** A held lock; release() closes the file (which drops the lock). */
+export interface HeldLock {
+  readonly file: string;
+  release(): void;
+}
+
+function isWouldBlock(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException).code;
+  return code === 'EAGAIN' || code === 'EWOULDBLOCK';
+}
+
+/**
+ * lockSlot takes an exclusive, non-blocking flock on file and writes our pid into it. When
+ * another process holds it, throws FailedPreconditionError naming the file, `what` and the pid
+ * written by the holder.
+ */
+export function lockSlot(file: string, what: string): HeldLock {
+  mkdirSync(path.dirname(file), { recursive: true });
+  const fd = openSync(file, 'a+', 0o600);
+  try {
+    flockSync(fd, 'exnb');
+  } catch (err) {
+    closeSync(fd);
+    if (isWouldBlock(err)) {
+      let holder = '';
+      try {
+        holder = readFileSync(file, 'utf8').trim();
+      } catch {
+        /* unreadable: say nothing about the holder */
+      }
+      throw new FailedPreconditionError(`${what} is already running: ${file} is locked${holder ? ` by pid ${holder}` : ''}; stop it first or use the other slot`);
+    }
+    throw err;
+  }
+  ftruncateSync(fd, 0);
+  writeSync(fd, `${process.pid}\n`, 0);
+  return {
+    file,
+    release: () => {
+      try {
+        closeSync(fd);
+      } catch {
+        /* already closed */
+      }
+    },
+  };
+}
+
+/**
+ * FileMutex serialises short critical sections across processes with an exclusive flock on
+ * one file (waiting in the libuv thread pool, so the event loop keeps running), and within
+ * this process with a promise chain (flock is per open file, so two waiters of one process
+ * would not exclude each other).
+ */
+export class FileMutex {
+  private tail: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly file: string) {
+    mkdirSync(path.dirname(file), { recursive: true });
+  }
+
+  /** run calls fn with the lock held and releases it when fn settles. */
+  run<T>(fn: () => Promise<T> | T): Promise<T> {
+    const next = this.tail.then(() => this.locked(fn));
+    this.tail = next.catch(() => undefined);
+    return next;
+  }
+
+  /** runSync calls fn with the lock held, blocking the thread while another process holds it. */
+  runSync<T>(fn: () => T): T {
+    const fd = openSync(this.file, 'a+', 0o600);
+    try {
+      flockSync(fd, 'ex');
+      return fn();
+    } finally {
+      closeSync(fd);
+    }
+  }
+
+  private async locked<T>(fn: () => Promise<T> | T): Promise<T> {
+    const fd = openSync(this.file, 'a+', 0o600);
+    try {
+      await new Promise<void>((resolve, reject) => flock(fd, 'ex', (err) => (err ? reject(err) : resolve())));
+      return await fn();
+    } finally {
+      closeSync(fd);
+    }
+  }
+}

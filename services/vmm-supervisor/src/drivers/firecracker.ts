@@ -1,0 +1,254 @@
+/**
+ * The firecracker driver: one `firecracker --api-sock <runDir>/vms/<id>/fc.sock --id <id>`
+ * process per VM, started detached (own session and process group, stdio to a log file) so it
+ * survives the supervisor, and configured over its API socket. Host layout under
+ * `<runDir>/vms/<id>/`:
+ *
+ *   fc.sock          the VMM's API socket (recorded as the VM's api_socket)
+ *   vsock.sock       host end of the VM's vsock device (podd is reached through it)
+ *   firecracker.pid  "<pid> <start ticks>" of the VMM, so destroy can kill it after the row
+ *                    forgot the pid
+ *   firecracker.log  stdout and stderr of the VMM
+ *
+ * The template rootfs is an ext4 image attached read-only as the root device; the
+ * rootfs-upper and workspace drives are attached as `upper` and `workspace`.
+ */
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { InternalError, isSameProcess, processStartTicks, processState, run } from '@sandnode/shared';
+import type { Logger } from '@sandnode/shared';
+import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
+import type { EffectiveResources, VmProcess, VmSpec } from '../core/types';
+import { resolveExecutable } from './binary';
+import { bootVm, CTRL_ALT_DEL, FirecrackerApi, vmStateRequest } from './firecracker-api';
+
+/** Longest the VMM may take to create its API socket after spawn, in ms. */
+export const FC_SOCKET_WAIT_MS = 5_000;
+/** Longest a VMM may take to be gone after SIGKILL, in ms. */
+export const FC_KILL_WAIT_MS = 5_000;
+/** Poll interval while waiting for the API socket or for the VMM to exit, in ms. */
+export const FC_POLL_MS = 20;
+
+/** FirecrackerDriverOptions configure the driver. */
+export interface FirecrackerDriverOptions {
+  /** firecracker binary name or path. */
+  firecrackerBinary: string;
+  /** Guest kernel image (absolute path). */
+  kernelImage: string;
+  /** Guest kernel command line. */
+  kernelArgs: string;
+  /** The supervisor's runtime dir; VMs live in `<runDir>/vms/<id>`. */
+  runDir: string;
+  log: Logger;
+  /** Environment of the VMM processes; default the supervisor's. */
+  env?: NodeJS.ProcessEnv;
+}
+
+/** alive says whether proc is running (not gone, not a reused pid, not a zombie). */
+function alive(proc: VmProcess): boolean {
+  return proc.pid > 0 && isSameProcess(proc.pid, proc.startTimeTicks) && processState(proc.pid) !== 'Z';
+}
+
+/** FirecrackerDriver implements VmDriver with one firecracker process per VM. */
+export class FirecrackerDriver implements VmDriver {
+  readonly name = 'firecracker';
+  readonly features = ['vmm.firecracker'] as const;
+  private readonly vmsDir: string;
+  private cachedVersion: string | undefined;
+  private current: string | undefined;
+
+  constructor(private readonly opts: FirecrackerDriverOptions) {
+    this.vmsDir = path.join(path.resolve(opts.runDir), 'vms');
+    mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
+  }
+
+  /** vmDir is the host dir of one VM. */
+  vmDir(vmId: string): string {
+    return path.join(this.vmsDir, vmId);
+  }
+
+  /** apiSocketPath is the API socket of vmId's VMM. */
+  apiSocketPath(vmId: string): string {
+    return path.join(this.vmDir(vmId), 'fc.sock');
+  }
+
+  /** configuredBinary resolves `firecrackerBinary` (ConfigError naming the key when missing). */
+  configuredBinary(): string {
+    return resolveExecutable(this.opts.firecrackerBinary, 'firecrackerBinary');
+  }
+
+  /** useBinary makes path the firecracker new VMs start with. */
+  useBinary(binary: string): void {
+    this.current = binary;
+  }
+
+  /** currentBinary is the firecracker new VMs start with. */
+  currentBinary(): string {
+    return this.current ?? this.configuredBinary();
+  }
+
+  /** version parses `firecracker --version` ("Firecracker v1.7.0" -> "1.7.0"). */
+  async version(): Promise<string> {
+    if (this.cachedVersion === undefined) {
+      const { stdout } = await run(this.configuredBinary(), ['--version']);
+      const m = /v?(\d+\.\d+\.\d+\S*)/.exec(stdout);
+      this.cachedVersion = m?.[1] ?? stdout.split('\n')[0]?.trim() ?? 'unknown';
+    }
+    return this.cachedVersion;
+  }
+
+  async create(vmId: string, spec: VmSpec, resources: EffectiveResources): Promise<StartedVm> {
+    const binary = this.currentBinary();
+    const dir = this.vmDir(vmId);
+    const apiSocket = this.apiSocketPath(vmId);
+    const upper = spec.drives.find((d) => d.role === 'rootfs-upper')!;
+    const ws = spec.drives.find((d) => d.role === 'workspace');
+    let step = 'prepare dir';
+    try {
+      if (existsSync(dir)) await this.destroy({ vmId, binary, process: { pid: 0, startTimeTicks: 0 }, apiSocket }); // leftovers
+      mkdirSync(dir, { recursive: true, mode: 0o700 });
+
+      step = `spawn ${binary}`;
+      const proc = await this.spawnVmm(binary, vmId, apiSocket, path.join(dir, 'firecracker.log'));
+      writeFileSync(path.join(dir, 'firecracker.pid'), `${proc.pid} ${proc.startTimeTicks}\n`, { mode: 0o600 });
+
+      step = 'wait for the API socket';
+      await this.waitForSocket(apiSocket, proc);
+
+      step = 'configure and start over the API';
+      await bootVm(new FirecrackerApi(apiSocket), {
+        kernelImage: this.opts.kernelImage,
+        kernelArgs: this.opts.kernelArgs,
+        rootfsImage: spec.templateRootfs,
+        upperDrive: upper.path,
+        workspaceDrive: ws ? { path: ws.path, readOnly: ws.readOnly } : undefined,
+        vcpus: resources.vcpus,
+        memoryMib: resources.memoryMib,
+        vsockPath: path.join(dir, 'vsock.sock'),
+      });
+      return { process: proc, apiSocket };
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      let undo = '';
+      try {
+        await this.destroy({ vmId, binary, process: { pid: 0, startTimeTicks: 0 }, apiSocket });
+      } catch (undoErr) {
+        undo = `; undo failed too: ${(undoErr as Error).message}`;
+        this.opts.log.error({ vm_id: vmId, err: undoErr }, 'undo of a failed create failed');
+      }
+      throw new InternalError(`create vm ${vmId}: ${step} failed: ${why}${undo}`);
+    }
+  }
+
+  async inspect(vm: VmRef): Promise<LiveStatus> {
+    if (!alive(vm.process)) return { state: 'stopped', detail: `firecracker pid ${vm.process.pid} with start ticks ${vm.process.startTimeTicks} is gone` };
+    const state = await this.api(vm).state();
+    if (state === 'Running') return { state: 'running', process: vm.process };
+    if (state === 'Paused') return { state: 'paused', process: vm.process };
+    return { state: 'stopped', detail: `firecracker reports state ${JSON.stringify(state)}` };
+  }
+
+  async pause(vm: VmRef): Promise<void> {
+    await this.api(vm).call(vmStateRequest('Paused'));
+  }
+
+  async resume(vm: VmRef): Promise<void> {
+    await this.api(vm).call(vmStateRequest('Resumed'));
+  }
+
+  async stop(vm: VmRef, timeoutMs: number): Promise<void> {
+    const proc = this.processOf(vm);
+    if (!proc || !alive(proc)) return;
+    let paused = false;
+    try {
+      paused = (await this.api(vm).state()) === 'Paused';
+    } catch (err) {
+      this.opts.log.debug({ vm_id: vm.vmId, err }, 'state query before stop failed');
+    }
+    // A paused guest cannot react to Ctrl-Alt-Del: kill it at once, as runc kills a frozen container.
+    if (!paused && timeoutMs > 0) {
+      try {
+        await this.api(vm).call(CTRL_ALT_DEL);
+        if (await this.waitGone(proc, timeoutMs)) return;
+        this.opts.log.info({ vm_id: vm.vmId, timeout_ms: timeoutMs }, 'vm ignored Ctrl-Alt-Del; sending SIGKILL');
+      } catch (err) {
+        this.opts.log.debug({ vm_id: vm.vmId, err }, 'SendCtrlAltDel failed; sending SIGKILL');
+      }
+    }
+    this.kill(proc);
+    if (!(await this.waitGone(proc, FC_KILL_WAIT_MS))) {
+      throw new InternalError(`stop vm ${vm.vmId}: firecracker pid ${proc.pid} still alive ${FC_KILL_WAIT_MS} ms after SIGKILL`);
+    }
+  }
+
+  async destroy(vm: VmRef): Promise<void> {
+    await this.stop(vm, 0);
+    rmSync(this.vmDir(vm.vmId), { recursive: true, force: true });
+  }
+
+  private api(vm: VmRef): FirecrackerApi {
+    return new FirecrackerApi(vm.apiSocket || this.apiSocketPath(vm.vmId));
+  }
+
+  /** processOf is the VMM of vm: the recorded one, else the one in firecracker.pid (a half-done or forgotten VM). */
+  private processOf(vm: VmRef): VmProcess | undefined {
+    if (vm.process.pid > 0) return vm.process;
+    try {
+      const [pid, ticks] = readFileSync(path.join(this.vmDir(vm.vmId), 'firecracker.pid'), 'utf8').trim().split(' ').map(Number);
+      if (pid && ticks !== undefined && Number.isFinite(ticks)) return { pid, startTimeTicks: ticks };
+    } catch {
+      /* no pid file */
+    }
+    return undefined;
+  }
+
+  private kill(proc: VmProcess): void {
+    if (!alive(proc)) return;
+    try {
+      process.kill(proc.pid, 'SIGKILL');
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ESRCH') throw err;
+    }
+  }
+
+  private async waitGone(proc: VmProcess, timeoutMs: number): Promise<boolean> {
+    const until = Date.now() + timeoutMs;
+    while (alive(proc)) {
+      if (Date.now() >= until) return false;
+      await new Promise((r) => setTimeout(r, FC_POLL_MS));
+    }
+    return true;
+  }
+
+  /** spawnVmm starts the VMM in its own session and process group with stdio to logFile. */
+  private spawnVmm(binary: string, vmId: string, apiSocket: string, logFile: string): Promise<VmProcess> {
+    rmSync(apiSocket, { force: true }); // firecracker refuses an existing socket path
+    const fd = openSync(logFile, 'a', 0o600);
+    return new Promise<VmProcess>((resolve, reject) => {
+      const child = spawn(binary, ['--api-sock', apiSocket, '--id', vmId], {
+        detached: true,
+        stdio: ['ignore', fd, fd],
+        env: this.opts.env ?? process.env,
+      });
+      closeSync(fd);
+      child.once('error', (err) => reject(new InternalError(`${binary}: ${err.message}`)));
+      child.once('spawn', () => {
+        child.unref();
+        const pid = child.pid!;
+        const startTimeTicks = processStartTicks(pid);
+        if (startTimeTicks === undefined) reject(new InternalError(`firecracker pid ${pid} exited at once (see ${logFile})`));
+        else resolve({ pid, startTimeTicks });
+      });
+    });
+  }
+
+  private async waitForSocket(apiSocket: string, proc: VmProcess): Promise<void> {
+    const until = Date.now() + FC_SOCKET_WAIT_MS;
+    while (!existsSync(apiSocket)) {
+      if (!alive(proc)) throw new InternalError(`firecracker pid ${proc.pid} exited before creating ${apiSocket}`);
+      if (Date.now() >= until) throw new InternalError(`${apiSocket} did not appear in ${FC_SOCKET_WAIT_MS} ms`);
+      await new Promise((r) => setTimeout(r, FC_POLL_MS));
+    }
+  }
+}
