@@ -37,6 +37,11 @@ async function main(): Promise<void> {
     if (stopping) process.exit(1);
     stopping = true;
     log.info({ sig }, 'signal received: stopping');
+    // never hang on the way out: drain deadline + call drain + a margin
+    setTimeout(() => {
+      log.error('stop took too long: exiting');
+      process.exit(1);
+    }, (cfg.drainOnSigterm ? cfg.drainDeadlineMs : 0) + cfg.drainMs + 5000).unref();
     node.stop().then(
       () => process.exit(0),
       (err: unknown) => {

@@ -334,7 +334,7 @@ describe('schema validation is live', () => {
  * has them (server `slot`, `role`; ublk-manager `slot`). A key is stripped for the loader only
  * while the daemon's schema lacks it; once it lands the file is loaded as it is.
  */
-const PENDING_KEYS: Record<string, string[]> = { server: ['slot', 'role'], 'ublk-manager': ['slot'], 'vmm-supervisor': [] };
+const PENDING_KEYS: Record<string, string[]> = { server: [], 'ublk-manager': ['slot'], 'vmm-supervisor': [] };
 
 describe('config files load with the daemons own config loaders', () => {
   const data = configMapData(RENDERS['overlays/example']!());

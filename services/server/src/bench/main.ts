@@ -6,7 +6,9 @@
  * - exec round trip p50 (`true`, goal <= 20 ms),
  * - GetSandbox unary throughput through the server (goal >= 3,000 calls/s),
  * - adoption time of 50 sandboxes after kill -9 of the server (goal <= 2 s).
- * Sizes can be lowered with BENCH_CREATES, BENCH_EXECS, BENCH_ADOPT, BENCH_SECONDS.
+ * Then the live-upgrade measures of live-upgrade.ts (handover vs restart, device stall, drain).
+ * Sizes can be lowered with BENCH_CREATES, BENCH_EXECS, BENCH_ADOPT, BENCH_SECONDS,
+ * BENCH_HANDOVERS, BENCH_DRAIN; BENCH_SKIP_LIVE_UPGRADE=1 skips the second part.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -15,6 +17,7 @@ import { socketPath, unixAddress } from '@sandnode/shared';
 import { connectServer, table, type ServerApi } from '../cli/api';
 import { COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '../cli/stack';
 import { mapLimit } from '@sandnode/shared';
+import { benchLiveUpgrade } from './live-upgrade';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 
@@ -108,6 +111,8 @@ async function main(): Promise<void> {
 
     await mapLimit(ids, 8, (id) => api.sandboxes.deleteSandbox({ sandboxId: id }));
     api.close();
+    for (const c of [...COMPONENTS].reverse()) await stopComponent(dirs, c);
+    if (process.env.BENCH_SKIP_LIVE_UPGRADE !== '1') results.liveUpgrade = await benchLiveUpgrade(root, rows);
   } finally {
     for (const c of [...COMPONENTS].reverse()) await stopComponent(dirs, c).catch(() => undefined);
     await purgeNode(dirs).catch(() => undefined);

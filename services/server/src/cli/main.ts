@@ -21,6 +21,7 @@ import { connectServer, sandboxJson, table, type SandboxJson } from './api';
 import { COMPONENTS, findRunning, getVersion, purgeNode, startComponent, stopComponent, type StackDirs } from './stack';
 import { runDemo } from './demo';
 import { upgradeServer } from './upgrade';
+import { upgradeUblkManager } from './upgrade-ublk';
 import { FlockLease } from '../store/flock-lease';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { AdminServiceDefinition, DrainOutcome, ServerRole } from '@sandnode/shared/proto/server/v1/admin';
@@ -404,6 +405,27 @@ upgrade
           ],
         ) + `
 hold window ${r.holdWindowMs} ms, ${r.adopted} sandboxes adopted in ${r.adoptionMs} ms, listeners ${r.listeners.join(' ')}`,
+      );
+    }),
+  );
+
+upgrade
+  .command('ublk-manager')
+  .description('start ublk-manager from another build in the other slot and move every device to it (device handover)')
+  .requiredOption('--from-build <dir>', 'a checkout of sandnode with node_modules and a build ("." for this one)')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (o: { fromBuild: string; json?: boolean }) => {
+      const r = await upgradeUblkManager(dirs(), o.fromBuild);
+      print(!!o.json, r, () =>
+        table(
+          ['', 'OLD', 'NEW'],
+          [
+            ['slot', r.oldSlot, r.newSlot],
+            ['version', r.oldVersion, r.newVersion],
+            ['pid', r.oldPid, r.newPid],
+          ],
+        ) + `\n${r.devices.length} devices moved (${r.mode}); stall p50 ${r.stallP50Ms.toFixed(2)} ms, p99 ${r.stallP99Ms.toFixed(2)} ms; total ${r.totalMs} ms`,
       );
     }),
   );

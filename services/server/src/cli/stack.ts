@@ -4,7 +4,7 @@
  * the runtime dir. Used by `sandnode up|down|status` and the demo.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync, closeSync } from 'node:fs';
+import { existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, processStartTicks, run, socketPath, unixAddress } from '@sandnode/shared';
 import { VersionServiceDefinition, type GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
@@ -71,7 +71,12 @@ export function findRunning(dirs: StackDirs, c: Component): RunningComponent | u
 
 /** getVersion asks a component for its version; undefined when it does not answer. */
 export async function getVersion(dirs: StackDirs, c: Component, timeoutMs = 1000): Promise<GetVersionResponse | undefined> {
-  const ch = createSandnodeChannel(componentAddress(dirs, c));
+  return versionAt(componentAddress(dirs, c), timeoutMs);
+}
+
+/** versionAt asks whatever serves address for its version; undefined when nothing answers. */
+export async function versionAt(address: string, timeoutMs = 1000): Promise<GetVersionResponse | undefined> {
+  const ch = createSandnodeChannel(address);
   try {
     const client = createServiceClient(VersionServiceDefinition, ch, { timeoutMs, retryAttempts: 1 });
     return await client.getVersion({});
@@ -82,10 +87,52 @@ export async function getVersion(dirs: StackDirs, c: Component, timeoutMs = 1000
   }
 }
 
+/**
+ * The ublk-manager slot that owns the devices ("" before the first device handover), kept in
+ * the state dir so that a restart of the node starts the right slot.
+ */
+export function activeUblkSlot(dirs: StackDirs): '' | 'a' | 'b' {
+  try {
+    const v = readFileSync(path.join(path.resolve(dirs.stateDir), 'ublk-manager', 'active-slot'), 'utf8').trim();
+    return v === 'a' || v === 'b' ? v : '';
+  } catch {
+    return '';
+  }
+}
+
+/** setActiveUblkSlot records the slot that owns the devices (fsync'd). */
+export function setActiveUblkSlot(dirs: StackDirs, slot: 'a' | 'b'): void {
+  const dir = path.join(path.resolve(dirs.stateDir), 'ublk-manager');
+  mkdirSync(dir, { recursive: true });
+  const tmp = path.join(dir, 'active-slot.tmp');
+  const fd = openSync(tmp, 'w');
+  try {
+    writeSync(fd, `${slot}\n`);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, path.join(dir, 'active-slot'));
+}
+
+/** pointUblkAddress makes <runDir>/ublk-manager.sock a link to the slot's own socket. */
+export function pointUblkAddress(dirs: StackDirs, slot: 'a' | 'b'): void {
+  const stable = socketPath(dirs.runDir, 'ublk-manager');
+  const tmp = `${stable}.${process.pid}.tmp`;
+  rmSync(tmp, { force: true });
+  symlinkSync(`ublk-manager-${slot}.sock`, tmp);
+  renameSync(tmp, stable);
+}
+
 function componentEnv(dirs: StackDirs, c: Component): NodeJS.ProcessEnv {
   const p = ENV_PREFIX[c];
   const env: NodeJS.ProcessEnv = { ...process.env, [`${p}STATE_DIR`]: path.resolve(dirs.stateDir), [`${p}RUN_DIR`]: path.resolve(dirs.runDir) };
   if (c === 'server') env[`${p}LISTEN`] = dirs.listen;
+  const slot = c === 'ublk-manager' ? activeUblkSlot(dirs) : '';
+  if (slot) {
+    env[`${p}SLOT`] = slot;
+    env[`${p}LISTEN`] = unixAddress(path.join(path.resolve(dirs.runDir), `ublk-manager-${slot}.sock`));
+  }
   return env;
 }
 
@@ -115,6 +162,11 @@ export async function startComponent(dirs: StackDirs, c: Component, opts: { buil
   writeFileSync(pidFile(dirs, c), `${pid} ${processStartTicks(pid) ?? ''}\n`);
   for (;;) {
     if (exited !== undefined) throw new Error(`${c} exited with code ${exited} while starting; see ${logFile(dirs, c)}:\n${tail(logFile(dirs, c))}`);
+    const slot = c === 'ublk-manager' ? activeUblkSlot(dirs) : '';
+    if (slot && (await getVersion(dirs, c, 500).catch(() => undefined))?.pid !== pid) {
+      const own = await versionAt(unixAddress(path.join(path.resolve(dirs.runDir), `ublk-manager-${slot}.sock`)), 500);
+      if (own?.pid === pid) pointUblkAddress(dirs, slot);
+    }
     const v = await getVersion(dirs, c, 500);
     if (v && v.pid === pid) return { pid, started: true };
     if (Date.now() > deadline) throw new Error(`${c} did not answer within ${opts.timeoutMs ?? DEFAULT_START_TIMEOUT_MS} ms; see ${logFile(dirs, c)}`);

@@ -1,0 +1,120 @@
+/**
+ * `sandnode upgrade ublk-manager --from-build DIR`: start ublk-manager from another build in
+ * the other slot, move every device to it with HandoverAll (one device at a time; the old slot
+ * takes a device back if its move fails), stop the old slot, and point the stable address
+ * `<runDir>/ublk-manager.sock` (what the server dials) at the new slot's socket.
+ */
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { createSandnodeChannel, createServiceClient, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
+import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
+import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
+import { mainScript, pidFile, pointUblkAddress, setActiveUblkSlot, type StackDirs } from './stack';
+
+export interface UblkUpgradeResult {
+  oldSlot: string;
+  newSlot: string;
+  oldPid: number;
+  newPid: number;
+  oldVersion: string;
+  newVersion: string;
+  mode: string;
+  devices: { deviceId: string; result: string; stallMs: number; error: string }[];
+  stallP50Ms: number;
+  stallP99Ms: number;
+  totalMs: number;
+}
+
+function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? (s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number) : 0;
+}
+
+async function version(address: string) {
+  const ch = createSandnodeChannel(address);
+  try {
+    return await createServiceClient(VersionServiceDefinition, ch, { timeoutMs: 2000, retryAttempts: 1 }).getVersion({});
+  } finally {
+    ch.close();
+  }
+}
+
+/** upgradeUblkManager runs the device handover to a new slot built in buildDir. */
+export async function upgradeUblkManager(dirs: StackDirs, buildDir: string, timeoutMs = 120_000): Promise<UblkUpgradeResult> {
+  const script = mainScript('ublk-manager', buildDir);
+  if (!existsSync(script)) throw new Error(`${script} does not exist: build that checkout first`);
+  const runDir = path.resolve(dirs.runDir);
+  const stable = socketPath(runDir, 'ublk-manager');
+  // Which slot serves now: the stable address is a real socket (slot "") or a link to a slot's.
+  let oldSock = stable;
+  let oldSlot = '';
+  if (existsSync(stable) && lstatSync(stable).isSymbolicLink()) {
+    oldSock = path.resolve(runDir, readlinkSync(stable));
+    oldSlot = /ublk-manager-([ab])\.sock$/.exec(oldSock)?.[1] ?? '';
+  }
+  const old = await version(unixAddress(oldSock)).catch(() => undefined);
+  if (!old) throw new Error(`no ublk-manager answers at ${oldSock}: start the node with \`sandnode up\``);
+  const newSlot = oldSlot === 'b' ? 'a' : 'b';
+  const newSock = path.join(runDir, `ublk-manager-${newSlot}.sock`);
+  const logDir = path.join(runDir, 'logs');
+  mkdirSync(logDir, { recursive: true });
+  const out = openSync(path.join(logDir, `ublk-manager-${newSlot}.log`), 'a');
+  const child = spawn(process.execPath, [script], {
+    detached: true,
+    stdio: ['ignore', out, out],
+    env: {
+      ...process.env,
+      SANDNODE_UBLK_MANAGER_STATE_DIR: path.resolve(dirs.stateDir),
+      SANDNODE_UBLK_MANAGER_RUN_DIR: runDir,
+      SANDNODE_UBLK_MANAGER_SLOT: newSlot,
+      SANDNODE_UBLK_MANAGER_LISTEN: unixAddress(newSock),
+    },
+  });
+  closeSync(out);
+  child.unref();
+  let exited: number | null | undefined;
+  child.once('exit', (c) => (exited = c));
+  const deadline = Date.now() + timeoutMs;
+  let fresh;
+  for (;;) {
+    if (exited !== undefined) throw new Error(`the new ublk-manager exited with code ${exited}; the old slot keeps every device`);
+    fresh = await version(unixAddress(newSock)).catch(() => undefined);
+    if (fresh && fresh.pid === child.pid) break;
+    if (Date.now() > deadline) throw new Error('the new ublk-manager did not answer in time');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  if (!fresh.features.includes('ublk.handover.v1')) throw new Error(`ublk-manager ${fresh.version} lacks feature "ublk.handover.v1"`);
+  const ch = createSandnodeChannel(unixAddress(newSock));
+  let res;
+  try {
+    res = await createServiceClient(DeviceServiceDefinition, ch, { timeoutMs }).handoverAll({ fromAddress: unixAddress(oldSock), deviceIds: [], perDeviceTimeoutMs: 0 });
+  } finally {
+    ch.close();
+  }
+  const devices = res.devices.map((d) => ({ deviceId: d.deviceId, result: HandoverResult[d.result].replace('HANDOVER_RESULT_', ''), stallMs: d.stallMs, error: d.error }));
+  if (devices.some((d) => d.result !== 'MOVED')) {
+    throw new Error(`device handover incomplete (the old slot keeps serving): ${devices.filter((d) => d.result !== 'MOVED').map((d) => `${d.deviceId} ${d.result} ${d.error}`).join('; ')}`);
+  }
+  // Stop the old slot (its devices now belong to the new one), then move the stable address.
+  const ticks = processStartTicks(old.pid);
+  process.kill(old.pid, 'SIGTERM');
+  while (ticks !== undefined && processStartTicks(old.pid) === ticks) await new Promise((r) => setTimeout(r, 20));
+  setActiveUblkSlot(dirs, newSlot);
+  pointUblkAddress(dirs, newSlot);
+  writeFileSync(pidFile(dirs, 'ublk-manager'), `${child.pid} ${processStartTicks(child.pid ?? 0) ?? ''}\n`);
+  const stalls = devices.map((d) => d.stallMs);
+  return {
+    oldSlot: oldSlot || 'default',
+    newSlot,
+    oldPid: old.pid,
+    newPid: child.pid ?? 0,
+    oldVersion: old.version,
+    newVersion: fresh.version,
+    mode: res.mode,
+    devices,
+    stallP50Ms: pct(stalls, 50),
+    stallP99Ms: pct(stalls, 99),
+    totalMs: res.totalMs,
+  };
+}
