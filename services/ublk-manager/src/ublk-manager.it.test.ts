@@ -210,7 +210,7 @@ suite('ublk-manager daemon (loop driver)', () => {
     const dio = readFileSync(`/sys/block/${path.basename(d.path)}/loop/dio`, 'utf8').trim() === '1';
     expect(d.flags.includes('direct-io')).toBe(dio);
     expect(spawnSync('e2fsck', ['-fn', d.path]).status).toBe(0);
-    const db = new Database(path.join(stateDir, 'ublk', 'devices.db'), { readonly: true });
+    const db = new Database(path.join(stateDir, 'ublk-manager', 'default', 'devices.db'), { readonly: true });
     try {
       expect(db.prepare('SELECT state, path FROM devices WHERE device_id = ?').get('dev-a')).toEqual({ state: 'ready', path: d.path });
     } finally {
@@ -303,7 +303,7 @@ suite('ublk-manager daemon (loop driver)', () => {
     const half = path.join(imagesDir, 'dev-half.img');
     execFileSync('truncate', ['-s', '2M', half]);
     const halfDev = execFileSync('losetup', ['--find', '--show', half], { encoding: 'utf8' }).trim();
-    const db = new Database(path.join(stateDir, 'ublk', 'devices.db'));
+    const db = new Database(path.join(stateDir, 'ublk-manager', 'default', 'devices.db'));
     db.prepare(
       `INSERT INTO devices (device_id, state, size_bytes, source_image, filesystem, read_only, backing_file, path, created_at_ms, updated_at_ms)
        VALUES ('dev-half', 'creating', ?, '', 'ext4', 0, ?, '', 1, 1)`,

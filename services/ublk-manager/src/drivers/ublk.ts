@@ -95,10 +95,11 @@ export function parseUblkList(out: string): UblkListEntry[] {
 
 /** parseUblkFeatures maps `ublk features` output (UBLK_F_* names) to capabilities. */
 export function parseUblkFeatures(out: string): DriverCapability[] {
+  const names = new Set(out.split(/[^A-Z0-9_]+/).map((t) => t.replace(/^UBLK_F_/, '')));
   const caps: DriverCapability[] = [];
-  if (/\bQUIESCE\b/.test(out)) caps.push('quiesce');
-  if (/\bUSER_RECOVERY\b/.test(out)) caps.push('user-recovery');
-  if (/\bUSER_RECOVERY_REISSUE\b|\bRECOVERY_REISSUE\b/.test(out)) caps.push('reissue');
+  if (names.has('QUIESCE')) caps.push('quiesce');
+  if (names.has('USER_RECOVERY')) caps.push('user-recovery');
+  if (names.has('USER_RECOVERY_REISSUE')) caps.push('reissue');
   return caps;
 }
 
