@@ -92,15 +92,19 @@ export class GrpcHost {
     return listener;
   }
 
-  /** stopAccepting closes our own listeners (accepting stops; sessions keep running). */
-  async stopAccepting(): Promise<void> {
-    await Promise.all([...this.listeners].map((l) => new Promise<void>((r) => l.close(() => r()))));
+  /**
+   * stopAccepting closes our own listeners: accepting stops at once; connections they accepted
+   * keep running. (net.Server.close's callback waits for every such connection to end, so it
+   * is not awaited: that would wait for clients that keep their connection open.)
+   */
+  stopAccepting(): void {
+    for (const l of this.listeners) l.close();
     this.listeners.clear();
   }
 
-  /** shutdown: stop accepting, GOAWAY, wait for running calls; force after drainMs. */
+  /** shutdown: stop accepting, GOAWAY at once, wait for running calls; force after drainMs. */
   async shutdown(drainMs: number): Promise<void> {
-    await this.stopAccepting();
+    this.stopAccepting();
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.server.forceShutdown();

@@ -3,12 +3,16 @@
  * sockets) in temp dirs, and what a test needs to check it and clean up after it.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { socketPath, unixAddress } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
+import { AdminServiceDefinition, type ServerRole } from '@sandnode/shared/proto/server/v1/admin';
+import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
+import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { FlockLease } from '../store/flock-lease';
 import { connectServer, type ServerApi } from '../cli/api';
-import { COMPONENTS, purgeNode, startComponent, stopComponent, type StackDirs } from '../cli/stack';
+import { COMPONENTS, purgeNode, sandnodeProcesses, startComponent, stopComponent, type Component, type StackDirs } from '../cli/stack';
 
 /** missingParts names what this machine lacks for integration tests (empty: all there). */
 export function missingParts(): string[] {
@@ -46,19 +50,97 @@ export interface TestNode {
   /** reconnect after a server restart */
   reconnect(): ServerApi;
   cli(args: string[], input?: string): { status: number; stdout: string; stderr: string };
+  /**
+   * tcpAddress is "127.0.0.1:PORT" of the server's TCP listener (started with `listen`), read
+   * from the servers' ready lines in <runDir>/logs/server*.log (a handover keeps the port).
+   */
+  tcpAddress(): string;
   stop(): Promise<void>;
+}
+
+/** serverProcesses lists the live server processes (any slot, any role) of runDir. */
+export function serverProcesses(runDir: string): number[] {
+  return sandnodeProcesses(runDir)
+    .filter((p) => /services\/server\/dist\/main\.js/.test(p.cmd))
+    .map((p) => p.pid);
+}
+
+/**
+ * killProcesses stops the given pids of this run (SIGTERM, SIGKILL after graceMs; 0: SIGKILL at
+ * once) and waits until they are gone. Only for pids found by sandnodeProcesses(ourRunDir).
+ */
+export async function killProcesses(pids: number[], graceMs = 5000): Promise<void> {
+  const live = pids.map((pid) => ({ pid, ticks: processStartTicks(pid) })).filter((p) => p.ticks !== undefined);
+  const alive = (p: { pid: number; ticks: number | undefined }) => processStartTicks(p.pid) === p.ticks;
+  const signal = (sig: NodeJS.Signals) => {
+    for (const p of live.filter(alive)) {
+      try {
+        process.kill(p.pid, sig);
+      } catch {
+        /* gone */
+      }
+    }
+  };
+  signal(graceMs > 0 ? 'SIGTERM' : 'SIGKILL');
+  const deadline = Date.now() + graceMs;
+  while (live.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
+  signal('SIGKILL');
+  while (live.some(alive)) await new Promise((r) => setTimeout(r, 10));
+}
+
+/** withEnv runs fn (which must spawn synchronously or await its spawn) with extra env vars set. */
+export async function withEnv<T>(env: Record<string, string>, fn: () => Promise<T>): Promise<T> {
+  const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, env);
+  try {
+    return await fn();
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+
+/** readyPort returns the TCP port of the newest server ready line in runDir's server logs. */
+export function readyPort(runDir: string): number {
+  const logDir = path.join(runDir, 'logs');
+  let best: { at: number; port: number } | undefined;
+  for (const f of readdirSync(logDir).filter((n) => /^server(-[ab])?\.log$/.test(n))) {
+    const lines = readFileSync(path.join(logDir, f), 'utf8').split('\n');
+    lines.forEach((line, i) => {
+      if (!line.startsWith('{"ready":true')) return;
+      const port = (JSON.parse(line) as { port: number }).port;
+      // the ready line has no time; the pino line before it does
+      const prev = lines[i - 1]?.startsWith('{') ? (JSON.parse(lines[i - 1]!) as { time?: number }).time : undefined;
+      const at = prev ?? 0;
+      if (port > 0 && (!best || at >= best.at)) best = { at, port };
+    });
+  }
+  if (!best) throw new Error(`no server ready line with a TCP port in ${logDir}`);
+  return best.port;
 }
 
 
 /** startNode starts the three daemons in fresh temp dirs and builds (or reuses) the base template. */
-export async function startNode(opts: { buildTemplate?: boolean } = {}): Promise<TestNode> {
+export async function startNode(
+  opts: {
+    buildTemplate?: boolean;
+    /** the server's TCP listen address ("127.0.0.1:0": any free port; default "": none) */
+    listen?: string;
+    /** extra environment of one component's first start (e.g. SANDNODE_FAILPOINTS) */
+    env?: Partial<Record<Component, Record<string, string>>>;
+  } = {},
+): Promise<TestNode> {
   const root = mkdtempSync(path.join(os.tmpdir(), 'sandnode-it-'));
-  const dirs: StackDirs = { stateDir: path.join(root, 'state'), runDir: path.join(root, 'run'), listen: '' };
+  const dirs: StackDirs = { stateDir: path.join(root, 'state'), runDir: path.join(root, 'run'), listen: opts.listen ?? '' };
+  const killStrays = async () => killProcesses(sandnodeProcesses(dirs.runDir).map((p) => p.pid));
   try {
-    for (const c of COMPONENTS) await startComponent(dirs, c, { timeoutMs: 60_000 });
+    for (const c of COMPONENTS) await withEnv(opts.env?.[c] ?? {}, () => startComponent(dirs, c, { timeoutMs: 60_000 }));
   } catch (err) {
     // stop what did start, so a failed start leaves no daemon or dir behind
     for (const c of [...COMPONENTS].reverse()) await stopComponent(dirs, c).catch(() => undefined);
+    await killStrays();
     await purgeNode(dirs).catch(() => undefined);
     execFileSync('rm', ['-rf', root]);
     throw err;
@@ -81,6 +163,9 @@ export async function startNode(opts: { buildTemplate?: boolean } = {}): Promise
       });
       return { status: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
     },
+    tcpAddress() {
+      return `127.0.0.1:${readyPort(dirs.runDir)}`;
+    },
     async stop() {
       node.api.close();
       const api = connectServer(address);
@@ -92,7 +177,12 @@ export async function startNode(opts: { buildTemplate?: boolean } = {}): Promise
       } finally {
         api.close();
       }
-      for (const c of [...COMPONENTS].reverse()) await stopComponent(dirs, c);
+      // the server of the pid file, then any other server of this run (standbys, retiring
+      // or crashed-and-replaced ones), then the device manager and the supervisor
+      await stopComponent(dirs, 'server');
+      await killProcesses(serverProcesses(dirs.runDir));
+      for (const c of [...COMPONENTS].reverse().filter((x) => x !== 'server')) await stopComponent(dirs, c);
+      await killStrays();
       await purgeNode(dirs);
       execFileSync('rm', ['-rf', root]);
     },
@@ -117,4 +207,104 @@ export async function execCollect(api: ServerApi, sandboxId: string, argv: strin
     else if (e?.$case === 'exit') exitCode = e.value.exitCode;
   }
   return { stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString(), exitCode, started };
+}
+
+/** What a server's AdminService says about the lease, plus its admin address. */
+export interface LeaseView {
+  role: ServerRole;
+  epoch: number;
+  holderPid: number;
+  admin: string;
+}
+
+/** adminStatus asks the server at an admin address for its lease status (undefined: no answer). */
+export async function adminStatus(admin: string, timeoutMs = 2000): Promise<LeaseView | undefined> {
+  const ch = createSandnodeChannel(admin);
+  try {
+    const st = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs, retryAttempts: 1 }).getLeaseStatus({});
+    return { role: st.role, epoch: Number(st.epoch), holderPid: st.holderPid, admin };
+  } catch {
+    return undefined;
+  } finally {
+    ch.close();
+  }
+}
+
+/** leaseFile is the node's server lease. */
+export function leaseFile(dirs: StackDirs): string {
+  return path.join(path.resolve(dirs.stateDir), 'server.lease');
+}
+
+/** holderStatus asks the lease holder named in the lease file (undefined: none answers). */
+export async function holderStatus(dirs: StackDirs): Promise<LeaseView | undefined> {
+  const h = FlockLease.readHolder(leaseFile(dirs));
+  if (!h || !FlockLease.isHeld(leaseFile(dirs))) return undefined;
+  return adminStatus(h.admin);
+}
+
+/** The node's own view below its dirs: what could be an orphan. */
+export interface NodeInventory {
+  /** runc container ids under <runDir>/runc */
+  containers: string[];
+  /** backing files of loop devices below the state dir */
+  loopBackingFiles: string[];
+  /** per-sandbox runtime dirs */
+  dirs: string[];
+  /** the supervisor's VMs and the device manager's devices */
+  vms: string[];
+  devices: { deviceId: string; backingFile: string }[];
+}
+
+export async function inventory(dirs: StackDirs): Promise<NodeInventory> {
+  const runDir = path.resolve(dirs.runDir);
+  const stateDir = path.resolve(dirs.stateDir);
+  let containers: string[] = [];
+  const r = spawnSync('runc', ['--root', path.join(runDir, 'runc'), 'list', '--format', 'json'], { encoding: 'utf8' });
+  if (r.status === 0) containers = ((JSON.parse(r.stdout || '[]') as { id: string }[] | null) ?? []).map((c) => c.id).sort();
+  const loopBackingFiles: string[] = [];
+  for (const n of readdirSync('/sys/block').filter((x) => x.startsWith('loop'))) {
+    try {
+      const b = readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8').trim().replace(/ \(deleted\)$/, '');
+      if (b.startsWith(`${stateDir}/`)) loopBackingFiles.push(b);
+    } catch {
+      /* not attached */
+    }
+  }
+  const sbDir = path.join(runDir, 'sandboxes');
+  const sdirs = existsSync(sbDir) ? readdirSync(sbDir).sort() : [];
+  const vch = createSandnodeChannel(unixAddress(socketPath(runDir, 'vmm-supervisor')));
+  const dch = createSandnodeChannel(unixAddress(socketPath(runDir, 'ublk-manager')));
+  try {
+    const vms = (await createServiceClient(VmServiceDefinition, vch, { timeoutMs: 5000 }).listVms({})).vms.map((v) => v.vmId).sort();
+    const devices = (await createServiceClient(DeviceServiceDefinition, dch, { timeoutMs: 5000 }).listDevices({})).devices
+      .map((d) => ({ deviceId: d.deviceId, backingFile: d.backingFile }))
+      .sort((a, b) => a.deviceId.localeCompare(b.deviceId));
+    return { containers, loopBackingFiles: loopBackingFiles.sort(), dirs: sdirs, vms, devices };
+  } finally {
+    vch.close();
+    dch.close();
+  }
+}
+
+/**
+ * orphans lists what no sandbox record owns (expected empty): containers, VMs, devices, loop
+ * devices and dirs. `live` are the sandboxes with a VM (RUNNING/PAUSED), `all` every record.
+ */
+export function orphans(inv: NodeInventory, live: string[], all: string[]): string[] {
+  const out: string[] = [];
+  const liveSet = new Set(live);
+  const allSet = new Set(all);
+  const ownedDevices = new Set(all.flatMap((id) => [`${id}-upper`, `${id}-ws`]));
+  for (const c of inv.containers) if (!liveSet.has(c)) out.push(`container ${c}`);
+  for (const v of inv.vms) if (!liveSet.has(v)) out.push(`vm ${v}`);
+  for (const d of inv.devices) if (!ownedDevices.has(d.deviceId)) out.push(`device ${d.deviceId}`);
+  const backing = new Set(inv.devices.filter((d) => ownedDevices.has(d.deviceId)).map((d) => d.backingFile));
+  for (const b of inv.loopBackingFiles) if (!backing.has(b)) out.push(`loop device on ${b}`);
+  for (const d of inv.dirs) if (!allSet.has(d)) out.push(`dir ${d}`);
+  // and the other way round: a live sandbox lacks a part
+  for (const id of live) {
+    if (!inv.containers.includes(id)) out.push(`sandbox ${id} has no container`);
+    if (!inv.vms.includes(id)) out.push(`sandbox ${id} has no vm`);
+  }
+  return out;
 }

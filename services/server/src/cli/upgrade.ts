@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { processStartTicks } from '@sandnode/shared';
+import { processStartTicks, processState } from '@sandnode/shared';
 import type { TakeoverResult } from '../handover/server-node';
 import { FlockLease } from '../store/flock-lease';
 import { mainScript, pidFile, type StackDirs } from './stack';
@@ -41,19 +41,26 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
   });
   closeSync(out);
   child.unref();
-  let exited: number | null | undefined;
-  child.once('exit', (c) => (exited = c));
+  let exited: number | string | undefined;
+  child.once('exit', (c, sig) => (exited = c ?? `null (signal ${sig})`));
   const deadline = Date.now() + timeoutMs;
+  // What became of the old server, for the error: it stays active (or takes the lease back)
+  // unless it died too (kill -9 during the handover): then no server is active.
+  const holderTicks = processStartTicks(holder.pid);
+  const oldFate = () =>
+    holderTicks !== undefined && processStartTicks(holder.pid) === holderTicks && processState(holder.pid) !== 'Z'
+      ? `the old one (pid ${holder.pid}) stays active`
+      : `the old one (pid ${holder.pid}) is gone too, so no server is active: start one (sandnode up)`;
   for (;;) {
     const text = readFileSync(logPath).subarray(start).toString();
     for (const line of text.split('\n')) {
       if (!line.startsWith('{"takeover"')) continue;
       const r = JSON.parse(line) as TakeoverResult | { takeover: false; error: string };
-      if (r.takeover === false) throw new Error(`the new server failed before it took the lease; the old one (pid ${holder.pid}) stays active: ${r.error}`);
+      if (r.takeover === false) throw new Error(`the new server failed before it took the lease; ${oldFate()}: ${r.error}`);
       writeFileSync(pidFile(dirs, 'server'), `${r.newPid} ${processStartTicks(r.newPid) ?? ''}\n`);
       return r;
     }
-    if (exited !== undefined) throw new Error(`the new server exited with code ${exited}; the old one (pid ${holder.pid}) stays active; see ${logPath}`);
+    if (exited !== undefined) throw new Error(`the new server exited with code ${exited}; ${oldFate()}; see ${logPath}`);
     if (Date.now() > deadline) throw new Error(`the upgrade did not finish within ${timeoutMs} ms; see ${logPath}`);
     await new Promise((r) => setTimeout(r, 20));
   }

@@ -39,6 +39,9 @@ export async function drainNode(d: { manager: SandboxManager; store: RecordStore
   });
   let stopped = false;
   try {
+    // Ask now: the cached GetVersion answer may name a device manager that has been restarted
+    // since (then its pid is gone, or worse, another process's).
+    d.devices.features.reset();
     const v = await d.devices.features.get();
     if (v.pid > 0 && Date.now() < deadline) {
       process.kill(v.pid, 'SIGTERM');

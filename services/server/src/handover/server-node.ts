@@ -9,7 +9,7 @@
  *                             └── standby died / no finish ──> ACTIVE again (lease retaken)
  */
 import { randomBytes } from 'node:crypto';
-import { mkdirSync, rmSync } from 'node:fs';
+import { mkdirSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import {
   createSandnodeChannel,
@@ -17,6 +17,7 @@ import {
   createServiceServer,
   FailedPreconditionError,
   processStartTicks,
+  processState,
   SUITE_VERSION,
   buildCommit,
   unixAddress,
@@ -46,6 +47,8 @@ import { adoptListener, bindListener, type OwnedListener } from './listeners';
 /** Features this server offers (GetVersion). */
 export const SERVER_FEATURES = ['server.sandbox.v1', 'server.template.v1', 'server.adoption.v1', 'server.handover.v1', 'server.drain.v1', 'server.epoch.v1'];
 
+/** The VM and device id a new active server deletes (a no-op) to raise the epoch fences. */
+export const EPOCH_PROBE_ID = 'epoch-fence-probe';
 /** Default hold time of lifecycle calls during a handover, ms. */
 export const DEFAULT_HOLD_MS = 2000;
 /** Default time the old server waits for FinishHandover, ms. */
@@ -78,6 +81,8 @@ export class ServerNode {
   private devices: DevicePeer | undefined;
   private publicServer: ServiceServer | undefined;
   private adminServer: ServiceServer | undefined;
+  /** the admin socket we bound, and its inode (to remove the path only while it is ours) */
+  private adminListener: { listener: OwnedListener; ino: number } | undefined;
   private listeners: OwnedListener[] = [];
   private reaper: NodeJS.Timeout | undefined;
   private standbyPoll: NodeJS.Timeout | undefined;
@@ -101,11 +106,23 @@ export class ServerNode {
     return { component: 'server', version: SUITE_VERSION, commit: buildCommit(), features: SERVER_FEATURES };
   }
 
-  /** startAdmin serves AdminService on the admin socket (every role). */
+  /**
+   * startAdmin serves AdminService on the admin socket (every role). The socket is bound like
+   * the public ones (listeners.ts: temporary name + hard link), not by grpc-js: a retiring
+   * server of the same slot may still run (relaying an Exec stream) when the next server of
+   * that slot starts, and closing a socket grpc-js bound unlinks its path, which would remove
+   * the new server's admin socket (the one the lease file names).
+   */
   async startAdmin(): Promise<void> {
     this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }) });
     this.adminServer.add(AdminServiceDefinition, this.adminService());
-    await this.adminServer.listen([this.adminAddress]);
+    const listener = await bindListener(this.adminAddress);
+    this.adminListener = { listener, ino: statSync(this.adminPath).ino };
+    this.adminServer.serveListener(listener.server);
+  }
+
+  private get adminPath(): string {
+    return this.adminAddress.slice('unix://'.length);
   }
 
   /** start: active if the lease is free, else standby that takes over if the active dies. */
@@ -167,6 +184,7 @@ export class ServerNode {
     this.manager = manager;
     await waitFor('vmm-supervisor', () => this.vms!.features.get(), 30_000);
     await waitFor('ublk-manager', () => this.devices!.features.get(), 30_000);
+    await this.announceEpoch();
     const report = await adoptAll({ store, vms: this.vms, devices: this.devices, podd: this.podd, manager, log, concurrency: this.cfg.adoptConcurrency });
     this.lastAdoption = report;
     const swept = await sweepOrphans({ store, vms: this.vms, devices: this.devices, runDir: this.cfg.runDir, log });
@@ -186,6 +204,23 @@ export class ServerNode {
       `${JSON.stringify({ ready: true, epoch: this.epoch, port: tcp?.port ?? 0, socket: this.cfg.socket, adopted: report.adopted.length, adoptionMs: report.durationMs })}\n`,
     );
     return report;
+  }
+
+  /**
+   * announceEpoch raises the epoch fences of vmm-supervisor and ublk-manager to this server's
+   * epoch before it adopts or serves. A fence learns an epoch only from a mutating call, so
+   * without this the server that lost the lease (a stale or stopped-and-resumed process) could
+   * still delete or create VMs and devices until this server's first lifecycle call. The calls
+   * are no-ops: DeleteVm / DeleteDevice of an id no sandbox can have (sandbox ids are sb-...).
+   * ABORTED means a server with a higher epoch exists: this one must not go on.
+   */
+  private async announceEpoch(): Promise<void> {
+    try {
+      await this.vms!.client.deleteVm({ vmId: EPOCH_PROBE_ID });
+      await this.devices!.client.deleteDevice({ deviceId: EPOCH_PROBE_ID });
+    } catch (err) {
+      throw new Error(`could not raise the epoch fences to epoch ${this.epoch}: ${(err as Error).message}`);
+    }
   }
 
   private startReaper(): void {
@@ -220,39 +255,61 @@ export class ServerNode {
       const fdPath = path.join(this.cfg.runDir, `server-${this.cfg.slot || String(process.pid)}-fds.sock`);
       const rx = receiveFds<{ listeners: string[] }>(fdPath, 30_000);
       await rx.ready;
-      const res: HandoverResponse = await admin.handover({
-        standbyPid: process.pid,
-        standbyVersion: SUITE_VERSION,
-        fdSocket: fdPath,
-        holdTimeoutMs: opts.holdMs ?? DEFAULT_HOLD_MS,
-        finishTimeoutMs: opts.finishTimeoutMs ?? DEFAULT_FINISH_TIMEOUT_MS,
-      });
+      const holdStarted = Date.now();
+      let res: HandoverResponse;
+      try {
+        res = await admin.handover({
+          standbyPid: process.pid,
+          standbyVersion: SUITE_VERSION,
+          fdSocket: fdPath,
+          holdTimeoutMs: opts.holdMs ?? DEFAULT_HOLD_MS,
+          finishTimeoutMs: opts.finishTimeoutMs ?? DEFAULT_FINISH_TIMEOUT_MS,
+        });
+      } catch (err) {
+        // The old server died during the handover: if the lease is free, take the node over as
+        // a failover would (with its sockets if they arrived, else fresh ones).
+        if (holderAlive(holder.pid) || !this.lease.tryAcquire()) throw err;
+        this.log.warn({ err: (err as Error).message, old_pid: holder.pid }, 'the old server died during the handover: taking over as failover');
+        const got = await Promise.race([rx.message, new Promise<undefined>((r) => setTimeout(() => r(undefined), 500))]).catch(() => undefined);
+        const listeners = got ? await adoptAll2(got) : await this.bindFresh();
+        const report = await this.becomeActive(listeners, holder.epoch);
+        return this.reportTakeover({ token: '', epoch: holder.epoch, listeners: [], inFlightFinished: 0, holdStartedAtMs: holdStarted, oldPid: holder.pid, oldVersion: holder.version }, report, listeners);
+      }
       const msg = await rx.message;
       failpoint('takeover.after-fds');
       if (!(await this.lease.acquire(10_000))) throw new Error('the old server did not release the lease within 10 s');
-      const listeners: OwnedListener[] = [];
-      for (const [i, fd] of msg.fds.entries()) listeners.push(await adoptListener(msg.meta.listeners[i] ?? `fd:${fd}`, fd));
+      const listeners = await adoptAll2(msg);
       const report = await this.becomeActive(listeners, Number(res.epoch));
       failpoint('takeover.after-serve');
-      await admin.finishHandover({ token: res.token, newEpoch: this.epoch });
-      const result: TakeoverResult = {
-        takeover: true,
-        oldPid: res.oldPid,
-        oldVersion: res.oldVersion,
-        newPid: process.pid,
-        newVersion: SUITE_VERSION,
-        epoch: this.epoch,
-        holdWindowMs: Date.now() - Number(res.holdStartedAtMs),
-        adopted: report.adopted.length,
-        adoptionMs: report.durationMs,
-        listeners: listeners.map((l) => l.address),
-      };
-      process.stdout.write(`${JSON.stringify(result)}\n`);
-      this.log.info(result, 'takeover finished');
-      return result;
+      try {
+        await admin.finishHandover({ token: res.token, newEpoch: this.epoch });
+      } catch (err) {
+        // We hold the lease and serve: the old server retires on its own (its watchdog sees the
+        // lease taken) or is gone. Nothing to undo.
+        this.log.warn({ err: (err as Error).message }, 'FinishHandover failed; the old server retires by itself');
+      }
+      return this.reportTakeover(res, report, listeners);
     } finally {
       ch.close();
     }
+  }
+
+  private reportTakeover(res: HandoverResponse, report: AdoptionReport, listeners: OwnedListener[]): TakeoverResult {
+    const result: TakeoverResult = {
+      takeover: true,
+      oldPid: res.oldPid,
+      oldVersion: res.oldVersion,
+      newPid: process.pid,
+      newVersion: SUITE_VERSION,
+      epoch: this.epoch,
+      holdWindowMs: Date.now() - Number(res.holdStartedAtMs),
+      adopted: report.adopted.length,
+      adoptionMs: report.durationMs,
+      listeners: listeners.map((l) => l.address),
+    };
+    process.stdout.write(`${JSON.stringify(result)}\n`);
+    this.log.info(result, 'takeover finished');
+    return result;
   }
 
   /** The AdminService of this process. */
@@ -341,7 +398,14 @@ export class ServerNode {
         log.error({ standby_alive: standbyAlive }, 'the standby did not finish the handover: taking the lease back');
         this.epoch = this.store!.bumpEpoch(this.epoch);
         this.lease.describe({ pid: process.pid, admin: this.adminAddress, slot: this.cfg.slot, version: SUITE_VERSION, epoch: this.epoch, sinceMs: Date.now() });
-        this.resumeActive();
+        // raise the fences to the new epoch before lifecycle calls run again
+        this.announceEpoch().then(
+          () => this.resumeActive(),
+          (err: unknown) => {
+            log.fatal({ err: (err as Error).message }, 'could not raise the epoch fences after taking the lease back');
+            this.exit(1);
+          },
+        );
       } else {
         log.warn('the standby holds the lease but did not finish: retiring');
         this.role = ServerRole.SERVER_ROLE_RETIRING;
@@ -372,23 +436,47 @@ export class ServerNode {
   private async retire(): Promise<void> {
     this.log.info({ streams: this.streams }, 'retiring: GOAWAY; running streams continue');
     for (const l of this.listeners) l.server.close(); // our copies only; unix path kept (see listeners.ts)
-    // GOAWAY and wait for running calls; idle connections must not keep a retired server
-    // alive, so once no Exec stream runs (after a short grace for unary calls) close at once.
-    const done = this.publicServer?.shutdown(this.cfg.retireDrainMs);
+    // GOAWAY at once on every connection: clients open a new connection (accepted by the new
+    // server) for their next call; calls and Exec streams already running here complete.
+    const closed = this.goAway();
     let finished = false;
-    void done?.then(() => (finished = true));
+    void closed.then(() => (finished = true));
     const t0 = Date.now();
+    let idleSince: number | undefined;
     while (!finished && Date.now() - t0 < this.cfg.retireDrainMs) {
-      if (this.streams === 0 && Date.now() - t0 > 200) {
-        this.publicServer?.host.server.forceShutdown();
-        break;
-      }
+      // once no Exec stream runs, unary calls still in flight get drainMs, then are cut
+      idleSince = this.streams === 0 ? (idleSince ?? Date.now()) : undefined;
+      if (idleSince !== undefined && Date.now() - idleSince > this.cfg.drainMs) break;
       await new Promise((r) => setTimeout(r, 50));
     }
-    await this.adminServer?.shutdown(1000);
+    this.publicServer?.host.server.forceShutdown();
+    await this.closeAdmin();
     this.closeAll();
     this.log.info('retired');
     this.exit(0);
+  }
+
+  /**
+   * goAway stops the public server without waiting for anything first: health NOT_SERVING, then
+   * grpc-js tryShutdown, which sends GOAWAY on every connection now and resolves when they have
+   * all closed (idle ones at once, busy ones when their calls end). Not ServiceServer.shutdown:
+   * it first awaits net.Server.close() of our listeners, which only calls back once every
+   * connection they accepted has ended, so a client that keeps its connection open would never
+   * get a GOAWAY and would keep sending new calls to this server.
+   */
+  private goAway(s: ServiceServer | undefined = this.publicServer): Promise<void> {
+    if (!s) return Promise.resolve();
+    s.setServing(false);
+    return new Promise((resolve) => s.host.server.tryShutdown(() => resolve()));
+  }
+
+  /** closeAdmin stops the admin server (GOAWAY, 1 s for running calls). */
+  private async closeAdmin(): Promise<void> {
+    this.adminListener?.listener.server.close();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.goAway(this.adminServer), new Promise<void>((r) => (timer = setTimeout(r, 1000)))]);
+    clearTimeout(timer);
+    this.adminServer?.host.server.forceShutdown();
   }
 
   /** stop (SIGTERM): drain the node first when configured, then stop serving; sandboxes live on. */
@@ -399,10 +487,13 @@ export class ServerNode {
     }
     clearInterval(this.standbyPoll);
     if (this.handover) clearInterval(this.handover.watchdog);
-    this.publicServer?.setServing(false);
     for (const l of this.listeners) l.server.close();
-    await this.publicServer?.shutdown(this.cfg.drainMs);
-    await this.adminServer?.shutdown(1000);
+    // GOAWAY now (see goAway), force after drainMs
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.goAway(), new Promise<void>((r) => (timer = setTimeout(r, this.cfg.drainMs)))]);
+    clearTimeout(timer);
+    this.publicServer?.host.server.forceShutdown();
+    await this.closeAdmin();
     this.closeAll();
   }
 
@@ -413,8 +504,26 @@ export class ServerNode {
     this.devices?.close();
     this.store?.close();
     this.lease.release();
-    rmSync(this.adminAddress.slice('unix://'.length), { force: true });
+    // the admin path, unless a newer server of this slot has bound it since
+    try {
+      if (this.adminListener && statSync(this.adminPath).ino === this.adminListener.ino) rmSync(this.adminPath, { force: true });
+    } catch {
+      /* already gone */
+    }
   }
+}
+
+/** holderAlive says whether a process with that pid exists (not a zombie). */
+function holderAlive(pid: number): boolean {
+  const st = processState(pid);
+  return st !== undefined && st !== 'Z';
+}
+
+/** adoptAll2 serves on every listening socket received from the old server. */
+async function adoptAll2(msg: { meta: { listeners: string[] }; fds: number[] }): Promise<OwnedListener[]> {
+  const out: OwnedListener[] = [];
+  for (const [i, fd] of msg.fds.entries()) out.push(await adoptListener(msg.meta.listeners[i] ?? `fd:${fd}`, fd));
+  return out;
 }
 
 async function waitFor<T>(what: string, fn: () => Promise<T>, ms: number): Promise<T> {

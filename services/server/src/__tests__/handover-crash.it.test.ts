@@ -1,0 +1,141 @@
+/**
+ * kill -9 at each enumerated step of a server handover (ARCHITECTURE.md section 4, step 7;
+ * HANDOVER_FAILPOINTS): the side that reaches the failpoint SIGKILLs itself
+ * (`SANDNODE_FAILPOINTS=<name>=kill`: `handover.*` on the old server, `takeover.*` on the new
+ * one). Afterwards the node converges: exactly one server process of the node, holding the
+ * lease and ACTIVE (when both sides are gone, after one `startComponent` as an operator would),
+ * every sandbox RUNNING or PAUSED with the same pid, exec and lifecycle calls work, no orphan.
+ */
+import { ServerRole } from '@sandnode/shared/proto/server/v1/admin';
+import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import { startComponent } from '../cli/stack';
+import { upgradeServer } from '../cli/upgrade';
+import { HANDOVER_FAILPOINTS } from '../handover/failpoints';
+import type { TakeoverResult } from '../handover/server-node';
+import { FlockLease } from '../store/flock-lease';
+import {
+  adminStatus,
+  describeNode,
+  execCollect,
+  holderStatus,
+  inventory,
+  killProcesses,
+  leaseFile,
+  orphans,
+  serverProcesses,
+  startNode,
+  withEnv,
+  type LeaseView,
+  type TestNode,
+} from './harness';
+
+jest.setTimeout(180_000);
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describeNode('kill -9 at each step of a server handover', () => {
+  let node: TestNode;
+  let running: Sandbox;
+  let paused: Sandbox;
+
+  beforeAll(async () => {
+    node = await startNode();
+    running = (await node.api.sandboxes.createSandbox({ template: 'base', metadata: { crash: 'running' } })).sandbox!;
+    paused = (await node.api.sandboxes.createSandbox({ template: 'base', metadata: { crash: 'paused' } })).sandbox!;
+    paused = (await node.api.sandboxes.pauseSandbox({ sandboxId: paused.sandboxId })).sandbox!;
+    await node.api.sandboxes.writeFile({ sandboxId: running.sandboxId, path: 'crash.txt', data: Buffer.from('still here') });
+  });
+  afterAll(async () => {
+    await node?.stop();
+  });
+
+  /** restartServer replaces every server process of the node by one started with env. */
+  async function restartServer(env: Record<string, string>): Promise<void> {
+    node.api.close();
+    await killProcesses(serverProcesses(node.dirs.runDir));
+    await withEnv(env, () => startComponent(node.dirs, 'server'));
+    node.reconnect();
+  }
+
+  /**
+   * converge waits until the node has exactly one live server process that holds the lease and
+   * answers ACTIVE. When no server process is left at all, it starts one as an operator would
+   * (once). Returns the active server's view and whether the operator had to act.
+   */
+  async function converge(): Promise<{ view: LeaseView; pid: number; operatorStarted: boolean }> {
+    let operatorStarted = false;
+    const deadline = Date.now() + 30_000;
+    let last = '';
+    for (;;) {
+      const pids = serverProcesses(node.dirs.runDir);
+      if (pids.length === 0 && !operatorStarted) {
+        operatorStarted = true;
+        await startComponent(node.dirs, 'server');
+        continue;
+      }
+      const holder = FlockLease.readHolder(leaseFile(node.dirs));
+      const held = FlockLease.isHeld(leaseFile(node.dirs));
+      const view = holder && held ? await adminStatus(holder.admin) : undefined;
+      if (pids.length === 1 && held && holder?.pid === pids[0] && view?.role === ServerRole.SERVER_ROLE_ACTIVE && view.holderPid === pids[0]) {
+        return { view, pid: pids[0]!, operatorStarted };
+      }
+      last = JSON.stringify({ pids, held, holderPid: holder?.pid, role: view ? ServerRole[view.role] : null });
+      if (Date.now() > deadline) throw new Error(`the node did not converge within 30 s: ${last}`);
+      await sleep(100);
+    }
+  }
+
+  it.each([...HANDOVER_FAILPOINTS])('converges after kill -9 at %s', async (fp) => {
+    const oldSide = fp.startsWith('handover.');
+    const env = { SANDNODE_FAILPOINTS: `${fp}=kill` };
+    // a fresh active server; it carries the failpoint when the old side is to die
+    await restartServer(oldSide ? env : {});
+    const before = (await holderStatus(node.dirs))!;
+    expect(before.role).toBe(ServerRole.SERVER_ROLE_ACTIVE);
+    const oldPid = serverProcesses(node.dirs.runDir)[0]!;
+
+    // the upgrade: the new server gets the failpoint through the environment it inherits
+    let upgrade!: Promise<TakeoverResult>;
+    await withEnv(oldSide ? {} : env, async () => {
+      upgrade = upgradeServer(node.dirs, '.', 60_000); // spawns before its first await
+    });
+    const outcome = await upgrade.then(
+      (r) => `returned (new pid ${r.newPid}, epoch ${r.epoch})`,
+      (e: Error) => `failed: ${e.message.split('\n')[0]}`,
+    );
+    const c = await converge();
+    const after = (await holderStatus(node.dirs))!;
+    // eslint-disable-next-line no-console
+    console.log(
+      `${fp}: upgrade ${outcome}; converged on pid ${c.pid} (old ${oldPid}) epoch ${before.epoch} -> ${after.epoch}${c.operatorStarted ? ' after an operator start' : ''}`,
+    );
+
+    // one side died, so the upgrade cannot have reported success
+    expect(outcome).toMatch(/^failed/);
+    if (!oldSide) {
+      // the new server died: the old one stays (step 6), having taken the lease back
+      expect(c.operatorStarted).toBe(false);
+      expect(c.pid).toBe(oldPid);
+    } else {
+      expect(c.pid).not.toBe(oldPid);
+    }
+    expect(after.epoch).toBeGreaterThan(before.epoch);
+
+    // every sandbox as it was, same pid; exec and a lifecycle call (the gate is open) work
+    const api = node.reconnect();
+    const r = (await api.sandboxes.getSandbox({ sandboxId: running.sandboxId })).sandbox!;
+    const p = (await api.sandboxes.getSandbox({ sandboxId: paused.sandboxId })).sandbox!;
+    expect([r.state, r.pid]).toEqual([SandboxState.SANDBOX_STATE_RUNNING, running.pid]);
+    expect([p.state, p.pid]).toEqual([SandboxState.SANDBOX_STATE_PAUSED, paused.pid]);
+    const all = (await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
+    expect(all.map((s) => s.sandboxId).sort()).toEqual([running.sandboxId, paused.sandboxId].sort());
+    expect((await execCollect(api, running.sandboxId, ['cat', 'crash.txt'])).stdout).toBe('still here');
+    await api.sandboxes.setTimeout({ sandboxId: paused.sandboxId, timeoutSeconds: 0 });
+
+    // no orphan: nothing on the host without a record, nothing of a record missing
+    const inv = await inventory(node.dirs);
+    expect(orphans(inv, [running.sandboxId, paused.sandboxId], [running.sandboxId, paused.sandboxId])).toEqual([]);
+    expect(inv.devices).toHaveLength(4);
+    expect(inv.loopBackingFiles).toHaveLength(4);
+  });
+});
