@@ -5,7 +5,8 @@
  * servers can never both mutate the node (the idea of fencing tokens, as in Kleppmann's
  * "How to do distributed locking" and Chubby's sequencers).
  *
- * A call is mutating unless its method is marked `idempotency_level = NO_SIDE_EFFECTS`. A
+ * A sandnode call is mutating unless its method is marked `idempotency_level = NO_SIDE_EFFECTS`
+ * (health checks and reflection are never fenced). A
  * mutating call without the metadata counts as epoch 0: accepted only while no epoch was ever
  * seen (a node before its first server took the lease, or a test calling a service alone).
  */
@@ -83,8 +84,13 @@ export function parseEpoch(metadata: Metadata): number {
   return v;
 }
 
-/** isMutating says whether a method may change state (not NO_SIDE_EFFECTS). */
-export function isMutating(method: { options?: { idempotencyLevel?: string } }): boolean {
+/**
+ * isMutating says whether a call may change node state: a sandnode RPC (`/sandnode.*`) not
+ * marked NO_SIDE_EFFECTS. Health checks and reflection never carry an epoch and are never
+ * fenced (a kubelet probe must not get ABORTED).
+ */
+export function isMutating(method: { path?: string; options?: { idempotencyLevel?: string } }): boolean {
+  if (!method.path?.startsWith('/sandnode.')) return false;
   return method.options?.idempotencyLevel !== 'NO_SIDE_EFFECTS';
 }
 

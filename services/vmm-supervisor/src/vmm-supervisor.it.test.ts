@@ -4,9 +4,11 @@
  * runc, busybox and /dev/loop-control; skips with a message naming what is missing.
  * Build first: `npx tsc -b services/vmm-supervisor/tsconfig.build.json`.
  */
-import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, statSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { ClientError, Status } from 'nice-grpc-common';
 import { createSandnodeChannel, createServiceClient, isSameProcess, processStartTicks, processState } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
@@ -48,6 +50,39 @@ function statFields(pid: number): [number, number] {
   return [Number(f[2]), Number(f[3])];
 }
 
+/** hostUnixListeners lists listening unix sockets of the host netns (/proc/net/unix, flag __SO_ACCEPTCON). */
+function hostUnixListeners(): { inode: string; path: string }[] {
+  return readFileSync('/proc/net/unix', 'utf8')
+    .split('\n')
+    .slice(1)
+    .map((l) => l.trim().split(/\s+/))
+    .filter((f) => f.length >= 8 && (parseInt(f[3]!, 16) & 0x10000) !== 0)
+    .map((f) => ({ inode: f[6]!, path: f.slice(7).join(' ') }));
+}
+
+/** fdTargets lists the link targets of /proc/<pid>/fd/*. */
+function fdTargets(pid: number): string[] {
+  const dir = `/proc/${pid}/fd`;
+  return readdirSync(dir).map((n) => {
+    try {
+      return readlinkSync(path.join(dir, n));
+    } catch {
+      return '';
+    }
+  });
+}
+
+/** connectUnix connects to a unix socket and closes the connection. */
+function connectUnix(p: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const c = net.connect(p, () => {
+      c.destroy();
+      resolve();
+    });
+    c.once('error', reject);
+  });
+}
+
 async function waitFor(what: string, cond: () => boolean, ms = 5000): Promise<void> {
   const until = Date.now() + ms;
   while (!cond()) {
@@ -65,6 +100,18 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
   let pidA = 0;
   let ticksA = 0;
   let daemon: Daemon;
+  let binDir = '';
+  let runcVersion = '';
+  /** tableRow reads a VM's row straight from the supervisor's table (WAL: safe while it runs). */
+  const tableRow = (vmId: string): { driverBinary?: string; driverVersion?: string } => {
+    const db = new Database(path.join(fx.stateDir, 'vmm-supervisor', 'vm-table.db'), { readonly: true });
+    try {
+      const row = db.prepare('SELECT record FROM vms WHERE vm_id = ?').get(vmId) as { record: string } | undefined;
+      return row ? (JSON.parse(row.record) as { driverBinary?: string }) : {};
+    } finally {
+      db.close();
+    }
+  };
 
   beforeAll(async () => {
     if (!existsSync(MAIN_JS)) throw new Error(`${MAIN_JS} missing: run npx tsc -b services/vmm-supervisor/tsconfig.build.json`);
@@ -94,6 +141,8 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
       hostname: '',
       env: {},
     };
+    binDir = path.join(fx.stateDir, 'vmm-supervisor', 'bin');
+    runcVersion = /runc version (\S+)/.exec(execFileSync('runc', ['--version']).toString())![1]!;
     daemon = await fx.start();
     client = fx.client();
   });
@@ -102,14 +151,34 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
     await fx?.cleanup();
   });
 
-  test('driver "firecracker" fails at start with a clear message', () => {
+  test('driver "firecracker" without a kernel image fails at start naming the key', () => {
     const r = spawnSync(process.execPath, [MAIN_JS], {
-      env: { ...process.env, SANDNODE_VMM_SUPERVISOR_DRIVER: 'firecracker', SANDNODE_VMM_SUPERVISOR_RUN_DIR: path.join(fx.dir, 'fc-run') },
+      env: {
+        ...process.env,
+        SANDNODE_VMM_SUPERVISOR_DRIVER: 'firecracker',
+        SANDNODE_VMM_SUPERVISOR_RUN_DIR: path.join(fx.dir, 'fc-run'),
+        SANDNODE_VMM_SUPERVISOR_STATE_DIR: path.join(fx.dir, 'fc-state'),
+      },
       encoding: 'utf8',
       timeout: 20_000,
     });
     expect(r.status).toBe(2);
-    expect(r.stderr).toMatch(/firecracker.*not built in this release/);
+    expect(r.stderr).toMatch(/key \\?"kernelImage\\?": required with driver \\?"firecracker\\?"/);
+  });
+
+  test('a second supervisor on the same state dir exits with a clear message and leaves the socket alone', async () => {
+    const before = statSync(fx.socket).ino;
+    const r = spawnSync(process.execPath, [MAIN_JS], { env: fx.env(), encoding: 'utf8', timeout: 20_000 });
+    expect(r.status).toBe(3);
+    expect(r.stdout + r.stderr).toContain('another vmm-supervisor already runs on this state dir');
+    expect(r.stdout + r.stderr).toContain(`locked by pid ${daemon.proc.pid}`);
+    expect(statSync(fx.socket).ino).toBe(before);
+    expect((await client.listVms({})).vms).toEqual([]);
+  });
+
+  test('the configured runc is copied into bin/runc-<version>/ at start', () => {
+    expect(readdirSync(binDir)).toEqual([`runc-${runcVersion}`]);
+    expect(statSync(path.join(binDir, `runc-${runcVersion}`, 'runc')).mode & 0o111).toBeTruthy();
   });
 
   test('GetVersion names the component and its features', async () => {
@@ -138,8 +207,41 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
     expect(pgrp).not.toBe(daemonPgrp);
     expect(session).not.toBe(daemonSession);
     // The init saw the podd socket dir bind mount and its env.
-    await waitFor('init marker', () => existsSync(path.join(poddA, 'init-marker')));
-    expect(readFileSync(path.join(poddA, 'init-marker'), 'utf8').trim()).toBe('started vm-a');
+    await waitFor('init marker', () => existsSync(path.join(poddA, 'guest', 'init-marker')));
+    expect(readFileSync(path.join(poddA, 'guest', 'init-marker'), 'utf8').trim()).toBe('started vm-a');
+    expect(tableRow('vm-a').driverBinary).toBe(path.join(binDir, `runc-${runcVersion}`, 'runc'));
+  });
+
+  test('podd socket: bound on the host, held by the init as listening fd 3, supervisor copy closed', async () => {
+    const sock = path.join(poddA, 'podd.sock');
+    const st = lstatSync(sock);
+    expect(st.isSocket()).toBe(true);
+    expect(st.mode & 0o777).toBe(0o600);
+    // The host sees one listening socket bound under poddA (its temp bind name); the init's fd 3 is it.
+    const listening = hostUnixListeners().filter((l) => l.path.startsWith(`${poddA}/`));
+    expect(listening).toHaveLength(1);
+    await waitFor('fd3 report', () => existsSync(path.join(poddA, 'guest', 'fd3')));
+    const fd3 = readFileSync(path.join(poddA, 'guest', 'fd3'), 'utf8').trim();
+    expect(fd3).toMatch(/^fd=3 .*\/proc\/self\/fd\/3 -> socket:\[\d+\]$/);
+    expect(fd3.endsWith(`socket:[${listening[0]!.inode}]`)).toBe(true);
+    // Only the container holds it: the supervisor closed its copy.
+    expect(fdTargets(daemon.proc.pid!)).not.toContain(`socket:[${listening[0]!.inode}]`);
+    expect(fdTargets(pidA)).toContain(`socket:[${listening[0]!.inode}]`);
+    // A connection reaches the container's socket (queued in its backlog).
+    await connectUnix(sock);
+    // The container sees only its guest dir, never the socket's dir.
+    expect(fx.runc(['exec', 'vm-a', 'ls', '-a', '/run/sandnode']).split('\n').filter(Boolean).sort()).toEqual(['.', '..', 'fd3', 'init-marker']);
+  });
+
+  test('a symlink planted by the sandbox at /run/sandnode/podd.sock does not redirect the host socket', async () => {
+    const sock = path.join(poddA, 'podd.sock');
+    const before = lstatSync(sock);
+    fx.runc(['exec', 'vm-a', 'sh', '-c', 'ln -sf /run/other-sandbox/podd.sock /run/sandnode/podd.sock && ln -sfn / /run/sandnode/escape']);
+    const after = lstatSync(sock);
+    expect(after.isSocket()).toBe(true);
+    expect(after.ino).toBe(before.ino);
+    expect(lstatSync(path.join(poddA, 'guest', 'podd.sock')).isSymbolicLink()).toBe(true); // landed in guest/, harmless
+    await connectUnix(sock);
     expect(fx.runc(['exec', 'vm-a', 'hostname']).trim()).toBe('box-a');
     expect(fx.runc(['exec', 'vm-a', 'sh', '-c', 'echo $FOO']).trim()).toBe('bar');
   });
@@ -178,12 +280,16 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
     expect(isSameProcess(pidA, ticksA)).toBe(true);
     expect((JSON.parse(fx.runc(['state', 'vm-a'])) as { status: string }).status).toBe('running');
 
+    // The container holds podd's socket: it keeps working with no supervisor at all.
+    await connectUnix(path.join(poddA, 'podd.sock'));
+
     daemon = await fx.start();
     const { vm } = await client.getVm({ vmId: 'vm-a' });
     expect(vm?.state).toBe(VmState.VM_STATE_RUNNING);
     expect(vm?.pid).toBe(pidA);
     expect(vm?.startTimeTicks).toBe(ticksA);
     expect(processStartTicks(pidA)).toBe(ticksA);
+    await connectUnix(path.join(poddA, 'podd.sock'));
   });
 
   test('SIGTERM stops the supervisor and leaves the VM running; a paused VM is adopted paused', async () => {
@@ -305,5 +411,83 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
     expect((await client.deleteVm({ vmId: 'vm-b' })).existed).toBe(true);
     expect(mountsUnder(path.join(fx.runDir, 'vms'))).toEqual([]);
     expect((await client.listVms({})).vms).toEqual([]);
+  });
+
+  test('epoch fence: a mutating call with a lower epoch is ABORTED and changes nothing; the highest epoch survives a restart', async () => {
+    const at5 = fx.client(5);
+    const at4 = fx.client(4);
+    const { vm } = await at5.createVm({ vmId: 'vm-e', spec: { ...specA, drives: [{ ...specA.drives[0]! }], poddSocketDir: path.join(fx.runDir, 'sandboxes', 'vm-e') } });
+    const pidE = vm!.pid;
+    const ticksE = vm!.startTimeTicks;
+    expect(JSON.parse(readFileSync(path.join(fx.stateDir, 'vmm-supervisor', 'epoch'), 'utf8')).epoch).toBe(5);
+
+    const stale = await expectCode(at4.deleteVm({ vmId: 'vm-e' }), Status.ABORTED);
+    expect(stale.details).toContain('stale epoch 4');
+    await expectCode(at4.pauseVm({ vmId: 'vm-e' }), Status.ABORTED);
+    await expectCode(at4.createVm({ vmId: 'vm-e2', spec: specB }), Status.ABORTED);
+    await expectCode(client.stopVm({ vmId: 'vm-e', timeoutMs: 0 }), Status.ABORTED); // no epoch = 0
+    // Nothing changed: the container runs untouched, no other VM appeared; reads need no epoch.
+    expect(alive(pidE, ticksE)).toBe(true);
+    expect((JSON.parse(fx.runc(['state', 'vm-e'])) as { status: string }).status).toBe('running');
+    expect(readFileSync('/sys/fs/cgroup/freezer/sandnode/vm-e/freezer.state', 'utf8').trim()).toBe('THAWED');
+    expect((await client.listVms({})).vms.map((v) => [v.vmId, v.state])).toEqual([['vm-e', VmState.VM_STATE_RUNNING]]);
+    expect(existsSync(path.join(fx.runDir, 'vms', 'vm-e2'))).toBe(false);
+
+    daemon.proc.kill('SIGKILL');
+    await daemon.exited;
+    daemon = await fx.start();
+    await expectCode(at4.pauseVm({ vmId: 'vm-e' }), Status.ABORTED);
+    expect(alive(pidE, ticksE)).toBe(true);
+    const at6 = fx.client(6);
+    expect((await at6.pauseVm({ vmId: 'vm-e' })).vm?.state).toBe(VmState.VM_STATE_PAUSED);
+    await expectCode(at5.resumeVm({ vmId: 'vm-e' }), Status.ABORTED);
+    expect((await at6.deleteVm({ vmId: 'vm-e' })).existed).toBe(true);
+    expect(alive(pidE, ticksE)).toBe(false);
+  });
+
+  test('driver binaries: a VM keeps the runc it started with across a host upgrade; unused dirs are pruned', async () => {
+    const at6 = fx.client(6);
+    const copy = path.join(binDir, `runc-${runcVersion}`, 'runc');
+    const { vm: old } = await at6.createVm({ vmId: 'vm-v', spec: { ...specB, poddSocketDir: path.join(fx.runDir, 'sandboxes', 'vm-v') } });
+    expect(old?.driverVersion).toBe(runcVersion);
+    expect(tableRow('vm-v').driverBinary).toBe(copy);
+
+    // "Upgrade" the host package: runcBinary now names a runc that says 9.9.9-test and logs how it is called.
+    const host = path.join(fx.dir, 'host-bin');
+    mkdirSync(host, { recursive: true });
+    const calls = path.join(fx.dir, 'runc-calls.log');
+    const realRunc = execFileSync('sh', ['-c', 'command -v runc']).toString().trim();
+    writeFileSync(
+      path.join(host, 'runc'),
+      `#!/bin/sh\nif [ "$1" = "--version" ]; then echo "runc version 9.9.9-test"; exit 0; fi\necho "$0 $*" >> ${calls}\nexec ${realRunc} "$@"\n`,
+    );
+    chmodSync(path.join(host, 'runc'), 0o755);
+    mkdirSync(path.join(binDir, 'runc-0.0.1-stale'), { recursive: true });
+    daemon.proc.kill('SIGTERM');
+    await daemon.exited;
+    daemon = await fx.start({ SANDNODE_VMM_SUPERVISOR_RUNC_BINARY: path.join(host, 'runc') });
+    const upgraded = path.join(binDir, 'runc-9.9.9-test', 'runc');
+    expect(readdirSync(binDir).sort()).toEqual([`runc-${runcVersion}`, 'runc-9.9.9-test']); // stale dir pruned at start
+
+    // The old VM is still managed by its own copy: the new runc is never called for it.
+    expect((await at6.pauseVm({ vmId: 'vm-v' })).vm?.state).toBe(VmState.VM_STATE_PAUSED);
+    expect((await at6.resumeVm({ vmId: 'vm-v' })).vm?.state).toBe(VmState.VM_STATE_RUNNING);
+    expect(existsSync(calls) ? readFileSync(calls, 'utf8') : '').not.toMatch(/vm-v/);
+    // A new VM starts with the new copy (not the host path).
+    const upperW = fx.makeExt4Loop('upper-w');
+    const { vm: neu } = await at6.createVm({
+      vmId: 'vm-w',
+      spec: { ...specB, drives: [{ ...specB.drives[0]!, path: upperW }], poddSocketDir: path.join(fx.runDir, 'sandboxes', 'vm-w') },
+    });
+    expect(neu?.driverVersion).toBe('9.9.9-test');
+    expect(tableRow('vm-w').driverBinary).toBe(upgraded);
+    expect(readFileSync(calls, 'utf8')).toContain(`${upgraded} --root ${fx.runcRoot} run -d --preserve-fds 1`);
+    expect(readFileSync(calls, 'utf8')).not.toContain(`${path.join(host, 'runc')} `);
+
+    // Deleting the last VM of the old version removes its dir; the current one stays.
+    expect((await at6.deleteVm({ vmId: 'vm-v' })).existed).toBe(true);
+    expect(readdirSync(binDir)).toEqual(['runc-9.9.9-test']);
+    expect((await at6.deleteVm({ vmId: 'vm-w' })).existed).toBe(true);
+    expect(readdirSync(binDir)).toEqual(['runc-9.9.9-test']);
   });
 });

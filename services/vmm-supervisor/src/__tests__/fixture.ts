@@ -36,10 +36,14 @@ export function missingPrereqs(): string[] {
   return missing;
 }
 
-/** The init of the test template: writes a marker into /run/sandnode, exits 0 on SIGTERM. */
+/**
+ * The init of the test template: writes a marker and what its fd 3 is (podd's listening
+ * socket, handed in by the supervisor) into /run/sandnode, exits 0 on SIGTERM.
+ */
 export const TEST_INIT = `#!/bin/busybox sh
 trap 'exit 0' TERM
 echo "started $SANDNODE_SANDBOX_ID" > /run/sandnode/init-marker
+echo "fd=$SANDNODE_PODD_LISTEN_FD $(ls -l /proc/self/fd/3)" > /run/sandnode/fd3
 while true; do sleep 1 & wait $!; done
 `;
 
@@ -89,19 +93,24 @@ export class Fixture {
     return dev;
   }
 
+  /** env is the environment a daemon of this fixture runs with (plus extra). */
+  env(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
+    return {
+      ...process.env,
+      SANDNODE_VMM_SUPERVISOR_STATE_DIR: this.stateDir,
+      SANDNODE_VMM_SUPERVISOR_RUN_DIR: this.runDir,
+      SANDNODE_VMM_SUPERVISOR_LOG_LEVEL: 'debug',
+      SANDNODE_VMM_SUPERVISOR_STOP_TIMEOUT_MS: '1000',
+      ...extra,
+    };
+  }
+
   /** start runs the daemon and waits until it answers GetVersion. */
   async start(env: Record<string, string> = {}): Promise<Daemon> {
     const fd = openSync(this.logFile, 'a');
     const proc = spawn(process.execPath, [MAIN_JS], {
       stdio: ['ignore', fd, fd],
-      env: {
-        ...process.env,
-        SANDNODE_VMM_SUPERVISOR_STATE_DIR: this.stateDir,
-        SANDNODE_VMM_SUPERVISOR_RUN_DIR: this.runDir,
-        SANDNODE_VMM_SUPERVISOR_LOG_LEVEL: 'debug',
-        SANDNODE_VMM_SUPERVISOR_STOP_TIMEOUT_MS: '1000',
-        ...env,
-      },
+      env: this.env(env),
     });
     closeSync(fd);
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
@@ -125,9 +134,13 @@ export class Fixture {
     }
   }
 
-  /** client returns a VmService client of this fixture's daemon. */
-  client(): ServiceClient<typeof VmServiceDefinition> {
-    return createServiceClient(VmServiceDefinition, createSandnodeChannel(this.address), { timeoutMs: 30_000, retryAttempts: 1 });
+  /** client returns a VmService client of this fixture's daemon; with epoch, every call carries it. */
+  client(epoch?: number): ServiceClient<typeof VmServiceDefinition> {
+    return createServiceClient(VmServiceDefinition, createSandnodeChannel(this.address), {
+      timeoutMs: 30_000,
+      retryAttempts: 1,
+      ...(epoch === undefined ? {} : { epoch: () => epoch }),
+    });
   }
 
   /** runc runs `runc --root <fixture root> args` and returns stdout. */

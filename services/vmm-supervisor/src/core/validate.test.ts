@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError } from '@sandnode/shared';
 import type { VmSpec } from './types';
-import { canonicalSpec, checkHostPaths, validateVmSpec } from './validate';
+import { canonicalSpec, checkHostPaths, MAX_PODD_SOCKET_DIR_BYTES, validateVmSpec } from './validate';
 
 const spec = (over: Partial<VmSpec> = {}): VmSpec => ({
   templateRootfs: '/var/lib/sandnode/templates/base/rootfs',
@@ -64,6 +64,12 @@ describe('validateVmSpec', () => {
     invalid('vm-1', spec({ templateRootfs: 'rootfs' }), 'spec.template_rootfs');
     invalid('vm-1', spec({ templateRootfs: '/a,b' }), 'spec.template_rootfs');
     invalid('vm-1', spec({ poddSocketDir: 'run/x' }), 'spec.podd_socket_dir');
+  });
+
+  test('podd_socket_dir must leave room for its socket name in a unix socket address', () => {
+    const longest = `/${'d'.repeat(MAX_PODD_SOCKET_DIR_BYTES - 1)}`;
+    expect(() => validateVmSpec('vm-1', spec({ poddSocketDir: longest }))).not.toThrow();
+    invalid('vm-1', spec({ poddSocketDir: `${longest}d` }), 'spec.podd_socket_dir: longer than 97 bytes');
   });
 
   test('resources out of range', () => {

@@ -7,6 +7,12 @@ import path from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError, requireResourceId } from '@sandnode/shared';
 import type { VmSpec } from './types';
 
+/**
+ * Longest podd_socket_dir in bytes: `<dir>/podd.sock` (and the supervisor's bind name, as long)
+ * must fit a unix socket address (107 bytes + NUL).
+ */
+export const MAX_PODD_SOCKET_DIR_BYTES = 107 - '/podd.sock'.length;
+
 /** Largest vcpus a VM may ask for. */
 export const MAX_VCPUS = 64;
 /** Smallest non-zero memory limit, MiB. */
@@ -51,6 +57,9 @@ export function validateVmSpec(vmId: string, spec: VmSpec | undefined): asserts 
   // The template is an overlay lowerdir option: ',' and ':' would split it.
   if (/[,:\n]/.test(spec.templateRootfs)) throw new InvalidArgumentError('spec.template_rootfs: must not contain "," ":" or a newline');
   requireAbsolute('spec.podd_socket_dir', spec.poddSocketDir);
+  if (Buffer.byteLength(spec.poddSocketDir) > MAX_PODD_SOCKET_DIR_BYTES) {
+    throw new InvalidArgumentError(`spec.podd_socket_dir: longer than ${MAX_PODD_SOCKET_DIR_BYTES} bytes (its podd.sock must fit a unix socket address)`);
+  }
 
   const { vcpus, memoryMib } = spec.resources;
   if (!Number.isInteger(vcpus) || vcpus < 0 || vcpus > MAX_VCPUS) {

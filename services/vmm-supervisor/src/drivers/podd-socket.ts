@@ -23,6 +23,10 @@ export const PODD_LISTEN_FD = 3;
 /** The env var that tells the VM's init which fd is podd's listening socket. */
 export const PODD_LISTEN_FD_ENV = 'SANDNODE_PODD_LISTEN_FD';
 
+/** Temp bind names (`.p` + 7 hex) and their staging links (`<tmp>.final`). */
+const TMP_NAME_RE = /^\.p[0-9a-f]{7}$/;
+const TMP_FINAL_RE = /^\.p[0-9a-f]{7}\.final$/;
+
 /** PoddSocket is a bound, listening podd socket not yet published under its final name. */
 export interface PoddSocket {
   /** fd of the listening socket, to hand to the VM. */
@@ -53,7 +57,7 @@ export function preparePoddDirs(poddSocketDir: string): string {
   mkdirSync(guest, { recursive: true, mode: 0o755 });
   // Temp names left by a supervisor killed between bind and publish.
   for (const name of readdirSync(poddSocketDir)) {
-    if (name.startsWith(`.${PODD_SOCKET_NAME}.`)) rmSync(path.join(poddSocketDir, name), { force: true });
+    if (TMP_NAME_RE.test(name) || TMP_FINAL_RE.test(name)) rmSync(path.join(poddSocketDir, name), { force: true });
   }
   return guest;
 }
@@ -64,7 +68,8 @@ export function preparePoddDirs(poddSocketDir: string): string {
  */
 export async function bindPoddSocket(poddSocketDir: string): Promise<PoddSocket> {
   const finalPath = path.join(poddSocketDir, PODD_SOCKET_NAME);
-  const tmpPath = path.join(poddSocketDir, `.${PODD_SOCKET_NAME}.${process.pid}.${randomBytes(4).toString('hex')}`);
+  // As long as "podd.sock", so any dir whose podd.sock fits a socket address can bind it.
+  const tmpPath = path.join(poddSocketDir, `.p${randomBytes(4).toString('hex').slice(0, 7)}`);
   const server = net.createServer();
   // A connection can only reach the temp name, which nobody knows; close them if one does.
   server.on('connection', (c) => c.destroy());

@@ -1,0 +1,42 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { Metadata } from 'nice-grpc-common';
+import { AbortedError } from './errors';
+import { EPOCH_METADATA_KEY, EpochFence, isMutating, parseEpoch } from './epoch-fence';
+
+describe('EpochFence', () => {
+  const dirs: string[] = [];
+  afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+  const dir = () => {
+    const d = mkdtempSync(path.join(os.tmpdir(), 'fence-'));
+    dirs.push(d);
+    return d;
+  };
+
+  it('accepts equal or higher epochs, refuses lower ones, and remembers across restarts', () => {
+    const d = dir();
+    const f = new EpochFence(d);
+    f.admit(0, '/x');
+    f.admit(5, '/x');
+    f.admit(5, '/x');
+    expect(() => f.admit(4, '/sandnode.vmm.v1.VmService/DeleteVm')).toThrow(AbortedError);
+    expect(() => f.admit(4, '/sandnode.vmm.v1.VmService/DeleteVm')).toThrow(/stale epoch 4; this node is at epoch 5/);
+    const again = new EpochFence(d);
+    expect(again.current).toBe(5);
+    expect(() => again.admit(0, '/x')).toThrow(AbortedError);
+  });
+
+  it('fences only sandnode calls that may change state', () => {
+    expect(isMutating({ path: '/sandnode.vmm.v1.VmService/DeleteVm', options: {} })).toBe(true);
+    expect(isMutating({ path: '/sandnode.vmm.v1.VmService/GetVm', options: { idempotencyLevel: 'NO_SIDE_EFFECTS' } })).toBe(false);
+    expect(isMutating({ path: '/grpc.health.v1.Health/Check', options: {} })).toBe(false);
+    expect(isMutating({ path: '/grpc.reflection.v1.ServerReflection/ServerReflectionInfo', options: {} })).toBe(false);
+  });
+
+  it('parses the metadata', () => {
+    expect(parseEpoch(Metadata())).toBe(0);
+    expect(parseEpoch(Metadata({ [EPOCH_METADATA_KEY]: '7' }))).toBe(7);
+    expect(() => parseEpoch(Metadata({ [EPOCH_METADATA_KEY]: 'x' }))).toThrow(/sandnode-epoch/);
+  });
+});
