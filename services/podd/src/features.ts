@@ -2,5 +2,5 @@
 
 /** Component name podd reports. */
 export const PODD_COMPONENT = 'podd';
-/** Feature strings: exec streaming and the file RPCs of sandnode.podd.v1. */
-export const PODD_FEATURES = ['podd.exec.v1', 'podd.files.v1'] as const;
+/** Feature strings: exec streaming, the file RPCs, and confinement of file RPCs (beneath). */
+export const PODD_FEATURES = ['podd.exec.v1', 'podd.files.v1', 'podd.files.beneath.v1'] as const;

@@ -82,3 +82,45 @@ describe('podd core files', () => {
     expect(Math.abs(f.mtimeMs - Date.now())).toBeLessThan(10_000);
   });
 });
+
+describe('confinement (beneath)', () => {
+  const fs = require('node:fs') as typeof import('node:fs');
+  const os = require('node:os') as typeof import('node:os');
+  const p = require('node:path') as typeof import('node:path');
+  const { readFile: rf, writeFile: wf } = require('./files') as typeof import('./files');
+  let root: string;
+  let outside: string;
+  beforeAll(() => {
+    root = fs.mkdtempSync(p.join(os.tmpdir(), 'beneath-'));
+    outside = fs.mkdtempSync(p.join(os.tmpdir(), 'outside-'));
+    fs.mkdirSync(p.join(root, 'ws'));
+    fs.writeFileSync(p.join(outside, 'secret'), 'secret');
+    fs.writeFileSync(p.join(root, 'ws', 'ok'), 'ok');
+    fs.symlinkSync(p.join(outside, 'secret'), p.join(root, 'ws', 'link'));
+    fs.symlinkSync(outside, p.join(root, 'ws', 'dirlink'));
+    fs.symlinkSync('ok', p.join(root, 'ws', 'inner'));
+  });
+  afterAll(() => {
+    fs.rmSync(root, { recursive: true, force: true });
+    fs.rmSync(outside, { recursive: true, force: true });
+  });
+
+  it('reads inside, also through a symlink that stays inside', async () => {
+    const ws = p.join(root, 'ws');
+    expect(Buffer.from((await rf(p.join(ws, 'ok'), 0, 0, ws)).data).toString()).toBe('ok');
+  });
+  it('refuses reads that resolve outside', async () => {
+    const ws = p.join(root, 'ws');
+    await expect(rf(p.join(ws, 'link'), 0, 0, ws)).rejects.toThrow(/outside/);
+    await expect(rf(p.join(ws, 'dirlink', 'secret'), 0, 0, ws)).rejects.toThrow(/outside/);
+  });
+  it('refuses writes below a symlinked dir or onto a symlink, and writes nothing', async () => {
+    const ws = p.join(root, 'ws');
+    await expect(wf(p.join(ws, 'dirlink', 'evil'), Buffer.from('x'), { beneath: ws })).rejects.toThrow(/outside/);
+    await expect(wf(p.join(ws, 'link'), Buffer.from('x'), { beneath: ws, append: true })).rejects.toThrow(/symlink/);
+    expect(fs.existsSync(p.join(outside, 'evil'))).toBe(false);
+    expect(fs.readFileSync(p.join(outside, 'secret'), 'utf8')).toBe('secret');
+    await wf(p.join(ws, 'new', 'file'), Buffer.from('y'), { beneath: ws, createParents: true });
+    expect(fs.readFileSync(p.join(ws, 'new', 'file'), 'utf8')).toBe('y');
+  });
+});

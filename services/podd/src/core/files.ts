@@ -5,7 +5,7 @@
  * regular file, permission denied, a path component that is a file).
  */
 import { constants as fsConstants, type Stats } from 'node:fs';
-import { lstat, mkdir, open, stat } from 'node:fs/promises';
+import { lstat, mkdir, open, realpath, stat } from 'node:fs/promises';
 import path from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
 import { MAX_FILE_BYTES } from './limits';
@@ -40,6 +40,8 @@ export interface WriteOptions {
   append?: boolean;
   /** Make missing parent directories (mode 0755). */
   createParents?: boolean;
+  /** confine the write below this absolute directory (symlinks resolved); '' = none */
+  beneath?: string;
 }
 
 /** Default mode of a file WriteFile creates. */
@@ -85,8 +87,9 @@ export function fsError(err: unknown, p: string, op: string): unknown {
  * InvalidArgumentError (relative path, length above 3 MiB, bad offset), NotFoundError,
  * FailedPreconditionError (a directory, a FIFO/socket/device other than a character device).
  */
-export async function readFile(p: string, offset: number, length: number): Promise<ReadResult> {
+export async function readFile(p: string, offset: number, length: number, beneath = ''): Promise<ReadResult> {
   checkPath(p);
+  if (beneath) await confine(p, beneath, 'read');
   if (!Number.isSafeInteger(offset) || offset < 0) throw new InvalidArgumentError('offset: must be a non-negative integer');
   if (!Number.isSafeInteger(length) || length < 0) throw new InvalidArgumentError('length: must be a non-negative integer');
   if (length > MAX_FILE_BYTES) throw new InvalidArgumentError(`length: ${length} is above the limit of ${MAX_FILE_BYTES} bytes`);
@@ -101,7 +104,7 @@ export async function readFile(p: string, offset: number, length: number): Promi
   if (!st.isFile() && !st.isCharacterDevice()) throw new FailedPreconditionError(`path: ${p} is not a regular file`);
   let fh;
   try {
-    fh = await open(p, fsConstants.O_RDONLY);
+    fh = await open(p, fsConstants.O_RDONLY | (beneath ? fsConstants.O_NOFOLLOW : 0));
   } catch (err) {
     throw fsError(err, p, 'open');
   }
@@ -155,6 +158,7 @@ export async function writeFile(p: string, data: Uint8Array, opts: WriteOptions 
     }
   }
 
+  if (opts.beneath) await confine(dir, opts.beneath, 'write', true);
   let before: Stats | undefined;
   try {
     before = await lstat(p);
@@ -166,9 +170,11 @@ export async function writeFile(p: string, data: Uint8Array, opts: WriteOptions 
   // open resolves) are written. O_NONBLOCK keeps a FIFO swapped in after the lstat from blocking
   // one of podd's few fs threads (open fails with ENXIO instead).
   if (before && !before.isFile() && !before.isSymbolicLink()) throw new FailedPreconditionError(`path: ${p} is not a regular file`);
+  if (before?.isSymbolicLink() && opts.beneath) throw new FailedPreconditionError(`path: ${p} is a symlink; writes below ${opts.beneath} do not follow symlinks`);
   const existed = before !== undefined;
 
-  const flags = fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_NONBLOCK | (opts.append ? fsConstants.O_APPEND : fsConstants.O_TRUNC);
+  const flags =
+    fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_NONBLOCK | (opts.beneath ? fsConstants.O_NOFOLLOW : 0) | (opts.append ? fsConstants.O_APPEND : fsConstants.O_TRUNC);
   let fh;
   try {
     fh = await open(p, flags, mode);
@@ -195,6 +201,26 @@ export async function writeFile(p: string, data: Uint8Array, opts: WriteOptions 
   if (!existed) dirsToSync.add(dir);
   for (const d of dirsToSync) await fsyncDir(d);
   return { sizeBytes: size };
+}
+
+/**
+ * confine checks that p, with every symlink resolved, lies below the directory beneath (also
+ * resolved). Throws FailedPreconditionError naming both when it does not, NotFoundError when p
+ * does not exist. isDir: p is the parent directory of a write.
+ */
+async function confine(p: string, beneath: string, op: string, isDir = false): Promise<void> {
+  if (!path.isAbsolute(beneath)) throw new InvalidArgumentError(`beneath: ${beneath} must be an absolute path`);
+  let root: string;
+  let real: string;
+  try {
+    root = await realpath(beneath);
+    real = await realpath(p);
+  } catch (err) {
+    throw fsError(err, p, op);
+  }
+  if (real !== root && !real.startsWith(`${root}/`)) {
+    throw new FailedPreconditionError(`path: ${isDir ? 'the directory of the file' : p} resolves to ${real}, outside ${beneath}`);
+  }
 }
 
 /** fsyncDir makes a directory's entries durable. */

@@ -34,11 +34,11 @@ export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<Sa
       }
     },
     async readFile(req) {
-      const r = await readFile(req.path, req.offset, req.length);
+      const r = await readFile(req.path, req.offset, req.length, req.beneath);
       return { data: r.data, sizeBytes: r.sizeBytes, eof: r.eof };
     },
     async writeFile(req) {
-      return writeFile(req.path, req.data, { mode: req.mode, append: req.append, createParents: req.createParents });
+      return writeFile(req.path, req.data, { mode: req.mode, append: req.append, createParents: req.createParents, beneath: req.beneath });
     },
     async stat(req) {
       return fileInfoToProto(await statPath(req.path));

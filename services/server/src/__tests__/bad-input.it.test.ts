@@ -5,7 +5,7 @@
 import { Status } from 'nice-grpc-common';
 import { ClientError } from 'nice-grpc';
 import { loopDevicesBelow, mountsBelow } from '../cli/stack';
-import { describeNode, startNode, type TestNode } from './harness';
+import { describeNode, execCollect, startNode, type TestNode } from './harness';
 
 jest.setTimeout(180_000);
 
@@ -28,6 +28,8 @@ describeNode('bad input on a real node', () => {
     running = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId;
     paused = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId;
     await node.api.sandboxes.pauseSandbox({ sandboxId: paused });
+    // symlinks inside /workspace that lead out of it
+    await execCollect(node.api, running, ['sh', '-c', 'ln -s /etc /workspace/etclink && ln -s /etc/passwd /workspace/pw && ln -s /dev/zero /workspace/zero']);
     before = await snapshot();
   });
   afterAll(async () => {
@@ -74,6 +76,10 @@ describeNode('bad input on a real node', () => {
     ['ReadFile with an empty path', Status.INVALID_ARGUMENT, /path/, () => node.api.sandboxes.readFile({ sandboxId: running, path: '' })],
     ['ReadFile of a missing file', Status.NOT_FOUND, /missing/, () => node.api.sandboxes.readFile({ sandboxId: running, path: 'missing.txt' })],
     ['ReadFile above 3 MiB', Status.INVALID_ARGUMENT, /length/, () => node.api.sandboxes.readFile({ sandboxId: running, path: 'x', length: 4 * MIB })],
+    ['ReadFile through a symlink out of /workspace', Status.FAILED_PRECONDITION, /outside \/workspace/, () => node.api.sandboxes.readFile({ sandboxId: running, path: 'pw' })],
+    ['ReadFile of a device through a symlink', Status.FAILED_PRECONDITION, /outside \/workspace/, () => node.api.sandboxes.readFile({ sandboxId: running, path: 'zero' })],
+    ['WriteFile below a symlinked dir out of /workspace', Status.FAILED_PRECONDITION, /outside \/workspace/, () => node.api.sandboxes.writeFile({ sandboxId: running, path: 'etclink/evil', data: Buffer.from('x') })],
+    ['WriteFile onto a symlink', Status.FAILED_PRECONDITION, /symlink/, () => node.api.sandboxes.writeFile({ sandboxId: running, path: 'pw', data: Buffer.from('x'), append: true })],
     ['WriteFile outside /workspace', Status.INVALID_ARGUMENT, /outside \/workspace/, () => node.api.sandboxes.writeFile({ sandboxId: running, path: '/etc/evil', data: Buffer.from('x') })],
     ['WriteFile of 3.5 MiB', Status.INVALID_ARGUMENT, /data/, () => node.api.sandboxes.writeFile({ sandboxId: running, path: 'big', data: Buffer.alloc(3.5 * MIB) })],
     ['WriteFile of an oversize message (5 MiB)', Status.RESOURCE_EXHAUSTED, /./, () => node.api.sandboxes.writeFile({ sandboxId: running, path: 'big', data: Buffer.alloc(5 * MIB) })],
@@ -94,5 +100,8 @@ describeNode('bad input on a real node', () => {
 
   it('changed nothing', async () => {
     expect(await snapshot()).toEqual(before);
+    // nothing was written through the symlinks
+    const etc = await execCollect(node.api, running, ['sh', '-c', 'ls /etc/evil 2>&1; tail -c 1 /etc/passwd | od -c | head -1']);
+    expect(etc.stdout).toMatch(/No such file/);
   });
 });

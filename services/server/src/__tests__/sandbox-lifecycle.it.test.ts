@@ -118,6 +118,25 @@ describeNode('sandbox lifecycle on a real node', () => {
     expect(gone).toBe(true);
   });
 
+  it('reports a sandbox whose VM process died as ERROR (not RUNNING) and still deletes it', async () => {
+    const { api } = node;
+    const s = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
+    process.kill(s.pid, 'SIGKILL');
+    let state = SandboxState.SANDBOX_STATE_RUNNING;
+    let msg = '';
+    for (let i = 0; i < 100 && state === SandboxState.SANDBOX_STATE_RUNNING; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      const g = (await api.sandboxes.getSandbox({ sandboxId: s.sandboxId })).sandbox!;
+      state = g.state;
+      msg = g.errorMessage;
+    }
+    expect(state).toBe(SandboxState.SANDBOX_STATE_ERROR);
+    expect(msg).toMatch(new RegExp(`pid ${s.pid}`));
+    await expect(execCollect(api, s.sandboxId, ['true'])).rejects.toMatchObject({ code: Status.FAILED_PRECONDITION });
+    await api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
+    await expect(api.sandboxes.getSandbox({ sandboxId: s.sandboxId })).rejects.toMatchObject({ code: Status.NOT_FOUND });
+  });
+
   it('adopts every sandbox with the same pid and state after the server is killed with SIGKILL', async () => {
     const { api } = node;
     const a = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!;

@@ -12,7 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
-import { FailedPreconditionError, InvalidArgumentError, NotFoundError, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
 import { KeyedMutex } from '@sandnode/shared';
 import { LifecycleGate } from './gate';
 import type { DevicePort, ExecArgs, ExecEvent, PoddConnector, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
@@ -29,6 +29,11 @@ import {
   MAX_FILE_CHUNK_BYTES,
   type ResourceDefaults,
 } from './validate';
+
+/** vmAlive: the process is the VM's (same start ticks) and not a zombie. */
+function vmAlive(pid: number, ticks: number): boolean {
+  return isSameProcess(pid, ticks) && processState(pid) !== 'Z';
+}
 
 /** Default size of a sandbox's rootfs upper device, bytes (sparse). */
 export const DEFAULT_UPPER_BYTES = 1024 * 1024 * 1024;
@@ -72,6 +77,8 @@ export class SandboxManager {
   /** Closed during a handover: lifecycle operations are held, then UNAVAILABLE. */
   readonly gate = new LifecycleGate();
   private readonly now: () => number;
+  /** Creates in flight per template (a template rebuild is refused while one runs). */
+  private readonly creatingFrom = new Map<string, number>();
   /** Creates in flight by request id, so a retried create joins the first one. */
   private readonly creating = new Map<string, Promise<SandboxRecord>>();
 
@@ -127,9 +134,16 @@ export class SandboxManager {
     }
     // Registered before the first await, so a parallel create with the same request_id joins it.
     const p = this.gate.run(async () => {
-      const tpl = await this.o.templates.get(template);
-      if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
-      return this.createFromTemplate(template, tpl.rootfsPath, tpl.poddVersion, timeoutSeconds, metadata, resources, requestId);
+      this.creatingFrom.set(template, (this.creatingFrom.get(template) ?? 0) + 1);
+      try {
+        const tpl = await this.o.templates.get(template);
+        if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
+        return await this.createFromTemplate(template, tpl.rootfsPath, tpl.poddVersion, timeoutSeconds, metadata, resources, requestId);
+      } finally {
+        const n = (this.creatingFrom.get(template) ?? 1) - 1;
+        if (n > 0) this.creatingFrom.set(template, n);
+        else this.creatingFrom.delete(template);
+      }
     });
     if (requestId) {
       this.creating.set(requestId, p);
@@ -342,6 +356,37 @@ export class SandboxManager {
       this.touch(rec);
       return rec;
     });
+  }
+
+  /** templateInUse says whether a record or a create in flight uses the template. */
+  templateInUse(name: string): string | undefined {
+    if (this.creatingFrom.has(name)) return 'a create from it is in progress';
+    const users = this.o.store.list().filter((r) => r.template === name);
+    return users.length ? `it is used by ${users.length} sandbox(es), e.g. ${users[0]?.sandboxId}` : undefined;
+  }
+
+  /**
+   * checkLiveness marks ERROR every RUNNING or PAUSED sandbox whose VM process is gone (pid +
+   * start ticks no longer match, or a zombie), so that the API does not report a dead sandbox
+   * as running. Cheap: reads /proc only. Returns the ids marked.
+   */
+  async checkLiveness(): Promise<string[]> {
+    const marked: string[] = [];
+    for (const r of this.o.store.list()) {
+      if ((r.state !== 'RUNNING' && r.state !== 'PAUSED') || !r.vm || this.locks.busy(r.sandboxId)) continue;
+      if (vmAlive(r.vm.pid, r.vm.startTimeTicks)) continue;
+      await this.locks.run(r.sandboxId, async () => {
+        const rec = this.o.store.get(r.sandboxId);
+        if (!rec?.vm || (rec.state !== 'RUNNING' && rec.state !== 'PAUSED') || vmAlive(rec.vm.pid, rec.vm.startTimeTicks)) return;
+        rec.state = 'ERROR';
+        rec.errorMessage = `its VM process (pid ${rec.vm.pid}) is gone`;
+        this.touch(rec);
+        this.o.podd.forget(rec.poddAddress);
+        marked.push(rec.sandboxId);
+        this.o.log.error({ sandbox_id: rec.sandboxId, pid: rec.vm.pid }, 'sandbox VM process is gone: marked ERROR');
+      });
+    }
+    return marked;
   }
 
   /** expired returns the ids whose lifetime has passed (for the reaper). */

@@ -17,10 +17,16 @@ export interface LocalTemplateCatalogOptions {
 
 export class LocalTemplateCatalog implements TemplateCatalog {
   private building: Promise<TemplateInfo> | undefined;
+  /** inUse says why a template must not be replaced now (set by the sandbox manager). */
+  inUse: (name: string) => string | undefined = () => undefined;
 
   constructor(private readonly o: LocalTemplateCatalogOptions) {}
 
+  /** Templates being rebuilt: creates from them are refused until the rebuild ends. */
+  private readonly replacing = new Set<string>();
+
   async get(name: string): Promise<TemplateInfo | undefined> {
+    if (this.replacing.has(name)) throw new FailedPreconditionError(`template ${name} is being rebuilt; try again when the build ends`);
     return readTemplate(this.o.templatesDir, name);
   }
 
@@ -32,9 +38,25 @@ export class LocalTemplateCatalog implements TemplateCatalog {
   async build(name: string, replace: boolean): Promise<TemplateInfo> {
     validateTemplateName('name', name);
     if (replace) {
+      // Refuse creates from it first, then check who uses it (a create already past get() is
+      // counted by inUse): no create can slip between the check and the swap.
+      if (this.replacing.has(name)) throw new FailedPreconditionError(`template ${name} is already being rebuilt`);
+      this.replacing.add(name);
       const users = this.o.store.list().filter((r) => r.template === name);
-      if (users.length) throw new FailedPreconditionError(`template ${name} is used by ${users.length} sandbox(es), e.g. ${users[0]?.sandboxId}; delete them before replacing it`);
+      const why = users.length ? `it is used by ${users.length} sandbox(es), e.g. ${users[0]?.sandboxId}; delete them first` : this.inUse(name);
+      if (why) {
+        this.replacing.delete(name);
+        throw new FailedPreconditionError(`template ${name} cannot be replaced now: ${why}`);
+      }
     }
+    try {
+      return await this.buildOne(name, replace);
+    } finally {
+      if (replace) this.replacing.delete(name);
+    }
+  }
+
+  private async buildOne(name: string, replace: boolean): Promise<TemplateInfo> {
     while (this.building) await this.building.catch(() => undefined);
     this.building = buildTemplate({
       name,

@@ -181,6 +181,7 @@ export class ServerNode {
       poddReadyTimeoutMs: this.cfg.poddReadyTimeoutMs,
     });
     manager.gate.holdMs = DEFAULT_HOLD_MS;
+    templates.inUse = (name) => manager.templateInUse(name);
     this.manager = manager;
     await waitFor('vmm-supervisor', () => this.vms!.features.get(), 30_000);
     await waitFor('ublk-manager', () => this.devices!.features.get(), 30_000);
@@ -231,6 +232,7 @@ export class ServerNode {
       if (reaping || !m || this.role !== ServerRole.SERVER_ROLE_ACTIVE) return;
       reaping = true;
       (async () => {
+        await m.checkLiveness();
         for (const id of m.expired()) {
           this.log.info({ sandbox_id: id }, 'timeout reached: deleting sandbox');
           await m.delete(id).catch((err: unknown) => this.log.error({ sandbox_id: id, err: (err as Error).message }, 'reaper delete failed'));

@@ -54,12 +54,14 @@ class PoddPeer implements PoddClient {
   }
 
   async readFile(path: string, offset: number, length: number) {
-    const r = await this.client.readFile({ path, offset, length });
+    // confined below /workspace by podd itself (symlinks resolved); an older podd ignores
+    // `beneath` and only the server's check of the path text applies
+    const r = await this.client.readFile({ path, offset, length, beneath: '/workspace' });
     return { data: r.data, sizeBytes: r.sizeBytes, eof: r.eof };
   }
 
   async writeFile(path: string, data: Uint8Array, mode: number, append: boolean) {
-    const r = await this.client.writeFile({ path, data: Buffer.from(data), mode, append, createParents: true });
+    const r = await this.client.writeFile({ path, data: Buffer.from(data), mode, append, createParents: true, beneath: '/workspace' });
     return { sizeBytes: r.sizeBytes };
   }
 
