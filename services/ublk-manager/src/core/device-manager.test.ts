@@ -342,3 +342,60 @@ describe('DeviceManager.adopt', () => {
     expect((await manager.adopt()).failed).toEqual(['a']);
   });
 });
+
+/** A FakeDriver that can look one device up directly, counting full scans. */
+class LookupDriver extends FakeDriver {
+  scans = 0;
+  override async listAttached(dir: string): Promise<AttachedDevice[]> {
+    this.scans++;
+    return super.listAttached(dir);
+  }
+  async lookup(p: string): Promise<AttachedDevice | undefined> {
+    const d = this.devices.get(p);
+    return d ? { ...d } : undefined;
+  }
+}
+
+describe('DeviceManager device lookup (quiesce/release/resume/get)', () => {
+  function setupLookup() {
+    const store = new MemoryDeviceStore();
+    const driver = new LookupDriver();
+    const images = new FakeImages();
+    const manager = new DeviceManager({ store, driver, images, log: createLogger('test', '0', 'silent'), limits: { maxDeviceSizeBytes: 1024 * MIB } });
+    return { store, driver, manager };
+  }
+
+  it('reads the row’s own device directly: no scan of every device on quiesce, resume, release, get', async () => {
+    const { store, driver, manager } = setupLookup();
+    await manager.create(input());
+    driver.scans = 0;
+    expect((await manager.get('dev-a')).path).toBe('/dev/loop0');
+    expect((await manager.quiesce('dev-a', 0)).device.path).toBe('/dev/loop0');
+    expect((await manager.resume('dev-a')).path).toBe('/dev/loop0');
+    await manager.quiesce('dev-a', 0);
+    const r = await manager.release('dev-a');
+    expect(r.device.path).toBe('/dev/loop0');
+    expect(store.get('dev-a')).toMatchObject({ state: 'released', path: '/dev/loop0', handoverToken: r.token });
+    expect(driver.scans).toBe(0);
+    expect(driver.calls.filter((c) => c.startsWith('quiesce'))).toEqual(['quiesce /dev/loop0', 'quiesce /dev/loop0']);
+    manager.stop();
+  });
+
+  it('falls back to a scan when the recorded device now serves another file or is gone', async () => {
+    const { store, driver, manager } = setupLookup();
+    await manager.create(input());
+    // The image moved to another device node; loop0 now serves someone else's file.
+    driver.devices.set('/dev/loop5', { path: '/dev/loop5', backingFile: `${DIR}/dev-a.img`, readOnly: false, flags: [] });
+    driver.devices.set('/dev/loop0', { path: '/dev/loop0', backingFile: '/elsewhere/x.img', readOnly: false, flags: [] });
+    driver.scans = 0;
+    expect((await manager.quiesce('dev-a', 0)).device.path).toBe('/dev/loop5');
+    expect(driver.scans).toBe(1);
+    expect((await manager.release('dev-a')).device.path).toBe('/dev/loop5');
+    expect(store.get('dev-a')?.path).toBe('/dev/loop5');
+    // Not attached anywhere: FAILED_PRECONDITION as before.
+    await manager.create(input({ deviceId: 'dev-b' }));
+    driver.devices.clear();
+    await expect(manager.quiesce('dev-b', 0)).rejects.toBeInstanceOf(FailedPreconditionError);
+    manager.stop();
+  });
+});

@@ -174,7 +174,9 @@ export class DeviceManager {
     validateDeviceId(deviceId);
     const rec = this.store.get(deviceId);
     if (!rec || rec.state !== 'ready') throw new NotFoundError(`device_id "${deviceId}": no such device`);
-    return this.toDevice(rec, await this.liveIndex());
+    const live = await this.locate(rec);
+    if (live) return this.deviceFrom(rec, live);
+    return this.toDevice(rec, new Map());
   }
 
   /**
@@ -278,8 +280,9 @@ export class DeviceManager {
 
   /**
    * quiesce lets in-flight I/O of the device complete and makes it durable (driver quiesce;
-   * loop: fsync of the image + `blockdev --flushbufs`), then holds the device quiesced until
-   * resume, release or timeoutMs (0 = DEFAULT_QUIESCE_TIMEOUT_MS; then it resumes by itself).
+   * loop: fsync of the device node + fdatasync of the image), then holds the device quiesced
+   * until resume, release or timeoutMs (0 = DEFAULT_QUIESCE_TIMEOUT_MS; then it resumes by
+   * itself).
    * While quiesced, CreateDevice/DeleteDevice on it fail FAILED_PRECONDITION. A quiesce does
    * not survive a restart of the process (the kernel device never stopped serving).
    * Returns the device and the time quiescing took, in ms.
@@ -318,7 +321,7 @@ export class DeviceManager {
       const rec = this.store.get(deviceId);
       if (rec?.state === 'released') throw new FailedPreconditionError(`device_id "${deviceId}" was released to another slot; nothing to resume`);
       if (!rec || rec.state !== 'ready') throw new NotFoundError(`device_id "${deviceId}": no such device`);
-      const live = (await this.attachedTo(rec.backingFile))[0];
+      const live = await this.locate(rec);
       if (this.clearQuiesced(deviceId) && live) await this.driver.resume(live);
       return this.deviceFrom(rec, live);
     });
@@ -473,7 +476,7 @@ export class DeviceManager {
 
   /** takeBack marks a released row ready again and makes sure its device is attached. */
   private async takeBack(rec: DeviceRecord): Promise<Device> {
-    const live = (await this.attachedTo(rec.backingFile))[0];
+    const live = await this.locate(rec);
     if (live) {
       try {
         await this.driver.recover(live);
@@ -490,7 +493,7 @@ export class DeviceManager {
     const rec = this.store.get(deviceId);
     if (rec?.state === 'released') throw new FailedPreconditionError(`${rpc} "${deviceId}": the device was released to another slot`);
     if (!rec || rec.state !== 'ready') throw new NotFoundError(`${rpc} "${deviceId}": no such device`);
-    const live = (await this.attachedTo(rec.backingFile))[0];
+    const live = await this.locate(rec);
     if (!live) throw new FailedPreconditionError(`${rpc} "${deviceId}": the device is not attached`);
     return { rec, live };
   }
@@ -587,8 +590,8 @@ export class DeviceManager {
 
   /** ensureAttached returns the device of a ready row, attaching its image if needed. */
   private async ensureAttached(rec: DeviceRecord): Promise<Device> {
-    const live = await this.attachedTo(rec.backingFile);
-    if (live[0]) return this.deviceFrom(rec, live[0]);
+    const live = await this.locate(rec);
+    if (live) return this.deviceFrom(rec, live);
     if (!(await this.images.exists(rec.backingFile))) {
       throw new FailedPreconditionError(`device_id "${rec.deviceId}": image ${rec.backingFile} is missing; delete the device and create it again`);
     }
@@ -616,6 +619,20 @@ export class DeviceManager {
 
   private async attachedTo(backingFile: string): Promise<AttachedDevice[]> {
     return (await this.liveIndex()).get(backingFile) ?? [];
+  }
+
+  /**
+   * locate returns the device the row's image is attached at: the row's own device path read
+   * directly (driver lookup: one sysfs read, no scan of every loop device) when it is still
+   * attached to the row's backing file; else the first device a scan finds on that file
+   * (the path changed, e.g. re-attached by another slot), or undefined when it is not attached.
+   */
+  private async locate(rec: DeviceRecord): Promise<AttachedDevice | undefined> {
+    if (rec.path !== '' && this.driver.lookup) {
+      const at = await this.driver.lookup(rec.path);
+      if (at?.backingFile === rec.backingFile) return at;
+    }
+    return (await this.attachedTo(rec.backingFile))[0];
   }
 
   private async toDevice(rec: DeviceRecord, index: Map<string, AttachedDevice[]>): Promise<Device> {

@@ -35,13 +35,19 @@ export interface BlockDriver {
    */
   listAttached(dir: string): Promise<AttachedDevice[]>;
   /**
+   * lookup returns the device attached at devPath now (one device node read directly, no
+   * scan), or undefined when devPath is not a device of this driver or is not bound. Optional:
+   * without it the manager finds a device by scanning {@link listAttached}.
+   */
+  lookup?(devPath: string): Promise<AttachedDevice | undefined>;
+  /**
    * busyReason says why the device node must not be detached now ("mounted at /mnt/x",
    * "held by dm-0", ...), or undefined when it is free.
    */
   busyReason(path: string): Promise<string | undefined>;
   /**
    * quiesce lets in-flight I/O of the device complete and makes what was written durable
-   * (loop: fsync of the backing image + `blockdev --flushbufs`; ublk: the kernel QUIESCE
+   * (loop: fsync of the device node, then fdatasync of the backing image; ublk: the kernel QUIESCE
    * command where the kernel has it). Rejects with a CommandError (INTERNAL) when it fails.
    */
   quiesce(dev: AttachedDevice): Promise<void>;

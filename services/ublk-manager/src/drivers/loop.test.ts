@@ -55,6 +55,28 @@ describe('LoopDriver (fake sysfs)', () => {
     ]);
   });
 
+  it('lookup reads one device node directly; undefined when unbound, absent or not a loop device', async () => {
+    host.loop(7, '/images/a.img', { dio: true });
+    host.loop(8, '/images/b.img (deleted)', { ro: true });
+    host.loop(9, undefined);
+    const d = new LoopDriver({ directIo: true, log, sysfsRoot: host.sys, procRoot: host.proc });
+    expect(await d.lookup('/dev/loop7')).toEqual({ path: '/dev/loop7', backingFile: '/images/a.img', readOnly: false, flags: ['direct-io'] });
+    expect(await d.lookup('/dev/loop8')).toEqual({ path: '/dev/loop8', backingFile: '/images/b.img', readOnly: true, flags: [] });
+    expect(await d.lookup('/dev/loop9')).toBeUndefined();
+    expect(await d.lookup('/dev/loop10')).toBeUndefined();
+    expect(await d.lookup('/dev/sda')).toBeUndefined();
+  });
+
+  it('quiesce syncs without spawning a process (no blockdev)', async () => {
+    const run: RunFn = async (cmd) => {
+      throw new Error(`unexpected command ${cmd}`);
+    };
+    const d = new LoopDriver({ directIo: false, log, run, sysfsRoot: host.sys, procRoot: host.proc });
+    // /dev/loop999999 does not exist here: the fsync of the device node fails with the fs error.
+    await expect(d.quiesce({ path: '/dev/loop999999', backingFile: '/images/a.img', readOnly: false, flags: [] })).rejects.toMatchObject({ code: 'ENOENT' });
+    await expect(d.quiesce({ path: '/dev/sda', backingFile: '/images/a.img', readOnly: false, flags: [] })).rejects.toThrow(/not a loop device/);
+  });
+
   it('attaches with --direct-io=on and reads the result from sysfs', async () => {
     const calls: string[][] = [];
     const run: RunFn = async (_cmd, args) => {

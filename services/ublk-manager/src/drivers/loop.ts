@@ -8,12 +8,12 @@
  * reported by {@link LoopDriver.listAttached}, so the manager never touches anyone else's.
  *
  * Handover: the kernel serves loop I/O, so a handover between manager slots moves ownership
- * and control only ("ownership-only"). quiesce = fsync of the backing image + `blockdev
- * --flushbufs` on the device (BLKFLSBUF: writes back the device's buffers and syncs a
- * filesystem mounted on it); it does not hold I/O. release does nothing; recover verifies the
- * device is still attached to the same backing file.
+ * and control only ("ownership-only"). quiesce = fsync of an fd on the device node (writes
+ * back the device's buffers, flushes the backing file) + fdatasync of the backing image, no
+ * process spawned; it does not hold I/O. release does nothing; recover verifies the device is
+ * still attached to the same backing file (one sysfs read, {@link LoopDriver.lookup}).
  */
-import { constants as fsc } from 'node:fs';
+import { closeSync, constants as fsc, fdatasync, fsync, openSync, readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { CommandError, FailedPreconditionError, InternalError, ResourceExhaustedError, run, type Logger } from '@sandnode/shared';
@@ -23,9 +23,6 @@ import type { RunFn } from './images';
 
 /** Time a losetup call may take, in ms. */
 export const DEFAULT_LOSETUP_TIMEOUT_MS = 30_000;
-
-/** Time `blockdev --flushbufs` may take, in ms. */
-export const DEFAULT_FLUSH_TIMEOUT_MS = 30_000;
 
 /** Flag reported when a loop device does direct I/O on its backing file. */
 export const FLAG_DIRECT_IO = 'direct-io';
@@ -52,12 +49,30 @@ async function readTrim(file: string): Promise<string | undefined> {
   try {
     return (await fs.readFile(file, 'utf8')).trim();
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    // ENODEV: the loop device was detached (or removed) between listing /sys/block and this
-    // read, e.g. by a concurrent DeleteDevice: it has no backing file any more.
-    if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ENXIO' || code === 'ENODEV') return undefined;
-    throw err;
+    return absent(err);
   }
+}
+
+/**
+ * readSysfs reads a small sysfs attribute synchronously: sysfs reads do no disk I/O and take
+ * microseconds, while an async read costs a round trip through the libuv thread pool (tens to
+ * hundreds of microseconds on a busy host, times the number of loop devices in a scan).
+ */
+function readSysfs(file: string): string | undefined {
+  try {
+    return readFileSync(file, 'utf8').trim();
+  } catch (err) {
+    return absent(err);
+  }
+}
+
+/** absent maps the errors of a file that is not (or no longer) there to undefined; rethrows others. */
+function absent(err: unknown): undefined {
+  const code = (err as NodeJS.ErrnoException).code;
+  // ENODEV: the loop device was detached (or removed) between listing /sys/block and this
+  // read, e.g. by a concurrent DeleteDevice: it has no backing file any more.
+  if (code === 'ENOENT' || code === 'ENOTDIR' || code === 'ENXIO' || code === 'ENODEV') return undefined;
+  throw err;
 }
 
 async function readDirOr(dir: string): Promise<string[]> {
@@ -65,6 +80,16 @@ async function readDirOr(dir: string): Promise<string[]> {
     return await fs.readdir(dir);
   } catch {
     return [];
+  }
+}
+
+/** syncFd opens file, fsyncs (or fdatasyncs) it in the thread pool and closes it. */
+async function syncFd(file: string, flags: number, dataOnly: boolean): Promise<void> {
+  const fd = openSync(file, flags);
+  try {
+    await new Promise<void>((resolve, reject) => (dataOnly ? fdatasync : fsync)(fd, (err) => (err ? reject(err) : resolve())));
+  } finally {
+    closeSync(fd);
   }
 }
 
@@ -159,7 +184,7 @@ export class LoopDriver implements BlockDriver {
       throw err;
     }
     if (!LOOP_PATH_RE.test(out)) throw new InternalError(`losetup ${args.join(' ')}: unexpected output ${JSON.stringify(out)}`);
-    const dev = await this.readDevice(path.basename(out));
+    const dev = this.readDevice(path.basename(out));
     if (!dev) throw new InternalError(`losetup attached ${out} but sysfs shows no backing file`);
     return dev;
   }
@@ -170,7 +195,7 @@ export class LoopDriver implements BlockDriver {
     try {
       await this.run('losetup', ['-d', devPath], { timeoutMs: DEFAULT_LOSETUP_TIMEOUT_MS });
     } catch (err) {
-      if ((await this.readDevice(path.basename(devPath))) === undefined) return;
+      if (this.readDevice(path.basename(devPath)) === undefined) return;
       throw err;
     }
   }
@@ -181,38 +206,52 @@ export class LoopDriver implements BlockDriver {
     names.sort((a, b) => Number(a.slice(4)) - Number(b.slice(4)));
     const out: AttachedDevice[] = [];
     for (const name of names) {
-      const dev = await this.readDevice(name);
+      const dev = this.readDevice(name);
       if (dev && path.dirname(dev.backingFile) === dir) out.push(dev);
     }
     return out;
   }
 
+  /**
+   * lookup reads the sysfs view of one loop device (`/sys/block/loopN/loop/backing_file`, `ro`,
+   * `loop/dio`) without scanning the others; undefined when devPath is not /dev/loopN or
+   * the device has no backing file.
+   */
+  async lookup(devPath: string): Promise<AttachedDevice | undefined> {
+    return LOOP_PATH_RE.test(devPath) ? this.readDevice(path.basename(devPath)) : undefined;
+  }
+
   /** readDevice reads the sysfs view of loopN; undefined when it has no backing file. */
-  private async readDevice(name: string): Promise<AttachedDevice | undefined> {
+  private readDevice(name: string): AttachedDevice | undefined {
     const blk = path.join(this.sys, 'block', name);
-    const raw = await readTrim(path.join(blk, 'loop', 'backing_file'));
+    const raw = readSysfs(path.join(blk, 'loop', 'backing_file'));
     if (!raw) return undefined;
     const backingFile = raw.endsWith(' (deleted)') ? raw.slice(0, -' (deleted)'.length) : raw;
-    const ro = (await readTrim(path.join(blk, 'ro'))) === '1';
-    const dio = (await readTrim(path.join(blk, 'loop', 'dio'))) === '1';
+    const ro = readSysfs(path.join(blk, 'ro')) === '1';
+    const dio = readSysfs(path.join(blk, 'loop', 'dio')) === '1';
     return { path: `/dev/${name}`, backingFile, readOnly: ro, flags: dio ? [FLAG_DIRECT_IO] : [] };
   }
 
   /**
-   * quiesce makes what was written to the device durable: fsync of the backing file (dirty
-   * pages of a buffered loop device), then `blockdev --flushbufs <dev>`. Sandbox I/O keeps
-   * flowing (the kernel serves it); there is no user-space queue to hold.
-   * Errors: CommandError (INTERNAL) when blockdev fails; the fs error when the fsync fails.
+   * quiesce makes what was written to the device durable, without spawning a process:
+   * 1. fsync(2) of an fd opened (read-only, like `blockdev --flushbufs` does) on the device
+   *    node: writes back the device's own page cache (buffered writes to /dev/loopN, a mounted
+   *    filesystem's metadata buffers) and sends a flush, which the loop driver turns into an
+   *    fsync of the backing file;
+   * 2. fdatasync(2) of the backing image (its data and the metadata needed to read it back),
+   *    after 1 so that what 1 wrote into the image is covered too.
+   * Unlike `blockdev --flushbufs` (BLKFLSBUF) it does not sync a filesystem mounted on the
+   * device (that filesystem's un-fsynced page cache); its users' own fsync makes their data
+   * durable, as with a ublk QUIESCE. Sandbox I/O keeps flowing (the kernel serves it); there
+   * is no user-space queue to hold.
+   * Errors: the fs error when an open or sync fails.
    */
   async quiesce(dev: AttachedDevice): Promise<void> {
     if (!LOOP_PATH_RE.test(dev.path)) throw new InternalError(`quiesce: ${dev.path} is not a loop device`);
-    const fh = await fs.open(dev.backingFile, dev.readOnly ? fsc.O_RDONLY : fsc.O_RDWR);
-    try {
-      await fh.sync();
-    } finally {
-      await fh.close();
-    }
-    await this.run('blockdev', ['--flushbufs', dev.path], { timeoutMs: DEFAULT_FLUSH_TIMEOUT_MS });
+    // open/close are cheap syscalls done inline; only the syncs wait in the thread pool (each
+    // async step is a thread-pool round trip, which a busy host makes cost milliseconds).
+    await syncFd(dev.path, fsc.O_RDONLY, false);
+    await syncFd(dev.backingFile, dev.readOnly ? fsc.O_RDONLY : fsc.O_RDWR, true);
   }
 
   /** resume: nothing to do (quiesce holds no I/O). */
@@ -228,7 +267,7 @@ export class LoopDriver implements BlockDriver {
    */
   async recover(dev: AttachedDevice): Promise<AttachedDevice> {
     const name = path.basename(dev.path);
-    const at = LOOP_PATH_RE.test(dev.path) ? await this.readDevice(name) : undefined;
+    const at = LOOP_PATH_RE.test(dev.path) ? this.readDevice(name) : undefined;
     if (at && at.backingFile === dev.backingFile) return at;
     const other = (await this.listAttached(path.dirname(dev.backingFile))).find((d) => d.backingFile === dev.backingFile);
     if (other) {

@@ -18,6 +18,17 @@ function isWouldBlock(err: unknown): boolean {
   return code === 'EAGAIN' || code === 'EWOULDBLOCK';
 }
 
+/** tryFlock takes an exclusive flock on fd without blocking; false when another holds it. */
+function tryFlock(fd: number): boolean {
+  try {
+    flockSync(fd, 'exnb');
+    return true;
+  } catch (err) {
+    if (isWouldBlock(err)) return false;
+    throw err;
+  }
+}
+
 /**
  * lockSlot takes an exclusive, non-blocking flock on file and writes our pid into it. When
  * another process holds it, throws FailedPreconditionError naming the file, `what` and the pid
@@ -89,7 +100,8 @@ export class FileMutex {
   private async locked<T>(fn: () => Promise<T> | T): Promise<T> {
     const fd = openSync(this.file, 'a+', 0o600);
     try {
-      await new Promise<void>((resolve, reject) => flock(fd, 'ex', (err) => (err ? reject(err) : resolve())));
+      // Uncontended (the common case): take it at once, without a thread-pool round trip.
+      if (!tryFlock(fd)) await new Promise<void>((resolve, reject) => flock(fd, 'ex', (err) => (err ? reject(err) : resolve())));
       return await fn();
     } finally {
       closeSync(fd);
