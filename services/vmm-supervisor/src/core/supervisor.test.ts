@@ -187,7 +187,7 @@ describe('Supervisor', () => {
   });
 
   test('features add adoption to the driver features', () => {
-    expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1']);
+    expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1', 'vmm.epoch-fence.v1']);
   });
 });
 

@@ -87,7 +87,7 @@ export class Supervisor {
 
   /** Feature strings of the supervisor with its driver, for GetVersion. */
   features(): string[] {
-    return [...this.driver.features, 'vmm.adoption.v1'];
+    return [...this.driver.features, 'vmm.adoption.v1', 'vmm.epoch-fence.v1'];
   }
 
   /**

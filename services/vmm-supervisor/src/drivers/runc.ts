@@ -55,7 +55,7 @@ export type RuncStatus = 'created' | 'running' | 'paused' | 'stopped' | 'absent'
 /** RuncDriver implements VmDriver with runc. */
 export class RuncDriver implements VmDriver {
   readonly name = 'runc';
-  readonly features = ['vmm.runc'] as const;
+  readonly features = ['vmm.runc', 'vmm.podd-socket-fd.v1', 'vmm.versioned-binaries.v1'] as const;
   private readonly runc: string;
   private readonly root: string;
   private readonly vmsDir: string;
