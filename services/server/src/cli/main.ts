@@ -179,7 +179,7 @@ program
             components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', c.pid ?? '-', c.features.join(',')]),
           ),
           `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
-          `epoch: ${epoch ?? '-'}; active server: ${server ? `slot ${server.slot || '-'} pid ${server.pid} version ${server.version}` : 'none'}`,
+          `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : 'none'}`,
         ].join('\n'),
       );
     }),

@@ -10,7 +10,8 @@ import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
-import { mainScript, pidFile, pointUblkAddress, setActiveUblkSlot, type StackDirs } from './stack';
+import { mainScript, pidFile, tail, pointUblkAddress, setActiveUblkSlot, type StackDirs } from './stack';
+import { FlockLease } from '../store/flock-lease';
 
 export interface UblkUpgradeResult {
   oldSlot: string;
@@ -78,23 +79,40 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string, time
   const deadline = Date.now() + timeoutMs;
   let fresh;
   for (;;) {
-    if (exited !== undefined) throw new Error(`the new ublk-manager exited with code ${exited}; the old slot keeps every device`);
+    if (exited !== undefined) throw new Error(`the new ublk-manager exited with code ${exited}; the old slot keeps every device; see ${path.join(logDir, `ublk-manager-${newSlot}.log`)}:\n${tail(path.join(logDir, `ublk-manager-${newSlot}.log`), 5)}`);
     fresh = await version(unixAddress(newSock)).catch(() => undefined);
     if (fresh && fresh.pid === child.pid) break;
     if (Date.now() > deadline) throw new Error('the new ublk-manager did not answer in time');
     await new Promise((r) => setTimeout(r, 50));
   }
-  if (!fresh.features.includes('ublk.handover.v1')) throw new Error(`ublk-manager ${fresh.version} lacks feature "ublk.handover.v1"`);
+  // From here on a failure must not leave the new slot running (it would hold the slot's lock
+  // and block the next attempt): stop it, the old slot keeps (or took back) every device.
+  const giveUp = async (why: string): Promise<never> => {
+    const t = processStartTicks(child.pid ?? 0);
+    try {
+      process.kill(child.pid ?? 0, 'SIGTERM');
+    } catch {
+      /* gone */
+    }
+    for (let i = 0; i < 200 && t !== undefined && processStartTicks(child.pid ?? 0) === t; i++) await new Promise((r) => setTimeout(r, 25));
+    throw new Error(`${why}; the new slot ${newSlot} was stopped and the old slot keeps its devices`);
+  };
+  if (!fresh.features.includes('ublk.handover.v1')) await giveUp(`ublk-manager ${fresh.version} lacks feature "ublk.handover.v1"`);
+  // The move is a mutating call on both slots: it carries the node's current epoch (the
+  // active server's, from the lease file), like every call the server makes.
+  const epoch = FlockLease.readHolder(path.join(path.resolve(dirs.stateDir), 'server.lease'))?.epoch ?? 0;
   const ch = createSandnodeChannel(unixAddress(newSock));
   let res;
   try {
-    res = await createServiceClient(DeviceServiceDefinition, ch, { timeoutMs }).handoverAll({ fromAddress: unixAddress(oldSock), deviceIds: [], perDeviceTimeoutMs: 0 });
+    res = await createServiceClient(DeviceServiceDefinition, ch, { timeoutMs, epoch: () => epoch }).handoverAll({ fromAddress: unixAddress(oldSock), deviceIds: [], perDeviceTimeoutMs: 0 });
+  } catch (err) {
+    return giveUp(`HandoverAll failed: ${(err as Error).message}`);
   } finally {
     ch.close();
   }
   const devices = res.devices.map((d) => ({ deviceId: d.deviceId, result: HandoverResult[d.result].replace('HANDOVER_RESULT_', ''), stallMs: d.stallMs, error: d.error }));
   if (devices.some((d) => d.result !== 'MOVED')) {
-    throw new Error(`device handover incomplete (the old slot keeps serving): ${devices.filter((d) => d.result !== 'MOVED').map((d) => `${d.deviceId} ${d.result} ${d.error}`).join('; ')}`);
+    return giveUp(`device handover incomplete: ${devices.filter((d) => d.result !== 'MOVED').map((d) => `${d.deviceId} ${d.result} ${d.error}`).join('; ')}`);
   }
   // Stop the old slot (its devices now belong to the new one), then move the stable address.
   const ticks = processStartTicks(old.pid);

@@ -19,7 +19,13 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
   const script = mainScript('server', buildDir);
   if (!existsSync(script)) throw new Error(`${script} does not exist: build that checkout first (npm run build in ${path.resolve(buildDir)})`);
   const leaseFile = path.join(path.resolve(dirs.stateDir), 'server.lease');
-  const holder = FlockLease.readHolder(leaseFile);
+  // The lease file is rewritten when a server becomes active: read it again for a moment
+  // before concluding that no server is active.
+  let holder = FlockLease.readHolder(leaseFile);
+  for (let i = 0; i < 40 && (!holder || !FlockLease.isHeld(leaseFile)); i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    holder = FlockLease.readHolder(leaseFile);
+  }
   if (!holder || !FlockLease.isHeld(leaseFile)) throw new Error('no active server: start one with `sandnode up`');
   const slot = holder.slot === 'b' ? 'a' : 'b';
   const logDir = path.join(path.resolve(dirs.runDir), 'logs');

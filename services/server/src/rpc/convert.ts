@@ -12,7 +12,8 @@ export function sandboxToPb(r: SandboxRecord): Sandbox {
     sandboxId: r.sandboxId,
     state: stateToPb(r.state),
     template: r.template,
-    pid: r.vm?.pid ?? 0,
+    // a drained sandbox has no process until it is resumed (then a new pid)
+    pid: r.state === 'DRAINED' ? 0 : (r.vm?.pid ?? 0),
     metadata: { ...r.metadata },
     resources: { ...r.resources },
     createdAtMs: r.createdAtMs,

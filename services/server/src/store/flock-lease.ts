@@ -1,10 +1,10 @@
 /**
  * FlockLease: the node's server lease, an exclusive flock(2) on `<stateDir>/server.lease`.
  * The kernel releases it when the holder dies (kill -9 included), so a crashed server never
- * blocks its successor. The file's content names the holder (pid, admin socket, slot,
- * version) for standbys and the CLI; the lock, not the content, is the truth.
+ * blocks its successor. `<lease file>.json` names the holder (pid, admin socket, slot,
+ * version, epoch) for standbys and the CLI; the lock, not that record, is the truth.
  */
-import { closeSync, openSync, readFileSync, ftruncateSync, writeSync, fsyncSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, renameSync, writeSync, fsyncSync } from 'node:fs';
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const fsExt = require('fs-ext') as { flockSync(fd: number, flags: 'ex' | 'exnb' | 'un'): void };
 
@@ -54,12 +54,22 @@ export class FlockLease {
     }
   }
 
-  /** describe writes the holder record into the lease file (only while held). */
+  /**
+   * describe writes the holder record (only while held) to `<lease file>.json`, atomically
+   * (temp file, fsync, rename): a reader never sees a half-written record. The lock stays on
+   * the lease file itself, whose inode never changes.
+   */
   describe(h: LeaseHolder): void {
     if (this.fd === undefined) throw new Error('lease not held');
-    ftruncateSync(this.fd, 0);
-    writeSync(this.fd, JSON.stringify(h), 0);
-    fsyncSync(this.fd);
+    const tmp = `${this.file}.json.${process.pid}.tmp`;
+    const fd = openSync(tmp, 'w', 0o600);
+    try {
+      writeSync(fd, JSON.stringify(h));
+      fsyncSync(fd);
+    } finally {
+      closeSync(fd);
+    }
+    renameSync(tmp, `${this.file}.json`);
   }
 
   /** release unlocks (the kernel does the same if the process dies). */
@@ -76,7 +86,7 @@ export class FlockLease {
   /** readHolder returns what the lease file says (it may name a dead holder). */
   static readHolder(file: string): LeaseHolder | undefined {
     try {
-      return JSON.parse(readFileSync(file, 'utf8')) as LeaseHolder;
+      return JSON.parse(readFileSync(`${file}.json`, 'utf8')) as LeaseHolder;
     } catch {
       return undefined;
     }

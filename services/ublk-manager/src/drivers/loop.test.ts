@@ -48,7 +48,7 @@ describe('LoopDriver (fake sysfs)', () => {
     host.loop(3, '/other/c.img');
     host.loop(4, '/images/sub/d.img');
     host.loop(5, undefined);
-    const d = new LoopDriver({ directIo: true, log, sysfsRoot: host.sys, procRoot: host.proc });
+    const d = new LoopDriver({ directIo: true, log, sysfsRoot: host.sys, procRoot: host.proc, devRoot: `${host.sys}/no-dev` });
     expect(await d.listAttached('/images')).toEqual([
       { path: '/dev/loop2', backingFile: '/images/a.img', readOnly: true, flags: [] },
       { path: '/dev/loop10', backingFile: '/images/b.img', readOnly: false, flags: ['direct-io'] },
@@ -59,7 +59,7 @@ describe('LoopDriver (fake sysfs)', () => {
     host.loop(7, '/images/a.img', { dio: true });
     host.loop(8, '/images/b.img (deleted)', { ro: true });
     host.loop(9, undefined);
-    const d = new LoopDriver({ directIo: true, log, sysfsRoot: host.sys, procRoot: host.proc });
+    const d = new LoopDriver({ directIo: true, log, sysfsRoot: host.sys, procRoot: host.proc, devRoot: `${host.sys}/no-dev` });
     expect(await d.lookup('/dev/loop7')).toEqual({ path: '/dev/loop7', backingFile: '/images/a.img', readOnly: false, flags: ['direct-io'] });
     expect(await d.lookup('/dev/loop8')).toEqual({ path: '/dev/loop8', backingFile: '/images/b.img', readOnly: true, flags: [] });
     expect(await d.lookup('/dev/loop9')).toBeUndefined();
@@ -71,7 +71,7 @@ describe('LoopDriver (fake sysfs)', () => {
     const run: RunFn = async (cmd) => {
       throw new Error(`unexpected command ${cmd}`);
     };
-    const d = new LoopDriver({ directIo: false, log, run, sysfsRoot: host.sys, procRoot: host.proc });
+    const d = new LoopDriver({ directIo: false, log, run, sysfsRoot: host.sys, procRoot: host.proc, devRoot: `${host.sys}/no-dev` });
     // /dev/loop999999 does not exist here: the fsync of the device node fails with the fs error.
     await expect(d.quiesce({ path: '/dev/loop999999', backingFile: '/images/a.img', readOnly: false, flags: [] })).rejects.toMatchObject({ code: 'ENOENT' });
     await expect(d.quiesce({ path: '/dev/sda', backingFile: '/images/a.img', readOnly: false, flags: [] })).rejects.toThrow(/not a loop device/);
@@ -84,7 +84,7 @@ describe('LoopDriver (fake sysfs)', () => {
       host.loop(0, '/images/a.img', { dio: true, ro: true });
       return { stdout: '/dev/loop0\n', stderr: '' };
     };
-    const d = new LoopDriver({ directIo: true, log, run, sysfsRoot: host.sys, procRoot: host.proc });
+    const d = new LoopDriver({ directIo: true, log, run, sysfsRoot: host.sys, procRoot: host.proc, devRoot: `${host.sys}/no-dev` });
     expect(await d.attach('/images/a.img', { readOnly: true })).toEqual({ path: '/dev/loop0', backingFile: '/images/a.img', readOnly: true, flags: ['direct-io'] });
     expect(calls).toEqual([['--find', '--show', '--read-only', '--direct-io=on', '/images/a.img']]);
   });
@@ -104,7 +104,7 @@ describe('LoopDriver (fake sysfs)', () => {
       host.loop(2, '/images/a.img');
       return { stdout: '/dev/loop2\n', stderr: '' };
     };
-    const d = new LoopDriver({ directIo: true, log, run, sysfsRoot: host.sys, procRoot: host.proc });
+    const d = new LoopDriver({ directIo: true, log, run, sysfsRoot: host.sys, procRoot: host.proc, devRoot: `${host.sys}/no-dev` });
     expect(await d.attach('/images/a.img', { readOnly: false })).toEqual({ path: '/dev/loop2', backingFile: '/images/a.img', readOnly: false, flags: [] });
     expect(calls).toEqual([
       ['--find', '--show', '--direct-io=on', '/images/a.img'],
@@ -119,7 +119,7 @@ describe('LoopDriver (fake sysfs)', () => {
       n++;
       throw new CommandError('losetup: cannot find an unused loop device', 'losetup: could not find any free loop device', 1);
     };
-    const d = new LoopDriver({ directIo: true, log, run, sysfsRoot: host.sys, procRoot: host.proc });
+    const d = new LoopDriver({ directIo: true, log, run, sysfsRoot: host.sys, procRoot: host.proc, devRoot: `${host.sys}/no-dev` });
     await expect(d.attach('/images/a.img', { readOnly: false })).rejects.toBeInstanceOf(ResourceExhaustedError);
     expect(n).toBe(1);
   });
@@ -128,7 +128,7 @@ describe('LoopDriver (fake sysfs)', () => {
     const run: RunFn = async () => {
       throw new CommandError('losetup -d: No such device or address', 'No such device or address', 1);
     };
-    const d = new LoopDriver({ directIo: false, log, run, sysfsRoot: host.sys, procRoot: host.proc });
+    const d = new LoopDriver({ directIo: false, log, run, sysfsRoot: host.sys, procRoot: host.proc, devRoot: `${host.sys}/no-dev` });
     await expect(d.detach('/dev/loop3')).resolves.toBeUndefined();
     await expect(d.detach('/dev/sda')).rejects.toThrow(/not a loop device/);
     host.loop(3, '/images/a.img');
@@ -139,7 +139,7 @@ describe('LoopDriver (fake sysfs)', () => {
     host.loop(1, '/images/a.img', { holders: ['dm-0'] });
     host.loop(2, '/images/b.img');
     host.loop(3, '/images/c.img');
-    const d = new LoopDriver({ directIo: false, log, sysfsRoot: host.sys, procRoot: host.proc });
+    const d = new LoopDriver({ directIo: false, log, sysfsRoot: host.sys, procRoot: host.proc, devRoot: `${host.sys}/no-dev` });
     expect(await d.busyReason('/dev/loop1')).toBe('held by dm-0');
     writeFileSync(path.join(host.proc, 'self', 'mountinfo'), '36 25 7:2 / /mnt/my\\040disk rw,relatime shared:1 - ext4 /dev/loop2 rw\n');
     expect(await d.busyReason('/dev/loop2')).toBe('mounted at /mnt/my disk');

@@ -41,6 +41,8 @@ export interface LoopDriverOptions {
   sysfsRoot?: string;
   /** procfs mount point (default "/proc"). */
   procRoot?: string;
+  /** where device nodes are (default "/dev"); tests point it away from the host's devices. */
+  devRoot?: string;
   /** The loop control node (default "/dev/loop-control"). */
   loopControl?: string;
 }
@@ -118,6 +120,7 @@ export class LoopDriver implements BlockDriver {
   private readonly run: RunFn;
   private readonly sys: string;
   private readonly proc: string;
+  private readonly devRoot: string;
   private readonly loopControl: string;
 
   constructor(opts: LoopDriverOptions) {
@@ -126,6 +129,7 @@ export class LoopDriver implements BlockDriver {
     this.run = opts.run ?? run;
     this.sys = opts.sysfsRoot ?? '/sys';
     this.proc = opts.procRoot ?? '/proc';
+    this.devRoot = opts.devRoot ?? '/dev';
     this.loopControl = opts.loopControl ?? '/dev/loop-control';
   }
 
@@ -299,7 +303,7 @@ export class LoopDriver implements BlockDriver {
       if (where) return where;
     }
     try {
-      const fh = await fs.open(devPath, fsc.O_RDONLY | fsc.O_EXCL | fsc.O_NONBLOCK);
+      const fh = await fs.open(path.join(this.devRoot, name), fsc.O_RDONLY | fsc.O_EXCL | fsc.O_NONBLOCK);
       await fh.close();
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'EBUSY') return 'in exclusive use (open with O_EXCL failed: EBUSY)';
