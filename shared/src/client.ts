@@ -30,6 +30,10 @@ export function createSandnodeChannel(address: string): Channel {
   return createChannel(address, undefined, {
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+    // Peers on a node restart in well under a second (upgrades, slot moves): reconnect fast
+    // instead of grpc's default backoff of up to 120 s.
+    'grpc.initial_reconnect_backoff_ms': 100,
+    'grpc.max_reconnect_backoff_ms': 1000,
   });
 }
 

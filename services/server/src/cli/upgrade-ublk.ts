@@ -112,7 +112,23 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string, time
   }
   const devices = res.devices.map((d) => ({ deviceId: d.deviceId, result: HandoverResult[d.result].replace('HANDOVER_RESULT_', ''), stallMs: d.stallMs, error: d.error }));
   if (devices.some((d) => d.result !== 'MOVED')) {
-    return giveUp(`device handover incomplete: ${devices.filter((d) => d.result !== 'MOVED').map((d) => `${d.deviceId} ${d.result} ${d.error}`).join('; ')}`);
+    const failed = devices.filter((d) => d.result !== 'MOVED').map((d) => `${d.deviceId} ${d.result} ${d.error}`);
+    // Roll back: the devices that did move go back to the old slot, so that one slot (the old,
+    // still at the stable address) owns everything before the new one is stopped.
+    const moved = devices.filter((d) => d.result === 'MOVED').map((d) => d.deviceId);
+    if (moved.length) {
+      const back = createSandnodeChannel(unixAddress(oldSock));
+      try {
+        const r = await createServiceClient(DeviceServiceDefinition, back, { timeoutMs, epoch: () => epoch }).handoverAll({ fromAddress: unixAddress(newSock), deviceIds: moved, perDeviceTimeoutMs: 0 });
+        const stuck = r.devices.filter((d) => d.result !== HandoverResult.HANDOVER_RESULT_MOVED);
+        if (stuck.length) {
+          throw new Error(`device handover incomplete (${failed.join('; ')}) and ${stuck.length} moved devices could not be moved back (${stuck.map((d) => `${d.deviceId}: ${d.error}`).join('; ')}); both slots keep running; the new slot is ${newSlot} (pid ${child.pid})`);
+        }
+      } finally {
+        back.close();
+      }
+    }
+    return giveUp(`device handover incomplete: ${failed.join('; ')}; ${moved.length} moved devices were moved back`);
   }
   // Stop the old slot (its devices now belong to the new one), then move the stable address.
   const ticks = processStartTicks(old.pid);

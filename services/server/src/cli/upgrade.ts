@@ -67,7 +67,16 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
       return r;
     }
     if (exited !== undefined) throw new Error(`the new server exited with code ${exited}; ${oldFate()}; see ${logPath}`);
-    if (Date.now() > deadline) throw new Error(`the upgrade did not finish within ${timeoutMs} ms; see ${logPath}`);
+    if (Date.now() > deadline) {
+      // a new server that hangs must not linger: stop it (the old one keeps or retakes the lease)
+      try {
+        process.kill(child.pid ?? 0, 'SIGKILL');
+      } catch {
+        /* gone */
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      throw new Error(`the upgrade did not finish within ${timeoutMs} ms and the new server was stopped; ${oldFate()}; see ${logPath}`);
+    }
     await new Promise((r) => setTimeout(r, 20));
   }
 }

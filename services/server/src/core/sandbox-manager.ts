@@ -224,6 +224,8 @@ export class SandboxManager {
         return rec;
       } catch (err) {
         log.warn({ err: (err as Error).message }, 'create failed; tearing down');
+        // the request_id no longer names this attempt: a retry of the create makes a new one
+        rec.requestId = '';
         await this.teardown(rec).catch((e: unknown) => log.error({ err: (e as Error).message }, 'teardown after failed create failed; adoption will retry'));
         throw err;
       }
@@ -387,6 +389,30 @@ export class SandboxManager {
       });
     }
     return marked;
+  }
+
+  /**
+   * retryTeardowns finishes sandboxes left DELETING (or CREATING) by a create or delete whose
+   * teardown failed because a peer was unavailable: the teardown is tried again (it is
+   * idempotent) for records untouched for at least minAgeMs. Returns the ids finished.
+   */
+  async retryTeardowns(minAgeMs = 2000): Promise<string[]> {
+    const done: string[] = [];
+    const now = this.now();
+    for (const r of this.o.store.list()) {
+      if ((r.state !== 'DELETING' && r.state !== 'CREATING') || now - r.updatedAtMs < minAgeMs || this.locks.busy(r.sandboxId)) continue;
+      if (r.state === 'CREATING' && this.creating.has(r.requestId)) continue;
+      await this.locks
+        .run(r.sandboxId, async () => {
+          const rec = this.o.store.get(r.sandboxId);
+          if (!rec || (rec.state !== 'DELETING' && rec.state !== 'CREATING') || this.now() - rec.updatedAtMs < minAgeMs) return;
+          await this.teardown(rec);
+          done.push(rec.sandboxId);
+          this.o.log.info({ sandbox_id: rec.sandboxId }, 'finished an interrupted teardown');
+        })
+        .catch((err: unknown) => this.o.log.warn({ sandbox_id: r.sandboxId, err: (err as Error).message }, 'teardown retry failed; will try again'));
+    }
+    return done;
   }
 
   /** expired returns the ids whose lifetime has passed (for the reaper). */

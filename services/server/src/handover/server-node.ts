@@ -18,6 +18,7 @@ import {
   FailedPreconditionError,
   processStartTicks,
   processState,
+  serveMetrics,
   SUITE_VERSION,
   buildCommit,
   unixAddress,
@@ -87,6 +88,10 @@ export class ServerNode {
   private reaper: NodeJS.Timeout | undefined;
   private standbyPoll: NodeJS.Timeout | undefined;
   private handover: { token: string; standbyPid: number; standbyTicks: number | undefined; watchdog: NodeJS.Timeout; deadline: number } | undefined;
+  /** Prometheus /metrics (when metricsListen is set); the port moves to the next server at handover. */
+  private metrics: import('node:http').Server | undefined;
+  /** When this server started serving after a takeover, epoch ms. */
+  private servingAtMs = 0;
   /** Running Exec streams (a retiring server relays them to completion). */
   streams = 0;
   lastAdoption: AdoptionReport | undefined;
@@ -196,6 +201,7 @@ export class ServerNode {
       for (const l of listeners) this.publicServer.serveListener(l.server);
     }
     this.listeners = listeners;
+    await this.startMetrics();
     this.role = ServerRole.SERVER_ROLE_ACTIVE;
     this.sinceMs = Date.now();
     this.startReaper();
@@ -224,6 +230,27 @@ export class ServerNode {
     }
   }
 
+  /**
+   * startMetrics serves /metrics on metricsListen. The old server frees the port when it
+   * releases the lease, so a new server retries for a moment; failing to serve metrics is
+   * logged, never fatal.
+   */
+  private async startMetrics(): Promise<void> {
+    if (!this.cfg.metricsListen || this.metrics) return;
+    for (let i = 0; ; i++) {
+      try {
+        this.metrics = await serveMetrics(this.cfg.metricsListen);
+        return;
+      } catch (err) {
+        if (i >= 40) {
+          this.log.error({ err: (err as Error).message, listen: this.cfg.metricsListen }, 'cannot serve /metrics');
+          return;
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+  }
+
   private startReaper(): void {
     clearInterval(this.reaper);
     let reaping = false;
@@ -233,6 +260,7 @@ export class ServerNode {
       reaping = true;
       (async () => {
         await m.checkLiveness();
+        await m.retryTeardowns();
         for (const id of m.expired()) {
           this.log.info({ sandbox_id: id }, 'timeout reached: deleting sandbox');
           await m.delete(id).catch((err: unknown) => this.log.error({ sandbox_id: id, err: (err as Error).message }, 'reaper delete failed'));
@@ -282,6 +310,7 @@ export class ServerNode {
       if (!(await this.lease.acquire(10_000))) throw new Error('the old server did not release the lease within 10 s');
       const listeners = await adoptAll2(msg);
       const report = await this.becomeActive(listeners, Number(res.epoch));
+      this.servingAtMs = Date.now();
       failpoint('takeover.after-serve');
       try {
         await admin.finishHandover({ token: res.token, newEpoch: this.epoch });
@@ -304,7 +333,8 @@ export class ServerNode {
       newPid: process.pid,
       newVersion: SUITE_VERSION,
       epoch: this.epoch,
-      holdWindowMs: Date.now() - Number(res.holdStartedAtMs),
+      // from the moment lifecycle calls were held to the moment this server served them
+      holdWindowMs: (this.servingAtMs || Date.now()) - Number(res.holdStartedAtMs),
       adopted: report.adopted.length,
       adoptionMs: report.durationMs,
       listeners: listeners.map((l) => l.address),
@@ -384,6 +414,8 @@ export class ServerNode {
       throw new FailedPreconditionError(`handover aborted, the old server stays active: ${(err as Error).message}`);
     }
     const epoch = this.epoch;
+    this.metrics?.close(); // the port goes to the next server with the lease
+    this.metrics = undefined;
     this.lease.release();
     failpoint('handover.after-release');
     const token = randomBytes(12).toString('hex');
@@ -402,7 +434,10 @@ export class ServerNode {
         this.lease.describe({ pid: process.pid, admin: this.adminAddress, slot: this.cfg.slot, version: SUITE_VERSION, epoch: this.epoch, sinceMs: Date.now() });
         // raise the fences to the new epoch before lifecycle calls run again
         this.announceEpoch().then(
-          () => this.resumeActive(),
+          () => {
+            this.sinceMs = Date.now();
+            this.resumeActive();
+          },
           (err: unknown) => {
             log.fatal({ err: (err as Error).message }, 'could not raise the epoch fences after taking the lease back');
             this.exit(1);
@@ -429,6 +464,7 @@ export class ServerNode {
   }
 
   private resumeActive(): void {
+    void this.startMetrics();
     this.role = ServerRole.SERVER_ROLE_ACTIVE;
     this.manager?.gate.open();
     this.startReaper();
@@ -501,6 +537,7 @@ export class ServerNode {
 
   private closeAll(): void {
     clearInterval(this.reaper);
+    this.metrics?.close();
     this.podd.closeAll();
     this.vms?.close();
     this.devices?.close();
