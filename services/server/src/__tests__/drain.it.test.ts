@@ -133,4 +133,27 @@ describeNode('node drain', () => {
     for (const s of all) expect(s.state).toBe(SandboxState.SANDBOX_STATE_DRAINED);
     expect(runcContainers(node.dirs.runDir)).toEqual([]);
   });
+
+  it('with a deadline too short for all, reports each sandbox as it really ended (none lost, none misreported)', async () => {
+    // bring the drained sandboxes back first: the drain stopped ublk-manager (SIGTERM); wait
+    // until it is gone, then start it as an operator would
+    for (let i = 0; i < 200 && findRunning(node.dirs, 'ublk-manager'); i++) await new Promise((res) => setTimeout(res, 50));
+    await startComponent(node.dirs, 'ublk-manager');
+    const api = node.reconnect();
+    const all = (await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
+    await mapLimit(all, 6, (s) => api.sandboxes.resumeSandbox({ sandboxId: s.sandboxId }));
+    const r = node.cli(['drain', '--deadline-ms', '150', '--concurrency', '2', '--json']);
+    const out = JSON.parse(r.stdout) as { sandboxes: { id: string; outcome: string; error: string }[] };
+    expect(out.sandboxes).toHaveLength(all.length);
+    const preserved = out.sandboxes.filter((x) => x.outcome === 'PRESERVED');
+    const failed = out.sandboxes.filter((x) => x.outcome === 'FAILED');
+    expect(failed.length).toBeGreaterThan(0); // 150 ms cannot drain 30 sandboxes two at a time
+    expect(r.status).toBe(1);
+    await new Promise((res) => setTimeout(res, 1000)); // nothing finishes behind the report's back
+    for (const x of preserved) expect((await api.sandboxes.getSandbox({ sandboxId: x.id })).sandbox!.state).toBe(SandboxState.SANDBOX_STATE_DRAINED);
+    for (const x of failed) {
+      expect(x.error).toMatch(/not reached before the drain deadline/);
+      expect((await api.sandboxes.getSandbox({ sandboxId: x.id })).sandbox!.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
+    }
+  });
 });

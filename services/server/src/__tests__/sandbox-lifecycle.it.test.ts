@@ -137,6 +137,25 @@ describeNode('sandbox lifecycle on a real node', () => {
     await expect(api.sandboxes.getSandbox({ sandboxId: s.sandboxId })).rejects.toMatchObject({ code: Status.NOT_FOUND });
   });
 
+  it('finishes the teardown of a create that failed while ublk-manager was down, once it is back', async () => {
+    const { api } = node;
+    const before = (await api.sandboxes.listSandboxes({})).sandboxes.map((s) => s.sandboxId);
+    await killComponent(node.dirs, 'ublk-manager');
+    await expect(api.sandboxes.createSandbox({ template: 'base', requestId: 'while-ublk-down' })).rejects.toMatchObject({ code: Status.UNAVAILABLE });
+    await startComponent(node.dirs, 'ublk-manager');
+    let left: string[] = [];
+    for (let i = 0; i < 100; i++) {
+      left = (await api.sandboxes.listSandboxes({})).sandboxes.map((s) => s.sandboxId).filter((id) => !before.includes(id));
+      if (left.length === 0) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(left).toEqual([]);
+    // the request_id is free again: the retried create makes a sandbox
+    const s = (await api.sandboxes.createSandbox({ template: 'base', requestId: 'while-ublk-down' })).sandbox!;
+    expect(s.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
+    await api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
+  });
+
   it('adopts every sandbox with the same pid and state after the server is killed with SIGKILL', async () => {
     const { api } = node;
     const a = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
