@@ -5,7 +5,7 @@
  * path is read as another project name).
  */
 const transform = { '^.+\\.ts$': ['ts-jest', { tsconfig: '<rootDir>/tsconfig.json' }] };
-const roots = ['<rootDir>/shared/src', '<rootDir>/services'];
+const roots = ['<rootDir>/shared/src', '<rootDir>/services', '<rootDir>/compat-tests/src'];
 const testPathIgnorePatterns = ['/node_modules/', '/dist/'];
 module.exports = {
   // testTimeout is a global option (ignored inside projects); integration files also set their own.

@@ -2,8 +2,9 @@
 /**
  * sandnode-ublk-manager: the daemon that owns block devices. Order at start: config ->
  * failpoints -> driver check (fails naming what is missing) -> slot lock (exit 3 when another
- * process of the slot holds it) -> device table of the slot -> crash convergence of released
- * rows -> adoption of the devices the table knows -> epoch fence -> serve DeviceService
+ * process of the slot holds it) -> device table of the slot -> takeover of the devices of a
+ * slot that is not running -> crash convergence of released rows -> adoption of the devices
+ * the table knows -> epoch fence -> serve DeviceService
  * (+ VersionService, health, reflection) and /metrics when configured. SIGTERM/SIGINT run the
  * shared shutdown order and close the table; devices stay attached (sandboxes use them, they
  * outlive the manager).
@@ -45,6 +46,11 @@ export function features(driver: BlockDriver): string[] {
 const EXIT_USAGE = 2;
 /** Exit code when another process of the same slot holds the slot lock. */
 const EXIT_LOCKED = 3;
+/**
+ * How long the start waits for the slot lock: another slot holds it for a moment while it
+ * checks that this slot is not running (takeover), in ms.
+ */
+const SLOT_LOCK_WAIT_MS = 2000;
 
 /** parseArgs accepts `--config FILE`, `--config=FILE` and `--help`. */
 export function parseArgs(argv: string[]): { config?: string; help: boolean } {
@@ -95,7 +101,7 @@ async function start(argv: string[]): Promise<void> {
 
   let slotLock: HeldLock;
   try {
-    slotLock = lockSlot(slotLockPath(cfg.stateDir, cfg.slot), `ublk-manager slot "${slotName(cfg.slot)}" on state dir ${cfg.stateDir}`);
+    slotLock = lockSlot(slotLockPath(cfg.stateDir, cfg.slot), `ublk-manager slot "${slotName(cfg.slot)}" on state dir ${cfg.stateDir}`, SLOT_LOCK_WAIT_MS);
   } catch (err) {
     log.fatal({ err: (err as Error).message }, 'cannot start: the slot is taken');
     process.exit(EXIT_LOCKED);
@@ -107,7 +113,10 @@ async function start(argv: string[]): Promise<void> {
   const store = new SqliteDeviceStore(dbFile);
   const peers = new FileSlotPeers(cfg.stateDir, cfg.slot);
   const manager = new DeviceManager({ store, driver, images, log, peers, limits: { maxDeviceSizeBytes: cfg.maxDeviceSizeBytes } });
-  // Crash convergence first: released rows are dropped (another slot owns the device) or taken back.
+  // Takeover first: the devices of a slot that is not running are owned here (exactly one
+  // running owner per device). Then crash convergence: released rows are dropped (another
+  // slot owns the device) or taken back.
+  await manager.takeOverStoppedPeers();
   await manager.converge({ takeBackAfterMs: 0 });
   await manager.adopt();
 

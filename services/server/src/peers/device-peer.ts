@@ -20,7 +20,7 @@ export class DevicePeer implements DevicePort {
   /** epoch is the server's current epoch, sent as `sandnode-epoch` on every call. */
   constructor(address: string, epoch: () => number = () => 0) {
     this.channel = createSandnodeChannel(address);
-    this.client = createServiceClient(DeviceServiceDefinition, this.channel, { timeoutMs: 60_000, epoch });
+    this.client = createServiceClient(DeviceServiceDefinition, this.channel, { timeoutMs: 60_000, epoch, retryAttempts: 8 });
     this.features = new PeerFeatures(this.channel, 'ublk-manager');
   }
 

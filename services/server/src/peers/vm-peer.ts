@@ -30,7 +30,7 @@ export class VmPeer implements VmPort {
   /** epoch is the server's current epoch, sent as `sandnode-epoch` on every call. */
   constructor(address: string, epoch: () => number = () => 0) {
     this.channel = createSandnodeChannel(address);
-    this.client = createServiceClient(VmServiceDefinition, this.channel, { timeoutMs: 60_000, epoch });
+    this.client = createServiceClient(VmServiceDefinition, this.channel, { timeoutMs: 60_000, epoch, retryAttempts: 8 });
     this.features = new PeerFeatures(this.channel, 'vmm-supervisor');
   }
 

@@ -15,6 +15,7 @@ import {
   InvalidArgumentError,
   NotFoundError,
   ResourceExhaustedError,
+  UnavailableError,
   type Logger,
 } from '@sandnode/shared';
 import { randomBytes } from 'node:crypto';
@@ -56,6 +57,20 @@ export interface ConvergeReport {
   dropped: string[];
   /** Released rows no other slot owns: owned (ready) again. */
   takenBack: string[];
+}
+
+/** What {@link DeviceManager.takeOverStoppedPeers} did, by device id. */
+export interface TakeoverReport {
+  /** Other slots found not running (their tables were examined). */
+  stopped: string[];
+  /** Devices of a stopped slot (ready, or released and owned by no one) now owned here. */
+  takenOver: string[];
+  /** Rows of a stopped slot dropped because this slot owns the device (an interrupted takeover or a stale release). */
+  dropped: string[];
+  /** Rows a stopped slot left `creating`/`deleting`: moved here and cleaned up as adoption does. */
+  cleanedUp: string[];
+  /** Rows left where they are (the error is logged). */
+  failed: string[];
 }
 
 /** What RecoverDevice needs to know about the released device. */
@@ -117,6 +132,16 @@ export class DeviceManager {
   /** Quiesced devices: id -> the timer that resumes them by itself. */
   private readonly quiesced = new Map<string, NodeJS.Timeout>();
   private sweepTimer: NodeJS.Timeout | undefined;
+  /**
+   * Retiring: this slot is handing its devices to another slot (set by the first
+   * ReleaseDevice served or by HandoverAll's ListDevices; '' = the slot is not known). While
+   * set, CreateDevice is UNAVAILABLE. See {@link beginRetiring}.
+   */
+  private retiringTo: string | undefined;
+  /** Devices this slot released to another slot and did not get back: calls naming them are UNAVAILABLE. */
+  private readonly handedOver = new Set<string>();
+  /** CreateDevice calls past the retiring check; a retiring ListDevices waits for them. */
+  private readonly creating = new Set<Promise<unknown>>();
 
   constructor(opts: DeviceManagerOptions) {
     this.peers = opts.peers ?? new NoPeers();
@@ -127,6 +152,11 @@ export class DeviceManager {
     this.log = opts.log;
     this.limits = opts.limits;
     this.now = opts.now ?? Date.now;
+  }
+
+  /** slot is this manager's slot ("a", "b" or "default"). */
+  get slot(): string {
+    return this.peers.self;
   }
 
   /** capabilities reports the driver, its handover capabilities and the size limit in bytes. */
@@ -144,34 +174,43 @@ export class DeviceManager {
    */
   async create(input: CreateDeviceInput): Promise<Device> {
     const spec = validateCreateInput(input, this.limits);
-    return this.locks.run(spec.deviceId, async () => {
-      const existing = this.store.get(spec.deviceId);
-      this.refuseDuringHandover(spec.deviceId, existing, 'CreateDevice');
-      if (existing?.state === 'ready') {
-        if (!sameSpec(existing, spec)) {
-          throw new AlreadyExistsError(
-            `device_id "${spec.deviceId}" exists with a different spec (${describeSpec(existing)}; requested ${describeSpec(spec)})`,
-          );
-        }
-        return this.ensureAttached(existing);
-      }
-      if (existing) {
-        this.log.warn({ device_id: existing.deviceId, state: existing.state }, 'cleaning up an interrupted create or delete before creating');
-        await this.teardown(existing);
-      }
-      let sizeBytes = spec.sizeBytes;
-      if (spec.sourceImage !== '') {
-        const info = await this.images.inspectSource(spec.sourceImage);
-        validateCloneSize(spec.sourceImage, info.sizeBytes, this.limits);
-        sizeBytes = info.sizeBytes;
-      }
-      return this.make(spec, sizeBytes);
+    await this.refuseIfRetiring('CreateDevice');
+    return this.locks.run(spec.deviceId, () => {
+      this.refuseIfRetiringNow('CreateDevice');
+      const work = this.createLocked(spec);
+      this.creating.add(work);
+      return work.finally(() => this.creating.delete(work));
     });
+  }
+
+  private async createLocked(spec: DeviceSpec): Promise<Device> {
+    const existing = this.store.get(spec.deviceId);
+    this.refuseDuringHandover(spec.deviceId, existing, 'CreateDevice');
+    if (existing?.state === 'ready') {
+      if (!sameSpec(existing, spec)) {
+        throw new AlreadyExistsError(
+          `device_id "${spec.deviceId}" exists with a different spec (${describeSpec(existing)}; requested ${describeSpec(spec)})`,
+        );
+      }
+      return this.ensureAttached(existing);
+    }
+    if (existing) {
+      this.log.warn({ device_id: existing.deviceId, state: existing.state }, 'cleaning up an interrupted create or delete before creating');
+      await this.teardown(existing);
+    }
+    let sizeBytes = spec.sizeBytes;
+    if (spec.sourceImage !== '') {
+      const info = await this.images.inspectSource(spec.sourceImage);
+      validateCloneSize(spec.sourceImage, info.sizeBytes, this.limits);
+      sizeBytes = info.sizeBytes;
+    }
+    return this.make(spec, sizeBytes);
   }
 
   /** get returns one device with its live state. Errors: InvalidArgumentError, NotFoundError. */
   async get(deviceId: string): Promise<Device> {
     validateDeviceId(deviceId);
+    await this.refuseIfRetiring('GetDevice', deviceId);
     const rec = this.store.get(deviceId);
     if (!rec || rec.state !== 'ready') throw new NotFoundError(`device_id "${deviceId}": no such device`);
     const live = await this.locate(rec);
@@ -184,6 +223,11 @@ export class DeviceManager {
    * Released rows are not listed; those another slot now owns are dropped here.
    */
   async list(): Promise<Device[]> {
+    if (this.isRetiring()) {
+      await this.reclaimIfSuccessorStopped();
+      // A create that passed the retiring check before it began must be listed (HandoverAll moves it).
+      await Promise.allSettled([...this.creating]);
+    }
     if (this.store.list().some((r) => r.state === 'released')) await this.converge({ takeBackAfterMs: this.releaseTimeoutMs });
     const index = await this.liveIndex();
     const out: Device[] = [];
@@ -199,7 +243,9 @@ export class DeviceManager {
    */
   async delete(deviceId: string): Promise<boolean> {
     validateDeviceId(deviceId);
+    await this.refuseIfRetiring('DeleteDevice', deviceId);
     return this.locks.run(deviceId, async () => {
+      this.refuseIfRetiringNow('DeleteDevice', deviceId);
       const rec = this.store.get(deviceId);
       if (!rec) return false;
       this.refuseDuringHandover(deviceId, rec, 'DeleteDevice');
@@ -295,6 +341,7 @@ export class DeviceManager {
       throw new InvalidArgumentError(`timeout_ms: must be 0..${MAX_QUIESCE_TIMEOUT_MS}, got ${timeoutMs}`);
     }
     const hold = timeoutMs === 0 ? DEFAULT_QUIESCE_TIMEOUT_MS : timeoutMs;
+    await this.refuseIfRetiring('QuiesceDevice', deviceId);
     return this.locks.run(deviceId, async () => {
       const { rec, live } = await this.ownedAttached(deviceId, 'QuiesceDevice');
       const t0 = performance.now();
@@ -317,9 +364,10 @@ export class DeviceManager {
    */
   async resume(deviceId: string): Promise<Device> {
     validateDeviceId(deviceId);
+    await this.refuseIfRetiring('ResumeDevice', deviceId);
     return this.locks.run(deviceId, async () => {
       const rec = this.store.get(deviceId);
-      if (rec?.state === 'released') throw new FailedPreconditionError(`device_id "${deviceId}" was released to another slot; nothing to resume`);
+      if (rec?.state === 'released' || this.handedOver.has(deviceId)) throw this.handedOverError('ResumeDevice', deviceId);
       if (!rec || rec.state !== 'ready') throw new NotFoundError(`device_id "${deviceId}": no such device`);
       const live = await this.locate(rec);
       if (this.clearQuiesced(deviceId) && live) await this.driver.resume(live);
@@ -336,6 +384,7 @@ export class DeviceManager {
    */
   async release(deviceId: string): Promise<{ device: Device; token: string }> {
     validateDeviceId(deviceId);
+    await this.refuseIfRetiring('ReleaseDevice', deviceId);
     return this.locks.run(deviceId, async () => {
       const { rec, live } = await this.ownedAttached(deviceId, 'ReleaseDevice');
       if (!this.quiesced.has(deviceId)) throw new FailedPreconditionError(`ReleaseDevice "${deviceId}": the device is not quiesced (call QuiesceDevice first); nothing changed`);
@@ -346,6 +395,8 @@ export class DeviceManager {
       }
       const token = randomBytes(16).toString('hex');
       this.store.update(deviceId, { state: 'released', handoverToken: token, path: live.path }, this.now());
+      this.handedOver.add(deviceId);
+      if (this.retiringTo === undefined) this.beginRetiring('');
       this.clearQuiesced(deviceId);
       this.scheduleSweep();
       this.log.info({ device_id: deviceId, path: live.path }, 'device released for handover');
@@ -377,6 +428,11 @@ export class DeviceManager {
     return this.locks.run(deviceId, () =>
       this.peers.exclusive(async () => {
         const own = this.store.get(deviceId);
+        if (own?.state === 'ready' && own.handoverToken === token) {
+          // Already ours through this very release (a takeover of the stopped releasing slot got here first).
+          const at = await this.locate(own);
+          if (at) return { device: this.deviceFrom(own, at), recoverMs: performance.now() - t0 };
+        }
         if (own && own.state !== 'released') throw new AlreadyExistsError(`RecoverDevice "${deviceId}": this slot (${this.peers.self}) owns it already (row ${own.state})`);
         const rows = this.peers.peerRows(deviceId);
         const from = rows.find((r) => r.record.state === 'released' && r.record.handoverToken === token);
@@ -395,6 +451,7 @@ export class DeviceManager {
         const rec: DeviceRecord = { ...from.record, state: 'ready', path: live.path, handoverToken: token, updatedAtMs: now };
         if (own) this.store.delete(deviceId); // a stale released row from an earlier move out of this slot
         this.store.insert(rec);
+        this.gotBack(deviceId);
         const recoverMs = performance.now() - t0;
         this.log.info({ device_id: deviceId, path: live.path, from_slot: from.slot, recover_ms: recoverMs }, 'device recovered from another slot');
         failpoint('ublk.recover.before-response');
@@ -418,7 +475,10 @@ export class DeviceManager {
         const rec = this.store.get(deviceId);
         if (!rec) throw new NotFoundError(`AbortHandover "${deviceId}": this slot has no such device`);
         if (rec.handoverToken !== token) throw new InvalidArgumentError(`handover_token: does not match the release of device_id "${deviceId}"`);
-        if (rec.state === 'ready') return this.ensureAttached(rec);
+        if (rec.state === 'ready') {
+          this.gotBack(deviceId);
+          return this.ensureAttached(rec);
+        }
         if (rec.state !== 'released') throw new FailedPreconditionError(`AbortHandover "${deviceId}": row is ${rec.state}`);
         const owner = this.peers.peerRows(deviceId).find((r) => r.record.state !== 'released');
         if (owner) {
@@ -426,6 +486,7 @@ export class DeviceManager {
           throw new FailedPreconditionError(`AbortHandover "${deviceId}": slot ${owner.slot} owns the device now; this slot dropped its row`);
         }
         const dev = await this.takeBack(rec);
+        this.gotBack(deviceId);
         this.log.info({ device_id: deviceId, path: dev.path }, 'handover aborted: device owned again');
         return dev;
       }),
@@ -453,6 +514,7 @@ export class DeviceManager {
             report.dropped.push(rec.deviceId);
           } else if (this.now() - rec.updatedAtMs >= opts.takeBackAfterMs) {
             await this.takeBack(rec);
+            this.gotBack(rec.deviceId);
             log.warn({ released_ms_ago: this.now() - rec.updatedAtMs }, 'converge: released device was not taken over by any slot; owned again');
             report.takenBack.push(rec.deviceId);
           }
@@ -491,17 +553,190 @@ export class DeviceManager {
   /** ownedAttached returns the ready row and its attached device, or throws the handover errors. */
   private async ownedAttached(deviceId: string, rpc: string): Promise<{ rec: DeviceRecord; live: AttachedDevice }> {
     const rec = this.store.get(deviceId);
-    if (rec?.state === 'released') throw new FailedPreconditionError(`${rpc} "${deviceId}": the device was released to another slot`);
+    if (rec?.state === 'released' || this.handedOver.has(deviceId)) throw this.handedOverError(rpc, deviceId);
     if (!rec || rec.state !== 'ready') throw new NotFoundError(`${rpc} "${deviceId}": no such device`);
     const live = await this.locate(rec);
     if (!live) throw new FailedPreconditionError(`${rpc} "${deviceId}": the device is not attached`);
     return { rec, live };
   }
 
-  /** refuseDuringHandover: CreateDevice/DeleteDevice fail while a device is quiesced or released. */
+  /**
+   * refuseDuringHandover: CreateDevice/DeleteDevice fail UNAVAILABLE (retryable, nothing
+   * changed) while a device is quiesced (a hold of milliseconds) or released.
+   */
   private refuseDuringHandover(deviceId: string, rec: DeviceRecord | undefined, rpc: string): void {
-    if (this.quiesced.has(deviceId)) throw new FailedPreconditionError(`${rpc} "${deviceId}": the device is quiesced for a handover; retry after ResumeDevice or the quiesce timeout (nothing changed)`);
-    if (rec?.state === 'released') throw new FailedPreconditionError(`${rpc} "${deviceId}": the device was released to another slot; call it there (nothing changed)`);
+    if (this.quiesced.has(deviceId)) throw new UnavailableError(`${rpc} "${deviceId}": the device is quiesced for a handover; retry (nothing changed)`);
+    if (rec?.state === 'released' || this.handedOver.has(deviceId)) throw this.handedOverError(rpc, deviceId);
+  }
+
+  /** handedOverError: UNAVAILABLE for a call naming a device this slot released to another slot. */
+  private handedOverError(rpc: string, deviceId: string): UnavailableError {
+    return new UnavailableError(`${rpc} "${deviceId}": ${this.retiringWhat()}; the device was released to it; retry (nothing changed)`);
+  }
+
+  private retiringWhat(): string {
+    return `this slot (${this.peers.self}) is handing its devices to ${this.retiringTo ? `slot ${this.retiringTo}` : 'another slot'}`;
+  }
+
+  /** isRetiring says whether this slot is handing its devices to another slot. */
+  isRetiring(): boolean {
+    return this.retiringTo !== undefined || this.handedOver.size > 0;
+  }
+
+  /**
+   * beginRetiring marks this slot as handing its devices to slot `to` ('' = unknown): from
+   * now on CreateDevice is UNAVAILABLE ("retry": the retry reaches the new slot once the
+   * stable address moves). Called by HandoverAll's ListDevices (metadata
+   * `sandnode-handover-to`) and by the first ReleaseDevice. It ends when every released
+   * device came back (AbortHandover, take-back) or when the slot it hands to is found not
+   * running (see {@link reclaimIfSuccessorStopped}); a restart also ends it.
+   */
+  beginRetiring(to: string): void {
+    if (this.retiringTo === to || (to === '' && this.retiringTo !== undefined)) return;
+    this.retiringTo = to;
+    this.log.warn({ to: to || undefined }, 'retiring: handing devices to another slot; CreateDevice and calls on released devices answer UNAVAILABLE');
+  }
+
+  /** gotBack: a device this slot had released is owned here again; the last one ends retiring. */
+  private gotBack(deviceId: string): void {
+    if (!this.handedOver.delete(deviceId)) return;
+    if (this.handedOver.size === 0 && this.retiringTo !== undefined) {
+      this.retiringTo = undefined;
+      this.log.info('retiring ended: every released device is owned here again');
+    }
+  }
+
+  /**
+   * refuseIfRetiring: UNAVAILABLE for CreateDevice (deviceId undefined) while retiring, or for
+   * a call naming a device this slot released. First, if the slot it hands its devices to is
+   * not running any more, takes its devices back (and ends retiring), then serves the call.
+   */
+  private async refuseIfRetiring(rpc: string, deviceId?: string): Promise<void> {
+    if (!this.blockedByRetiring(deviceId)) return;
+    await this.reclaimIfSuccessorStopped();
+    this.refuseIfRetiringNow(rpc, deviceId);
+  }
+
+  private blockedByRetiring(deviceId: string | undefined): boolean {
+    return deviceId === undefined ? this.isRetiring() : this.handedOver.has(deviceId);
+  }
+
+  /** refuseIfRetiringNow: the check of refuseIfRetiring without the reclaim (inside a device lock). */
+  private refuseIfRetiringNow(rpc: string, deviceId?: string): void {
+    if (!this.blockedByRetiring(deviceId)) return;
+    if (deviceId !== undefined) throw this.handedOverError(rpc, deviceId);
+    throw new UnavailableError(`${rpc}: ${this.retiringWhat()}; retry (nothing changed)`);
+  }
+
+  /**
+   * reclaimIfSuccessorStopped: while retiring, when the slot this one hands its devices to
+   * (every other slot when it is not known) is not running, the move is over: its devices are
+   * taken over ({@link takeOverStoppedPeers}), this slot's released rows that nobody owns are
+   * taken back, and retiring ends.
+   */
+  async reclaimIfSuccessorStopped(): Promise<void> {
+    if (!this.isRetiring()) return;
+    const to = this.retiringTo ? [this.retiringTo] : [...this.peers.others];
+    const r = await this.takeOverStoppedPeers();
+    if (!to.every((s) => r.stopped.includes(s))) return;
+    await this.converge({ takeBackAfterMs: 0 });
+    this.handedOver.clear();
+    this.retiringTo = undefined;
+    this.log.warn({ to, taken_over: r.takenOver }, 'retiring ended: the slot this one was handing its devices to is not running; its devices are owned here again');
+  }
+
+  /**
+   * takeOverStoppedPeers applies the takeover rule (at every start, and by a retiring slot
+   * whose successor stopped), under the cross-slot lock: for every other slot that is not
+   * running (its slot lock can be taken; it is held meanwhile, so that slot cannot start):
+   * - a `ready` row, or a `released` row that no slot owns: the device is verified (still
+   *   attached to its image: driver recover) and becomes this slot's (`ready` row inserted,
+   *   fsynced), then the other slot's row is deleted; an image that is not attached is
+   *   attached again after the insert (as adoption does);
+   * - a `ready`/`released` row of a device this slot owns (`ready`): the other row is dropped
+   *   (an interrupted takeover: insert done, delete not);
+   * - a `creating`/`deleting` row no row here names: moved here and cleaned up as adoption does.
+   * Never throws for one device (logged, reported failed).
+   */
+  async takeOverStoppedPeers(): Promise<TakeoverReport> {
+    const report: TakeoverReport = { stopped: [], takenOver: [], dropped: [], cleanedUp: [], failed: [] };
+    await this.peers.exclusive(async () => {
+      for (const slot of this.peers.others) {
+        const stopped = await this.peers.ifStopped(slot, async (theirs) => {
+          if (theirs) for (const row of theirs.list()) await this.takeOverRow(slot, theirs, row, report);
+        });
+        if (stopped) report.stopped.push(slot);
+      }
+    });
+    if (report.takenOver.length + report.dropped.length + report.cleanedUp.length + report.failed.length > 0) this.log.info(report, 'takeover of stopped slots done');
+    return report;
+  }
+
+  private async takeOverRow(slot: string, theirs: DeviceStore, row: DeviceRecord, report: TakeoverReport): Promise<void> {
+    const id = row.deviceId;
+    const log = this.log.child({ device_id: id, from_slot: slot, their_state: row.state });
+    try {
+      const own = this.store.get(id);
+      if (row.state === 'ready' || row.state === 'released') {
+        if (own?.state === 'ready') {
+          theirs.delete(id);
+          log.info('takeover: this slot owns the device; the stopped slot\'s row is dropped');
+          report.dropped.push(id);
+          return;
+        }
+        if (own && own.state !== 'released') {
+          log.error({ own_state: own.state }, 'takeover: both slots have an unfinished row for this device; left alone');
+          report.failed.push(id);
+          return;
+        }
+        const elsewhere = this.peers.peerRows(id).find((r) => r.slot !== slot && r.record.state !== 'released');
+        if (elsewhere) {
+          if (row.state === 'released') {
+            theirs.delete(id);
+            log.info({ owner: elsewhere.slot }, 'takeover: a released row of the stopped slot whose device another slot owns; dropped');
+            report.dropped.push(id);
+          } else {
+            log.error({ owner: elsewhere.slot }, 'takeover: another slot owns this device too; left alone');
+            report.failed.push(id);
+          }
+          return;
+        }
+        // Verify before taking it: still attached to its image (loop: same backing file; ublk: recover).
+        let live = await this.locate(row);
+        if (live) live = await this.driver.recover(live);
+        const rec: DeviceRecord = { ...row, state: 'ready', path: live?.path ?? row.path, updatedAtMs: this.now() };
+        if (own) this.store.delete(id); // our stale released row: the move out of this slot is undone
+        this.store.insert(rec);
+        theirs.delete(id);
+        this.gotBack(id);
+        if (!live) {
+          if (await this.images.exists(rec.backingFile)) {
+            const a = await this.driver.attach(rec.backingFile, { readOnly: rec.readOnly });
+            this.store.update(id, { path: a.path }, this.now());
+            log.warn({ path: a.path }, 'takeover: the image was not attached; re-attached');
+          } else {
+            log.error({ backing_file: rec.backingFile }, 'takeover: the image file is missing; reported as missing until deleted');
+          }
+        }
+        log.warn({ path: live?.path }, 'takeover: the device of a stopped slot is owned by this slot now');
+        report.takenOver.push(id);
+        return;
+      }
+      // creating / deleting: an interrupted create or delete of the stopped slot.
+      if (own) {
+        log.error({ own_state: own.state }, 'takeover: an unfinished row of the stopped slot names a device this slot has a row for; left alone');
+        report.failed.push(id);
+        return;
+      }
+      this.store.insert(row);
+      theirs.delete(id);
+      await this.teardown(row);
+      log.info('takeover: finished the cleanup of an interrupted create or delete of the stopped slot');
+      report.cleanedUp.push(id);
+    } catch (err) {
+      log.error({ err }, 'takeover failed for this device; left where it is');
+      report.failed.push(id);
+    }
   }
 
   private setQuiesced(deviceId: string, holdMs: number): void {

@@ -1,5 +1,5 @@
 import { InternalError } from '@sandnode/shared';
-import { activeFailpoints, failpoint, parseFailpoints, setFailpoints } from './failpoints';
+import { activeFailpoints, failpoint, failpointAsync, parseFailpoints, setFailpoints } from './failpoints';
 
 describe('failpoints', () => {
   afterEach(() => setFailpoints(undefined));
@@ -17,5 +17,18 @@ describe('failpoints', () => {
     expect(activeFailpoints()).toEqual(['ublk.recover=error']);
     expect(() => failpoint('ublk.recover')).toThrow(new InternalError('failpoint ublk.recover'));
     expect(() => failpoint('ublk.quiesce.after')).not.toThrow();
+  });
+  it('pause (handover-all failpoints only) waits for SIGUSR2', async () => {
+    expect(() => parseFailpoints('ublk.recover=pause')).toThrow(/pause is only for/);
+    setFailpoints('ublk.handover-all.after-first-move=pause');
+    let paused = false;
+    let done = false;
+    const p = failpointAsync('ublk.handover-all.after-first-move', () => (paused = true)).then(() => (done = true));
+    await Promise.resolve();
+    expect([paused, done]).toEqual([true, false]);
+    process.emit('SIGUSR2', 'SIGUSR2'); // (a real signal would reach jest's own process)
+    await p;
+    expect(done).toBe(true);
+    await failpointAsync('ublk.handover-all.after-list'); // not set: returns at once
   });
 });

@@ -5,6 +5,9 @@
  *
  * - `error`: the call throws InternalError("failpoint <name>") at that place;
  * - `kill`: the process sends itself SIGKILL at that place (a crash at exactly that step);
+ * - `pause` (only the `ublk.handover-all.*` ones, which run where waiting is safe): the call
+ *   waits at that place until the process gets SIGUSR2 (a test does something in between,
+ *   e.g. deletes a device on the old slot, then sends the signal);
  * - `off`: nothing.
  *
  * Unknown names or actions fail the start ({@link parseFailpoints} throws naming them).
@@ -26,14 +29,21 @@ export const FAILPOINT_NAMES = [
   'ublk.recover',
   /** New slot: the recovered row is persisted, before RecoverDevice answers. */
   'ublk.recover.before-response',
+  /** New slot (HandoverAll): the old slot's devices are listed, before the first moves. */
+  'ublk.handover-all.after-list',
+  /** New slot (HandoverAll): the first device moved (recover persisted), before the next one. */
+  'ublk.handover-all.after-first-move',
 ] as const;
+
+/** The failpoints that accept `pause` (they are reached through {@link failpointAsync}). */
+export const PAUSABLE_FAILPOINTS: readonly FailpointName[] = ['ublk.handover-all.after-list', 'ublk.handover-all.after-first-move'];
 
 /** A failpoint name. */
 export type FailpointName = (typeof FAILPOINT_NAMES)[number];
 /** What a failpoint does. */
-export type FailpointAction = 'error' | 'kill' | 'off';
+export type FailpointAction = 'error' | 'kill' | 'pause' | 'off';
 
-const ACTIONS: readonly FailpointAction[] = ['error', 'kill', 'off'];
+const ACTIONS: readonly FailpointAction[] = ['error', 'kill', 'pause', 'off'];
 
 /** parseFailpoints reads a `name=action,...` list; throws Error naming a bad entry. */
 export function parseFailpoints(spec: string | undefined): Map<FailpointName, FailpointAction> {
@@ -43,7 +53,10 @@ export function parseFailpoints(spec: string | undefined): Map<FailpointName, Fa
     const name = eq < 0 ? part : part.slice(0, eq);
     const action = eq < 0 ? 'error' : part.slice(eq + 1);
     if (!(FAILPOINT_NAMES as readonly string[]).includes(name)) throw new Error(`${FAILPOINTS_ENV}: unknown failpoint "${name}" (known: ${FAILPOINT_NAMES.join(', ')})`);
-    if (!(ACTIONS as readonly string[]).includes(action)) throw new Error(`${FAILPOINTS_ENV}: failpoint "${name}": unknown action "${action}" (error, kill, off)`);
+    if (!(ACTIONS as readonly string[]).includes(action)) throw new Error(`${FAILPOINTS_ENV}: failpoint "${name}": unknown action "${action}" (error, kill, pause, off)`);
+    if (action === 'pause' && !PAUSABLE_FAILPOINTS.includes(name as FailpointName)) {
+      throw new Error(`${FAILPOINTS_ENV}: failpoint "${name}": pause is only for ${PAUSABLE_FAILPOINTS.join(', ')}`);
+    }
     out.set(name as FailpointName, action as FailpointAction);
   }
   return out;
@@ -70,4 +83,15 @@ export function failpoint(name: FailpointName): void {
     // SIGKILL to ourselves is delivered before the syscall returns; never reached.
     throw new InternalError(`failpoint ${name}: SIGKILL did not stop the process`);
   }
+}
+
+/**
+ * failpointAsync runs the action set for name, if any; `pause` waits for SIGUSR2, calling
+ * onPause first (the caller logs that it waits).
+ */
+export async function failpointAsync(name: FailpointName, onPause?: () => void): Promise<void> {
+  if (active.get(name) !== 'pause') return failpoint(name);
+  const resumed = new Promise<void>((resolve) => process.once('SIGUSR2', () => resolve()));
+  onPause?.();
+  await resumed;
 }

@@ -1,23 +1,29 @@
 /**
  * HandoverAll (new slot): moves devices from the old slot to this one, one at a time:
  * Quiesce(old) -> Release(old) -> Recover(self); any failure after the release runs
- * AbortHandover(old) so the old slot takes the device back. Every step is persisted by the
+ * AbortHandover(old) so the old slot takes the device back. A device the old slot no longer
+ * has when its turn comes (deleted meanwhile: Quiesce NOT_FOUND) is skipped, not a failure.
+ * After the listed devices, the old slot is listed again and devices that appeared meanwhile
+ * are moved too (at most MAX_HANDOVER_PASSES passes). Every step is persisted by the
  * slot that does it before it answers, so a kill -9 of either process at any step converges
  * at the next start (see DeviceManager.converge and the README).
  *
  * No proto imports: the old slot is reached through the {@link OldSlot} port (rpc layer).
  */
 import { performance } from 'node:perf_hooks';
-import type { Logger } from '@sandnode/shared';
+import { NotFoundError, type Logger } from '@sandnode/shared';
 import type { DeviceManager } from './device-manager';
-import { failpoint } from './failpoints';
+import { failpoint, failpointAsync } from './failpoints';
 import type { Device } from './types';
 
 /** The old slot, as HandoverAll calls it (each call bounded by timeoutMs). */
 export interface OldSlot {
-  /** list returns the devices the old slot owns. */
+  /**
+   * list returns the devices the old slot owns; it tells the old slot that this slot takes its
+   * devices over (the old slot is retiring from then on: CreateDevice there is UNAVAILABLE).
+   */
   list(timeoutMs: number): Promise<Device[]>;
-  /** quiesce asks the old slot to quiesce the device for holdMs. */
+  /** quiesce asks the old slot to quiesce the device for holdMs; NotFoundError when it has no such device. */
   quiesce(deviceId: string, holdMs: number, timeoutMs: number): Promise<void>;
   /** resume ends a quiesce that did not lead to a release. */
   resume(deviceId: string, timeoutMs: number): Promise<void>;
@@ -53,6 +59,11 @@ export interface HandoverReport {
 
 /** Default per-device bound when the request says 0, in ms. */
 export const DEFAULT_PER_DEVICE_TIMEOUT_MS = 5000;
+/**
+ * Passes over the old slot's list (the first, then one per "devices appeared meanwhile").
+ * A device still appearing after the last pass is reported FAILED (the old slot keeps it).
+ */
+export const MAX_HANDOVER_PASSES = 4;
 
 function msg(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
@@ -69,10 +80,11 @@ export function handoverMode(manager: DeviceManager): HandoverMode {
 }
 
 /**
- * handoverAll moves deviceIds (empty: every device the old slot lists) from old to manager.
- * Never throws for one device: each gets MOVED, ABORTED (the old slot kept or took back the
- * device) or FAILED (it could not be given back; error says why). observe gets each moved
- * device's stall in seconds.
+ * handoverAll moves deviceIds (empty: every device the old slot lists, then those that
+ * appeared there meanwhile) from old to manager. Never throws for one device: each gets MOVED,
+ * ABORTED (the old slot kept or took back the device) or FAILED (it could not be given back,
+ * or kept appearing; error says why); a device deleted on the old slot before its turn is
+ * left out of the report (logged). observe gets each moved device's stall in seconds.
  */
 export async function handoverAll(opts: {
   manager: DeviceManager;
@@ -88,24 +100,33 @@ export async function handoverAll(opts: {
   const mode = handoverMode(manager);
   const caps = manager.capabilities().capabilities;
   const listed = (await old.list(bound)).map((d) => d.deviceId);
-  const ids = opts.deviceIds.length > 0 ? opts.deviceIds : listed;
+  await failpointAsync('ublk.handover-all.after-list', () => log.warn({ failpoint: 'ublk.handover-all.after-list' }, 'failpoint ublk.handover-all.after-list paused until SIGUSR2'));
+  const explicit = opts.deviceIds.length > 0;
   const results: DeviceHandoverResult[] = [];
-  for (const id of ids) {
+  const attempted = new Set<string>();
+  let firstMoveDone = false;
+
+  const moveOne = async (id: string): Promise<void> => {
     const dlog = log.child({ device_id: id });
-    if (!listed.includes(id)) {
-      results.push({ deviceId: id, result: 'failed', stallMs: 0, error: `the old slot does not own device_id "${id}"` });
-      continue;
-    }
     if (mode !== 'ownership-only' && !caps.includes('user-recovery')) {
       results.push({ deviceId: id, result: 'failed', stallMs: 0, error: 'FAILED_PRECONDITION: the driver lacks USER_RECOVERY; pause the sandbox, move the device, resume it' });
-      continue;
+      return;
     }
     const start = performance.now();
     const deadline = start + bound;
     const left = () => Math.max(1, Math.round(deadline - performance.now()));
     let released: { device: Device; token: string } | undefined;
     try {
-      await old.quiesce(id, bound, left());
+      try {
+        await old.quiesce(id, bound, left());
+      } catch (err) {
+        if (err instanceof NotFoundError) {
+          // Deleted on the old slot since it was listed: it is simply not part of the move.
+          dlog.info({ err: msg(err) }, 'handover: the old slot no longer has this device (deleted meanwhile); skipped');
+          return;
+        }
+        throw err;
+      }
       released = await old.release(id, left());
       failpoint('ublk.handover.after-release');
       await manager.recover({ deviceId: id, path: released.device.path, backingFile: released.device.backingFile }, released.token);
@@ -119,7 +140,7 @@ export async function handoverAll(opts: {
         await old.resume(id, bound).catch((e: unknown) => dlog.warn({ err: msg(e) }, 'handover: resume after a failed quiesce/release failed (the quiesce times out by itself)'));
         results.push({ deviceId: id, result: 'aborted', stallMs: performance.now() - start, error: why });
         dlog.warn({ err: why }, 'handover: device not released; the old slot keeps it');
-        continue;
+        return;
       }
       try {
         await old.abort(id, released.token, bound);
@@ -130,6 +151,43 @@ export async function handoverAll(opts: {
         dlog.error({ err: why, abort_err: msg(abortErr) }, 'handover: recover and abort failed');
       }
     }
+  };
+
+  let ids = explicit ? opts.deviceIds : listed;
+  for (let pass = 1; ; pass++) {
+    for (const id of ids) {
+      attempted.add(id);
+      if (!listed.includes(id)) {
+        results.push({ deviceId: id, result: 'failed', stallMs: 0, error: `the old slot does not own device_id "${id}"` });
+        continue;
+      }
+      await moveOne(id);
+      if (!firstMoveDone && results.at(-1)?.deviceId === id && results.at(-1)?.result === 'moved') {
+        firstMoveDone = true;
+        await failpointAsync('ublk.handover-all.after-first-move', () =>
+          log.warn({ failpoint: 'ublk.handover-all.after-first-move' }, 'failpoint ublk.handover-all.after-first-move paused until SIGUSR2'),
+        );
+      }
+    }
+    if (explicit) break;
+    // Final pass: devices created on the old slot while the list above was being moved.
+    let again: string[];
+    try {
+      again = (await old.list(bound)).map((d) => d.deviceId).filter((id) => !attempted.has(id));
+    } catch (err) {
+      throw new Error(`listing the old slot again after pass ${pass} failed (${results.filter((r) => r.result === 'moved').length} devices moved so far): ${msg(err)}`);
+    }
+    if (again.length === 0) break;
+    if (pass >= MAX_HANDOVER_PASSES) {
+      for (const id of again) {
+        results.push({ deviceId: id, result: 'failed', stallMs: 0, error: `device_id "${id}" appeared on the old slot after ${pass} passes; the old slot keeps it` });
+      }
+      log.error({ device_ids: again, passes: pass }, 'handover: devices keep appearing on the old slot; giving up on them');
+      break;
+    }
+    log.info({ device_ids: again, pass: pass + 1 }, 'handover: devices appeared on the old slot during the move; moving them too');
+    listed.push(...again);
+    ids = again;
   }
   return { devices: results, mode, totalMs: performance.now() - t0 };
 }

@@ -48,6 +48,15 @@ export interface SlotPeers {
   peerRows(deviceId: string): PeerRow[];
   /** exclusive runs fn while no other slot runs an exclusive section. */
   exclusive<T>(fn: () => Promise<T>): Promise<T>;
+  /** The other slots, by name. */
+  readonly others: readonly string[];
+  /**
+   * ifStopped: when no process holds slot's lock (the slot is not running), holds that lock
+   * while fn runs with the slot's table opened read-write (undefined when it has none), so
+   * the slot cannot start meanwhile, and resolves true; resolves false (fn not run) when the
+   * slot runs. Call it inside {@link exclusive}.
+   */
+  ifStopped(slot: string, fn: (table: DeviceStore | undefined) => Promise<void>): Promise<boolean>;
 }
 
 /** NoPeers is SlotPeers for a manager alone on its state dir (tests). */
@@ -57,6 +66,12 @@ export class NoPeers implements SlotPeers {
   /** peerRows: none. */
   peerRows(): PeerRow[] {
     return [];
+  }
+  readonly others: readonly string[] = [];
+  /** ifStopped: there are no other slots. */
+  async ifStopped(_slot: string, fn: (table: DeviceStore | undefined) => Promise<void>): Promise<boolean> {
+    await fn(undefined);
+    return true;
   }
   /** exclusive: a promise chain in this process. */
   exclusive<T>(fn: () => Promise<T>): Promise<T> {

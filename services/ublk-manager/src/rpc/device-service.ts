@@ -8,7 +8,7 @@ import type { DeviceServiceImplementation } from '@sandnode/shared/proto/ublk/v1
 import type { DeviceManager } from '../core/device-manager';
 import { handoverAll, type HandoverMode } from '../core/handover';
 import { capabilitiesToPb, createInputFromPb, deviceToPb, handoverToPb } from './convert';
-import { connectOldSlot } from './old-slot-client';
+import { connectOldSlot, HANDOVER_TO_METADATA_KEY } from './old-slot-client';
 
 /** Options of the handlers that need more than the manager. */
 export interface DeviceServiceOptions {
@@ -31,7 +31,13 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
     async getDevice(req) {
       return { device: deviceToPb(await manager.get(req.deviceId)) };
     },
-    async listDevices() {
+    async listDevices(_req, context) {
+      // HandoverAll of another slot lists this one first: this slot is retiring from now on.
+      const to = context.metadata.get(HANDOVER_TO_METADATA_KEY);
+      if (to !== undefined) {
+        if (!/^(a|b|default)$/.test(to) || to === manager.slot) throw new InvalidArgumentError(`metadata ${HANDOVER_TO_METADATA_KEY}: ${JSON.stringify(to)} is not another slot`);
+        manager.beginRetiring(to);
+      }
       return { devices: (await manager.list()).map(deviceToPb) };
     },
     async deleteDevice(req) {
@@ -62,7 +68,7 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
       if (handoverRunning) throw new UnavailableError('a HandoverAll is already running on this slot; try again when it ends');
       handoverRunning = true;
       try {
-        const old = await connectOldSlot(req.fromAddress, parseEpoch(context.metadata));
+        const old = await connectOldSlot(req.fromAddress, parseEpoch(context.metadata), manager.slot);
         try {
           const report = await handoverAll({
             manager,

@@ -2,7 +2,7 @@
  * File locks (flock(2), through fs-ext): released by the kernel when the process dies, so a
  * kill -9 never leaves a lock behind.
  */
-import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { flock, flockSync } from 'fs-ext';
 import { FailedPreconditionError } from '@sandnode/shared';
@@ -31,29 +31,38 @@ function tryFlock(fd: number): boolean {
 
 /**
  * lockSlot takes an exclusive, non-blocking flock on file and writes our pid into it. When
- * another process holds it, throws FailedPreconditionError naming the file, `what` and the pid
- * written by the holder.
+ * another process holds it (for longer than waitMs), throws FailedPreconditionError naming the
+ * file, `what` and the pid written by the holder.
  */
-export function lockSlot(file: string, what: string): HeldLock {
+export function lockSlot(file: string, what: string, waitMs = 0): HeldLock {
   mkdirSync(path.dirname(file), { recursive: true });
   const fd = openSync(file, 'a+', 0o600);
-  try {
-    flockSync(fd, 'exnb');
-  } catch (err) {
-    closeSync(fd);
-    if (isWouldBlock(err)) {
-      let holder = '';
-      try {
-        holder = readFileSync(file, 'utf8').trim();
-      } catch {
-        /* unreadable: say nothing about the holder */
+  const until = Date.now() + waitMs;
+  for (;;) {
+    try {
+      flockSync(fd, 'exnb');
+      break;
+    } catch (err) {
+      // Another slot may hold this lock for a moment while it checks that this slot is not
+      // running (takeover of a stopped slot's devices): wait up to waitMs for it.
+      if (isWouldBlock(err) && Date.now() < until) {
+        sleepSync(20);
+        continue;
       }
-      throw new FailedPreconditionError(`${what} is already running: ${file} is locked${holder ? ` by pid ${holder}` : ''}; stop it first or use the other slot`);
+      closeSync(fd);
+      throw lockError(err, file, what);
     }
-    throw err;
   }
   ftruncateSync(fd, 0);
   writeSync(fd, `${process.pid}\n`, 0);
+  return held(file, fd);
+}
+
+function sleepSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+function held(file: string, fd: number): HeldLock {
   return {
     file,
     release: () => {
@@ -64,6 +73,31 @@ export function lockSlot(file: string, what: string): HeldLock {
       }
     },
   };
+}
+
+/**
+ * tryLockPeer takes another slot's lock file without blocking and without writing into it:
+ * a HeldLock when no process holds it (that slot is not running, and cannot start while the
+ * lock is held), undefined when a process holds it. A lock file that does not exist (the slot
+ * never ran) is created empty.
+ */
+export function tryLockPeer(file: string): HeldLock | undefined {
+  if (!existsSync(path.dirname(file))) mkdirSync(path.dirname(file), { recursive: true });
+  const fd = openSync(file, 'a+', 0o600);
+  if (tryFlock(fd)) return held(file, fd);
+  closeSync(fd);
+  return undefined;
+}
+
+function lockError(err: unknown, file: string, what: string): unknown {
+  if (!isWouldBlock(err)) return err;
+  let holder = '';
+  try {
+    holder = readFileSync(file, 'utf8').trim();
+  } catch {
+    /* unreadable: say nothing about the holder */
+  }
+  return new FailedPreconditionError(`${what} is already running: ${file} is locked${holder ? ` by pid ${holder}` : ''}; stop it first or use the other slot`);
 }
 
 /**

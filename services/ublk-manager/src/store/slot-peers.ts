@@ -1,24 +1,58 @@
 /**
  * FileSlotPeers: the other slots' tables, read-only, from the state dir both slots share, and
- * the cross-slot lock (`<stateDir>/ublk-manager/handover.lock`). See {@link SlotPeers}.
+ * the cross-slot lock (`<stateDir>/ublk-manager/handover.lock`); read-write only while this
+ * process holds the other slot's lock (`<stateDir>/ublk-manager/<slot>/lock`, so that slot is
+ * not running and cannot start). See {@link SlotPeers}.
  */
 import { existsSync } from 'node:fs';
 import Database from 'better-sqlite3';
-import type { PeerRow, SlotPeers } from '../core/store';
-import { ALL_SLOTS, handoverLockPath, slotName, type Slot } from './layout';
-import { FileMutex } from './locks';
-import { deviceDbPath, fromRow, type Row } from './sqlite-device-store';
+import type { DeviceStore, PeerRow, SlotPeers } from '../core/store';
+import { ALL_SLOTS, handoverLockPath, slotLockPath, slotName, type Slot } from './layout';
+import { FileMutex, tryLockPeer } from './locks';
+import { deviceDbPath, fromRow, SqliteDeviceStore, type Row } from './sqlite-device-store';
 
 /** FileSlotPeers implements SlotPeers on `<stateDir>/ublk-manager/<slot>/devices.db`. */
 export class FileSlotPeers implements SlotPeers {
   readonly self: string;
   private readonly mutex: FileMutex;
-  private readonly others: { slot: string; file: string }[];
+  private readonly tables: { slot: string; file: string; lock: string }[];
+  readonly others: readonly string[];
 
   constructor(stateDir: string, slot: Slot) {
     this.self = slotName(slot);
     this.mutex = new FileMutex(handoverLockPath(stateDir));
-    this.others = ALL_SLOTS.filter((s) => s !== slot).map((s) => ({ slot: slotName(s), file: deviceDbPath(stateDir, s) }));
+    this.tables = ALL_SLOTS.filter((s) => s !== slot).map((s) => ({ slot: slotName(s), file: deviceDbPath(stateDir, s), lock: slotLockPath(stateDir, s) }));
+    this.others = this.tables.map((t) => t.slot);
+  }
+
+  /**
+   * ifStopped: see {@link SlotPeers.ifStopped}. A slot with neither a lock file nor a table
+   * never ran: it is reported stopped without creating anything.
+   */
+  async ifStopped(slot: string, fn: (table: DeviceStore | undefined) => Promise<void>): Promise<boolean> {
+    const t = this.tables.find((x) => x.slot === slot);
+    if (!t) throw new Error(`ifStopped: unknown slot ${JSON.stringify(slot)}`);
+    if (!existsSync(t.lock) && !existsSync(t.file)) {
+      await fn(undefined);
+      return true;
+    }
+    const held = tryLockPeer(t.lock);
+    if (!held) return false;
+    try {
+      if (!existsSync(t.file)) {
+        await fn(undefined);
+        return true;
+      }
+      const table = new SqliteDeviceStore(t.file);
+      try {
+        await fn(table);
+      } finally {
+        table.close();
+      }
+      return true;
+    } finally {
+      held.release();
+    }
   }
 
   /**
@@ -28,7 +62,7 @@ export class FileSlotPeers implements SlotPeers {
    */
   peerRows(deviceId: string): PeerRow[] {
     const out: PeerRow[] = [];
-    for (const o of this.others) {
+    for (const o of this.tables) {
       if (!existsSync(o.file)) continue;
       const db = new Database(o.file, { readonly: true, fileMustExist: true });
       try {
