@@ -298,7 +298,14 @@ export class ServerNode {
       } catch (err) {
         // The old server died during the handover: if the lease is free, take the node over as
         // a failover would (with its sockets if they arrived, else fresh ones).
-        if (holderAlive(holder.pid) || !this.lease.tryAcquire()) throw err;
+        // (its connection drops while it is still exiting: give the kernel a moment to end it
+        // and release its lease)
+        let free = false;
+        for (let i = 0; i < 40 && !free; i++) {
+          free = !holderAlive(holder.pid) && this.lease.tryAcquire();
+          if (!free) await new Promise((r) => setTimeout(r, 50));
+        }
+        if (!free) throw err;
         this.log.warn({ err: (err as Error).message, old_pid: holder.pid }, 'the old server died during the handover: taking over as failover');
         const got = await Promise.race([rx.message, new Promise<undefined>((r) => setTimeout(() => r(undefined), 500))]).catch(() => undefined);
         const listeners = got ? await adoptAll2(got) : await this.bindFresh();
