@@ -4,7 +4,7 @@
  * blocks its successor. `<lease file>.json` names the holder (pid, admin socket, slot,
  * version, epoch) for standbys and the CLI; the lock, not that record, is the truth.
  */
-import { closeSync, openSync, readFileSync, renameSync, writeSync, fsyncSync } from 'node:fs';
+import { closeSync, ftruncateSync, openSync, readFileSync, renameSync, writeSync, fsyncSync } from 'node:fs';
 // eslint-disable-next-line @typescript-eslint/no-require-imports
 const fsExt = require('fs-ext') as { flockSync(fd: number, flags: 'ex' | 'exnb' | 'un'): void };
 
@@ -61,6 +61,11 @@ export class FlockLease {
    */
   describe(h: LeaseHolder): void {
     if (this.fd === undefined) throw new Error('lease not held');
+    // 0.1.0 reads the holder from the lease file itself: keep writing it there too
+    // (make-before-break; readers of this version prefer the .json, which is never torn).
+    ftruncateSync(this.fd, 0);
+    writeSync(this.fd, JSON.stringify(h), 0);
+    fsyncSync(this.fd);
     const tmp = `${this.file}.json.${process.pid}.tmp`;
     const fd = openSync(tmp, 'w', 0o600);
     try {
@@ -85,11 +90,19 @@ export class FlockLease {
 
   /** readHolder returns what the lease file says (it may name a dead holder). */
   static readHolder(file: string): LeaseHolder | undefined {
-    try {
-      return JSON.parse(readFileSync(`${file}.json`, 'utf8')) as LeaseHolder;
-    } catch {
-      return undefined;
+    // The .json (this version, never torn) and the lease file's own content (what 0.1.0
+    // writes): a 0.1.0 server that took over after this version leaves a stale .json behind,
+    // so the record with the higher epoch wins.
+    let best: LeaseHolder | undefined;
+    for (const f of [`${file}.json`, file]) {
+      try {
+        const h = JSON.parse(readFileSync(f, 'utf8')) as LeaseHolder;
+        if (!best || (h.epoch ?? 0) > (best.epoch ?? 0)) best = h;
+      } catch {
+        /* missing or torn */
+      }
     }
+    return best;
   }
 
   /** isHeld says whether some process holds the lease now (tries and releases at once). */
