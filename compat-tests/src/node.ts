@@ -1,0 +1,240 @@
+/**
+ * A temporary node for one matrix cell or upgrade run: its own state and runtime dirs, each
+ * daemon started from the build assigned to it (`node <build>/services/<c>/dist/main.js`, the
+ * way the operator CLI starts daemons: N's `stack.js`), templates built with a build's own
+ * template builder, the public API through the working tree's generated clients, and a
+ * cleanup that leaves nothing behind (`sandnode down --purge` of N's CLI, then any stray
+ * process of these dirs).
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createSandnodeChannel, createServiceClient, sandboxDir, socketPath, unixAddress, type ServiceClient } from '@sandnode/shared';
+import { VersionServiceDefinition, type GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
+import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
+import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
+import type { Channel } from 'nice-grpc';
+import { REPO_ROOT } from './releases';
+import type { Build, Component } from './types';
+
+/** A daemon component (podd runs inside sandboxes and is not started by the node). */
+export type Daemon = Exclude<Component, 'podd'>;
+/** Start order of the daemons; stop order is the reverse. */
+export const DAEMONS: Daemon[] = ['vmm-supervisor', 'ublk-manager', 'server'];
+
+interface StackDirs {
+  stateDir: string;
+  runDir: string;
+  listen: string;
+}
+
+/** The part of N's `services/server/dist/cli/stack.js` this module uses. */
+interface StackModule {
+  startComponent(dirs: StackDirs, c: Daemon, opts?: { buildDir?: string; timeoutMs?: number }): Promise<{ pid: number; started: boolean }>;
+  stopComponent(dirs: StackDirs, c: Daemon, timeoutMs?: number): Promise<boolean>;
+  killComponent(dirs: StackDirs, c: Daemon): Promise<number | undefined>;
+  purgeNode(dirs: StackDirs): Promise<unknown>;
+  sandnodeProcesses(runDir: string): { pid: number; cmd: string }[];
+}
+
+let stackModule: StackModule | undefined;
+/** stack loads N's stack module (how the operator CLI starts and stops daemons). */
+function stack(): StackModule {
+  stackModule ??= require(path.join(REPO_ROOT, 'services', 'server', 'dist', 'cli', 'stack.js')) as StackModule;
+  return stackModule;
+}
+
+/** The public API of a node's server. */
+export interface ServerApi {
+  channel: Channel;
+  sandboxes: ServiceClient<typeof SandboxServiceDefinition>;
+  templates: ServiceClient<typeof TemplateServiceDefinition>;
+  close(): void;
+}
+
+/** connectApi opens the server's public API at address (unary deadline timeoutMs; streams have none). */
+export function connectApi(address: string, timeoutMs = 120_000): ServerApi {
+  const channel = createSandnodeChannel(address);
+  return {
+    channel,
+    sandboxes: createServiceClient(SandboxServiceDefinition, channel, { timeoutMs }),
+    templates: createServiceClient(TemplateServiceDefinition, channel, { timeoutMs }),
+    close: () => channel.close(),
+  };
+}
+
+/** versionAt asks whatever serves address for its version; throws when nothing answers. */
+export async function versionAt(address: string, timeoutMs = 3000): Promise<GetVersionResponse> {
+  const ch = createSandnodeChannel(address);
+  try {
+    return await createServiceClient(VersionServiceDefinition, ch, { timeoutMs, retryAttempts: 2 }).getVersion({});
+  } finally {
+    ch.close();
+  }
+}
+
+/** Output of one CLI run. */
+export interface CliResult {
+  status: number;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+/** runNode runs `node args...` without blocking the event loop (exec streams keep flowing). */
+export function runNode(args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs = 300_000): Promise<CliResult> {
+  const t0 = Date.now();
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+    child.on('close', (code, sig) => {
+      clearTimeout(timer);
+      resolve({ status: code ?? (sig ? 128 : -1), stdout, stderr: sig ? `${stderr}\n(killed by ${sig})` : stderr, ms: Date.now() - t0 });
+    });
+  });
+}
+
+/** TempNode is one node in temp dirs; every daemon's build is chosen at start. */
+export class TempNode {
+  readonly root: string;
+  readonly dirs: StackDirs;
+  /** the server's unix address */
+  readonly address: string;
+  /** the build each daemon runs now */
+  readonly running: Partial<Record<Daemon, Build>> = {};
+  private apiHandle: ServerApi | undefined;
+
+  /** @param n the working tree build, whose CLI drives upgrades and the purge */
+  constructor(readonly n: Build, prefix = 'sandnode-compat-') {
+    this.root = mkdtempSync(path.join(os.tmpdir(), prefix));
+    this.dirs = { stateDir: path.join(this.root, 'state'), runDir: path.join(this.root, 'run'), listen: '' };
+    this.address = unixAddress(socketPath(this.dirs.runDir, 'server'));
+  }
+
+  /** api is the current connection to the server (see reconnect). */
+  get api(): ServerApi {
+    this.apiHandle ??= connectApi(this.address);
+    return this.apiHandle;
+  }
+
+  /** reconnect drops the connection (after a server restart or handover) and opens a new one. */
+  reconnect(): ServerApi {
+    this.apiHandle?.close();
+    this.apiHandle = connectApi(this.address);
+    return this.apiHandle;
+  }
+
+  /** buildEnv is the environment a daemon of build b starts with (its commit reported by GetVersion). */
+  static buildEnv(b: Build): NodeJS.ProcessEnv {
+    return { ...process.env, SANDNODE_BUILD_COMMIT: b.commit };
+  }
+
+  /** start starts daemon c from build b and waits until it answers; returns its pid. */
+  async start(c: Daemon, b: Build): Promise<number> {
+    const saved = process.env.SANDNODE_BUILD_COMMIT;
+    process.env.SANDNODE_BUILD_COMMIT = b.commit;
+    try {
+      const r = await stack().startComponent(this.dirs, c, { buildDir: b.dir, timeoutMs: 60_000 });
+      this.running[c] = b;
+      return r.pid;
+    } finally {
+      if (saved === undefined) delete process.env.SANDNODE_BUILD_COMMIT;
+      else process.env.SANDNODE_BUILD_COMMIT = saved;
+    }
+  }
+
+  /** stop stops daemon c with SIGTERM (SIGKILL after 15 s). */
+  async stop(c: Daemon): Promise<void> {
+    await stack().stopComponent(this.dirs, c);
+  }
+
+  /** kill9 kills daemon c with SIGKILL; returns the pid killed. */
+  async kill9(c: Daemon): Promise<number | undefined> {
+    return stack().killComponent(this.dirs, c);
+  }
+
+  /** version asks daemon c (at its stable socket) for its version. */
+  async version(c: Daemon): Promise<GetVersionResponse> {
+    return versionAt(unixAddress(socketPath(this.dirs.runDir, c)));
+  }
+
+  /** poddVersion asks the podd of a sandbox (its socket in the sandbox's runtime dir). */
+  async poddVersion(sandboxId: string): Promise<GetVersionResponse> {
+    return versionAt(unixAddress(path.join(sandboxDir(this.dirs.runDir, sandboxId), 'podd.sock')));
+  }
+
+  /**
+   * buildTemplate builds template `name` with podd of build b, using that build's own template
+   * builder, into `<stateDir>/templates/<name>` (where the server lists templates from).
+   */
+  async buildTemplate(name: string, b: Build): Promise<number> {
+    const t0 = Date.now();
+    const builder = require(path.join(b.dir, 'services', 'server', 'dist', 'core', 'template-builder.js')) as {
+      buildTemplate(o: { name: string; templatesDir: string; poddBundlePath: string; poddVersion: string }): Promise<unknown>;
+    };
+    await builder.buildTemplate({
+      name,
+      templatesDir: path.join(this.dirs.stateDir, 'templates'),
+      poddBundlePath: path.join(b.dir, 'services', 'podd', 'dist', 'podd.bundle.js'),
+      poddVersion: b.version,
+    });
+    return Date.now() - t0;
+  }
+
+  /** cli runs N's operator CLI on this node (`--listen ''`); env adds variables (e.g. the target's commit). */
+  cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<CliResult> {
+    return runNode([path.join(this.n.dir, 'services', 'server', 'dist', 'cli', 'main.js'), '--state-dir', this.dirs.stateDir, '--run-dir', this.dirs.runDir, '--listen', '', ...args], env);
+  }
+
+  /** logTail returns the last lines of the newest log of component c (any slot). */
+  logTail(c: Component, lines = 20): string {
+    const logDir = path.join(this.dirs.runDir, 'logs');
+    if (c === 'podd') c = 'server';
+    try {
+      const files = readdirSync(logDir)
+        .filter((f) => f === `${c}.log` || new RegExp(`^${c}-[ab]\\.log$`).test(f))
+        .map((f) => ({ f, m: statSync(path.join(logDir, f)).mtimeMs }))
+        .sort((a, b) => b.m - a.m);
+      if (!files[0]) return '';
+      const text = readFileSync(path.join(logDir, files[0].f), 'utf8').trimEnd().split('\n').slice(-lines).join('\n');
+      return `${files[0].f}:\n${text}`;
+    } catch {
+      return '';
+    }
+  }
+
+  /**
+   * down removes the node: `sandnode down --purge` (N's CLI: deletes every sandbox, stops the
+   * daemons, removes containers, mounts, loop devices and dirs), then kills any process still
+   * running from these dirs (a retired server, a standby) and purges again. Never throws.
+   */
+  async down(): Promise<string> {
+    this.apiHandle?.close();
+    this.apiHandle = undefined;
+    const notes: string[] = [];
+    const r = await this.cli(['down', '--purge', '--json']);
+    if (r.status !== 0) notes.push(`down --purge exited ${r.status}: ${r.stderr.trim().slice(-500)}`);
+    const strays = stack().sandnodeProcesses(this.dirs.runDir);
+    for (const p of strays) {
+      try {
+        process.kill(p.pid, 'SIGKILL');
+        notes.push(`killed stray ${p.pid} ${p.cmd}`);
+      } catch {
+        /* gone */
+      }
+    }
+    if (strays.length) await new Promise((res) => setTimeout(res, 300));
+    try {
+      await stack().purgeNode(this.dirs);
+    } catch (err) {
+      notes.push(`purge: ${(err as Error).message}`);
+    }
+    rmSync(this.root, { recursive: true, force: true });
+    return notes.join('\n');
+  }
+}

@@ -1,0 +1,343 @@
+/**
+ * The scenario suite, run through the server's public API against a node whose components
+ * run assigned builds: create, status, exec, files, pause-resume, fork, adoption, delete.
+ *
+ * A scenario passes, takes its documented fallback, is not applicable (with the reason), or
+ * fails with the gRPC status of the failing call and the last lines of the component's log.
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import type { Daemon, ServerApi, TempNode } from './node';
+import type { Build, Component, ScenarioOutcome, ScenarioResult } from './types';
+
+/** Scenario names in report order. */
+export const SCENARIOS = ['create', 'status', 'exec', 'files', 'pause-resume', 'fork', 'adoption', 'delete'] as const;
+
+/** Features every 0.1.0 component announces; within v1 features are only added (proto/COMPATIBILITY.md). */
+export const BASELINE_FEATURES: Record<Component, string[]> = {
+  'vmm-supervisor': ['vmm.adoption.v1', 'vmm.epoch-fence.v1', 'vmm.podd-socket-fd.v1', 'vmm.versioned-binaries.v1'],
+  'ublk-manager': ['ublk.loop', 'ublk.adoption.v1', 'ublk.slots.v1', 'ublk.handover.v1', 'ublk.epoch-fence.v1'],
+  server: ['server.sandbox.v1', 'server.template.v1', 'server.adoption.v1', 'server.handover.v1', 'server.drain.v1', 'server.epoch.v1'],
+  podd: ['podd.exec.v1', 'podd.files.v1', 'podd.files.beneath.v1'],
+};
+
+/** The feature a server announces when it has the ForkSandbox RPC. */
+export const FORK_FEATURE = 'server.fork';
+
+const STATUS_NAMES = [
+  'OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND', 'ALREADY_EXISTS', 'PERMISSION_DENIED',
+  'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION', 'ABORTED', 'OUT_OF_RANGE', 'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS', 'UNAUTHENTICATED',
+];
+
+/** grpcStatusOf names the gRPC status of a client error (undefined for other errors). */
+export function grpcStatusOf(err: unknown): string | undefined {
+  const e = err as { code?: unknown; details?: unknown; name?: string };
+  if (typeof e?.code === 'number' && typeof e.details === 'string') return STATUS_NAMES[e.code] ?? String(e.code);
+  return undefined;
+}
+
+/** stateName gives "RUNNING" for SANDBOX_STATE_RUNNING. */
+export function stateName(s: SandboxState | number): string {
+  const n = SandboxState[s as SandboxState];
+  return typeof n === 'string' ? n.replace(/^SANDBOX_STATE_/, '') : `UNKNOWN(${s})`;
+}
+
+/** A failure with the component to blame (whose log is excerpted). */
+export class ScenarioError extends Error {
+  constructor(message: string, readonly component: Component = 'server') {
+    super(message);
+  }
+}
+
+/** Outcome of a scenario body: pass unless it says fallback or n/a. */
+export interface ScenarioBody {
+  result?: ScenarioOutcome;
+  detail?: string;
+}
+
+/**
+ * runScenario runs one scenario body and turns what it returns or throws into a result;
+ * failures carry the gRPC status and the log tail of the component to blame.
+ */
+export async function runScenario(node: TempNode, name: string, blame: Component, fn: () => Promise<ScenarioBody | string | void>): Promise<ScenarioResult> {
+  const t0 = Date.now();
+  try {
+    const r = await fn();
+    const body: ScenarioBody = typeof r === 'string' ? { detail: r } : (r ?? {});
+    return { name, result: body.result ?? 'pass', ms: Date.now() - t0, ...(body.detail ? { detail: body.detail } : {}) };
+  } catch (err) {
+    const component = err instanceof ScenarioError ? err.component : blame;
+    const grpcStatus = grpcStatusOf(err);
+    const msg = (err as Error).message ?? String(err);
+    return { name, result: 'fail', ms: Date.now() - t0, detail: msg, ...(grpcStatus ? { grpcStatus } : {}), component, logExcerpt: node.logTail(component) };
+  }
+}
+
+/** ExecResult is what an exec stream delivered. */
+export interface ExecResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number;
+  pid: number;
+  /** number of stdout/stderr events (a streamed command yields several) */
+  chunks: number;
+}
+
+/** execCollect runs argv in a sandbox and collects the stream; onStdout sees each chunk as it arrives. */
+export async function execCollect(api: ServerApi, sandboxId: string, argv: string[], onStdout?: (s: string) => void): Promise<ExecResult> {
+  const out: Buffer[] = [];
+  const err: Buffer[] = [];
+  let exitCode = -1;
+  let pid = 0;
+  let chunks = 0;
+  for await (const ev of api.sandboxes.exec({ sandboxId, argv, env: {}, cwd: '', stdin: Buffer.alloc(0), timeoutMs: 0 })) {
+    const e = ev.event;
+    if (e?.$case === 'stdout') {
+      const b = Buffer.from(e.value);
+      out.push(b);
+      chunks++;
+      onStdout?.(b.toString());
+    } else if (e?.$case === 'stderr') {
+      err.push(Buffer.from(e.value));
+      chunks++;
+    } else if (e?.$case === 'started') pid = e.value.pid;
+    else if (e?.$case === 'exit') exitCode = e.value.exitCode;
+  }
+  return { stdout: Buffer.concat(out).toString(), stderr: Buffer.concat(err).toString(), exitCode, pid, chunks };
+}
+
+/** readAll reads a whole file of a sandbox's /workspace through ReadFile (following offsets to eof). */
+export async function readAll(api: ServerApi, sandboxId: string, file: string): Promise<Buffer> {
+  const parts: Buffer[] = [];
+  let offset = 0;
+  for (let i = 0; i < 10_000; i++) {
+    const r = await api.sandboxes.readFile({ sandboxId, path: file, offset, length: 0 });
+    parts.push(Buffer.from(r.data));
+    offset += r.data.length;
+    if (r.eof || r.data.length === 0) break;
+  }
+  return Buffer.concat(parts);
+}
+
+/** getSandbox returns the sandbox record as the server reports it. */
+export async function getSandbox(api: ServerApi, id: string): Promise<Sandbox> {
+  const s = (await api.sandboxes.getSandbox({ sandboxId: id })).sandbox;
+  if (!s) throw new Error(`GetSandbox ${id}: empty answer`);
+  return s;
+}
+
+/** A template of the suite and the build of the podd inside it. */
+export interface SuiteTemplate {
+  name: string;
+  podd: Build;
+}
+
+/** What the suite runs against. */
+export interface SuiteOptions {
+  node: TempNode;
+  /** the build each daemon is expected to run */
+  daemons: Record<Daemon, Build>;
+  /** one sandbox per template is created and taken through every scenario */
+  templates: SuiteTemplate[];
+  /** kill -9 the server and restart the same build (adoption); default true */
+  adoption?: boolean;
+  /** sandboxes that must keep their pid through adoption (besides the suite's own) */
+  watch?: Map<string, number>;
+  /** prefix of scenario names (e.g. "after upgrade: ") */
+  prefix?: string;
+}
+
+/**
+ * runSuite runs every scenario against opts.node and returns one result per scenario (the
+ * scenarios cover every template's sandbox). The sandboxes it makes are deleted by the
+ * delete scenario (or left for the node's purge when an earlier one failed).
+ */
+export async function runSuite(opts: SuiteOptions): Promise<ScenarioResult[]> {
+  const { node } = opts;
+  const p = opts.prefix ?? '';
+  const results: ScenarioResult[] = [];
+  const sbs: { id: string; pid: number; t: SuiteTemplate }[] = [];
+  const api = (): ServerApi => node.api;
+  const need = () => {
+    if (sbs.length !== opts.templates.length) throw new ScenarioError('skipped: create failed');
+  };
+
+  results.push(
+    await runScenario(node, `${p}create`, 'server', async () => {
+      const notes: string[] = [];
+      for (const t of opts.templates) {
+        const metadata = { compat: 'true', template: t.name, nonce: randomBytes(4).toString('hex') };
+        const s = (await api().sandboxes.createSandbox({ template: t.name, metadata, timeoutSeconds: 0, requestId: `compat-${randomBytes(8).toString('hex')}` })).sandbox;
+        if (!s) throw new Error('CreateSandbox: empty answer');
+        sbs.push({ id: s.sandboxId, pid: s.pid, t });
+        if (stateName(s.state) !== 'RUNNING' || s.pid <= 0) throw new ScenarioError(`${s.sandboxId} from ${t.name}: state ${stateName(s.state)} pid ${s.pid}`, 'vmm-supervisor');
+        if (JSON.stringify(s.metadata) !== JSON.stringify(metadata)) throw new Error(`${s.sandboxId}: metadata ${JSON.stringify(s.metadata)} != ${JSON.stringify(metadata)}`);
+        if (s.poddVersion !== t.podd.version) throw new Error(`${s.sandboxId}: podd_version ${s.poddVersion}, template has ${t.podd.version}`);
+        const g = await getSandbox(api(), s.sandboxId);
+        if (g.pid !== s.pid || g.state !== s.state) throw new Error(`${s.sandboxId}: GetSandbox says ${stateName(g.state)} pid ${g.pid}, create said pid ${s.pid}`);
+        notes.push(`${s.sandboxId} (${t.name}, podd ${t.podd.label}) pid ${s.pid}`);
+      }
+      return notes.join('; ');
+    }),
+  );
+
+  results.push(
+    await runScenario(node, `${p}status`, 'server', async () => {
+      const notes: string[] = [];
+      const check = (c: Component, v: { version: string; commit: string; features: string[] }, b: Build, checkCommit: boolean) => {
+        if (v.version !== b.version) throw new ScenarioError(`${c}: version ${v.version}, build ${b.label} is ${b.version}`, c);
+        if (checkCommit && v.commit !== b.commit) throw new ScenarioError(`${c}: commit ${v.commit}, build ${b.label} is ${b.commit}`, c);
+        const missing = BASELINE_FEATURES[c].filter((f) => !v.features.includes(f));
+        if (missing.length) throw new ScenarioError(`${c} ${v.version}: lacks features ${missing.join(', ')} (has ${v.features.join(', ')})`, c);
+        notes.push(`${c} ${b.label} ${v.version}@${v.commit.slice(0, 8)} [${v.features.length} features]`);
+      };
+      for (const c of ['server', 'vmm-supervisor', 'ublk-manager'] as Daemon[]) {
+        let v;
+        try {
+          v = await node.version(c);
+        } catch (err) {
+          throw new ScenarioError(`${c} does not answer GetVersion: ${(err as Error).message}`, c);
+        }
+        check(c, v, opts.daemons[c], true);
+      }
+      need();
+      for (const s of sbs) {
+        let v;
+        try {
+          v = await node.poddVersion(s.id);
+        } catch (err) {
+          throw new ScenarioError(`podd of ${s.id} does not answer GetVersion: ${(err as Error).message}`, 'podd');
+        }
+        // podd's commit is baked into its bundle at build time; the version and features are checked
+        check('podd', v, s.t.podd, false);
+      }
+      return notes.join('; ');
+    }),
+  );
+
+  results.push(
+    await runScenario(node, `${p}exec`, 'podd', async () => {
+      need();
+      for (const s of sbs) {
+        const r = await execCollect(api(), s.id, ['sh', '-c', 'i=1; while [ $i -le 200 ]; do echo "line $i"; i=$((i+1)); done; echo oops >&2; exit 7']);
+        const want = Array.from({ length: 200 }, (_, i) => `line ${i + 1}`).join('\n') + '\n';
+        if (r.stdout !== want) throw new ScenarioError(`${s.id}: stdout has ${r.stdout.length} bytes, expected ${want.length} (${JSON.stringify(r.stdout.slice(-60))})`, 'podd');
+        if (r.stderr !== 'oops\n') throw new ScenarioError(`${s.id}: stderr ${JSON.stringify(r.stderr)}`, 'podd');
+        if (r.exitCode !== 7) throw new ScenarioError(`${s.id}: exit code ${r.exitCode}, expected 7`, 'podd');
+        if (r.pid <= 0) throw new ScenarioError(`${s.id}: no started event with a pid`, 'podd');
+      }
+      return `stdout, stderr and exit code 7 from ${sbs.length} sandbox(es)`;
+    }),
+  );
+
+  results.push(
+    await runScenario(node, `${p}files`, 'podd', async () => {
+      need();
+      for (const s of sbs) {
+        const data = randomBytes(200 * 1024);
+        await api().sandboxes.writeFile({ sandboxId: s.id, path: 'compat-data.bin', data, mode: 0o644, append: false });
+        const back = await readAll(api(), s.id, 'compat-data.bin');
+        if (!back.equals(data)) throw new ScenarioError(`${s.id}: ReadFile returned ${back.length} bytes that differ from the ${data.length} written`, 'podd');
+        const sha = createHash('sha256').update(data).digest('hex');
+        const r = await execCollect(api(), s.id, ['sha256sum', '/workspace/compat-data.bin']);
+        if (r.stdout.split(/\s+/)[0] !== sha) throw new ScenarioError(`${s.id}: sha256 inside is ${r.stdout.trim()}, written ${sha}`, 'podd');
+      }
+      return '200 KiB written, read back and hashed inside';
+    }),
+  );
+
+  results.push(
+    await runScenario(node, `${p}pause-resume`, 'vmm-supervisor', async () => {
+      need();
+      for (const s of sbs) {
+        const paused = (await api().sandboxes.pauseSandbox({ sandboxId: s.id })).sandbox;
+        const g = await getSandbox(api(), s.id);
+        if (stateName(g.state) !== 'PAUSED' || g.pid !== s.pid || paused?.pid !== s.pid) throw new ScenarioError(`${s.id}: after pause ${stateName(g.state)} pid ${g.pid} (was ${s.pid})`, 'vmm-supervisor');
+        const resumed = (await api().sandboxes.resumeSandbox({ sandboxId: s.id })).sandbox;
+        if (!resumed || stateName(resumed.state) !== 'RUNNING' || resumed.pid !== s.pid) throw new ScenarioError(`${s.id}: after resume ${resumed ? stateName(resumed.state) : '?'} pid ${resumed?.pid} (was ${s.pid})`, 'vmm-supervisor');
+        const r = await execCollect(api(), s.id, ['echo', 'awake']);
+        if (r.stdout !== 'awake\n' || r.exitCode !== 0) throw new ScenarioError(`${s.id}: exec after resume gave ${JSON.stringify(r.stdout)} exit ${r.exitCode}`, 'podd');
+      }
+      return 'paused and resumed with the same pid; exec works after';
+    }),
+  );
+
+  results.push(await runScenario(node, `${p}fork`, 'server', async () => forkScenario(opts, sbs[0]?.id)));
+
+  if (opts.adoption !== false) {
+    results.push(
+      await runScenario(node, `${p}adoption`, 'server', async () => {
+        need();
+        const b = opts.daemons.server;
+        const watch = new Map<string, number>([...(opts.watch ?? new Map<string, number>()), ...sbs.map((s) => [s.id, s.pid] as [string, number])]);
+        const before = new Map<string, string>();
+        for (const id of watch.keys()) before.set(id, stateName((await getSandbox(api(), id)).state));
+        const killed = await node.kill9('server');
+        node.api.close();
+        await node.start('server', b);
+        node.reconnect();
+        for (const [id, pid] of watch) {
+          const g = await getSandbox(api(), id);
+          if (g.pid !== pid || stateName(g.state) !== before.get(id)) throw new Error(`${id}: after adoption ${stateName(g.state)} pid ${g.pid}, was ${before.get(id)} pid ${pid}`);
+        }
+        for (const s of sbs) {
+          const r = await execCollect(api(), s.id, ['cat', '/workspace/compat-data.bin']);
+          if (r.exitCode !== 0 || r.stdout.length === 0) throw new ScenarioError(`${s.id}: exec after adoption: exit ${r.exitCode}`, 'podd');
+        }
+        return `server pid ${killed} killed -9, ${b.label} restarted; ${watch.size} sandbox(es) adopted with the same pids`;
+      }),
+    );
+  }
+
+  results.push(
+    await runScenario(node, `${p}delete`, 'server', async () => {
+      need();
+      for (const s of sbs) {
+        await api().sandboxes.deleteSandbox({ sandboxId: s.id });
+        try {
+          await getSandbox(api(), s.id);
+          throw new Error(`${s.id}: GetSandbox still answers after delete`);
+        } catch (err) {
+          if (grpcStatusOf(err) !== 'NOT_FOUND') throw err;
+        }
+        const rc = spawnSync('runc', ['--root', path.join(node.dirs.runDir, 'runc'), 'state', s.id], { encoding: 'utf8' });
+        if (rc.status === 0) throw new ScenarioError(`${s.id}: runc container still exists after delete`, 'vmm-supervisor');
+      }
+      return `${sbs.length} deleted: NOT_FOUND, no container left`;
+    }),
+  );
+  return results;
+}
+
+/**
+ * forkScenario: no build has a ForkSandbox RPC yet. The server's feature list decides (never
+ * its version): without `server.fork` the scenario is n/a with the reason; with it, the
+ * working tree's client must know the RPC, and the fork must run.
+ */
+async function forkScenario(opts: SuiteOptions, sourceId: string | undefined): Promise<ScenarioBody> {
+  const v = await opts.node.version('server');
+  if (!v.features.includes(FORK_FEATURE)) {
+    return { result: 'n/a', detail: `server ${opts.daemons.server.label} (${v.version}) lacks feature "${FORK_FEATURE}": no ForkSandbox RPC` };
+  }
+  const client = opts.node.api.sandboxes as unknown as Record<string, unknown>;
+  if (typeof client.forkSandbox !== 'function') {
+    return { result: 'n/a', detail: `server announces "${FORK_FEATURE}" but the working tree's client has no ForkSandbox RPC` };
+  }
+  if (!sourceId) throw new ScenarioError('skipped: create failed');
+  const fork = client.forkSandbox as (req: { sandboxId: string }) => Promise<{ sandbox?: Sandbox }>;
+  const f = (await fork({ sandboxId: sourceId })).sandbox;
+  if (!f || stateName(f.state) !== 'RUNNING') throw new Error(`ForkSandbox of ${sourceId}: ${f ? stateName(f.state) : 'empty answer'}`);
+  const r = await execCollect(opts.node.api, f.sandboxId, ['cat', '/workspace/compat-data.bin']);
+  await opts.node.api.sandboxes.deleteSandbox({ sandboxId: f.sandboxId });
+  if (r.exitCode !== 0) throw new Error(`fork ${f.sandboxId}: /workspace not carried over (exit ${r.exitCode})`);
+  return { detail: `forked ${sourceId} -> ${f.sandboxId}` };
+}
+
+/** cellOutcome folds scenario results: fail if any failed, fallback if any took it, else pass. */
+export function cellOutcome(rs: ScenarioResult[]): 'pass' | 'fallback' | 'fail' {
+  if (rs.some((r) => r.result === 'fail')) return 'fail';
+  if (rs.some((r) => r.result === 'fallback')) return 'fallback';
+  return 'pass';
+}
