@@ -11,7 +11,7 @@
  *
  * Usage: sandnode-ublk-manager [--config FILE]
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, realpathSync } from 'node:fs';
 import type http from 'node:http';
 import path from 'node:path';
 import { buildCommit, createLogger, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION, type Logger } from '@sandnode/shared';
@@ -68,9 +68,15 @@ export function parseArgs(argv: string[]): { config?: string; help: boolean } {
   return out;
 }
 
+/** resolvedImagesDir is the images dir as the kernel names it (created, symlinks resolved). */
+function resolvedImagesDir(dir: string): string {
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  return realpathSync(dir);
+}
+
 function makeDriver(cfg: UblkManagerConfig, log: Logger): BlockDriver {
   return cfg.driver === 'loop'
-    ? new LoopDriver({ directIo: cfg.directIo, log: log.child({ driver: 'loop' }) })
+    ? new LoopDriver({ directIo: cfg.directIo, log: log.child({ driver: 'loop' }), imagesDir: resolvedImagesDir(cfg.imagesDir) })
     : new UblkDriver({ server: cfg.ublkServer, log: log.child({ driver: 'ublk' }) });
 }
 

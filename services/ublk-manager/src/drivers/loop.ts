@@ -13,7 +13,8 @@
  * process spawned; it does not hold I/O. release does nothing; recover verifies the device is
  * still attached to the same backing file (one sysfs read, {@link LoopDriver.lookup}).
  */
-import { closeSync, constants as fsc, fdatasync, fsync, openSync, readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { closeSync, constants as fsc, fdatasync, fsync, openSync, readFileSync, statSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { CommandError, FailedPreconditionError, InternalError, ResourceExhaustedError, run, type Logger } from '@sandnode/shared';
@@ -43,6 +44,16 @@ export interface LoopDriverOptions {
   procRoot?: string;
   /** where device nodes are (default "/dev"); tests point it away from the host's devices. */
   devRoot?: string;
+  /**
+   * The images directory (absolute, symlinks resolved). The kernel renders a loop device's
+   * backing_file relative to the *reader's* mount namespace: a device attached by a slot in
+   * another container shows as e.g. `/images/<id>.img`. Such a path is mapped to the file of
+   * the same name here when the loop device's backing inode and device (LOOP_GET_STATUS64, via
+   * `losetup -O BACK-INO,BACK-MAJ:MIN`) are that file's.
+   */
+  imagesDir?: string;
+  /** Backing inode of a loop device (default: losetup); tests inject a fake. */
+  backingInode?: (devPath: string) => { ino: number; major: number; minor: number } | undefined;
   /** The loop control node (default "/dev/loop-control"). */
   loopControl?: string;
 }
@@ -121,6 +132,8 @@ export class LoopDriver implements BlockDriver {
   private readonly sys: string;
   private readonly proc: string;
   private readonly devRoot: string;
+  private readonly imagesDir: string | undefined;
+  private readonly backingInode: (devPath: string) => { ino: number; major: number; minor: number } | undefined;
   private readonly loopControl: string;
 
   constructor(opts: LoopDriverOptions) {
@@ -130,6 +143,8 @@ export class LoopDriver implements BlockDriver {
     this.sys = opts.sysfsRoot ?? '/sys';
     this.proc = opts.procRoot ?? '/proc';
     this.devRoot = opts.devRoot ?? '/dev';
+    this.imagesDir = opts.imagesDir;
+    this.backingInode = opts.backingInode ?? losetupBackingInode;
     this.loopControl = opts.loopControl ?? '/dev/loop-control';
   }
 
@@ -230,10 +245,31 @@ export class LoopDriver implements BlockDriver {
     const blk = path.join(this.sys, 'block', name);
     const raw = readSysfs(path.join(blk, 'loop', 'backing_file'));
     if (!raw) return undefined;
-    const backingFile = raw.endsWith(' (deleted)') ? raw.slice(0, -' (deleted)'.length) : raw;
+    let backingFile = raw.endsWith(' (deleted)') ? raw.slice(0, -' (deleted)'.length) : raw;
+    if (this.imagesDir && !backingFile.startsWith(`${this.imagesDir}/`)) backingFile = this.localPath(`/dev/${name}`, backingFile) ?? backingFile;
     const ro = readSysfs(path.join(blk, 'ro')) === '1';
     const dio = readSysfs(path.join(blk, 'loop', 'dio')) === '1';
     return { path: `/dev/${name}`, backingFile, readOnly: ro, flags: dio ? [FLAG_DIRECT_IO] : [] };
+  }
+
+  /**
+   * localPath maps a backing path seen through another mount namespace to the file of the same
+   * name in imagesDir, when that file is the device's backing inode; else undefined.
+   */
+  private localPath(devPath: string, foreign: string): string | undefined {
+    if (!this.imagesDir) return undefined;
+    const local = path.join(this.imagesDir, path.basename(foreign));
+    let st;
+    try {
+      st = statSync(local);
+    } catch {
+      return undefined;
+    }
+    const b = this.backingInode(devPath);
+    if (!b) return undefined;
+    const major = Math.floor(st.dev / 256) & 0xfff;
+    const minor = (st.dev & 0xff) | (Math.floor(st.dev / 4096) & 0xfff00);
+    return b.ino === st.ino && b.major === major && b.minor === minor ? local : undefined;
   }
 
   /**
@@ -337,4 +373,12 @@ export class LoopDriver implements BlockDriver {
     }
     return undefined;
   }
+}
+
+/** losetupBackingInode asks the kernel (LOOP_GET_STATUS64 through losetup) for a device's backing inode. */
+function losetupBackingInode(devPath: string): { ino: number; major: number; minor: number } | undefined {
+  const r = spawnSync('losetup', ['--raw', '-n', '-O', 'BACK-INO,BACK-MAJ:MIN', devPath], { encoding: 'utf8', timeout: 5000 });
+  // --raw escapes the column padding as \x20
+  const m = /^\s*(\d+)\s+(\d+):(\d+)\s*$/.exec((r.stdout ?? '').replace(/\\x20/g, ' '));
+  return r.status === 0 && m ? { ino: Number(m[1]), major: Number(m[2]), minor: Number(m[3]) } : undefined;
 }
