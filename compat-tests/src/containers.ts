@@ -63,6 +63,7 @@ export function sh(cmd: string, args: string[], opts: { input?: string; timeoutM
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
     child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
     child.on('error', (err) => (stderr += err.message));
+    child.stdin.on('error', () => undefined); // the command may exit before reading its input (EPIPE)
     child.stdin.end(opts.input ?? '');
     const timer = setTimeout(() => child.kill('SIGKILL'), opts.timeoutMs ?? 300_000);
     child.on('close', (code, sig) => {
@@ -605,6 +606,9 @@ interface RunState {
   images: { old: string; new: string };
 }
 
+/** A step that does not apply (a documented fallback): reported n/a with the reason. */
+class NotApplicable extends Error {}
+
 async function step(steps: UpgradeStep[], log: (l: string) => void, s: Omit<UpgradeStep, 'result' | 'ms'>, fn: () => Promise<{ detail?: string; timings?: Record<string, number> } | void>): Promise<boolean> {
   const t0 = Date.now();
   try {
@@ -613,6 +617,11 @@ async function step(steps: UpgradeStep[], log: (l: string) => void, s: Omit<Upgr
     log(`container mode: ${s.name}: pass (${Date.now() - t0} ms)${r.detail ? ` ${r.detail}` : ''}`);
     return true;
   } catch (err) {
+    if (err instanceof NotApplicable) {
+      steps.push({ ...s, result: 'n/a', ms: Date.now() - t0, detail: err.message });
+      log(`container mode: ${s.name}: n/a (${err.message})`);
+      return true;
+    }
     const e = err as Error & { logExcerpt?: string };
     steps.push({ ...s, result: 'fail', ms: Date.now() - t0, detail: e.message.slice(0, 3000), ...(e.logExcerpt ? { logExcerpt: e.logExcerpt } : {}) });
     log(`container mode: ${s.name}: FAIL (${Date.now() - t0} ms) ${e.message}`);
@@ -650,13 +659,20 @@ async function checkNode(st: RunState, server: Build, ublk: Build): Promise<stri
  * (already running the target image): `sandnode upgrade server --from-build /app` there.
  */
 async function upgradeServerIn(st: RunState, to: string): Promise<{ detail: string; timings: Record<string, number> }> {
-  const r = await st.pod.exec(to, ['node', '/app/services/server/dist/cli/main.js', 'upgrade', 'server', '--from-build', '/app', '--json']);
+  // The standby daemon of the `to` container takes over when it has "server.takeover.v1"
+  // (`upgrade server --standby`); an older one cannot be asked, so the CLI of its image starts
+  // a server from its build that takes over (`--from-build /app`), as that release documents.
+  const slot = to.replace(/^server-/, '');
+  const standby = await versionAt(`unix://${path.join(st.runDir, `server-${slot}-admin.sock`)}`).catch(() => undefined);
+  const viaStandby = !!standby?.features.includes('server.takeover.v1');
+  const args = viaStandby ? ['upgrade', 'server', '--standby', '--json'] : ['upgrade', 'server', '--from-build', '/app', '--json'];
+  const r = await st.pod.exec(to, ['node', '/app/services/server/dist/cli/main.js', ...args]);
   if (r.status !== 0) throw Object.assign(new Error(`sandnode upgrade server in ${to} exited ${r.status}: ${(r.stderr || r.stdout).trim().slice(-1500)}`), { logExcerpt: await st.pod.logs(to) });
   const t = JSON.parse(r.stdout) as { oldPid: number; newPid: number; oldVersion: string; newVersion: string; holdWindowMs: number; adopted: number; adoptionMs: number; epoch: number; listeners: string[] };
   st.api.close();
   st.api = connectApi(`unix://${path.join(st.runDir, 'server.sock')}`);
   return {
-    detail: `in ${to}: ${t.oldVersion} pid ${t.oldPid} -> ${t.newVersion} pid ${t.newPid}, epoch ${t.epoch}, ${t.adopted} adopted, listeners ${t.listeners.join(' ')}`,
+    detail: `in ${to} (${viaStandby ? 'its standby took over: --standby' : 'a server from its build took over: --from-build /app'}): ${t.oldVersion} pid ${t.oldPid} -> ${t.newVersion} pid ${t.newPid}, epoch ${t.epoch}, ${t.adopted} adopted, listeners ${t.listeners.join(' ')}`,
     timings: { cliMs: r.ms, holdMs: t.holdWindowMs, adoptionMs: t.adoptionMs },
   };
 }
@@ -671,7 +687,12 @@ async function upgradeServerIn(st: RunState, to: string): Promise<{ detail: stri
 async function upgradeUblkIn(st: RunState, from: string, to: string, slot: 'a' | 'b'): Promise<{ detail: string; timings: Record<string, number> }> {
   const notes: string[] = [];
   const timings: Record<string, number> = {};
-  const cli = await st.pod.exec(to, ['node', '/app/services/server/dist/cli/main.js', 'upgrade', 'ublk-manager', '--from-build', '/app', '--json']);
+  // The README rollout: the standby slot's own daemon takes the devices (`--standby`, a CLI of
+  // this release); an older CLI only knows `--from-build`, which cannot run beside that daemon.
+  let cli = await st.pod.exec(to, ['node', '/app/services/server/dist/cli/main.js', 'upgrade', 'ublk-manager', '--standby', '--json']);
+  if (cli.status !== 0 && /unknown option '--standby'/.test(cli.stderr)) {
+    cli = await st.pod.exec(to, ['node', '/app/services/server/dist/cli/main.js', 'upgrade', 'ublk-manager', '--from-build', '/app', '--json']);
+  }
   timings.cliMs = cli.ms;
   if (cli.status === 0) {
     const r = JSON.parse(cli.stdout) as { oldPid: number; newPid: number; devices: unknown[]; stallP99Ms: number; totalMs: number };
@@ -782,8 +803,19 @@ async function runContainerUpgrade(ctx: RunContext, layout: PodLayout, host: Pod
     await ok({ name: `check after upgrade (server, ublk-manager at ${neu.label})`, component: 'server' }, async () => ({ detail: await checkNode(st, neu, neu) }));
 
     // ---- roll back to N-1 in the a slots
+    // Feature check, never the version: a ublk-manager without "ublk.foreign-mountns.v1" matches
+    // loop devices by the backing path, which a device attached in another container renders
+    // differently (another mount namespace), so it cannot take the devices back across
+    // containers. Then ublk-manager stays at N (documented fallback) and the rest rolls back.
+    let ublkAfterRollback = old;
     await ok({ name: 'rollback ublk-manager (ublk-a)', component: 'ublk-manager', from: neu.label, to: old.label }, async () => {
       const readyMs = await pod.start('ublk-a', images.old);
+      const target = await versionAt(`unix://${path.join(st.runDir, 'ublk-manager-a.sock')}`);
+      if (!target.features.includes('ublk.foreign-mountns.v1')) {
+        await pod.stop('ublk-a');
+        ublkAfterRollback = neu;
+        throw new NotApplicable(`ublk-manager ${old.label} lacks feature "ublk.foreign-mountns.v1" (it cannot recover loop devices attached from another container's mount namespace): ublk-manager stays at ${neu.label}, ublk-a stopped again`);
+      }
       const r = await upgradeUblkIn(st, 'ublk-b', 'ublk-a', 'a');
       return { detail: r.detail, timings: { readyMs, ...r.timings } };
     });
@@ -802,7 +834,7 @@ async function runContainerUpgrade(ctx: RunContext, layout: PodLayout, host: Pod
       stream = undefined;
       return { detail: checkStream(r) };
     });
-    await ok({ name: `check after rollback (server, ublk-manager at ${old.label})`, component: 'server' }, async () => ({ detail: await checkNode(st, old, old) }));
+    await ok({ name: `check after rollback (server at ${old.label}, ublk-manager at ${ublkAfterRollback.label})`, component: 'server' }, async () => ({ detail: await checkNode(st, old, ublkAfterRollback) }));
     await ok({ name: 'delete sandboxes', component: 'server' }, async () => {
       for (const s of st.sbs) await st.api.sandboxes.deleteSandbox({ sandboxId: s.id });
       const left = (await st.api.sandboxes.listSandboxes({ pageSize: 100 })).sandboxes.length;

@@ -39,7 +39,7 @@ import { deviceDbPath, SqliteDeviceStore } from './store/sqlite-device-store';
  * `ublk.user-recovery`, `ublk.reissue` when the driver has them on this kernel.
  */
 export function features(driver: BlockDriver): string[] {
-  return [`ublk.${driver.name}`, 'ublk.adoption.v1', 'ublk.slots.v1', HANDOVER_FEATURE, 'ublk.epoch-fence.v1', ...driver.capabilities().map((c) => `ublk.${c}`)];
+  return [`ublk.${driver.name}`, 'ublk.adoption.v1', 'ublk.slots.v1', HANDOVER_FEATURE, 'ublk.epoch-fence.v1', 'ublk.foreign-mountns.v1', ...driver.capabilities().map((c) => `ublk.${c}`)];
 }
 
 /** Exit code for a bad command line or config. */

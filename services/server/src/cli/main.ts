@@ -20,7 +20,7 @@ import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { connectServer, sandboxJson, table, type SandboxJson } from './api';
 import { COMPONENTS, findRunning, getVersion, purgeNode, startComponent, stopComponent, type StackDirs } from './stack';
 import { runDemo } from './demo';
-import { upgradeServer } from './upgrade';
+import { upgradeServer, upgradeServerViaStandby } from './upgrade';
 import { upgradeUblkManager } from './upgrade-ublk';
 import { FlockLease } from '../store/flock-lease';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
@@ -389,12 +389,14 @@ sandbox
 const upgrade = program.command('upgrade').description('upgrade (or roll back) a component live, by handover');
 upgrade
   .command('server')
-  .description('start a server from another build in the standby slot and hand the node over to it')
-  .requiredOption('--from-build <dir>', 'a checkout of sandnode with node_modules and a build ("." for this one)')
+  .description('hand the node over to a server of another build: one started here from --from-build, or the running standby (--standby)')
+  .option('--from-build <dir>', 'a checkout of sandnode with node_modules and a build ("." for this one)')
+  .option('--standby', 'use the standby server that already runs (k8s: the standby slot container after its image update)')
   .option('--json', 'print JSON')
   .action(
-    action(async (o: { fromBuild: string; json?: boolean }) => {
-      const r = await upgradeServer(dirs(), o.fromBuild);
+    action(async (o: { fromBuild?: string; standby?: boolean; json?: boolean }) => {
+      if (!!o.fromBuild === !!o.standby) throw new Error('give exactly one of --from-build DIR and --standby');
+      const r = o.standby ? await upgradeServerViaStandby(dirs()) : await upgradeServer(dirs(), o.fromBuild as string);
       print(!!o.json, r, () =>
         table(
           ['', 'OLD', 'NEW'],
@@ -411,12 +413,14 @@ hold window ${r.holdWindowMs} ms, ${r.adopted} sandboxes adopted in ${r.adoption
 
 upgrade
   .command('ublk-manager')
-  .description('start ublk-manager from another build in the other slot and move every device to it (device handover)')
-  .requiredOption('--from-build <dir>', 'a checkout of sandnode with node_modules and a build ("." for this one)')
+  .description('move every device to ublk-manager in the other slot (device handover): one started here from --from-build, or the one that runs (--standby)')
+  .option('--from-build <dir>', 'a checkout of sandnode with node_modules and a build ("." for this one)')
+  .option('--standby', 'use the other slot\'s ublk-manager that already runs (k8s: the standby slot container)')
   .option('--json', 'print JSON')
   .action(
-    action(async (o: { fromBuild: string; json?: boolean }) => {
-      const r = await upgradeUblkManager(dirs(), o.fromBuild);
+    action(async (o: { fromBuild?: string; standby?: boolean; json?: boolean }) => {
+      if (!!o.fromBuild === !!o.standby) throw new Error('give exactly one of --from-build DIR and --standby');
+      const r = await upgradeUblkManager(dirs(), o.standby ? undefined : o.fromBuild);
       print(!!o.json, r, () =>
         table(
           ['', 'OLD', 'NEW'],

@@ -42,9 +42,11 @@ async function version(address: string) {
 }
 
 /** upgradeUblkManager runs the device handover to a new slot built in buildDir. */
-export async function upgradeUblkManager(dirs: StackDirs, buildDir: string, timeoutMs = 120_000): Promise<UblkUpgradeResult> {
-  const script = mainScript('ublk-manager', buildDir);
-  if (!existsSync(script)) throw new Error(`${script} does not exist: build that checkout first`);
+export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | undefined, timeoutMs = 120_000): Promise<UblkUpgradeResult> {
+  // buildDir undefined: use the other slot's daemon that already runs (k8s: the standby slot's
+  // container after its image was updated) instead of starting one.
+  const script = buildDir === undefined ? '' : mainScript('ublk-manager', buildDir);
+  if (buildDir !== undefined && !existsSync(script)) throw new Error(`${script} does not exist: build that checkout first`);
   const runDir = path.resolve(dirs.runDir);
   const stable = socketPath(runDir, 'ublk-manager');
   // Which slot serves now: the stable address is a real socket (slot "") or a link to a slot's.
@@ -60,34 +62,43 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string, time
   const newSock = path.join(runDir, `ublk-manager-${newSlot}.sock`);
   const logDir = path.join(runDir, 'logs');
   mkdirSync(logDir, { recursive: true });
-  const out = openSync(path.join(logDir, `ublk-manager-${newSlot}.log`), 'a');
-  const child = spawn(process.execPath, [script], {
-    detached: true,
-    stdio: ['ignore', out, out],
-    env: {
-      ...process.env,
-      SANDNODE_UBLK_MANAGER_STATE_DIR: path.resolve(dirs.stateDir),
-      SANDNODE_UBLK_MANAGER_RUN_DIR: runDir,
-      SANDNODE_UBLK_MANAGER_SLOT: newSlot,
-      SANDNODE_UBLK_MANAGER_LISTEN: unixAddress(newSock),
-    },
-  });
-  closeSync(out);
-  child.unref();
-  let exited: number | null | undefined;
-  child.once('exit', (c) => (exited = c));
-  const deadline = Date.now() + timeoutMs;
+  let child: { pid?: number } = {};
   let fresh;
-  for (;;) {
-    if (exited !== undefined) throw new Error(`the new ublk-manager exited with code ${exited}; the old slot keeps every device; see ${path.join(logDir, `ublk-manager-${newSlot}.log`)}:\n${tail(path.join(logDir, `ublk-manager-${newSlot}.log`), 5)}`);
+  if (buildDir === undefined) {
     fresh = await version(unixAddress(newSock)).catch(() => undefined);
-    if (fresh && fresh.pid === child.pid) break;
-    if (Date.now() > deadline) throw new Error('the new ublk-manager did not answer in time');
-    await new Promise((r) => setTimeout(r, 50));
+    if (!fresh) throw new Error(`no ublk-manager runs in slot ${newSlot} (${newSock}): start the standby slot, or give --from-build DIR`);
+    child = { pid: fresh.pid };
+  } else {
+    const out = openSync(path.join(logDir, `ublk-manager-${newSlot}.log`), 'a');
+    const spawned = spawn(process.execPath, [script], {
+      detached: true,
+      stdio: ['ignore', out, out],
+      env: {
+        ...process.env,
+        SANDNODE_UBLK_MANAGER_STATE_DIR: path.resolve(dirs.stateDir),
+        SANDNODE_UBLK_MANAGER_RUN_DIR: runDir,
+        SANDNODE_UBLK_MANAGER_SLOT: newSlot,
+        SANDNODE_UBLK_MANAGER_LISTEN: unixAddress(newSock),
+      },
+    });
+    closeSync(out);
+    spawned.unref();
+    child = spawned;
+    let exited: number | null | undefined;
+    spawned.once('exit', (c) => (exited = c));
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      if (exited !== undefined) throw new Error(`the new ublk-manager exited with code ${exited}; the old slot keeps every device; see ${path.join(logDir, `ublk-manager-${newSlot}.log`)}:\n${tail(path.join(logDir, `ublk-manager-${newSlot}.log`), 5)}`);
+      fresh = await version(unixAddress(newSock)).catch(() => undefined);
+      if (fresh && fresh.pid === spawned.pid) break;
+      if (Date.now() > deadline) throw new Error('the new ublk-manager did not answer in time');
+      await new Promise((r) => setTimeout(r, 50));
+    }
   }
   // From here on a failure must not leave the new slot running (it would hold the slot's lock
   // and block the next attempt): stop it, the old slot keeps (or took back) every device.
   const giveUp = async (why: string): Promise<never> => {
+    if (buildDir === undefined) throw new Error(`${why}; the old slot keeps its devices (the standby slot's daemon was left running)`);
     const t = processStartTicks(child.pid ?? 0);
     try {
       process.kill(child.pid ?? 0, 'SIGTERM');

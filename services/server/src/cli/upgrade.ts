@@ -5,9 +5,11 @@
  * calls held for the hold window, sandboxes adopted in place.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { processStartTicks, processState } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, processStartTicks, processState } from '@sandnode/shared';
+import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
+import { AdminServiceDefinition, ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import type { TakeoverResult } from '../handover/server-node';
 import { FlockLease } from '../store/flock-lease';
 import { mainScript, pidFile, type StackDirs } from './stack';
@@ -16,6 +18,9 @@ import { mainScript, pidFile, type StackDirs } from './stack';
 export const DEFAULT_UPGRADE_TIMEOUT_MS = 120_000;
 
 export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs = DEFAULT_UPGRADE_TIMEOUT_MS): Promise<TakeoverResult> {
+  // A running standby would race the server started here for the lease: use it instead.
+  const standbys = await findStandbys(dirs);
+  if (standbys.length) throw new Error(`a standby server already runs (pid ${standbys[0]?.pid}, version ${standbys[0]?.version}): upgrade with --standby, or stop it first`);
   const script = mainScript('server', buildDir);
   if (!existsSync(script)) throw new Error(`${script} does not exist: build that checkout first (npm run build in ${path.resolve(buildDir)})`);
   const leaseFile = path.join(path.resolve(dirs.stateDir), 'server.lease');
@@ -78,5 +83,55 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
       throw new Error(`the upgrade did not finish within ${timeoutMs} ms and the new server was stopped; ${oldFate()}; see ${logPath}`);
     }
     await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** findStandbys lists the admin addresses of running servers in STANDBY (k8s: the standby slot's container). */
+export async function findStandbys(dirs: StackDirs): Promise<{ admin: string; pid: number; version: string; slot: string }[]> {
+  const runDir = path.resolve(dirs.runDir);
+  const out: { admin: string; pid: number; version: string; slot: string }[] = [];
+  for (const name of readdirSync(runDir).filter((n) => /^server-.+-admin\.sock$/.test(n))) {
+    const admin = `unix://${path.join(runDir, name)}`;
+    const ch = createSandnodeChannel(admin);
+    try {
+      const st = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs: 1500, retryAttempts: 1 }).getLeaseStatus({});
+      const v = await createServiceClient(VersionServiceDefinition, ch, { timeoutMs: 1500, retryAttempts: 1 }).getVersion({});
+      if (st.role === ServerRole.SERVER_ROLE_STANDBY) out.push({ admin, pid: v.pid, version: st.version, slot: st.slot });
+    } catch {
+      /* a stale socket */
+    } finally {
+      ch.close();
+    }
+  }
+  return out;
+}
+
+/**
+ * upgradeServerViaStandby asks the running standby server (e.g. the standby slot's container
+ * after its image was updated) to take the node over (AdminService.Takeover).
+ */
+export async function upgradeServerViaStandby(dirs: StackDirs, timeoutMs = DEFAULT_UPGRADE_TIMEOUT_MS): Promise<TakeoverResult> {
+  const standbys = await findStandbys(dirs);
+  if (standbys.length === 0) throw new Error('no standby server runs (start one in the standby slot, or use --from-build DIR)');
+  if (standbys.length > 1) throw new Error(`${standbys.length} standby servers run (${standbys.map((s) => `pid ${s.pid}`).join(', ')}): stop all but one`);
+  const sb = standbys[0]!;
+  const ch = createSandnodeChannel(sb.admin);
+  try {
+    const r = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs, retryAttempts: 1 }).takeover({ holdTimeoutMs: 0, finishTimeoutMs: 0 });
+    writeFileSync(pidFile(dirs, 'server'), `${r.newPid} ${processStartTicks(r.newPid) ?? ''}\n`);
+    return {
+      takeover: true,
+      oldPid: r.oldPid,
+      oldVersion: r.oldVersion,
+      newPid: r.newPid,
+      newVersion: r.newVersion,
+      epoch: Number(r.epoch),
+      holdWindowMs: r.holdWindowMs,
+      adopted: r.adopted,
+      adoptionMs: r.adoptionMs,
+      listeners: r.listeners,
+    };
+  } finally {
+    ch.close();
   }
 }

@@ -46,7 +46,7 @@ import { failpoint } from './failpoints';
 import { adoptListener, bindListener, type OwnedListener } from './listeners';
 
 /** Features this server offers (GetVersion). */
-export const SERVER_FEATURES = ['server.sandbox.v1', 'server.template.v1', 'server.adoption.v1', 'server.handover.v1', 'server.drain.v1', 'server.epoch.v1'];
+export const SERVER_FEATURES = ['server.sandbox.v1', 'server.template.v1', 'server.adoption.v1', 'server.handover.v1', 'server.drain.v1', 'server.epoch.v1', 'server.takeover.v1'];
 
 /** The VM and device id a new active server deletes (a no-op) to raise the epoch fences. */
 export const EPOCH_PROBE_ID = 'epoch-fence-probe';
@@ -92,6 +92,8 @@ export class ServerNode {
   private metrics: import('node:http').Server | undefined;
   /** When this server started serving after a takeover, epoch ms. */
   private servingAtMs = 0;
+  /** A Takeover call is running on this standby. */
+  private takingOver = false;
   /** Running Exec streams (a retiring server relays them to completion). */
   streams = 0;
   lastAdoption: AdoptionReport | undefined;
@@ -140,8 +142,14 @@ export class ServerNode {
     }
     this.role = ServerRole.SERVER_ROLE_STANDBY;
     this.log.info({ holder: FlockLease.readHolder(this.lease.file) }, 'lease held by another server: standby');
+    this.watchLease();
+  }
+
+  /** watchLease: a standby takes over (failover) when the lease becomes free. */
+  private watchLease(): void {
+    clearInterval(this.standbyPoll);
     this.standbyPoll = setInterval(() => {
-      if (this.role !== ServerRole.SERVER_ROLE_STANDBY || !this.lease.tryAcquire()) return;
+      if (this.role !== ServerRole.SERVER_ROLE_STANDBY || this.takingOver || !this.lease.tryAcquire()) return;
       clearInterval(this.standbyPoll);
       this.log.warn('the active server is gone: taking over');
       this.bindFresh()
@@ -274,7 +282,7 @@ export class ServerNode {
    * refusing a connection: receive its listening sockets, take the lease, adopt, serve, finish.
    */
   async takeover(opts: { holdMs?: number; finishTimeoutMs?: number } = {}): Promise<TakeoverResult> {
-    await this.startAdmin();
+    if (!this.adminServer) await this.startAdmin();
     const holder = FlockLease.readHolder(this.lease.file);
     if (!holder || !FlockLease.isHeld(this.lease.file)) throw new FailedPreconditionError('no active server holds the lease: start normally instead');
     const ch = createSandnodeChannel(holder.admin);
@@ -381,6 +389,30 @@ export class ServerNode {
         const streams = this.streams;
         setImmediate(() => void this.retire());
         return { streamsRunning: streams };
+      },
+      takeover: async (req) => {
+        if (this.role !== ServerRole.SERVER_ROLE_STANDBY || this.takingOver) throw new FailedPreconditionError(`takeover: this server is ${ServerRole[this.role]}, not an idle STANDBY`);
+        this.takingOver = true;
+        clearInterval(this.standbyPoll);
+        try {
+          const r = await this.takeover({ holdMs: req.holdTimeoutMs || undefined, finishTimeoutMs: req.finishTimeoutMs || undefined });
+          return {
+            oldPid: r.oldPid,
+            oldVersion: r.oldVersion,
+            newPid: r.newPid,
+            newVersion: r.newVersion,
+            epoch: r.epoch,
+            holdWindowMs: r.holdWindowMs,
+            adopted: r.adopted,
+            adoptionMs: r.adoptionMs,
+            listeners: r.listeners,
+          };
+        } catch (err) {
+          // still a standby: watch the lease again
+          this.takingOver = false;
+          if (this.role === ServerRole.SERVER_ROLE_STANDBY) this.watchLease();
+          throw err;
+        }
       },
       drain: async (req) => {
         if (this.role !== ServerRole.SERVER_ROLE_ACTIVE || !this.manager || !this.store || !this.vms || !this.devices) {
