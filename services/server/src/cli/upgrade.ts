@@ -18,6 +18,8 @@ import { mainScript, pidFile, type StackDirs } from './stack';
 export const DEFAULT_UPGRADE_TIMEOUT_MS = 120_000;
 
 export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs = DEFAULT_UPGRADE_TIMEOUT_MS): Promise<TakeoverResult> {
+  // The new server gets the environment as it is at the call (taken before the first await).
+  const callerEnv = { ...process.env };
   // A running standby would race the server started here for the lease: use it instead.
   const standbys = await findStandbys(dirs);
   if (standbys.length) throw new Error(`a standby server already runs (pid ${standbys[0]?.pid}, version ${standbys[0]?.version}): upgrade with --standby, or stop it first`);
@@ -42,7 +44,7 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
     detached: true,
     stdio: ['ignore', out, out],
     env: {
-      ...process.env,
+      ...callerEnv,
       SANDNODE_SERVER_STATE_DIR: path.resolve(dirs.stateDir),
       SANDNODE_SERVER_RUN_DIR: path.resolve(dirs.runDir),
       SANDNODE_SERVER_LISTEN: dirs.listen,
