@@ -78,11 +78,15 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
 
   async function* errorAndLog<Req, Res>(call: ServerMiddlewareCall<Req, Res, SandnodeCallContext>, context: CallContext) {
     const rpc = call.method.path;
-    const child = log.child({ rpc });
+    // the child logger is made on first use: most calls never log
+    let childLog: Logger | undefined;
+    const child = () => (childLog ??= log.child({ rpc }));
+    const ctx = { ...context } as CallContext & SandnodeCallContext;
+    Object.defineProperty(ctx, 'log', { get: child, enumerable: true });
     const end = rpcDuration.startTimer({ component: info.component, rpc });
     let code: Status = Status.OK;
     try {
-      return yield* call.next(call.request, { ...context, log: child });
+      return yield* call.next(call.request, ctx);
     } catch (err) {
       if (isAbortError(err)) {
         code = Status.CANCELLED;
@@ -91,11 +95,11 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
       const mapped = toServerError(err);
       if (mapped) {
         code = mapped.code;
-        child.debug({ code: Status[mapped.code], err: mapped.details }, 'rpc failed');
+        if (log.isLevelEnabled('debug')) child().debug({ code: Status[mapped.code], err: mapped.details }, 'rpc failed');
         throw mapped;
       }
       code = Status.UNKNOWN;
-      child.error({ err }, 'rpc failed with an unexpected error');
+      child().error({ err }, 'rpc failed with an unexpected error');
       throw new ServerError(Status.UNKNOWN, 'internal error (see the component log)');
     } finally {
       end({ code: Status[code] });
