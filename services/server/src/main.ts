@@ -12,7 +12,6 @@ import { ConfigError, createLogger, SUITE_VERSION } from '@sandnode/shared';
 import { resolveServerConfig } from './config';
 import { ServerNode } from './handover/server-node';
 
-export { SERVER_FEATURES } from './handover/server-node';
 
 function parseArgs(argv: string[]): { config?: string } {
   const i = argv.indexOf('--config');

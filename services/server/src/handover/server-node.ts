@@ -512,12 +512,13 @@ export class ServerNode {
   /** retire: stop accepting (the sockets live on in the new server), GOAWAY, let streams end, exit. */
   private async retire(): Promise<void> {
     this.log.info({ streams: this.streams }, 'retiring: GOAWAY; running streams continue');
-    for (const l of this.listeners) l.server.close(); // our copies only; unix path kept (see listeners.ts)
-    // GOAWAY at once on every connection: clients open a new connection (accepted by the new
-    // server) for their next call; calls and Exec streams already running here complete.
-    const closed = this.goAway();
-    let finished = false;
-    void closed.then(() => (finished = true));
+    // Stop accepting on our copies of the listeners (the unix path is kept, see listeners.ts;
+    // the sockets live on in the new server) and send GOAWAY at once on every connection:
+    // clients open a new connection (accepted by the new server) for their next call; calls
+    // and Exec streams already running here complete.
+    const closed = this.publicServer?.shutdown(this.cfg.retireDrainMs);
+    let finished = !closed;
+    void closed?.then(() => (finished = true));
     const t0 = Date.now();
     let idleSince: number | undefined;
     while (!finished && Date.now() - t0 < this.cfg.retireDrainMs) {
@@ -527,33 +528,10 @@ export class ServerNode {
       await new Promise((r) => setTimeout(r, 50));
     }
     this.publicServer?.host.server.forceShutdown();
-    await this.closeAdmin();
+    await this.adminServer?.shutdown(1000);
     this.closeAll();
     this.log.info('retired');
     this.exit(0);
-  }
-
-  /**
-   * goAway stops the public server without waiting for anything first: health NOT_SERVING, then
-   * grpc-js tryShutdown, which sends GOAWAY on every connection now and resolves when they have
-   * all closed (idle ones at once, busy ones when their calls end). Not ServiceServer.shutdown:
-   * it first awaits net.Server.close() of our listeners, which only calls back once every
-   * connection they accepted has ended, so a client that keeps its connection open would never
-   * get a GOAWAY and would keep sending new calls to this server.
-   */
-  private goAway(s: ServiceServer | undefined = this.publicServer): Promise<void> {
-    if (!s) return Promise.resolve();
-    s.setServing(false);
-    return new Promise((resolve) => s.host.server.tryShutdown(() => resolve()));
-  }
-
-  /** closeAdmin stops the admin server (GOAWAY, 1 s for running calls). */
-  private async closeAdmin(): Promise<void> {
-    this.adminListener?.listener.server.close();
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([this.goAway(this.adminServer), new Promise<void>((r) => (timer = setTimeout(r, 1000)))]);
-    clearTimeout(timer);
-    this.adminServer?.host.server.forceShutdown();
   }
 
   /** stop (SIGTERM): drain the node first when configured, then stop serving; sandboxes live on. */
@@ -564,13 +542,9 @@ export class ServerNode {
     }
     clearInterval(this.standbyPoll);
     if (this.handover) clearInterval(this.handover.watchdog);
-    for (const l of this.listeners) l.server.close();
-    // GOAWAY now (see goAway), force after drainMs
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([this.goAway(), new Promise<void>((r) => (timer = setTimeout(r, this.cfg.drainMs)))]);
-    clearTimeout(timer);
-    this.publicServer?.host.server.forceShutdown();
-    await this.closeAdmin();
+    // stop accepting, GOAWAY now, force after drainMs
+    await this.publicServer?.shutdown(this.cfg.drainMs);
+    await this.adminServer?.shutdown(1000);
     this.closeAll();
   }
 
