@@ -10,11 +10,8 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, sandboxDir, socketPath, unixAddress, type ServiceClient } from '@sandnode/shared';
-import { VersionServiceDefinition, type GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
-import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
-import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
-import type { Channel } from 'nice-grpc';
+import { askVersion, connectServerApi, sandboxDir, socketPath, unixAddress, type ServerApi } from '@sandnode/shared';
+import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
 import { REPO_ROOT } from './releases';
 import type { Build, Component } from './types';
 
@@ -45,33 +42,13 @@ function stack(): StackModule {
   return stackModule;
 }
 
-/** The public API of a node's server. */
-export interface ServerApi {
-  channel: Channel;
-  sandboxes: ServiceClient<typeof SandboxServiceDefinition>;
-  templates: ServiceClient<typeof TemplateServiceDefinition>;
-  close(): void;
-}
-
-/** connectApi opens the server's public API at address (unary deadline timeoutMs; streams have none). */
-export function connectApi(address: string, timeoutMs = 120_000): ServerApi {
-  const channel = createSandnodeChannel(address);
-  return {
-    channel,
-    sandboxes: createServiceClient(SandboxServiceDefinition, channel, { timeoutMs }),
-    templates: createServiceClient(TemplateServiceDefinition, channel, { timeoutMs }),
-    close: () => channel.close(),
-  };
-}
+/** The public API of a node's server (shared's connectServerApi, N's generated clients). */
+export const connectApi = connectServerApi;
+export type { ServerApi };
 
 /** versionAt asks whatever serves address for its version; throws when nothing answers. */
-export async function versionAt(address: string, timeoutMs = 3000): Promise<GetVersionResponse> {
-  const ch = createSandnodeChannel(address);
-  try {
-    return await createServiceClient(VersionServiceDefinition, ch, { timeoutMs, retryAttempts: 2 }).getVersion({});
-  } finally {
-    ch.close();
-  }
+export function versionAt(address: string, timeoutMs = 3000): Promise<GetVersionResponse> {
+  return askVersion(address, { timeoutMs, retryAttempts: 2 });
 }
 
 /** Output of one CLI run. */

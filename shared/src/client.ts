@@ -115,3 +115,16 @@ export class PeerFeatures {
     this.version = undefined;
   }
 }
+
+/**
+ * askVersion asks whatever serves address for GetVersion, over a channel of its own that is
+ * closed afterwards. Throws the ClientError when nothing answers within timeoutMs.
+ */
+export async function askVersion(address: string, opts: { timeoutMs?: number; retryAttempts?: number } = {}): Promise<GetVersionResponse> {
+  const ch = createSandnodeChannel(address);
+  try {
+    return await createServiceClient(VersionServiceDefinition, ch, { timeoutMs: opts.timeoutMs ?? 2000, retryAttempts: opts.retryAttempts ?? 1 }).getVersion({});
+  } finally {
+    ch.close();
+  }
+}

@@ -13,3 +13,4 @@ export * from './daemon';
 export * from './keyed-mutex';
 export * from './epoch-fence';
 export * from './grpc-host';
+export * from './server-api';

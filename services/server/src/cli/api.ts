@@ -1,28 +1,10 @@
 /**
  * Clients of the server's public API for the CLI, and the JSON shape the CLI prints.
  */
-import { createSandnodeChannel, createServiceClient, type ServiceClient } from '@sandnode/shared';
-import { SandboxServiceDefinition, SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
-import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
-import type { Channel } from 'nice-grpc';
+import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 
-export interface ServerApi {
-  channel: Channel;
-  sandboxes: ServiceClient<typeof SandboxServiceDefinition>;
-  templates: ServiceClient<typeof TemplateServiceDefinition>;
-  close(): void;
-}
-
-/** connectServer opens the server API at address ("unix:///abs.sock" or "host:port"). */
-export function connectServer(address: string, timeoutMs = 120_000): ServerApi {
-  const channel = createSandnodeChannel(address);
-  return {
-    channel,
-    sandboxes: createServiceClient(SandboxServiceDefinition, channel, { timeoutMs }),
-    templates: createServiceClient(TemplateServiceDefinition, channel, { timeoutMs }),
-    close: () => channel.close(),
-  };
-}
+/** The server API the CLI uses (one piece of code in shared serves the CLI, bench and compat tests). */
+export { connectServerApi as connectServer, type ServerApi } from '@sandnode/shared';
 
 /** The CLI's JSON view of a sandbox (`sandbox get --json`). */
 export interface SandboxJson {

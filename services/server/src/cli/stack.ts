@@ -6,8 +6,8 @@
 import { spawn } from 'node:child_process';
 import { existsSync, fsyncSync, mkdirSync, openSync, readFileSync, readdirSync, renameSync, rmSync, symlinkSync, writeFileSync, writeSync, closeSync } from 'node:fs';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, processStartTicks, run, socketPath, unixAddress } from '@sandnode/shared';
-import { VersionServiceDefinition, type GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
+import { askVersion, processStartTicks, run, socketPath, unixAddress } from '@sandnode/shared';
+import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
 
 export type Component = 'vmm-supervisor' | 'ublk-manager' | 'server';
 /** Start order; stop order is the reverse. */
@@ -76,15 +76,7 @@ export async function getVersion(dirs: StackDirs, c: Component, timeoutMs = 1000
 
 /** versionAt asks whatever serves address for its version; undefined when nothing answers. */
 export async function versionAt(address: string, timeoutMs = 1000): Promise<GetVersionResponse | undefined> {
-  const ch = createSandnodeChannel(address);
-  try {
-    const client = createServiceClient(VersionServiceDefinition, ch, { timeoutMs, retryAttempts: 1 });
-    return await client.getVersion({});
-  } catch {
-    return undefined;
-  } finally {
-    ch.close();
-  }
+  return askVersion(address, { timeoutMs, retryAttempts: 1 }).catch(() => undefined);
 }
 
 /**

@@ -7,8 +7,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
-import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
+import { askVersion, createSandnodeChannel, createServiceClient, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { mainScript, pidFile, tail, pointUblkAddress, setActiveUblkSlot, type StackDirs } from './stack';
 import { FlockLease } from '../store/flock-lease';
@@ -32,15 +31,6 @@ function pct(xs: number[], p: number): number {
   return s.length ? (s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number) : 0;
 }
 
-async function version(address: string) {
-  const ch = createSandnodeChannel(address);
-  try {
-    return await createServiceClient(VersionServiceDefinition, ch, { timeoutMs: 2000, retryAttempts: 1 }).getVersion({});
-  } finally {
-    ch.close();
-  }
-}
-
 /** upgradeUblkManager runs the device handover to a new slot built in buildDir. */
 export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | undefined, timeoutMs = 120_000): Promise<UblkUpgradeResult> {
   // buildDir undefined: use the other slot's daemon that already runs (k8s: the standby slot's
@@ -56,7 +46,7 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
     oldSock = path.resolve(runDir, readlinkSync(stable));
     oldSlot = /ublk-manager-([ab])\.sock$/.exec(oldSock)?.[1] ?? '';
   }
-  const old = await version(unixAddress(oldSock)).catch(() => undefined);
+  const old = await askVersion(unixAddress(oldSock)).catch(() => undefined);
   if (!old) throw new Error(`no ublk-manager answers at ${oldSock}: start the node with \`sandnode up\``);
   const newSlot = oldSlot === 'b' ? 'a' : 'b';
   const newSock = path.join(runDir, `ublk-manager-${newSlot}.sock`);
@@ -65,7 +55,7 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
   let child: { pid?: number } = {};
   let fresh;
   if (buildDir === undefined) {
-    fresh = await version(unixAddress(newSock)).catch(() => undefined);
+    fresh = await askVersion(unixAddress(newSock)).catch(() => undefined);
     if (!fresh) throw new Error(`no ublk-manager runs in slot ${newSlot} (${newSock}): start the standby slot, or give --from-build DIR`);
     child = { pid: fresh.pid };
   } else {
@@ -89,7 +79,7 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       if (exited !== undefined) throw new Error(`the new ublk-manager exited with code ${exited}; the old slot keeps every device; see ${path.join(logDir, `ublk-manager-${newSlot}.log`)}:\n${tail(path.join(logDir, `ublk-manager-${newSlot}.log`), 5)}`);
-      fresh = await version(unixAddress(newSock)).catch(() => undefined);
+      fresh = await askVersion(unixAddress(newSock)).catch(() => undefined);
       if (fresh && fresh.pid === spawned.pid) break;
       if (Date.now() > deadline) throw new Error('the new ublk-manager did not answer in time');
       await new Promise((r) => setTimeout(r, 50));

@@ -1,0 +1,29 @@
+/**
+ * The public API of a node's server (`sandnode.server.v1` SandboxService and TemplateService)
+ * on one channel: what the operator CLI, the benchmark and the compat tests talk to.
+ */
+import type { Channel } from 'nice-grpc';
+import { createSandnodeChannel, createServiceClient, type ServiceClient } from './client';
+import { SandboxServiceDefinition } from './gen/sandnode/server/v1/sandbox';
+import { TemplateServiceDefinition } from './gen/sandnode/server/v1/template';
+
+export interface ServerApi {
+  channel: Channel;
+  sandboxes: ServiceClient<typeof SandboxServiceDefinition>;
+  templates: ServiceClient<typeof TemplateServiceDefinition>;
+  close(): void;
+}
+
+/**
+ * connectServerApi opens the server API at address ("unix:///abs.sock" or "host:port"); unary
+ * calls get a deadline of timeoutMs, streams none.
+ */
+export function connectServerApi(address: string, timeoutMs = 120_000): ServerApi {
+  const channel = createSandnodeChannel(address);
+  return {
+    channel,
+    sandboxes: createServiceClient(SandboxServiceDefinition, channel, { timeoutMs }),
+    templates: createServiceClient(TemplateServiceDefinition, channel, { timeoutMs }),
+    close: () => channel.close(),
+  };
+}
