@@ -16,12 +16,9 @@ import { COMPONENTS, logFile, purgeNode, startComponent, stopComponent, type Sta
 import { upgradeServer } from '../cli/upgrade';
 import { upgradeUblkManager } from '../cli/upgrade-ublk';
 import { FlockLease } from '../store/flock-lease';
+import { percentile } from '../cli/stats';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? (s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number) : NaN;
-}
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 function serverPort(dirs: StackDirs): number {
@@ -89,7 +86,7 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
       await new Promise((r) => setTimeout(r, 300));
     }
     await load.end();
-    const handover = { rounds, ok: load.st.ok, refused: load.st.refused, failed: load.st.failed, gapP50Ms: r1(pct(hGaps, 50)), gapP99Ms: r1(pct(hGaps, 99)) };
+    const handover = { rounds, ok: load.st.ok, refused: load.st.refused, failed: load.st.failed, gapP50Ms: r1(percentile(hGaps, 50)), gapP99Ms: r1(percentile(hGaps, 99)) };
     // the naive restart: same load, stop (SIGTERM) then start on the same port
     const port = serverPort(dirs);
     dirs.listen = `127.0.0.1:${port}`;
@@ -104,7 +101,7 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
       await new Promise((r) => setTimeout(r, 300));
     }
     await load2.end();
-    const restart = { rounds: rGaps.length, ok: load2.st.ok, refused: load2.st.refused, failed: load2.st.failed, gapP50Ms: r1(pct(rGaps, 50)), gapP99Ms: r1(pct(rGaps, 99)) };
+    const restart = { rounds: rGaps.length, ok: load2.st.ok, refused: load2.st.refused, failed: load2.st.failed, gapP50Ms: r1(percentile(rGaps, 50)), gapP99Ms: r1(percentile(rGaps, 99)) };
     out.serverHandover = { handover, naiveRestart: restart, goal: 'handover: 0 refused, 0 failed, gap p99 <= 50 ms' };
     rows.push(['server handover: refused / failed / gap p50 / p99', `${handover.refused} / ${handover.failed} / ${handover.gapP50Ms} / ${handover.gapP99Ms} ms`, '0 / 0 / p99 <= 50 ms']);
     rows.push(['naive restart: refused / failed / gap p50 / p99', `${restart.refused} / ${restart.failed} / ${restart.gapP50Ms} / ${restart.gapP99Ms} ms`, '(baseline)']);
@@ -115,8 +112,8 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     await mapLimit(Array.from({ length: 9 }), 3, () => api.sandboxes.createSandbox({ template: 'base' }));
     const u = await upgradeUblkManager(dirs, '.');
     const stalls = u.devices.map((d) => d.stallMs);
-    out.deviceHandover = { devices: stalls.length, mode: u.mode, p50Ms: r1(pct(stalls, 50)), p95Ms: r1(pct(stalls, 95)), p99Ms: r1(pct(stalls, 99)), totalMs: u.totalMs, goalP99Ms: 20 };
-    rows.push([`device handover stall over ${stalls.length} devices p50 / p95 / p99`, `${r1(pct(stalls, 50))} / ${r1(pct(stalls, 95))} / ${r1(pct(stalls, 99))} ms (${u.mode})`, 'p99 <= 20 ms']);
+    out.deviceHandover = { devices: stalls.length, mode: u.mode, p50Ms: r1(percentile(stalls, 50)), p95Ms: r1(percentile(stalls, 95)), p99Ms: r1(percentile(stalls, 99)), totalMs: u.totalMs, goalP99Ms: 20 };
+    rows.push([`device handover stall over ${stalls.length} devices p50 / p95 / p99`, `${r1(percentile(stalls, 50))} / ${r1(percentile(stalls, 95))} / ${r1(percentile(stalls, 99))} ms (${u.mode})`, 'p99 <= 20 ms']);
 
     // (c) drain of N sandboxes at concurrency 8 vs 1
     const n = num('BENCH_DRAIN', 50);

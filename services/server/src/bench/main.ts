@@ -21,13 +21,10 @@ import { connectServer, table, type ServerApi } from '../cli/api';
 import { COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '../cli/stack';
 import { mapLimit } from '@sandnode/shared';
 import { benchLiveUpgrade } from './live-upgrade';
+import { percentile } from '../cli/stats';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN;
-}
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 async function execTrue(api: ServerApi, id: string): Promise<void> {
@@ -55,8 +52,8 @@ async function main(): Promise<void> {
       ids.push((await api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId);
       createMs.push(performance.now() - t0);
     }
-    results.create = { n: creates, p50Ms: r1(pct(createMs, 50)), p95Ms: r1(pct(createMs, 95)), goalP50Ms: 300 };
-    rows.push(['sandbox create p50 / p95', `${r1(pct(createMs, 50))} / ${r1(pct(createMs, 95))} ms`, 'p50 <= 300 ms']);
+    results.create = { n: creates, p50Ms: r1(percentile(createMs, 50)), p95Ms: r1(percentile(createMs, 95)), goalP50Ms: 300 };
+    rows.push(['sandbox create p50 / p95', `${r1(percentile(createMs, 50))} / ${r1(percentile(createMs, 95))} ms`, 'p50 <= 300 ms']);
 
     // 2. exec round trip
     const execs = num('BENCH_EXECS', 100);
@@ -66,8 +63,8 @@ async function main(): Promise<void> {
       await execTrue(api, ids[i % ids.length] as string);
       execMs.push(performance.now() - t0);
     }
-    results.exec = { n: execs, p50Ms: r1(pct(execMs, 50)), p95Ms: r1(pct(execMs, 95)), goalP50Ms: 20 };
-    rows.push(['exec round trip (true) p50 / p95', `${r1(pct(execMs, 50))} / ${r1(pct(execMs, 95))} ms`, 'p50 <= 20 ms']);
+    results.exec = { n: execs, p50Ms: r1(percentile(execMs, 50)), p95Ms: r1(percentile(execMs, 95)), goalP50Ms: 20 };
+    rows.push(['exec round trip (true) p50 / p95', `${r1(percentile(execMs, 50))} / ${r1(percentile(execMs, 95))} ms`, 'p50 <= 20 ms']);
 
     // 3. GetSandbox throughput, 64 calls in flight. Measured twice: with the shared sandnode
     // client (retry + deadline middleware: what components use) and with a lean nice-grpc

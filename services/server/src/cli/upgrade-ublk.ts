@@ -11,6 +11,7 @@ import { askVersion, createSandnodeChannel, createServiceClient, processStartTic
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { mainScript, pidFile, tail, pointUblkAddress, setActiveUblkSlot, type StackDirs } from './stack';
 import { FlockLease } from '../store/flock-lease';
+import { percentile } from './stats';
 
 export interface UblkUpgradeResult {
   oldSlot: string;
@@ -24,11 +25,6 @@ export interface UblkUpgradeResult {
   stallP50Ms: number;
   stallP99Ms: number;
   totalMs: number;
-}
-
-function pct(xs: number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length ? (s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] as number) : 0;
 }
 
 /** upgradeUblkManager runs the device handover to a new slot built in buildDir. */
@@ -148,8 +144,8 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
     newVersion: fresh.version,
     mode: res.mode,
     devices,
-    stallP50Ms: pct(stalls, 50),
-    stallP99Ms: pct(stalls, 99),
+    stallP50Ms: stalls.length ? percentile(stalls, 50) : 0,
+    stallP99Ms: stalls.length ? percentile(stalls, 99) : 0,
     totalMs: res.totalMs,
   };
 }
