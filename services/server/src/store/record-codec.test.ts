@@ -46,4 +46,12 @@ describe('runtime record codec', () => {
     const bytes = RuntimeRecord.encode(RuntimeRecord.fromPartial({ schema: 1, sandboxId: 'sb-0123456789abcdef', state: 42 as SandboxState })).finish();
     expect(decodeRecord(bytes).state).toBe('UNKNOWN');
   });
+
+  it('stamps a new record with network slot -1 (no network) and keeps a read one', () => {
+    const fresh = decodeRecord(RuntimeRecord.encode(RuntimeRecord.fromPartial({ schema: 1, sandboxId: 'sb-0123456789abcdef' })).finish());
+    delete fresh.opaque;
+    expect(RuntimeRecord.decode(encodeRecord(fresh)).networkSlot).toBe(-1);
+    const read = decodeRecord(RuntimeRecord.encode(RuntimeRecord.fromPartial({ schema: 1, sandboxId: 'sb-0123456789abcdef', networkSlot: 3 })).finish());
+    expect(RuntimeRecord.decode(encodeRecord(read)).networkSlot).toBe(3);
+  });
 });

@@ -60,8 +60,9 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
       };
     }),
     poddAddress: rec.poddAddress,
-    networkSlot: base.networkSlot ?? -1,
-    egressPolicy: base.egressPolicy ?? '',
+    // no network in this release: a new record says so (-1); a read record keeps its value
+    networkSlot: rec.opaque ? base.networkSlot : -1,
+    egressPolicy: base.egressPolicy,
     createdAtMs: rec.createdAtMs,
     updatedAtMs: rec.updatedAtMs,
     expiresAtMs: rec.expiresAtMs,
