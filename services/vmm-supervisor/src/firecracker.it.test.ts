@@ -58,6 +58,7 @@ describeIt('vmm-supervisor firecracker driver (integration)', () => {
       poddSocketDir: path.join(fx.runDir, 'sandboxes', 'fc-a'),
       hostname: '',
       env: {},
+      machineId: '',
     };
   });
 

@@ -132,6 +132,7 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
       poddSocketDir: poddA,
       hostname: 'box-a',
       env: { FOO: 'bar' },
+      machineId: '',
     };
     specB = {
       templateRootfs: fx.rootfs,
@@ -140,6 +141,7 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
       poddSocketDir: path.join(fx.runDir, 'sandboxes', 'vm-b'),
       hostname: '',
       env: {},
+      machineId: '',
     };
     binDir = path.join(fx.stateDir, 'vmm-supervisor', 'bin');
     runcVersion = /runc version (\S+)/.exec(execFileSync('runc', ['--version']).toString())![1]!;

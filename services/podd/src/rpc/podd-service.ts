@@ -3,7 +3,7 @@
  * gRPC statuses in the shared error middleware (InvalidArgumentError -> INVALID_ARGUMENT, ...).
  */
 import { hostname } from 'node:os';
-import type { SandnodeCallContext } from '@sandnode/shared';
+import { UnimplementedError, type SandnodeCallContext } from '@sandnode/shared';
 import type { PoddServiceImplementation } from '@sandnode/shared/proto/podd/v1/podd';
 import type { ExecRunner } from '../core/exec';
 import { readFile, statPath, writeFile } from '../core/files';
@@ -42,6 +42,15 @@ export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<Sa
     },
     async stat(req) {
       return fileInfoToProto(await statPath(req.path));
+    },
+    async quiesce() {
+      throw new UnimplementedError('Quiesce is not built yet');
+    },
+    async thaw() {
+      throw new UnimplementedError('Thaw is not built yet');
+    },
+    async getFreezeStatus() {
+      throw new UnimplementedError('GetFreezeStatus is not built yet');
     },
   };
 }

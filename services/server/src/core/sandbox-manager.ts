@@ -194,6 +194,10 @@ export class SandboxManager {
       requestId,
       errorMessage: '',
       resumeMethod: '',
+      rootfsGeneration: 1,
+      forkedFrom: '',
+      forkPausedAtMs: 0,
+      machineId: randomBytes(16).toString('hex'),
     };
     return this.locks.run(id, async () => {
       this.o.store.put(rec);

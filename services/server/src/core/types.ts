@@ -65,6 +65,14 @@ export interface SandboxRecord {
   errorMessage: string;
   /** how a DRAINED sandbox comes back: "cold-start" (or "criu"); empty otherwise */
   resumeMethod: string;
+  /** rootfs uppers so far: 1 at create, +1 per ResetRootfs (0 from an older writer means 1) */
+  rootfsGeneration: number;
+  /** the parent's id for a fork child; else "" */
+  forkedFrom: string;
+  /** set (epoch ms) while a pause-fallback fork holds this sandbox's VM paused; else 0 */
+  forkPausedAtMs: number;
+  /** /etc/machine-id of the sandbox (32 hex); "" in records of older servers */
+  machineId: string;
   opaque?: unknown;
 }
 

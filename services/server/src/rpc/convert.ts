@@ -20,6 +20,8 @@ export function sandboxToPb(r: SandboxRecord): Sandbox {
     expiresAtMs: r.expiresAtMs,
     poddVersion: r.templatePoddVersion,
     errorMessage: r.errorMessage,
+    rootfsGeneration: r.rootfsGeneration || 1,
+    forkedFrom: r.forkedFrom,
   };
 }
 

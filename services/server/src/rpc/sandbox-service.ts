@@ -2,7 +2,7 @@
  * SandboxService handlers: validate -> call SandboxManager -> convert. Errors are domain errors
  * mapped to gRPC codes by the shared middleware.
  */
-import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from '@sandnode/shared';
+import { InvalidArgumentError, requireSandboxId, UnimplementedError, type SandnodeCallContext } from '@sandnode/shared';
 import type { ExecResponse, SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { SandboxManager } from '../core/sandbox-manager';
 import { sandboxToPb, statesFromPb } from './convert';
@@ -72,6 +72,12 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
     },
     async writeFile(req) {
       return m.writeFile(req.sandboxId, req.path, req.data, req.mode, req.append);
+    },
+    async forkSandbox() {
+      throw new UnimplementedError('ForkSandbox is not built yet');
+    },
+    async resetRootfs() {
+      throw new UnimplementedError('ResetRootfs is not built yet');
     },
   };
 }

@@ -71,6 +71,10 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
     requestId: rec.requestId,
     errorMessage: rec.errorMessage,
     resumeMethod: rec.resumeMethod,
+    rootfsGeneration: rec.rootfsGeneration,
+    forkedFrom: rec.forkedFrom,
+    forkPausedAtMs: rec.forkPausedAtMs,
+    machineId: rec.machineId,
   };
   // A record that was read with a schema this version knows keeps that schema (lowest that
   // expresses the data); this release only writes schema 1.
@@ -123,6 +127,10 @@ export function decodeRecord(bytes: Uint8Array): SandboxRecord {
     requestId: msg.requestId,
     errorMessage: msg.errorMessage,
     resumeMethod: msg.resumeMethod,
+    rootfsGeneration: msg.rootfsGeneration || 1,
+    forkedFrom: msg.forkedFrom,
+    forkPausedAtMs: msg.forkPausedAtMs,
+    machineId: msg.machineId,
     opaque: msg,
   };
 }

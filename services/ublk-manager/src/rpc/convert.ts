@@ -86,6 +86,7 @@ export function deviceToPb(d: Device): PbDevice {
     flags: [...d.flags],
     createdAtMs: d.createdAtMs,
     sourceImage: d.sourceImage,
+    clonedFrom: '',
   };
 }
 

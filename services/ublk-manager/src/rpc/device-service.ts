@@ -3,7 +3,7 @@
  * the result. Errors are the typed domain errors of core; the shared server middleware maps
  * them to gRPC status codes (and fences mutating calls by epoch before they get here).
  */
-import { InvalidArgumentError, parseEpoch, UnavailableError, type SandnodeCallContext } from '@sandnode/shared';
+import { InvalidArgumentError, parseEpoch, UnavailableError, UnimplementedError, type SandnodeCallContext } from '@sandnode/shared';
 import type { DeviceServiceImplementation } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { DeviceManager } from '../core/device-manager';
 import { handoverAll, type HandoverMode } from '../core/handover';
@@ -22,6 +22,9 @@ export interface DeviceServiceOptions {
 export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions = {}): DeviceServiceImplementation<SandnodeCallContext> {
   let handoverRunning = false;
   return {
+    async cloneDevice() {
+      throw new UnimplementedError('CloneDevice is not built yet');
+    },
     async getCapabilities() {
       return capabilitiesToPb(manager.capabilities());
     },

@@ -71,6 +71,7 @@ export function vmSpecToProto(spec: VmSpec): PbVmSpec {
     poddSocketDir: spec.poddSocketDir,
     hostname: spec.hostname,
     env: { ...spec.env },
+    machineId: '',
   };
 }
 
