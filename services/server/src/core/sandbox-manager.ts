@@ -198,6 +198,7 @@ export class SandboxManager {
       forkedFrom: '',
       forkPausedAtMs: 0,
       machineId: randomBytes(16).toString('hex'),
+      resetUpperDeviceId: '',
     };
     return this.locks.run(id, async () => {
       this.o.store.put(rec);

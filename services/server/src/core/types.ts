@@ -73,6 +73,8 @@ export interface SandboxRecord {
   forkPausedAtMs: number;
   /** /etc/machine-id of the sandbox (32 hex); "" in records of older servers */
   machineId: string;
+  /** the fresh upper device of a ResetRootfs in progress; else "" */
+  resetUpperDeviceId: string;
   opaque?: unknown;
 }
 

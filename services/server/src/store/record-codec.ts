@@ -75,6 +75,7 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
     forkedFrom: rec.forkedFrom,
     forkPausedAtMs: rec.forkPausedAtMs,
     machineId: rec.machineId,
+    resetUpperDeviceId: rec.resetUpperDeviceId,
   };
   // A record that was read with a schema this version knows keeps that schema (lowest that
   // expresses the data); this release only writes schema 1.
@@ -131,6 +132,7 @@ export function decodeRecord(bytes: Uint8Array): SandboxRecord {
     forkedFrom: msg.forkedFrom,
     forkPausedAtMs: msg.forkPausedAtMs,
     machineId: msg.machineId,
+    resetUpperDeviceId: msg.resetUpperDeviceId,
     opaque: msg,
   };
 }
