@@ -294,11 +294,12 @@ export function orphans(inv: NodeInventory, live: string[], all: string[]): stri
   const out: string[] = [];
   const liveSet = new Set(live);
   const allSet = new Set(all);
-  const ownedDevices = new Set(all.flatMap((id) => [`${id}-upper`, `${id}-ws`]));
+  // <id>-upper, <id>-ws, and <id>-upper-g<N> after a ResetRootfs
+  const owned = (deviceId: string) => /^(sb-[0-9a-f]{16})-(upper|ws|upper-g\d+)$/.exec(deviceId)?.[1] !== undefined && allSet.has(deviceId.slice(0, 19));
   for (const c of inv.containers) if (!liveSet.has(c)) out.push(`container ${c}`);
   for (const v of inv.vms) if (!liveSet.has(v)) out.push(`vm ${v}`);
-  for (const d of inv.devices) if (!ownedDevices.has(d.deviceId)) out.push(`device ${d.deviceId}`);
-  const backing = new Set(inv.devices.filter((d) => ownedDevices.has(d.deviceId)).map((d) => d.backingFile));
+  for (const d of inv.devices) if (!owned(d.deviceId)) out.push(`device ${d.deviceId}`);
+  const backing = new Set(inv.devices.filter((d) => owned(d.deviceId)).map((d) => d.backingFile));
   for (const b of inv.loopBackingFiles) if (!backing.has(b)) out.push(`loop device on ${b}`);
   for (const d of inv.dirs) if (!allSet.has(d)) out.push(`dir ${d}`);
   // and the other way round: a live sandbox lacks a part

@@ -20,6 +20,10 @@ export interface SandboxJson {
   created_at: string;
   expires_at: string | null;
   error: string;
+  /** rootfs uppers so far (1 at create, +1 per reset-rootfs) */
+  rootfs_generation: number;
+  /** the parent's id for a fork child, else "" */
+  forked_from: string;
 }
 
 /** stateName gives "RUNNING" for SANDBOX_STATE_RUNNING. */
@@ -42,6 +46,8 @@ export function sandboxJson(s: Sandbox): SandboxJson {
     created_at: new Date(s.createdAtMs).toISOString(),
     expires_at: s.expiresAtMs ? new Date(s.expiresAtMs).toISOString() : null,
     error: s.errorMessage,
+    rootfs_generation: s.rootfsGeneration || 1,
+    forked_from: s.forkedFrom,
   };
 }
 

@@ -16,7 +16,7 @@ import path from 'node:path';
 import { Command, Option } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
 import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, socketPath, unixAddress } from '@sandnode/shared';
-import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { connectServer, sandboxJson, table, type SandboxJson } from './api';
 import { COMPONENTS, findRunning, getVersion, purgeNode, startComponent, stopComponent, type StackDirs } from './stack';
 import { runDemo } from './demo';
@@ -228,6 +228,20 @@ template
 
 const sandbox = program.command('sandbox').description('create, inspect, run commands in, pause, resume and delete sandboxes');
 
+/** forkMethodName is the CLI's word for how a fork held its parent. */
+function forkMethodName(m: ForkMethod): string {
+  switch (m) {
+    case ForkMethod.FORK_METHOD_QUIESCE:
+      return 'quiesce';
+    case ForkMethod.FORK_METHOD_PAUSE:
+      return 'pause';
+    case ForkMethod.FORK_METHOD_PAUSED_PARENT:
+      return 'paused-parent';
+    default:
+      return 'existing';
+  }
+}
+
 function kv(v: string, acc: Record<string, string>): Record<string, string> {
   const i = v.indexOf('=');
   if (i <= 0) throw new Error(`--metadata ${v}: expected KEY=VALUE`);
@@ -324,6 +338,52 @@ for (const [name, verb] of [
       }),
     );
 }
+
+sandbox
+  .command('fork <id>')
+  .description('fork a RUNNING or PAUSED sandbox: a new sandbox from crash-consistent copy-on-write clones of its rootfs and /workspace')
+  .option('--metadata <key=value>', "the child's label (repeatable)", kv, {})
+  .option('--timeout <seconds>', "the child's lifetime in seconds (0: none)", '0')
+  .option('--max-freeze-ms <ms>', "longest the parent's filesystems may stay frozen (0: 1500; at most 5000)", '0')
+  .option('--request-id <id>', 'idempotency key')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (id: string, o: { metadata: Record<string, string>; timeout: string; maxFreezeMs: string; requestId?: string; json?: boolean }) => {
+      const api = connectServer(dirs().address);
+      try {
+        const r = await api.sandboxes.forkSandbox({
+          parentId: id,
+          metadata: o.metadata,
+          timeoutSeconds: Number(o.timeout),
+          maxFreezeMs: Number(o.maxFreezeMs),
+          // always an idempotency key, so the client's retry on UNAVAILABLE cannot fork twice
+          requestId: o.requestId ?? `cli-${randomBytes(8).toString('hex')}`,
+        });
+        const s = sandboxJson(r.sandbox!);
+        const method = forkMethodName(r.method);
+        const out = { ...s, fork: { method, parent_held_ms: r.parentHeldMs, clone_ms: r.cloneMs, fork_ms: r.forkMs } };
+        print(!!o.json, out, () => `${s.id} ${s.state} pid ${s.pid} forked from ${s.forked_from} (${method}: parent held ${r.parentHeldMs} ms, clone ${r.cloneMs} ms, fork ${r.forkMs} ms)`);
+      } finally {
+        api.close();
+      }
+    }),
+  );
+
+sandbox
+  .command('reset-rootfs <id>')
+  .description('give a sandbox a fresh rootfs from its template (generation + 1); /workspace is kept, processes restart')
+  .option('--json', 'print JSON')
+  .action(
+    action(async (id: string, o: { json?: boolean }) => {
+      const api = connectServer(dirs().address);
+      try {
+        const s = sandboxJson((await api.sandboxes.resetRootfs({ sandboxId: id })).sandbox!);
+        print(!!o.json, s, () => `${s.id} ${s.state} pid ${s.pid} rootfs generation ${s.rootfs_generation}`);
+      } finally {
+        api.close();
+      }
+    }),
+  );
 
 sandbox
   .command('delete <id...>')

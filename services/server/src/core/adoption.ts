@@ -70,6 +70,36 @@ export async function adoptAll(d: AdoptionDeps): Promise<AdoptionReport> {
   return report;
 }
 
+/**
+ * finishReset ends a ResetRootfs a crash interrupted. The VM still alive (same process): the
+ * reset never stopped it, so it is undone (the fresh upper deleted, the mark cleared) and
+ * adoption goes on (returns false). The VM gone: the fresh upper becomes the upper and the
+ * sandbox is DRAINED with resume method "cold-start" (returns true); ResumeSandbox boots it.
+ */
+async function finishReset(
+  d: AdoptionDeps,
+  rec: SandboxRecord,
+  vm: Awaited<ReturnType<VmPort['list']>>[number] | undefined,
+  devices: Map<string, Awaited<ReturnType<DevicePort['list']>>[number]>,
+  log: Logger,
+): Promise<boolean> {
+  const fresh = devices.get(rec.resetUpperDeviceId);
+  const alive = rec.vm && vm && vm.pid === rec.vm.pid && vm.startTimeTicks === rec.vm.startTimeTicks && (vm.state === 'RUNNING' || vm.state === 'PAUSED');
+  if (alive || !fresh?.attached) {
+    log.warn({ device_id: rec.resetUpperDeviceId, vm_alive: Boolean(alive) }, 'undoing an interrupted rootfs reset');
+    await d.devices.delete(rec.resetUpperDeviceId);
+    rec.resetUpperDeviceId = '';
+    d.manager.touch(rec);
+    return false;
+  }
+  const old = rec.devices.find((x) => x.role === 'rootfs-upper');
+  await d.vms.delete(rec.vm?.vmId ?? rec.sandboxId);
+  d.manager.switchUpper(rec, fresh, (rec.rootfsGeneration || 1) + 1);
+  if (old) await d.devices.delete(old.deviceId);
+  log.warn({ device_id: fresh.deviceId, generation: rec.rootfsGeneration }, 'finished an interrupted rootfs reset: DRAINED on the new rootfs');
+  return true;
+}
+
 async function adoptOne(
   d: AdoptionDeps,
   rec: SandboxRecord,
@@ -94,6 +124,10 @@ async function adoptOne(
     log.error({ reason }, 'sandbox cannot be adopted; marked ERROR');
   };
   const vm = rec.vm ? vms.get(rec.vm.vmId) : undefined;
+  if (rec.resetUpperDeviceId && (await finishReset(d, rec, vm, devices, log))) {
+    report.reconciled.push(rec.sandboxId);
+    return;
+  }
   if (!rec.vm || !vm) return fail('its VM is gone');
   if (vm.pid !== rec.vm.pid || vm.startTimeTicks !== rec.vm.startTimeTicks) {
     return fail(`its VM is another process now (record pid ${rec.vm.pid}, supervisor pid ${vm.pid})`);
@@ -107,6 +141,16 @@ async function adoptOne(
       dev.path = live.path;
       changed = true;
     }
+  }
+  if (rec.forkPausedAtMs) {
+    // the server died while a fork held this sandbox paused: end the hold
+    if (rec.state === 'RUNNING' && vm.state === 'PAUSED') {
+      await d.vms.resume(rec.vm.vmId);
+      vm.state = 'RUNNING';
+      log.warn({ paused_at_ms: rec.forkPausedAtMs }, 'resumed a sandbox paused by an interrupted fork');
+    }
+    rec.forkPausedAtMs = 0;
+    changed = true;
   }
   if (vm.state !== rec.state) {
     log.warn({ record: rec.state, vm: vm.state }, 'record follows the VM state');

@@ -8,6 +8,7 @@
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '@sandnode/shared';
+import { ownedDeviceIds } from './sandbox-manager';
 import type { DevicePort, RecordStore, VmPort } from './types';
 
 export interface SweepReport {
@@ -21,7 +22,7 @@ export async function sweepOrphans(d: { store: RecordStore; vms: VmPort; devices
   const report: SweepReport = { vms: [], devices: [], dirs: [], failed: [] };
   const records = d.store.list();
   const ownedVms = new Set(records.map((r) => r.vm?.vmId ?? r.sandboxId));
-  const ownedDevices = new Set(records.flatMap((r) => (r.devices.length ? r.devices.map((x) => x.deviceId) : [`${r.sandboxId}-upper`, `${r.sandboxId}-ws`])));
+  const ownedDevices = new Set(records.flatMap(ownedDeviceIds));
   const ownedDirs = new Set(records.map((r) => r.sandboxId));
   for (const vm of await d.vms.list()) {
     if (ownedVms.has(vm.vmId)) continue;

@@ -12,10 +12,11 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
-import { FailedPreconditionError, InvalidArgumentError, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
+import { AbortedError, FailedPreconditionError, InvalidArgumentError, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
 import { KeyedMutex } from '@sandnode/shared';
+import { failpoint } from '../handover/failpoints';
 import { LifecycleGate } from './gate';
-import type { DevicePort, ExecArgs, ExecEvent, PoddConnector, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
+import type { DeviceInfo, DevicePort, ExecArgs, ExecEvent, PoddConnector, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
 import { RECORD_SCHEMA } from './types';
 import {
   validateArgv,
@@ -24,6 +25,7 @@ import {
   validateRequestId,
   validateResources,
   validateTemplateName,
+  validateMaxFreezeMs,
   validateTimeoutSeconds,
   workspacePath,
   MAX_FILE_CHUNK_BYTES,
@@ -34,6 +36,19 @@ import {
 function vmAlive(pid: number, ticks: number): boolean {
   return isSameProcess(pid, ticks) && processState(pid) !== 'Z';
 }
+
+/**
+ * ownedDeviceIds are the devices a record owns: those it lists, the ids a create or fork makes
+ * before it records them (`<id>-upper`, `<id>-ws`), and the fresh upper of a reset in progress.
+ */
+export function ownedDeviceIds(rec: SandboxRecord): string[] {
+  const ids = new Set([...rec.devices.map((d) => d.deviceId), `${rec.sandboxId}-upper`, `${rec.sandboxId}-ws`]);
+  if (rec.resetUpperDeviceId) ids.add(rec.resetUpperDeviceId);
+  return [...ids];
+}
+
+/** The env var that tells a fork child's init and podd its parent's sandbox id. */
+export const FORKED_FROM_ENV = 'SANDNODE_FORKED_FROM';
 
 /** Default size of a sandbox's rootfs upper device, bytes (sparse). */
 export const DEFAULT_UPPER_BYTES = 1024 * 1024 * 1024;
@@ -62,6 +77,37 @@ export interface CreateSandboxArgs {
   requestId: string;
 }
 
+export interface ForkSandboxArgs {
+  parentId: string;
+  metadata: Record<string, string>;
+  timeoutSeconds: number;
+  /** 0 = 1500 ms */
+  maxFreezeMs: number;
+  requestId: string;
+}
+
+/**
+ * How a fork held its parent: podd quiesce, pause (podd lacks podd.quiesce), nothing (parent
+ * PAUSED), or "existing" (a repeated request_id: the first fork's child).
+ */
+export type ForkMethod = 'quiesce' | 'pause' | 'paused-parent' | 'existing';
+
+export interface ForkResult {
+  child: SandboxRecord;
+  method: ForkMethod;
+  /** how long the parent was held (freeze window or pause), ms */
+  parentHeldMs: number;
+  /** the device clones, ms */
+  cloneMs: number;
+  /** the whole fork until the child's podd answered, ms */
+  forkMs: number;
+}
+
+/** The ublk-manager feature ForkSandbox needs. */
+export const CLONE_FEATURE = 'ublk.clone';
+/** The podd feature that lets a fork freeze a RUNNING parent instead of pausing it. */
+export const QUIESCE_FEATURE = 'podd.quiesce';
+
 export interface ListSandboxesArgs {
   states: SandboxState[];
   metadata: Record<string, string>;
@@ -81,6 +127,8 @@ export class SandboxManager {
   private readonly creatingFrom = new Map<string, number>();
   /** Creates in flight by request id, so a retried create joins the first one. */
   private readonly creating = new Map<string, Promise<SandboxRecord>>();
+  /** Forks in flight by request id, so a retried fork joins the first one. */
+  private readonly forking = new Map<string, Promise<ForkResult>>();
 
   constructor(private readonly o: SandboxManagerOptions) {
     this.now = o.now ?? Date.now;
@@ -175,7 +223,6 @@ export class SandboxManager {
     const id = `sb-${randomBytes(8).toString('hex')}`;
     const log = this.o.log.child({ sandbox_id: id });
     const now = this.now();
-    const dir = sandboxDir(this.o.runDir, id);
     const rec: SandboxRecord = {
       schema: RECORD_SCHEMA,
       sandboxId: id,
@@ -185,7 +232,7 @@ export class SandboxManager {
       templateRootfs: rootfs,
       vm: undefined,
       devices: [],
-      poddAddress: unixAddress(`${dir}/podd.sock`),
+      poddAddress: unixAddress(`${sandboxDir(this.o.runDir, id)}/podd.sock`),
       createdAtMs: now,
       updatedAtMs: now,
       expiresAtMs: timeoutSeconds ? now + timeoutSeconds * 1000 : 0,
@@ -209,23 +256,8 @@ export class SandboxManager {
         const ws = await this.o.devices.createEmpty(`${id}-ws`, resources.diskBytes);
         rec.devices.push({ deviceId: ws.deviceId, role: 'workspace', path: ws.path, backingFile: ws.backingFile, sizeBytes: ws.sizeBytes });
         this.touch(rec);
-        await mkdir(dir, { recursive: true, mode: 0o700 });
-        const vm = await this.o.vms.create({
-          vmId: id,
-          templateRootfs: rootfs,
-          upperPath: upper.path,
-          workspacePath: ws.path,
-          resources,
-          poddSocketDir: dir,
-          hostname: id,
-          env: {},
-        });
-        rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket };
-        this.touch(rec);
-        await this.waitForPodd(rec);
-        rec.state = 'RUNNING';
-        this.touch(rec);
-        log.info({ pid: vm.pid, template, ms: this.now() - t0 }, 'sandbox created');
+        await this.bootVm(rec);
+        log.info({ pid: rec.vm?.pid, template, ms: this.now() - t0 }, 'sandbox created');
         return rec;
       } catch (err) {
         log.warn({ err: (err as Error).message }, 'create failed; tearing down');
@@ -287,17 +319,33 @@ export class SandboxManager {
       paths[d.role] = live.path;
     }
     if (!paths['rootfs-upper'] || !paths.workspace) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: its record lacks a device`);
+    await this.bootVm(rec);
+    this.o.log.info({ sandbox_id: rec.sandboxId, pid: rec.vm?.pid }, 'drained sandbox started again on its disks');
+    return rec;
+  }
+
+  /**
+   * bootVm starts rec's VM on the devices in its record (their paths must be current), records
+   * the VM, waits for podd and persists RUNNING. The VM id is the recorded one (or the sandbox
+   * id), its hostname the sandbox id, its /etc/machine-id the record's; a fork child also
+   * gets env SANDNODE_FORKED_FROM=<parent id>.
+   */
+  private async bootVm(rec: SandboxRecord): Promise<void> {
+    const upper = rec.devices.find((d) => d.role === 'rootfs-upper');
+    const ws = rec.devices.find((d) => d.role === 'workspace');
+    if (!upper || !ws) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: its record lacks a device`);
     const dir = sandboxDir(this.o.runDir, rec.sandboxId);
     await mkdir(dir, { recursive: true, mode: 0o700 });
     const vm = await this.o.vms.create({
       vmId: rec.vm?.vmId ?? rec.sandboxId,
       templateRootfs: rec.templateRootfs,
-      upperPath: paths['rootfs-upper'],
-      workspacePath: paths.workspace,
+      upperPath: upper.path,
+      workspacePath: ws.path,
       resources: rec.resources,
       poddSocketDir: dir,
       hostname: rec.sandboxId,
-      env: {},
+      env: rec.forkedFrom ? { [FORKED_FROM_ENV]: rec.forkedFrom } : {},
+      machineId: rec.machineId,
     });
     rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket };
     this.touch(rec);
@@ -305,8 +353,6 @@ export class SandboxManager {
     rec.state = 'RUNNING';
     rec.resumeMethod = '';
     this.touch(rec);
-    this.o.log.info({ sandbox_id: rec.sandboxId, pid: vm.pid }, 'drained sandbox started again on its disks');
-    return rec;
   }
 
   /**
@@ -324,6 +370,221 @@ export class SandboxManager {
       rec.resumeMethod = 'cold-start';
       this.touch(rec);
     });
+  }
+
+  /**
+   * fork makes a RUNNING child whose rootfs upper (the parent's current generation) and
+   * workspace are CoW clones of the parent's, taken at one point in time (see
+   * SandboxService.ForkSandbox for the contract). Order: check the ublk-manager's features
+   * (nothing made yet) -> persist the child CREATING -> hold the parent (podd Quiesce; or pause
+   * when its podd lacks "podd.quiesce"; nothing for a PAUSED parent) -> CloneDevice upper and
+   * workspace -> release the parent -> boot the child. A failure after the child record exists
+   * tears the child down; a crash is finished by adoption (CREATING -> torn down, a parent
+   * paused for the fork -> resumed, a parent frozen -> thawed by podd's watchdog).
+   */
+  async fork(args: ForkSandboxArgs): Promise<ForkResult> {
+    requireSandboxId('parent_id', args.parentId);
+    const metadata = validateMetadata('metadata', args.metadata);
+    const timeoutSeconds = validateTimeoutSeconds('timeout_seconds', args.timeoutSeconds);
+    const maxFreezeMs = validateMaxFreezeMs('max_freeze_ms', args.maxFreezeMs);
+    const requestId = validateRequestId('request_id', args.requestId);
+    if (requestId) {
+      const inflight = this.forking.get(requestId);
+      if (inflight) return inflight;
+      const existing = this.o.store.findByRequestId(requestId);
+      if (existing) return this.existingFork(existing, args.parentId);
+    }
+    this.get(args.parentId);
+    const p = this.gate.run(() => this.forkNow(args.parentId, metadata, timeoutSeconds, maxFreezeMs, requestId));
+    if (requestId) {
+      this.forking.set(requestId, p);
+      p.finally(() => this.forking.delete(requestId)).catch(() => undefined);
+    }
+    return p;
+  }
+
+  private existingFork(rec: SandboxRecord, parentId: string): ForkResult {
+    if (rec.forkedFrom !== parentId) {
+      throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId}, which is not a fork of ${parentId}`);
+    }
+    if (rec.state !== 'RUNNING' && rec.state !== 'PAUSED') {
+      throw new FailedPreconditionError(`request_id: ${rec.requestId} made sandbox ${rec.sandboxId}, which is ${rec.state}`);
+    }
+    return { child: rec, method: 'existing', parentHeldMs: 0, cloneMs: 0, forkMs: 0 };
+  }
+
+  private async forkNow(parentId: string, metadata: Record<string, string>, timeoutSeconds: number, maxFreezeMs: number, requestId: string): Promise<ForkResult> {
+    const t0 = this.now();
+    // Negotiation before anything is made: the device manager must clone (asked now, not from
+    // a cache: a handover may have rolled it back).
+    const ublk = await this.o.devices.version();
+    if (!ublk.features.includes(CLONE_FEATURE)) {
+      throw new FailedPreconditionError(`ForkSandbox needs feature "${CLONE_FEATURE}": ublk-manager ${ublk.version} lacks it (upgrade the ublk-manager)`);
+    }
+    const id = `sb-${randomBytes(8).toString('hex')}`;
+    const log = this.o.log.child({ sandbox_id: id, parent_id: parentId });
+    return this.locks.run(id, async () => {
+      let child: SandboxRecord | undefined;
+      try {
+        const held = await this.locks.run(parentId, async () => {
+          const parent = this.requireState(parentId, 'ForkSandbox', ['RUNNING', 'PAUSED']);
+          const now = this.now();
+          child = {
+            ...structuredClone({ ...parent, opaque: undefined }),
+            sandboxId: id,
+            state: 'CREATING',
+            vm: undefined,
+            devices: [],
+            poddAddress: unixAddress(`${sandboxDir(this.o.runDir, id)}/podd.sock`),
+            createdAtMs: now,
+            updatedAtMs: now,
+            expiresAtMs: timeoutSeconds ? now + timeoutSeconds * 1000 : 0,
+            metadata,
+            requestId,
+            errorMessage: '',
+            resumeMethod: '',
+            forkedFrom: parentId,
+            forkPausedAtMs: 0,
+            machineId: randomBytes(16).toString('hex'),
+            resetUpperDeviceId: '',
+          };
+          this.touch(child);
+          return this.cloneParent(parent, child, maxFreezeMs, log);
+        });
+        const c = child!;
+        this.touch(c);
+        await this.bootVm(c);
+        const forkMs = this.now() - t0;
+        log.info({ method: held.method, parent_held_ms: held.parentHeldMs, clone_ms: held.cloneMs, fork_ms: forkMs }, 'sandbox forked');
+        return { child: c, ...held, forkMs };
+      } catch (err) {
+        if (child) {
+          log.warn({ err: (err as Error).message }, 'fork failed; tearing the child down');
+          child.requestId = '';
+          await this.teardown(child).catch((e: unknown) => log.error({ err: (e as Error).message }, 'teardown after failed fork failed; adoption will retry'));
+        }
+        throw err;
+      }
+    });
+  }
+
+  /**
+   * cloneParent holds the parent still, clones its upper and workspace into the child's record
+   * (not yet persisted) and releases the parent. Throws AbortedError when the freeze ran out
+   * before the clones finished (they may be torn).
+   */
+  private async cloneParent(parent: SandboxRecord, child: SandboxRecord, maxFreezeMs: number, log: Logger): Promise<Omit<ForkResult, 'child' | 'forkMs'>> {
+    const sources = (['rootfs-upper', 'workspace'] as const).map((role) => {
+      const d = parent.devices.find((x) => x.role === role);
+      if (!d) throw new FailedPreconditionError(`sandbox ${parent.sandboxId}: its record lacks a ${role} device`);
+      return d;
+    });
+    const cloneAll = async (): Promise<number> => {
+      failpoint('fork.after-hold');
+      const t = this.now();
+      for (const src of sources) {
+        const suffix = src.role === 'rootfs-upper' ? 'upper' : 'ws';
+        const c = await this.o.devices.clone(`${child.sandboxId}-${suffix}`, src.deviceId, true);
+        child.devices.push({ deviceId: c.deviceId, role: src.role, path: c.path, backingFile: c.backingFile, sizeBytes: c.sizeBytes });
+      }
+      failpoint('fork.after-clone');
+      return this.now() - t;
+    };
+    const vmId = parent.vm?.vmId ?? parent.sandboxId;
+    if (parent.state === 'PAUSED') return { method: 'paused-parent', parentHeldMs: 0, cloneMs: await cloneAll() };
+
+    const podd = this.o.podd.connect(parent.poddAddress);
+    const poddVersion = await podd.version();
+    if (!poddVersion.features.includes(QUIESCE_FEATURE)) {
+      // podd of an older template: hold the parent by pausing it; the mark lets adoption resume
+      // it if this server dies before the resume below.
+      log.info({ podd_version: poddVersion.version }, `parent's podd lacks "${QUIESCE_FEATURE}": fork falls back to pause`);
+      parent.forkPausedAtMs = this.now();
+      this.touch(parent);
+      const t = this.now();
+      await this.o.vms.pause(vmId);
+      let cloneMs: number;
+      try {
+        cloneMs = await cloneAll();
+      } finally {
+        await this.o.vms.resume(vmId);
+        parent.forkPausedAtMs = 0;
+        this.touch(parent);
+      }
+      return { method: 'pause', parentHeldMs: this.now() - t, cloneMs };
+    }
+
+    const tCall = this.now();
+    const freeze = await podd.quiesce(maxFreezeMs);
+    let cloneMs = 0;
+    let cloneErr: unknown;
+    try {
+      cloneMs = await cloneAll();
+    } catch (err) {
+      cloneErr = err;
+    }
+    const cloneEnd = this.now();
+    let frozenMs = 0;
+    let endedBy: string;
+    try {
+      const t = await podd.thaw(freeze.token);
+      endedBy = t.endedBy;
+      frozenMs = t.frozenMs;
+    } catch (err) {
+      // podd is gone or stuck: its watchdog thaws at the deadline by itself. The clones are
+      // consistent if they ended before the earliest possible deadline.
+      endedBy = cloneEnd - tCall < freeze.maxFreezeMs ? 'caller' : 'watchdog';
+      log.warn({ err: (err as Error).message }, 'Thaw failed; the freeze ends by its watchdog');
+    }
+    if (cloneErr) throw cloneErr;
+    if (endedBy === 'watchdog') {
+      throw new AbortedError(`fork of ${parent.sandboxId}: the parent's ${freeze.maxFreezeMs} ms freeze ran out before the clone finished (${cloneMs} ms); retry with a larger max_freeze_ms`);
+    }
+    return { method: 'quiesce', parentHeldMs: frozenMs, cloneMs };
+  }
+
+  /**
+   * resetRootfs gives the sandbox a fresh empty upper over its template and generation + 1,
+   * keeping /workspace; processes restart (new pid) and it comes back RUNNING. Order: make the
+   * new upper -> record it as reset_upper_device_id -> stop the VM -> record it as the upper
+   * (generation + 1) -> delete the old upper -> boot. Adoption finishes or undoes a reset a
+   * crash interrupted (see RuntimeRecord.reset_upper_device_id). Errors: INVALID_ARGUMENT,
+   * NOT_FOUND, FAILED_PRECONDITION (not RUNNING or PAUSED).
+   */
+  resetRootfs(id: string): Promise<SandboxRecord> {
+    this.get(id);
+    return this.gated(id, async () => {
+      const rec = this.requireState(id, 'ResetRootfs', ['RUNNING', 'PAUSED']);
+      const old = rec.devices.find((d) => d.role === 'rootfs-upper');
+      if (!old) throw new FailedPreconditionError(`sandbox ${id}: its record lacks a rootfs-upper device`);
+      const generation = (rec.rootfsGeneration || 1) + 1;
+      const fresh = await this.o.devices.createEmpty(`${id}-upper-g${generation}`, this.o.upperBytes ?? DEFAULT_UPPER_BYTES);
+      rec.resetUpperDeviceId = fresh.deviceId;
+      this.touch(rec);
+      await this.o.vms.delete(rec.vm?.vmId ?? id);
+      this.o.podd.forget(rec.poddAddress);
+      failpoint('reset.after-stop');
+      this.switchUpper(rec, fresh, generation);
+      await this.o.devices.delete(old.deviceId);
+      await this.bootVm(rec);
+      this.o.log.info({ sandbox_id: id, generation, pid: rec.vm?.pid }, 'rootfs reset');
+      return rec;
+    });
+  }
+
+  /**
+   * switchUpper makes fresh the record's upper at generation and persists it DRAINED (VM
+   * stopped, disks kept, resume method "cold-start"), so a crash before the boot leaves a
+   * sandbox that ResumeSandbox starts on the new rootfs.
+   */
+  switchUpper(rec: SandboxRecord, fresh: DeviceInfo, generation: number): void {
+    rec.devices = rec.devices.filter((d) => d.role !== 'rootfs-upper');
+    rec.devices.unshift({ deviceId: fresh.deviceId, role: 'rootfs-upper', path: fresh.path, backingFile: fresh.backingFile, sizeBytes: fresh.sizeBytes });
+    rec.rootfsGeneration = generation;
+    rec.resetUpperDeviceId = '';
+    rec.state = 'DRAINED';
+    rec.resumeMethod = 'cold-start';
+    this.touch(rec);
   }
 
   /** delete tears the sandbox down and removes its record. Errors: NOT_FOUND. */
@@ -346,9 +607,7 @@ export class SandboxManager {
     this.touch(rec);
     await this.o.vms.delete(rec.vm?.vmId ?? rec.sandboxId);
     this.o.podd.forget(rec.poddAddress);
-    for (const d of rec.devices.length ? rec.devices.map((x) => x.deviceId) : [`${rec.sandboxId}-upper`, `${rec.sandboxId}-ws`]) {
-      await this.o.devices.delete(d);
-    }
+    for (const d of ownedDeviceIds(rec)) await this.o.devices.delete(d);
     await rm(sandboxDir(this.o.runDir, rec.sandboxId), { recursive: true, force: true });
     this.o.store.delete(rec.sandboxId);
   }

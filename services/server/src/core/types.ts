@@ -116,6 +116,8 @@ export interface VmPort {
     poddSocketDir: string;
     hostname: string;
     env: Record<string, string>;
+    /** /etc/machine-id for the VM (32 hex) or "" to leave it; an older supervisor ignores it */
+    machineId: string;
   }): Promise<VmInfo>;
   /** get returns undefined for an unknown VM. */
   get(vmId: string): Promise<VmInfo | undefined>;
@@ -134,9 +136,30 @@ export interface DeviceInfo {
   attached: boolean;
 }
 
+/** ClonedDevice is a CloneDevice result: the clone and what the copy cost. */
+export interface ClonedDevice extends DeviceInfo {
+  /** time the image copy took, ms */
+  cloneMs: number;
+  /** the extents were shared (reflink) rather than copied */
+  reflinked: boolean;
+}
+
+/** PeerVersion is a peer's GetVersion answer. */
+export interface PeerVersion {
+  version: string;
+  features: string[];
+}
+
 /** DevicePort is the server's view of the ublk-manager. */
 export interface DevicePort {
   createEmpty(deviceId: string, sizeBytes: number): Promise<DeviceInfo>;
+  /**
+   * clone makes deviceId a copy-on-write clone of sourceId (ublk CloneDevice); sourceQuiesced
+   * says the caller holds the source frozen or paused. Needs feature "ublk.clone".
+   */
+  clone(deviceId: string, sourceId: string, sourceQuiesced: boolean): Promise<ClonedDevice>;
+  /** version asks the ublk-manager now (never cached: a handover may have replaced it). */
+  version(): Promise<PeerVersion>;
   get(deviceId: string): Promise<DeviceInfo | undefined>;
   list(): Promise<DeviceInfo[]>;
   delete(deviceId: string): Promise<void>;
@@ -157,10 +180,32 @@ export interface ExecArgs {
   timeoutMs: number;
 }
 
+/** A freeze held by podd Quiesce. */
+export interface PoddFreeze {
+  token: string;
+  /** the window after clamping, ms */
+  maxFreezeMs: number;
+  /** sync + syncfs time before the freeze, ms */
+  syncMs: number;
+  /** FIFREEZE time, ms */
+  freezeMs: number;
+}
+
+/** How podd says a freeze ended. */
+export interface PoddThaw {
+  endedBy: 'caller' | 'watchdog' | 'unknown';
+  /** the freeze window, ms */
+  frozenMs: number;
+}
+
 /** PoddClient talks to the podd of one sandbox. */
 export interface PoddClient {
   health(timeoutMs: number): Promise<boolean>;
-  version(): Promise<{ version: string; features: string[] }>;
+  version(): Promise<PeerVersion>;
+  /** quiesce freezes the sandbox's writable filesystems for at most maxFreezeMs (podd.quiesce). */
+  quiesce(maxFreezeMs: number): Promise<PoddFreeze>;
+  /** thaw ends the freeze named by token. */
+  thaw(token: string): Promise<PoddThaw>;
   exec(args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent>;
   readFile(path: string, offset: number, length: number): Promise<{ data: Uint8Array; sizeBytes: number; eof: boolean }>;
   writeFile(path: string, data: Uint8Array, mode: number, append: boolean): Promise<{ sizeBytes: number }>;

@@ -47,6 +47,17 @@ export function validateMetadata(field: string, md: Record<string, string>): Rec
   return { ...md };
 }
 
+/** Most a fork may hold a RUNNING parent's filesystems frozen, ms (podd clamps to [100, 5000]). */
+export const MAX_FREEZE_MS = 5000;
+/** The freeze window a fork asks for when the caller says 0, ms. */
+export const DEFAULT_FREEZE_MS = 1500;
+
+/** validateMaxFreezeMs checks a fork's max_freeze_ms (0 = default 1500; at most 5000). */
+export function validateMaxFreezeMs(field: string, ms: number): number {
+  if (!Number.isInteger(ms) || ms < 0 || ms > MAX_FREEZE_MS) throw new InvalidArgumentError(`${field}: ${ms} is out of range 0..${MAX_FREEZE_MS} ms`);
+  return ms || DEFAULT_FREEZE_MS;
+}
+
 export function validateRequestId(field: string, id: string): string {
   if (id === '') return id;
   return requireMatch(field, id, REQUEST_ID_RE, 'request id');

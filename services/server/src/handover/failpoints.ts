@@ -32,3 +32,10 @@ export const HANDOVER_FAILPOINTS = [
   'takeover.after-lease', // new: lease taken (epoch+1), before adoption
   'takeover.after-serve', // new: serving, before FinishHandover
 ] as const;
+
+/** The failpoints of ForkSandbox and ResetRootfs (crash tests of the server). */
+export const FORK_FAILPOINTS = [
+  'fork.after-hold', // the parent is frozen (podd Quiesce) or paused, before the clones
+  'fork.after-clone', // both clones made, before the parent is released
+  'reset.after-stop', // ResetRootfs: fresh upper recorded, VM stopped, before the switch
+] as const;

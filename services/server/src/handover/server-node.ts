@@ -46,7 +46,7 @@ import { failpoint } from './failpoints';
 import { adoptListener, bindListener, type OwnedListener } from './listeners';
 
 /** Features this server offers (GetVersion). */
-export const SERVER_FEATURES = ['server.sandbox.v1', 'server.template.v1', 'server.adoption.v1', 'server.handover.v1', 'server.drain.v1', 'server.epoch.v1', 'server.takeover.v1'];
+export const SERVER_FEATURES = ['server.sandbox.v1', 'server.template.v1', 'server.adoption.v1', 'server.handover.v1', 'server.drain.v1', 'server.epoch.v1', 'server.takeover.v1', 'server.fork.v1', 'server.reset-rootfs.v1'];
 
 /** The VM and device id a new active server deletes (a no-op) to raise the epoch fences. */
 export const EPOCH_PROBE_ID = 'epoch-fence-probe';

@@ -4,7 +4,7 @@
 import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, type ServiceClient } from '@sandnode/shared';
 import { DeviceServiceDefinition, DeviceState, Filesystem, type Device } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { Channel } from 'nice-grpc';
-import type { DeviceInfo, DevicePort } from '../core/types';
+import type { ClonedDevice, DeviceInfo, DevicePort, PeerVersion } from '../core/types';
 
 function toInfo(d: Device | undefined): DeviceInfo {
   if (!d) throw new Error('ublk-manager answered without a device');
@@ -27,6 +27,17 @@ export class DevicePeer implements DevicePort {
   async createEmpty(deviceId: string, sizeBytes: number): Promise<DeviceInfo> {
     const res = await this.client.createDevice({ deviceId, sizeBytes, sourceImage: '', filesystem: Filesystem.FILESYSTEM_EXT4, readOnly: false });
     return toInfo(res.device);
+  }
+
+  async clone(deviceId: string, sourceId: string, sourceQuiesced: boolean): Promise<ClonedDevice> {
+    const res = await this.client.cloneDevice({ deviceId, sourceDeviceId: sourceId, sourceQuiesced, readOnly: false });
+    return { ...toInfo(res.device), cloneMs: res.cloneMs, reflinked: res.reflinked };
+  }
+
+  async version(): Promise<PeerVersion> {
+    this.features.reset();
+    const v = await this.features.get();
+    return { version: v.version, features: v.features };
   }
 
   async get(deviceId: string): Promise<DeviceInfo | undefined> {

@@ -3,9 +3,9 @@
  * podd socket, cached until the sandbox is deleted.
  */
 import { createSandnodeChannel, createServiceClient, PeerFeatures, type ServiceClient } from '@sandnode/shared';
-import { PoddServiceDefinition } from '@sandnode/shared/proto/podd/v1/podd';
+import { PoddServiceDefinition, ThawEndedBy } from '@sandnode/shared/proto/podd/v1/podd';
 import type { Channel } from 'nice-grpc';
-import type { ExecArgs, ExecEvent, PoddClient, PoddConnector } from '../core/types';
+import type { ExecArgs, ExecEvent, PoddClient, PoddConnector, PeerVersion, PoddFreeze, PoddThaw } from '../core/types';
 
 class PoddPeer implements PoddClient {
   readonly channel: Channel;
@@ -23,9 +23,21 @@ class PoddPeer implements PoddClient {
     return res.ok;
   }
 
-  async version(): Promise<{ version: string; features: string[] }> {
+  async version(): Promise<PeerVersion> {
     const v = await this.features.get();
     return { version: v.version, features: v.features };
+  }
+
+  async quiesce(maxFreezeMs: number): Promise<PoddFreeze> {
+    // not retried: a second Quiesce would meet the first freeze (FAILED_PRECONDITION)
+    const r = await this.client.quiesce({ maxFreezeMs }, { retry: false, deadline: maxFreezeMs + 10_000 });
+    return { token: r.freezeToken, maxFreezeMs: r.maxFreezeMs, syncMs: r.syncMs, freezeMs: r.freezeMs };
+  }
+
+  async thaw(token: string): Promise<PoddThaw> {
+    const r = await this.client.thaw({ freezeToken: token });
+    const endedBy = r.endedBy === ThawEndedBy.THAW_ENDED_BY_CALLER ? 'caller' : r.endedBy === ThawEndedBy.THAW_ENDED_BY_WATCHDOG ? 'watchdog' : 'unknown';
+    return { endedBy, frozenMs: r.frozenMs };
   }
 
   async *exec(args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent> {

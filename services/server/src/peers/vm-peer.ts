@@ -47,6 +47,7 @@ export class VmPeer implements VmPort {
         poddSocketDir: a.poddSocketDir,
         hostname: a.hostname,
         env: a.env,
+        machineId: a.machineId,
       },
     });
     return toInfo(res.vm);

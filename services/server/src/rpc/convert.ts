@@ -1,7 +1,8 @@
 /**
  * Conversions between the public proto messages (server.v1) and the domain types.
  */
-import type { Sandbox, SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { ForkMethod as PbForkMethod, type Sandbox, type SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
+import type { ForkMethod } from '../core/sandbox-manager';
 import type { Template } from '@sandnode/shared/proto/server/v1/template';
 import type { SandboxRecord, SandboxState, TemplateInfo } from '../core/types';
 import { stateFromPb, stateToPb } from '../store/record-codec';
@@ -23,6 +24,20 @@ export function sandboxToPb(r: SandboxRecord): Sandbox {
     rootfsGeneration: r.rootfsGeneration || 1,
     forkedFrom: r.forkedFrom,
   };
+}
+
+/** forkMethodToPb maps how a fork held its parent; a repeated request_id says UNSPECIFIED. */
+export function forkMethodToPb(m: ForkMethod): PbForkMethod {
+  switch (m) {
+    case 'quiesce':
+      return PbForkMethod.FORK_METHOD_QUIESCE;
+    case 'pause':
+      return PbForkMethod.FORK_METHOD_PAUSE;
+    case 'paused-parent':
+      return PbForkMethod.FORK_METHOD_PAUSED_PARENT;
+    case 'existing':
+      return PbForkMethod.FORK_METHOD_UNSPECIFIED;
+  }
 }
 
 /** statesFromPb maps a filter list; unknown enum values match nothing. */

@@ -2,10 +2,10 @@
  * SandboxService handlers: validate -> call SandboxManager -> convert. Errors are domain errors
  * mapped to gRPC codes by the shared middleware.
  */
-import { InvalidArgumentError, requireSandboxId, UnimplementedError, type SandnodeCallContext } from '@sandnode/shared';
+import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from '@sandnode/shared';
 import type { ExecResponse, SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { SandboxManager } from '../core/sandbox-manager';
-import { sandboxToPb, statesFromPb } from './convert';
+import { forkMethodToPb, sandboxToPb, statesFromPb } from './convert';
 
 /** counters.streams counts running Exec streams (a retiring server relays them to the end). */
 export function sandboxService(m: SandboxManager, counters: { streams: number } = { streams: 0 }): SandboxServiceImplementation<SandnodeCallContext> {
@@ -73,11 +73,12 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
     async writeFile(req) {
       return m.writeFile(req.sandboxId, req.path, req.data, req.mode, req.append);
     },
-    async forkSandbox() {
-      throw new UnimplementedError('ForkSandbox is not built yet');
+    async forkSandbox(req) {
+      const r = await m.fork({ parentId: req.parentId, metadata: req.metadata, timeoutSeconds: req.timeoutSeconds, maxFreezeMs: req.maxFreezeMs, requestId: req.requestId });
+      return { sandbox: sandboxToPb(r.child), method: forkMethodToPb(r.method), parentHeldMs: r.parentHeldMs, cloneMs: r.cloneMs, forkMs: r.forkMs };
     },
-    async resetRootfs() {
-      throw new UnimplementedError('ResetRootfs is not built yet');
+    async resetRootfs(req) {
+      return { sandbox: sandboxToPb(await m.resetRootfs(req.sandboxId)) };
     },
   };
 }

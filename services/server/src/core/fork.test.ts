@@ -1,0 +1,247 @@
+/**
+ * ForkSandbox negotiation and crash recovery of the SandboxManager, with a real SQLite record
+ * store and scripted peers (the real-node path is in __tests__/fork.it.test.ts; the 0.1.0
+ * peers in compat-tests): which way the parent is held, what a missing feature refuses, what a
+ * failure leaves behind, and what adoption does with a fork or reset a crash interrupted.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { AbortedError, FailedPreconditionError, createLogger } from '@sandnode/shared';
+import { SqliteRecordStore } from '../store/sqlite-record-store';
+import { adoptAll } from './adoption';
+import { SandboxManager } from './sandbox-manager';
+import type { ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, SandboxRecord, TemplateCatalog, VmInfo, VmPort } from './types';
+
+const log = createLogger('test', '0', 'silent');
+
+class Peers {
+  events: string[] = [];
+  ublkFeatures = ['ublk.clone'];
+  poddFeatures = ['podd.quiesce'];
+  thawEndedBy: 'caller' | 'watchdog' = 'caller';
+  failClone = false;
+  readonly devices = new Map<string, DeviceInfo>();
+  readonly vms = new Map<string, VmInfo>();
+  /** called inside clone, while the parent is held */
+  onClone: () => void = () => undefined;
+  private nextPid = 1000;
+
+  deviceInfo(id: string): DeviceInfo {
+    return { deviceId: id, path: `/dev/loop-${id}`, backingFile: `/img/${id}`, sizeBytes: 1 << 20, attached: true };
+  }
+
+  readonly devicePort: DevicePort = {
+    createEmpty: async (id) => {
+      const d = this.deviceInfo(id);
+      this.devices.set(id, d);
+      return d;
+    },
+    clone: async (id, src, quiesced): Promise<ClonedDevice> => {
+      this.events.push(`clone ${src} quiesced=${quiesced}`);
+      this.onClone();
+      if (this.failClone) throw new Error('disk full');
+      const d = this.deviceInfo(id);
+      this.devices.set(id, d);
+      return { ...d, cloneMs: 1, reflinked: false };
+    },
+    version: async () => ({ version: this.ublkFeatures.includes('ublk.clone') ? '0.2.0' : '0.1.0', features: this.ublkFeatures }),
+    get: async (id) => this.devices.get(id),
+    list: async () => [...this.devices.values()],
+    delete: async (id) => {
+      this.devices.delete(id);
+    },
+  };
+
+  readonly vmPort: VmPort = {
+    create: async (a) => {
+      const vm: VmInfo = { vmId: a.vmId, state: 'RUNNING', pid: this.nextPid++, startTimeTicks: 1, driver: 'fake', driverVersion: '1', apiSocket: '' };
+      this.vms.set(a.vmId, vm);
+      return { ...vm };
+    },
+    get: async (id) => this.vms.get(id),
+    list: async () => [...this.vms.values()].map((v) => ({ ...v })),
+    pause: async (id) => {
+      this.events.push(`pause ${id}`);
+      this.vms.get(id)!.state = 'PAUSED';
+      return { ...this.vms.get(id)! };
+    },
+    resume: async (id) => {
+      this.events.push(`resume ${id}`);
+      this.vms.get(id)!.state = 'RUNNING';
+      return { ...this.vms.get(id)! };
+    },
+    delete: async (id) => {
+      this.vms.delete(id);
+    },
+  };
+
+  readonly podd: PoddConnector = {
+    connect: (address): PoddClient => ({
+      health: async () => true,
+      version: async () => ({ version: this.poddFeatures.length ? '0.2.0' : '0.1.0', features: this.poddFeatures }),
+      quiesce: async (max) => {
+        this.events.push(`quiesce ${address.split('/').at(-2)} ${max}`);
+        return { token: 't1', maxFreezeMs: max, syncMs: 1, freezeMs: 1 };
+      },
+      thaw: async (token) => {
+        this.events.push(`thaw ${token}`);
+        return { endedBy: this.thawEndedBy, frozenMs: 42 };
+      },
+      exec: () => {
+        throw new Error('not used');
+      },
+      readFile: async () => {
+        throw new Error('not used');
+      },
+      writeFile: async () => {
+        throw new Error('not used');
+      },
+      close: () => undefined,
+    }),
+    forget: () => undefined,
+  };
+}
+
+const templates: TemplateCatalog = {
+  get: async (name) => ({ name, poddVersion: '0.2.0', rootfsPath: '/tpl', sizeBytes: 1, createdAtMs: 0, buildMs: 0 }),
+  list: async () => [],
+  build: async () => {
+    throw new Error('not used');
+  },
+};
+
+describe('ForkSandbox negotiation', () => {
+  let dir: string;
+  let store: SqliteRecordStore;
+  let peers: Peers;
+  let m: SandboxManager;
+  let parent: SandboxRecord;
+
+  beforeEach(async () => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-fork-'));
+    store = new SqliteRecordStore(path.join(dir, 'records.db'), log);
+    peers = new Peers();
+    m = new SandboxManager({
+      store,
+      vms: peers.vmPort,
+      devices: peers.devicePort,
+      podd: peers.podd,
+      templates,
+      log,
+      runDir: path.join(dir, 'run'),
+      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
+    });
+    parent = await m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: '' });
+    peers.events = [];
+  });
+  afterEach(() => {
+    store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const fork = (maxFreezeMs = 0) => m.fork({ parentId: parent.sandboxId, metadata: { k: 'v' }, timeoutSeconds: 0, maxFreezeMs, requestId: '' });
+  const childIds = () => store.list().map((r) => r.sandboxId).filter((id) => id !== parent.sandboxId);
+
+  it('a podd with podd.quiesce: quiesce -> clone upper, workspace -> thaw; the child records its parent and a fresh machine id', async () => {
+    const r = await fork(800);
+    const p = parent.sandboxId;
+    expect(peers.events).toEqual([`quiesce ${p} 800`, `clone ${p}-upper quiesced=true`, `clone ${p}-ws quiesced=true`, 'thaw t1']);
+    expect(r).toMatchObject({ method: 'quiesce', parentHeldMs: 42 });
+    const child = store.get(r.child.sandboxId)!;
+    expect(child).toMatchObject({ state: 'RUNNING', forkedFrom: p, rootfsGeneration: 1, metadata: { k: 'v' } });
+    expect(child.machineId).toMatch(/^[0-9a-f]{32}$/);
+    expect(child.machineId).not.toBe(parent.machineId);
+    expect(child.devices.map((d) => d.deviceId)).toEqual([`${child.sandboxId}-upper`, `${child.sandboxId}-ws`]);
+    expect(store.get(p)!.state).toBe('RUNNING');
+  });
+
+  it('a podd without podd.quiesce (an older template): pause -> clone -> resume, marked on the parent while it is held', async () => {
+    peers.poddFeatures = ['podd.exec.v1'];
+    const marks: number[] = [];
+    peers.onClone = () => marks.push(store.get(parent.sandboxId)!.forkPausedAtMs);
+    const r = await fork();
+    const p = parent.sandboxId;
+    expect(peers.events).toEqual([`pause ${p}`, `clone ${p}-upper quiesced=true`, `clone ${p}-ws quiesced=true`, `resume ${p}`]);
+    expect(r.method).toBe('pause');
+    expect(marks.every((x) => x > 0)).toBe(true);
+    expect(store.get(p)!.forkPausedAtMs).toBe(0);
+  });
+
+  it('a PAUSED parent is cloned as it is and stays paused', async () => {
+    await m.pause(parent.sandboxId);
+    peers.events = [];
+    const r = await fork();
+    expect(peers.events).toEqual([`clone ${parent.sandboxId}-upper quiesced=true`, `clone ${parent.sandboxId}-ws quiesced=true`]);
+    expect(r).toMatchObject({ method: 'paused-parent', parentHeldMs: 0 });
+    expect(store.get(parent.sandboxId)!.state).toBe('PAUSED');
+  });
+
+  it('a ublk-manager without ublk.clone: FAILED_PRECONDITION naming component, version and feature, before anything is made', async () => {
+    peers.ublkFeatures = ['ublk.loop.v1'];
+    const devicesBefore = [...peers.devices.keys()];
+    const err = await fork().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(FailedPreconditionError);
+    expect((err as Error).message).toMatch(/ublk-manager 0\.1\.0 lacks it/);
+    expect((err as Error).message).toMatch(/"ublk\.clone"/);
+    expect(peers.events).toEqual([]);
+    expect(childIds()).toEqual([]);
+    expect([...peers.devices.keys()]).toEqual(devicesBefore);
+  });
+
+  it('the watchdog ended the freeze before the clones finished: ABORTED, and the child is gone', async () => {
+    peers.thawEndedBy = 'watchdog';
+    await expect(fork()).rejects.toBeInstanceOf(AbortedError);
+    expect(childIds()).toEqual([]);
+    expect([...peers.devices.keys()].filter((d) => !d.startsWith(parent.sandboxId))).toEqual([]);
+  });
+
+  it('a failed clone still thaws (quiesce) or resumes (pause) the parent and leaves no child', async () => {
+    peers.failClone = true;
+    await expect(fork()).rejects.toThrow('disk full');
+    expect(peers.events.at(-1)).toBe('thaw t1');
+    peers.poddFeatures = [];
+    peers.events = [];
+    await expect(fork()).rejects.toThrow('disk full');
+    expect(peers.events.at(-1)).toBe(`resume ${parent.sandboxId}`);
+    expect(store.get(parent.sandboxId)!).toMatchObject({ state: 'RUNNING', forkPausedAtMs: 0 });
+    expect(childIds()).toEqual([]);
+  });
+
+  it('adoption resumes a parent a crashed server left paused for a fork, and keeps it RUNNING', async () => {
+    const rec = store.get(parent.sandboxId)!;
+    rec.forkPausedAtMs = Date.now();
+    store.put(rec);
+    peers.vms.get(parent.sandboxId)!.state = 'PAUSED';
+    const report = await adoptAll({ store, vms: peers.vmPort, devices: peers.devicePort, podd: peers.podd, manager: m, log });
+    expect(report.adopted).toEqual([parent.sandboxId]);
+    expect(peers.events).toEqual([`resume ${parent.sandboxId}`]);
+    expect(store.get(parent.sandboxId)!).toMatchObject({ state: 'RUNNING', forkPausedAtMs: 0 });
+  });
+
+  it('adoption undoes a reset that never stopped the VM, and finishes one that did', async () => {
+    const id = parent.sandboxId;
+    // 1: fresh upper made and recorded, VM alive
+    await peers.devicePort.createEmpty(`${id}-upper-g2`, 1);
+    let rec = store.get(id)!;
+    rec.resetUpperDeviceId = `${id}-upper-g2`;
+    store.put(rec);
+    await adoptAll({ store, vms: peers.vmPort, devices: peers.devicePort, podd: peers.podd, manager: m, log });
+    expect(store.get(id)!).toMatchObject({ state: 'RUNNING', resetUpperDeviceId: '', rootfsGeneration: 1 });
+    expect(peers.devices.has(`${id}-upper-g2`)).toBe(false);
+    // 2: fresh upper recorded and the VM stopped
+    await peers.devicePort.createEmpty(`${id}-upper-g2`, 1);
+    rec = store.get(id)!;
+    rec.resetUpperDeviceId = `${id}-upper-g2`;
+    store.put(rec);
+    peers.vms.delete(id);
+    await adoptAll({ store, vms: peers.vmPort, devices: peers.devicePort, podd: peers.podd, manager: m, log });
+    rec = store.get(id)!;
+    expect(rec).toMatchObject({ state: 'DRAINED', resumeMethod: 'cold-start', resetUpperDeviceId: '', rootfsGeneration: 2 });
+    expect(rec.devices.map((d) => d.deviceId).sort()).toEqual([`${id}-upper-g2`, `${id}-ws`]);
+    expect(peers.devices.has(`${id}-upper`)).toBe(false);
+    // ResumeSandbox boots it on the new upper
+    await m.resume(id);
+    expect(store.get(id)!.state).toBe('RUNNING');
+  });
+});
