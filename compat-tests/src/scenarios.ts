@@ -8,7 +8,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
-import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import { ForkMethod, SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { Daemon, ServerApi, TempNode } from './node';
 import type { Build, Component, ScenarioOutcome, ScenarioResult } from './types';
 
@@ -24,7 +24,11 @@ export const BASELINE_FEATURES: Record<Component, string[]> = {
 };
 
 /** The feature a server announces when it has the ForkSandbox RPC. */
-export const FORK_FEATURE = 'server.fork';
+export const FORK_FEATURE = 'server.fork.v1';
+/** The ublk-manager feature ForkSandbox needs (CloneDevice). */
+export const CLONE_FEATURE = 'ublk.clone';
+/** The podd feature that lets a fork freeze its parent instead of pausing it. */
+export const QUIESCE_FEATURE = 'podd.quiesce';
 
 const STATUS_NAMES = [
   'OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND', 'ALREADY_EXISTS', 'PERMISSION_DENIED',
@@ -312,27 +316,59 @@ export async function runSuite(opts: SuiteOptions): Promise<ScenarioResult[]> {
 }
 
 /**
- * forkScenario: no build has a ForkSandbox RPC yet. The server's feature list decides (never
- * its version): without `server.fork` the scenario is n/a with the reason; with it, the
- * working tree's client must know the RPC, and the fork must run.
+ * forkScenario negotiates like the server does, by features (never versions):
+ * - server without "server.fork.v1": n/a (no ForkSandbox RPC);
+ * - ublk-manager without "ublk.clone": ForkSandbox must fail FAILED_PRECONDITION naming the
+ *   component, its version and the feature, and leave nothing made (documented fallback);
+ * - podd without "podd.quiesce" (an older template, or a supervisor without the freeze port):
+ *   the fork must take the pause path and say so (documented fallback);
+ * - else the quiesce path. In both fork paths the child must be RUNNING with the parent's
+ *   /workspace, name its parent, and be isolated from it.
  */
 async function forkScenario(opts: SuiteOptions, sourceId: string | undefined): Promise<ScenarioBody> {
-  const v = await opts.node.version('server');
+  const { node } = opts;
+  const v = await node.version('server');
   if (!v.features.includes(FORK_FEATURE)) {
     return { result: 'n/a', detail: `server ${opts.daemons.server.label} (${v.version}) lacks feature "${FORK_FEATURE}": no ForkSandbox RPC` };
   }
-  const client = opts.node.api.sandboxes as unknown as Record<string, unknown>;
-  if (typeof client.forkSandbox !== 'function') {
-    return { result: 'n/a', detail: `server announces "${FORK_FEATURE}" but the working tree's client has no ForkSandbox RPC` };
-  }
   if (!sourceId) throw new ScenarioError('skipped: create failed');
-  const fork = client.forkSandbox as (req: { sandboxId: string }) => Promise<{ sandbox?: Sandbox }>;
-  const f = (await fork({ sandboxId: sourceId })).sandbox;
-  if (!f || stateName(f.state) !== 'RUNNING') throw new Error(`ForkSandbox of ${sourceId}: ${f ? stateName(f.state) : 'empty answer'}`);
-  const r = await execCollect(opts.node.api, f.sandboxId, ['cat', '/workspace/compat-data.bin']);
-  await opts.node.api.sandboxes.deleteSandbox({ sandboxId: f.sandboxId });
-  if (r.exitCode !== 0) throw new Error(`fork ${f.sandboxId}: /workspace not carried over (exit ${r.exitCode})`);
-  return { detail: `forked ${sourceId} -> ${f.sandboxId}` };
+  const api = node.api;
+  const before = (await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes.map((s) => s.sandboxId).sort();
+  const ublk = await node.version('ublk-manager');
+  if (!ublk.features.includes(CLONE_FEATURE)) {
+    try {
+      await api.sandboxes.forkSandbox({ parentId: sourceId });
+    } catch (err) {
+      const msg = (err as Error).message;
+      if (grpcStatusOf(err) !== 'FAILED_PRECONDITION' || !msg.includes('ublk-manager') || !msg.includes(ublk.version) || !msg.includes(CLONE_FEATURE)) throw err;
+      const after = (await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes.map((s) => s.sandboxId).sort();
+      if (JSON.stringify(after) !== JSON.stringify(before)) throw new Error(`refused fork left sandboxes behind: ${after.filter((x) => !before.includes(x)).join(', ')}`);
+      return { result: 'fallback', detail: `ublk-manager ${ublk.version} lacks "${CLONE_FEATURE}": ForkSandbox refused with FAILED_PRECONDITION (${msg.replace(/^.*?: /, '')}), nothing made` };
+    }
+    throw new ScenarioError(`ForkSandbox succeeded although ublk-manager ${ublk.version} lacks "${CLONE_FEATURE}"`, 'ublk-manager');
+  }
+  const podd = await node.poddVersion(sourceId);
+  const quiesce = podd.features.includes(QUIESCE_FEATURE);
+  const parent = await getSandbox(api, sourceId);
+  const r = await api.sandboxes.forkSandbox({ parentId: sourceId, metadata: { compat: 'fork' } });
+  const f = r.sandbox;
+  if (!f) throw new Error(`ForkSandbox of ${sourceId}: empty answer`);
+  try {
+    const want = quiesce ? ForkMethod.FORK_METHOD_QUIESCE : ForkMethod.FORK_METHOD_PAUSE;
+    if (r.method !== want) throw new Error(`ForkSandbox method ${ForkMethod[r.method]}, expected ${ForkMethod[want]} (podd ${podd.version} ${quiesce ? 'has' : 'lacks'} "${QUIESCE_FEATURE}")`);
+    if (stateName(f.state) !== 'RUNNING' || f.forkedFrom !== sourceId) throw new Error(`child ${f.sandboxId}: ${stateName(f.state)}, forked_from ${JSON.stringify(f.forkedFrom)}`);
+    const p = await getSandbox(api, sourceId);
+    if (stateName(p.state) !== 'RUNNING' || p.pid !== parent.pid) throw new Error(`parent ${sourceId} after the fork: ${stateName(p.state)} pid ${p.pid} (was ${parent.pid})`);
+    const parentData = await readAll(api, sourceId, 'compat-data.bin');
+    const childData = await readAll(api, f.sandboxId, 'compat-data.bin');
+    if (!childData.equals(parentData)) throw new Error(`child ${f.sandboxId}: /workspace/compat-data.bin differs from the parent's`);
+    await api.sandboxes.writeFile({ sandboxId: f.sandboxId, path: 'compat-data.bin', data: Buffer.from('child'), mode: 0o644, append: false });
+    if (!(await readAll(api, sourceId, 'compat-data.bin')).equals(parentData)) throw new Error(`a write in child ${f.sandboxId} reached the parent`);
+  } finally {
+    await api.sandboxes.deleteSandbox({ sandboxId: f.sandboxId });
+  }
+  const how = quiesce ? `quiesce (parent frozen ${r.parentHeldMs} ms)` : `pause fallback: podd ${podd.version} lacks "${QUIESCE_FEATURE}" (parent paused ${r.parentHeldMs} ms)`;
+  return { result: quiesce ? 'pass' : 'fallback', detail: `forked ${sourceId} -> ${f.sandboxId} by ${how}; clone ${r.cloneMs} ms; isolated` };
 }
 
 /** cellOutcome folds scenario results: fail if any failed, fallback if any took it, else pass. */
