@@ -6,10 +6,12 @@
  * - exec round trip p50 (`true`, goal <= 20 ms),
  * - GetSandbox unary throughput through the server (goal >= 3,000 calls/s), with the shared
  *   client and with a lean client (the server's capacity, not the load generator's),
+ * - fork latency of a parent with 100 MB in /workspace (goal p50 <= 300 ms) and the parent's
+ *   freeze window (goal p99 <= 50 ms), see fork.ts,
  * - adoption time of 50 sandboxes after kill -9 of the server (goal <= 2 s).
  * Then the live-upgrade measures of live-upgrade.ts (handover vs restart, device stall, drain).
  * Sizes can be lowered with BENCH_CREATES, BENCH_EXECS, BENCH_ADOPT, BENCH_SECONDS,
- * BENCH_HANDOVERS, BENCH_DRAIN; BENCH_SKIP_LIVE_UPGRADE=1 skips the second part.
+ * BENCH_HANDOVERS, BENCH_DRAIN, BENCH_FORKS (0 skips the fork section), BENCH_FORK_MB; BENCH_SKIP_LIVE_UPGRADE=1 skips the second part.
  */
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -20,6 +22,7 @@ import { createClient } from 'nice-grpc';
 import { connectServer, table, type ServerApi } from '../cli/api';
 import { COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '../cli/stack';
 import { mapLimit } from '@sandnode/shared';
+import { benchFork } from './fork';
 import { benchLiveUpgrade } from './live-upgrade';
 import { percentile } from '../cli/stats';
 
@@ -92,6 +95,9 @@ async function main(): Promise<void> {
     leanChannels.forEach((ch) => ch.close());
     results.getSandbox = { seconds, inFlight: 64, sandnodeClientCallsPerSecond: rate, leanClientCallsPerSecond: leanRate, goalCallsPerSecond: 3000 };
     rows.push(['GetSandbox throughput: sandnode client / lean client', `${rate} / ${leanRate} calls/s`, '>= 3000 calls/s']);
+
+    // 3b. fork of a parent with 100 MB in /workspace (bench/fork.ts)
+    if (num('BENCH_FORKS', 20) > 0) results.fork = await benchFork(api, rows);
 
     // 4. adoption of N sandboxes after kill -9 of the server
     const adoptN = num('BENCH_ADOPT', 50);
