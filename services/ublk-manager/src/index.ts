@@ -10,6 +10,8 @@ export {
   DEFAULT_RELEASE_TIMEOUT_MS,
   MAX_QUIESCE_TIMEOUT_MS,
   type AdoptionReport,
+  type CloneInput,
+  type CloneOutcome,
   type ConvergeReport,
   type DeviceManagerOptions,
   type ManagerCapabilities,
@@ -21,7 +23,7 @@ export { FileSlotPeers } from './store/slot-peers';
 export { SharedEpochFence } from './store/shared-epoch-fence';
 export { lockSlot, FileMutex, type HeldLock } from './store/locks';
 export * from './store/layout';
-export { handoverStall } from './metrics';
+export { handoverStall, cloneCopy } from './metrics';
 export { MemoryDeviceStore } from './core/memory-store';
 export { SqliteDeviceStore, deviceDbPath, DEVICE_DB_SCHEMA } from './store/sqlite-device-store';
 export { LoopDriver, FLAG_DIRECT_IO, type LoopDriverOptions } from './drivers/loop';

@@ -23,7 +23,7 @@ import { activeFailpoints, FAILPOINTS_ENV, setFailpoints } from './core/failpoin
 import { FileImages } from './drivers/images';
 import { LoopDriver } from './drivers/loop';
 import { UblkDriver } from './drivers/ublk';
-import { handoverStall } from './metrics';
+import { cloneCopy, handoverStall } from './metrics';
 import { deviceService } from './rpc/device-service';
 import { HANDOVER_FEATURE } from './rpc/old-slot-client';
 import { managerDir, migrateLegacyTable, slotLockPath, slotName } from './store/layout';
@@ -39,7 +39,7 @@ import { deviceDbPath, SqliteDeviceStore } from './store/sqlite-device-store';
  * `ublk.user-recovery`, `ublk.reissue` when the driver has them on this kernel.
  */
 export function features(driver: BlockDriver): string[] {
-  return [`ublk.${driver.name}`, 'ublk.adoption.v1', 'ublk.slots.v1', HANDOVER_FEATURE, 'ublk.epoch-fence.v1', 'ublk.foreign-mountns.v1', ...driver.capabilities().map((c) => `ublk.${c}`)];
+  return [`ublk.${driver.name}`, 'ublk.adoption.v1', 'ublk.slots.v1', HANDOVER_FEATURE, 'ublk.epoch-fence.v1', 'ublk.foreign-mountns.v1', 'ublk.clone', ...driver.capabilities().map((c) => `ublk.${c}`)];
 }
 
 /** Exit code for a bad command line or config. */
@@ -133,7 +133,11 @@ async function start(argv: string[]): Promise<void> {
   });
   server.add(
     DeviceServiceDefinition,
-    deviceService(manager, { selfAddress: cfg.listen, observeStall: (s, mode) => handoverStall.observe({ mode }, s) }),
+    deviceService(manager, {
+      selfAddress: cfg.listen,
+      observeStall: (s, mode) => handoverStall.observe({ mode }, s),
+      observeClone: (s, reflinked) => cloneCopy.observe({ reflinked: String(reflinked) }, s),
+    }),
   );
   let metrics: http.Server | undefined;
   runDaemon({

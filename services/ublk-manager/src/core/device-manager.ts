@@ -19,7 +19,7 @@ import {
   type Logger,
 } from '@sandnode/shared';
 import { randomBytes } from 'node:crypto';
-import type { BlockDriver, ImageOps } from './driver';
+import type { BlockDriver, CloneResult, ImageOps } from './driver';
 import { KeyedMutex } from '@sandnode/shared';
 import { failpoint } from './failpoints';
 import { NoPeers, type DeviceStore, type SlotPeers } from './store';
@@ -82,6 +82,34 @@ export interface RecoverInput {
   backingFile: string;
 }
 
+/** A CloneDevice request in domain terms, before validation. */
+export interface CloneInput {
+  /** The new device's id (RESOURCE_ID_RE). */
+  deviceId: string;
+  /** The device to clone. */
+  sourceDeviceId: string;
+  /** The caller holds the source's filesystem frozen or its VM paused for the whole call. */
+  sourceQuiesced: boolean;
+  /** Attach the clone read-only. */
+  readOnly: boolean;
+}
+
+/** What {@link DeviceManager.clone} returns. */
+export interface CloneOutcome {
+  /** The attached clone. */
+  device: Device;
+  /** Time the image copy took (cp), in ms; 0 when an existing clone was returned. */
+  cloneMs: number;
+  /** Time of the whole call under the locks (checks, copy, fsync, rename, rows, attach), in ms. */
+  totalMs: number;
+  /** True when the extents were shared (FICLONE) rather than copied. */
+  reflinked: boolean;
+  /** Allocated bytes of the source image (st_blocks * 512); 0 when an existing clone was returned. */
+  copiedBytes: number;
+  /** False when an existing clone of the same source was returned (nothing done). */
+  created: boolean;
+}
+
 /** What GetCapabilities reports. */
 export interface ManagerCapabilities {
   driver: DriverName;
@@ -102,6 +130,8 @@ export interface AdoptionReport {
   missing: string[];
   /** Rows the manager could not adopt (the error is logged). */
   failed: string[];
+  /** Temp files of clones interrupted by a crash (no slot's row is `creating` them): removed. */
+  removedTemps: string[];
 }
 
 /**
@@ -207,6 +237,144 @@ export class DeviceManager {
     return this.make(spec, sizeBytes);
   }
 
+  /**
+   * clone makes input.deviceId a copy of the current contents of the device
+   * input.sourceDeviceId (CloneDevice): the source's image is copied by ImageOps.clone
+   * (`cp --reflink=always` = FICLONE where the file system has it, else
+   * `cp --reflink=auto --sparse=always`; holes stay holes) under a temp name, fsynced and
+   * renamed; the row (`cloned_from` = the source, the source's size and filesystem) is
+   * persisted `ready` before the device is attached like a new one (read-only when asked).
+   * Both ids are locked (in id order) for the whole call. The source is only read: it is not
+   * flushed or fsynced (the caller's freeze did that); its row is not changed.
+   *
+   * Crash safety: the row is written `creating` before the copy, so a crash before it is
+   * `ready` leaves that row and at most a temp file or the image, which adoption removes; a
+   * crash after it is `ready` and before the attach is finished by adoption (re-attach).
+   *
+   * Idempotent: when deviceId already is a clone of the same source with the same read_only,
+   * that device is returned (re-attached if detached) with cloneMs 0 and created false.
+   * Errors (nothing changed unless said): InvalidArgumentError (bad ids, deviceId ==
+   * sourceDeviceId), NotFoundError (no such source), FailedPreconditionError (the source is
+   * attached read-write and sourceQuiesced is false; the source's image is missing; a stray
+   * image file of the new id), AlreadyExistsError (deviceId exists and is not a clone of that
+   * source with that read_only), UnavailableError (this slot is handing its devices over, or
+   * either device is quiesced/released for a handover), ResourceExhaustedError (no disk space
+   * or free device node: the partial clone is removed), InternalError (a host command failed;
+   * undone).
+   */
+  async clone(input: CloneInput): Promise<CloneOutcome> {
+    const deviceId = validateDeviceId(input.deviceId);
+    const sourceId = validateDeviceId(input.sourceDeviceId, 'source_device_id');
+    if (deviceId === sourceId) throw new InvalidArgumentError(`source_device_id: "${sourceId}" is device_id itself; a device cannot be cloned onto itself`);
+    await this.refuseIfRetiring('CloneDevice');
+    await this.refuseIfRetiring('CloneDevice', sourceId);
+    const [first, second] = deviceId < sourceId ? [deviceId, sourceId] : [sourceId, deviceId];
+    return this.locks.run(first, () =>
+      this.locks.run(second, () => {
+        this.refuseIfRetiringNow('CloneDevice');
+        const work = this.cloneLocked({ ...input, deviceId, sourceDeviceId: sourceId });
+        this.creating.add(work);
+        return work.finally(() => this.creating.delete(work));
+      }),
+    );
+  }
+
+  private async cloneLocked(input: CloneInput): Promise<CloneOutcome> {
+    const t0 = performance.now();
+    const { deviceId: id, sourceDeviceId: sourceId } = input;
+    const existing = this.store.get(id);
+    this.refuseDuringHandover(id, existing, 'CloneDevice');
+    if (existing?.state === 'ready') {
+      if (existing.clonedFrom !== sourceId || existing.readOnly !== input.readOnly) {
+        const what = existing.clonedFrom ? `a clone of "${existing.clonedFrom}"` : 'not a clone';
+        throw new AlreadyExistsError(
+          `device_id "${id}" exists (${what}, read_only=${existing.readOnly}); requested a clone of "${sourceId}" read_only=${input.readOnly}`,
+        );
+      }
+      const device = await this.ensureAttached(existing);
+      return { device, cloneMs: 0, totalMs: performance.now() - t0, reflinked: false, copiedBytes: 0, created: false };
+    }
+    const src = this.store.get(sourceId);
+    this.refuseDuringHandover(sourceId, src, 'CloneDevice');
+    if (!src || src.state !== 'ready') throw new NotFoundError(`source_device_id "${sourceId}": no such device`);
+    const live = await this.locate(src);
+    if (live && !live.readOnly && !input.sourceQuiesced) {
+      throw new FailedPreconditionError(
+        `CloneDevice "${id}": source "${sourceId}" is attached read-write at ${live.path}; freeze its filesystem (podd Quiesce) or pause its VM and set source_quiesced, or detach it; nothing changed`,
+      );
+    }
+    if (!live && !(await this.images.exists(src.backingFile))) {
+      throw new FailedPreconditionError(`CloneDevice "${id}": the image of source "${sourceId}" (${src.backingFile}) is missing; nothing changed`);
+    }
+    if (existing) {
+      this.log.warn({ device_id: id, state: existing.state }, 'cleaning up an interrupted create or delete before cloning');
+      await this.teardown(existing);
+    }
+    const backingFile = this.images.imagePath(id);
+    if (await this.images.exists(backingFile)) {
+      throw new FailedPreconditionError(`device_id "${id}": image ${backingFile} exists but no device owns it; remove it or pick another id (nothing changed)`);
+    }
+    const now = this.now();
+    const rec: DeviceRecord = {
+      deviceId: id,
+      state: 'creating',
+      sizeBytes: src.sizeBytes,
+      sourceImage: '',
+      filesystem: src.filesystem,
+      readOnly: input.readOnly,
+      backingFile,
+      path: '',
+      createdAtMs: now,
+      updatedAtMs: now,
+      handoverToken: '',
+      clonedFrom: sourceId,
+    };
+    this.store.insert(rec);
+    let step = `copy ${src.backingFile}`;
+    let copy: CloneResult;
+    let attached: AttachedDevice | undefined;
+    let persisted = false;
+    try {
+      copy = await this.images.clone(src.backingFile, backingFile);
+      step = 'record the device';
+      this.store.update(id, { state: 'ready' }, this.now());
+      persisted = true;
+      failpoint('ublk.clone.after-persist');
+      step = 'attach';
+      attached = await this.driver.attach(backingFile, { readOnly: input.readOnly });
+      step = 'record the device path';
+      this.store.update(id, { path: attached.path }, this.now());
+    } catch (err) {
+      if (persisted) this.store.update(id, { state: 'creating' }, this.now());
+      await this.undoCreate(id, backingFile, attached);
+      throw explain(err, `CloneDevice "${id}" from "${sourceId}": ${step} failed`);
+    }
+    const totalMs = performance.now() - t0;
+    this.log.info(
+      {
+        device_id: id,
+        cloned_from: sourceId,
+        path: attached.path,
+        size_bytes: rec.sizeBytes,
+        copied_bytes: copy.sourceAllocatedBytes,
+        reflinked: copy.reflinked,
+        clone_ms: copy.copyMs,
+        sync_ms: copy.syncMs,
+        total_ms: totalMs,
+        source_quiesced: input.sourceQuiesced,
+      },
+      'device cloned',
+    );
+    return {
+      device: this.deviceFrom({ ...rec, state: 'ready', path: attached.path }, attached),
+      cloneMs: copy.copyMs,
+      totalMs,
+      reflinked: copy.reflinked,
+      copiedBytes: copy.sourceAllocatedBytes,
+      created: true,
+    };
+  }
+
   /** get returns one device with its live state. Errors: InvalidArgumentError, NotFoundError. */
   async get(deviceId: string): Promise<Device> {
     validateDeviceId(deviceId);
@@ -279,7 +447,7 @@ export class DeviceManager {
    * directory are ever touched. Never throws for one device; failures are logged and reported.
    */
   async adopt(): Promise<AdoptionReport> {
-    const report: AdoptionReport = { kept: [], reattached: [], cleanedUp: [], missing: [], failed: [] };
+    const report: AdoptionReport = { kept: [], reattached: [], cleanedUp: [], missing: [], failed: [], removedTemps: [] };
     const index = await this.liveIndex();
     const owned = new Set<string>();
     for (const rec of this.store.list()) {
@@ -315,6 +483,7 @@ export class DeviceManager {
         }
       });
     }
+    await this.removeCloneTemps(report);
     for (const [file, devs] of index) {
       if (!owned.has(file)) {
         this.log.warn({ backing_file: file, paths: devs.map((d) => d.path) }, 'adoption: a device backed by the images dir has no row; left alone');
@@ -777,7 +946,7 @@ export class DeviceManager {
       throw new FailedPreconditionError(`device_id "${id}": image ${backingFile} exists but no device owns it; remove it or pick another id (nothing changed)`);
     }
     const now = this.now();
-    const rec: DeviceRecord = { ...spec, sizeBytes, state: 'creating', backingFile, path: '', createdAtMs: now, updatedAtMs: now, handoverToken: '' };
+    const rec: DeviceRecord = { ...spec, sizeBytes, state: 'creating', backingFile, path: '', createdAtMs: now, updatedAtMs: now, handoverToken: '', clonedFrom: '' };
     this.store.insert(rec);
     let step = 'make the image';
     let attached: AttachedDevice | undefined;
@@ -816,11 +985,44 @@ export class DeviceManager {
     }
   }
 
-  /** teardown detaches every device on the row's image, removes the image, drops the row. */
+  /**
+   * teardown detaches every device on the row's image, removes the image and the temp files
+   * of an interrupted clone into it, drops the row.
+   */
   private async teardown(rec: DeviceRecord): Promise<void> {
     for (const a of await this.attachedTo(rec.backingFile)) await this.driver.detach(a.path);
     await this.images.remove(rec.backingFile);
+    for (const t of await this.images.cloneTemps()) if (t.target === rec.backingFile) await this.images.remove(t.file);
     this.store.delete(rec.deviceId);
+  }
+
+  /**
+   * removeCloneTemps (adoption, after the rows): removes every clone temp file whose device
+   * no slot is creating now (no `creating` row here or in another slot's table: a running
+   * slot's clone in progress keeps its temp). Such a file is the copy of a clone that crashed
+   * before its rename.
+   */
+  private async removeCloneTemps(report: AdoptionReport): Promise<void> {
+    let temps: { file: string; target: string }[];
+    try {
+      temps = await this.images.cloneTemps();
+    } catch (err) {
+      this.log.error({ err }, 'adoption: could not list clone temp files');
+      return;
+    }
+    const creatingHere = new Set(this.store.list().filter((r) => r.state === 'creating').map((r) => r.backingFile));
+    for (const t of temps) {
+      const id = t.target.endsWith('.img') ? t.target.slice(this.images.dir.length + 1, -'.img'.length) : '';
+      const creatingElsewhere = id !== '' && this.peers.peerRows(id).some((r) => r.record.state === 'creating');
+      if (creatingHere.has(t.target) || creatingElsewhere) continue;
+      try {
+        await this.images.remove(t.file);
+        this.log.warn({ file: t.file }, 'adoption: removed the temp file of a clone interrupted by a crash');
+        report.removedTemps.push(t.file);
+      } catch (err) {
+        this.log.error({ err, file: t.file }, 'adoption: could not remove a clone temp file');
+      }
+    }
   }
 
   /** ensureAttached returns the device of a ready row, attaching its image if needed. */
@@ -890,6 +1092,7 @@ export class DeviceManager {
       flags: live ? [...live.flags] : [],
       createdAtMs: rec.createdAtMs,
       sourceImage: rec.sourceImage,
+      clonedFrom: rec.clonedFrom,
     };
   }
 }

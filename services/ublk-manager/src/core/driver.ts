@@ -74,6 +74,22 @@ export interface SourceImageInfo {
   sizeBytes: number;
 }
 
+/** What {@link ImageOps.clone} did. */
+export interface CloneResult {
+  /**
+   * True when the clone shares the source's extents: `cp --reflink=always` (the FICLONE ioctl,
+   * ioctl_ficlone(2)) succeeded. False when the data was copied (the file system of the images
+   * dir has no reflink, e.g. ext4: cp(1) then copies the allocated ranges, holes stay holes).
+   */
+  reflinked: boolean;
+  /** Time cp(1) took, in ms (performance.now()): the window in which the source is read. */
+  copyMs: number;
+  /** Time the fsync of the copy, the rename and the directory fsync took, in ms. */
+  syncMs: number;
+  /** Allocated bytes of the source image before the copy (st_blocks * 512). */
+  sourceAllocatedBytes: number;
+}
+
 /** ImageOps makes, clones and removes the image files behind devices. */
 export interface ImageOps {
   /** The images directory (absolute, symlinks resolved). */
@@ -91,8 +107,19 @@ export interface ImageOps {
   createEmpty(file: string, sizeBytes: number): Promise<void>;
   /** formatExt4 runs mkfs.ext4 on the file. */
   formatExt4(file: string): Promise<void>;
-  /** clone copies src to dst copy-on-write where possible, sparse always, and fsyncs it. */
-  clone(src: string, dst: string): Promise<void>;
+  /**
+   * clone copies src to dst (must not exist) copy-on-write where the file system can
+   * (FICLONE), else sparse (holes stay holes): the copy is written to
+   * a temp name in dst's dir (`.<name>.clone-<hex>.tmp`), fsynced, renamed to dst and the
+   * directory fsynced, so dst never exists half-written. src is only read (never fsynced). On failure the temp file is
+   * removed; ResourceExhaustedError when the disk is full.
+   */
+  clone(src: string, dst: string): Promise<CloneResult>;
+  /**
+   * cloneTemps lists the temp files of clones in the images dir (left by a crash mid-clone,
+   * or written right now by a running clone) with the image each was going to become.
+   */
+  cloneTemps(): Promise<{ file: string; target: string }[]>;
   /** remove deletes the file; resolves false when it did not exist. */
   remove(file: string): Promise<boolean>;
 }

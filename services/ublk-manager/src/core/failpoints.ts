@@ -17,7 +17,7 @@ import { InternalError } from '@sandnode/shared';
 /** Env var that sets failpoints at start. */
 export const FAILPOINTS_ENV = 'SANDNODE_FAILPOINTS';
 
-/** The failpoints of the ublk-manager, in handover order. */
+/** The failpoints of the ublk-manager, in handover order, then CloneDevice's. */
 export const FAILPOINT_NAMES = [
   /** Old slot: the device is quiesced, before QuiesceDevice answers. */
   'ublk.quiesce.after',
@@ -33,6 +33,10 @@ export const FAILPOINT_NAMES = [
   'ublk.handover-all.after-list',
   /** New slot (HandoverAll): the first device moved (recover persisted), before the next one. */
   'ublk.handover-all.after-first-move',
+  /** CloneDevice: the copy is written and fsynced under its temp name, before the rename (row still `creating`). */
+  'ublk.clone.after-copy',
+  /** CloneDevice: the clone's row is persisted `ready` (with cloned_from), before the device is attached. */
+  'ublk.clone.after-persist',
 ] as const;
 
 /** The failpoints that accept `pause` (they are reached through {@link failpointAsync}). */

@@ -79,6 +79,8 @@ export interface DeviceRecord {
   updatedAtMs: number;
   /** Token of the last ReleaseDevice ('' when never released). */
   handoverToken: string;
+  /** Id of the device this one is a CloneDevice clone of; '' otherwise. */
+  clonedFrom: string;
 }
 
 /** A device as reported to callers: the row plus its live state. */
@@ -96,6 +98,8 @@ export interface Device {
   flags: string[];
   createdAtMs: number;
   sourceImage: string;
+  /** Id of the device this one is a CloneDevice clone of; '' otherwise. */
+  clonedFrom: string;
 }
 
 /** What a driver reports about one attached device node. */

@@ -90,19 +90,22 @@ export function validateCloneSize(sourceImage: string, sizeBytes: number, limits
 
 /**
  * sameSpec says whether an existing row was made from spec (CreateDevice idempotency): for an
- * empty device size, filesystem and read_only must match; for a clone source and read_only.
+ * empty device size, filesystem and read_only must match; for a clone source and read_only. A
+ * CloneDevice clone (clonedFrom set) never matches.
  */
 export function sameSpec(
-  existing: { sizeBytes: number; sourceImage: string; filesystem: FilesystemKind; readOnly: boolean },
+  existing: { sizeBytes: number; sourceImage: string; filesystem: FilesystemKind; readOnly: boolean; clonedFrom?: string },
   spec: DeviceSpec,
 ): boolean {
+  if ((existing.clonedFrom ?? '') !== '') return false; // a CloneDevice clone is never what CreateDevice asks for
   if (existing.readOnly !== spec.readOnly || existing.sourceImage !== spec.sourceImage) return false;
   if (spec.sourceImage !== '') return true;
   return existing.sizeBytes === spec.sizeBytes && existing.filesystem === spec.filesystem;
 }
 
 /** describeSpec renders the parts of a spec that idempotency compares, for error messages. */
-export function describeSpec(s: { sizeBytes: number; sourceImage: string; filesystem: FilesystemKind; readOnly: boolean }): string {
+export function describeSpec(s: { sizeBytes: number; sourceImage: string; filesystem: FilesystemKind; readOnly: boolean; clonedFrom?: string }): string {
+  if (s.clonedFrom) return `a CloneDevice clone of "${s.clonedFrom}" read_only=${s.readOnly}`;
   const what = s.sourceImage !== '' ? `source_image=${s.sourceImage}` : `size_bytes=${s.sizeBytes} filesystem=${s.filesystem}`;
   return `${what} read_only=${s.readOnly}`;
 }

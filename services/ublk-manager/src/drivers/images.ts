@@ -2,14 +2,18 @@
  * FileImages: the image files behind devices, `<imagesDir>/<deviceId>.img`. Empty images
  * are sparse files (ftruncate); ext4 is made with mkfs.ext4 with lazy inode-table and journal
  * init (fast on any size); clones use `cp --reflink=auto --sparse=always` (copy-on-write where
- * the file system can, sparse always). Every made or removed file is fsynced with its
- * directory before the call returns. Out of space maps to ResourceExhaustedError.
+ * the file system can, sparse always) into a temp name, fsynced and renamed (see
+ * {@link FileImages.clone} for how `reflinked` is learnt). Every made or removed file is
+ * fsynced with its directory before the call returns. Out of space maps to
+ * ResourceExhaustedError.
  */
+import { randomBytes } from 'node:crypto';
 import { constants as fsc, mkdirSync, realpathSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { CommandError, InvalidArgumentError, NotFoundError, ResourceExhaustedError, run, type RunResult } from '@sandnode/shared';
-import type { ImageOps, SourceImageInfo } from '../core/driver';
+import type { CloneResult, ImageOps, SourceImageInfo } from '../core/driver';
+import { failpoint } from '../core/failpoints';
 
 /** Time mkfs.ext4 may take, in ms. */
 export const DEFAULT_MKFS_TIMEOUT_MS = 120_000;
@@ -18,6 +22,15 @@ export const DEFAULT_CLONE_TIMEOUT_MS = 600_000;
 
 /** A function with the shape of shared `run` (tests pass a fake). */
 export type RunFn = (cmd: string, args: string[], opts?: { timeoutMs?: number }) => Promise<RunResult>;
+
+/**
+ * cp(1) --reflink=always fails like this when the file system has no FICLONE
+ * (ioctl_ficlone(2): EOPNOTSUPP / EINVAL / EXDEV / ENOTTY): then reflink is not tried again.
+ */
+const NO_REFLINK_RE = /Operation not supported|Invalid argument|Invalid cross-device link|Inappropriate ioctl|not supported/i;
+
+/** Suffix of the temp name a clone is written under: `.<name>.clone-<random>.tmp` in the same dir. */
+export const CLONE_TEMP_RE = /^\.(.+)\.clone-[0-9a-f]+\.tmp$/;
 
 const NO_SPACE_RE = /No space left on device|Disk quota exceeded|ENOSPC|EDQUOT/i;
 
@@ -48,12 +61,36 @@ export class FileImages implements ImageOps {
   /** The images directory, absolute with symlinks resolved (as the kernel reports backing files). */
   readonly dir: string;
   private readonly run: RunFn;
+  /**
+   * Whether the images dir's file system has FICLONE: undefined until the first clone tried
+   * `cp --reflink=always`, then true (it worked) or false (it failed as "not supported").
+   */
+  private reflink: boolean | undefined;
 
   /** The directory is created if missing. */
   constructor(dir: string, opts: { run?: RunFn } = {}) {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     this.dir = realpathSync(dir);
     this.run = opts.run ?? run;
+  }
+
+  /** cloneTempPath is `<dir of dst>/.<basename of dst>.clone-<8 random hex>.tmp` (a new name per call). */
+  cloneTempPath(dst: string): string {
+    return path.join(path.dirname(dst), `.${path.basename(dst)}.clone-${randomBytes(4).toString('hex')}.tmp`);
+  }
+
+  /**
+   * cloneTemps lists the clone temp files in the images dir as `{ file, target }` (target =
+   * the image the clone was going to be renamed to). Used at start to remove the leftovers of
+   * a clone interrupted by a crash.
+   */
+  async cloneTemps(): Promise<{ file: string; target: string }[]> {
+    const out: { file: string; target: string }[] = [];
+    for (const name of await fs.readdir(this.dir)) {
+      const m = CLONE_TEMP_RE.exec(name);
+      if (m?.[1]) out.push({ file: path.join(this.dir, name), target: path.join(this.dir, m[1]) });
+    }
+    return out;
   }
 
   /** imagePath is `<dir>/<deviceId>.img`. */
@@ -111,16 +148,59 @@ export class FileImages implements ImageOps {
     }
   }
 
-  /** clone runs `cp --reflink=auto --sparse=always src dst`, then fsyncs dst and its dir. */
-  async clone(src: string, dst: string): Promise<void> {
+  /**
+   * clone makes dst a copy of src: cp(1) writes `cloneTempPath(dst)`, which is fsynced,
+   * renamed to dst, and the directory fsynced; src is only read. How extents are copied:
+   * - while the images dir is not known to lack reflink, `cp --reflink=always` first: it
+   *   shares every extent with the FICLONE ioctl (ioctl_ficlone(2); btrfs, XFS with reflink,
+   *   bcachefs) or fails without copying anything. If it fails as "not supported" (ext4,
+   *   tmpfs, ...) the dir is remembered as lacking reflink and not asked again (one failed cp,
+   *   a few ms, on the first clone of the process);
+   * - else `cp --reflink=auto --sparse=always`: the allocated ranges are copied, holes stay
+   *   holes (cp finds them with SEEK_DATA/SEEK_HOLE).
+   * So `reflinked` is true only when FICLONE really shared the extents. Returns the times and
+   * the source's allocated bytes (st_blocks * 512, read before the copy). On failure the temp
+   * file is removed and dst is never created; ResourceExhaustedError when the disk is full.
+   */
+  async clone(src: string, dst: string): Promise<CloneResult> {
+    const tmp = this.cloneTempPath(dst);
     try {
-      await this.run('cp', ['--reflink=auto', '--sparse=always', '--', src, dst], { timeoutMs: DEFAULT_CLONE_TIMEOUT_MS });
-      await fs.chmod(dst, 0o600);
-      await fsyncPath(dst, fsc.O_RDWR);
+      const st = await fs.stat(src);
+      const t0 = performance.now();
+      let reflinked = false;
+      if (this.reflink !== false) {
+        try {
+          await this.cp(['--reflink=always', '--', src, tmp]);
+          reflinked = true;
+          this.reflink = true;
+        } catch (err) {
+          await fs.rm(tmp, { force: true });
+          if (err instanceof CommandError && NO_REFLINK_RE.test(err.stderr)) this.reflink = false;
+          else if (isNoSpace(err)) throw err;
+        }
+      }
+      if (!reflinked) await this.cp(['--reflink=auto', '--sparse=always', '--', src, tmp]);
+      const copyMs = performance.now() - t0;
+      const t1 = performance.now();
+      const fh = await fs.open(tmp, fsc.O_RDWR);
+      try {
+        await fh.chmod(0o600);
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      failpoint('ublk.clone.after-copy');
+      await fs.rename(tmp, dst);
       await fsyncPath(path.dirname(dst), fsc.O_RDONLY | fsc.O_DIRECTORY);
+      return { reflinked, copyMs, syncMs: performance.now() - t1, sourceAllocatedBytes: st.blocks * 512 };
     } catch (err) {
+      await fs.rm(tmp, { force: true }).catch(() => undefined);
       throw noSpace(err, `clone ${src} to ${dst}`);
     }
+  }
+
+  private async cp(args: string[]): Promise<void> {
+    await this.run('cp', args, { timeoutMs: DEFAULT_CLONE_TIMEOUT_MS });
   }
 
   /** remove unlinks file and fsyncs its dir; false when it did not exist. */

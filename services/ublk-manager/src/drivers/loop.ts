@@ -12,6 +12,13 @@
  * back the device's buffers, flushes the backing file) + fdatasync of the backing image, no
  * process spawned; it does not hold I/O. release does nothing; recover verifies the device is
  * still attached to the same backing file (one sysfs read, {@link LoopDriver.lookup}).
+ *
+ * CloneDevice: the DeviceManager clones the source's image with FileImages.clone (cp(1)
+ * `--reflink=always` = FICLONE where the file system has it, else `--reflink=auto
+ * --sparse=always`) and attaches the copy here like a new device. The source loop device is
+ * only read through its backing file (the `ro` sysfs attribute tells whether it is attached
+ * read-write); it is not flushed: the caller's freeze (FIFREEZE syncs the filesystem down to
+ * the loop device, which writes the backing file) or a paused VM keeps it consistent.
  */
 import { spawnSync } from 'node:child_process';
 import { closeSync, constants as fsc, fdatasync, fsync, openSync, readFileSync, statSync } from 'node:fs';

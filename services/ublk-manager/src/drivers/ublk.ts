@@ -22,6 +22,12 @@
  * bytes at the same offset again, a flush (fsync) and a discard (punch hole) give the same
  * result when repeated, reads have no effect. So a replay never changes the outcome.
  *
+ * CloneDevice is driver-independent at the image level: the DeviceManager clones the source's
+ * image file with FileImages.clone (cp(1) --reflink / FICLONE, sparse; temp name, fsync,
+ * rename) and then attaches the new image with this driver's `attach` like any new device
+ * (`<server> add -t loop -f <clone>`). The source device is not touched (it is only read
+ * through its image file; the caller keeps it frozen).
+ *
  * This host has no `/dev/ublk-control`: the driver is exercised by unit tests with a fake run.
  */
 import { existsSync } from 'node:fs';
@@ -170,13 +176,25 @@ export class UblkDriver implements BlockDriver {
     await this.cmd(['del', '-n', String(this.idOf(devPath))]);
   }
 
-  /** listAttached parses `<server> list` and keeps devices backed directly in dir. */
+  /**
+   * listAttached parses `<server> list` and keeps devices backed directly in dir; readOnly is
+   * the kernel's `/sys/block/ublkb<N>/ro` (false when unreadable), so that CloneDevice's
+   * "source attached read-write" check sees what the kernel enforces.
+   */
   async listAttached(dir: string): Promise<AttachedDevice[]> {
     const entries = parseUblkList((await this.cmd(['list'])).stdout);
-    return entries
-      .filter((e) => e.backingFile !== '' && path.dirname(e.backingFile) === dir)
-      .sort((a, b) => a.id - b.id)
-      .map((e) => ({ path: `/dev/ublkb${e.id}`, backingFile: e.backingFile, readOnly: false, flags: this.flags() }));
+    const kept = entries.filter((e) => e.backingFile !== '' && path.dirname(e.backingFile) === dir).sort((a, b) => a.id - b.id);
+    const out: AttachedDevice[] = [];
+    for (const e of kept) out.push({ path: `/dev/ublkb${e.id}`, backingFile: e.backingFile, readOnly: await this.sysReadOnly(e.id), flags: this.flags() });
+    return out;
+  }
+
+  private async sysReadOnly(id: number): Promise<boolean> {
+    try {
+      return (await fs.readFile(path.join(this.sys, 'block', `ublkb${id}`, 'ro'), 'utf8')).trim() === '1';
+    } catch {
+      return false;
+    }
   }
 
   /** busyReason: sysfs holders of the device. */

@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '@sandnode/shared';
 import { Capability, DeviceState, Filesystem } from '@sandnode/shared/proto/ublk/v1/ublk';
-import { capabilitiesToPb, createInputFromPb, deviceToPb, filesystemFromPb } from './convert';
+import { capabilitiesToPb, cloneInputFromPb, cloneToPb, createInputFromPb, deviceFromPb, deviceToPb, filesystemFromPb } from './convert';
 
 describe('convert', () => {
   it('maps filesystem: UNSPECIFIED means ext4; unknown values are INVALID_ARGUMENT', () => {
@@ -29,8 +29,23 @@ describe('convert', () => {
       flags: [],
       createdAtMs: 7,
       sourceImage: '/t.img',
+      clonedFrom: 'p',
     });
-    expect(pb).toMatchObject({ filesystem: Filesystem.FILESYSTEM_UNSPECIFIED, state: DeviceState.DEVICE_STATE_UNSPECIFIED, createdAtMs: 7 });
+    expect(pb).toMatchObject({ filesystem: Filesystem.FILESYSTEM_UNSPECIFIED, state: DeviceState.DEVICE_STATE_UNSPECIFIED, createdAtMs: 7, clonedFrom: 'p' });
+    expect(deviceFromPb(pb).clonedFrom).toBe('p');
+  });
+
+  it('maps CloneDevice: request fields; clone_ms rounded up and never 0 for a made clone, 0 for an existing one', () => {
+    expect(cloneInputFromPb({ deviceId: 'c', sourceDeviceId: 'p', sourceQuiesced: true, readOnly: false })).toEqual({
+      deviceId: 'c',
+      sourceDeviceId: 'p',
+      sourceQuiesced: true,
+      readOnly: false,
+    });
+    const device = { deviceId: 'c', path: '/dev/loop1', sizeBytes: 5, backingFile: '/i/c.img', readOnly: false, filesystem: 'ext4' as const, state: 'attached' as const, driver: 'loop' as const, flags: [], createdAtMs: 1, sourceImage: '', clonedFrom: 'p' };
+    expect(cloneToPb({ device, cloneMs: 0.2, totalMs: 3, reflinked: true, copiedBytes: 8192, created: true })).toMatchObject({ cloneMs: 1, reflinked: true, copiedBytes: 8192 });
+    expect(cloneToPb({ device, cloneMs: 41.3, totalMs: 50, reflinked: false, copiedBytes: 8192, created: true }).cloneMs).toBe(42);
+    expect(cloneToPb({ device, cloneMs: 0, totalMs: 1, reflinked: false, copiedBytes: 0, created: false }).cloneMs).toBe(0);
   });
 
   it('maps capabilities', () => {

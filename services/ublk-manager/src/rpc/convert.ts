@@ -9,11 +9,13 @@ import {
   Filesystem,
   HandoverResult,
   type DeviceHandover,
+  type CloneDeviceRequest,
+  type CloneDeviceResponse,
   type CreateDeviceRequest,
   type Device as PbDevice,
   type GetCapabilitiesResponse,
 } from '@sandnode/shared/proto/ublk/v1/ublk';
-import type { ManagerCapabilities } from '../core/device-manager';
+import type { CloneInput, CloneOutcome, ManagerCapabilities } from '../core/device-manager';
 import type { DeviceHandoverResult } from '../core/handover';
 import type { Device, DriverCapability, FilesystemKind, LiveState } from '../core/types';
 import type { CreateDeviceInput } from '../core/validate';
@@ -72,6 +74,24 @@ export function createInputFromPb(req: CreateDeviceRequest): CreateDeviceInput {
   };
 }
 
+/** cloneInputFromPb maps a CloneDeviceRequest to the domain input (validated by core). */
+export function cloneInputFromPb(req: CloneDeviceRequest): CloneInput {
+  return { deviceId: req.deviceId, sourceDeviceId: req.sourceDeviceId, sourceQuiesced: req.sourceQuiesced, readOnly: req.readOnly };
+}
+
+/**
+ * cloneToPb maps a clone outcome to CloneDeviceResponse: clone_ms is the copy time rounded up
+ * to whole ms (a copy that happened is never reported as 0; an existing clone is 0).
+ */
+export function cloneToPb(r: CloneOutcome): CloneDeviceResponse {
+  return {
+    device: deviceToPb(r.device),
+    cloneMs: r.created ? Math.max(1, Math.ceil(r.cloneMs)) : 0,
+    reflinked: r.reflinked,
+    copiedBytes: r.copiedBytes,
+  };
+}
+
 /** deviceToPb maps a domain Device to the contract's Device. */
 export function deviceToPb(d: Device): PbDevice {
   return {
@@ -86,7 +106,7 @@ export function deviceToPb(d: Device): PbDevice {
     flags: [...d.flags],
     createdAtMs: d.createdAtMs,
     sourceImage: d.sourceImage,
-    clonedFrom: '',
+    clonedFrom: d.clonedFrom,
   };
 }
 
@@ -113,6 +133,7 @@ export function deviceFromPb(d: PbDevice): Device {
     flags: [...(d.flags ?? [])],
     createdAtMs: d.createdAtMs ?? 0,
     sourceImage: d.sourceImage ?? '',
+    clonedFrom: d.clonedFrom ?? '',
   };
 }
 

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
@@ -17,6 +17,7 @@ const rec = (id: string, over: Partial<DeviceRecord> = {}): DeviceRecord => ({
   createdAtMs: 10,
   updatedAtMs: 10,
   handoverToken: '',
+  clonedFrom: '',
   ...over,
 });
 
@@ -58,6 +59,69 @@ describe('SqliteDeviceStore', () => {
     expect(r.delete('a')).toBe(false);
     expect(r.get('a')).toBeUndefined();
     r.close();
+  });
+
+  it('keeps cloned_from; adds the column to a table without it (no schema bump) and keeps its rows', () => {
+    const file = deviceDbPath(dir);
+    // A table as release 0.1.0 creates it (schema 2, no cloned_from).
+    new SqliteDeviceStore(file).close();
+    const db = new Database(file);
+    db.exec('ALTER TABLE devices DROP COLUMN cloned_from');
+    db.prepare(
+      `INSERT INTO devices (device_id, state, size_bytes, source_image, filesystem, read_only, backing_file, path, created_at_ms, updated_at_ms, handover_token)
+       VALUES ('old', 'ready', 1048576, '', 'ext4', 0, '/images/old.img', '', 10, 10, '')`,
+    ).run();
+    db.close();
+    const s = new SqliteDeviceStore(file);
+    expect(s.get('old')).toEqual(rec('old', { state: 'ready' }));
+    s.insert(rec('kid', { state: 'ready', clonedFrom: 'old' }));
+    s.update('kid', { path: '/dev/loop9' }, 11);
+    expect(s.get('kid')).toMatchObject({ clonedFrom: 'old', path: '/dev/loop9' });
+    s.close();
+    const raw = new Database(file, { readonly: true });
+    expect(raw.pragma('user_version', { simple: true })).toBe(DEVICE_DB_SCHEMA);
+    raw.close();
+  });
+
+  // Release 0.1.0's own store code, from the compat matrix's build cache (compat-tests/.cache).
+  const builds = path.resolve(__dirname, '..', '..', '..', '..', 'compat-tests', '.cache', 'builds');
+  const rel010 = existsSync(builds) ? readdirSync(builds).find((d) => d.startsWith('0.1.0-')) : undefined;
+  const withRelease = rel010 ? it : it.skip;
+  if (!rel010) console.warn(`0.1.0 store compatibility test skipped: no 0.1.0 build in ${builds} (the compat matrix builds it)`);
+  withRelease('a table written by this version is read and written by release 0.1.0, and vice versa, keeping cloned_from', () => {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const old = require(path.join(builds, rel010 ?? '', 'services', 'ublk-manager', 'dist', 'store', 'sqlite-device-store.js')) as {
+      SqliteDeviceStore: new (file: string) => SqliteDeviceStore;
+    };
+    const file = deviceDbPath(dir);
+    const s = new SqliteDeviceStore(file);
+    s.insert(rec('parent', { state: 'ready' }));
+    s.insert(rec('kid', { state: 'ready', clonedFrom: 'parent', path: '/dev/loop1' }));
+    s.close();
+    // 0.1.0 opens it, reads every row, updates one, inserts one and deletes one.
+    const o = new old.SqliteDeviceStore(file);
+    expect(o.list().map((r) => r.deviceId)).toEqual(['kid', 'parent']);
+    expect(o.get('kid')).toMatchObject({ state: 'ready', path: '/dev/loop1' });
+    o.update('kid', { path: '/dev/loop2' }, 50);
+    o.insert({ ...rec('by-old', { state: 'ready' }) });
+    o.delete('parent');
+    o.close();
+    // This version reads what 0.1.0 wrote; the clone's cloned_from survived 0.1.0's update.
+    const n = new SqliteDeviceStore(file);
+    expect(n.get('kid')).toMatchObject({ clonedFrom: 'parent', path: '/dev/loop2', updatedAtMs: 50 });
+    expect(n.get('by-old')).toEqual(rec('by-old', { state: 'ready' }));
+    n.close();
+    // A table first made by 0.1.0 is opened by this version (column added), then by 0.1.0 again.
+    const file2 = deviceDbPath(dir, 'b');
+    const o2 = new old.SqliteDeviceStore(file2);
+    o2.insert(rec('x', { state: 'ready' }));
+    o2.close();
+    const n2 = new SqliteDeviceStore(file2);
+    n2.insert(rec('y', { state: 'ready', clonedFrom: 'x' }));
+    n2.close();
+    const o3 = new old.SqliteDeviceStore(file2);
+    expect(o3.list().map((r) => r.deviceId)).toEqual(['x', 'y']);
+    o3.close();
   });
 
   it('refuses a database of a newer schema, naming both versions', () => {

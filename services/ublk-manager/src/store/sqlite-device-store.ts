@@ -8,6 +8,14 @@
  * Schema 2 adds the `released` state and the `handover_token` column (device handover between
  * slots). It is a bump because a schema-1 reader would treat a `released` row (a device that
  * another slot now owns) as an unknown state; schema-1 tables are upgraded in place.
+ *
+ * The `cloned_from` column (0.2.0, CloneDevice) is NOT a bump: it is added with
+ * `ALTER TABLE ... ADD COLUMN cloned_from TEXT NOT NULL DEFAULT ''`, so 0.1.0 (schema 2 too)
+ * still opens the table: it reads rows with `SELECT *` and maps the columns it knows (the
+ * extra one is ignored), inserts with an explicit column list (the new column gets its
+ * default '') and updates only the columns it names (a clone's `cloned_from` survives). Only a
+ * row that 0.1.0 re-inserts from another slot's row (RecoverDevice, takeover) loses it; see
+ * the README.
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
@@ -37,6 +45,8 @@ export interface Row {
   created_at_ms: number;
   updated_at_ms: number;
   handover_token?: string;
+  /** Absent in tables not yet opened by 0.2.0 (peers read them read-only). */
+  cloned_from?: string;
 }
 
 const STATES: readonly RecordState[] = ['creating', 'ready', 'deleting', 'released'];
@@ -58,6 +68,7 @@ export function fromRow(r: Row): DeviceRecord {
     createdAtMs: r.created_at_ms,
     updatedAtMs: r.updated_at_ms,
     handoverToken: r.handover_token ?? '',
+    clonedFrom: r.cloned_from ?? '',
   };
 }
 
@@ -67,7 +78,8 @@ export class SqliteDeviceStore implements DeviceStore {
 
   /**
    * open creates the directory and the database if needed, checks the schema version and
-   * upgrades a schema-1 table (adds `handover_token`).
+   * upgrades a schema-1 table (adds `handover_token`); adds the `cloned_from` column of 0.2.0
+   * to a table that lacks it (no schema bump: 0.1.0 still reads it).
    */
   constructor(file: string) {
     mkdirSync(path.dirname(file), { recursive: true });
@@ -92,11 +104,14 @@ export class SqliteDeviceStore implements DeviceStore {
         path          TEXT NOT NULL,
         created_at_ms INTEGER NOT NULL,
         updated_at_ms INTEGER NOT NULL,
-        handover_token TEXT NOT NULL DEFAULT ''
+        handover_token TEXT NOT NULL DEFAULT '',
+        cloned_from   TEXT NOT NULL DEFAULT ''
       ) STRICT;
     `);
     const cols = (this.db.prepare('PRAGMA table_info(devices)').all() as { name: string }[]).map((c) => c.name);
     if (!cols.includes('handover_token')) this.db.exec(`ALTER TABLE devices ADD COLUMN handover_token TEXT NOT NULL DEFAULT ''`);
+    // Additive, no schema bump: release 0.1.0 reads this table unchanged (see the file comment).
+    if (!cols.includes('cloned_from')) this.db.exec(`ALTER TABLE devices ADD COLUMN cloned_from TEXT NOT NULL DEFAULT ''`);
     if (version < DEVICE_DB_SCHEMA) this.db.pragma(`user_version = ${DEVICE_DB_SCHEMA}`);
   }
 
@@ -115,10 +130,10 @@ export class SqliteDeviceStore implements DeviceStore {
   insert(r: DeviceRecord): void {
     this.db
       .prepare(
-        `INSERT INTO devices (device_id, state, size_bytes, source_image, filesystem, read_only, backing_file, path, created_at_ms, updated_at_ms, handover_token)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        `INSERT INTO devices (device_id, state, size_bytes, source_image, filesystem, read_only, backing_file, path, created_at_ms, updated_at_ms, handover_token, cloned_from)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       )
-      .run(r.deviceId, r.state, r.sizeBytes, r.sourceImage, r.filesystem, r.readOnly ? 1 : 0, r.backingFile, r.path, r.createdAtMs, r.updatedAtMs, r.handoverToken ?? '');
+      .run(r.deviceId, r.state, r.sizeBytes, r.sourceImage, r.filesystem, r.readOnly ? 1 : 0, r.backingFile, r.path, r.createdAtMs, r.updatedAtMs, r.handoverToken ?? '', r.clonedFrom ?? '');
   }
 
   /** update changes state, path and/or handover token (durable on return); throws when there is no row. */

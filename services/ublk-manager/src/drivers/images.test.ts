@@ -1,0 +1,77 @@
+import { mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeSync, closeSync, ftruncateSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { CommandError, ResourceExhaustedError, run } from '@sandnode/shared';
+import { CLONE_TEMP_RE, FileImages, type RunFn } from './images';
+
+const MIB = 1024 * 1024;
+
+/** makeSparse writes `data` MiB of non-zero bytes at offset 1 MiB of a sparse file of `size` MiB. */
+function makeSparse(file: string, size: number, data: number): void {
+  const fd = openSync(file, 'w');
+  ftruncateSync(fd, size * MIB);
+  writeSync(fd, Buffer.alloc(data * MIB, 0xab), 0, data * MIB, MIB);
+  closeSync(fd);
+}
+
+describe('FileImages.clone (real cp on the test host)', () => {
+  let dir: string;
+  beforeEach(() => (dir = mkdtempSync(path.join(os.tmpdir(), 'ublk-images-'))));
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('tries cp --reflink=always once; where FICLONE is unsupported copies sparse and says reflinked=false; no temp left', async () => {
+    const calls: string[][] = [];
+    const rec: RunFn = (cmd, args, opts) => {
+      calls.push([cmd, ...args]);
+      return run(cmd, args, opts);
+    };
+    const images = new FileImages(path.join(dir, 'images'), { run: rec });
+    const src = path.join(dir, 'src.img');
+    makeSparse(src, 64, 2);
+    const a = await images.clone(src, images.imagePath('a'));
+    const b = await images.clone(src, images.imagePath('b'));
+    expect(calls[0]?.slice(0, 2)).toEqual(['cp', '--reflink=always']);
+    if (a.reflinked) {
+      // A file system with reflink (btrfs, XFS): every clone shares extents.
+      expect(b.reflinked).toBe(true);
+      expect(calls).toHaveLength(2);
+    } else {
+      // ext4/tmpfs: one failed FICLONE attempt, then sparse copies only.
+      expect(calls.map((c) => c[1])).toEqual(['--reflink=always', '--reflink=auto', '--reflink=auto']);
+      expect(calls[1]).toContain('--sparse=always');
+      expect(b.reflinked).toBe(false);
+    }
+    const srcSt = statSync(src);
+    expect(a.sourceAllocatedBytes).toBe(srcSt.blocks * 512);
+    for (const id of ['a', 'b']) {
+      const st = statSync(images.imagePath(id));
+      expect(st.size).toBe(64 * MIB);
+      expect(st.mode & 0o777).toBe(0o600);
+      expect(st.blocks * 512).toBeLessThan(4 * MIB); // holes stay holes
+      expect(readFileSync(images.imagePath(id)).equals(readFileSync(src))).toBe(true);
+    }
+    expect(readdirSync(images.dir).sort()).toEqual(['a.img', 'b.img']);
+    expect(await images.cloneTemps()).toEqual([]);
+  });
+
+  it('a failed copy leaves neither dst nor a temp; out of space is RESOURCE_EXHAUSTED', async () => {
+    const fail: RunFn = async (cmd, args) => {
+      const tmp = args[args.length - 1] ?? '';
+      closeSync(openSync(tmp, 'w')); // cp made the file before failing
+      throw new CommandError(`${cmd} failed`, `cp: error writing '${tmp}': No space left on device`, 1);
+    };
+    const images = new FileImages(path.join(dir, 'images'), { run: fail });
+    const src = path.join(dir, 'src.img');
+    makeSparse(src, 4, 1);
+    await expect(images.clone(src, images.imagePath('a'))).rejects.toBeInstanceOf(ResourceExhaustedError);
+    expect(readdirSync(images.dir)).toEqual([]);
+  });
+
+  it('lists clone temps with the image they were going to become', async () => {
+    const images = new FileImages(path.join(dir, 'images'));
+    closeSync(openSync(path.join(images.dir, '.kid.img.clone-0a1b2c3d.tmp'), 'w'));
+    closeSync(openSync(path.join(images.dir, 'kid2.img'), 'w'));
+    expect(await images.cloneTemps()).toEqual([{ file: path.join(images.dir, '.kid.img.clone-0a1b2c3d.tmp'), target: images.imagePath('kid') }]);
+    expect(CLONE_TEMP_RE.test('.x.img.clone-zz.tmp')).toBe(false);
+  });
+});
