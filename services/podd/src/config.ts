@@ -10,6 +10,10 @@ export const DEFAULT_SOCKET = '/run/sandnode/podd.sock';
 export const DEFAULT_CWD = '/workspace';
 /** Largest stdout/stderr chunk of one ExecResponse, in bytes (the contract says 64 KiB). */
 export const MAX_CHUNK_BYTES = 64 * 1024;
+/** Where the host's freeze port (vmm FreezePortService of this VM) appears in the sandbox. */
+export const DEFAULT_FREEZE_SOCKET = '/run/sandnode-freeze/freeze.sock';
+/** Default deadline of a call to the freeze port, in ms (a FIFREEZE writes dirty data back first). */
+export const DEFAULT_FREEZE_PORT_TIMEOUT_MS = 10_000;
 /** Default time running calls get to finish at shutdown, in ms. */
 export const DEFAULT_PODD_DRAIN_MS = 3000;
 
@@ -29,6 +33,14 @@ export const poddConfigSchema = z.object({
   defaultCwd: z.string().min(1).refine((s) => s.startsWith('/'), 'must be an absolute path').default(DEFAULT_CWD),
   /** maxChunkBytes caps one stdout/stderr chunk, 1..65536 bytes. */
   maxChunkBytes: z.coerce.number().int().min(1).max(MAX_CHUNK_BYTES).default(MAX_CHUNK_BYTES),
+  /**
+   * freezeSocket is the host's freeze port socket (absolute). podd advertises "podd.quiesce"
+   * only when it exists when podd starts (runc driver of a vmm-supervisor with
+   * "vmm.freeze-port.v1"); without it Quiesce/Thaw/GetFreezeStatus answer UNAVAILABLE.
+   */
+  freezeSocket: z.string().min(1).refine((s) => s.startsWith('/'), 'must be an absolute path').default(DEFAULT_FREEZE_SOCKET),
+  /** freezePortTimeoutMs is the deadline of each call to the freeze port, ms (100..60000). */
+  freezePortTimeoutMs: z.coerce.number().int().min(100).max(60_000).default(DEFAULT_FREEZE_PORT_TIMEOUT_MS),
   /** drainMs is how long running calls get at shutdown before they are cut, in ms. */
   drainMs: z.coerce.number().int().min(0).default(DEFAULT_PODD_DRAIN_MS),
 });

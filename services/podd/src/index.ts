@@ -8,3 +8,8 @@ export { readPoddConfig, poddConfigSchema, DEFAULT_SOCKET, DEFAULT_CWD, MAX_CHUN
 export type { PoddConfig } from './config';
 export { PODD_COMPONENT, PODD_FEATURES } from './features';
 export { poddService } from './rpc/podd-service';
+export { Quiescer, clampFreezeMs, syncFilesystems, MIN_FREEZE_MS, MAX_FREEZE_MS, DEFAULT_FREEZE_MS } from './core/quiesce';
+export type { FreezePort, FreezeEnd, PortFreeze, PortStatus, QuiesceResult } from './core/quiesce';
+export { FAILPOINTS, FAILPOINTS_ENV } from './core/failpoints';
+export { createFreezePortClient } from './rpc/freeze-port-client';
+export { poddFeatures, QUIESCE_FEATURE } from './features';

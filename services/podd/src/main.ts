@@ -8,7 +8,7 @@
  * Shutdown (SIGTERM/SIGINT): running commands' process groups get SIGTERM at once, then the
  * shared order runs (health NOT_SERVING, drain calls, close); groups still alive get SIGKILL.
  */
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { buildCommit, createLogger, createServiceServer, runDaemon, SUITE_VERSION, unixAddress } from '@sandnode/shared';
@@ -16,7 +16,9 @@ import { PoddServiceDefinition } from '@sandnode/shared/proto/podd/v1/podd';
 import { readPoddConfig } from './config';
 import { parseFlags } from './flags';
 import { ExecRunner } from './core/exec';
-import { PODD_COMPONENT, PODD_FEATURES } from './features';
+import { PODD_COMPONENT, poddFeatures } from './features';
+import { Quiescer } from './core/quiesce';
+import { createFreezePortClient } from './rpc/freeze-port-client';
 import { poddService } from './rpc/podd-service';
 
 const USAGE = 'usage: podd [--socket PATH | --listen-fd N] [--log-level LEVEL]\n';
@@ -38,11 +40,14 @@ async function main(): Promise<void> {
   const log = createLogger(PODD_COMPONENT, SUITE_VERSION, cfg.logLevel);
   const runner = new ExecRunner({ defaultCwd: cfg.defaultCwd, maxChunkBytes: cfg.maxChunkBytes });
 
+  // The freeze port is bound by the host before the VM starts; no port -> no podd.quiesce.
+  const hasFreezePort = existsSync(cfg.freezeSocket);
+  const quiescer = new Quiescer({ port: createFreezePortClient(cfg.freezeSocket, cfg.freezePortTimeoutMs) });
   const server = createServiceServer({
-    info: { component: PODD_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: [...PODD_FEATURES] },
+    info: { component: PODD_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: poddFeatures(hasFreezePort) },
     log,
   });
-  server.add(PoddServiceDefinition, poddService({ runner, startedAtMs }));
+  server.add(PoddServiceDefinition, poddService({ runner, startedAtMs, quiescer }));
 
   // Registered before runDaemon's handler, so commands get SIGTERM before the drain starts.
   const termChildren = () => {
@@ -69,7 +74,7 @@ async function main(): Promise<void> {
       listener.listen({ fd: cfg.listenFd }, () => resolve());
     });
     server.serveListener(listener);
-    log.info({ fd: cfg.listenFd, commit: buildCommit() }, 'podd serving on the inherited socket');
+    log.info({ fd: cfg.listenFd, commit: buildCommit(), freeze_port: hasFreezePort }, 'podd serving on the inherited socket');
   } else {
     mkdirSync(path.dirname(cfg.socket), { recursive: true });
     await server.listen([unixAddress(cfg.socket)]);

@@ -141,7 +141,8 @@ describe('podd (dist/main.js on the host)', () => {
     dir = mkdtempSync(path.join(tmpdir(), 'podd-it-'));
     ws = path.join(dir, 'workspace');
     mkdirSync(ws);
-    podd = await startPodd(MAIN, dir, { SANDNODE_PODD_DEFAULT_CWD: ws });
+    // No freeze port here (the host's is tested in vmm-supervisor's podd-quiesce.it.test.ts).
+    podd = await startPodd(MAIN, dir, { SANDNODE_PODD_DEFAULT_CWD: ws, SANDNODE_PODD_FREEZE_SOCKET: path.join(dir, 'no-freeze-port.sock') });
   });
   afterAll(async () => {
     await podd?.stop();
@@ -158,6 +159,15 @@ describe('podd (dist/main.js on the host)', () => {
     expect(v.version).toBe(PKG_VERSION);
     expect(v.features).toEqual(expect.arrayContaining(['podd.exec.v1', 'podd.files.v1']));
     expect(v.pid).toBe(podd.proc.pid);
+  });
+
+  test('without a freeze port: no podd.quiesce, and Quiesce/Thaw/GetFreezeStatus are UNAVAILABLE (nothing frozen)', async () => {
+    const v = await createServiceClient(VersionServiceDefinition, podd.channel).getVersion({});
+    expect(v.features).not.toContain('podd.quiesce');
+    expect((await codeOf(podd.client.quiesce({ maxFreezeMs: 100 }))).code).toBe(Status.UNAVAILABLE);
+    expect((await codeOf(podd.client.getFreezeStatus({}))).code).toBe(Status.UNAVAILABLE);
+    expect((await codeOf(podd.client.thaw({ freezeToken: '' }))).code).toBe(Status.INVALID_ARGUMENT);
+    expect((await codeOf(podd.client.thaw({ freezeToken: 'x' }))).code).toBe(Status.UNAVAILABLE);
   });
 
   test('Exec streams started, stdout and stderr in order, then one exit', async () => {

@@ -16,3 +16,8 @@ export { DriverBinaries } from './store/driver-binaries';
 export { acquireStateLock, StateLockHeldError } from './state-lock';
 export { createVmService } from './rpc/vm-service';
 export { SqliteVmStore } from './store/sqlite-vm-store';
+export { clampFreezeMs, checkThawToken, statusOf, validateMachineId, MIN_FREEZE_MS, MAX_FREEZE_MS, DEFAULT_FREEZE_MS } from './core/freeze';
+export type { FreezeEnd, FreezeRecord, FreezeStatus, FrozenMount } from './core/freeze';
+export { VmFreezer, FREEZE_PORT_MOUNT, FREEZE_SOCKET_NAME } from './drivers/freeze-port';
+export type { Freezer, FreezeResult, ThawResult } from './drivers/freeze-port';
+export { createFreezePortService, freezePortServer } from './rpc/freeze-port-service';

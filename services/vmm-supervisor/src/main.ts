@@ -16,6 +16,7 @@ import { loadVmmConfig, SERVICE } from './config';
 import { Supervisor } from './core/supervisor';
 import { createDriver } from './drivers/select';
 import { createVmService } from './rpc/vm-service';
+import { freezePortServer } from './rpc/freeze-port-service';
 import { acquireStateLock, StateLockHeldError } from './state-lock';
 import { DriverBinaries } from './store/driver-binaries';
 import { SqliteVmStore } from './store/sqlite-vm-store';
@@ -48,7 +49,7 @@ async function main(): Promise<void> {
   const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel);
   let driver;
   try {
-    driver = createDriver(cfg, log);
+    driver = createDriver(cfg, log, freezePortServer(log));
   } catch (err) {
     log.fatal({ err }, `cannot start: ${(err as Error).message}`);
     process.exit(2);
@@ -94,7 +95,14 @@ async function main(): Promise<void> {
   });
   server.add(VmServiceDefinition, createVmService(supervisor));
   await server.listen([cfg.listen]);
-  runDaemon({ server, log, onStop: () => store.close() });
+  runDaemon({
+    server,
+    log,
+    onStop: async () => {
+      await driver.close?.();
+      store.close();
+    },
+  });
   log.info({ listen: cfg.listen, state_dir: cfg.stateDir, run_dir: cfg.runDir, epoch: fence.current }, 'serving');
 }
 

@@ -3,8 +3,9 @@
  * gRPC statuses in the shared error middleware (InvalidArgumentError -> INVALID_ARGUMENT, ...).
  */
 import { hostname } from 'node:os';
-import { UnimplementedError, type SandnodeCallContext } from '@sandnode/shared';
-import type { PoddServiceImplementation } from '@sandnode/shared/proto/podd/v1/podd';
+import type { SandnodeCallContext } from '@sandnode/shared';
+import { ThawEndedBy, type PoddServiceImplementation } from '@sandnode/shared/proto/podd/v1/podd';
+import type { FreezeEnd, Quiescer } from '../core/quiesce';
 import type { ExecRunner } from '../core/exec';
 import { readFile, statPath, writeFile } from '../core/files';
 import { execEventToProto, execSpecFromProto, fileInfoToProto } from './convert';
@@ -13,6 +14,15 @@ export interface PoddServiceDeps {
   runner: ExecRunner;
   /** When podd started, epoch ms (for uptime_ms). */
   startedAtMs: number;
+  /** Quiesce / Thaw / GetFreezeStatus over the host's freeze port. */
+  quiescer: Quiescer;
+}
+
+/** thawEndedByToProto maps how a freeze ended to the wire (undefined = UNSPECIFIED: holds, or none). */
+export function thawEndedByToProto(end: FreezeEnd): ThawEndedBy {
+  if (end === 'caller') return ThawEndedBy.THAW_ENDED_BY_CALLER;
+  if (end === 'watchdog') return ThawEndedBy.THAW_ENDED_BY_WATCHDOG;
+  return ThawEndedBy.THAW_ENDED_BY_UNSPECIFIED;
 }
 
 /** poddService implements sandnode.podd.v1.PoddService over the core. */
@@ -43,14 +53,25 @@ export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<Sa
     async stat(req) {
       return fileInfoToProto(await statPath(req.path));
     },
-    async quiesce() {
-      throw new UnimplementedError('Quiesce is not built yet');
+    /**
+     * Quiesce: max_freeze_ms 0 -> 1500, clamped to [100, 5000] ms; sync + syncfs, then the host
+     * freezes with its watchdog. FAILED_PRECONDITION (a freeze holds), UNAVAILABLE (no freeze
+     * port; nothing frozen), CANCELLED (caller gone before the freeze; nothing frozen).
+     */
+    async quiesce(req, context) {
+      const r = await deps.quiescer.quiesce(req.maxFreezeMs, context.signal);
+      context.log.info({ max_freeze_ms: r.maxFreezeMs, sync_ms: r.syncMs, freeze_ms: r.freezeMs, filesystems: r.filesystems }, 'quiesced');
+      return { freezeToken: r.token, maxFreezeMs: r.maxFreezeMs, deadlineUnixMs: r.deadlineUnixMs, filesystems: r.filesystems, syncMs: r.syncMs, freezeMs: r.freezeMs };
     },
-    async thaw() {
-      throw new UnimplementedError('Thaw is not built yet');
+    /** Thaw: INVALID_ARGUMENT (empty token), FAILED_PRECONDITION (not the latest freeze), UNAVAILABLE (no port). */
+    async thaw(req) {
+      const r = await deps.quiescer.thaw(req.freezeToken);
+      return { endedBy: thawEndedByToProto(r.endedBy), frozenMs: r.frozenMs };
     },
+    /** GetFreezeStatus: the current or latest freeze; UNAVAILABLE (no port). */
     async getFreezeStatus() {
-      throw new UnimplementedError('GetFreezeStatus is not built yet');
+      const s = await deps.quiescer.status();
+      return { frozen: s.frozen, freezeToken: s.token, maxFreezeMs: s.maxFreezeMs, remainingMs: s.remainingMs, endedBy: thawEndedByToProto(s.endedBy), frozenMs: s.frozenMs };
     },
   };
 }

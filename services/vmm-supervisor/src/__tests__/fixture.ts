@@ -172,6 +172,8 @@ export class Fixture {
         /* best effort */
       }
     };
+    // A test that failed mid-freeze must not leave a frozen filesystem (or tasks blocked on it).
+    for (const m of mountsUnder(this.dir)) tryRun('fsfreeze', ['-u', m]);
     if (existsSync(this.runcRoot)) {
       let ids: string[] = [];
       try {

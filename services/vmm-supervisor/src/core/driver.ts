@@ -79,4 +79,12 @@ export interface VmDriver {
    * a half-done create.
    */
   destroy(vm: VmRef): Promise<void>;
+  /**
+   * adopt (optional) runs at supervisor start for every VM in the table that is not being
+   * created, after its live state was checked (live = running or paused): the driver re-attaches
+   * what it serves for the VM (runc: the freeze port) and recovers what a dead supervisor left.
+   */
+  adopt?(vm: VmRef, live: boolean): Promise<void>;
+  /** close (optional) stops what the driver serves in this process (daemon shutdown); VMs keep running. */
+  close?(): Promise<void>;
 }

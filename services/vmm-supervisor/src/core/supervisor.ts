@@ -120,6 +120,7 @@ export class Supervisor {
           }
           const before = rec.state;
           const after = await this.refresh(rec);
+          await this.driver.adopt?.(refOf(after.state === 'stopped' ? rec : after), after.state !== 'stopped');
           if (after.state === 'stopped') {
             report.stopped.push(rec.vmId);
             if (before !== 'stopped') log.warn({ was: before }, 'adopt: VM processes are gone; marked stopped');

@@ -53,6 +53,11 @@ export interface VmSpec {
   hostname: string;
   /** Added to the environment of the VM's init. */
   env: Record<string, string>;
+  /**
+   * The VM's /etc/machine-id (machine-id(5)): empty/undefined = the template's; else 32
+   * lowercase hex digits. Undefined in rows written before this field existed.
+   */
+  machineId?: string;
 }
 
 /** EffectiveResources are the limits a VM actually gets once defaults are applied. */

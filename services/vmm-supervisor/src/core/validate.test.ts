@@ -95,6 +95,22 @@ describe('checkHostPaths', () => {
   });
 });
 
+describe('machine_id', () => {
+  test('empty or 32 lowercase hex; anything else is INVALID_ARGUMENT naming spec.machine_id', () => {
+    expect(() => validateVmSpec('vm-1', spec({ machineId: '' }))).not.toThrow();
+    expect(() => validateVmSpec('vm-1', spec({ machineId: 'ab'.repeat(16) }))).not.toThrow();
+    invalid('vm-1', spec({ machineId: 'AB'.repeat(16) }), 'spec.machine_id');
+    invalid('vm-1', spec({ machineId: 'ab'.repeat(15) }), 'spec.machine_id');
+  });
+
+  test('a row without machineId (0.1.0) equals a request with an empty one; a set one differs', () => {
+    const old = spec();
+    delete (old as Partial<VmSpec>).machineId;
+    expect(canonicalSpec(old)).toBe(canonicalSpec(spec({ machineId: '' })));
+    expect(canonicalSpec(old)).not.toBe(canonicalSpec(spec({ machineId: 'ab'.repeat(16) })));
+  });
+});
+
 describe('canonicalSpec', () => {
   test('ignores env key order, sees every other change', () => {
     expect(canonicalSpec(spec({ env: { A: '1', B: '2' } }))).toBe(canonicalSpec(spec({ env: { B: '2', A: '1' } })));

@@ -5,6 +5,7 @@
 import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError, requireResourceId } from '@sandnode/shared';
+import { validateMachineId } from './freeze';
 import type { VmSpec } from './types';
 
 /**
@@ -27,7 +28,7 @@ const ENV_KEY_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /**
  * validateVmSpec checks the vm id and the shape of spec (no host access). Throws
  * InvalidArgumentError naming the field (`vm_id`, `spec.drives`, `spec.template_rootfs`,
- * `spec.podd_socket_dir`, `spec.resources.vcpus`, ...).
+ * `spec.podd_socket_dir`, `spec.resources.vcpus`, `spec.machine_id` ...).
  */
 export function validateVmSpec(vmId: string, spec: VmSpec | undefined): asserts spec is VmSpec {
   requireResourceId('vm_id', vmId);
@@ -75,6 +76,7 @@ export function validateVmSpec(vmId: string, spec: VmSpec | undefined): asserts 
     if (!ENV_KEY_RE.test(k)) throw new InvalidArgumentError(`spec.env: key ${JSON.stringify(k)} is not a valid variable name`);
     if (v.includes('\0')) throw new InvalidArgumentError(`spec.env[${k}]: value contains a NUL byte`);
   }
+  validateMachineId(spec.machineId);
 }
 
 /**
@@ -105,5 +107,7 @@ export function canonicalSpec(spec: VmSpec): string {
     poddSocketDir: spec.poddSocketDir,
     hostname: spec.hostname,
     env,
+    // Only when set, so rows written before machine_id existed compare equal to a request without it.
+    ...(spec.machineId ? { machineId: spec.machineId } : {}),
   });
 }

@@ -25,6 +25,20 @@ export function mountPoints(): string[] {
   return out;
 }
 
+/**
+ * mountOptions returns the per-mount options (field 6 of mountinfo, e.g. ["rw", "noatime"]) of
+ * the top mount at dir (absolute), or [] when dir is not a mount point.
+ */
+export function mountOptions(dir: string): string[] {
+  const d = path.resolve(dir);
+  let opts: string[] = [];
+  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
+    const f = line.split(' ');
+    if (f[4] && unescapeMountinfo(f[4]) === d) opts = (f[5] ?? '').split(',');
+  }
+  return opts;
+}
+
 /** isMountPoint says whether dir (absolute) is a mount point. */
 export function isMountPoint(dir: string): boolean {
   const d = path.resolve(dir);

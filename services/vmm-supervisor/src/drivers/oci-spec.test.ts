@@ -1,4 +1,4 @@
-import { buildEnv, buildOciSpec, DEFAULT_CAPABILITIES, SANDBOX_INIT } from './oci-spec';
+import { buildEnv, buildOciSpec, DEFAULT_CAPABILITIES, FREEZE_PORT_MOUNT, SANDBOX_INIT } from './oci-spec';
 
 const base = {
   vmId: 'vm-1',
@@ -80,6 +80,21 @@ describe('buildOciSpec', () => {
   test('is plain JSON', () => {
     const s = buildOciSpec(base);
     expect(JSON.parse(JSON.stringify(s))).toEqual(s);
+  });
+});
+
+describe('freeze port mount', () => {
+  test('the freeze-port dir is bound read-only, nosuid, nodev, noexec at /run/sandnode-freeze', () => {
+    const s = buildOciSpec({ ...base, freezePortDir: '/run/sn/vms/vm-1/freeze-port' });
+    expect(s.mounts.find((m) => m.destination === FREEZE_PORT_MOUNT)).toEqual({
+      destination: '/run/sandnode-freeze',
+      type: 'bind',
+      source: '/run/sn/vms/vm-1/freeze-port',
+      options: ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'],
+    });
+  });
+  test('no freeze-port dir, no mount', () => {
+    expect(buildOciSpec(base).mounts.find((m) => m.destination === FREEZE_PORT_MOUNT)).toBeUndefined();
   });
 });
 

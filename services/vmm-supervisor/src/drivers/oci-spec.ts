@@ -11,6 +11,8 @@ import { PODD_LISTEN_FD_ENV } from './podd-socket';
 export const SANDBOX_INIT = '/sbin/sandnode-init';
 /** Where `<podd_socket_dir>/guest` appears inside the VM. */
 export const PODD_SOCKET_MOUNT = '/run/sandnode';
+/** Where the VM's freeze-port dir (its FreezePortService socket) appears inside the VM, read-only. */
+export const FREEZE_PORT_MOUNT = '/run/sandnode-freeze';
 /** Where the workspace drive appears inside the VM. */
 export const WORKSPACE_MOUNT = '/workspace';
 /** CFS period used for the CPU quota, in microseconds (100 ms). */
@@ -29,6 +31,8 @@ export interface OciSpecInput {
   poddGuestDir: string;
   /** fd of podd's inherited listening socket in the init, announced as SANDNODE_PODD_LISTEN_FD; undefined = none. */
   poddListenFd?: number;
+  /** Host dir `<vmDir>/freeze-port`, bind-mounted read-only at /run/sandnode-freeze; undefined = none. */
+  freezePortDir?: string;
   /** Host mount of the workspace drive, bind-mounted at /workspace; undefined = no workspace. */
   workspacePath?: string;
   /** Bind the workspace read-only. */
@@ -86,6 +90,10 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
     { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
     { destination: PODD_SOCKET_MOUNT, type: 'bind', source: input.poddGuestDir, options: ['rbind', 'rw', 'nosuid', 'nodev'] },
   ];
+  if (input.freezePortDir !== undefined) {
+    // connect(2) to a socket on a read-only mount works; the VM cannot replace the socket.
+    mounts.push({ destination: FREEZE_PORT_MOUNT, type: 'bind', source: input.freezePortDir, options: ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'] });
+  }
   if (input.workspacePath !== undefined) {
     mounts.push({
       destination: WORKSPACE_MOUNT,

@@ -7,6 +7,8 @@
  *   workspace/   the workspace drive (ext4), bind-mounted at /workspace
  *   bundle/      config.json (OCI spec) and init.pid
  *   console.log  stdio of runc and of the container (a file, never a pipe)
+ *   freeze-port/ the VM's FreezePortService socket freeze.sock, read-only at /run/sandnode-freeze
+ *   freeze-state.json  the VM's current or latest filesystem freeze (see freeze-port.ts)
  *
  * The container is started with `runc run -d` in a new session with file stdio and its own
  * cgroup (`/sandnode/<id>`), so it is in no process group or cgroup of the supervisor and
@@ -19,7 +21,7 @@
  */
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
-import { mkdir, rm } from 'node:fs/promises';
+import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { CommandError, InternalError, isSameProcess, processStartTicks, run } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
@@ -30,6 +32,8 @@ import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from
 import { failpoint, FAILPOINTS } from '../core/failpoints';
 import { mount, mountsUnder, unmountIfMounted } from './mounts';
 import { buildOciSpec } from './oci-spec';
+import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
+import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
 
 /** Longest a `runc run -d` may take before it is killed, in ms. */
 export const RUNC_START_TIMEOUT_MS = 30_000;
@@ -47,6 +51,13 @@ export interface RuncDriverOptions {
   /** The supervisor's runtime dir; VMs live in `<runDir>/vms/<id>`. */
   runDir: string;
   log: Logger;
+  /**
+   * Starts a VM's freeze port (FreezePortService on `<vmDir>/freeze-port/freeze.sock`); without
+   * it VMs get the freeze-port dir and mount but nothing serves it (unit tests).
+   */
+  serveFreezePort?: FreezePortServe;
+  /** fsfreeze(8) binary; default "fsfreeze" from PATH. */
+  fsfreezeBinary?: string;
 }
 
 /** Status reported by `runc state`, or "absent" when runc has no such container. */
@@ -55,19 +66,25 @@ export type RuncStatus = 'created' | 'running' | 'paused' | 'stopped' | 'absent'
 /** RuncDriver implements VmDriver with runc. */
 export class RuncDriver implements VmDriver {
   readonly name = 'runc';
-  readonly features = ['vmm.runc', 'vmm.podd-socket-fd.v1', 'vmm.versioned-binaries.v1'] as const;
+  readonly features = ['vmm.runc', 'vmm.podd-socket-fd.v1', 'vmm.versioned-binaries.v1', 'vmm.freeze-port.v1', 'vmm.machine-id.v1'] as const;
   private readonly runc: string;
   private readonly root: string;
   private readonly vmsDir: string;
   private readonly log: Logger;
   private cachedVersion: string | undefined;
   private current: string | undefined;
+  private readonly serveFreezePort: FreezePortServe | undefined;
+  private readonly fsfreeze: string | undefined;
+  /** Freeze ports served now, by vm id. */
+  private readonly ports = new Map<string, { freezer: VmFreezer; server: FreezePortServer | undefined }>();
 
   constructor(opts: RuncDriverOptions) {
     this.runc = opts.runcBinary;
     this.root = path.resolve(opts.runcRoot);
     this.vmsDir = path.join(path.resolve(opts.runDir), 'vms');
     this.log = opts.log;
+    this.serveFreezePort = opts.serveFreezePort;
+    this.fsfreeze = opts.fsfreezeBinary;
     mkdirSync(this.root, { recursive: true, mode: 0o700 });
     mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
   }
@@ -125,6 +142,10 @@ export class RuncDriver implements VmDriver {
       await mount(upper.path, upperDev, 'ext4', ['noatime']);
       await mkdir(path.join(upperDev, 'upper'), { recursive: true, mode: 0o755 });
       await mkdir(path.join(upperDev, 'work'), { recursive: true, mode: 0o755 });
+      if (spec.machineId) {
+        step = 'write /etc/machine-id';
+        await writeMachineId(path.join(upperDev, 'upper'), spec.machineId);
+      }
 
       step = 'mount overlay rootfs';
       await mount('overlay', rootfs, 'overlay', [
@@ -141,11 +162,16 @@ export class RuncDriver implements VmDriver {
 
       failpoint(FAILPOINTS.createAfterMounts);
 
+      step = 'serve freeze port';
+      const freezePortDir = makeFreezePortDir(dir);
+      await this.openFreezePort(vmId, runc);
+
       step = 'write bundle/config.json';
       const oci = buildOciSpec({
         vmId,
         rootfsPath: rootfs,
         poddGuestDir: guestDir,
+        freezePortDir,
         poddListenFd: PODD_LISTEN_FD,
         workspacePath: ws ? workspace : undefined,
         workspaceReadOnly: ws?.readOnly,
@@ -205,6 +231,8 @@ export class RuncDriver implements VmDriver {
   async stop(vm: VmRef, timeoutMs: number): Promise<void> {
     const { vmId } = vm;
     const runc = this.bin(vm);
+    // Tasks blocked on a frozen filesystem do not die until it is thawed.
+    await this.ports.get(vmId)?.freezer.ensureThawed('stop vm');
     const st = await this.state(vmId, runc);
     if (st.status === 'absent' || st.status === 'stopped') return;
     if (st.status === 'paused') {
@@ -226,6 +254,7 @@ export class RuncDriver implements VmDriver {
     const { vmId } = vm;
     const runc = this.bin(vm);
     const dir = this.vmDir(vmId);
+    await this.closeFreezePort(vmId);
     const st = await this.state(vmId, runc);
     if (st.status !== 'absent') {
       if (st.status === 'paused') await this.killAll(runc, vmId);
@@ -235,6 +264,69 @@ export class RuncDriver implements VmDriver {
     const left = mountsUnder(dir);
     if (left.length) throw new InternalError(`destroy vm ${vmId}: mounts left under ${dir}: ${left.join(', ')}`);
     await rm(dir, { recursive: true, force: true });
+  }
+
+  /**
+   * adopt runs at supervisor start for every VM in the table (not creating): a VM made with a
+   * freeze-port dir gets its recorded freeze recovered (past its deadline -> made sure thawed)
+   * and, when live, its freeze port served again (the stale socket is replaced). VMs of 0.1.0
+   * have no freeze-port dir and get no port.
+   */
+  async adopt(vm: VmRef, live: boolean): Promise<void> {
+    if (!existsSync(path.join(this.vmDir(vm.vmId), FREEZE_PORT_DIR))) return;
+    const freezer = this.freezerOf(vm.vmId, this.bin(vm));
+    await freezer.recover();
+    if (live) {
+      makeFreezePortDir(this.vmDir(vm.vmId));
+      await this.openFreezePort(vm.vmId, this.bin(vm), freezer);
+    }
+  }
+
+  /**
+   * close (daemon shutdown) leaves every freeze port bound: its socket file stays, so a podd
+   * that restarts while the supervisor is down still finds its port (and lists podd.quiesce);
+   * its calls get UNAVAILABLE until the next supervisor serves the port again. Freezes are left
+   * to their watchdogs.
+   */
+  async close(): Promise<void> {
+    this.log.info({ ports: this.ports.size }, 'freeze ports left bound for the next supervisor');
+  }
+
+  private freezerOf(vmId: string, runc: string): VmFreezer {
+    return (
+      this.ports.get(vmId)?.freezer ??
+      new VmFreezer({
+        vmId,
+        vmDir: this.vmDir(vmId),
+        log: this.log,
+        fsfreeze: this.fsfreeze,
+        isRunning: async () => (await this.state(vmId, runc)).status === 'running',
+      })
+    );
+  }
+
+  /** openFreezePort serves vmId's freeze port (if a server factory is configured) and remembers it. */
+  private async openFreezePort(vmId: string, runc: string, freezer = this.freezerOf(vmId, runc)): Promise<void> {
+    let server: FreezePortServer | undefined;
+    if (Buffer.byteLength(freezer.socketPath) > MAX_SOCKET_PATH_BYTES) {
+      // The VM then simply has no port (podd lacks podd.quiesce; the server falls back to pause).
+      this.log.warn({ vm_id: vmId, socket: freezer.socketPath }, 'freeze port socket path is too long for a unix socket; VM gets no freeze port');
+    } else if (this.serveFreezePort) {
+      server = await this.serveFreezePort(vmId, freezer.socketPath, freezer);
+    }
+    this.ports.set(vmId, { freezer, server });
+  }
+
+  /** closeFreezePort thaws a freeze that still holds and stops the VM's freeze port. */
+  private async closeFreezePort(vmId: string): Promise<void> {
+    const port = this.ports.get(vmId);
+    const freezer = port?.freezer ?? (existsSync(path.join(this.vmDir(vmId), 'freeze-state.json')) ? this.freezerOf(vmId, this.currentBinary()) : undefined);
+    try {
+      await freezer?.ensureThawed('destroy vm');
+    } finally {
+      this.ports.delete(vmId);
+      await port?.server?.close();
+    }
   }
 
   /** state runs `runc state` (with runc, default the current binary) and returns its status and pid ("absent" when unknown to runc). */
@@ -307,6 +399,19 @@ export class RuncDriver implements VmDriver {
       });
     });
   }
+}
+
+/**
+ * writeMachineId writes `<upper>/etc/machine-id` (id + "\n", mode 0444; machine-id(5)) into the
+ * overlay's upper dir before the overlay is mounted; creates `<upper>/etc` (0755) if missing.
+ */
+export async function writeMachineId(upper: string, id: string): Promise<void> {
+  const etc = path.join(upper, 'etc');
+  await mkdir(etc, { recursive: true, mode: 0o755 });
+  const file = path.join(etc, 'machine-id');
+  await rm(file, { force: true });
+  await writeFile(file, `${id}\n`, { mode: 0o444 });
+  await chmod(file, 0o444);
 }
 
 function lastLines(file: string, n: number): string {

@@ -8,6 +8,7 @@ import type { Logger } from '@sandnode/shared';
 import type { VmDriver } from '../core/driver';
 import { FirecrackerDriver } from './firecracker';
 import { RuncDriver } from './runc';
+import type { FreezePortServe } from '../rpc/freeze-port-service';
 
 /** What createDriver needs from the config. */
 export interface DriverConfig {
@@ -21,10 +22,10 @@ export interface DriverConfig {
 }
 
 /** createDriver returns the configured driver; throws ConfigError naming a missing or bad key. */
-export function createDriver(cfg: DriverConfig, log: Logger): VmDriver {
+export function createDriver(cfg: DriverConfig, log: Logger, serveFreezePort?: FreezePortServe): VmDriver {
   switch (cfg.driver) {
     case 'runc':
-      return new RuncDriver({ runcBinary: cfg.runcBinary, runcRoot: cfg.runcRoot, runDir: cfg.runDir, log: log.child({ driver: 'runc' }) });
+      return new RuncDriver({ runcBinary: cfg.runcBinary, runcRoot: cfg.runcRoot, runDir: cfg.runDir, log: log.child({ driver: 'runc' }), serveFreezePort });
     case 'firecracker': {
       if (!cfg.kernelImage) throw new ConfigError('key "kernelImage": required with driver "firecracker" (an uncompressed vmlinux)');
       if (!existsSync(cfg.kernelImage)) throw new ConfigError(`key "kernelImage": ${cfg.kernelImage} does not exist`);

@@ -59,6 +59,7 @@ export function vmSpecFromProto(spec: PbVmSpec | undefined): VmSpec | undefined 
     poddSocketDir: spec.poddSocketDir,
     hostname: spec.hostname,
     env: { ...spec.env },
+    machineId: spec.machineId,
   };
 }
 
@@ -71,7 +72,7 @@ export function vmSpecToProto(spec: VmSpec): PbVmSpec {
     poddSocketDir: spec.poddSocketDir,
     hostname: spec.hostname,
     env: { ...spec.env },
-    machineId: '',
+    machineId: spec.machineId ?? '',
   };
 }
 

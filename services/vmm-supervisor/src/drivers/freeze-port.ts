@@ -1,0 +1,400 @@
+/**
+ * The freeze port of one runc VM: bounded FIFREEZE/FITHAW of the VM's writable filesystems on
+ * the host (util-linux fsfreeze(8); Linux Documentation/filesystems/vfs.rst, freeze_fs), with a
+ * watchdog that does not live in the supervisor.
+ *
+ * Host layout under `<vmDir>/`:
+ *
+ *   freeze-port/                    bind-mounted read-only at /run/sandnode-freeze in the VM
+ *   freeze-port/freeze.sock         the VM's FreezePortService socket (served by the supervisor)
+ *   freeze-state.json               the current or latest freeze (FreezeRecord), atomic writes
+ *   freeze-watchdog-<token>.end     written by the watchdog once it has thawed (Unix epoch ms)
+ *
+ * The watchdog is `/bin/sh -c 'sleep <s>; fsfreeze -u <m>...; date > end'`, started BEFORE the
+ * first FIFREEZE as the leader of its own session and process group with stdio ignored and
+ * unref'd: it survives a SIGKILL of podd, of the caller and of the supervisor itself, and
+ * sleep(1) counts on CLOCK_MONOTONIC. A caller's Thaw kills its process group first, then
+ * thaws. Every file written here is on the run dir, never on a frozen filesystem (a blocked
+ * write would stall one of Node's 4 libuv threads, then all of them).
+ */
+import { spawn } from 'node:child_process';
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
+import path from 'node:path';
+import { CommandError, FailedPreconditionError, InternalError, isSameProcess, processStartTicks, processState, run } from '@sandnode/shared';
+import type { Logger } from '@sandnode/shared';
+import {
+  checkThawToken,
+  clampFreezeMs,
+  FREEZE_RECORD_SCHEMA,
+  newFreezeToken,
+  statusOf,
+  windowMs,
+  type FreezeEnd,
+  type FreezeRecord,
+  type FreezeStatus,
+  type FrozenMount,
+} from '../core/freeze';
+import { isMountPoint, mountOptions } from './mounts';
+import { resolveExecutable } from './binary';
+
+/** Dir under the VM dir that the VM sees read-only at {@link FREEZE_PORT_MOUNT}. */
+export const FREEZE_PORT_DIR = 'freeze-port';
+/** Longest unix socket path (sun_path is 108 bytes with the NUL). */
+export const MAX_SOCKET_PATH_BYTES = 107;
+/** Socket file name in the freeze-port dir. */
+export const FREEZE_SOCKET_NAME = 'freeze.sock';
+/** Where the freeze-port dir appears inside the VM. */
+export const FREEZE_PORT_MOUNT = '/run/sandnode-freeze';
+/** The record file under the VM dir. */
+export const FREEZE_STATE_FILE = 'freeze-state.json';
+/** Longest one fsfreeze(8) call may take, in ms (FIFREEZE syncs dirty data first). */
+export const FSFREEZE_TIMEOUT_MS = 30_000;
+/** Longest a call waits for a watchdog past its deadline to finish thawing and record it, in ms. */
+export const WATCHDOG_FINISH_WAIT_MS = 2000;
+/** The watchdog's shell script: $1 sleep seconds, $2 end file, $3 fsfreeze binary, $4.. mounts in thaw order. */
+export const WATCHDOG_SCRIPT =
+  's=$1; end=$2; ff=$3; shift 3; sleep "$s"; for m in "$@"; do "$ff" -u "$m" 2>/dev/null; done; date +%s%3N > "$end.tmp" && mv "$end.tmp" "$end"';
+
+/** FreezeResult is what a freeze answers. */
+export interface FreezeResult {
+  token: string;
+  maxFreezeMs: number;
+  /** Unix epoch ms when the watchdog thaws. */
+  deadlineMs: number;
+  /** Guest paths frozen, in freeze order. */
+  filesystems: string[];
+  /** Time the FIFREEZE calls took, ms. */
+  freezeMs: number;
+}
+
+/** ThawResult says how a freeze ended. */
+export interface ThawResult {
+  endedBy: FreezeEnd;
+  /** First FIFREEZE start to the end of the last FITHAW, ms. */
+  frozenMs: number;
+}
+
+/** Freezer is what the FreezePortService handlers call (one VM). */
+export interface Freezer {
+  freeze(requestedMs: number): Promise<FreezeResult>;
+  thaw(token: string): Promise<ThawResult>;
+  status(): Promise<FreezeStatus>;
+}
+
+/** VmFreezerOptions wire a VmFreezer. */
+export interface VmFreezerOptions {
+  vmId: string;
+  /** `<runDir>/vms/<id>`. */
+  vmDir: string;
+  log: Logger;
+  /** Whether the VM runs (a freeze of a VM that does not run is FAILED_PRECONDITION). */
+  isRunning: () => Promise<boolean>;
+  /** fsfreeze binary; default "fsfreeze" from PATH. */
+  fsfreeze?: string;
+}
+
+/**
+ * VmFreezer freezes and thaws one VM's writable filesystems: `<vmDir>/upper-dev` (guest "/")
+ * then `<vmDir>/workspace` when it is mounted read-write (guest "/workspace"). Calls are
+ * serialized; one freeze at a time.
+ */
+export class VmFreezer implements Freezer {
+  readonly vmId: string;
+  readonly vmDir: string;
+  private readonly log: Logger;
+  private readonly isRunning: () => Promise<boolean>;
+  private readonly fsfreeze: string;
+  private tail: Promise<unknown> = Promise.resolve();
+  /** Set when the VM is being stopped or destroyed: new freezes are refused. */
+  private closing = false;
+
+  constructor(opts: VmFreezerOptions) {
+    this.vmId = opts.vmId;
+    this.vmDir = opts.vmDir;
+    this.log = opts.log;
+    this.isRunning = opts.isRunning;
+    this.fsfreeze = opts.fsfreeze ?? 'fsfreeze';
+  }
+
+  /** The host dir bind-mounted read-only into the VM. */
+  get portDir(): string {
+    return path.join(this.vmDir, FREEZE_PORT_DIR);
+  }
+
+  /** The host path of the VM's FreezePortService socket. */
+  get socketPath(): string {
+    return path.join(this.portDir, FREEZE_SOCKET_NAME);
+  }
+
+  /**
+   * freeze freezes the VM's writable filesystems for at most requestedMs (0 = 1500, clamped to
+   * [100, 5000]). The watchdog is started before the first FIFREEZE and the record is persisted
+   * before this resolves. FailedPreconditionError when a freeze holds or the VM does not run
+   * (nothing changed); InternalError when a FIFREEZE fails (whatever was frozen is thawed and
+   * the watchdog killed first).
+   */
+  freeze(requestedMs: number): Promise<FreezeResult> {
+    return this.serial(async () => {
+      if (this.closing) throw new FailedPreconditionError(`vm ${this.vmId} is being stopped`);
+      const prev = await this.refresh(this.load());
+      if (prev && prev.endedBy === undefined) throw new FailedPreconditionError(`vm ${this.vmId}: a freeze holds already (${statusOf(prev, Date.now()).remainingMs} ms left)`);
+      if (!(await this.isRunning())) throw new FailedPreconditionError(`vm ${this.vmId} is not running`);
+      const mounts = this.writableMounts();
+      if (mounts.length === 0) throw new FailedPreconditionError(`vm ${this.vmId}: no writable filesystem is mounted`);
+      const maxFreezeMs = clampFreezeMs(requestedMs);
+      const token = newFreezeToken();
+      this.removeEndFiles();
+      const endFile = path.join(this.vmDir, `freeze-watchdog-${token}.end`);
+      const startedAtMs = Date.now();
+      const deadlineMs = startedAtMs + maxFreezeMs;
+      const wd = await this.startWatchdog(maxFreezeMs, endFile, [...mounts].reverse());
+      const t0 = performance.now();
+      const frozen: FrozenMount[] = [];
+      try {
+        for (const m of mounts) {
+          await run(this.fsfreeze, ['-f', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS });
+          frozen.push(m);
+        }
+      } catch (err) {
+        killGroup(wd.pid, wd.startTicks);
+        await this.thawMounts(frozen);
+        throw new InternalError(`vm ${this.vmId}: FIFREEZE failed: ${(err as Error).message}`);
+      }
+      const freezeMs = Math.round(performance.now() - t0);
+      const rec: FreezeRecord = {
+        schema: FREEZE_RECORD_SCHEMA,
+        token,
+        mounts,
+        maxFreezeMs,
+        startedAtMs,
+        deadlineMs,
+        watchdogPid: wd.pid,
+        watchdogStartTicks: wd.startTicks,
+        watchdogEndFile: endFile,
+        freezeMs,
+      };
+      try {
+        this.save(rec);
+      } catch (err) {
+        killGroup(wd.pid, wd.startTicks);
+        await this.thawMounts(frozen);
+        throw new InternalError(`vm ${this.vmId}: could not record the freeze (thawed): ${(err as Error).message}`);
+      }
+      this.log.info({ vm_id: this.vmId, max_freeze_ms: maxFreezeMs, freeze_ms: freezeMs, watchdog_pid: wd.pid, mounts: mounts.map((m) => m.guest) }, 'filesystems frozen');
+      return { token, maxFreezeMs, deadlineMs, filesystems: mounts.map((m) => m.guest), freezeMs };
+    });
+  }
+
+  /**
+   * thaw ends the freeze named by token: the latest freeze, if it still holds, is thawed now
+   * (watchdog process group killed, then FITHAW in reverse order) and ends by `caller`; one that
+   * already ended answers how it ended. InvalidArgumentError (empty token),
+   * FailedPreconditionError (not the latest freeze), InternalError (a FITHAW failed).
+   */
+  thaw(token: string): Promise<ThawResult> {
+    return this.serial(async () => {
+      const rec = checkThawToken(token, await this.refresh(this.load()));
+      if (rec.endedBy !== undefined) return { endedBy: rec.endedBy, frozenMs: rec.frozenMs ?? 0 };
+      return this.endNow(rec, 'caller');
+    });
+  }
+
+  /** status describes the current or latest freeze. */
+  status(): Promise<FreezeStatus> {
+    return this.serial(async () => statusOf(await this.refresh(this.load()), Date.now()));
+  }
+
+  /**
+   * ensureThawed ends a freeze that still holds (before the VM is stopped or destroyed: tasks
+   * blocked on a frozen filesystem do not die until it is thawed). Recorded as ended by `caller`.
+   * Later freezes through this freezer are refused (FAILED_PRECONDITION): the VM is going away.
+   */
+  ensureThawed(why: string): Promise<void> {
+    // From now on the VM cannot freeze itself again between this thaw and its kill.
+    this.closing = true;
+    return this.serial(async () => {
+      const rec = await this.refresh(this.load());
+      if (!rec || rec.endedBy !== undefined) return;
+      this.log.info({ vm_id: this.vmId, why }, 'thawing the VM filesystems');
+      await this.endNow(rec, 'caller');
+    });
+  }
+
+  /**
+   * recover runs at supervisor start: a record whose watchdog finished or died is closed, and
+   * every mount of a freeze past its deadline is made sure thawed (`fsfreeze -u`; "not frozen"
+   * is ignored). A freeze whose watchdog still sleeps is left to it.
+   */
+  recover(): Promise<void> {
+    return this.serial(async () => {
+      const rec = await this.refresh(this.load());
+      if (rec && Date.now() >= rec.deadlineMs) await this.thawMounts(rec.mounts);
+    });
+  }
+
+  /** load reads the record; undefined when there is none (or it is unreadable: logged). */
+  load(): FreezeRecord | undefined {
+    const file = path.join(this.vmDir, FREEZE_STATE_FILE);
+    if (!existsSync(file)) return undefined;
+    try {
+      return JSON.parse(readFileSync(file, 'utf8')) as FreezeRecord;
+    } catch (err) {
+      this.log.warn({ vm_id: this.vmId, err }, 'unreadable freeze record; ignored');
+      return undefined;
+    }
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const p = this.tail.then(fn, fn);
+    this.tail = p.catch(() => undefined);
+    return p;
+  }
+
+  /**
+   * refresh notices a freeze that ended without us: the watchdog wrote its end file (ended by
+   * `watchdog`), or it is gone without one (killed by someone: the mounts are thawed now and it
+   * counts as `watchdog`). Persists the change.
+   */
+  private async refresh(rec: FreezeRecord | undefined): Promise<FreezeRecord | undefined> {
+    if (!rec || rec.endedBy !== undefined) return rec;
+    // Past the deadline the watchdog is thawing right now: wait for it to finish and record.
+    for (const until = Date.now() + WATCHDOG_FINISH_WAIT_MS; Date.now() >= rec.deadlineMs && Date.now() < until; ) {
+      if (readEndFile(rec.watchdogEndFile) !== undefined || !watchdogAlive(rec)) break;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const end = readEndFile(rec.watchdogEndFile);
+    if (end !== undefined) {
+      const done: FreezeRecord = { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, end) };
+      this.save(done);
+      this.log.info({ vm_id: this.vmId, frozen_ms: done.frozenMs }, 'the freeze watchdog thawed the filesystems');
+      return done;
+    }
+    if (!watchdogAlive(rec)) {
+      // Killed without finishing: thaw now (fsfreeze -u of a thawed fs is a no-op).
+      this.log.warn({ vm_id: this.vmId, watchdog_pid: rec.watchdogPid }, 'freeze watchdog gone without thawing; thawing now');
+      await this.thawMounts(rec.mounts);
+      const done: FreezeRecord = { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, Math.min(Date.now(), rec.deadlineMs)) };
+      this.save(done);
+      return done;
+    }
+    return rec;
+  }
+
+  private async endNow(rec: FreezeRecord, by: FreezeEnd): Promise<ThawResult> {
+    killGroup(rec.watchdogPid, rec.watchdogStartTicks);
+    await this.thawMounts(rec.mounts, true);
+    const endMs = Date.now();
+    const wdEnd = readEndFile(rec.watchdogEndFile);
+    const done: FreezeRecord =
+      wdEnd !== undefined ? { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, wdEnd) } : { ...rec, endedBy: by, frozenMs: windowMs(rec, endMs) };
+    this.save(done);
+    this.log.info({ vm_id: this.vmId, ended_by: done.endedBy, frozen_ms: done.frozenMs }, 'filesystems thawed');
+    return { endedBy: done.endedBy!, frozenMs: done.frozenMs! };
+  }
+
+  /** thawMounts runs `fsfreeze -u` on mounts in reverse order; "not frozen" (EINVAL) is fine. strict: throw on other errors (after trying all). */
+  private async thawMounts(mounts: FrozenMount[], strict = false): Promise<void> {
+    const errors: string[] = [];
+    for (const m of [...mounts].reverse()) {
+      if (!isMountPoint(m.host)) continue;
+      try {
+        await run(this.fsfreeze, ['-u', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS });
+      } catch (err) {
+        if (err instanceof CommandError && /invalid argument|not frozen/i.test(err.stderr)) continue;
+        errors.push((err as Error).message);
+        this.log.error({ vm_id: this.vmId, mount: m.host, err }, 'FITHAW failed');
+      }
+    }
+    if (strict && errors.length) throw new InternalError(`vm ${this.vmId}: FITHAW failed: ${errors.join('; ')}`);
+  }
+
+  /** writableMounts: the rootfs upper drive, then the workspace when mounted read-write. */
+  private writableMounts(): FrozenMount[] {
+    const out: FrozenMount[] = [];
+    const upper = path.join(this.vmDir, 'upper-dev');
+    if (isMountPoint(upper)) out.push({ host: upper, guest: '/' });
+    const ws = path.join(this.vmDir, 'workspace');
+    if (isMountPoint(ws) && mountOptions(ws).includes('rw')) out.push({ host: ws, guest: '/workspace' });
+    return out;
+  }
+
+  private async startWatchdog(ms: number, endFile: string, thawOrder: FrozenMount[]): Promise<{ pid: number; startTicks: number }> {
+    const fsfreeze = resolveExecutable(this.fsfreeze, 'fsfreeze');
+    const child = spawn('/bin/sh', ['-c', WATCHDOG_SCRIPT, 'sandnode-freeze-watchdog', (ms / 1000).toFixed(3), endFile, fsfreeze, ...thawOrder.map((m) => m.host)], {
+      detached: true,
+      stdio: 'ignore',
+    });
+    await new Promise<void>((resolve, reject) => {
+      child.once('spawn', resolve);
+      child.once('error', (err) => reject(new InternalError(`vm ${this.vmId}: cannot start the freeze watchdog: ${err.message}`)));
+    });
+    child.unref();
+    const pid = child.pid!;
+    const startTicks = processStartTicks(pid);
+    if (startTicks === undefined) throw new InternalError(`vm ${this.vmId}: the freeze watchdog died at start`);
+    return { pid, startTicks };
+  }
+
+  private save(rec: FreezeRecord): void {
+    writeFileAtomic(path.join(this.vmDir, FREEZE_STATE_FILE), `${JSON.stringify(rec)}\n`);
+  }
+
+  private removeEndFiles(): void {
+    try {
+      for (const n of readdirSync(this.vmDir)) if (n.startsWith('freeze-watchdog-')) rmSync(path.join(this.vmDir, n), { force: true });
+    } catch {
+      /* no vm dir */
+    }
+  }
+}
+
+/** readEndFile returns the thaw time the watchdog recorded (Unix epoch ms), or undefined. */
+function readEndFile(file: string): number | undefined {
+  try {
+    const v = Number(readFileSync(file, 'utf8').trim());
+    return Number.isFinite(v) && v > 0 ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+function watchdogAlive(rec: FreezeRecord): boolean {
+  return isSameProcess(rec.watchdogPid, rec.watchdogStartTicks) && processState(rec.watchdogPid) !== 'Z';
+}
+
+/** killGroup SIGKILLs the process group led by pid when pid is still the process started at ticks. */
+function killGroup(pid: number, ticks: number): void {
+  if (!isSameProcess(pid, ticks)) return;
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    /* already gone */
+  }
+}
+
+/** writeFileAtomic writes file via a temp file, fsync and rename, then fsyncs the dir. */
+export function writeFileAtomic(file: string, data: string): void {
+  const tmp = `${file}.tmp-${process.pid}`;
+  const fd = openSync(tmp, 'w', 0o600);
+  try {
+    writeSync(fd, data);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, file);
+  const dfd = openSync(path.dirname(file), 'r');
+  try {
+    fsyncSync(dfd);
+  } finally {
+    closeSync(dfd);
+  }
+}
+
+/** makeFreezePortDir creates `<vmDir>/freeze-port` (0700) and removes a stale socket in it. */
+export function makeFreezePortDir(vmDir: string): string {
+  const dir = path.join(vmDir, FREEZE_PORT_DIR);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  rmSync(path.join(dir, FREEZE_SOCKET_NAME), { force: true });
+  return dir;
+}
