@@ -14,7 +14,7 @@ import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandb
 import { PoddServiceDefinition, ThawEndedBy } from '@sandnode/shared/proto/podd/v1/podd';
 import type { ServerApi } from '@sandnode/shared';
 import { startComponent } from '../cli/stack';
-import { describeNode, execCollect, inventory, killProcesses, orphans, serverProcesses, startNode, withEnv, type TestNode } from './harness';
+import { describeNode, execCollect, holderStatus, inventory, killProcesses, orphans, serverProcesses, startNode, withEnv, type TestNode } from './harness';
 
 jest.setTimeout(300_000);
 
@@ -56,11 +56,13 @@ async function devicesOf(node: TestNode, id: string): Promise<Map<string, string
   }
 }
 
-/** stopVm removes a sandbox's VM through the supervisor (its filesystems unmounted, devices kept). */
+/** stopVm removes a sandbox's VM through the supervisor (its filesystems unmounted, devices kept), at the node's epoch. */
 async function stopVm(node: TestNode, id: string): Promise<void> {
+  const epoch = (await holderStatus(node.dirs))?.epoch;
+  if (epoch === undefined) throw new Error('no active server holds the lease');
   const ch = createSandnodeChannel(unixAddress(socketPath(node.dirs.runDir, 'vmm-supervisor')));
   try {
-    await createServiceClient(VmServiceDefinition, ch, { timeoutMs: 30_000 }).deleteVm({ vmId: id });
+    await createServiceClient(VmServiceDefinition, ch, { timeoutMs: 30_000, epoch: () => epoch }).deleteVm({ vmId: id });
   } finally {
     ch.close();
   }
