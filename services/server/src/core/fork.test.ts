@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { AbortedError, FailedPreconditionError, createLogger } from '@sandnode/shared';
+import { AbortedError, FailedPreconditionError, InternalError, UnavailableError, createLogger } from '@sandnode/shared';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { adoptAll } from './adoption';
 import { SandboxManager } from './sandbox-manager';
@@ -21,6 +21,8 @@ class Peers {
   poddFeatures = ['podd.quiesce'];
   thawEndedBy: 'caller' | 'watchdog' = 'caller';
   failClone = false;
+  /** thrown by podd Quiesce when set */
+  quiesceError: Error | undefined;
   readonly devices = new Map<string, DeviceInfo>();
   readonly vms = new Map<string, VmInfo>();
   /** called inside clone, while the parent is held */
@@ -82,6 +84,7 @@ class Peers {
       version: async () => ({ version: this.poddFeatures.length ? '0.2.0' : '0.1.0', features: this.poddFeatures }),
       quiesce: async (max) => {
         this.events.push(`quiesce ${address.split('/').at(-2)} ${max}`);
+        if (this.quiesceError) throw this.quiesceError;
         return { token: 't1', maxFreezeMs: max, syncMs: 1, freezeMs: 1 };
       },
       thaw: async (token) => {
@@ -166,6 +169,20 @@ describe('ForkSandbox negotiation', () => {
     expect(r.method).toBe('pause');
     expect(marks.every((x) => x > 0)).toBe(true);
     expect(store.get(p)!.forkPausedAtMs).toBe(0);
+  });
+
+  it('a podd whose freeze port is unreachable (UNAVAILABLE: nothing frozen) falls back to pause', async () => {
+    peers.quiesceError = new UnavailableError('freeze port not reachable');
+    const r = await fork();
+    const p = parent.sandboxId;
+    expect(peers.events).toEqual([`quiesce ${p} 1500`, `pause ${p}`, `clone ${p}-upper quiesced=true`, `clone ${p}-ws quiesced=true`, `resume ${p}`]);
+    expect(r.method).toBe('pause');
+    // any other Quiesce error fails the fork and leaves no child
+    peers.quiesceError = new InternalError('FIFREEZE failed');
+    peers.events = [];
+    await expect(fork()).rejects.toThrow('FIFREEZE failed');
+    expect(peers.events).toEqual([`quiesce ${p} 1500`]);
+    expect(childIds()).toEqual([r.child.sandboxId]);
   });
 
   it('a PAUSED parent is cloned as it is and stays paused', async () => {

@@ -12,11 +12,11 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
-import { AbortedError, FailedPreconditionError, InvalidArgumentError, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
+import { AbortedError, FailedPreconditionError, InvalidArgumentError, isCode, Status, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
 import { KeyedMutex } from '@sandnode/shared';
 import { failpoint } from '../handover/failpoints';
 import { LifecycleGate } from './gate';
-import type { DeviceInfo, DevicePort, ExecArgs, ExecEvent, PoddConnector, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
+import type { DeviceInfo, DevicePort, PoddFreeze, ExecArgs, ExecEvent, PoddConnector, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
 import { RECORD_SCHEMA } from './types';
 import {
   validateArgv,
@@ -494,11 +494,10 @@ export class SandboxManager {
     if (parent.state === 'PAUSED') return { method: 'paused-parent', parentHeldMs: 0, cloneMs: await cloneAll() };
 
     const podd = this.o.podd.connect(parent.poddAddress);
-    const poddVersion = await podd.version();
-    if (!poddVersion.features.includes(QUIESCE_FEATURE)) {
-      // podd of an older template: hold the parent by pausing it; the mark lets adoption resume
-      // it if this server dies before the resume below.
-      log.info({ podd_version: poddVersion.version }, `parent's podd lacks "${QUIESCE_FEATURE}": fork falls back to pause`);
+    // podd of an older template: hold the parent by pausing it; the mark lets adoption resume
+    // it if this server dies before the resume.
+    const pauseAndClone = async (why: string): Promise<Omit<ForkResult, 'child' | 'forkMs'>> => {
+      log.info({ why }, 'fork holds the parent by pausing it');
       parent.forkPausedAtMs = this.now();
       this.touch(parent);
       const t = this.now();
@@ -512,10 +511,20 @@ export class SandboxManager {
         this.touch(parent);
       }
       return { method: 'pause', parentHeldMs: this.now() - t, cloneMs };
-    }
+    };
+    const poddVersion = await podd.version();
+    if (!poddVersion.features.includes(QUIESCE_FEATURE)) return pauseAndClone(`podd ${poddVersion.version} lacks "${QUIESCE_FEATURE}"`);
 
     const tCall = this.now();
-    const freeze = await podd.quiesce(maxFreezeMs);
+    let freeze: PoddFreeze;
+    try {
+      freeze = await podd.quiesce(maxFreezeMs);
+    } catch (err) {
+      // podd could not reach its host's freeze port (e.g. a supervisor rolled back to a release
+      // without one): nothing is frozen, so the pause path is safe
+      if (isCode(err, Status.UNAVAILABLE) || isCode(err, Status.UNIMPLEMENTED)) return pauseAndClone(`podd Quiesce failed: ${(err as Error).message}`);
+      throw err;
+    }
     let cloneMs = 0;
     let cloneErr: unknown;
     try {
