@@ -482,11 +482,13 @@ export class SandboxManager {
     const cloneAll = async (): Promise<number> => {
       failpoint('fork.after-hold');
       const t = this.now();
-      for (const src of sources) {
-        const suffix = src.role === 'rootfs-upper' ? 'upper' : 'ws';
-        const c = await this.o.devices.clone(`${child.sandboxId}-${suffix}`, src.deviceId, true);
-        child.devices.push({ deviceId: c.deviceId, role: src.role, path: c.path, backingFile: c.backingFile, sizeBytes: c.sizeBytes });
-      }
+      // both at once: the parent is held for the longer clone, not for the sum
+      const settled = await Promise.allSettled(sources.map((src) => this.o.devices.clone(`${child.sandboxId}-${src.role === 'rootfs-upper' ? 'upper' : 'ws'}`, src.deviceId, true)));
+      settled.forEach((r, i) => {
+        if (r.status === 'fulfilled') child.devices.push({ deviceId: r.value.deviceId, role: sources[i]!.role, path: r.value.path, backingFile: r.value.backingFile, sizeBytes: r.value.sizeBytes });
+      });
+      const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+      if (failed) throw failed.reason;
       failpoint('fork.after-clone');
       return this.now() - t;
     };

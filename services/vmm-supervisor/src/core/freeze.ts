@@ -67,6 +67,8 @@ export interface FreezeRecord {
   watchdogEndFile: string;
   /** Time the FIFREEZE calls took, ms. */
   freezeMs: number;
+  /** Wall clock (Unix epoch ms) when the first FIFREEZE began; absent in older records (then startedAtMs). */
+  frozenAtMs?: number;
   /** How it ended; undefined while it holds (or until the end is noticed). */
   endedBy?: FreezeEnd;
   /** First FIFREEZE start to the end of the last FITHAW, ms; set with endedBy. */
@@ -113,9 +115,12 @@ export function statusOf(rec: FreezeRecord | undefined, nowMs: number): FreezeSt
   };
 }
 
-/** windowMs is the frozen window from rec's start to endMs (Unix epoch ms), never negative, whole ms. */
+/**
+ * windowMs is the frozen window from the first FIFREEZE (rec.frozenAtMs; startedAtMs, which is
+ * earlier, in older records) to endMs (Unix epoch ms), never negative, whole ms.
+ */
 export function windowMs(rec: FreezeRecord, endMs: number): number {
-  return Math.max(0, Math.round(endMs - rec.startedAtMs));
+  return Math.max(0, Math.round(endMs - (rec.frozenAtMs ?? rec.startedAtMs)));
 }
 
 /** MACHINE_ID_RE: machine-id(5), 32 lowercase hex digits. */

@@ -149,16 +149,15 @@ export class VmFreezer implements Freezer {
       const deadlineMs = startedAtMs + maxFreezeMs;
       const wd = await this.startWatchdog(maxFreezeMs, endFile, [...mounts].reverse());
       const t0 = performance.now();
-      const frozen: FrozenMount[] = [];
-      try {
-        for (const m of mounts) {
-          await run(this.fsfreeze, ['-f', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS });
-          frozen.push(m);
-        }
-      } catch (err) {
+      const frozenAtMs = Date.now();
+      // The filesystems are independent: freeze them at once, so the first is not held while
+      // the second's FIFREEZE runs.
+      const results = await Promise.allSettled(mounts.map((m) => run(this.fsfreeze, ['-f', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS })));
+      const failed = results.flatMap((r) => (r.status === 'rejected' ? [(r.reason as Error).message] : []));
+      if (failed.length) {
         killGroup(wd.pid, wd.startTicks);
-        await this.thawMounts(frozen);
-        throw new InternalError(`vm ${this.vmId}: FIFREEZE failed: ${(err as Error).message}`);
+        await this.thawMounts(mounts.filter((_, i) => results[i]?.status === 'fulfilled'));
+        throw new InternalError(`vm ${this.vmId}: FIFREEZE failed: ${failed.join('; ')}`);
       }
       const freezeMs = Math.round(performance.now() - t0);
       const rec: FreezeRecord = {
@@ -172,12 +171,13 @@ export class VmFreezer implements Freezer {
         watchdogStartTicks: wd.startTicks,
         watchdogEndFile: endFile,
         freezeMs,
+        frozenAtMs,
       };
       try {
         this.save(rec);
       } catch (err) {
         killGroup(wd.pid, wd.startTicks);
-        await this.thawMounts(frozen);
+        await this.thawMounts(mounts);
         throw new InternalError(`vm ${this.vmId}: could not record the freeze (thawed): ${(err as Error).message}`);
       }
       this.log.info({ vm_id: this.vmId, max_freeze_ms: maxFreezeMs, freeze_ms: freezeMs, watchdog_pid: wd.pid, mounts: mounts.map((m) => m.guest) }, 'filesystems frozen');
@@ -187,7 +187,7 @@ export class VmFreezer implements Freezer {
 
   /**
    * thaw ends the freeze named by token: the latest freeze, if it still holds, is thawed now
-   * (watchdog process group killed, then FITHAW in reverse order) and ends by `caller`; one that
+   * (watchdog process group killed, then FITHAW of every mount at once) and ends by `caller`; one that
    * already ended answers how it ended. InvalidArgumentError (empty token),
    * FailedPreconditionError (not the latest freeze), InternalError (a FITHAW failed).
    */
@@ -292,19 +292,23 @@ export class VmFreezer implements Freezer {
     return { endedBy: done.endedBy!, frozenMs: done.frozenMs! };
   }
 
-  /** thawMounts runs `fsfreeze -u` on mounts in reverse order; "not frozen" (EINVAL) is fine. strict: throw on other errors (after trying all). */
+  /** thawMounts runs `fsfreeze -u` on every mount at once; "not frozen" (EINVAL) is fine. strict: throw on other errors (after trying all). */
   private async thawMounts(mounts: FrozenMount[], strict = false): Promise<void> {
     const errors: string[] = [];
-    for (const m of [...mounts].reverse()) {
-      if (!isMountPoint(m.host)) continue;
-      try {
-        await run(this.fsfreeze, ['-u', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS });
-      } catch (err) {
-        if (err instanceof CommandError && /invalid argument|not frozen/i.test(err.stderr)) continue;
-        errors.push((err as Error).message);
-        this.log.error({ vm_id: this.vmId, mount: m.host, err }, 'FITHAW failed');
-      }
-    }
+    // independent filesystems: thawed at once (the watchdog thaws them in reverse order)
+    await Promise.all(
+      mounts
+        .filter((m) => isMountPoint(m.host))
+        .map(async (m) => {
+          try {
+            await run(this.fsfreeze, ['-u', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS });
+          } catch (err) {
+            if (err instanceof CommandError && /invalid argument|not frozen/i.test(err.stderr)) return;
+            errors.push((err as Error).message);
+            this.log.error({ vm_id: this.vmId, mount: m.host, err }, 'FITHAW failed');
+          }
+        }),
+    );
     if (strict && errors.length) throw new InternalError(`vm ${this.vmId}: FITHAW failed: ${errors.join('; ')}`);
   }
 
