@@ -9,14 +9,13 @@
  *   the component, its version and the feature, and nothing is left half-made.
  * Skips naming what is missing (root, runc, busybox-static, loop devices, the builds).
  */
-import { existsSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
 import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { TempNode } from './node';
-import { buildRelease, readReleases, workingTreeBuild } from './releases';
+import { compatBuilds } from './prereq';
 import { execCollect, grpcStatusOf, readAll } from './scenarios';
 import type { Build } from './types';
 
@@ -25,31 +24,7 @@ jest.setTimeout(20 * 60_000);
 /** The release whose components lack every fork feature. */
 const OLD = '0.1.0';
 
-function prerequisites(): { missing: string[]; old?: Build; n?: Build } {
-  const missing: string[] = [];
-  if (process.getuid?.() !== 0) missing.push('root');
-  if (spawnSync('runc', ['--version']).status !== 0) missing.push('runc (apt-get install runc)');
-  if (!existsSync('/bin/busybox')) missing.push('busybox-static (apt-get install busybox-static)');
-  if (!existsSync('/dev/loop-control')) missing.push('/dev/loop-control (loop devices)');
-  if (missing.length) return { missing };
-  let n: Build | undefined;
-  let old: Build | undefined;
-  try {
-    n = workingTreeBuild();
-  } catch (err) {
-    missing.push(`a built working tree (${(err as Error).message})`);
-  }
-  try {
-    const r = readReleases().find((x) => x.version === OLD);
-    if (!r) throw new Error(`releases.json has no ${OLD}`);
-    old = buildRelease(r);
-  } catch (err) {
-    missing.push(`the ${OLD} build (${(err as Error).message.split('\n')[0]})`);
-  }
-  return { missing, old, n };
-}
-
-const pre = prerequisites();
+const pre = compatBuilds(OLD);
 const suite = pre.missing.length ? describe.skip : describe;
 if (pre.missing.length) {
   // eslint-disable-next-line no-console
@@ -63,7 +38,7 @@ function newFields(bytes: Buffer): Record<string, unknown> {
 }
 
 suite(`fork against ${OLD} peers`, () => {
-  const old = pre.old as Build;
+  const old = pre.older as Build;
   const n = pre.n as Build;
   let node: TempNode;
   beforeAll(async () => {

@@ -4,42 +4,14 @@
  * Skips naming what is missing: root, runc, busybox-static, loop devices, a built working
  * tree, or a release build that cannot be made.
  */
-import { existsSync } from 'node:fs';
-import { spawnSync } from 'node:child_process';
 import { describeAssignment, runCell } from './matrix';
-import { buildRelease, readReleases, workingTreeBuild } from './releases';
+import { compatBuilds } from './prereq';
 import type { Assignment, Build } from './types';
 import { runUpgradeRun } from './upgrade-run';
 
 jest.setTimeout(15 * 60_000);
 
-/** prerequisites returns the builds (N-1, N) or what is missing. */
-function prerequisites(): { missing: string[]; older?: Build; n?: Build } {
-  const missing: string[] = [];
-  if (process.getuid?.() !== 0) missing.push('root');
-  if (spawnSync('runc', ['--version']).status !== 0) missing.push('runc (apt-get install runc)');
-  if (!existsSync('/bin/busybox')) missing.push('busybox-static (apt-get install busybox-static)');
-  if (!existsSync('/dev/loop-control')) missing.push('/dev/loop-control (loop devices)');
-  if (missing.length) return { missing };
-  let n: Build | undefined;
-  try {
-    n = workingTreeBuild();
-  } catch (err) {
-    missing.push(`a built working tree (${(err as Error).message})`);
-  }
-  let older: Build | undefined;
-  try {
-    const releases = readReleases();
-    const latest = releases[releases.length - 1];
-    if (!latest) throw new Error('releases.json lists no release');
-    older = buildRelease(latest);
-  } catch (err) {
-    missing.push(`a release build (${(err as Error).message.split('\n')[0]})`);
-  }
-  return { missing, older, n };
-}
-
-const pre = prerequisites();
+const pre = compatBuilds('latest');
 const suite = pre.missing.length ? describe.skip : describe;
 if (pre.missing.length) {
   // eslint-disable-next-line no-console

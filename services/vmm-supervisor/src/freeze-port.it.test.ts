@@ -5,7 +5,6 @@
  * frozen; their exit time is when the thaw happened. Needs root, runc, busybox, fsfreeze and
  * /dev/loop-control. Build first: `npx tsc -b services/vmm-supervisor/tsconfig.build.json`.
  */
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { ClientError, Status } from 'nice-grpc-common';
@@ -14,19 +13,9 @@ import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/versi
 import { DriveRole, FreezeEndedBy, type VmSpec } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { Fixture, MAIN_JS, missingPrereqs } from './__tests__/fixture';
 import type { Daemon } from './__tests__/fixture';
-import { freezePortClient, sleep, startWriter, WINDOW_SLACK_MS } from './__tests__/freeze-helpers';
+import { freezePortClient, freezeTestSuite, sleep, startWriter, WINDOW_SLACK_MS } from './__tests__/freeze-helpers';
 
-const missing = missingPrereqs();
-try {
-  execFileSync('sh', ['-c', 'command -v fsfreeze'], { stdio: 'ignore' });
-} catch {
-  missing.push('fsfreeze (util-linux)');
-}
-if (missing.length) {
-  // eslint-disable-next-line no-console
-  console.warn(`freeze port integration tests skipped: missing ${missing.join(', ')}`);
-}
-const describeIt = missing.length ? describe.skip : describe;
+const describeIt = freezeTestSuite('freeze port integration tests', missingPrereqs());
 jest.setTimeout(120_000);
 
 async function expectCode(p: Promise<unknown>, code: Status): Promise<ClientError> {

@@ -10,7 +10,6 @@
  *   npx tsc -b services/vmm-supervisor/tsconfig.build.json services/podd/tsconfig.build.json
  *   npm run bundle --workspace @sandnode/podd
  */
-import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { ClientError, Status } from 'nice-grpc-common';
@@ -21,21 +20,11 @@ import { DriveRole, type VmSpec } from '@sandnode/shared/proto/vmm/v1/vmm';
 // Test-only reach into the server package: the template builder is the one production uses.
 import { buildTemplate } from '../../server/src/core/template-builder';
 import { Fixture, MAIN_JS, missingPrereqs } from './__tests__/fixture';
-import { sleep, startWriter, WINDOW_SLACK_MS } from './__tests__/freeze-helpers';
+import { freezeTestSuite, sleep, startWriter, WINDOW_SLACK_MS } from './__tests__/freeze-helpers';
 import type { FreezeRecord } from './core/freeze';
 
 const PODD_BUNDLE = path.resolve(__dirname, '..', '..', 'podd', 'dist', 'podd.bundle.js');
-const missing = missingPrereqs();
-try {
-  execFileSync('sh', ['-c', 'command -v fsfreeze'], { stdio: 'ignore' });
-} catch {
-  missing.push('fsfreeze (util-linux)');
-}
-if (missing.length) {
-  // eslint-disable-next-line no-console
-  console.warn(`podd quiesce integration tests skipped: missing ${missing.join(', ')}`);
-}
-const describeIt = missing.length ? describe.skip : describe;
+const describeIt = freezeTestSuite('podd quiesce integration tests', missingPrereqs());
 jest.setTimeout(180_000);
 
 type PoddClient = ServiceClient<typeof PoddServiceDefinition>;

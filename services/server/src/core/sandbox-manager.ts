@@ -47,6 +47,17 @@ export function ownedDeviceIds(rec: SandboxRecord): string[] {
   return [...ids];
 }
 
+/**
+ * track registers p under requestId in inflight until it settles (a retry with the same
+ * request_id joins it) and returns p; an empty requestId is not tracked.
+ */
+function track<T>(inflight: Map<string, Promise<T>>, requestId: string, p: Promise<T>): Promise<T> {
+  if (!requestId) return p;
+  inflight.set(requestId, p);
+  p.finally(() => inflight.delete(requestId)).catch(() => undefined);
+  return p;
+}
+
 /** The env var that tells a fork child's init and podd its parent's sandbox id. */
 export const FORKED_FROM_ENV = 'SANDNODE_FORKED_FROM';
 
@@ -193,11 +204,7 @@ export class SandboxManager {
         else this.creatingFrom.delete(template);
       }
     });
-    if (requestId) {
-      this.creating.set(requestId, p);
-      p.finally(() => this.creating.delete(requestId)).catch(() => undefined);
-    }
-    return p;
+    return track(this.creating, requestId, p);
   }
 
   /** existingCreate answers a repeated request_id: the same sandbox, if it still lives. */
@@ -396,11 +403,7 @@ export class SandboxManager {
     }
     this.get(args.parentId);
     const p = this.gate.run(() => this.forkNow(args.parentId, metadata, timeoutSeconds, maxFreezeMs, requestId));
-    if (requestId) {
-      this.forking.set(requestId, p);
-      p.finally(() => this.forking.delete(requestId)).catch(() => undefined);
-    }
-    return p;
+    return track(this.forking, requestId, p);
   }
 
   private existingFork(rec: SandboxRecord, parentId: string): ForkResult {
