@@ -15,6 +15,7 @@ import { existsSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { run, socketPath, unixAddress } from '@sandnode/shared';
 import { connectServer, stateName, table, type ServerApi } from './api';
+import { ForkMethod } from '@sandnode/shared/proto/server/v1/sandbox';
 import { upgradeServer } from './upgrade';
 import { upgradeUblkManager } from './upgrade-ublk';
 import { COMPONENTS, killComponent, loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, startComponent, stopComponent, type StackDirs } from './stack';
@@ -193,6 +194,25 @@ export async function runDemo(base: StackDirs, opts: { keep: boolean }): Promise
         if (!out.startsWith(sid)) throw new Error(`${sid}: /workspace reads ${JSON.stringify(out)} after the device handover`);
       }
       return 'every sandbox writes and reads /workspace after the move';
+    });
+
+    await step('fork a running sandbox (freeze, copy-on-write clone, thaw) and check that parent and child are isolated', async () => {
+      const parent = ids[0]!;
+      const r = await a().sandboxes.forkSandbox({ parentId: parent, metadata: { demo: 'fork' } });
+      const child = r.sandbox!.sandboxId;
+      try {
+        say(`   ${parent} -> ${child} (${ForkMethod[r.method]}): parent held ${r.parentHeldMs} ms, clone ${r.cloneMs} ms, fork ${r.forkMs} ms`);
+        const { out } = await execText(a(), child, ['sh', '-c', 'hostname; cat /workspace/hello.txt']);
+        const parentHello = (await execText(a(), parent, ['cat', '/workspace/hello.txt'])).out;
+        if (out !== `${child}\n${parentHello}`) throw new Error(`${child}: hostname + hello.txt read ${JSON.stringify(out)}`);
+        await a().sandboxes.writeFile({ sandboxId: child, path: 'hello.txt', data: Buffer.from('changed in the child\n') });
+        if ((await execText(a(), parent, ['cat', '/workspace/hello.txt'])).out !== parentHello) throw new Error(`a write in ${child} reached ${parent}`);
+        const p = (await a().sandboxes.getSandbox({ sandboxId: parent })).sandbox!;
+        if (stateName(p.state) !== 'RUNNING' || p.pid !== pids.get(parent)) throw new Error(`${parent} after the fork: ${stateName(p.state)} pid ${p.pid}`);
+      } finally {
+        await a().sandboxes.deleteSandbox({ sandboxId: child });
+      }
+      return 'the child has the parent\'s /workspace and its own hostname; its writes stay its own; the parent kept running';
     });
 
     await step('delete all sandboxes', async () => {
