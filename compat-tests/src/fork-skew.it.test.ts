@@ -58,12 +58,15 @@ suite(`fork against ${OLD} peers`, () => {
     for (const t of ['podd-old', 'podd-n']) {
       const s = (await api.sandboxes.createSandbox({ template: t })).sandbox!;
       await api.sandboxes.writeFile({ sandboxId: s.sandboxId, path: 'data.txt', data: Buffer.from(`from ${t}`) });
+      // written without fsync right before the fork: the fork must flush it (pause path: host sync)
+      expect((await execCollect(api, s.sandboxId, ['sh', '-c', 'echo last > /workspace/last.txt; echo last > /etc/last.txt'])).exitCode).toBe(0);
       const r = await api.sandboxes.forkSandbox({ parentId: s.sandboxId });
       expect(ForkMethod[r.method]).toBe(t === 'podd-old' ? 'FORK_METHOD_PAUSE' : 'FORK_METHOD_QUIESCE');
       const child = r.sandbox!;
       expect(child.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
       expect(child.forkedFrom).toBe(s.sandboxId);
       expect((await readAll(api, child.sandboxId, 'data.txt')).toString()).toBe(`from ${t}`);
+      expect((await execCollect(api, child.sandboxId, ['cat', '/workspace/last.txt', '/etc/last.txt'])).stdout).toBe('last\nlast\n');
       await api.sandboxes.writeFile({ sandboxId: child.sandboxId, path: 'data.txt', data: Buffer.from('child') });
       expect((await readAll(api, s.sandboxId, 'data.txt')).toString()).toBe(`from ${t}`);
       const p = (await api.sandboxes.getSandbox({ sandboxId: s.sandboxId })).sandbox!;

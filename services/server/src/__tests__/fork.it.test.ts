@@ -141,6 +141,8 @@ describeNode('ForkSandbox and ResetRootfs on a real node', () => {
     const { api } = node;
     const parent = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
     await api.sandboxes.writeFile({ sandboxId: parent.sandboxId, path: 'p.txt', data: Buffer.from('paused parent') });
+    // written without fsync right before the pause: still dirty in the page cache, not on the devices
+    await sh(api, parent.sandboxId, 'echo last > /workspace/last.txt; echo last > /etc/last.txt');
     await api.sandboxes.pauseSandbox({ sandboxId: parent.sandboxId });
     const r = await api.sandboxes.forkSandbox({ parentId: parent.sandboxId });
     expect(r.method).toBe(ForkMethod.FORK_METHOD_PAUSED_PARENT);
@@ -148,6 +150,7 @@ describeNode('ForkSandbox and ResetRootfs on a real node', () => {
     expect((await api.sandboxes.getSandbox({ sandboxId: parent.sandboxId })).sandbox!.state).toBe(SandboxState.SANDBOX_STATE_PAUSED);
     expect(frozen(parent.pid)).toBe(true);
     expect((await readAll(api, r.sandbox!.sandboxId, 'p.txt')).toString()).toBe('paused parent');
+    expect(await sh(api, r.sandbox!.sandboxId, 'cat /workspace/last.txt /etc/last.txt')).toBe('last\nlast\n');
     await api.sandboxes.deleteSandbox({ sandboxId: r.sandbox!.sandboxId });
     await api.sandboxes.deleteSandbox({ sandboxId: parent.sandboxId });
   });

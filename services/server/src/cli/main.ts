@@ -13,7 +13,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { Command, Option } from 'commander';
+import { Command, InvalidArgumentError as UsageError, Option } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
 import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, socketPath, unixAddress } from '@sandnode/shared';
 import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
@@ -242,6 +242,12 @@ function forkMethodName(m: ForkMethod): string {
   }
 }
 
+/** wholeNumber parses a numeric option; anything but 0, 1, 2, ... is a usage error naming the option. */
+function wholeNumber(v: string): number {
+  if (!/^\d+$/.test(v) || !Number.isSafeInteger(Number(v))) throw new UsageError('expected a whole number (0, 1, 2, ...)');
+  return Number(v);
+}
+
 function kv(v: string, acc: Record<string, string>): Record<string, string> {
   const i = v.indexOf('=');
   if (i <= 0) throw new Error(`--metadata ${v}: expected KEY=VALUE`);
@@ -252,22 +258,22 @@ function kv(v: string, acc: Record<string, string>): Record<string, string> {
 sandbox
   .command('create')
   .requiredOption('--template <name>', 'template name', 'base')
-  .option('--timeout <seconds>', 'lifetime in seconds (0: none)', '0')
+  .option('--timeout <seconds>', 'lifetime in seconds (0: none)', wholeNumber, 0)
   .option('--metadata <key=value>', 'label (repeatable)', kv, {})
-  .option('--vcpus <n>', 'virtual CPUs', '0')
-  .option('--memory-mib <n>', 'memory limit in MiB', '0')
-  .option('--disk-bytes <n>', '/workspace size in bytes', '0')
+  .option('--vcpus <n>', 'virtual CPUs', wholeNumber, 0)
+  .option('--memory-mib <n>', 'memory limit in MiB', wholeNumber, 0)
+  .option('--disk-bytes <n>', '/workspace size in bytes', wholeNumber, 0)
   .option('--request-id <id>', 'idempotency key')
   .option('--json', 'print JSON')
   .action(
-    action(async (o: { template: string; timeout: string; metadata: Record<string, string>; vcpus: string; memoryMib: string; diskBytes: string; requestId?: string; json?: boolean }) => {
+    action(async (o: { template: string; timeout: number; metadata: Record<string, string>; vcpus: number; memoryMib: number; diskBytes: number; requestId?: string; json?: boolean }) => {
       const api = connectServer(dirs().address);
       try {
         const r = await api.sandboxes.createSandbox({
           template: o.template,
-          timeoutSeconds: Number(o.timeout),
+          timeoutSeconds: o.timeout,
           metadata: o.metadata,
-          resources: { vcpus: Number(o.vcpus), memoryMib: Number(o.memoryMib), diskBytes: Number(o.diskBytes) },
+          resources: { vcpus: o.vcpus, memoryMib: o.memoryMib, diskBytes: o.diskBytes },
           // always an idempotency key, so the client's retry on UNAVAILABLE cannot create twice
           requestId: o.requestId ?? `cli-${randomBytes(8).toString('hex')}`,
         });
@@ -343,19 +349,19 @@ sandbox
   .command('fork <id>')
   .description('fork a RUNNING or PAUSED sandbox: a new sandbox from crash-consistent copy-on-write clones of its rootfs and /workspace')
   .option('--metadata <key=value>', "the child's label (repeatable)", kv, {})
-  .option('--timeout <seconds>', "the child's lifetime in seconds (0: none)", '0')
-  .option('--max-freeze-ms <ms>', "longest the parent's filesystems may stay frozen (0: 1500; at most 5000)", '0')
+  .option('--timeout <seconds>', "the child's lifetime in seconds (0: none)", wholeNumber, 0)
+  .option('--max-freeze-ms <ms>', "longest the parent's filesystems may stay frozen, ms (0: 1500; 100..5000, below 100 counts as 100)", wholeNumber, 0)
   .option('--request-id <id>', 'idempotency key')
   .option('--json', 'print JSON')
   .action(
-    action(async (id: string, o: { metadata: Record<string, string>; timeout: string; maxFreezeMs: string; requestId?: string; json?: boolean }) => {
+    action(async (id: string, o: { metadata: Record<string, string>; timeout: number; maxFreezeMs: number; requestId?: string; json?: boolean }) => {
       const api = connectServer(dirs().address);
       try {
         const r = await api.sandboxes.forkSandbox({
           parentId: id,
           metadata: o.metadata,
-          timeoutSeconds: Number(o.timeout),
-          maxFreezeMs: Number(o.maxFreezeMs),
+          timeoutSeconds: o.timeout,
+          maxFreezeMs: o.maxFreezeMs,
           // always an idempotency key, so the client's retry on UNAVAILABLE cannot fork twice
           requestId: o.requestId ?? `cli-${randomBytes(8).toString('hex')}`,
         });
@@ -407,7 +413,7 @@ sandbox
     action(async (id: string, seconds: string, o: { json?: boolean }) => {
       const api = connectServer(dirs().address);
       try {
-        const s = sandboxJson((await api.sandboxes.setTimeout({ sandboxId: id, timeoutSeconds: Number(seconds) })).sandbox!);
+        const s = sandboxJson((await api.sandboxes.setTimeout({ sandboxId: id, timeoutSeconds: wholeNumber(seconds) })).sandbox!);
         print(!!o.json, s, () => `${s.id} expires ${s.expires_at ?? 'never'}`);
       } finally {
         api.close();
@@ -420,10 +426,10 @@ sandbox
   .description('run a command in the sandbox, stream its output and exit with its exit code (use -- before the command)')
   .option('--cwd <dir>', 'working directory inside the sandbox', '')
   .option('--env <key=value>', 'environment variable (repeatable)', kv, {})
-  .option('--timeout-ms <ms>', 'kill the command after this many ms', '0')
+  .option('--timeout-ms <ms>', 'kill the command after this many ms', wholeNumber, 0)
   .option('--stdin', 'pass this process standard input to the command')
   .action(
-    action(async (id: string, cmd: string[], o: { cwd: string; env: Record<string, string>; timeoutMs: string; stdin?: boolean }) => {
+    action(async (id: string, cmd: string[], o: { cwd: string; env: Record<string, string>; timeoutMs: number; stdin?: boolean }) => {
       const api = connectServer(dirs().address);
       let code = 1;
       try {
@@ -433,7 +439,7 @@ sandbox
           for await (const c of process.stdin) chunks.push(c as Buffer);
           stdin = Buffer.concat(chunks);
         }
-        for await (const ev of api.sandboxes.exec({ sandboxId: id, argv: cmd, env: o.env, cwd: o.cwd, stdin, timeoutMs: Number(o.timeoutMs) })) {
+        for await (const ev of api.sandboxes.exec({ sandboxId: id, argv: cmd, env: o.env, cwd: o.cwd, stdin, timeoutMs: o.timeoutMs })) {
           const e = ev.event;
           if (e?.$case === 'stdout') process.stdout.write(e.value);
           else if (e?.$case === 'stderr') process.stderr.write(e.value);
@@ -497,18 +503,18 @@ upgrade
 program
   .command('drain')
   .description('pause and persist every live sandbox (bounded concurrency), then stop the device manager; for pod deletion / node shutdown')
-  .option('--deadline-ms <ms>', 'time for the whole drain', '20000')
-  .option('--concurrency <n>', 'sandboxes drained at once', '8')
+  .option('--deadline-ms <ms>', 'time for the whole drain', wholeNumber, 20000)
+  .option('--concurrency <n>', 'sandboxes drained at once', wholeNumber, 8)
   .option('--json', 'print JSON')
   .action(
-    action(async (o: { deadlineMs: string; concurrency: string; json?: boolean }) => {
+    action(async (o: { deadlineMs: number; concurrency: number; json?: boolean }) => {
       const d = dirs();
       const holder = FlockLease.readHolder(path.join(d.stateDir, 'server.lease'));
       if (!holder) throw new Error('no active server');
       const ch = createSandnodeChannel(holder.admin);
       try {
-        const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: Number(o.deadlineMs) + 10_000 });
-        const r = await admin.drain({ deadlineMs: Number(o.deadlineMs), concurrency: Number(o.concurrency) });
+        const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: o.deadlineMs + 10_000 });
+        const r = await admin.drain({ deadlineMs: o.deadlineMs, concurrency: o.concurrency });
         const rows = r.sandboxes.map((s) => ({ id: s.sandboxId, outcome: DrainOutcome[s.outcome].replace('DRAIN_OUTCOME_', ''), resume: s.resumeMethod, ms: s.ms, error: s.error }));
         print(!!o.json, { sandboxes: rows, durationMs: r.durationMs, deviceManagerStopped: r.deviceManagerStopped }, () =>
           `${table(['ID', 'OUTCOME', 'RESUME', 'MS', 'ERROR'], rows.map((x) => [x.id, x.outcome, x.resume, x.ms, x.error]))}

@@ -134,6 +134,9 @@ describe('ForkSandbox negotiation', () => {
       log,
       runDir: path.join(dir, 'run'),
       resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
+      syncHost: async () => {
+        peers.events.push('sync');
+      },
     });
     parent = await m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: '' });
     peers.events = [];
@@ -159,13 +162,13 @@ describe('ForkSandbox negotiation', () => {
     expect(store.get(p)!.state).toBe('RUNNING');
   });
 
-  it('a podd without podd.quiesce (an older template): pause -> clone -> resume, marked on the parent while it is held', async () => {
+  it('a podd without podd.quiesce (an older template): pause -> host sync -> clone -> resume, marked on the parent while it is held', async () => {
     peers.poddFeatures = ['podd.exec.v1'];
     const marks: number[] = [];
     peers.onClone = () => marks.push(store.get(parent.sandboxId)!.forkPausedAtMs);
     const r = await fork();
     const p = parent.sandboxId;
-    expect(peers.events).toEqual([`pause ${p}`, `clone ${p}-upper quiesced=true`, `clone ${p}-ws quiesced=true`, `resume ${p}`]);
+    expect(peers.events).toEqual([`pause ${p}`, 'sync', `clone ${p}-upper quiesced=true`, `clone ${p}-ws quiesced=true`, `resume ${p}`]);
     expect(r.method).toBe('pause');
     expect(marks.every((x) => x > 0)).toBe(true);
     expect(store.get(p)!.forkPausedAtMs).toBe(0);
@@ -175,7 +178,7 @@ describe('ForkSandbox negotiation', () => {
     peers.quiesceError = new UnavailableError('freeze port not reachable');
     const r = await fork();
     const p = parent.sandboxId;
-    expect(peers.events).toEqual([`quiesce ${p} 1500`, `pause ${p}`, `clone ${p}-upper quiesced=true`, `clone ${p}-ws quiesced=true`, `resume ${p}`]);
+    expect(peers.events).toEqual([`quiesce ${p} 1500`, `pause ${p}`, 'sync', `clone ${p}-upper quiesced=true`, `clone ${p}-ws quiesced=true`, `resume ${p}`]);
     expect(r.method).toBe('pause');
     // any other Quiesce error fails the fork and leaves no child
     peers.quiesceError = new InternalError('FIFREEZE failed');
@@ -189,7 +192,8 @@ describe('ForkSandbox negotiation', () => {
     await m.pause(parent.sandboxId);
     peers.events = [];
     const r = await fork();
-    expect(peers.events).toEqual([`clone ${parent.sandboxId}-upper quiesced=true`, `clone ${parent.sandboxId}-ws quiesced=true`]);
+    // the paused parent's dirty pages are flushed to its devices before the clones
+    expect(peers.events).toEqual(['sync', `clone ${parent.sandboxId}-upper quiesced=true`, `clone ${parent.sandboxId}-ws quiesced=true`]);
     expect(r).toMatchObject({ method: 'paused-parent', parentHeldMs: 0 });
     expect(store.get(parent.sandboxId)!.state).toBe('PAUSED');
   });

@@ -12,7 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
-import { AbortedError, FailedPreconditionError, InvalidArgumentError, isCode, Status, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
+import { AbortedError, FailedPreconditionError, InvalidArgumentError, isCode, run, Status, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
 import { KeyedMutex } from '@sandnode/shared';
 import { failpoint } from '../handover/failpoints';
 import { LifecycleGate } from './gate';
@@ -26,6 +26,7 @@ import {
   validateResources,
   validateTemplateName,
   validateMaxFreezeMs,
+  MAX_FREEZE_MS,
   validateTimeoutSeconds,
   workspacePath,
   MAX_FILE_CHUNK_BYTES,
@@ -58,6 +59,9 @@ function track<T>(inflight: Map<string, Promise<T>>, requestId: string, p: Promi
   return p;
 }
 
+/** Longest a host sync before a paused parent's clone may take, ms. */
+export const SYNC_TIMEOUT_MS = 120_000;
+
 /** The env var that tells a fork child's init and podd its parent's sandbox id. */
 export const FORKED_FROM_ENV = 'SANDNODE_FORKED_FROM';
 
@@ -77,6 +81,12 @@ export interface SandboxManagerOptions {
   resourceDefaults: ResourceDefaults;
   upperBytes?: number;
   poddReadyTimeoutMs?: number;
+  /**
+   * syncHost flushes dirty data of every filesystem of the host to its device (default: the
+   * `sync` command, sync(2), which covers every superblock whatever mount namespace it is
+   * mounted in). A fork runs it before cloning a paused parent.
+   */
+  syncHost?: () => Promise<void>;
   now?: () => number;
 }
 
@@ -134,6 +144,7 @@ export class SandboxManager {
   /** Closed during a handover: lifecycle operations are held, then UNAVAILABLE. */
   readonly gate = new LifecycleGate();
   private readonly now: () => number;
+  private readonly syncHost: () => Promise<void>;
   /** Creates in flight per template (a template rebuild is refused while one runs). */
   private readonly creatingFrom = new Map<string, number>();
   /** Creates in flight by request id, so a retried create joins the first one. */
@@ -143,6 +154,7 @@ export class SandboxManager {
 
   constructor(private readonly o: SandboxManagerOptions) {
     this.now = o.now ?? Date.now;
+    this.syncHost = o.syncHost ?? (async () => void (await run('sync', [], { timeoutMs: SYNC_TIMEOUT_MS })));
   }
 
   /** get returns the record of id. Errors: INVALID_ARGUMENT (malformed id), NOT_FOUND. */
@@ -496,7 +508,12 @@ export class SandboxManager {
       return this.now() - t;
     };
     const vmId = parent.vm?.vmId ?? parent.sandboxId;
-    if (parent.state === 'PAUSED') return { method: 'paused-parent', parentHeldMs: 0, cloneMs: await cloneAll() };
+    if (parent.state === 'PAUSED') {
+      // a paused sandbox's last writes may still be dirty in the host's page cache, above its
+      // devices: flush them, or the clones miss them
+      await this.syncHost();
+      return { method: 'paused-parent', parentHeldMs: 0, cloneMs: await cloneAll() };
+    }
 
     const podd = this.o.podd.connect(parent.poddAddress);
     // podd of an older template: hold the parent by pausing it; the mark lets adoption resume
@@ -509,6 +526,7 @@ export class SandboxManager {
       await this.o.vms.pause(vmId);
       let cloneMs: number;
       try {
+        await this.syncHost(); // as for a PAUSED parent: its dirty pages reach the devices first
         cloneMs = await cloneAll();
       } finally {
         await this.o.vms.resume(vmId);
@@ -552,7 +570,8 @@ export class SandboxManager {
     }
     if (cloneErr) throw cloneErr;
     if (endedBy === 'watchdog') {
-      throw new AbortedError(`fork of ${parent.sandboxId}: the parent's ${freeze.maxFreezeMs} ms freeze ran out before the clone finished (${cloneMs} ms); retry with a larger max_freeze_ms`);
+      const advice = freeze.maxFreezeMs < MAX_FREEZE_MS ? `retry with a larger max_freeze_ms (at most ${MAX_FREEZE_MS})` : 'the clone takes longer than the longest freeze: pause the sandbox and fork it paused';
+      throw new AbortedError(`fork of ${parent.sandboxId}: the parent's ${freeze.maxFreezeMs} ms freeze ran out before the clone finished (${cloneMs} ms); ${advice}`);
     }
     return { method: 'quiesce', parentHeldMs: frozenMs, cloneMs };
   }
