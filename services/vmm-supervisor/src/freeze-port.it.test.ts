@@ -5,7 +5,8 @@
  * frozen; their exit time is when the thaw happened. Needs root, runc, busybox, fsfreeze and
  * /dev/loop-control. Build first: `npx tsc -b services/vmm-supervisor/tsconfig.build.json`.
  */
-import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { ClientError, Status } from 'nice-grpc-common';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
@@ -14,6 +15,7 @@ import { DriveRole, FreezeEndedBy, type VmSpec } from '@sandnode/shared/proto/vm
 import { Fixture, MAIN_JS, missingPrereqs } from './__tests__/fixture';
 import type { Daemon } from './__tests__/fixture';
 import { freezePortClient, freezeTestSuite, sleep, startWriter, WINDOW_SLACK_MS } from './__tests__/freeze-helpers';
+import { FREEZE_PORT_MAX_CONNECTIONS } from './rpc/freeze-port-service';
 
 const describeIt = freezeTestSuite('freeze port integration tests', missingPrereqs());
 jest.setTimeout(120_000);
@@ -98,6 +100,37 @@ describeIt('vmm-supervisor freeze port and machine_id (integration)', () => {
   test('the VM sees the socket on a read-only mount at /run/sandnode-freeze', () => {
     expect(fx.runc(['exec', 'vm-f', '/bin/ls', '/run/sandnode-freeze'])).toContain('freeze.sock');
     expect(() => fx.runc(['exec', 'vm-f', '/bin/touch', '/run/sandnode-freeze/x'])).toThrow();
+  });
+
+  test('the port holds at most FREEZE_PORT_MAX_CONNECTIONS connections: a flood from the VM cannot spend the supervisor\'s fds', async () => {
+    const fds = () => readdirSync(`/proc/${daemon.proc.pid}/fd`).length;
+    const before = fds();
+    const socks = await Promise.all(
+      Array.from({ length: 64 }, () => new Promise<net.Socket>((resolve) => {
+        const s = net.createConnection(path.join(vmDir, 'freeze-port', 'freeze.sock'), () => resolve(s));
+        s.on('error', () => resolve(s));
+      })),
+    );
+    await sleep(300);
+    const during = fds();
+    for (const s of socks) s.destroy();
+    expect(during - before).toBeLessThanOrEqual(FREEZE_PORT_MAX_CONNECTIONS + 2);
+    await sleep(200);
+    // and the port serves again once the flood is gone
+    expect((await port.getFilesystemFreeze({})).frozen).toBe(false);
+    // the supervisor's own API never stopped working
+    expect((await fx.client().getVm({ vmId: 'vm-f' })).vm?.vmId).toBe('vm-f');
+  });
+
+  test('GetVmFreeze reports the freeze as the supervisor saw it (token, times, who ended it)', async () => {
+    const f = await port.freezeFilesystems({ maxFreezeMs: 3000 });
+    const held = await fx.client().getVmFreeze({ vmId: 'vm-f' });
+    expect(held).toMatchObject({ freezeToken: f.freezeToken, frozen: true, endedAtUnixMs: 0, maxFreezeMs: 3000 });
+    const t = await port.thawFilesystems({ freezeToken: f.freezeToken });
+    const ended = await fx.client().getVmFreeze({ vmId: 'vm-f' });
+    expect(ended).toMatchObject({ freezeToken: f.freezeToken, frozen: false, endedBy: FreezeEndedBy.FREEZE_ENDED_BY_CALLER });
+    expect(ended.endedAtUnixMs - ended.frozenAtUnixMs).toBe(t.frozenMs);
+    await expectCode(fx.client().getVmFreeze({ vmId: 'vm-none' }), Status.NOT_FOUND);
   });
 
   test('frozen: host writers block until Thaw; Thaw ends it early (CALLER) with frozen_ms', async () => {

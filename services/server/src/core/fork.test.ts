@@ -11,7 +11,7 @@ import { AbortedError, FailedPreconditionError, InternalError, UnavailableError,
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { adoptAll } from './adoption';
 import { SandboxManager } from './sandbox-manager';
-import type { ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, SandboxRecord, TemplateCatalog, VmInfo, VmPort } from './types';
+import type { VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, SandboxRecord, TemplateCatalog, VmInfo, VmPort } from './types';
 
 const log = createLogger('test', '0', 'silent');
 
@@ -24,6 +24,8 @@ class Peers {
   /** thrown by podd Quiesce when set */
   quiesceError: Error | undefined;
   readonly devices = new Map<string, DeviceInfo>();
+  /** the freeze as the supervisor saw it (GetVmFreeze) */
+  hostFreeze: VmFreezeInfo | undefined;
   readonly vms = new Map<string, VmInfo>();
   /** called inside clone, while the parent is held */
   onClone: () => void = () => undefined;
@@ -76,6 +78,7 @@ class Peers {
     delete: async (id) => {
       this.vms.delete(id);
     },
+    freezeStatus: async () => this.hostFreeze,
   };
 
   readonly podd: PoddConnector = {
@@ -85,10 +88,12 @@ class Peers {
       quiesce: async (max) => {
         this.events.push(`quiesce ${address.split('/').at(-2)} ${max}`);
         if (this.quiesceError) throw this.quiesceError;
+        this.hostFreeze = { token: 't1', frozen: true, frozenAtMs: Date.now(), endedAtMs: 0, endedBy: 'unknown' };
         return { token: 't1', maxFreezeMs: max, syncMs: 1, freezeMs: 1 };
       },
       thaw: async (token) => {
         this.events.push(`thaw ${token}`);
+        if (this.hostFreeze?.frozen) this.hostFreeze = { ...this.hostFreeze, frozen: false, endedAtMs: Date.now(), endedBy: this.thawEndedBy };
         return { endedBy: this.thawEndedBy, frozenMs: 42 };
       },
       exec: () => {
@@ -215,6 +220,38 @@ describe('ForkSandbox negotiation', () => {
     await expect(fork()).rejects.toBeInstanceOf(AbortedError);
     expect(childIds()).toEqual([]);
     expect([...peers.devices.keys()].filter((d) => !d.startsWith(parent.sandboxId))).toEqual([]);
+  });
+
+  it('a freeze the sandbox ended itself during the clone (the supervisor says so, whatever podd answers): ABORTED, no child', async () => {
+    peers.onClone = () => {
+      // something inside the parent called ThawFilesystems on its freeze port
+      peers.hostFreeze = { ...peers.hostFreeze!, frozen: false, endedAtMs: Date.now() - 5, endedBy: 'caller' };
+    };
+    const err = await fork().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(AbortedError);
+    expect((err as Error).message).toMatch(/ended \d+ ms before the clone finished/);
+    expect(childIds()).toEqual([]);
+    // replaced by another freeze
+    peers.onClone = () => {
+      peers.hostFreeze = { token: 'other', frozen: true, frozenAtMs: Date.now(), endedAtMs: 0, endedBy: 'unknown' };
+    };
+    await expect(fork()).rejects.toThrow(/replaced by another freeze/);
+    expect(childIds()).toEqual([]);
+  });
+
+  it('a request_id names one call: a concurrent fork of another parent or a create with it is INVALID_ARGUMENT', async () => {
+    const other = await m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: '' });
+    const rq = { metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: 'rq-1' };
+    const first = m.fork({ parentId: parent.sandboxId, ...rq });
+    const again = m.fork({ parentId: parent.sandboxId, ...rq });
+    await expect(m.fork({ parentId: other.sandboxId, ...rq })).rejects.toThrow(/in use by a fork of/);
+    await expect(m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'rq-1' })).rejects.toThrow(/in use by a fork of/);
+    const [a, b] = await Promise.all([first, again]);
+    expect(b.child.sandboxId).toBe(a.child.sandboxId);
+    // once done, the id still names that fork only
+    await expect(m.fork({ parentId: other.sandboxId, ...rq })).rejects.toThrow(/not a fork of/);
+    await expect(m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'rq-1' })).rejects.toThrow(/a fork of/);
+    expect(childIds().filter((id) => id !== other.sandboxId)).toEqual([a.child.sandboxId]);
   });
 
   it('a failed clone still thaws (quiesce) or resumes (pause) the parent and leaves no child', async () => {

@@ -48,15 +48,31 @@ export function ownedDeviceIds(rec: SandboxRecord): string[] {
   return [...ids];
 }
 
+/** A create or fork in flight: what it is ("a fork of sb-...") and its result. */
+interface Inflight {
+  what: string;
+  p: Promise<unknown>;
+}
+
 /**
- * track registers p under requestId in inflight until it settles (a retry with the same
+ * track registers p as `what` under requestId until it settles (a retry with the same
  * request_id joins it) and returns p; an empty requestId is not tracked.
  */
-function track<T>(inflight: Map<string, Promise<T>>, requestId: string, p: Promise<T>): Promise<T> {
+function track<T>(inflight: Map<string, Inflight>, requestId: string, what: string, p: Promise<T>): Promise<T> {
   if (!requestId) return p;
-  inflight.set(requestId, p);
+  inflight.set(requestId, { what, p });
   p.finally(() => inflight.delete(requestId)).catch(() => undefined);
   return p;
+}
+
+/**
+ * joinInflight returns the call in flight under requestId when it is the same call (`what`),
+ * undefined when none runs. InvalidArgumentError when the id is in use by another call.
+ */
+function joinInflight(inflight: Map<string, Inflight>, requestId: string, what: string): Promise<unknown> | undefined {
+  const f = inflight.get(requestId);
+  if (f && f.what !== what) throw new InvalidArgumentError(`request_id: ${requestId} is in use by ${f.what}, in progress`);
+  return f?.p;
 }
 
 /** Longest a host sync before a paused parent's clone may take, ms. */
@@ -147,10 +163,8 @@ export class SandboxManager {
   private readonly syncHost: () => Promise<void>;
   /** Creates in flight per template (a template rebuild is refused while one runs). */
   private readonly creatingFrom = new Map<string, number>();
-  /** Creates in flight by request id, so a retried create joins the first one. */
-  private readonly creating = new Map<string, Promise<SandboxRecord>>();
-  /** Forks in flight by request id, so a retried fork joins the first one. */
-  private readonly forking = new Map<string, Promise<ForkResult>>();
+  /** Creates and forks in flight by request id, so that a retry joins the first call. */
+  private readonly inflight = new Map<string, Inflight>();
 
   constructor(private readonly o: SandboxManagerOptions) {
     this.now = o.now ?? Date.now;
@@ -198,8 +212,8 @@ export class SandboxManager {
     const resources = validateResources('resources', args.resources, this.o.resourceDefaults);
     const requestId = validateRequestId('request_id', args.requestId);
     if (requestId) {
-      const inflight = this.creating.get(requestId);
-      if (inflight) return inflight;
+      const inflight = joinInflight(this.inflight, requestId, `a create from template ${template}`);
+      if (inflight) return inflight as Promise<SandboxRecord>;
       const existing = this.o.store.findByRequestId(requestId);
       if (existing) return this.existingCreate(existing, template);
     }
@@ -216,11 +230,12 @@ export class SandboxManager {
         else this.creatingFrom.delete(template);
       }
     });
-    return track(this.creating, requestId, p);
+    return track(this.inflight, requestId, `a create from template ${template}`, p);
   }
 
   /** existingCreate answers a repeated request_id: the same sandbox, if it still lives. */
   private existingCreate(rec: SandboxRecord, template: string): SandboxRecord {
+    if (rec.forkedFrom) throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId}, a fork of ${rec.forkedFrom}`);
     if (rec.template !== template) {
       throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId} from template ${rec.template}`);
     }
@@ -408,14 +423,14 @@ export class SandboxManager {
     const maxFreezeMs = validateMaxFreezeMs('max_freeze_ms', args.maxFreezeMs);
     const requestId = validateRequestId('request_id', args.requestId);
     if (requestId) {
-      const inflight = this.forking.get(requestId);
-      if (inflight) return inflight;
+      const inflight = joinInflight(this.inflight, requestId, `a fork of ${args.parentId}`);
+      if (inflight) return inflight as Promise<ForkResult>;
       const existing = this.o.store.findByRequestId(requestId);
       if (existing) return this.existingFork(existing, args.parentId);
     }
     this.get(args.parentId);
     const p = this.gate.run(() => this.forkNow(args.parentId, metadata, timeoutSeconds, maxFreezeMs, requestId));
-    return track(this.forking, requestId, p);
+    return track(this.inflight, requestId, `a fork of ${args.parentId}`, p);
   }
 
   private existingFork(rec: SandboxRecord, parentId: string): ForkResult {
@@ -494,11 +509,12 @@ export class SandboxManager {
       if (!d) throw new FailedPreconditionError(`sandbox ${parent.sandboxId}: its record lacks a ${role} device`);
       return d;
     });
-    const cloneAll = async (): Promise<number> => {
+    /** deadlineMs: a frozen parent's remaining window (a clone past it is useless; fail fast and thaw) */
+    const cloneAll = async (deadlineMs?: number): Promise<number> => {
       failpoint('fork.after-hold');
       const t = this.now();
       // both at once: the parent is held for the longer clone, not for the sum
-      const settled = await Promise.allSettled(sources.map((src) => this.o.devices.clone(`${child.sandboxId}-${src.role === 'rootfs-upper' ? 'upper' : 'ws'}`, src.deviceId, true)));
+      const settled = await Promise.allSettled(sources.map((src) => this.o.devices.clone(`${child.sandboxId}-${src.role === 'rootfs-upper' ? 'upper' : 'ws'}`, src.deviceId, true, deadlineMs)));
       settled.forEach((r, i) => {
         if (r.status === 'fulfilled') child.devices.push({ deviceId: r.value.deviceId, role: sources[i]!.role, path: r.value.path, backingFile: r.value.backingFile, sizeBytes: r.value.sizeBytes });
       });
@@ -551,7 +567,7 @@ export class SandboxManager {
     let cloneMs = 0;
     let cloneErr: unknown;
     try {
-      cloneMs = await cloneAll();
+      cloneMs = await cloneAll(Math.max(1, freeze.maxFreezeMs - (this.now() - tCall)));
     } catch (err) {
       cloneErr = err;
     }
@@ -569,6 +585,14 @@ export class SandboxManager {
       log.warn({ err: (err as Error).message }, 'Thaw failed; the freeze ends by its watchdog');
     }
     if (cloneErr) throw cloneErr;
+    // podd runs inside the sandbox, and so can anything that reaches the freeze port: ask the
+    // supervisor whether this freeze really held until the clones were done
+    const host = await this.o.vms.freezeStatus(vmId);
+    if (host) {
+      const early = host.token !== freeze.token ? 'was replaced by another freeze' : !host.frozen && host.endedBy === 'caller' && host.endedAtMs < cloneEnd ? `ended ${cloneEnd - host.endedAtMs} ms before the clone finished` : '';
+      if (early) throw new AbortedError(`fork of ${parent.sandboxId}: the parent's freeze ${early} (thawed from inside the sandbox?); the clones may be torn, retry`);
+      if (host.endedBy === 'watchdog') endedBy = 'watchdog';
+    }
     if (endedBy === 'watchdog') {
       const advice = freeze.maxFreezeMs < MAX_FREEZE_MS ? `retry with a larger max_freeze_ms (at most ${MAX_FREEZE_MS})` : 'the clone takes longer than the longest freeze: pause the sandbox and fork it paused';
       throw new AbortedError(`fork of ${parent.sandboxId}: the parent's ${freeze.maxFreezeMs} ms freeze ran out before the clone finished (${cloneMs} ms); ${advice}`);
@@ -698,7 +722,7 @@ export class SandboxManager {
     const now = this.now();
     for (const r of this.o.store.list()) {
       if ((r.state !== 'DELETING' && r.state !== 'CREATING') || now - r.updatedAtMs < minAgeMs || this.locks.busy(r.sandboxId)) continue;
-      if (r.state === 'CREATING' && this.creating.has(r.requestId)) continue;
+      if (r.state === 'CREATING' && this.inflight.has(r.requestId)) continue;
       await this.locks
         .run(r.sandboxId, async () => {
           const rec = this.o.store.get(r.sandboxId);

@@ -105,6 +105,16 @@ export interface VmInfo {
   apiSocket: string;
 }
 
+/** VmFreezeInfo is a VM's freeze as the supervisor (not the sandbox) saw it; times are Unix epoch ms. */
+export interface VmFreezeInfo {
+  token: string;
+  frozen: boolean;
+  frozenAtMs: number;
+  /** 0 while frozen */
+  endedAtMs: number;
+  endedBy: 'caller' | 'watchdog' | 'unknown';
+}
+
 /** VmPort is the server's view of the vmm-supervisor. */
 export interface VmPort {
   create(args: {
@@ -124,6 +134,11 @@ export interface VmPort {
   list(): Promise<VmInfo[]>;
   pause(vmId: string): Promise<VmInfo>;
   resume(vmId: string): Promise<VmInfo>;
+  /**
+   * freezeStatus is the VM's current or latest filesystem freeze as the supervisor saw it
+   * (vmm GetVmFreeze); undefined when the supervisor cannot tell (no "vmm.freeze-status.v1").
+   */
+  freezeStatus(vmId: string): Promise<VmFreezeInfo | undefined>;
   delete(vmId: string): Promise<void>;
 }
 
@@ -155,9 +170,10 @@ export interface DevicePort {
   createEmpty(deviceId: string, sizeBytes: number): Promise<DeviceInfo>;
   /**
    * clone makes deviceId a copy-on-write clone of sourceId (ublk CloneDevice); sourceQuiesced
-   * says the caller holds the source frozen or paused. Needs feature "ublk.clone".
+   * says the caller holds the source frozen or paused; deadlineMs bounds the call with its
+   * retries (a frozen parent's window). Needs feature "ublk.clone".
    */
-  clone(deviceId: string, sourceId: string, sourceQuiesced: boolean): Promise<ClonedDevice>;
+  clone(deviceId: string, sourceId: string, sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice>;
   /** version asks the ublk-manager now (never cached: a handover may have replaced it). */
   version(): Promise<PeerVersion>;
   get(deviceId: string): Promise<DeviceInfo | undefined>;

@@ -29,8 +29,8 @@ export class DevicePeer implements DevicePort {
     return toInfo(res.device);
   }
 
-  async clone(deviceId: string, sourceId: string, sourceQuiesced: boolean): Promise<ClonedDevice> {
-    const res = await this.client.cloneDevice({ deviceId, sourceDeviceId: sourceId, sourceQuiesced, readOnly: false });
+  async clone(deviceId: string, sourceId: string, sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice> {
+    const res = await this.client.cloneDevice({ deviceId, sourceDeviceId: sourceId, sourceQuiesced, readOnly: false }, deadlineMs ? { deadline: deadlineMs } : {});
     return { ...toInfo(res.device), cloneMs: res.cloneMs, reflinked: res.reflinked };
   }
 

@@ -2,9 +2,9 @@
  * VmPeer: the VmPort over gRPC to the vmm-supervisor (vmm.v1.VmService).
  */
 import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, type ServiceClient } from '@sandnode/shared';
-import { DriveRole, VmServiceDefinition, VmState, type Vm } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { DriveRole, FreezeEndedBy, VmServiceDefinition, VmState, type Vm } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { Channel } from 'nice-grpc';
-import type { VmInfo, VmPort } from '../core/types';
+import type { VmFreezeInfo, VmInfo, VmPort } from '../core/types';
 
 function toInfo(vm: Vm | undefined): VmInfo {
   if (!vm) throw new Error('vmm-supervisor answered without a vm');
@@ -51,6 +51,17 @@ export class VmPeer implements VmPort {
       },
     });
     return toInfo(res.vm);
+  }
+
+  async freezeStatus(vmId: string): Promise<VmFreezeInfo | undefined> {
+    try {
+      const r = await this.client.getVmFreeze({ vmId });
+      const endedBy = r.endedBy === FreezeEndedBy.FREEZE_ENDED_BY_CALLER ? 'caller' : r.endedBy === FreezeEndedBy.FREEZE_ENDED_BY_WATCHDOG ? 'watchdog' : 'unknown';
+      return { token: r.freezeToken, frozen: r.frozen, frozenAtMs: r.frozenAtUnixMs, endedAtMs: r.endedAtUnixMs, endedBy };
+    } catch (err) {
+      if (isCode(err, Status.UNIMPLEMENTED)) return undefined; // a supervisor before vmm.freeze-status.v1
+      throw err;
+    }
   }
 
   async get(vmId: string): Promise<VmInfo | undefined> {

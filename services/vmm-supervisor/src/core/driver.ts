@@ -8,6 +8,7 @@
  * VM uses the binary recorded for it ({@link VmRef.binary}), so upgrading the host package never
  * changes the binary that manages a running VM.
  */
+import type { FreezeStatus } from './freeze';
 import type { EffectiveResources, VmProcess, VmSpec } from './types';
 
 /** LiveStatus is what the driver sees on the host for a VM. */
@@ -85,6 +86,11 @@ export interface VmDriver {
    * what it serves for the VM (runc: the freeze port) and recovers what a dead supervisor left.
    */
   adopt?(vm: VmRef, live: boolean): Promise<void>;
+  /**
+   * freezeStatus (optional) is the VM's current or latest filesystem freeze as the driver saw
+   * it (runc: the freeze port's record); undefined when the driver has no freeze port.
+   */
+  freezeStatus?(vmId: string): Promise<FreezeStatus | undefined>;
   /** close (optional) stops what the driver serves in this process (daemon shutdown); VMs keep running. */
   close?(): Promise<void>;
 }

@@ -87,6 +87,8 @@ export interface FreezeStatus {
   endedBy: FreezeEnd | undefined;
   /** The latest ended freeze's window, ms (0 while it holds). */
   frozenMs: number;
+  /** Wall clock (Unix epoch ms) when its first FIFREEZE began; 0 when there was none. */
+  frozenAtMs: number;
 }
 
 /**
@@ -103,7 +105,7 @@ export function checkThawToken(token: string, latest: FreezeRecord | undefined):
 
 /** statusOf describes rec at nowMs (wall clock ms). */
 export function statusOf(rec: FreezeRecord | undefined, nowMs: number): FreezeStatus {
-  if (!rec) return { frozen: false, token: '', maxFreezeMs: 0, remainingMs: 0, endedBy: undefined, frozenMs: 0 };
+  if (!rec) return { frozen: false, token: '', maxFreezeMs: 0, remainingMs: 0, endedBy: undefined, frozenMs: 0, frozenAtMs: 0 };
   const frozen = rec.endedBy === undefined;
   return {
     frozen,
@@ -112,6 +114,7 @@ export function statusOf(rec: FreezeRecord | undefined, nowMs: number): FreezeSt
     remainingMs: frozen ? Math.max(0, Math.ceil(rec.deadlineMs - nowMs)) : 0,
     endedBy: rec.endedBy,
     frozenMs: frozen ? 0 : (rec.frozenMs ?? 0),
+    frozenAtMs: rec.frozenAtMs ?? rec.startedAtMs,
   };
 }
 

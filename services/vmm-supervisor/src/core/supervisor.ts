@@ -13,6 +13,7 @@
  * A supervisor restart never starts, restarts, pauses or resumes a VM: {@link Supervisor.adopt}
  * only reads the host and records what it finds.
  */
+import { statusOf, type FreezeStatus } from './freeze';
 import { AlreadyExistsError, FailedPreconditionError, NotFoundError, requireResourceId } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, VmDriver, VmRef } from './driver';
@@ -87,7 +88,17 @@ export class Supervisor {
 
   /** Feature strings of the supervisor with its driver, for GetVersion. */
   features(): string[] {
-    return [...this.driver.features, 'vmm.adoption.v1', 'vmm.epoch-fence.v1'];
+    return [...this.driver.features, 'vmm.adoption.v1', 'vmm.epoch-fence.v1', 'vmm.freeze-status.v1'];
+  }
+
+  /**
+   * freezeStatus is vmId's current or latest filesystem freeze as the driver saw it (all zero
+   * without a freeze port). NotFoundError when there is no such VM.
+   */
+  async freezeStatus(vmId: string): Promise<FreezeStatus> {
+    requireResourceId('vm_id', vmId);
+    this.require(vmId);
+    return (await this.driver.freezeStatus?.(vmId)) ?? statusOf(undefined, Date.now());
   }
 
   /**

@@ -155,8 +155,10 @@ export class VmFreezer implements Freezer {
       const results = await Promise.allSettled(mounts.map((m) => run(this.fsfreeze, ['-f', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS })));
       const failed = results.flatMap((r) => (r.status === 'rejected' ? [(r.reason as Error).message] : []));
       if (failed.length) {
-        killGroup(wd.pid, wd.startTicks);
-        await this.thawMounts(mounts.filter((_, i) => results[i]?.status === 'fulfilled'));
+        // thaw first; the watchdog stays until that worked (a thaw that fails is its job then)
+        await this.thawMounts(mounts.filter((_, i) => results[i]?.status === 'fulfilled'), true)
+          .then(() => killGroup(wd.pid, wd.startTicks))
+          .catch((err: unknown) => this.log.error({ vm_id: this.vmId, err }, 'thaw after a failed FIFREEZE failed; the watchdog thaws at the deadline'));
         throw new InternalError(`vm ${this.vmId}: FIFREEZE failed: ${failed.join('; ')}`);
       }
       const freezeMs = Math.round(performance.now() - t0);
@@ -176,8 +178,9 @@ export class VmFreezer implements Freezer {
       try {
         this.save(rec);
       } catch (err) {
-        killGroup(wd.pid, wd.startTicks);
-        await this.thawMounts(mounts);
+        await this.thawMounts(mounts, true)
+          .then(() => killGroup(wd.pid, wd.startTicks))
+          .catch((e: unknown) => this.log.error({ vm_id: this.vmId, err: e }, 'thaw after a failed record failed; the watchdog thaws at the deadline'));
         throw new InternalError(`vm ${this.vmId}: could not record the freeze (thawed): ${(err as Error).message}`);
       }
       this.log.info({ vm_id: this.vmId, max_freeze_ms: maxFreezeMs, freeze_ms: freezeMs, watchdog_pid: wd.pid, mounts: mounts.map((m) => m.guest) }, 'filesystems frozen');
@@ -281,12 +284,14 @@ export class VmFreezer implements Freezer {
   }
 
   private async endNow(rec: FreezeRecord, by: FreezeEnd): Promise<ThawResult> {
-    killGroup(rec.watchdogPid, rec.watchdogStartTicks);
+    // thaw first, then stop the watchdog: if the thaw fails, the watchdog still ends the freeze
     await this.thawMounts(rec.mounts, true);
     const endMs = Date.now();
+    killGroup(rec.watchdogPid, rec.watchdogStartTicks);
+    // the watchdog ended it only if it had thawed before this thaw finished
     const wdEnd = readEndFile(rec.watchdogEndFile);
     const done: FreezeRecord =
-      wdEnd !== undefined ? { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, wdEnd) } : { ...rec, endedBy: by, frozenMs: windowMs(rec, endMs) };
+      wdEnd !== undefined && wdEnd <= endMs ? { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, wdEnd) } : { ...rec, endedBy: by, frozenMs: windowMs(rec, endMs) };
     this.save(done);
     this.log.info({ vm_id: this.vmId, ended_by: done.endedBy, frozen_ms: done.frozenMs }, 'filesystems thawed');
     return { endedBy: done.endedBy!, frozenMs: done.frozenMs! };

@@ -27,6 +27,7 @@ import { CommandError, InternalError, isSameProcess, processStartTicks, run } fr
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
 import type { EffectiveResources, VmSpec } from '../core/types';
+import type { FreezeStatus } from '../core/freeze';
 import { resolveExecutable } from './binary';
 import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from './podd-socket';
 import { failpoint, FAILPOINTS } from '../core/failpoints';
@@ -290,6 +291,11 @@ export class RuncDriver implements VmDriver {
    */
   async close(): Promise<void> {
     this.log.info({ ports: this.ports.size }, 'freeze ports left bound for the next supervisor');
+  }
+
+  /** freezeStatus is the VM's freeze record as its freeze port's freezer saw it (undefined: no port). */
+  async freezeStatus(vmId: string): Promise<FreezeStatus | undefined> {
+    return this.ports.get(vmId)?.freezer.status();
   }
 
   private freezerOf(vmId: string, runc: string): VmFreezer {

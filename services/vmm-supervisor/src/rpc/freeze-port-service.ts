@@ -3,6 +3,8 @@
  * serves them on `<vmDir>/freeze-port/freeze.sock` (seen by the VM at
  * /run/sandnode-freeze/freeze.sock). Domain errors map to gRPC codes in the shared middleware.
  */
+import { chmodSync, existsSync, unlinkSync } from 'node:fs';
+import net from 'node:net';
 import { buildCommit, createServiceServer, SUITE_VERSION, type Logger, type SandnodeCallContext } from '@sandnode/shared';
 import { FreezeEndedBy, FreezePortServiceDefinition, type FreezePortServiceImplementation } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { FreezeEnd } from '../core/freeze';
@@ -12,6 +14,8 @@ import type { Freezer } from '../drivers/freeze-port';
 export const FREEZE_PORT_COMPONENT = 'vmm-supervisor-freeze-port';
 /** Time running freeze-port calls get when the port closes, in ms. */
 export const FREEZE_PORT_DRAIN_MS = 1000;
+/** Most connections one VM's freeze port holds at once (podd needs one). */
+export const FREEZE_PORT_MAX_CONNECTIONS = 8;
 
 /** freezeEndToProto maps how a freeze ended to the wire (undefined = UNSPECIFIED: still holds / none). */
 export function freezeEndToProto(end: FreezeEnd | undefined): FreezeEndedBy {
@@ -72,7 +76,20 @@ export function freezePortServer(log: Logger): FreezePortServe {
       log: vmLog,
     });
     server.add(FreezePortServiceDefinition, createFreezePortService(freezer));
-    await server.listen([`unix://${socketPath}`]);
+    // The port is reachable from inside the sandbox: cap its connections, so that a sandbox
+    // cannot spend the supervisor's file descriptors (the one above the cap is closed at once).
+    if (existsSync(socketPath)) unlinkSync(socketPath); // a stale socket of a killed supervisor
+    const listener = net.createServer();
+    listener.maxConnections = FREEZE_PORT_MAX_CONNECTIONS;
+    await new Promise<void>((resolve, reject) => {
+      listener.once('error', reject);
+      listener.listen(socketPath, () => {
+        listener.off('error', reject);
+        resolve();
+      });
+    });
+    chmodSync(socketPath, 0o600);
+    server.serveListener(listener);
     return { close: () => server.shutdown(FREEZE_PORT_DRAIN_MS) };
   };
 }

@@ -6,6 +6,7 @@ import type { SandnodeCallContext } from '@sandnode/shared';
 import type { VmServiceImplementation } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { Supervisor } from '../core/supervisor';
 import { vmSpecFromProto, vmToProto } from './convert';
+import { freezeEndToProto } from './freeze-port-service';
 
 /** createVmService returns the VmService implementation backed by supervisor. */
 export function createVmService(supervisor: Supervisor): VmServiceImplementation<SandnodeCallContext> {
@@ -31,6 +32,17 @@ export function createVmService(supervisor: Supervisor): VmServiceImplementation
     },
     async deleteVm(req) {
       return { existed: await supervisor.delete(req.vmId) };
+    },
+    async getVmFreeze(req) {
+      const s = await supervisor.freezeStatus(req.vmId);
+      return {
+        freezeToken: s.token,
+        frozen: s.frozen,
+        frozenAtUnixMs: s.frozenAtMs,
+        endedAtUnixMs: s.frozen || !s.endedBy ? 0 : s.frozenAtMs + s.frozenMs,
+        endedBy: freezeEndToProto(s.endedBy),
+        maxFreezeMs: s.maxFreezeMs,
+      };
     },
   };
 }
