@@ -43,7 +43,7 @@ describe('freeze tokens', () => {
 });
 
 describe('statusOf', () => {
-  it('none', () => expect(statusOf(undefined, 0)).toEqual({ frozen: false, token: '', maxFreezeMs: 0, remainingMs: 0, endedBy: undefined, frozenMs: 0 }));
+  it('none', () => expect(statusOf(undefined, 0)).toEqual({ frozen: false, token: '', maxFreezeMs: 0, remainingMs: 0, endedBy: undefined, frozenMs: 0, frozenAtMs: 0 }));
   it('holding: remaining until the deadline, never negative', () => {
     expect(statusOf(rec(), 10_400)).toMatchObject({ frozen: true, remainingMs: 600, endedBy: undefined, frozenMs: 0 });
     expect(statusOf(rec(), 12_000).remainingMs).toBe(0);

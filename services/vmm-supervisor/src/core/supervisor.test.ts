@@ -186,8 +186,8 @@ describe('Supervisor', () => {
     expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'rejected']);
   });
 
-  test('features add adoption to the driver features', () => {
-    expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1', 'vmm.epoch-fence.v1']);
+  test('features add adoption, the epoch fence and the freeze status to the driver features', () => {
+    expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1', 'vmm.epoch-fence.v1', 'vmm.freeze-status.v1']);
   });
 });
 
