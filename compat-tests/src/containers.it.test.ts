@@ -1,6 +1,7 @@
 /**
- * Container mode end to end: N-1 (release 0.1.0 from the build cache) -> N (this checkout) ->
- * N-1 in Docker containers laid out by deploy/k8s/base. Skips, naming what is missing, when
+ * Container mode end to end: N-1 (the latest release in releases.json, from the build cache)
+ * -> N (this checkout) -> N-1 in Docker containers laid out by deploy/k8s/base, as
+ * `npm run compat` runs it. Skips, naming what is missing, when
  * no Docker engine can run, when not root, or when a build is missing.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -21,7 +22,8 @@ test('container mode: upgrade and rollback in pod-shaped containers', async () =
   let old: Build | undefined;
   try {
     n = workingTreeBuild();
-    old = buildRelease(readReleases()[0]!);
+    const releases = readReleases();
+    old = buildRelease(releases[releases.length - 1]!);
   } catch (err) {
     why.push(`builds: ${(err as Error).message.split('\n')[0]}`);
   }
