@@ -10,10 +10,11 @@
  * mutating call without the metadata counts as epoch 0: accepted only while no epoch was ever
  * seen (a node before its first server took the lease, or a test calling a service alone).
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Metadata } from 'nice-grpc-common';
 import type { CallContext, ClientMiddleware, ClientMiddlewareCall, ServerMiddlewareCall, CallOptions } from 'nice-grpc-common';
+import { writeFileAtomic } from './durable';
 import { AbortedError, InvalidArgumentError } from './errors';
 
 /** The metadata key that carries the epoch. */
@@ -55,21 +56,7 @@ export class EpochFence {
       throw new AbortedError(`${rpc}: stale epoch ${epoch}; this node is at epoch ${this.highest} (another server took the lease)`);
     }
     if (epoch > this.highest) {
-      const tmp = `${this.file}.tmp`;
-      const fd = openSync(tmp, 'w', 0o600);
-      try {
-        writeSync(fd, JSON.stringify({ epoch, updatedAtMs: Date.now() }));
-        fsyncSync(fd);
-      } finally {
-        closeSync(fd);
-      }
-      renameSync(tmp, this.file);
-      const dfd = openSync(path.dirname(this.file), 'r');
-      try {
-        fsyncSync(dfd);
-      } finally {
-        closeSync(dfd);
-      }
+      writeFileAtomic(this.file, JSON.stringify({ epoch, updatedAtMs: Date.now() }));
       this.highest = epoch;
     }
   }

@@ -7,6 +7,7 @@ export * from './server';
 export * from './client';
 export * from './metrics';
 export * from './proc';
+export * from './durable';
 export * from './paths';
 export * from './ids';
 export * from './daemon';

@@ -10,9 +10,10 @@
  * Release 0.0.1 kept its single table at `<stateDir>/ublk/devices.db`; the default slot moves
  * it to the new place once ({@link migrateLegacyTable}).
  */
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, renameSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import { fsyncDir } from '@sandnode/shared';
 
 /** The slots a table may belong to; '' is the slot-less default. */
 export type Slot = 'a' | 'b' | '';
@@ -48,15 +49,6 @@ export function handoverLockPath(stateDir: string): string {
 /** legacyDeviceDbPath is where release 0.0.1 kept its table: `<stateDir>/ublk/devices.db`. */
 export function legacyDeviceDbPath(stateDir: string): string {
   return path.join(path.resolve(stateDir), 'ublk', 'devices.db');
-}
-
-function fsyncDir(dir: string): void {
-  const fd = openSync(dir, 'r');
-  try {
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
 }
 
 /**

@@ -18,9 +18,9 @@
  * write would stall one of Node's 4 libuv threads, then all of them).
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { CommandError, FailedPreconditionError, InternalError, isSameProcess, processStartTicks, processState, run } from '@sandnode/shared';
+import { CommandError, FailedPreconditionError, InternalError, isSameProcess, processStartTicks, processState, run, writeFileAtomic } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import {
   checkThawToken,
@@ -378,25 +378,6 @@ function killGroup(pid: number, ticks: number): void {
     process.kill(-pid, 'SIGKILL');
   } catch {
     /* already gone */
-  }
-}
-
-/** writeFileAtomic writes file via a temp file, fsync and rename, then fsyncs the dir. */
-export function writeFileAtomic(file: string, data: string): void {
-  const tmp = `${file}.tmp-${process.pid}`;
-  const fd = openSync(tmp, 'w', 0o600);
-  try {
-    writeSync(fd, data);
-    fsyncSync(fd);
-  } finally {
-    closeSync(fd);
-  }
-  renameSync(tmp, file);
-  const dfd = openSync(path.dirname(file), 'r');
-  try {
-    fsyncSync(dfd);
-  } finally {
-    closeSync(dfd);
   }
 }
 
