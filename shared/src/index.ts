@@ -8,6 +8,7 @@ export * from './client';
 export * from './metrics';
 export * from './proc';
 export * from './durable';
+export * from './freeze-window';
 export * from './paths';
 export * from './ids';
 export * from './daemon';

@@ -8,25 +8,15 @@
  * No proto imports: the port is the {@link FreezePort} interface (rpc/freeze-port-client.ts).
  */
 import { existsSync } from 'node:fs';
-import { FailedPreconditionError, InvalidArgumentError, run } from '@sandnode/shared';
+import { clampFreezeMs, FailedPreconditionError, InvalidArgumentError, run } from '@sandnode/shared';
 import { FAILPOINTS, failpointEnabled, hangForever } from './failpoints';
 
-/** Shortest freeze window, in ms. */
-export const MIN_FREEZE_MS = 100;
-/** Longest freeze window, in ms. */
-export const MAX_FREEZE_MS = 5000;
-/** Window of a request that says 0, in ms. */
-export const DEFAULT_FREEZE_MS = 1500;
+export { clampFreezeMs, DEFAULT_FREEZE_MS, MAX_FREEZE_MS, MIN_FREEZE_MS } from '@sandnode/shared';
 /** Filesystems podd syncs (syncfs) before a freeze, when they exist. */
 export const SYNC_PATHS = ['/', '/workspace'] as const;
 /** Longest `sync` / `sync -f` may take, in ms. */
 export const SYNC_TIMEOUT_MS = 60_000;
 
-/** clampFreezeMs: 0 (or not finite) -> 1500 ms; else clamped to [100, 5000] ms. */
-export function clampFreezeMs(requested: number): number {
-  if (!Number.isFinite(requested) || requested <= 0) return DEFAULT_FREEZE_MS;
-  return Math.min(MAX_FREEZE_MS, Math.max(MIN_FREEZE_MS, Math.floor(requested)));
-}
 
 /** FreezeEnd says what ended a freeze (undefined: it still holds, or unknown). */
 export type FreezeEnd = 'caller' | 'watchdog' | undefined;

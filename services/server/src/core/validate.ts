@@ -3,7 +3,7 @@
  * bad input changes nothing.
  */
 import path from 'node:path';
-import { InvalidArgumentError, TEMPLATE_NAME_RE, requireMatch } from '@sandnode/shared';
+import { DEFAULT_FREEZE_MS, InvalidArgumentError, MAX_FREEZE_MS, TEMPLATE_NAME_RE, requireMatch } from '@sandnode/shared';
 import type { Resources } from './types';
 
 /** Longest sandbox lifetime a caller may set, in seconds (30 days). */
@@ -46,11 +46,6 @@ export function validateMetadata(field: string, md: Record<string, string>): Rec
   }
   return { ...md };
 }
-
-/** Most a fork may hold a RUNNING parent's filesystems frozen, ms (podd clamps to [100, 5000]). */
-export const MAX_FREEZE_MS = 5000;
-/** The freeze window a fork asks for when the caller says 0, ms. */
-export const DEFAULT_FREEZE_MS = 1500;
 
 /** validateMaxFreezeMs checks a fork's max_freeze_ms (0 = default 1500; at most 5000). */
 export function validateMaxFreezeMs(field: string, ms: number): number {
