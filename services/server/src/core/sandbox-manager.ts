@@ -12,7 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
-import { AbortedError, FailedPreconditionError, InvalidArgumentError, isCode, run, Status, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
+import { AbortedError, FailedPreconditionError, InvalidArgumentError, isCode, MAX_FREEZE_MS, run, Status, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
 import { KeyedMutex } from '@sandnode/shared';
 import { failpoint } from '../handover/failpoints';
 import { LifecycleGate } from './gate';
@@ -26,7 +26,6 @@ import {
   validateResources,
   validateTemplateName,
   validateMaxFreezeMs,
-  MAX_FREEZE_MS,
   validateTimeoutSeconds,
   workspacePath,
   MAX_FILE_CHUNK_BYTES,
@@ -233,6 +232,39 @@ export class SandboxManager {
     return track(this.inflight, requestId, `a create from template ${template}`, p);
   }
 
+  /**
+   * newRecord is the CREATING record of a new sandbox id made from `from` (a template, or a
+   * fork's parent): no VM or device yet, its own podd address and a fresh machine id.
+   */
+  private newRecord(
+    id: string,
+    from: Pick<SandboxRecord, 'template' | 'templatePoddVersion' | 'templateRootfs' | 'resources' | 'rootfsGeneration' | 'forkedFrom'>,
+    metadata: Record<string, string>,
+    timeoutSeconds: number,
+    requestId: string,
+  ): SandboxRecord {
+    const now = this.now();
+    return {
+      ...from,
+      schema: RECORD_SCHEMA,
+      sandboxId: id,
+      state: 'CREATING',
+      vm: undefined,
+      devices: [],
+      poddAddress: unixAddress(`${sandboxDir(this.o.runDir, id)}/podd.sock`),
+      createdAtMs: now,
+      updatedAtMs: now,
+      expiresAtMs: timeoutSeconds ? now + timeoutSeconds * 1000 : 0,
+      metadata,
+      requestId,
+      errorMessage: '',
+      resumeMethod: '',
+      forkPausedAtMs: 0,
+      machineId: randomBytes(16).toString('hex'),
+      resetUpperDeviceId: '',
+    };
+  }
+
   /** existingCreate answers a repeated request_id: the same sandbox, if it still lives. */
   private existingCreate(rec: SandboxRecord, template: string): SandboxRecord {
     if (rec.forkedFrom) throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId}, a fork of ${rec.forkedFrom}`);
@@ -256,31 +288,7 @@ export class SandboxManager {
   ): Promise<SandboxRecord> {
     const id = `sb-${randomBytes(8).toString('hex')}`;
     const log = this.o.log.child({ sandbox_id: id });
-    const now = this.now();
-    const rec: SandboxRecord = {
-      schema: RECORD_SCHEMA,
-      sandboxId: id,
-      state: 'CREATING',
-      template,
-      templatePoddVersion: poddVersion,
-      templateRootfs: rootfs,
-      vm: undefined,
-      devices: [],
-      poddAddress: unixAddress(`${sandboxDir(this.o.runDir, id)}/podd.sock`),
-      createdAtMs: now,
-      updatedAtMs: now,
-      expiresAtMs: timeoutSeconds ? now + timeoutSeconds * 1000 : 0,
-      metadata,
-      resources,
-      requestId,
-      errorMessage: '',
-      resumeMethod: '',
-      rootfsGeneration: 1,
-      forkedFrom: '',
-      forkPausedAtMs: 0,
-      machineId: randomBytes(16).toString('hex'),
-      resetUpperDeviceId: '',
-    };
+    const rec = this.newRecord(id, { template, templatePoddVersion: poddVersion, templateRootfs: rootfs, resources, rootfsGeneration: 1, forkedFrom: '' }, metadata, timeoutSeconds, requestId);
     return this.locks.run(id, async () => {
       this.o.store.put(rec);
       const t0 = this.now();
@@ -458,26 +466,8 @@ export class SandboxManager {
       try {
         const held = await this.locks.run(parentId, async () => {
           const parent = this.requireState(parentId, 'ForkSandbox', ['RUNNING', 'PAUSED']);
-          const now = this.now();
-          child = {
-            ...structuredClone({ ...parent, opaque: undefined }),
-            sandboxId: id,
-            state: 'CREATING',
-            vm: undefined,
-            devices: [],
-            poddAddress: unixAddress(`${sandboxDir(this.o.runDir, id)}/podd.sock`),
-            createdAtMs: now,
-            updatedAtMs: now,
-            expiresAtMs: timeoutSeconds ? now + timeoutSeconds * 1000 : 0,
-            metadata,
-            requestId,
-            errorMessage: '',
-            resumeMethod: '',
-            forkedFrom: parentId,
-            forkPausedAtMs: 0,
-            machineId: randomBytes(16).toString('hex'),
-            resetUpperDeviceId: '',
-          };
+          const { template, templatePoddVersion, templateRootfs, resources, rootfsGeneration } = parent;
+          child = this.newRecord(id, { template, templatePoddVersion, templateRootfs, resources: { ...resources }, rootfsGeneration, forkedFrom: parentId }, metadata, timeoutSeconds, requestId);
           this.touch(child);
           return this.cloneParent(parent, child, maxFreezeMs, log);
         });
