@@ -8,7 +8,7 @@
  * Run alone: `node services/server/dist/bench/fork.js` (after `npm run build`) writes
  * bench/results/fork.json; `npm run bench` runs it as one section of foundation.json.
  */
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { socketPath, unixAddress } from '@sandnode/shared';
@@ -16,6 +16,7 @@ import { ForkMethod } from '@sandnode/shared/proto/server/v1/sandbox';
 import { connectServer, table, type ServerApi } from '../cli/api';
 import { COMPONENTS, purgeNode, startComponent, stopComponent, type StackDirs } from '../cli/stack';
 import { percentile } from '../cli/stats';
+import { writeBenchResults } from './results';
 
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
@@ -95,10 +96,7 @@ async function main(): Promise<void> {
     await purgeNode(dirs).catch(() => undefined);
     rmSync(root, { recursive: true, force: true });
   }
-  const outDir = path.resolve(__dirname, '..', '..', '..', '..', 'bench', 'results');
-  mkdirSync(outDir, { recursive: true });
-  const out = path.join(outDir, 'fork.json');
-  writeFileSync(out, `${JSON.stringify({ date: new Date().toISOString(), host: { cpus: os.cpus().length, kernel: os.release() }, fork: result }, null, 2)}\n`);
+  const out = writeBenchResults('fork', { date: new Date().toISOString(), host: { cpus: os.cpus().length, kernel: os.release() }, fork: result });
   process.stdout.write(`${table(['MEASURE', 'RESULT', 'GOAL'], rows)}\n\nwritten to ${out}\n`);
 }
 

@@ -13,7 +13,7 @@
  * Sizes can be lowered with BENCH_CREATES, BENCH_EXECS, BENCH_ADOPT, BENCH_SECONDS,
  * BENCH_HANDOVERS, BENCH_DRAIN, BENCH_FORKS (0 skips the fork section), BENCH_FORK_MB; BENCH_SKIP_LIVE_UPGRADE=1 skips the second part.
  */
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createSandnodeChannel, socketPath, unixAddress } from '@sandnode/shared';
@@ -23,6 +23,7 @@ import { connectServer, table, type ServerApi } from '../cli/api';
 import { COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '../cli/stack';
 import { mapLimit } from '@sandnode/shared';
 import { benchFork } from './fork';
+import { writeBenchResults } from './results';
 import { benchLiveUpgrade } from './live-upgrade';
 import { percentile } from '../cli/stats';
 
@@ -135,10 +136,7 @@ async function main(): Promise<void> {
     await purgeNode(dirs).catch(() => undefined);
     rmSync(root, { recursive: true, force: true });
   }
-  const outDir = path.resolve(__dirname, '..', '..', '..', '..', 'bench', 'results');
-  mkdirSync(outDir, { recursive: true });
-  const out = path.join(outDir, 'foundation.json');
-  writeFileSync(out, `${JSON.stringify(results, null, 2)}\n`);
+  const out = writeBenchResults('foundation', results);
   process.stdout.write(`${table(['MEASURE', 'RESULT', 'GOAL'], rows)}\n\nwritten to ${out}\n`);
 }
 
