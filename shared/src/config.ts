@@ -78,4 +78,12 @@ export function loadConfig<S extends z.ZodObject<z.ZodRawShape>>(schema: S, opts
   return result.data;
 }
 
+/**
+ * configBool is the one boolean config type: JSON true/false, or from env "true"/"false",
+ * "1"/"0", "yes"/"no", "on"/"off" (zod's stringbool); anything else ("ture") is an error that
+ * names the key.
+ */
+export const configBool = (): z.ZodType<boolean, boolean | string> =>
+  z.union([z.boolean(), z.stringbool()], { error: 'must be a boolean (true/false, 1/0, yes/no, on/off)' });
+
 export { z };

@@ -16,3 +16,5 @@ export * from './keyed-mutex';
 export * from './epoch-fence';
 export * from './grpc-host';
 export * from './server-api';
+export * from './features';
+export * from './failpoints';

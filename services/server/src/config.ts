@@ -4,7 +4,7 @@
  */
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
-import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 
 const GIB = 1024 * 1024 * 1024;
 
@@ -43,11 +43,11 @@ export const serverConfigSchema = z.object({
   /** A/B slot of this server ("a", "b" or ""); names its admin socket */
   slot: z.enum(['', 'a', 'b']).default(''),
   /** start as the standby that takes the node over from the active server (upgrade) */
-  takeover: z.preprocess((v) => v === true || v === 'true' || v === '1', z.boolean()).default(false),
+  takeover: configBool().default(false),
   /** how long a retiring server relays running streams before it exits, ms */
   retireDrainMs: z.coerce.number().int().min(0).default(600_000),
   /** SIGTERM drains the node first (pod deletion); off for local runs */
-  drainOnSigterm: z.preprocess((v) => v === true || v === 'true' || v === '1', z.boolean()).default(false),
+  drainOnSigterm: configBool().default(false),
   /** deadline of the SIGTERM drain, ms (keep it below the pod's grace period) */
   drainDeadlineMs: z.coerce.number().int().min(1000).default(20_000),
 });

@@ -5,14 +5,14 @@
  * that names the key.
  */
 import path from 'node:path';
-import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 import { DEFAULT_MAX_DEVICE_SIZE_BYTES, MIN_DEVICE_SIZE_BYTES, SECTOR_BYTES } from './core/types';
 
 /** The service name used in env var names and logs. */
 export const SERVICE_NAME = 'ublk-manager';
 
 /** A boolean from JSON (true/false) or env ("true"/"false"/"1"/"0"/"yes"/"no"/"on"/"off"). */
-const boolish = z.union([z.boolean(), z.stringbool()], { error: 'must be a boolean (true/false, 1/0, yes/no, on/off)' });
+const boolish = configBool();
 
 /** The config schema; every key has a default. */
 export const configSchema = z.object({

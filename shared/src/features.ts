@@ -1,0 +1,121 @@
+/**
+ * The registry of feature strings: every string a sandnode component lists in
+ * GetVersion.features, named once here, so that a provider and its callers spell it the same
+ * way. Callers learn a peer's features once per connection and check one with
+ * {@link requireFeature} / {@link hasFeature} (or `PeerFeatures.require`) before using an RPC
+ * that needs it; they never infer features from version numbers and never probe by catching
+ * UNIMPLEMENTED. (The idea follows the kata agent's details: version + handler lists + extra
+ * features.)
+ *
+ * A feature string is `<component>.<capability>[.vN]`. Once released, a string never changes
+ * meaning; a changed capability gets a new string.
+ */
+import { FailedPreconditionError } from './errors';
+
+/** Features of the vmm-supervisor (`vmm.*`). */
+export const VMM_FEATURES = {
+  /** the runc driver serves the VMs */
+  runc: 'vmm.runc',
+  /** the firecracker driver serves the VMs */
+  firecracker: 'vmm.firecracker',
+  /** re-adopts its VMs after its own restart */
+  adoption: 'vmm.adoption.v1',
+  /** rejects mutating calls of a stale `sandnode-epoch` with ABORTED */
+  epochFence: 'vmm.epoch-fence.v1',
+  /** podd's socket is bound on the host and inherited by the sandbox as fd 3 */
+  poddSocketFd: 'vmm.podd-socket-fd.v1',
+  /** driver binaries kept in versioned dirs */
+  versionedBinaries: 'vmm.versioned-binaries.v1',
+  /** a per-VM FreezePortService (host side of podd's Quiesce) */
+  freezePort: 'vmm.freeze-port.v1',
+  /** VmService.GetVmFreeze */
+  freezeStatus: 'vmm.freeze-status.v1',
+  /** VmSpec.machine_id */
+  machineId: 'vmm.machine-id.v1',
+  /** VmService.FenceEpoch: an explicit epoch announcement (before it, a DeleteVm of an unknown id) */
+  fenceEpoch: 'vmm.fence-epoch.v1',
+} as const;
+
+/** Features of the ublk-manager (`ublk.*`). */
+export const UBLK_FEATURES = {
+  /** the loop driver serves the devices */
+  loop: 'ublk.loop',
+  /** the ublk kernel driver serves the devices */
+  ublk: 'ublk.ublk',
+  /** re-adopts its devices after its own restart */
+  adoption: 'ublk.adoption.v1',
+  /** A/B slots on one state dir */
+  slots: 'ublk.slots.v1',
+  /** QuiesceDevice / ResumeDevice / ReleaseDevice / RecoverDevice / AbortHandover / HandoverAll */
+  handover: 'ublk.handover.v1',
+  /** rejects mutating calls of a stale `sandnode-epoch` with ABORTED */
+  epochFence: 'ublk.epoch-fence.v1',
+  /** recognises loop devices attached from another mount namespace by backing inode */
+  foreignMountns: 'ublk.foreign-mountns.v1',
+  /** DeviceService.CloneDevice */
+  clone: 'ublk.clone',
+  /** DeviceService.FenceEpoch: an explicit epoch announcement (before it, a DeleteDevice of an unknown id) */
+  fenceEpoch: 'ublk.fence-epoch.v1',
+  /** the driver quiesces a device in place (ublk QUIESCE) */
+  quiesce: 'ublk.quiesce',
+  /** the driver recovers a device served by another process (ublk USER_RECOVERY) */
+  userRecovery: 'ublk.user-recovery',
+  /** the driver may replay in-flight I/O after recovery (ublk USER_RECOVERY_REISSUE) */
+  reissue: 'ublk.reissue',
+} as const;
+
+/** Features of the server (`server.*`). */
+export const SERVER_FEATURES = {
+  sandbox: 'server.sandbox.v1',
+  template: 'server.template.v1',
+  adoption: 'server.adoption.v1',
+  handover: 'server.handover.v1',
+  drain: 'server.drain.v1',
+  epoch: 'server.epoch.v1',
+  /** AdminService.Takeover: a running standby takes the node over */
+  takeover: 'server.takeover.v1',
+  /** SandboxService.ForkSandbox */
+  fork: 'server.fork.v1',
+  /** SandboxService.ResetRootfs */
+  resetRootfs: 'server.reset-rootfs.v1',
+} as const;
+
+/** Features of podd (`podd.*`). */
+export const PODD_FEATURES = {
+  exec: 'podd.exec.v1',
+  files: 'podd.files.v1',
+  /** file RPCs resolve beneath /workspace without following symlinks out of it */
+  filesBeneath: 'podd.files.beneath.v1',
+  /** Quiesce / Thaw / GetFreezeStatus (listed only when the host's freeze port exists) */
+  quiesce: 'podd.quiesce',
+} as const;
+
+/** The answer of a peer's GetVersion, as far as feature checks need it. */
+export interface PeerVersion {
+  component: string;
+  version: string;
+  features: readonly string[];
+}
+
+/** hasFeature says whether the peer lists feature. */
+export function hasFeature(peer: PeerVersion, feature: string): boolean {
+  return peer.features.includes(feature);
+}
+
+/**
+ * missingFeature is the sentence that says the peer lacks feature ("ublk-manager 0.1.0 lacks
+ * feature \"ublk.clone\""), for messages and fallback reasons.
+ */
+export function missingFeature(peer: PeerVersion, feature: string): string {
+  return `${peer.component || 'peer'} ${peer.version || '(unknown version)'} lacks feature "${feature}"`;
+}
+
+/**
+ * requireFeature throws FailedPreconditionError (FAILED_PRECONDITION) naming the peer, its
+ * version and the missing feature unless the peer lists feature; `what` says what needed it
+ * ("ForkSandbox needs ...").
+ */
+export function requireFeature(peer: PeerVersion, feature: string, what?: string): void {
+  if (hasFeature(peer, feature)) return;
+  throw new FailedPreconditionError(what ? `${what}: ${missingFeature(peer, feature)}` : missingFeature(peer, feature));
+}
