@@ -3,15 +3,38 @@
  * need root, runc and loop devices and start real service processes on unix sockets). Select
  * with `npx jest PATH --selectProjects unit` (the path goes first: after --selectProjects a
  * path is read as another project name).
+ *
+ * `@sandnode/*` imports resolve to each package's TypeScript source (moduleNameMapper), so the
+ * tests test the code, never a stale `dist/`. Daemons that tests start as processes run from
+ * `dist/` (`npm run build` first; the integration suites say so when it is missing).
  */
 const transform = { '^.+\\.ts$': ['ts-jest', { tsconfig: '<rootDir>/tsconfig.json' }] };
-const roots = ['<rootDir>/shared/src', '<rootDir>/services', '<rootDir>/compat-tests/src'];
+const roots = ['<rootDir>/packages', '<rootDir>/services', '<rootDir>/tools', '<rootDir>/compat-tests/src', '<rootDir>/deploy'];
 const testPathIgnorePatterns = ['/node_modules/', '/dist/'];
+/** Where each workspace package lives. */
+const PACKAGES = {
+  shared: 'packages/shared',
+  testkit: 'packages/testkit',
+  'template-builder': 'packages/template-builder',
+  'node-stack': 'packages/node-stack',
+  podd: 'services/podd',
+  'vmm-supervisor': 'services/vmm-supervisor',
+  'ublk-manager': 'services/ublk-manager',
+  server: 'services/server',
+  cli: 'tools/cli',
+  bench: 'tools/bench',
+};
+const moduleNameMapper = {
+  '^@sandnode/shared/proto/(.*)$': '<rootDir>/packages/shared/src/gen/sandnode/$1',
+  '^@sandnode/shared/descriptor$': '<rootDir>/packages/shared/descriptor/sandnode.binpb',
+};
+for (const [name, dir] of Object.entries(PACKAGES)) moduleNameMapper[`^@sandnode/${name}$`] = `<rootDir>/${dir}/src/index.ts`;
+const common = { rootDir: __dirname, roots, transform, testEnvironment: 'node', moduleNameMapper };
 module.exports = {
   // testTimeout is a global option (ignored inside projects); integration files also set their own.
   testTimeout: 120000,
   projects: [
-    { displayName: 'unit', rootDir: __dirname, roots, transform, testEnvironment: 'node', testMatch: ['**/*.test.ts'], testPathIgnorePatterns: [...testPathIgnorePatterns, '\\.it\\.test\\.ts$'] },
-    { displayName: 'integration', rootDir: __dirname, roots, transform, testEnvironment: 'node', testMatch: ['**/*.it.test.ts'], testPathIgnorePatterns },
+    { displayName: 'unit', ...common, testMatch: ['**/*.test.ts'], testPathIgnorePatterns: [...testPathIgnorePatterns, '\\.it\\.test\\.ts$'] },
+    { displayName: 'integration', ...common, testMatch: ['**/*.it.test.ts'], testPathIgnorePatterns },
   ],
 };

@@ -13,7 +13,7 @@
 #   SANDNODE_PRESTOP_MARGIN_S    what the drain leaves of the budget for reporting (default 5):
 #                                the drain RPC gets deadline - margin, the CLI is killed at deadline
 #   SANDNODE_CLI                 the operator CLI command (default: node <this repo or image>/
-#                                services/server/dist/cli/main.js)
+#                                tools/cli/dist/main.js)
 #   SANDNODE_RUN_DIR, SANDNODE_STATE_DIR   the node's dirs (read by the CLI too; defaults
 #                                ./.sandnode/run and ./.sandnode/state, /run/sandnode and
 #                                /var/lib/sandnode in the pod)
@@ -112,7 +112,7 @@ DRAIN_MS=$(((LEFT - MARGIN_S) * 1000))
 if [ -n "${SANDNODE_CLI:-}" ]; then
   read -r -a CLI <<<"$SANDNODE_CLI"
 else
-  CLI=(node "$HERE/../services/server/dist/cli/main.js")
+  CLI=(node "$HERE/../tools/cli/dist/main.js")
 fi
 
 log INFO "draining: ${CLI[*]} drain --deadline-ms $DRAIN_MS --json (killed after $((LEFT - 1))s; grace period ${GRACE_S}s)"

@@ -31,6 +31,7 @@ import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync,
 import path from 'node:path';
 import YAML from 'yaml';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
+import { cliMainRel, templateBuilderModule } from './layout';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { connectApi, versionAt, type ServerApi } from './node';
 import { REPO_ROOT } from './releases';
@@ -326,8 +327,11 @@ export function stageTools(dir: string): string {
 
 /** The parts of a build an image holds (relative to the build dir). */
 function buildPaths(dir: string): string[] {
-  const out = ['package.json', 'node_modules', 'shared/package.json', 'shared/dist', 'shared/descriptor', 'deploy'];
-  for (const s of readdirSync(path.join(dir, 'services'))) out.push(`services/${s}/package.json`, `services/${s}/dist`);
+  const out = ['package.json', 'node_modules', 'shared/package.json', 'shared/dist', 'shared/descriptor', 'packages/shared/descriptor', 'deploy'];
+  for (const root of ['packages', 'services', 'tools']) {
+    if (!existsSync(path.join(dir, root))) continue;
+    for (const s of readdirSync(path.join(dir, root))) out.push(`${root}/${s}/package.json`, `${root}/${s}/dist`, `${root}/${s}/bin`);
+  }
   return out.filter((p) => existsSync(path.join(dir, p)));
 }
 
@@ -554,7 +558,7 @@ export async function cleanupPodHost(host: PodHost, sandboxIds: string[] = []): 
 
 /** buildTemplateOnHost builds a template with build b's own template builder into stateDir/templates. */
 async function buildTemplateOnHost(stateDir: string, name: string, b: Build): Promise<void> {
-  const builder = require(path.join(b.dir, 'services', 'server', 'dist', 'core', 'template-builder.js')) as {
+  const builder = require(templateBuilderModule(b.dir)) as {
     buildTemplate(o: { name: string; templatesDir: string; poddBundlePath: string; poddVersion: string }): Promise<unknown>;
   };
   await builder.buildTemplate({ name, templatesDir: path.join(stateDir, 'templates'), poddBundlePath: path.join(b.dir, 'services', 'podd', 'dist', 'podd.bundle.js'), poddVersion: b.version });
@@ -658,7 +662,7 @@ async function checkNode(st: RunState, server: Build, ublk: Build): Promise<stri
  * upgradeServerIn: the README rollout for the server, in the standby slot's container `to`
  * (already running the target image): `sandnode upgrade server --from-build /app` there.
  */
-async function upgradeServerIn(st: RunState, to: string): Promise<{ detail: string; timings: Record<string, number> }> {
+async function upgradeServerIn(st: RunState, to: string, b: Build): Promise<{ detail: string; timings: Record<string, number> }> {
   // The standby daemon of the `to` container takes over when it has "server.takeover.v1"
   // (`upgrade server --standby`); an older one cannot be asked, so the CLI of its image starts
   // a server from its build that takes over (`--from-build /app`), as that release documents.
@@ -666,7 +670,7 @@ async function upgradeServerIn(st: RunState, to: string): Promise<{ detail: stri
   const standby = await versionAt(`unix://${path.join(st.runDir, `server-${slot}-admin.sock`)}`).catch(() => undefined);
   const viaStandby = !!standby?.features.includes('server.takeover.v1');
   const args = viaStandby ? ['upgrade', 'server', '--standby', '--json'] : ['upgrade', 'server', '--from-build', '/app', '--json'];
-  const r = await st.pod.exec(to, ['node', '/app/services/server/dist/cli/main.js', ...args]);
+  const r = await st.pod.exec(to, ['node', `/app/${cliMainRel(b.dir)}`, ...args]);
   if (r.status !== 0) throw Object.assign(new Error(`sandnode upgrade server in ${to} exited ${r.status}: ${(r.stderr || r.stdout).trim().slice(-1500)}`), { logExcerpt: await st.pod.logs(to) });
   const t = JSON.parse(r.stdout) as { oldPid: number; newPid: number; oldVersion: string; newVersion: string; holdWindowMs: number; adopted: number; adoptionMs: number; epoch: number; listeners: string[] };
   st.api.close();
@@ -684,14 +688,14 @@ async function upgradeServerIn(st: RunState, to: string): Promise<{ detail: stri
  * the equivalent: HandoverAll on the container's daemon from the old slot (with the node's
  * epoch), SIGTERM of the old slot's container, active-slot record and the stable link.
  */
-async function upgradeUblkIn(st: RunState, from: string, to: string, slot: 'a' | 'b'): Promise<{ detail: string; timings: Record<string, number> }> {
+async function upgradeUblkIn(st: RunState, from: string, to: string, slot: 'a' | 'b', b: Build): Promise<{ detail: string; timings: Record<string, number> }> {
   const notes: string[] = [];
   const timings: Record<string, number> = {};
   // The README rollout: the standby slot's own daemon takes the devices (`--standby`, a CLI of
   // this release); an older CLI only knows `--from-build`, which cannot run beside that daemon.
-  let cli = await st.pod.exec(to, ['node', '/app/services/server/dist/cli/main.js', 'upgrade', 'ublk-manager', '--standby', '--json']);
+  let cli = await st.pod.exec(to, ['node', `/app/${cliMainRel(b.dir)}`, 'upgrade', 'ublk-manager', '--standby', '--json']);
   if (cli.status !== 0 && /unknown option '--standby'/.test(cli.stderr)) {
-    cli = await st.pod.exec(to, ['node', '/app/services/server/dist/cli/main.js', 'upgrade', 'ublk-manager', '--from-build', '/app', '--json']);
+    cli = await st.pod.exec(to, ['node', `/app/${cliMainRel(b.dir)}`, 'upgrade', 'ublk-manager', '--from-build', '/app', '--json']);
   }
   timings.cliMs = cli.ms;
   if (cli.status === 0) {
@@ -784,14 +788,14 @@ async function runContainerUpgrade(ctx: RunContext, layout: PodLayout, host: Pod
     // ---- upgrade to N in the b slots
     await ok({ name: 'upgrade ublk-manager (ublk-b)', component: 'ublk-manager', from: old.label, to: neu.label }, async () => {
       const readyMs = await pod.start('ublk-b', images.new);
-      const r = await upgradeUblkIn(st, 'ublk-a', 'ublk-b', 'b');
+      const r = await upgradeUblkIn(st, 'ublk-a', 'ublk-b', 'b', neu);
       return { detail: r.detail, timings: { readyMs, ...r.timings } };
     });
     stream = startStream(st.api, st.sbs[0]!.id, 'stop-1');
     await sleep(500);
     await ok({ name: 'upgrade server (server-b)', component: 'server', from: old.label, to: neu.label }, async () => {
       const readyMs = await pod.start('server-b', images.new);
-      const r = await upgradeServerIn(st, 'server-b');
+      const r = await upgradeServerIn(st, 'server-b', neu);
       return { detail: r.detail, timings: { readyMs, ...r.timings } };
     });
     await ok({ name: 'exec stream across the server upgrade', component: 'server' }, async () => {
@@ -816,7 +820,7 @@ async function runContainerUpgrade(ctx: RunContext, layout: PodLayout, host: Pod
         ublkAfterRollback = neu;
         throw new NotApplicable(`ublk-manager ${old.label} lacks feature "ublk.foreign-mountns.v1" (it cannot recover loop devices attached from another container's mount namespace): ublk-manager stays at ${neu.label}, ublk-a stopped again`);
       }
-      const r = await upgradeUblkIn(st, 'ublk-b', 'ublk-a', 'a');
+      const r = await upgradeUblkIn(st, 'ublk-b', 'ublk-a', 'a', old);
       return { detail: r.detail, timings: { readyMs, ...r.timings } };
     });
     stream = startStream(st.api, st.sbs[1]!.id, 'stop-2');
@@ -825,7 +829,7 @@ async function runContainerUpgrade(ctx: RunContext, layout: PodLayout, host: Pod
       // the retired server-a process ends once the streams it relayed are done
       const exited = await pod.waitExited('server-a', 30_000);
       const readyMs = await pod.start('server-a', images.old);
-      const r = await upgradeServerIn(st, 'server-a');
+      const r = await upgradeServerIn(st, 'server-a', old);
       return { detail: `${exited ? '' : 'retired server-a still running after 30 s, replaced; '}${r.detail}`, timings: { readyMs, ...r.timings } };
     });
     await ok({ name: 'exec stream across the server rollback', component: 'server' }, async () => {

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { askVersion, connectServerApi, sandboxDir, socketPath, unixAddress, type ServerApi } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
-import { REPO_ROOT } from './releases';
+import { cliMain, templateBuilderModule } from './layout';
 import type { Build, Component } from './types';
 
 /** A daemon component (podd runs inside sandboxes and is not started by the node). */
@@ -26,7 +26,7 @@ interface StackDirs {
   listen: string;
 }
 
-/** The part of N's `services/server/dist/cli/stack.js` this module uses. */
+/** The part of N's `@sandnode/node-stack` this module uses. */
 interface StackModule {
   startComponent(dirs: StackDirs, c: Daemon, opts?: { buildDir?: string; timeoutMs?: number }): Promise<{ pid: number; started: boolean }>;
   stopComponent(dirs: StackDirs, c: Daemon, timeoutMs?: number): Promise<boolean>;
@@ -38,7 +38,7 @@ interface StackModule {
 let stackModule: StackModule | undefined;
 /** stack loads N's stack module (how the operator CLI starts and stops daemons). */
 function stack(): StackModule {
-  stackModule ??= require(path.join(REPO_ROOT, 'services', 'server', 'dist', 'cli', 'stack.js')) as StackModule;
+  stackModule ??= require('@sandnode/node-stack') as StackModule;
   return stackModule;
 }
 
@@ -151,7 +151,7 @@ export class TempNode {
    */
   async buildTemplate(name: string, b: Build): Promise<number> {
     const t0 = Date.now();
-    const builder = require(path.join(b.dir, 'services', 'server', 'dist', 'core', 'template-builder.js')) as {
+    const builder = require(templateBuilderModule(b.dir)) as {
       buildTemplate(o: { name: string; templatesDir: string; poddBundlePath: string; poddVersion: string }): Promise<unknown>;
     };
     await builder.buildTemplate({
@@ -165,7 +165,7 @@ export class TempNode {
 
   /** cli runs N's operator CLI on this node (`--listen ''`); env adds variables (e.g. the target's commit). */
   cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<CliResult> {
-    return runNode([path.join(this.n.dir, 'services', 'server', 'dist', 'cli', 'main.js'), '--state-dir', this.dirs.stateDir, '--run-dir', this.dirs.runDir, '--listen', '', ...args], env);
+    return runNode([cliMain(this.n.dir), '--state-dir', this.dirs.stateDir, '--run-dir', this.dirs.runDir, '--listen', '', ...args], env);
   }
 
   /** logTail returns the last lines of the newest log of component c (any slot). */

@@ -18,7 +18,7 @@ import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/versi
 import { PoddServiceDefinition, ThawEndedBy } from '@sandnode/shared/proto/podd/v1/podd';
 import { DriveRole, type VmSpec } from '@sandnode/shared/proto/vmm/v1/vmm';
 // Test-only reach into the server package: the template builder is the one production uses.
-import { buildTemplate } from '../../server/src/core/template-builder';
+import { buildTemplate } from '@sandnode/template-builder';
 import { Fixture, MAIN_JS, missingPrereqs } from './__tests__/fixture';
 import { freezeTestSuite, sleep, startWriter, WINDOW_SLACK_MS } from './__tests__/freeze-helpers';
 import type { FreezeRecord } from './core/freeze';

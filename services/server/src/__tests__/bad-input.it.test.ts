@@ -4,8 +4,8 @@
  */
 import { Status } from 'nice-grpc-common';
 import { ClientError } from 'nice-grpc';
-import { loopDevicesBelow, mountsBelow } from '../cli/stack';
-import { describeNode, execCollect, startNode, type TestNode } from './harness';
+import { loopDevicesBelow, mountsBelow } from '@sandnode/node-stack';
+import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(180_000);
 

@@ -10,8 +10,8 @@ import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { mapLimit, processState } from '@sandnode/shared';
 import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
-import { findRunning, startComponent } from '../cli/stack';
-import { describeNode, startNode, type TestNode } from './harness';
+import { findRunning, startComponent } from '@sandnode/node-stack';
+import { describeNode, startNode, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
 

@@ -13,9 +13,9 @@ import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/san
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { DriveRole, VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { ClientError, Status } from 'nice-grpc-common';
-import { mainScript } from '../cli/stack';
+import { mainScript } from '@sandnode/node-stack';
 import { FlockLease } from '../store/flock-lease';
-import { adminStatus, describeNode, execCollect, holderStatus, inventory, killProcesses, leaseFile, serverProcesses, startNode, type LeaseView, type TestNode } from './harness';
+import { adminStatus, describeNode, execCollect, holderStatus, inventory, killProcesses, leaseFile, serverProcesses, startNode, type LeaseView, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(180_000);
 

@@ -13,8 +13,8 @@ import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { PoddServiceDefinition, ThawEndedBy } from '@sandnode/shared/proto/podd/v1/podd';
 import type { ServerApi } from '@sandnode/shared';
-import { startComponent } from '../cli/stack';
-import { describeNode, execCollect, holderStatus, inventory, killProcesses, orphans, serverProcesses, startNode, withEnv, type TestNode } from './harness';
+import { startComponent } from '@sandnode/node-stack';
+import { describeNode, execCollect, holderStatus, inventory, killProcesses, orphans, serverProcesses, startNode, withEnv, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
 

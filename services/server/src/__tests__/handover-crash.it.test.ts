@@ -8,10 +8,10 @@
  */
 import { ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
-import { startComponent } from '../cli/stack';
-import { upgradeServer } from '../cli/upgrade';
+import { startComponent } from '@sandnode/node-stack';
+import { upgradeServer } from '@sandnode/node-stack';
 import { HANDOVER_FAILPOINTS } from '../handover/failpoints';
-import type { TakeoverResult } from '../handover/server-node';
+import type { TakeoverResult } from '@sandnode/shared';
 import { FlockLease } from '../store/flock-lease';
 import {
   adminStatus,
@@ -27,7 +27,7 @@ import {
   withEnv,
   type LeaseView,
   type TestNode,
-} from './harness';
+} from '@sandnode/testkit';
 
 jest.setTimeout(180_000);
 

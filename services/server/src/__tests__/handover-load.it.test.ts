@@ -11,10 +11,10 @@ import { socketPath } from '@sandnode/shared';
 import { ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { ClientError, Status } from 'nice-grpc-common';
-import { connectServer, type ServerApi } from '../cli/api';
-import { upgradeServer } from '../cli/upgrade';
-import type { TakeoverResult } from '../handover/server-node';
-import { adminStatus, describeNode, holderStatus, serverProcesses, startNode, type TestNode } from './harness';
+import { connectServer, type ServerApi } from '@sandnode/node-stack';
+import { upgradeServer } from '@sandnode/node-stack';
+import type { TakeoverResult } from '@sandnode/shared';
+import { adminStatus, describeNode, holderStatus, serverProcesses, startNode, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
 

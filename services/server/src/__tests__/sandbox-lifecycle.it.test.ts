@@ -6,8 +6,8 @@ import { readFileSync } from 'node:fs';
 import { ClientError, Status } from 'nice-grpc-common';
 import { processStartTicks, processState } from '@sandnode/shared';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { killComponent, startComponent } from '../cli/stack';
-import { describeNode, execCollect, startNode, type TestNode } from './harness';
+import { killComponent, startComponent } from '@sandnode/node-stack';
+import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(180_000);
 

@@ -4,9 +4,9 @@
  */
 import { createHash } from 'node:crypto';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { COMPONENTS, activeUblkSlot, startComponent, stopComponent } from '../cli/stack';
-import { upgradeUblkManager } from '../cli/upgrade-ublk';
-import { describeNode, execCollect, startNode, type TestNode } from './harness';
+import { COMPONENTS, activeUblkSlot, startComponent, stopComponent } from '@sandnode/node-stack';
+import { upgradeUblkManager } from '@sandnode/node-stack';
+import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(240_000);
 

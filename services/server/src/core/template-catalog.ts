@@ -4,7 +4,7 @@
  * sandbox is never replaced under it.
  */
 import { FailedPreconditionError } from '@sandnode/shared';
-import { buildTemplate, listTemplates, readTemplate } from './template-builder';
+import { buildTemplate, listTemplates, readTemplate } from '@sandnode/template-builder';
 import type { RecordStore, TemplateCatalog, TemplateInfo } from './types';
 import { validateTemplateName } from './validate';
 

@@ -235,14 +235,8 @@ export interface PoddConnector {
 }
 
 /** Template as the server knows it. */
-export interface TemplateInfo {
-  name: string;
-  poddVersion: string;
-  rootfsPath: string;
-  sizeBytes: number;
-  createdAtMs: number;
-  buildMs: number;
-}
+export type { TemplateInfo } from '@sandnode/template-builder';
+import type { TemplateInfo } from '@sandnode/template-builder';
 
 /** TemplateCatalog resolves and builds templates. */
 export interface TemplateCatalog {

@@ -24,6 +24,8 @@ import {
   unixAddress,
   type Logger,
   type ServiceServer,
+  adminSocketName,
+  type TakeoverResult,
 } from '@sandnode/shared';
 import { AdminServiceDefinition, ServerRole, type AdminServiceImplementation, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
@@ -55,19 +57,6 @@ export const DEFAULT_HOLD_MS = 2000;
 /** Default time the old server waits for FinishHandover, ms. */
 export const DEFAULT_FINISH_TIMEOUT_MS = 15_000;
 
-/** What a takeover reports (printed by the new server, read by `sandnode upgrade server`). */
-export interface TakeoverResult {
-  takeover: true;
-  oldPid: number;
-  oldVersion: string;
-  newPid: number;
-  newVersion: string;
-  epoch: number;
-  holdWindowMs: number;
-  adopted: number;
-  adoptionMs: number;
-  listeners: string[];
-}
 
 export class ServerNode {
   role: ServerRole = ServerRole.SERVER_ROLE_STANDBY;
@@ -106,7 +95,7 @@ export class ServerNode {
     mkdirSync(cfg.stateDir, { recursive: true });
     mkdirSync(path.join(cfg.runDir, 'sandboxes'), { recursive: true });
     this.lease = new FlockLease(path.join(cfg.stateDir, 'server.lease'));
-    this.adminAddress = unixAddress(path.join(cfg.runDir, `server-${cfg.slot || String(process.pid)}-admin.sock`));
+    this.adminAddress = unixAddress(path.join(cfg.runDir, adminSocketName(cfg.slot || String(process.pid))));
   }
 
   private info() {

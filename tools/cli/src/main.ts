@@ -17,12 +17,11 @@ import { Command, InvalidArgumentError as UsageError, Option } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
 import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, socketPath, unixAddress } from '@sandnode/shared';
 import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { connectServer, sandboxJson, table, type SandboxJson } from './api';
-import { COMPONENTS, findRunning, getVersion, purgeNode, startComponent, stopComponent, type StackDirs } from './stack';
+import { connectServer, sandboxJson, table, type SandboxJson } from '@sandnode/node-stack';
+import { COMPONENTS, findRunning, getVersion, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { runDemo } from './demo';
-import { upgradeServer, upgradeServerViaStandby } from './upgrade';
-import { upgradeUblkManager } from './upgrade-ublk';
-import { FlockLease } from '../store/flock-lease';
+import { upgradeServer, upgradeServerViaStandby } from '@sandnode/node-stack';
+import { upgradeUblkManager, findActiveServer, waitForActiveServer } from '@sandnode/node-stack';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { AdminServiceDefinition, DrainOutcome, ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 
@@ -157,20 +156,9 @@ program
           api.close();
         }
       }
-      const holder = FlockLease.readHolder(path.join(d.stateDir, 'server.lease'));
-      let lease: { epoch: number; role: string } | undefined;
-      if (holder && FlockLease.isHeld(path.join(d.stateDir, 'server.lease'))) {
-        const ch = createSandnodeChannel(holder.admin);
-        try {
-          const st = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs: 2000, retryAttempts: 1 }).getLeaseStatus({});
-          lease = { epoch: Number(st.epoch), role: ServerRole[st.role].replace('SERVER_ROLE_', '') };
-        } catch {
-          /* the holder does not answer */
-        } finally {
-          ch.close();
-        }
-      }
-      const server = holder && lease ? { slot: holder.slot, pid: holder.pid, version: holder.version } : null;
+      const active = await findActiveServer(d.runDir);
+      const server = active ? { slot: active.slot, pid: active.holderPid, version: active.version } : null;
+      const lease = active ? { epoch: active.epoch, role: active.role } : undefined;
       const epoch = lease?.epoch ?? null;
       print(!!o.json, { components, sandboxes, epoch, server }, () =>
         [
@@ -509,8 +497,7 @@ program
   .action(
     action(async (o: { deadlineMs: number; concurrency: number; json?: boolean }) => {
       const d = dirs();
-      const holder = FlockLease.readHolder(path.join(d.stateDir, 'server.lease'));
-      if (!holder) throw new Error('no active server');
+      const holder = await waitForActiveServer(d.runDir);
       const ch = createSandnodeChannel(holder.admin);
       try {
         const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: o.deadlineMs + 10_000 });

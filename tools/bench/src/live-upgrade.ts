@@ -11,12 +11,11 @@ import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandb
 import { AdminServiceDefinition } from '@sandnode/shared/proto/server/v1/admin';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { connectServer } from '../cli/api';
-import { COMPONENTS, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '../cli/stack';
-import { upgradeServer } from '../cli/upgrade';
-import { upgradeUblkManager } from '../cli/upgrade-ublk';
-import { FlockLease } from '../store/flock-lease';
-import { percentile } from '../cli/stats';
+import { connectServer } from '@sandnode/node-stack';
+import { COMPONENTS, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
+import { upgradeServer } from '@sandnode/node-stack';
+import { upgradeUblkManager, waitForActiveServer } from '@sandnode/node-stack';
+import { percentile } from '@sandnode/node-stack';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
@@ -121,7 +120,7 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     await mapLimit(Array.from({ length: Math.max(0, n - have) }), 4, () => api.sandboxes.createSandbox({ template: 'base' }));
     const drainMs: Record<string, number> = {};
     for (const conc of [8, 1]) {
-      const holder = FlockLease.readHolder(path.join(dirs.stateDir, 'server.lease'))!;
+      const holder = await waitForActiveServer(dirs.runDir);
       const ch = createSandnodeChannel(holder.admin);
       const t0 = performance.now();
       const r = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs: 600_000 }).drain({ deadlineMs: 600_000, concurrency: conc });

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { askVersion, createSandnodeChannel, createServiceClient, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { mainScript, pidFile, tail, pointUblkAddress, setActiveUblkSlot, type StackDirs } from './stack';
-import { FlockLease } from '../store/flock-lease';
+import { findActiveServer } from './lease';
 import { percentile } from './stats';
 
 export interface UblkUpgradeResult {
@@ -96,8 +96,8 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
   };
   if (!fresh.features.includes('ublk.handover.v1')) await giveUp(`ublk-manager ${fresh.version} lacks feature "ublk.handover.v1"`);
   // The move is a mutating call on both slots: it carries the node's current epoch (the
-  // active server's, from the lease file), like every call the server makes.
-  const epoch = FlockLease.readHolder(path.join(path.resolve(dirs.stateDir), 'server.lease'))?.epoch ?? 0;
+  // active server's, from its GetLeaseStatus), like every call the server makes.
+  const epoch = (await findActiveServer(dirs.runDir))?.epoch ?? 0;
   const ch = createSandnodeChannel(unixAddress(newSock));
   let res;
   try {

@@ -19,9 +19,6 @@ import { constants as fsConstants } from 'node:fs';
 import { chmod, copyFile, lstat, mkdir, mkdtemp, open, readdir, readFile, readlink, realpath, rename, rm, stat, symlink, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { AlreadyExistsError, FailedPreconditionError, InternalError, InvalidArgumentError } from '@sandnode/shared';
-import type { TemplateInfo } from './types';
-
-export type { TemplateInfo };
 
 /** Template names: lower-case letters, digits, `.`, `_`, `-`; 1..63 chars; starts with a letter or digit. */
 export const TEMPLATE_NAME_RE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
@@ -33,6 +30,21 @@ export const ROOTFS_DIR = 'rootfs';
 export const MANIFEST_FILE = 'manifest.json';
 /** Default busybox binary (Debian: `apt-get install busybox-static`). */
 export const DEFAULT_BUSYBOX_PATH = '/bin/busybox';
+
+/** A built template as its manifest describes it. */
+export interface TemplateInfo {
+  name: string;
+  /** version of the podd bundle copied into the template */
+  poddVersion: string;
+  /** absolute path of the template's read-only rootfs dir */
+  rootfsPath: string;
+  /** bytes of the rootfs on disk */
+  sizeBytes: number;
+  /** Unix epoch ms */
+  createdAtMs: number;
+  /** how long the build took, ms */
+  buildMs: number;
+}
 
 /** Paths inside the rootfs (the contract between templates, the init, podd and the drivers). */
 export const ROOTFS_PATHS = {

@@ -10,9 +10,7 @@ import { createSandnodeChannel, createServiceClient, processStartTicks, socketPa
 import { AdminServiceDefinition, type ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
-import { FlockLease } from '../store/flock-lease';
-import { connectServer, type ServerApi } from '../cli/api';
-import { COMPONENTS, purgeNode, sandnodeProcesses, startComponent, stopComponent, type Component, type StackDirs } from '../cli/stack';
+import { COMPONENTS, connectServer, findActiveServer, purgeNode, sandnodeProcesses, startComponent, stopComponent, type Component, type ServerApi, type StackDirs } from '@sandnode/node-stack';
 
 /** missingParts names what this machine lacks for integration tests (empty: all there). */
 export function missingParts(): string[] {
@@ -22,7 +20,7 @@ export function missingParts(): string[] {
   if (!existsSync('/bin/busybox')) missing.push('busybox-static (apt-get install busybox-static)');
   if (!existsSync('/dev/loop-control')) missing.push('/dev/loop-control (loop devices)');
   for (const c of ['vmm-supervisor', 'ublk-manager', 'server', 'podd']) {
-    if (!existsSync(path.join(__dirname, '..', '..', '..', c, 'dist', 'main.js'))) missing.push(`services/${c}/dist (run npm run build)`);
+    if (!existsSync(path.join(path.dirname(require.resolve(`@sandnode/${c}/package.json`)), 'dist', 'main.js'))) missing.push(`services/${c}/dist (run npm run build)`);
   }
   return missing;
 }
@@ -156,7 +154,7 @@ export async function startNode(
       return node.api;
     },
     cli(args, input) {
-      const r = spawnSync(process.execPath, [path.join(__dirname, '..', '..', 'dist', 'cli', 'main.js'), '--state-dir', dirs.stateDir, '--run-dir', dirs.runDir, '--listen', '', ...args], {
+      const r = spawnSync(process.execPath, [require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', dirs.stateDir, '--run-dir', dirs.runDir, '--listen', '', ...args], {
         input,
         encoding: 'utf8',
         timeout: 120_000,
@@ -235,11 +233,10 @@ export function leaseFile(dirs: StackDirs): string {
   return path.join(path.resolve(dirs.stateDir), 'server.lease');
 }
 
-/** holderStatus asks the lease holder named in the lease file (undefined: none answers). */
+/** holderStatus asks the active server (the one whose admin socket answers ACTIVE); undefined: none answers. */
 export async function holderStatus(dirs: StackDirs): Promise<LeaseView | undefined> {
-  const h = FlockLease.readHolder(leaseFile(dirs));
-  if (!h || !FlockLease.isHeld(leaseFile(dirs))) return undefined;
-  return adminStatus(h.admin);
+  const a = await findActiveServer(dirs.runDir);
+  return a ? adminStatus(a.admin) : undefined;
 }
 
 /** The node's own view below its dirs: what could be an orphan. */

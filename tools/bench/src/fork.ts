@@ -5,7 +5,7 @@
  * parent's freeze window as podd reports it (first FIFREEZE to last FITHAW; goal p99 <= 50
  * ms) and the clone time of the two devices.
  *
- * Run alone: `node services/server/dist/bench/fork.js` (after `npm run build`) writes
+ * Run alone: `node tools/bench/dist/fork.js` (after `npm run build`) writes
  * bench/results/fork.json; `npm run bench` runs it as one section of foundation.json.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -13,9 +13,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { socketPath, unixAddress } from '@sandnode/shared';
 import { ForkMethod } from '@sandnode/shared/proto/server/v1/sandbox';
-import { connectServer, table, type ServerApi } from '../cli/api';
-import { COMPONENTS, purgeNode, startComponent, stopComponent, type StackDirs } from '../cli/stack';
-import { percentile } from '../cli/stats';
+import { connectServer, table, type ServerApi } from '@sandnode/node-stack';
+import { COMPONENTS, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
+import { percentile } from '@sandnode/node-stack';
 import { writeBenchResults } from './results';
 
 const r1 = (x: number) => Math.round(x * 10) / 10;

@@ -27,3 +27,28 @@ export function connectServerApi(address: string, timeoutMs = 120_000): ServerAp
     close: () => channel.close(),
   };
 }
+
+/**
+ * What a takeover reports: the line a new server prints on stdout when it serves after a
+ * handover, read by `sandnode upgrade server` (node-stack). Times in ms.
+ */
+export interface TakeoverResult {
+  takeover: true;
+  oldPid: number;
+  oldVersion: string;
+  newPid: number;
+  newVersion: string;
+  epoch: number;
+  holdWindowMs: number;
+  adopted: number;
+  adoptionMs: number;
+  listeners: string[];
+}
+
+/** adminSocketName is a server's admin socket file in the run dir: `server-<slot or pid>-admin.sock`. */
+export function adminSocketName(slotOrPid: string): string {
+  return `server-${slotOrPid}-admin.sock`;
+}
+
+/** ADMIN_SOCKET_RE matches the file names {@link adminSocketName} makes. */
+export const ADMIN_SOCKET_RE = /^server-[A-Za-z0-9]+-admin\.sock$/;

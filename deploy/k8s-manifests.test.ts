@@ -29,9 +29,9 @@ import { createServer } from 'nice-grpc';
 import { HealthDefinition, HealthServiceImpl, HealthState } from 'nice-grpc-server-health';
 import { configSchema as ublkConfigSchema, loadUblkConfig } from '@sandnode/ublk-manager';
 import { configSchema as vmmConfigSchema, loadVmmConfig } from '@sandnode/vmm-supervisor';
-import { resolveServerConfig, serverConfigSchema } from '../config';
+import { resolveServerConfig, serverConfigSchema } from '@sandnode/server';
 
-const ROOT = path.resolve(__dirname, '../../../..');
+const ROOT = path.resolve(__dirname, '..');
 const K8S = path.join(ROOT, 'deploy/k8s');
 const PRESTOP = path.join(ROOT, 'deploy/prestop.sh');
 const PROBE = path.join(ROOT, 'deploy/health-probe.js');

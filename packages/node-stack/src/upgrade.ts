@@ -7,11 +7,10 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, processStartTicks, processState } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, processStartTicks, processState, type TakeoverResult } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import { AdminServiceDefinition, ServerRole } from '@sandnode/shared/proto/server/v1/admin';
-import type { TakeoverResult } from '../handover/server-node';
-import { FlockLease } from '../store/flock-lease';
+import { waitForActiveServer } from './lease';
 import { mainScript, pidFile, type StackDirs } from './stack';
 
 /** Default time an upgrade may take, ms. */
@@ -25,15 +24,10 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
   if (standbys.length) throw new Error(`a standby server already runs (pid ${standbys[0]?.pid}, version ${standbys[0]?.version}): upgrade with --standby, or stop it first`);
   const script = mainScript('server', buildDir);
   if (!existsSync(script)) throw new Error(`${script} does not exist: build that checkout first (npm run build in ${path.resolve(buildDir)})`);
-  const leaseFile = path.join(path.resolve(dirs.stateDir), 'server.lease');
-  // The lease file is rewritten when a server becomes active: read it again for a moment
-  // before concluding that no server is active.
-  let holder = FlockLease.readHolder(leaseFile);
-  for (let i = 0; i < 40 && (!holder || !FlockLease.isHeld(leaseFile)); i++) {
-    await new Promise((r) => setTimeout(r, 50));
-    holder = FlockLease.readHolder(leaseFile);
-  }
-  if (!holder || !FlockLease.isHeld(leaseFile)) throw new Error('no active server: start one with `sandnode up`');
+  // A handover in progress has no ACTIVE server for a moment: ask again for a while before
+  // concluding that none is active.
+  const active = await waitForActiveServer(dirs.runDir);
+  const holder = { pid: active.holderPid, slot: active.slot };
   const slot = holder.slot === 'b' ? 'a' : 'b';
   const logDir = path.join(path.resolve(dirs.runDir), 'logs');
   mkdirSync(logDir, { recursive: true });

@@ -19,13 +19,13 @@ import path from 'node:path';
 import { createSandnodeChannel, socketPath, unixAddress } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { createClient } from 'nice-grpc';
-import { connectServer, table, type ServerApi } from '../cli/api';
-import { COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '../cli/stack';
+import { connectServer, table, type ServerApi } from '@sandnode/node-stack';
+import { COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { mapLimit } from '@sandnode/shared';
 import { benchFork } from './fork';
 import { writeBenchResults } from './results';
 import { benchLiveUpgrade } from './live-upgrade';
-import { percentile } from '../cli/stats';
+import { percentile } from '@sandnode/node-stack';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 

@@ -1,7 +1,7 @@
 /**
  * The operator CLI against a real node: JSON shapes for scripts and exit codes.
  */
-import { describeNode, startNode, type TestNode } from './harness';
+import { describeNode, startNode, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(180_000);
 

@@ -1,0 +1,91 @@
+/**
+ * Who holds the node's server lease, as the servers themselves say it: every server serves
+ * AdminService on its admin socket (`<runDir>/server-<slot or pid>-admin.sock`, root only);
+ * the active one is the server whose GetLeaseStatus answers role ACTIVE. The CLI and the
+ * tools never read the lease file: a killed server's stale socket refuses at once and a
+ * retired one answers RETIRING, so neither is taken for the active server.
+ */
+import { readdirSync } from 'node:fs';
+import path from 'node:path';
+import { ADMIN_SOCKET_RE, createSandnodeChannel, createServiceClient, unixAddress } from '@sandnode/shared';
+import { AdminServiceDefinition, ServerRole, type GetLeaseStatusResponse } from '@sandnode/shared/proto/server/v1/admin';
+
+/** Default time one admin socket may take to answer GetLeaseStatus, ms. */
+export const DEFAULT_LEASE_STATUS_TIMEOUT_MS = 2000;
+/** Default time {@link waitForActiveServer} waits for an active server, ms. */
+export const DEFAULT_ACTIVE_WAIT_MS = 2000;
+/** Poll interval of {@link waitForActiveServer}, ms. */
+const ACTIVE_POLL_MS = 50;
+
+/** A server as its admin socket describes it. */
+export interface ServerStatus {
+  /** its admin address, "unix:///abs/server-a-admin.sock" */
+  admin: string;
+  /** role name without prefix: ACTIVE, STANDBY, HANDING_OVER, RETIRING */
+  role: string;
+  /** the node's epoch as this server knows it */
+  epoch: number;
+  /** pid of the lease holder (0 when free) */
+  holderPid: number;
+  slot: string;
+  version: string;
+  /** when it became active, Unix epoch ms; 0 if it is not */
+  sinceMs: number;
+}
+
+/** adminSockets lists the admin sockets in runDir (absolute paths), newest name order. */
+export function adminSockets(runDir: string): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(path.resolve(runDir));
+  } catch {
+    return [];
+  }
+  return names.filter((n) => ADMIN_SOCKET_RE.test(n)).map((n) => path.join(path.resolve(runDir), n));
+}
+
+/** serverStatus asks one admin address for GetLeaseStatus; undefined when nothing answers. */
+export async function serverStatus(admin: string, timeoutMs = DEFAULT_LEASE_STATUS_TIMEOUT_MS): Promise<ServerStatus | undefined> {
+  const ch = createSandnodeChannel(admin);
+  try {
+    const st: GetLeaseStatusResponse = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs, retryAttempts: 1 }).getLeaseStatus({});
+    return {
+      admin,
+      role: (ServerRole[st.role] ?? `UNKNOWN_${st.role}`).replace('SERVER_ROLE_', ''),
+      epoch: Number(st.epoch),
+      holderPid: st.holderPid,
+      slot: st.slot,
+      version: st.version,
+      sinceMs: Number(st.sinceMs),
+    };
+  } catch {
+    return undefined;
+  } finally {
+    ch.close();
+  }
+}
+
+/** listServers asks every admin socket in runDir for its status (those that answer). */
+export async function listServers(runDir: string, timeoutMs = DEFAULT_LEASE_STATUS_TIMEOUT_MS): Promise<ServerStatus[]> {
+  const all = await Promise.all(adminSockets(runDir).map((s) => serverStatus(unixAddress(s), timeoutMs)));
+  return all.filter((s): s is ServerStatus => s !== undefined);
+}
+
+/** findActiveServer is the server whose admin socket answers ACTIVE; undefined when none does. */
+export async function findActiveServer(runDir: string, timeoutMs = DEFAULT_LEASE_STATUS_TIMEOUT_MS): Promise<ServerStatus | undefined> {
+  return (await listServers(runDir, timeoutMs)).find((s) => s.role === 'ACTIVE');
+}
+
+/**
+ * waitForActiveServer polls {@link findActiveServer} for up to waitMs (a handover in progress
+ * has no ACTIVE server for a moment). Throws Error "no active server" after that.
+ */
+export async function waitForActiveServer(runDir: string, waitMs = DEFAULT_ACTIVE_WAIT_MS): Promise<ServerStatus> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const s = await findActiveServer(runDir);
+    if (s) return s;
+    if (Date.now() >= deadline) throw new Error('no active server: start one with `sandnode up`');
+    await new Promise((r) => setTimeout(r, ACTIVE_POLL_MS));
+  }
+}
