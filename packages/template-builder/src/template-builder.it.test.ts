@@ -14,7 +14,7 @@ import { PoddServiceDefinition, type ExecResponse } from '@sandnode/shared/proto
 import { buildTemplate, ROOTFS_PATHS, type TemplateInfo } from './template-builder';
 
 const BUSYBOX = '/bin/busybox';
-const PODD_DIR = path.resolve(__dirname, '..', '..', '..', 'podd');
+const PODD_DIR = path.dirname(require.resolve('@sandnode/podd/package.json'));
 const BUNDLE = path.join(PODD_DIR, 'dist', 'podd.bundle.js');
 const PODD_VERSION = (JSON.parse(readFileSync(path.join(PODD_DIR, 'package.json'), 'utf8')) as { version: string }).version;
 
