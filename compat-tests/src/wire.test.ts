@@ -93,6 +93,18 @@ withN('wire compatibility of N with itself', () => {
     expect(rec.failures.some((f) => /written by N's descriptor: RuntimeRecord\.state: expected \d+, got 0/.test(f))).toBe(true);
   });
 
+  it('catches a reader that keeps top-level unknown fields but drops those of a nested message', () => {
+    const s = loadSchema(N);
+    const orig = s.codecs.get(RECORD)!;
+    const decode = (bytes: Uint8Array) => {
+      const m = orig.decode(bytes);
+      return { ...m, vm: m.vm ? { ...(m.vm as Record<string, unknown>), _unknownFields: {} } : m.vm };
+    };
+    s.codecs.set(RECORD, { ...orig, decode });
+    const rec = checkSchemas([s]).messages.find((m) => m.message === RECORD)!;
+    expect(rec.failures).toEqual(['unknown fields N->N: unknown field 9995 inside RuntimeRecord.vm lost on re-encode']);
+  });
+
   it('catches generated code that lacks a message of the descriptor set', () => {
     const s = schemaFromDescriptorSet(N, loadDescriptorSet(N));
     const tmp = mkdtempSync(path.join(os.tmpdir(), 'wire-gen-'));

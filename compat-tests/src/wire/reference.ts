@@ -15,11 +15,12 @@ export function referenceDecode(s: Schema, m: MessageInfo, bytes: Uint8Array): O
   return toTs(s, m, o);
 }
 
-/** referenceEncode encodes a ts-proto shaped object as m with protobufjs (its `_unknownFields` are not written). */
+/** referenceEncode encodes a ts-proto shaped object as m with protobufjs (its `_unknownFields` are not written). Throws when protobufjs' verify rejects it. */
 export function referenceEncode(s: Schema, m: MessageInfo, obj: Obj): Uint8Array {
-  const err = m.type.verify(toPbjs(s, m, obj));
+  const plain = toPbjs(s, m, obj);
+  const err = m.type.verify(plain);
   if (err) throw new Error(`protobufjs: ${m.fullName}: ${err}`);
-  return m.type.encode(m.type.fromObject(toPbjs(s, m, obj))).finish();
+  return m.type.encode(m.type.fromObject(plain)).finish();
 }
 
 function sub(s: Schema, f: FieldInfo): MessageInfo {
