@@ -3,17 +3,23 @@
  * sandnode-compat: runs the N/N-1 matrix and the upgrade/rollback runs and writes
  * `compat-tests/report/matrix.{md,json,html}`. Exit code 1 when any cell or run fails.
  *
- *   npm run compat -- [--quick] [--versions A,B] [--skip] [--no-containers]
+ *   npm run compat -- [--quick] [--versions A,B] [--skip] [--no-containers] [--only wire]
  *
  *   --versions A,B   builds to compare, oldest first ("0.1.0,N"); default: the latest release and N
  *   --skip           also compare N-2 with N (when releases.json has an N-2)
  *   --quick          4 combinations and one upgrade+rollback run per pair
  *   --no-containers  do not run container mode (compat-tests/src/containers.ts) even if present
+ *   --only wire      only the wire checks (no matrix cells, upgrade runs or container mode);
+ *                    the report goes to compat-tests/report/only-wire/
+ *
+ * A mode module (containers, wire) that is missing or lacks its entry point is reported: a
+ * failed section under CI=true, a skipped one with the reason otherwise; never dropped.
  */
 import { existsSync, mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { assignments, runCell } from './matrix';
+import { ciStrict } from './wire/build-paths';
 import { buildRelease, DEFAULT_CACHE_DIR, readReleases, REPO_ROOT, workingTreeBuild, type Release } from './releases';
 import { writeReport } from './report';
 import type { Build, CellResult, ReportSection, RunContext, UpgradeRun } from './types';
@@ -25,6 +31,8 @@ export interface CompatArgs {
   versions?: string[];
   skip: boolean;
   containers: boolean;
+  /** run only this part ("wire") */
+  only?: 'wire';
 }
 
 /** parseArgs reads the flags above; throws naming an unknown flag. */
@@ -35,11 +43,16 @@ export function parseArgs(argv: string[]): CompatArgs {
     if (x === '--quick') a.quick = true;
     else if (x === '--skip') a.skip = true;
     else if (x === '--no-containers') a.containers = false;
+    else if (x === '--only' || x.startsWith('--only=')) {
+      const v = x.includes('=') ? x.slice(x.indexOf('=') + 1) : argv[++i];
+      if (v !== 'wire') throw new Error(`--only: ${v ?? '(missing)'} is not a part that runs alone (known: wire)`);
+      a.only = v;
+    }
     else if (x === '--versions' || x.startsWith('--versions=')) {
       const v = x.includes('=') ? x.slice(x.indexOf('=') + 1) : argv[++i];
       if (!v) throw new Error('--versions needs a value like 0.1.0,N');
       a.versions = v.split(',').map((s) => s.trim()).filter(Boolean);
-    } else throw new Error(`unknown argument ${x} (known: --quick, --versions A,B, --skip, --no-containers)`);
+    } else throw new Error(`unknown argument ${x} (known: --quick, --versions A,B, --skip, --no-containers, --only wire)`);
   }
   return a;
 }
@@ -111,14 +124,23 @@ export async function resolveBuilds(args: CompatArgs, log: (l: string) => void):
   return { builds, order, pairs };
 }
 
-/** optionalHook loads `./<mod>` when it exists and exports fn(ctx) returning report section(s). */
-async function optionalHook(mod: string, fn: string, ctx: RunContext): Promise<ReportSection[]> {
-  const file = path.join(__dirname, `${mod}.js`);
-  if (!existsSync(file)) return [];
-  const m = require(file) as Record<string, unknown>;
-  const f = m[fn];
-  if (typeof f !== 'function') return [];
+/**
+ * optionalHook loads `./<mod>` and calls its fn(ctx), returning its report section(s). A
+ * missing module or export is a section naming it: "fail" under CI=true, else "skipped".
+ */
+export async function optionalHook(mod: string, fn: string, ctx: RunContext, env: NodeJS.ProcessEnv = process.env, dir = __dirname): Promise<ReportSection[]> {
   const t0 = Date.now();
+  const file = path.join(dir, `${mod}.js`);
+  const absent = (why: string): ReportSection[] => [{ title: `${mod}.${fn}`, result: ciStrict(env) ? 'fail' : 'skipped', summary: `${why}${ciStrict(env) ? ' (CI=true: a missing mode fails)' : ''}`, ms: Date.now() - t0 }];
+  if (!existsSync(file)) return absent(`${file} is missing (run npm run build)`);
+  let m: Record<string, unknown>;
+  try {
+    m = require(file) as Record<string, unknown>;
+  } catch (err) {
+    return [{ title: `${mod}.${fn}`, result: 'fail', summary: `loading ${file} failed: ${(err as Error).message}`, ms: Date.now() - t0 }];
+  }
+  const f = m[fn];
+  if (typeof f !== 'function') return absent(`${file} exports no function ${fn}`);
   try {
     const r = (await (f as (c: RunContext) => Promise<ReportSection | ReportSection[]>)(ctx)) ?? [];
     return Array.isArray(r) ? r : [r];
@@ -138,7 +160,7 @@ export async function main(argv: string[]): Promise<number> {
   const cells: CellResult[] = [];
   const upgrades: UpgradeRun[] = [];
   const runStart = Date.now();
-  for (const [older, newer] of pairs) {
+  for (const [older, newer] of args.only ? [] : pairs) {
     const list = assignments(older, newer, args.quick);
     log(`matrix ${older} x ${newer}: ${list.length} combinations`);
     for (const a of list) cells.push(await runCell(a, builds, n, log));
@@ -152,18 +174,18 @@ export async function main(argv: string[]): Promise<number> {
   const work = mkdtempSync(path.join(os.tmpdir(), 'sandnode-compat-hooks-'));
   try {
     const ctx: RunContext = { builds, order, quick: args.quick, workDir: work, log };
-    if (args.containers) sections.push(...(await optionalHook('containers', 'runContainerMode', ctx)));
+    if (args.containers && !args.only) sections.push(...(await optionalHook('containers', 'runContainerMode', ctx)));
     sections.push(...(await optionalHook('wire', 'runWireCompat', ctx)));
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
   const wallMs = Date.now() - t0;
   const meta = [
-    `mode: ${args.quick ? 'quick' : 'full'}; builds ${order.map((l) => `${l} = ${builds[l]!.version}@${builds[l]!.commit.slice(0, 12)}`).join(', ')}`,
+    `mode: ${args.only ? `only ${args.only}` : args.quick ? 'quick' : 'full'}; builds ${order.map((l) => `${l} = ${builds[l]!.version}@${builds[l]!.commit.slice(0, 12)}`).join(', ')}`,
     `process mode: ${cells.length} cells + ${upgrades.length} upgrade run(s) in ${(processMs / 1000).toFixed(1)} s`,
     `generated ${new Date().toISOString()} on ${os.hostname()} (${os.cpus().length} cores)`,
   ];
-  const files = writeReport(path.join(REPO_ROOT, 'compat-tests', 'report'), { cells, upgrades, wallMs }, sections, meta);
+  const files = writeReport(path.join(REPO_ROOT, 'compat-tests', 'report', ...(args.only ? [`only-${args.only}`] : [])), { cells, upgrades, wallMs }, sections, meta);
   const failedCells = cells.filter((c) => c.result === 'fail').length;
   const failedRuns = upgrades.filter((u) => u.result === 'fail').length;
   const failedSections = sections.filter((s) => s.result === 'fail').length;

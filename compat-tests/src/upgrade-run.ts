@@ -12,7 +12,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 import { connectApi, TempNode, type Daemon } from './node';
-import { loadSchema } from './wire-schema';
+import { loadSchema } from './wire';
 import { execCollect, getSandbox, grpcStatusOf, runSuite, stateName, type ExecResult } from './scenarios';
 import type { Build, Component, UpgradeRun, UpgradeStep } from './types';
 
