@@ -142,7 +142,7 @@ withReleases(`wire compatibility of the releases (${names}) with N`, () => {
     expect(section.summary).toMatch(/messages/);
   });
 
-  it(`catches a renumbered field against ${newest.label}: removed without reserving, and values lost`, () => {
+  it(`catches a renumbered field against ${rel.builds.at(-1)?.label ?? "the latest release"}: removed without reserving, and values lost`, () => {
     const scratch = attachCodecs(schemaFromDescriptorSet(N, renumbered(33)), genDir(N));
     const rec = checkSchemas([loadSchema(newest), scratch]).messages.find((m) => m.message === RECORD)!;
     expect(rec.failures).toContain(`schema ${newest.label}->N: field state = 3 removed without reserving its number and name`);
