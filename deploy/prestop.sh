@@ -125,6 +125,7 @@ ELAPSED=$(($(date +%s) - START_S))
 
 # Summarise the CLI's JSON (DrainResponse: sandboxes[{sandbox_id, outcome, error}],
 # duration_ms, device_manager_stopped); print it raw when it is not JSON.
+# shellcheck disable=SC2016 # the single-quoted script is JavaScript, not shell
 SUMMARY="$(node -e '
   const fs = require("node:fs");
   let r;
