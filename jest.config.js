@@ -21,8 +21,6 @@ const PACKAGES = {
   'vmm-supervisor': 'services/vmm-supervisor',
   'ublk-manager': 'services/ublk-manager',
   server: 'services/server',
-  cli: 'tools/cli',
-  bench: 'tools/bench',
 };
 const moduleNameMapper = {
   '^@sandnode/shared/proto/(.*)$': '<rootDir>/packages/shared/src/gen/sandnode/$1',

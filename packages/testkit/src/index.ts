@@ -1,2 +1,6 @@
 /** @sandnode/testkit: fixtures and helpers for sandnode's tests (never imported by daemons). */
+export * from './prereq';
+export * from './expect-code';
+export * from './wait-for';
+export * from './temp-dir';
 export * from './node-fixture';

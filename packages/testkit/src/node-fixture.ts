@@ -10,34 +10,15 @@ import { createSandnodeChannel, createServiceClient, processStartTicks, socketPa
 import { AdminServiceDefinition, type ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { describeWith, NODE_PARTS } from './prereq';
 import { COMPONENTS, connectServer, findActiveServer, purgeNode, sandnodeProcesses, startComponent, stopComponent, type Component, type ServerApi, type StackDirs } from '@sandnode/node-stack';
 
-/** missingParts names what this machine lacks for integration tests (empty: all there). */
-export function missingParts(): string[] {
-  const missing: string[] = [];
-  if (process.getuid?.() !== 0) missing.push('root');
-  if (spawnSync('runc', ['--version']).status !== 0) missing.push('runc (apt-get install runc)');
-  if (!existsSync('/bin/busybox')) missing.push('busybox-static (apt-get install busybox-static)');
-  if (!existsSync('/dev/loop-control')) missing.push('/dev/loop-control (loop devices)');
-  for (const c of ['vmm-supervisor', 'ublk-manager', 'server', 'podd']) {
-    if (!existsSync(path.join(path.dirname(require.resolve(`@sandnode/${c}/package.json`)), 'dist', 'main.js'))) missing.push(`services/${c}/dist (run npm run build)`);
-  }
-  return missing;
-}
-
 /**
- * describeNode is `describe` when the machine has every part, else `describe.skip` with a
- * message naming what is missing.
+ * describeNode is `describe` when the machine has every part a whole node needs (NODE_PARTS),
+ * else it skips naming what is missing, or fails under CI=true (see describeWith).
  */
 export function describeNode(name: string, fn: () => void): void {
-  const missing = missingParts();
-  if (missing.length) {
-    // eslint-disable-next-line no-console
-    console.warn(`skipping "${name}": missing ${missing.join(', ')}`);
-    describe.skip(name, fn);
-  } else {
-    describe(name, fn);
-  }
+  describeWith(name, NODE_PARTS, fn);
 }
 
 export interface TestNode {
