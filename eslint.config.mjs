@@ -32,6 +32,8 @@ export default tseslint.config(
       '@typescript-eslint/no-require-imports': 'off',
       'import-x/no-cycle': ['error', { ignoreExternal: true }],
       'import-x/no-duplicates': 'error',
+      // every import is declared in the importing package's own package.json
+      'import-x/no-extraneous-dependencies': ['error', { includeInternal: false, includeTypes: true }],
       'no-restricted-imports': ['error', { patterns: [DEEP_SRC] }],
     },
   },
