@@ -16,7 +16,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { InternalError, isSameProcess, processStartTicks, processState, run } from '@sandnode/shared';
+import { InternalError, isSameProcess, processStartTicks, processState, run, VMM_FEATURES } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
 import type { EffectiveResources, VmProcess, VmSpec } from '../core/types';
@@ -53,7 +53,7 @@ function alive(proc: VmProcess): boolean {
 /** FirecrackerDriver implements VmDriver with one firecracker process per VM. */
 export class FirecrackerDriver implements VmDriver {
   readonly name = 'firecracker';
-  readonly features = ['vmm.firecracker'] as const;
+  readonly features = [VMM_FEATURES.firecracker] as const;
   private readonly vmsDir: string;
   private cachedVersion: string | undefined;
   private current: string | undefined;
@@ -130,6 +130,7 @@ export class FirecrackerDriver implements VmDriver {
       return { process: proc, apiSocket };
     } catch (err) {
       const why = err instanceof Error ? err.message : String(err);
+      this.opts.log.error({ vm_id: vmId, step, err }, 'create failed; undoing');
       let undo = '';
       try {
         await this.destroy({ vmId, binary, process: { pid: 0, startTimeTicks: 0 }, apiSocket });

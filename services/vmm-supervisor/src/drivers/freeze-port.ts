@@ -153,13 +153,16 @@ export class VmFreezer implements Freezer {
       // The filesystems are independent: freeze them at once, so the first is not held while
       // the second's FIFREEZE runs.
       const results = await Promise.allSettled(mounts.map((m) => run(this.fsfreeze, ['-f', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS })));
-      const failed = results.flatMap((r) => (r.status === 'rejected' ? [(r.reason as Error).message] : []));
+      const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [mounts[i]?.guest ?? '?'] : []));
+      results.forEach((r, i) => {
+        if (r.status === 'rejected') this.log.error({ vm_id: this.vmId, mount: mounts[i]?.host, err: r.reason as unknown }, 'FIFREEZE failed');
+      });
       if (failed.length) {
         // thaw first; the watchdog stays until that worked (a thaw that fails is its job then)
         await this.thawMounts(mounts.filter((_, i) => results[i]?.status === 'fulfilled'), true)
           .then(() => killGroup(wd.pid, wd.startTicks))
           .catch((err: unknown) => this.log.error({ vm_id: this.vmId, err }, 'thaw after a failed FIFREEZE failed; the watchdog thaws at the deadline'));
-        throw new InternalError(`vm ${this.vmId}: FIFREEZE failed: ${failed.join('; ')}`);
+        throw new InternalError(`vm ${this.vmId}: FIFREEZE of ${failed.join(', ')} failed on the host (thawed; see the vmm-supervisor log)`);
       }
       const freezeMs = Math.round(performance.now() - t0);
       const rec: FreezeRecord = {
@@ -181,7 +184,8 @@ export class VmFreezer implements Freezer {
         await this.thawMounts(mounts, true)
           .then(() => killGroup(wd.pid, wd.startTicks))
           .catch((e: unknown) => this.log.error({ vm_id: this.vmId, err: e }, 'thaw after a failed record failed; the watchdog thaws at the deadline'));
-        throw new InternalError(`vm ${this.vmId}: could not record the freeze (thawed): ${(err as Error).message}`);
+        this.log.error({ vm_id: this.vmId, err }, 'could not record the freeze; thawed');
+        throw new InternalError(`vm ${this.vmId}: could not record the freeze (thawed; see the vmm-supervisor log)`);
       }
       this.log.info({ vm_id: this.vmId, max_freeze_ms: maxFreezeMs, freeze_ms: freezeMs, watchdog_pid: wd.pid, mounts: mounts.map((m) => m.guest) }, 'filesystems frozen');
       return { token, maxFreezeMs, deadlineMs, filesystems: mounts.map((m) => m.guest), freezeMs };
@@ -309,12 +313,12 @@ export class VmFreezer implements Freezer {
             await run(this.fsfreeze, ['-u', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS });
           } catch (err) {
             if (err instanceof CommandError && /invalid argument|not frozen/i.test(err.stderr)) return;
-            errors.push((err as Error).message);
+            errors.push(m.guest);
             this.log.error({ vm_id: this.vmId, mount: m.host, err }, 'FITHAW failed');
           }
         }),
     );
-    if (strict && errors.length) throw new InternalError(`vm ${this.vmId}: FITHAW failed: ${errors.join('; ')}`);
+    if (strict && errors.length) throw new InternalError(`vm ${this.vmId}: FITHAW of ${errors.join(', ')} failed on the host (see the vmm-supervisor log)`);
   }
 
   /** writableMounts: the rootfs upper drive, then the workspace when mounted read-write. */

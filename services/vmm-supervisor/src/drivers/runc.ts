@@ -23,14 +23,14 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { CommandError, InternalError, isSameProcess, processStartTicks, run } from '@sandnode/shared';
+import { CommandError, InternalError, isSameProcess, processStartTicks, run, VMM_FEATURES } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
 import type { EffectiveResources, VmSpec } from '../core/types';
 import type { FreezeStatus } from '../core/freeze';
 import { resolveExecutable } from './binary';
 import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from './podd-socket';
-import { failpoint, FAILPOINTS } from '../core/failpoints';
+import { failpoints, FAILPOINTS } from '../core/failpoints';
 import { mount, mountsUnder, unmountIfMounted } from './mounts';
 import { buildOciSpec } from './oci-spec';
 import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
@@ -67,7 +67,7 @@ export type RuncStatus = 'created' | 'running' | 'paused' | 'stopped' | 'absent'
 /** RuncDriver implements VmDriver with runc. */
 export class RuncDriver implements VmDriver {
   readonly name = 'runc';
-  readonly features = ['vmm.runc', 'vmm.podd-socket-fd.v1', 'vmm.versioned-binaries.v1', 'vmm.freeze-port.v1', 'vmm.machine-id.v1'] as const;
+  readonly features = [VMM_FEATURES.runc, VMM_FEATURES.poddSocketFd, VMM_FEATURES.versionedBinaries, VMM_FEATURES.freezePort, VMM_FEATURES.machineId] as const;
   private readonly runc: string;
   private readonly root: string;
   private readonly vmsDir: string;
@@ -161,7 +161,7 @@ export class RuncDriver implements VmDriver {
         await mount(ws.path, workspace, 'ext4', ws.readOnly ? ['ro', 'noatime'] : ['noatime']);
       }
 
-      failpoint(FAILPOINTS.createAfterMounts);
+      failpoints.hit(FAILPOINTS.createAfterMounts);
 
       step = 'serve freeze port';
       const freezePortDir = makeFreezePortDir(dir);
@@ -199,6 +199,7 @@ export class RuncDriver implements VmDriver {
     } catch (err) {
       podd?.discard();
       const why = err instanceof Error ? err.message : String(err);
+      this.log.error({ vm_id: vmId, step, err }, 'create failed; undoing');
       let undo = '';
       try {
         await this.destroy({ vmId, binary: runc, process: { pid: 0, startTimeTicks: 0 }, apiSocket: '' });

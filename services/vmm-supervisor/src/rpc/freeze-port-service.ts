@@ -5,7 +5,7 @@
  */
 import { chmodSync, existsSync, unlinkSync } from 'node:fs';
 import net from 'node:net';
-import { buildCommit, createServiceServer, SUITE_VERSION, type Logger, type SandnodeCallContext } from '@sandnode/shared';
+import { buildCommit, createServiceServer, SUITE_VERSION, VMM_FEATURES, type Logger, type SandnodeCallContext } from '@sandnode/shared';
 import { FreezeEndedBy, FreezePortServiceDefinition, type FreezePortServiceImplementation } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { FreezeEnd } from '../core/freeze';
 import type { Freezer } from '../drivers/freeze-port';
@@ -72,7 +72,7 @@ export function freezePortServer(log: Logger): FreezePortServe {
   return async (vmId, socketPath, freezer) => {
     const vmLog = log.child({ vm_id: vmId, component: FREEZE_PORT_COMPONENT });
     const server = createServiceServer({
-      info: { component: FREEZE_PORT_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: ['vmm.freeze-port.v1'] },
+      info: { component: FREEZE_PORT_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: [VMM_FEATURES.freezePort] },
       log: vmLog,
     });
     server.add(FreezePortServiceDefinition, createFreezePortService(freezer));
