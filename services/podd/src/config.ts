@@ -48,10 +48,20 @@ export const poddConfigSchema = z.object({
 /** PoddConfig is the validated config. */
 export type PoddConfig = z.infer<typeof poddConfigSchema>;
 
+/** LoadPoddConfigOptions say where podd's config comes from. */
+export interface LoadPoddConfigOptions {
+  /** JSON config file (`--config FILE`); default env SANDNODE_PODD_CONFIG, else none. */
+  file?: string;
+  /** Environment to read `SANDNODE_PODD_*` from (default process.env). */
+  env?: NodeJS.ProcessEnv;
+  /** Command-line flags; they override file and env. */
+  overrides?: Partial<Record<keyof PoddConfig, unknown>>;
+}
+
 /**
- * readPoddConfig validates env (`SANDNODE_PODD_*`, optional JSON file `SANDNODE_PODD_CONFIG`)
- * plus flag overrides. Throws ConfigError naming the bad key.
+ * loadPoddConfig validates file + env (`SANDNODE_PODD_*`) + flag overrides. Throws ConfigError
+ * naming the bad key.
  */
-export function readPoddConfig(overrides: Partial<Record<keyof PoddConfig, unknown>> = {}, env: NodeJS.ProcessEnv = process.env): PoddConfig {
-  return loadConfig(poddConfigSchema, { service: 'podd', env, overrides });
+export function loadPoddConfig(opts: LoadPoddConfigOptions = {}): PoddConfig {
+  return loadConfig(poddConfigSchema, { service: 'podd', file: opts.file, env: opts.env ?? process.env, overrides: opts.overrides });
 }

@@ -8,8 +8,8 @@
  * No proto imports: the port is the {@link FreezePort} interface (rpc/freeze-port-client.ts).
  */
 import { existsSync } from 'node:fs';
-import { clampFreezeMs, FailedPreconditionError, InvalidArgumentError, run } from '@sandnode/shared';
-import { FAILPOINTS, failpointEnabled, hangForever } from './failpoints';
+import { clampFreezeMs, FailedPreconditionError, InvalidArgumentError, run, type Failpoints } from '@sandnode/shared';
+import { FAILPOINTS, poddFailpoints, type PoddFailpoint } from './failpoints';
 
 export { clampFreezeMs, DEFAULT_FREEZE_MS, MAX_FREEZE_MS, MIN_FREEZE_MS } from '@sandnode/shared';
 /** Filesystems podd syncs (syncfs) before a freeze, when they exist. */
@@ -64,20 +64,20 @@ export interface QuiescerOptions {
   port: FreezePort;
   /** Runs sync + syncfs; default {@link syncFilesystems}. */
   sync?: () => Promise<void>;
-  /** Env that failpoints are read from; default process.env. */
-  env?: NodeJS.ProcessEnv;
+  /** podd's failpoints, parsed at start (default: none active). */
+  failpoints?: Failpoints<PoddFailpoint>;
 }
 
 /** Quiescer implements Quiesce / Thaw / GetFreezeStatus over a FreezePort. */
 export class Quiescer {
   private readonly port: FreezePort;
   private readonly sync: () => Promise<void>;
-  private readonly env: NodeJS.ProcessEnv;
+  private readonly failpoints: Failpoints<PoddFailpoint>;
 
   constructor(opts: QuiescerOptions) {
     this.port = opts.port;
     this.sync = opts.sync ?? syncFilesystems;
-    this.env = opts.env ?? process.env;
+    this.failpoints = opts.failpoints ?? poddFailpoints();
   }
 
   /**
@@ -95,7 +95,7 @@ export class Quiescer {
     const syncMs = Math.round(performance.now() - t0);
     signal?.throwIfAborted();
     const r = await this.port.freeze(maxFreezeMs);
-    if (failpointEnabled(FAILPOINTS.quiesceHangAfterFreeze, this.env)) await hangForever();
+    await this.failpoints.hitAsync(FAILPOINTS.quiesceHangAfterFreeze);
     return { ...r, syncMs };
   }
 
