@@ -113,6 +113,7 @@ async function main(): Promise<void> {
   runDaemon({
     server,
     log,
+    drainMs: cfg.drainMs,
     onStop: async () => {
       await driver.close?.();
       store.close();

@@ -1,5 +1,5 @@
 import { CommandError, FailedPreconditionError, InternalError, type Logger } from '@sandnode/shared';
-import { hostFailure } from './host-error';
+import { HostStepError, hostFailure } from './host-error';
 
 function captureLog() {
   const errors: Array<{ obj: unknown; msg: string }> = [];
@@ -25,5 +25,13 @@ describe('hostFailure', () => {
     const pre = new FailedPreconditionError('vm a is CREATING');
     expect(hostFailure(log, pre, 'stop vm a')).toBe(pre);
     expect(errors).toHaveLength(2);
+  });
+
+  test('a HostStepError answers its step (our words) but never its detail (the host output)', () => {
+    const { log, errors } = captureLog();
+    const e = new HostStepError('create vm vm-1: mount rootfs upper drive /dev/loop3', 'mount: /run/x/upper-dev: wrong fs type, bad superblock');
+    const out = hostFailure(log, e, 'create vm vm-1');
+    expect(out.message).toBe('create vm vm-1: mount rootfs upper drive /dev/loop3 failed on the host (see the vmm-supervisor log)');
+    expect(errors[0]?.obj).toEqual({ err: e });
   });
 });

@@ -60,7 +60,7 @@ class FakeDriver implements VmDriver {
     this.calls.push(`resume ${vmId}`);
     this.host.get(vmId)!.state = 'running';
   }
-  async stop({ vmId }: VmRef, timeoutMs: number) {
+  async stop({ vmId }: VmRef, timeoutMs: number, _signal?: AbortSignal) {
     this.calls.push(`stop ${vmId} ${timeoutMs}`);
     const h = this.host.get(vmId);
     if (h) h.state = 'stopped';
@@ -114,6 +114,21 @@ describe('Supervisor', () => {
     expect(err).toBeInstanceOf(InternalError);
     expect((err as Error).message).toBe('create vm vm-1 failed on the host (see the vmm-supervisor log)');
     expect(store.get('vm-1')).toBeUndefined();
+  });
+
+  test('stop hands the caller signal to the driver; an abort stays an abort (CANCELLED), the VM is not recorded stopped', async () => {
+    const { store, driver, sup } = setup();
+    await sup.create('vm-1', spec);
+    const ac = new AbortController();
+    let seen: AbortSignal | undefined;
+    driver.stop = async (_ref, _ms, signal) => {
+      seen = signal;
+      ac.abort();
+      signal?.throwIfAborted();
+    };
+    await expect(sup.stop('vm-1', 0, ac.signal)).rejects.toMatchObject({ name: 'AbortError' });
+    expect(seen).toBe(ac.signal);
+    expect(store.get('vm-1')?.state).toBe('running');
   });
 
   test('a domain error of the driver keeps its code (NOT_FOUND stays NOT_FOUND)', async () => {

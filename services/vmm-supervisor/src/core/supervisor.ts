@@ -240,15 +240,16 @@ export class Supervisor {
   /**
    * stop ends the VM's processes (SIGTERM, SIGKILL after timeoutMs; 0 = the default) and
    * records it stopped. Idempotent. NotFoundError when there is no such VM;
-   * FailedPreconditionError while it is still being created.
+   * FailedPreconditionError while it is still being created. signal (the caller's) ends the
+   * wait after SIGTERM with an AbortError (CANCELLED); a retry finishes the stop.
    */
-  async stop(vmId: string, timeoutMs: number): Promise<VmRecord> {
+  async stop(vmId: string, timeoutMs: number, signal?: AbortSignal): Promise<VmRecord> {
     requireResourceId('vm_id', vmId);
     return this.locks.run(vmId, async () => {
       const rec = await this.refresh(this.require(vmId));
       if (rec.state === 'creating') throw new FailedPreconditionError(`vm ${vmId} is CREATING`);
       if (rec.state === 'stopped') return rec;
-      await this.onHost(`stop vm ${vmId}`, () => this.driver.stop(refOf(rec), timeoutMs > 0 ? timeoutMs : this.defaults.stopTimeoutMs));
+      await this.onHost(`stop vm ${vmId}`, () => this.driver.stop(refOf(rec), timeoutMs > 0 ? timeoutMs : this.defaults.stopTimeoutMs, signal));
       const stopped: VmRecord = { ...rec, state: 'stopped', pid: 0, startTimeTicks: 0 };
       this.store.put(stopped);
       this.log.info({ vm_id: vmId }, 'vm stopped');

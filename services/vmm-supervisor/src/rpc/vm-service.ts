@@ -31,8 +31,8 @@ export function createVmService(supervisor: Supervisor, fence: VmmEpochFence): V
     async resumeVm(req) {
       return { vm: vmToProto(await supervisor.resume(req.vmId)) };
     },
-    async stopVm(req) {
-      return { vm: vmToProto(await supervisor.stop(req.vmId, req.timeoutMs)) };
+    async stopVm(req, ctx) {
+      return { vm: vmToProto(await supervisor.stop(req.vmId, req.timeoutMs, ctx.signal)) };
     },
     async deleteVm(req) {
       return { existed: await supervisor.delete(req.vmId) };
