@@ -3,6 +3,7 @@
  * (e.g. `SANDNODE_PODD_DEFAULT_CWD`), flags override env. See the table in the README.
  */
 import { loadConfig, LOG_LEVELS, z } from '@sandnode/shared';
+import { DEFAULT_SYNC_TIMEOUT_MS } from './core/quiesce';
 
 /** Default unix socket podd listens on inside the sandbox (bind-mounted from the host). */
 export const DEFAULT_SOCKET = '/run/sandnode/podd.sock';
@@ -41,6 +42,8 @@ export const poddConfigSchema = z.object({
   freezeSocket: z.string().min(1).refine((s) => s.startsWith('/'), 'must be an absolute path').default(DEFAULT_FREEZE_SOCKET),
   /** freezePortTimeoutMs is the deadline of each call to the freeze port, ms (100..60000). */
   freezePortTimeoutMs: z.coerce.number().int().min(100).max(60_000).default(DEFAULT_FREEZE_PORT_TIMEOUT_MS),
+  /** syncTimeoutMs is the longest Quiesce's `sync` / `sync -f` may take, in ms (1000..600000). */
+  syncTimeoutMs: z.coerce.number().int().min(1000).max(600_000).default(DEFAULT_SYNC_TIMEOUT_MS),
   /** drainMs is how long running calls get at shutdown before they are cut, in ms. */
   drainMs: z.coerce.number().int().min(0).default(DEFAULT_PODD_DRAIN_MS),
 });

@@ -47,7 +47,7 @@ async function main(): Promise<void> {
 
   // The freeze port is bound by the host before the VM starts; no port -> no podd.quiesce.
   const hasFreezePort = existsSync(cfg.freezeSocket);
-  const quiescer = new Quiescer({ port: createFreezePortClient(cfg.freezeSocket, cfg.freezePortTimeoutMs), failpoints });
+  const quiescer = new Quiescer({ port: createFreezePortClient(cfg.freezeSocket, cfg.freezePortTimeoutMs), failpoints, syncTimeoutMs: cfg.syncTimeoutMs, log });
   const server = createServiceServer({
     info: { component: PODD_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: poddFeatures(hasFreezePort) },
     log,

@@ -1,4 +1,4 @@
-import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from '@sandnode/shared';
+import { CommandError, FailedPreconditionError, InternalError, InvalidArgumentError, UnavailableError, type Logger } from '@sandnode/shared';
 import { FAILPOINTS, FAILPOINTS_ENV, poddFailpoints } from './failpoints';
 import { clampFreezeMs, Quiescer, type FreezePort, type PortStatus } from './quiesce';
 import { poddFeatures } from '../features';
@@ -79,6 +79,29 @@ describe('Quiescer', () => {
     await expect(q.thaw('')).rejects.toBeInstanceOf(InvalidArgumentError);
     expect(calls).toEqual([]);
     await expect(q.thaw('t1')).resolves.toEqual({ endedBy: 'caller', frozenMs: 42 });
+  });
+
+  it('a failed sync is a short INTERNAL without its stderr; the full error is logged; nothing frozen', async () => {
+    const { port, calls } = fakePort();
+    const logged: unknown[] = [];
+    const log = { error: (obj: unknown) => logged.push(obj) } as unknown as Logger;
+    const failure = new CommandError('sync -f / /workspace: exit 1: sync: /workspace: Input/output error', 'sync: /workspace: Input/output error', 1);
+    const q = new Quiescer({ port, log, sync: async () => Promise.reject(failure) });
+    const err = await q.quiesce(100).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InternalError);
+    expect((err as Error).message).toBe('sync of the sandbox filesystems failed (exit 1); nothing frozen (see the podd log)');
+    expect(logged).toEqual([{ err: failure }]);
+    expect(calls).toEqual(['status']);
+  });
+
+  it('a caller gone during the sync gets its abort, not INTERNAL', async () => {
+    const { port } = fakePort();
+    const ac = new AbortController();
+    const q = new Quiescer({ port, sync: async () => {
+      ac.abort();
+      throw new Error('killed');
+    } });
+    await expect(q.quiesce(100, ac.signal)).rejects.toMatchObject({ name: 'AbortError' });
   });
 
   it('hangs after the freeze when the failpoint is set (a bare name means hang)', async () => {
