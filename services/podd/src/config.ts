@@ -3,6 +3,7 @@
  * (e.g. `SANDNODE_PODD_DEFAULT_CWD`), flags override env. See the table in the README.
  */
 import { loadConfig, LOG_LEVELS, z } from '@sandnode/shared';
+import { DEFAULT_SYNC_TIMEOUT_MS } from './core/quiesce';
 
 /** Default unix socket podd listens on inside the sandbox (bind-mounted from the host). */
 export const DEFAULT_SOCKET = '/run/sandnode/podd.sock';
@@ -41,6 +42,8 @@ export const poddConfigSchema = z.object({
   freezeSocket: z.string().min(1).refine((s) => s.startsWith('/'), 'must be an absolute path').default(DEFAULT_FREEZE_SOCKET),
   /** freezePortTimeoutMs is the deadline of each call to the freeze port, ms (100..60000). */
   freezePortTimeoutMs: z.coerce.number().int().min(100).max(60_000).default(DEFAULT_FREEZE_PORT_TIMEOUT_MS),
+  /** syncTimeoutMs is the longest Quiesce's `sync` / `sync -f` may take, in ms (1000..600000). */
+  syncTimeoutMs: z.coerce.number().int().min(1000).max(600_000).default(DEFAULT_SYNC_TIMEOUT_MS),
   /** drainMs is how long running calls get at shutdown before they are cut, in ms. */
   drainMs: z.coerce.number().int().min(0).default(DEFAULT_PODD_DRAIN_MS),
 });
@@ -48,10 +51,20 @@ export const poddConfigSchema = z.object({
 /** PoddConfig is the validated config. */
 export type PoddConfig = z.infer<typeof poddConfigSchema>;
 
+/** LoadPoddConfigOptions say where podd's config comes from. */
+export interface LoadPoddConfigOptions {
+  /** JSON config file (`--config FILE`); default env SANDNODE_PODD_CONFIG, else none. */
+  file?: string;
+  /** Environment to read `SANDNODE_PODD_*` from (default process.env). */
+  env?: NodeJS.ProcessEnv;
+  /** Command-line flags; they override file and env. */
+  overrides?: Partial<Record<keyof PoddConfig, unknown>>;
+}
+
 /**
- * readPoddConfig validates env (`SANDNODE_PODD_*`, optional JSON file `SANDNODE_PODD_CONFIG`)
- * plus flag overrides. Throws ConfigError naming the bad key.
+ * loadPoddConfig validates file + env (`SANDNODE_PODD_*`) + flag overrides. Throws ConfigError
+ * naming the bad key.
  */
-export function readPoddConfig(overrides: Partial<Record<keyof PoddConfig, unknown>> = {}, env: NodeJS.ProcessEnv = process.env): PoddConfig {
-  return loadConfig(poddConfigSchema, { service: 'podd', env, overrides });
+export function loadPoddConfig(opts: LoadPoddConfigOptions = {}): PoddConfig {
+  return loadConfig(poddConfigSchema, { service: 'podd', file: opts.file, env: opts.env ?? process.env, overrides: opts.overrides });
 }

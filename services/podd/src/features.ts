@@ -1,14 +1,20 @@
-/** podd's identity for GetVersion. Callers check features, never version numbers. */
+/**
+ * podd's identity for GetVersion. Callers check features, never version numbers. The strings
+ * live in the shared registry (`PODD_FEATURES` of @sandnode/shared); this module only says
+ * which of them this podd lists.
+ */
+import { PODD_FEATURES } from '@sandnode/shared';
 
 /** Component name podd reports. */
 export const PODD_COMPONENT = 'podd';
-/** Feature strings: exec streaming, the file RPCs, and confinement of file RPCs (beneath). */
-export const PODD_FEATURES = ['podd.exec.v1', 'podd.files.v1', 'podd.files.beneath.v1'] as const;
 
-/** Feature of Quiesce / Thaw / GetFreezeStatus: listed only when the host's freeze port exists at start. */
-export const QUIESCE_FEATURE = 'podd.quiesce';
+/** Features every podd lists: exec streaming, the file RPCs, and confinement of file RPCs (beneath). */
+export const PODD_BASE_FEATURES: readonly string[] = [PODD_FEATURES.exec, PODD_FEATURES.files, PODD_FEATURES.filesBeneath];
 
-/** poddFeatures is the feature list of this podd: PODD_FEATURES plus podd.quiesce when hasFreezePort. */
+/**
+ * poddFeatures is the feature list of this podd: PODD_BASE_FEATURES, plus "podd.quiesce"
+ * (Quiesce / Thaw / GetFreezeStatus) when the host's freeze port existed at start.
+ */
 export function poddFeatures(hasFreezePort: boolean): string[] {
-  return hasFreezePort ? [...PODD_FEATURES, QUIESCE_FEATURE] : [...PODD_FEATURES];
+  return hasFreezePort ? [...PODD_BASE_FEATURES, PODD_FEATURES.quiesce] : [...PODD_BASE_FEATURES];
 }

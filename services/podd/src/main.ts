@@ -3,7 +3,7 @@
  * podd: the guest agent inside a sandbox. Serves sandnode.podd.v1.PoddService (plus version,
  * health and reflection) on a unix socket. Logs JSON to stderr only.
  *
- * Usage: podd [--socket PATH | --listen-fd N] [--log-level LEVEL]
+ * Usage: podd [--config FILE] [--socket PATH | --listen-fd N] [--log-level LEVEL]
  *
  * Shutdown (SIGTERM/SIGINT): running commands' process groups get SIGTERM at once, then the
  * shared order runs (health NOT_SERVING, drain calls, close); groups still alive get SIGKILL.
@@ -13,36 +13,41 @@ import net from 'node:net';
 import path from 'node:path';
 import { buildCommit, createLogger, createServiceServer, runDaemon, SUITE_VERSION, unixAddress } from '@sandnode/shared';
 import { PoddServiceDefinition } from '@sandnode/shared/proto/podd/v1/podd';
-import { readPoddConfig } from './config';
-import { parseFlags } from './flags';
+import { loadPoddConfig } from './config';
+import { parseFlags, USAGE } from './flags';
+import { poddFailpoints } from './core/failpoints';
 import { ExecRunner } from './core/exec';
 import { PODD_COMPONENT, poddFeatures } from './features';
 import { Quiescer } from './core/quiesce';
 import { createFreezePortClient } from './rpc/freeze-port-client';
 import { poddService } from './rpc/podd-service';
 
-const USAGE = 'usage: podd [--socket PATH | --listen-fd N] [--log-level LEVEL]\n';
+/** Exit code of a usage or config error. */
+const EXIT_USAGE = 2;
 
 async function main(): Promise<void> {
   const startedAtMs = Date.now();
   let cfg;
+  const failpoints = poddFailpoints();
   try {
     const flags = parseFlags(process.argv.slice(2));
     if (flags.help) {
-      process.stderr.write(USAGE);
+      process.stderr.write(`${USAGE}\n`);
       return;
     }
-    cfg = readPoddConfig({ socket: flags.socket, listenFd: flags.listenFd, logLevel: flags.logLevel });
+    cfg = loadPoddConfig({ file: flags.config, overrides: { socket: flags.socket, listenFd: flags.listenFd, logLevel: flags.logLevel } });
+    failpoints.set();
   } catch (err) {
-    process.stderr.write(`podd: ${(err as Error).message}\n${USAGE}`);
-    process.exit(2);
+    process.stderr.write(`podd: ${(err as Error).message}\n${USAGE}\n`);
+    process.exit(EXIT_USAGE);
   }
   const log = createLogger(PODD_COMPONENT, SUITE_VERSION, cfg.logLevel);
+  if (failpoints.list().length) log.warn({ failpoints: failpoints.list() }, 'failpoints are active (tests only)');
   const runner = new ExecRunner({ defaultCwd: cfg.defaultCwd, maxChunkBytes: cfg.maxChunkBytes });
 
   // The freeze port is bound by the host before the VM starts; no port -> no podd.quiesce.
   const hasFreezePort = existsSync(cfg.freezeSocket);
-  const quiescer = new Quiescer({ port: createFreezePortClient(cfg.freezeSocket, cfg.freezePortTimeoutMs) });
+  const quiescer = new Quiescer({ port: createFreezePortClient(cfg.freezeSocket, cfg.freezePortTimeoutMs), failpoints, syncTimeoutMs: cfg.syncTimeoutMs, log });
   const server = createServiceServer({
     info: { component: PODD_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: poddFeatures(hasFreezePort) },
     log,

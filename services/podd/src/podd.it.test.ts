@@ -414,3 +414,23 @@ describe('podd on an inherited listening socket (--listen-fd)', () => {
     }
   });
 });
+
+describe('podd command line', () => {
+  const runMain = (args: string[], env: Record<string, string> = {}) =>
+    new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: ${BUILD_HINT}`);
+      const p = spawn(process.execPath, [MAIN, ...args], { env: { ...process.env, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+      let stderr = '';
+      p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+      p.once('exit', (code) => resolve({ code, stderr }));
+    });
+
+  test('--config without a value, an unknown argument and a bad failpoint exit 2 naming them', async () => {
+    const noValue = await runMain(['--config']);
+    expect(noValue).toMatchObject({ code: 2, stderr: expect.stringContaining('flag --config needs a value') });
+    const unknown = await runMain(['--bogus']);
+    expect(unknown).toMatchObject({ code: 2, stderr: expect.stringContaining('unknown argument "--bogus"') });
+    const badFailpoint = await runMain(['--socket', '/tmp/podd-never.sock'], { SANDNODE_PODD_FAILPOINTS: 'no.such' });
+    expect(badFailpoint).toMatchObject({ code: 2, stderr: expect.stringContaining('SANDNODE_PODD_FAILPOINTS: unknown failpoint "no.such"') });
+  });
+});

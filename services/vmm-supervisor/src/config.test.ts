@@ -6,6 +6,8 @@ import { DEFAULT_KERNEL_ARGS, loadVmmConfig } from './config';
 
 const tmp = mkdtempSync(path.join(os.tmpdir(), 'vmm-cfg-'));
 import { createDriver } from './drivers/select';
+import { FAILPOINTS, FAILPOINTS_ENV, failpoints } from './core/failpoints';
+import { parseArgs } from './main';
 
 describe('loadVmmConfig', () => {
   test('defaults derive listen and runcRoot from runDir', () => {
@@ -17,6 +19,9 @@ describe('loadVmmConfig', () => {
 
   test('env values are coerced and validated with the key named', () => {
     expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_STOP_TIMEOUT_MS: '500' } }).stopTimeoutMs).toBe(500);
+    expect(loadVmmConfig({ env: {} })).toMatchObject({ runcStartTimeoutMs: 30_000, killWaitMs: 5000, drainMs: 5000 });
+    expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_RUNC_START_TIMEOUT_MS: '90000', SANDNODE_VMM_SUPERVISOR_KILL_WAIT_MS: '250' } })).toMatchObject({ runcStartTimeoutMs: 90_000, killWaitMs: 250 });
+    expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_KILL_WAIT_MS: '5' } })).toThrow(/killWaitMs/);
     expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_DEFAULT_VCPUS: '0' } })).toThrow(/defaultVcpus/);
     expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_DRIVER: 'qemu' } })).toThrow(ConfigError);
   });
@@ -44,5 +49,33 @@ describe('createDriver', () => {
   test('a driver binary that is not in PATH is a ConfigError naming the key', () => {
     const c = loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_RUNC_BINARY: 'no-such-runc-binary', SANDNODE_VMM_SUPERVISOR_RUN_DIR: tmp } });
     expect(() => createDriver(c, log).configuredBinary()).toThrow(/key "runcBinary": "no-such-runc-binary" was not found in PATH/);
+  });
+});
+
+describe('parseArgs', () => {
+  test('--config FILE and --config=FILE', () => {
+    expect(parseArgs([])).toEqual({ configFile: undefined });
+    expect(parseArgs(['--config', '/c.json'])).toEqual({ configFile: '/c.json' });
+    expect(parseArgs(['--config=/c.json'])).toEqual({ configFile: '/c.json' });
+  });
+
+  test('--config without a value and unknown arguments are usage errors naming them', () => {
+    expect(() => parseArgs(['--config'])).toThrow(/--config needs a file/);
+    expect(() => parseArgs(['--config='])).toThrow(/--config needs a file/);
+    expect(() => parseArgs(['--config', '--verbose'])).toThrow(/--config needs a file/);
+    expect(() => parseArgs(['--verbose'])).toThrow(/unknown argument "--verbose" \(usage: sandnode-vmm-supervisor \[--config FILE\]\)/);
+  });
+});
+
+describe('failpoints', () => {
+  afterEach(() => failpoints.set(''));
+  test('SANDNODE_VMM_SUPERVISOR_FAILPOINTS: a bare name means kill; unknown names are refused naming them', () => {
+    expect(FAILPOINTS_ENV).toBe('SANDNODE_VMM_SUPERVISOR_FAILPOINTS');
+    failpoints.set(FAILPOINTS.createAfterMounts);
+    expect(failpoints.list()).toEqual(['runc.create.after-mounts=kill']);
+    failpoints.set(`${FAILPOINTS.createAfterMounts}=error`);
+    expect(() => failpoints.hit(FAILPOINTS.createAfterMounts)).toThrow(/failpoint runc.create.after-mounts/);
+    expect(() => failpoints.set('runc.nope')).toThrow(/SANDNODE_VMM_SUPERVISOR_FAILPOINTS: unknown failpoint "runc.nope"/);
+    expect(() => failpoints.set(`${FAILPOINTS.createAfterMounts}=hang`)).toThrow(/hang is only for/);
   });
 });

@@ -3,11 +3,14 @@
  * `SANDNODE_VMM_SUPERVISOR_<KEY>`. Keys and defaults are listed in the README.
  */
 import path from 'node:path';
-import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { DEFAULT_KILL_WAIT_MS, DEFAULT_RUNC_START_TIMEOUT_MS } from './drivers/runc';
 
 /** Kernel command line of firecracker VMs unless `kernelArgs` says otherwise. */
 export const DEFAULT_KERNEL_ARGS = 'console=ttyS0 reboot=k panic=1 pci=off';
 
+/** SIGTERM -> SIGKILL wait of StopVm/DeleteVm when the request says 0, in ms (key `stopTimeoutMs`). */
+export const DEFAULT_STOP_TIMEOUT_MS = 2000;
 /** The service name used in env var names and logs. */
 export const SERVICE = 'vmm-supervisor';
 
@@ -37,7 +40,13 @@ export const configSchema = z.object({
   /** Memory limit in MiB of a VM whose spec says 0. */
   defaultMemoryMib: z.coerce.number().int().min(32).max(65536).default(512),
   /** SIGTERM -> SIGKILL wait of StopVm/DeleteVm when the request says 0, in ms. */
-  stopTimeoutMs: z.coerce.number().int().min(0).max(600_000).default(2000),
+  stopTimeoutMs: z.coerce.number().int().min(0).max(600_000).default(DEFAULT_STOP_TIMEOUT_MS),
+  /** Longest a `runc run -d` (container start) may take before it is killed, in ms. */
+  runcStartTimeoutMs: z.coerce.number().int().min(1000).max(600_000).default(DEFAULT_RUNC_START_TIMEOUT_MS),
+  /** Longest a VM may take to be gone after SIGKILL before StopVm/DeleteVm fail INTERNAL, in ms. */
+  killWaitMs: z.coerce.number().int().min(100).max(600_000).default(DEFAULT_KILL_WAIT_MS),
+  /** Time running calls get to finish at shutdown (SIGTERM), in ms. */
+  drainMs: z.coerce.number().int().min(0).max(600_000).default(DEFAULT_DRAIN_MS),
 });
 
 /** VmmConfig is the validated config with every derived default filled in (absolute paths). */
@@ -56,6 +65,9 @@ export interface VmmConfig {
   defaultVcpus: number;
   defaultMemoryMib: number;
   stopTimeoutMs: number;
+  runcStartTimeoutMs: number;
+  killWaitMs: number;
+  drainMs: number;
 }
 
 /** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */

@@ -10,9 +10,11 @@
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { buildCommit, createLogger, createServiceServer, EpochFence, runDaemon, SUITE_VERSION } from '@sandnode/shared';
+import { buildCommit, createLogger, createServiceServer, runDaemon, SUITE_VERSION } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { loadVmmConfig, SERVICE } from './config';
+import { VmmEpochFence } from './core/epoch';
+import { failpoints } from './core/failpoints';
 import { Supervisor } from './core/supervisor';
 import { createDriver } from './drivers/select';
 import { createVmService } from './rpc/vm-service';
@@ -24,15 +26,26 @@ import { SqliteVmStore } from './store/sqlite-vm-store';
 /** Exit code when another supervisor holds the state dir. */
 export const EXIT_LOCKED = 3;
 
-/** parseArgs reads `--config FILE` (or `--config=FILE`); anything else is an error. */
+/** Exit code of a usage or config error (the message names the argument or key). */
+export const EXIT_USAGE = 2;
+
+/** The command line. */
+export const USAGE = 'usage: sandnode-vmm-supervisor [--config FILE]';
+
+/**
+ * parseArgs reads `--config FILE` (or `--config=FILE`). Throws Error naming the problem for
+ * `--config` without a value (none, empty, or the next flag in its place) and for any other
+ * argument; main exits {@link EXIT_USAGE} with it.
+ */
 export function parseArgs(argv: string[]): { configFile?: string } {
   let configFile: string | undefined;
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
-    if (a === '--config') configFile = argv[++i];
-    else if (a.startsWith('--config=')) configFile = a.slice('--config='.length);
-    else throw new Error(`unknown argument ${JSON.stringify(a)} (usage: sandnode-vmm-supervisor [--config FILE])`);
-    if (!configFile) throw new Error('--config needs a file');
+    if (a === '--config' || a.startsWith('--config=')) {
+      const v = a === '--config' ? argv[++i] : a.slice('--config='.length);
+      if (v === undefined || v === '' || (a === '--config' && v.startsWith('--'))) throw new Error(`--config needs a file (${USAGE})`);
+      configFile = v;
+    } else throw new Error(`unknown argument ${JSON.stringify(a)} (${USAGE})`);
   }
   return { configFile };
 }
@@ -42,17 +55,19 @@ async function main(): Promise<void> {
   let cfg;
   try {
     cfg = loadVmmConfig({ file: parseArgs(process.argv.slice(2)).configFile });
+    failpoints.set();
   } catch (err) {
     boot.fatal({ err }, `cannot start: ${(err as Error).message}`);
-    process.exit(2);
+    process.exit(EXIT_USAGE);
   }
   const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel);
+  if (failpoints.list().length) log.warn({ failpoints: failpoints.list() }, 'failpoints are active (tests only)');
   let driver;
   try {
     driver = createDriver(cfg, log, freezePortServer(log));
   } catch (err) {
     log.fatal({ err }, `cannot start: ${(err as Error).message}`);
-    process.exit(2);
+    process.exit(EXIT_USAGE);
   }
   mkdirSync(cfg.stateDir, { recursive: true, mode: 0o700 });
   const supervisorDir = path.join(cfg.stateDir, SERVICE);
@@ -72,7 +87,7 @@ async function main(): Promise<void> {
     driver.configuredBinary();
   } catch (err) {
     log.fatal({ err }, `cannot start: ${(err as Error).message}`);
-    process.exit(2);
+    process.exit(EXIT_USAGE);
   }
   if (driver.name === 'firecracker' && !existsSync('/dev/kvm')) log.warn('/dev/kvm is missing: firecracker VMs cannot start on this host');
 
@@ -87,17 +102,18 @@ async function main(): Promise<void> {
   const report = await supervisor.adopt();
   log.info({ ...report, driver: driver.name, driver_version: await driver.version(), driver_binary: driver.currentBinary() }, 'adoption done');
 
-  const fence = new EpochFence(supervisorDir);
+  const fence = new VmmEpochFence(supervisorDir);
   const server = createServiceServer({
     info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: supervisor.features() },
     log,
     fence,
   });
-  server.add(VmServiceDefinition, createVmService(supervisor));
+  server.add(VmServiceDefinition, createVmService(supervisor, fence));
   await server.listen([cfg.listen]);
   runDaemon({
     server,
     log,
+    drainMs: cfg.drainMs,
     onStop: async () => {
       await driver.close?.();
       store.close();

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { DeadlineExceededError, InvalidArgumentError, NotFoundError, processState } from '@sandnode/shared';
+import { DeadlineExceededError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
 import { ExecRunner, exitCodeOf, type ExecEvent, type ExecSpec } from './exec';
 
 async function collect(runner: ExecRunner, spec: ExecSpec, signal?: AbortSignal): Promise<ExecEvent[]> {
@@ -50,23 +50,44 @@ describe('podd core exec', () => {
   });
 
   test('a slow consumer pauses the pipes (bounded buffering)', async () => {
-    const it = runner.run({ argv: ['head', '-c', String(32 * 1024 * 1024), '/dev/zero'] });
+    const highWater = 64 * 1024;
+    const events: Array<{ paused: boolean; queued: number }> = [];
+    let firstPause: () => void = () => undefined;
+    const paused = new Promise<void>((resolve) => (firstPause = resolve));
+    const r = new ExecRunner({
+      defaultCwd: dir,
+      maxChunkBytes: 1000,
+      highWaterBytes: highWater,
+      onBackpressure: (p, queued) => {
+        events.push({ paused: p, queued });
+        if (p) firstPause();
+      },
+    });
+    const size = 32 * 1024 * 1024;
+    const it = r.run({ argv: ['head', '-c', String(size), '/dev/zero'] });
     const first = await it.next();
     expect(first.value).toMatchObject({ kind: 'started' });
-    const pid = first.value?.kind === 'started' ? first.value.pid : 0;
-    await new Promise((r) => setTimeout(r, 500));
-    // Unthrottled, head writes 32 MiB in far less than 500 ms and exits; paused pipes block it.
-    expect(processState(pid)).toBe('S');
+    // Nothing is consumed: the runner must pause the pipes once highWater bytes wait, and it
+    // must do so long before head has written everything (the pipes then hold it back).
+    await paused;
+    expect(events[0]?.paused).toBe(true);
+    // One pipe read (at most 64 KiB) may land on top of the high-water mark, no more.
+    expect(events[0]!.queued).toBeGreaterThanOrEqual(highWater);
+    expect(events[0]!.queued).toBeLessThanOrEqual(highWater + 64 * 1024);
     let total = 0;
     let last: ExecEvent | undefined;
     for (;;) {
-      const r = await it.next();
-      if (r.done) break;
-      last = r.value;
-      if (r.value.kind === 'stdout') total += r.value.data.length;
+      const next = await it.next();
+      if (next.done) break;
+      last = next.value;
+      if (next.value.kind === 'stdout') total += next.value.data.length;
     }
-    expect(total).toBe(32 * 1024 * 1024);
+    expect(total).toBe(size);
     expect(last).toEqual({ kind: 'exit', exitCode: 0, signal: '' });
+    // Every pause was at most one read above the mark, and each was followed by a resume.
+    expect(events.every((e) => !e.paused || e.queued <= highWater + 64 * 1024)).toBe(true);
+    expect(events.filter((e) => e.paused).length).toBeGreaterThan(1);
+    expect(events.filter((e) => !e.paused).every((e) => e.queued <= highWater / 2)).toBe(true);
   });
 
   test('a background process that keeps the pipes open does not hold the exit back', async () => {

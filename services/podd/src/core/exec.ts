@@ -48,6 +48,11 @@ export interface ExecRunnerOptions {
    * process still holds open, in ms (default 1000). Then they are closed and exit is sent.
    */
   exitDrainMs?: number;
+  /**
+   * onBackpressure is told each time a run pauses (true) or resumes (false) its pipes, with the
+   * output bytes queued for the consumer at that moment (for metrics and tests).
+   */
+  onBackpressure?: (paused: boolean, queuedBytes: number) => void;
 }
 
 /** Default PATH when podd's own environment has none. */
@@ -194,6 +199,7 @@ export class ExecRunner {
         if (p) s.pause();
         else s.resume();
       }
+      this.opts.onBackpressure?.(p, queued);
     };
     const onData = (kind: 'stdout' | 'stderr') => (chunk: Buffer) => {
       for (let off = 0; off < chunk.length; off += this.opts.maxChunkBytes) {

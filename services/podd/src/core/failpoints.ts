@@ -1,10 +1,11 @@
 /**
- * Named failpoints for fault-injection tests (after containerd's integration/failpoint).
- * `SANDNODE_PODD_FAILPOINTS` holds a comma-separated list of names. Never set in production.
+ * podd's named failpoints for fault-injection tests (after containerd's integration/failpoint),
+ * on the shared {@link Failpoints} parser: env `SANDNODE_PODD_FAILPOINTS` holds a
+ * comma-separated list of `name[=action]`; a bare name means `hang` (a stuck handler), the
+ * only action besides `kill`, `error` and `off`. Unknown names or actions fail podd's start
+ * naming them. Never set in production.
  */
-
-/** The env var that enables failpoints. */
-export const FAILPOINTS_ENV = 'SANDNODE_PODD_FAILPOINTS';
+import { Failpoints } from '@sandnode/shared';
 
 /** Failpoint names this release knows. */
 export const FAILPOINTS = {
@@ -12,14 +13,18 @@ export const FAILPOINTS = {
   quiesceHangAfterFreeze: 'quiesce.hang-after-freeze',
 } as const;
 
-/** failpointEnabled says whether name is in SANDNODE_PODD_FAILPOINTS (of env, default process.env). */
-export function failpointEnabled(name: string, env: NodeJS.ProcessEnv = process.env): boolean {
-  const enabled = env[FAILPOINTS_ENV];
-  return !!enabled && enabled.split(',').map((s) => s.trim()).includes(name);
+/** A podd failpoint name. */
+export type PoddFailpoint = (typeof FAILPOINTS)[keyof typeof FAILPOINTS];
+
+/** poddFailpoints returns a fresh, unset Failpoints of podd (set() reads the env). */
+export function poddFailpoints(): Failpoints<PoddFailpoint> {
+  return new Failpoints<PoddFailpoint>({
+    service: 'podd',
+    names: Object.values(FAILPOINTS),
+    defaultAction: 'hang',
+    hangable: [FAILPOINTS.quiesceHangAfterFreeze],
+  });
 }
 
-/** hangForever returns a promise that never settles and ignores cancellation (a stuck handler). */
-export function hangForever(): Promise<never> {
-  // The server keeps the process alive; the call itself just never ends.
-  return new Promise<never>(() => undefined);
-}
+/** The env var that enables failpoints: SANDNODE_PODD_FAILPOINTS. */
+export const FAILPOINTS_ENV = poddFailpoints().env;

@@ -1,5 +1,5 @@
-import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from '@sandnode/shared';
-import { FAILPOINTS, FAILPOINTS_ENV } from './failpoints';
+import { CommandError, FailedPreconditionError, InternalError, InvalidArgumentError, UnavailableError, type Logger } from '@sandnode/shared';
+import { FAILPOINTS, FAILPOINTS_ENV, poddFailpoints } from './failpoints';
 import { clampFreezeMs, Quiescer, type FreezePort, type PortStatus } from './quiesce';
 import { poddFeatures } from '../features';
 
@@ -41,7 +41,7 @@ describe('clampFreezeMs', () => {
 describe('Quiescer', () => {
   it('syncs before it freezes, with the clamped window, and reports the sync time', async () => {
     const { port, calls } = fakePort();
-    const q = new Quiescer({ port, sync: async () => void calls.push('sync'), env: {} });
+    const q = new Quiescer({ port, sync: async () => void calls.push('sync') });
     const r = await q.quiesce(9000);
     expect(calls).toEqual(['status', 'sync', 'freeze 5000']);
     expect(r).toMatchObject({ token: 't1', maxFreezeMs: 5000, filesystems: ['/', '/workspace'], freezeMs: 3 });
@@ -50,7 +50,7 @@ describe('Quiescer', () => {
 
   it('refuses with FAILED_PRECONDITION while a freeze holds, before syncing (a sync would block)', async () => {
     const { port, calls } = fakePort({ ...idle, frozen: true, token: 'x', remainingMs: 700 });
-    const q = new Quiescer({ port, sync: async () => void calls.push('sync'), env: {} });
+    const q = new Quiescer({ port, sync: async () => void calls.push('sync') });
     await expect(q.quiesce(0)).rejects.toBeInstanceOf(FailedPreconditionError);
     expect(calls).toEqual(['status']);
   });
@@ -58,7 +58,7 @@ describe('Quiescer', () => {
   it('freezes nothing when the caller went away during the sync', async () => {
     const { port, calls } = fakePort();
     const ac = new AbortController();
-    const q = new Quiescer({ port, sync: async () => ac.abort(), env: {} });
+    const q = new Quiescer({ port, sync: async () => ac.abort() });
     await expect(q.quiesce(0, ac.signal)).rejects.toThrow();
     expect(calls).toEqual(['status']);
   });
@@ -68,31 +68,70 @@ describe('Quiescer', () => {
     port.status = async () => {
       throw new UnavailableError('freeze port gone');
     };
-    const q = new Quiescer({ port, sync: async () => void calls.push('sync'), env: {} });
+    const q = new Quiescer({ port, sync: async () => void calls.push('sync') });
     await expect(q.quiesce(0)).rejects.toBeInstanceOf(UnavailableError);
     expect(calls).toEqual([]);
   });
 
   it('rejects an empty Thaw token with INVALID_ARGUMENT without calling the port', async () => {
     const { port, calls } = fakePort();
-    const q = new Quiescer({ port, env: {} });
+    const q = new Quiescer({ port });
     await expect(q.thaw('')).rejects.toBeInstanceOf(InvalidArgumentError);
     expect(calls).toEqual([]);
     await expect(q.thaw('t1')).resolves.toEqual({ endedBy: 'caller', frozenMs: 42 });
   });
 
-  it('hangs after the freeze when the failpoint is set', async () => {
+  it('a failed sync is a short INTERNAL without its stderr; the full error is logged; nothing frozen', async () => {
     const { port, calls } = fakePort();
-    const q = new Quiescer({ port, sync: async () => undefined, env: { [FAILPOINTS_ENV]: FAILPOINTS.quiesceHangAfterFreeze } });
-    const outcome = await Promise.race([q.quiesce(100).then(() => 'answered'), new Promise((r) => setTimeout(() => r('stuck'), 300))]);
-    expect(outcome).toBe('stuck');
+    const logged: unknown[] = [];
+    const log = { error: (obj: unknown) => logged.push(obj) } as unknown as Logger;
+    const failure = new CommandError('sync -f / /workspace: exit 1: sync: /workspace: Input/output error', 'sync: /workspace: Input/output error', 1);
+    const q = new Quiescer({ port, log, sync: async () => Promise.reject(failure) });
+    const err = await q.quiesce(100).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InternalError);
+    expect((err as Error).message).toBe('sync of the sandbox filesystems failed (exit 1); nothing frozen (see the podd log)');
+    expect(logged).toEqual([{ err: failure }]);
+    expect(calls).toEqual(['status']);
+  });
+
+  it('a caller gone during the sync gets its abort, not INTERNAL', async () => {
+    const { port } = fakePort();
+    const ac = new AbortController();
+    const q = new Quiescer({ port, sync: async () => {
+      ac.abort();
+      throw new Error('killed');
+    } });
+    await expect(q.quiesce(100, ac.signal)).rejects.toMatchObject({ name: 'AbortError' });
+  });
+
+  it('hangs after the freeze when the failpoint is set (a bare name means hang)', async () => {
+    const { port, calls } = fakePort();
+    const failpoints = poddFailpoints();
+    failpoints.set(FAILPOINTS.quiesceHangAfterFreeze);
+    const q = new Quiescer({ port, sync: async () => undefined, failpoints });
+    let settled = false;
+    void q.quiesce(100).finally(() => (settled = true));
+    // Every step of quiesce with these fakes is a microtask; two macrotask turns drain them all.
+    for (let i = 0; i < 2; i++) await new Promise((r) => setImmediate(r));
     expect(calls).toEqual(['status', 'freeze 100']);
+    expect(settled).toBe(false);
+  });
+
+  it('reads SANDNODE_PODD_FAILPOINTS and refuses unknown names and actions naming them', () => {
+    expect(FAILPOINTS_ENV).toBe('SANDNODE_PODD_FAILPOINTS');
+    const fp = poddFailpoints();
+    fp.set(undefined);
+    expect(fp.list()).toEqual([]);
+    fp.set('quiesce.hang-after-freeze');
+    expect(fp.list()).toEqual(['quiesce.hang-after-freeze=hang']);
+    expect(() => fp.set('quiesce.nope')).toThrow(/SANDNODE_PODD_FAILPOINTS: unknown failpoint "quiesce.nope"/);
+    expect(() => fp.set('quiesce.hang-after-freeze=pause')).toThrow(/pause is only for/);
   });
 });
 
 describe('poddFeatures', () => {
   it('lists podd.quiesce only with a freeze port', () => {
-    expect(poddFeatures(true)).toContain('podd.quiesce');
-    expect(poddFeatures(false)).not.toContain('podd.quiesce');
+    expect(poddFeatures(true)).toEqual(['podd.exec.v1', 'podd.files.v1', 'podd.files.beneath.v1', 'podd.quiesce']);
+    expect(poddFeatures(false)).toEqual(['podd.exec.v1', 'podd.files.v1', 'podd.files.beneath.v1']);
   });
 });

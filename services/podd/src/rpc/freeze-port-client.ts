@@ -23,9 +23,15 @@ export function mapPortError(err: unknown, socketPath: string): unknown {
   return fromClientError(err);
 }
 
-/** createFreezePortClient returns the FreezePort on socketPath; every call has a timeoutMs deadline. */
-export function createFreezePortClient(socketPath: string, timeoutMs: number): FreezePort {
-  const client = createServiceClient(FreezePortServiceDefinition, createSandnodeChannel(unixAddress(socketPath)), { timeoutMs, retryAttempts: 2 });
+/** Attempts of a freeze-port call that found the port UNAVAILABLE (the supervisor restarting). */
+export const DEFAULT_FREEZE_PORT_RETRY_ATTEMPTS = 2;
+
+/**
+ * createFreezePortClient returns the FreezePort on socketPath; every call has a timeoutMs
+ * deadline and up to retryAttempts attempts while the port is UNAVAILABLE.
+ */
+export function createFreezePortClient(socketPath: string, timeoutMs: number, retryAttempts = DEFAULT_FREEZE_PORT_RETRY_ATTEMPTS): FreezePort {
+  const client = createServiceClient(FreezePortServiceDefinition, createSandnodeChannel(unixAddress(socketPath)), { timeoutMs, retryAttempts });
   const call = async <T>(fn: () => Promise<T>): Promise<T> => {
     try {
       return await fn();
@@ -39,14 +45,14 @@ export function createFreezePortClient(socketPath: string, timeoutMs: number): F
         const r = await client.freezeFilesystems({ maxFreezeMs });
         return { token: r.freezeToken, maxFreezeMs: r.maxFreezeMs, deadlineUnixMs: r.deadlineUnixMs, filesystems: r.filesystems, freezeMs: r.freezeMs };
       }),
-    thaw: (token) =>
+    thaw: (token, signal) =>
       call(async () => {
-        const r = await client.thawFilesystems({ freezeToken: token });
+        const r = await client.thawFilesystems({ freezeToken: token }, { signal });
         return { endedBy: freezeEndFromProto(r.endedBy), frozenMs: r.frozenMs };
       }),
-    status: () =>
+    status: (signal) =>
       call(async (): Promise<PortStatus> => {
-        const r = await client.getFilesystemFreeze({});
+        const r = await client.getFilesystemFreeze({}, { signal });
         return { frozen: r.frozen, token: r.freezeToken, maxFreezeMs: r.maxFreezeMs, remainingMs: r.remainingMs, endedBy: freezeEndFromProto(r.endedBy), frozenMs: r.frozenMs };
       }),
   };

@@ -64,13 +64,13 @@ export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<Sa
       return { freezeToken: r.token, maxFreezeMs: r.maxFreezeMs, deadlineUnixMs: r.deadlineUnixMs, filesystems: r.filesystems, syncMs: r.syncMs, freezeMs: r.freezeMs };
     },
     /** Thaw: INVALID_ARGUMENT (empty token), FAILED_PRECONDITION (not the latest freeze), UNAVAILABLE (no port). */
-    async thaw(req) {
-      const r = await deps.quiescer.thaw(req.freezeToken);
+    async thaw(req, context) {
+      const r = await deps.quiescer.thaw(req.freezeToken, context.signal);
       return { endedBy: thawEndedByToProto(r.endedBy), frozenMs: r.frozenMs };
     },
     /** GetFreezeStatus: the current or latest freeze; UNAVAILABLE (no port). */
-    async getFreezeStatus() {
-      const s = await deps.quiescer.status();
+    async getFreezeStatus(_req, context) {
+      const s = await deps.quiescer.status(context.signal);
       return { frozen: s.frozen, freezeToken: s.token, maxFreezeMs: s.maxFreezeMs, remainingMs: s.remainingMs, endedBy: thawEndedByToProto(s.endedBy), frozenMs: s.frozenMs };
     },
   };

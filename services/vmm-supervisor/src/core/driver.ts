@@ -73,7 +73,7 @@ export interface VmDriver {
    * stop ends the VM's processes: a graceful request first, a kill of all after timeoutMs ms.
    * Works on a paused VM. Resolves once no process is left; no-op when already stopped.
    */
-  stop(vm: VmRef, timeoutMs: number): Promise<void>;
+  stop(vm: VmRef, timeoutMs: number, signal?: AbortSignal): Promise<void>;
   /**
    * destroy removes everything the VM has on the host (runtime state, mounts, dirs), killing
    * what still runs. Idempotent: a VM with nothing left on the host is a no-op. Also undoes

@@ -1,12 +1,12 @@
 /**
- * Named failpoints for fault-injection tests (after containerd's integration/failpoint).
- * `SANDNODE_VMM_SUPERVISOR_FAILPOINTS` holds a comma-separated list of names; when code
- * reaches an enabled failpoint the process kills itself with SIGKILL, as a crash would.
- * Never set in production.
+ * The vmm-supervisor's named failpoints for fault-injection tests (after containerd's
+ * integration/failpoint), on the shared {@link Failpoints} parser: env
+ * `SANDNODE_VMM_SUPERVISOR_FAILPOINTS` holds a comma-separated list of `name[=action]`; a bare
+ * name means `kill` (the process SIGKILLs itself there, as a crash would); `error` and `off`
+ * work too. main.ts reads the env once at start, and an unknown name or action fails the
+ * start naming it. Never set in production.
  */
-
-/** The env var that enables failpoints. */
-export const FAILPOINTS_ENV = 'SANDNODE_VMM_SUPERVISOR_FAILPOINTS';
+import { Failpoints } from '@sandnode/shared';
 
 /** Failpoint names this release knows. */
 export const FAILPOINTS = {
@@ -14,8 +14,11 @@ export const FAILPOINTS = {
   createAfterMounts: 'runc.create.after-mounts',
 } as const;
 
-/** failpoint SIGKILLs this process when name is enabled. */
-export function failpoint(name: string): void {
-  const enabled = process.env[FAILPOINTS_ENV];
-  if (enabled && enabled.split(',').includes(name)) process.kill(process.pid, 'SIGKILL');
-}
+/** A vmm-supervisor failpoint name. */
+export type VmmFailpoint = (typeof FAILPOINTS)[keyof typeof FAILPOINTS];
+
+/** The supervisor's failpoints; unset until main.ts calls `failpoints.set()`. */
+export const failpoints = new Failpoints<VmmFailpoint>({ service: 'vmm-supervisor', names: Object.values(FAILPOINTS), defaultAction: 'kill' });
+
+/** The env var that enables failpoints: SANDNODE_VMM_SUPERVISOR_FAILPOINTS. */
+export const FAILPOINTS_ENV = failpoints.env;

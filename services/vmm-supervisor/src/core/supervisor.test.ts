@@ -60,7 +60,7 @@ class FakeDriver implements VmDriver {
     this.calls.push(`resume ${vmId}`);
     this.host.get(vmId)!.state = 'running';
   }
-  async stop({ vmId }: VmRef, timeoutMs: number) {
+  async stop({ vmId }: VmRef, timeoutMs: number, _signal?: AbortSignal) {
     this.calls.push(`stop ${vmId} ${timeoutMs}`);
     const h = this.host.get(vmId);
     if (h) h.state = 'stopped';
@@ -107,11 +107,37 @@ describe('Supervisor', () => {
     expect(driver.calls).toEqual(['create vm-1 1/512']);
   });
 
-  test('a failed create drops the row and rethrows', async () => {
+  test('a failed create drops the row and throws a short INTERNAL without the host detail', async () => {
     const { store, driver, sup } = setup();
     driver.failCreate = true;
-    await expect(sup.create('vm-1', spec)).rejects.toThrow(/runc run failed/);
+    const err = await sup.create('vm-1', spec).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InternalError);
+    expect((err as Error).message).toBe('create vm vm-1 failed on the host (see the vmm-supervisor log)');
     expect(store.get('vm-1')).toBeUndefined();
+  });
+
+  test('stop hands the caller signal to the driver; an abort stays an abort (CANCELLED), the VM is not recorded stopped', async () => {
+    const { store, driver, sup } = setup();
+    await sup.create('vm-1', spec);
+    const ac = new AbortController();
+    let seen: AbortSignal | undefined;
+    driver.stop = async (_ref, _ms, signal) => {
+      seen = signal;
+      ac.abort();
+      signal?.throwIfAborted();
+    };
+    await expect(sup.stop('vm-1', 0, ac.signal)).rejects.toMatchObject({ name: 'AbortError' });
+    expect(seen).toBe(ac.signal);
+    expect(store.get('vm-1')?.state).toBe('running');
+  });
+
+  test('a domain error of the driver keeps its code (NOT_FOUND stays NOT_FOUND)', async () => {
+    const { driver, sup } = setup();
+    await sup.create('vm-1', spec);
+    driver.pause = async () => {
+      throw new NotFoundError('vm-1: no such container');
+    };
+    await expect(sup.pause('vm-1')).rejects.toThrow(new NotFoundError('vm-1: no such container'));
   });
 
   test('the creating row is persisted before the driver runs', async () => {
@@ -186,8 +212,8 @@ describe('Supervisor', () => {
     expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled', 'rejected']);
   });
 
-  test('features add adoption, the epoch fence and the freeze status to the driver features', () => {
-    expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1', 'vmm.epoch-fence.v1', 'vmm.freeze-status.v1']);
+  test('features add adoption, the epoch fence, the freeze status and FenceEpoch to the driver features', () => {
+    expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1', 'vmm.epoch-fence.v1', 'vmm.freeze-status.v1', 'vmm.fence-epoch.v1']);
   });
 });
 

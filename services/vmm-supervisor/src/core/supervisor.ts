@@ -14,7 +14,8 @@
  * only reads the host and records what it finds.
  */
 import { statusOf, type FreezeStatus } from './freeze';
-import { AlreadyExistsError, FailedPreconditionError, NotFoundError, requireResourceId } from '@sandnode/shared';
+import { hostFailure } from './host-error';
+import { AlreadyExistsError, FailedPreconditionError, NotFoundError, requireResourceId, VMM_FEATURES } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, VmDriver, VmRef } from './driver';
 import { KeyedMutex } from '@sandnode/shared';
@@ -86,9 +87,9 @@ export class Supervisor {
     this.binaries = opts.binaries;
   }
 
-  /** Feature strings of the supervisor with its driver, for GetVersion. */
+  /** Feature strings of the supervisor with its driver, for GetVersion (all from VMM_FEATURES). */
   features(): string[] {
-    return [...this.driver.features, 'vmm.adoption.v1', 'vmm.epoch-fence.v1', 'vmm.freeze-status.v1'];
+    return [...this.driver.features, VMM_FEATURES.adoption, VMM_FEATURES.epochFence, VMM_FEATURES.freezeStatus, VMM_FEATURES.fenceEpoch];
   }
 
   /**
@@ -207,8 +208,8 @@ export class Supervisor {
         return running;
       } catch (err) {
         this.store.delete(vmId);
-        log.warn({ err }, 'vm create failed; undone');
-        throw err;
+        log.warn('vm create failed; undone');
+        throw hostFailure(log, err, `create vm ${vmId}`);
       }
     });
   }
@@ -239,15 +240,16 @@ export class Supervisor {
   /**
    * stop ends the VM's processes (SIGTERM, SIGKILL after timeoutMs; 0 = the default) and
    * records it stopped. Idempotent. NotFoundError when there is no such VM;
-   * FailedPreconditionError while it is still being created.
+   * FailedPreconditionError while it is still being created. signal (the caller's) ends the
+   * wait after SIGTERM with an AbortError (CANCELLED); a retry finishes the stop.
    */
-  async stop(vmId: string, timeoutMs: number): Promise<VmRecord> {
+  async stop(vmId: string, timeoutMs: number, signal?: AbortSignal): Promise<VmRecord> {
     requireResourceId('vm_id', vmId);
     return this.locks.run(vmId, async () => {
       const rec = await this.refresh(this.require(vmId));
       if (rec.state === 'creating') throw new FailedPreconditionError(`vm ${vmId} is CREATING`);
       if (rec.state === 'stopped') return rec;
-      await this.driver.stop(refOf(rec), timeoutMs > 0 ? timeoutMs : this.defaults.stopTimeoutMs);
+      await this.onHost(`stop vm ${vmId}`, () => this.driver.stop(refOf(rec), timeoutMs > 0 ? timeoutMs : this.defaults.stopTimeoutMs, signal));
       const stopped: VmRecord = { ...rec, state: 'stopped', pid: 0, startTimeTicks: 0 };
       this.store.put(stopped);
       this.log.info({ vm_id: vmId }, 'vm stopped');
@@ -266,9 +268,9 @@ export class Supervisor {
       if (!rec) return false;
       if (rec.state !== 'creating') {
         const live = await this.refresh(rec);
-        if (live.state !== 'stopped') await this.driver.stop(refOf(rec), this.defaults.stopTimeoutMs);
+        if (live.state !== 'stopped') await this.onHost(`delete vm ${vmId}`, () => this.driver.stop(refOf(rec), this.defaults.stopTimeoutMs));
       }
-      await this.driver.destroy(refOf(rec));
+      await this.onHost(`delete vm ${vmId}`, () => this.driver.destroy(refOf(rec)));
       this.store.delete(vmId);
       this.log.info({ vm_id: vmId }, 'vm deleted');
       return true;
@@ -285,6 +287,15 @@ export class Supervisor {
     };
   }
 
+  /** onHost runs a driver call; a host failure becomes a short INTERNAL, logged in full ({@link hostFailure}). */
+  private async onHost<T>(what: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (err) {
+      throw hostFailure(this.log, err, what);
+    }
+  }
+
   private require(vmId: string): VmRecord {
     const rec = this.store.get(vmId);
     if (!rec) throw new NotFoundError(`vm ${vmId} not found`);
@@ -298,7 +309,7 @@ export class Supervisor {
       if (rec.state !== from) {
         throw new FailedPreconditionError(`vm ${vmId} is ${rec.state.toUpperCase()}, not ${from.toUpperCase()}`);
       }
-      await act(rec);
+      await this.onHost(`${to === 'paused' ? 'pause' : 'resume'} vm ${vmId}`, () => act(rec));
       const next: VmRecord = { ...rec, state: to };
       this.store.put(next);
       this.log.info({ vm_id: vmId, state: to }, `vm ${to}`);
@@ -313,7 +324,7 @@ export class Supervisor {
    */
   private async refresh(rec: VmRecord): Promise<VmRecord> {
     if (rec.state === 'creating' || rec.state === 'stopped') return rec;
-    const live: LiveStatus = await this.driver.inspect(refOf(rec));
+    const live: LiveStatus = await this.onHost(`inspect vm ${rec.vmId}`, () => this.driver.inspect(refOf(rec)));
     const next: VmRecord =
       live.state === 'stopped'
         ? { ...rec, state: 'stopped', pid: 0, startTimeTicks: 0 }

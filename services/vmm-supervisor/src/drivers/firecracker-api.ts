@@ -6,7 +6,7 @@ import http from 'node:http';
 import { InternalError } from '@sandnode/shared';
 
 /** Longest one API request may take, in ms. */
-export const FC_API_TIMEOUT_MS = 5_000;
+export const DEFAULT_FC_API_TIMEOUT_MS = 5_000;
 /** The guest CID of every VM: each VM has its own vsock UDS on the host, so CIDs need not differ. */
 export const FC_GUEST_CID = 3;
 
@@ -27,7 +27,7 @@ export interface FcResponse {
 export class FirecrackerApi {
   constructor(
     readonly socketPath: string,
-    readonly timeoutMs = FC_API_TIMEOUT_MS,
+    readonly timeoutMs = DEFAULT_FC_API_TIMEOUT_MS,
   ) {}
 
   /**

@@ -16,17 +16,18 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { InternalError, isSameProcess, processStartTicks, processState, run } from '@sandnode/shared';
+import { InternalError, isSameProcess, processStartTicks, processState, run, VMM_FEATURES } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
+import { HostStepError } from '../core/host-error';
 import type { EffectiveResources, VmProcess, VmSpec } from '../core/types';
 import { resolveExecutable } from './binary';
 import { bootVm, CTRL_ALT_DEL, FirecrackerApi, vmStateRequest } from './firecracker-api';
 
 /** Longest the VMM may take to create its API socket after spawn, in ms. */
-export const FC_SOCKET_WAIT_MS = 5_000;
+export const DEFAULT_FC_SOCKET_WAIT_MS = 5_000;
 /** Longest a VMM may take to be gone after SIGKILL, in ms. */
-export const FC_KILL_WAIT_MS = 5_000;
+export const DEFAULT_FC_KILL_WAIT_MS = 5_000;
 /** Poll interval while waiting for the API socket or for the VMM to exit, in ms. */
 export const FC_POLL_MS = 20;
 
@@ -43,6 +44,8 @@ export interface FirecrackerDriverOptions {
   log: Logger;
   /** Environment of the VMM processes; default the supervisor's. */
   env?: NodeJS.ProcessEnv;
+  /** Longest a VMM may take to be gone after SIGKILL, in ms (default {@link DEFAULT_FC_KILL_WAIT_MS}). */
+  killWaitMs?: number;
 }
 
 /** alive says whether proc is running (not gone, not a reused pid, not a zombie). */
@@ -53,7 +56,7 @@ function alive(proc: VmProcess): boolean {
 /** FirecrackerDriver implements VmDriver with one firecracker process per VM. */
 export class FirecrackerDriver implements VmDriver {
   readonly name = 'firecracker';
-  readonly features = ['vmm.firecracker'] as const;
+  readonly features = [VMM_FEATURES.firecracker] as const;
   private readonly vmsDir: string;
   private cachedVersion: string | undefined;
   private current: string | undefined;
@@ -130,6 +133,7 @@ export class FirecrackerDriver implements VmDriver {
       return { process: proc, apiSocket };
     } catch (err) {
       const why = err instanceof Error ? err.message : String(err);
+      this.opts.log.error({ vm_id: vmId, step, err }, 'create failed; undoing');
       let undo = '';
       try {
         await this.destroy({ vmId, binary, process: { pid: 0, startTimeTicks: 0 }, apiSocket });
@@ -137,7 +141,7 @@ export class FirecrackerDriver implements VmDriver {
         undo = `; undo failed too: ${(undoErr as Error).message}`;
         this.opts.log.error({ vm_id: vmId, err: undoErr }, 'undo of a failed create failed');
       }
-      throw new InternalError(`create vm ${vmId}: ${step} failed: ${why}${undo}`);
+      throw new HostStepError(`create vm ${vmId}: ${step}`, `${why}${undo}`);
     }
   }
 
@@ -157,7 +161,7 @@ export class FirecrackerDriver implements VmDriver {
     await this.api(vm).call(vmStateRequest('Resumed'));
   }
 
-  async stop(vm: VmRef, timeoutMs: number): Promise<void> {
+  async stop(vm: VmRef, timeoutMs: number, signal?: AbortSignal): Promise<void> {
     const proc = this.processOf(vm);
     if (!proc || !alive(proc)) return;
     let paused = false;
@@ -168,17 +172,22 @@ export class FirecrackerDriver implements VmDriver {
     }
     // A paused guest cannot react to Ctrl-Alt-Del: kill it at once, as runc kills a frozen container.
     if (!paused && timeoutMs > 0) {
+      let sent = false;
       try {
         await this.api(vm).call(CTRL_ALT_DEL);
-        if (await this.waitGone(proc, timeoutMs)) return;
-        this.opts.log.info({ vm_id: vm.vmId, timeout_ms: timeoutMs }, 'vm ignored Ctrl-Alt-Del; sending SIGKILL');
+        sent = true;
       } catch (err) {
         this.opts.log.debug({ vm_id: vm.vmId, err }, 'SendCtrlAltDel failed; sending SIGKILL');
       }
+      if (sent) {
+        if (await this.waitGone(proc, timeoutMs, signal)) return;
+        this.opts.log.info({ vm_id: vm.vmId, timeout_ms: timeoutMs }, 'vm ignored Ctrl-Alt-Del; sending SIGKILL');
+      }
     }
     this.kill(proc);
-    if (!(await this.waitGone(proc, FC_KILL_WAIT_MS))) {
-      throw new InternalError(`stop vm ${vm.vmId}: firecracker pid ${proc.pid} still alive ${FC_KILL_WAIT_MS} ms after SIGKILL`);
+    const killWaitMs = this.opts.killWaitMs ?? DEFAULT_FC_KILL_WAIT_MS;
+    if (!(await this.waitGone(proc, killWaitMs))) {
+      throw new InternalError(`stop vm ${vm.vmId}: firecracker pid ${proc.pid} still alive ${killWaitMs} ms after SIGKILL`);
     }
   }
 
@@ -212,9 +221,11 @@ export class FirecrackerDriver implements VmDriver {
     }
   }
 
-  private async waitGone(proc: VmProcess, timeoutMs: number): Promise<boolean> {
+  /** waitGone polls until proc is gone (true) or timeoutMs passed (false); signal aborts the wait (AbortError). */
+  private async waitGone(proc: VmProcess, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
     const until = Date.now() + timeoutMs;
     while (alive(proc)) {
+      signal?.throwIfAborted();
       if (Date.now() >= until) return false;
       await new Promise((r) => setTimeout(r, FC_POLL_MS));
     }
@@ -244,10 +255,10 @@ export class FirecrackerDriver implements VmDriver {
   }
 
   private async waitForSocket(apiSocket: string, proc: VmProcess): Promise<void> {
-    const until = Date.now() + FC_SOCKET_WAIT_MS;
+    const until = Date.now() + DEFAULT_FC_SOCKET_WAIT_MS;
     while (!existsSync(apiSocket)) {
       if (!alive(proc)) throw new InternalError(`firecracker pid ${proc.pid} exited before creating ${apiSocket}`);
-      if (Date.now() >= until) throw new InternalError(`${apiSocket} did not appear in ${FC_SOCKET_WAIT_MS} ms`);
+      if (Date.now() >= until) throw new InternalError(`${apiSocket} did not appear in ${DEFAULT_FC_SOCKET_WAIT_MS} ms`);
       await new Promise((r) => setTimeout(r, FC_POLL_MS));
     }
   }

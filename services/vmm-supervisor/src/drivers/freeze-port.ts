@@ -48,9 +48,11 @@ export const FREEZE_PORT_MOUNT = '/run/sandnode-freeze';
 /** The record file under the VM dir. */
 export const FREEZE_STATE_FILE = 'freeze-state.json';
 /** Longest one fsfreeze(8) call may take, in ms (FIFREEZE syncs dirty data first). */
-export const FSFREEZE_TIMEOUT_MS = 30_000;
+export const DEFAULT_FSFREEZE_TIMEOUT_MS = 30_000;
 /** Longest a call waits for a watchdog past its deadline to finish thawing and record it, in ms. */
-export const WATCHDOG_FINISH_WAIT_MS = 2000;
+export const DEFAULT_WATCHDOG_FINISH_WAIT_MS = 2000;
+/** Poll interval while waiting for the watchdog to finish, in ms. */
+export const WATCHDOG_POLL_MS = 10;
 /** The watchdog's shell script: $1 sleep seconds, $2 end file, $3 fsfreeze binary, $4.. mounts in thaw order. */
 export const WATCHDOG_SCRIPT =
   's=$1; end=$2; ff=$3; shift 3; sleep "$s"; for m in "$@"; do "$ff" -u "$m" 2>/dev/null; done; date +%s%3N > "$end.tmp" && mv "$end.tmp" "$end"';
@@ -152,14 +154,17 @@ export class VmFreezer implements Freezer {
       const frozenAtMs = Date.now();
       // The filesystems are independent: freeze them at once, so the first is not held while
       // the second's FIFREEZE runs.
-      const results = await Promise.allSettled(mounts.map((m) => run(this.fsfreeze, ['-f', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS })));
-      const failed = results.flatMap((r) => (r.status === 'rejected' ? [(r.reason as Error).message] : []));
+      const results = await Promise.allSettled(mounts.map((m) => run(this.fsfreeze, ['-f', m.host], { timeoutMs: DEFAULT_FSFREEZE_TIMEOUT_MS })));
+      const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [mounts[i]?.guest ?? '?'] : []));
+      results.forEach((r, i) => {
+        if (r.status === 'rejected') this.log.error({ vm_id: this.vmId, mount: mounts[i]?.host, err: r.reason as unknown }, 'FIFREEZE failed');
+      });
       if (failed.length) {
         // thaw first; the watchdog stays until that worked (a thaw that fails is its job then)
         await this.thawMounts(mounts.filter((_, i) => results[i]?.status === 'fulfilled'), true)
           .then(() => killGroup(wd.pid, wd.startTicks))
           .catch((err: unknown) => this.log.error({ vm_id: this.vmId, err }, 'thaw after a failed FIFREEZE failed; the watchdog thaws at the deadline'));
-        throw new InternalError(`vm ${this.vmId}: FIFREEZE failed: ${failed.join('; ')}`);
+        throw new InternalError(`vm ${this.vmId}: FIFREEZE of ${failed.join(', ')} failed on the host (thawed; see the vmm-supervisor log)`);
       }
       const freezeMs = Math.round(performance.now() - t0);
       const rec: FreezeRecord = {
@@ -181,7 +186,8 @@ export class VmFreezer implements Freezer {
         await this.thawMounts(mounts, true)
           .then(() => killGroup(wd.pid, wd.startTicks))
           .catch((e: unknown) => this.log.error({ vm_id: this.vmId, err: e }, 'thaw after a failed record failed; the watchdog thaws at the deadline'));
-        throw new InternalError(`vm ${this.vmId}: could not record the freeze (thawed): ${(err as Error).message}`);
+        this.log.error({ vm_id: this.vmId, err }, 'could not record the freeze; thawed');
+        throw new InternalError(`vm ${this.vmId}: could not record the freeze (thawed; see the vmm-supervisor log)`);
       }
       this.log.info({ vm_id: this.vmId, max_freeze_ms: maxFreezeMs, freeze_ms: freezeMs, watchdog_pid: wd.pid, mounts: mounts.map((m) => m.guest) }, 'filesystems frozen');
       return { token, maxFreezeMs, deadlineMs, filesystems: mounts.map((m) => m.guest), freezeMs };
@@ -261,9 +267,9 @@ export class VmFreezer implements Freezer {
   private async refresh(rec: FreezeRecord | undefined): Promise<FreezeRecord | undefined> {
     if (!rec || rec.endedBy !== undefined) return rec;
     // Past the deadline the watchdog is thawing right now: wait for it to finish and record.
-    for (const until = Date.now() + WATCHDOG_FINISH_WAIT_MS; Date.now() >= rec.deadlineMs && Date.now() < until; ) {
+    for (const until = Date.now() + DEFAULT_WATCHDOG_FINISH_WAIT_MS; Date.now() >= rec.deadlineMs && Date.now() < until; ) {
       if (readEndFile(rec.watchdogEndFile) !== undefined || !watchdogAlive(rec)) break;
-      await new Promise((r) => setTimeout(r, 10));
+      await new Promise((r) => setTimeout(r, WATCHDOG_POLL_MS));
     }
     const end = readEndFile(rec.watchdogEndFile);
     if (end !== undefined) {
@@ -306,15 +312,15 @@ export class VmFreezer implements Freezer {
         .filter((m) => isMountPoint(m.host))
         .map(async (m) => {
           try {
-            await run(this.fsfreeze, ['-u', m.host], { timeoutMs: FSFREEZE_TIMEOUT_MS });
+            await run(this.fsfreeze, ['-u', m.host], { timeoutMs: DEFAULT_FSFREEZE_TIMEOUT_MS });
           } catch (err) {
             if (err instanceof CommandError && /invalid argument|not frozen/i.test(err.stderr)) return;
-            errors.push((err as Error).message);
+            errors.push(m.guest);
             this.log.error({ vm_id: this.vmId, mount: m.host, err }, 'FITHAW failed');
           }
         }),
     );
-    if (strict && errors.length) throw new InternalError(`vm ${this.vmId}: FITHAW failed: ${errors.join('; ')}`);
+    if (strict && errors.length) throw new InternalError(`vm ${this.vmId}: FITHAW of ${errors.join(', ')} failed on the host (see the vmm-supervisor log)`);
   }
 
   /** writableMounts: the rootfs upper drive, then the workspace when mounted read-write. */

@@ -7,7 +7,7 @@ import path from 'node:path';
 import { CommandError, InternalError, run } from '@sandnode/shared';
 
 /** How many times an EBUSY unmount is retried, and the pause between tries in ms. */
-export const UMOUNT_RETRIES = 20;
+export const DEFAULT_UMOUNT_RETRIES = 20;
 export const UMOUNT_RETRY_DELAY_MS = 100;
 
 function unescapeMountinfo(s: string): string {
@@ -69,7 +69,7 @@ export async function unmountIfMounted(dir: string): Promise<void> {
     } catch (err) {
       const busy = err instanceof CommandError && /busy/i.test(err.stderr);
       if (!busy) throw err;
-      if (attempt >= UMOUNT_RETRIES) throw new InternalError(`umount ${dir}: still busy after ${UMOUNT_RETRIES} tries`);
+      if (attempt >= DEFAULT_UMOUNT_RETRIES) throw new InternalError(`umount ${dir}: still busy after ${DEFAULT_UMOUNT_RETRIES} tries`);
       await new Promise((r) => setTimeout(r, UMOUNT_RETRY_DELAY_MS));
     }
   }

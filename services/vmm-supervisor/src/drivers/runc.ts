@@ -23,23 +23,24 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { CommandError, InternalError, isSameProcess, processStartTicks, run } from '@sandnode/shared';
+import { CommandError, InternalError, isSameProcess, processStartTicks, run, VMM_FEATURES } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
+import { HostStepError } from '../core/host-error';
 import type { EffectiveResources, VmSpec } from '../core/types';
 import type { FreezeStatus } from '../core/freeze';
 import { resolveExecutable } from './binary';
 import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from './podd-socket';
-import { failpoint, FAILPOINTS } from '../core/failpoints';
+import { failpoints, FAILPOINTS } from '../core/failpoints';
 import { mount, mountsUnder, unmountIfMounted } from './mounts';
 import { buildOciSpec } from './oci-spec';
 import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
 
-/** Longest a `runc run -d` may take before it is killed, in ms. */
-export const RUNC_START_TIMEOUT_MS = 30_000;
-/** Longest a VM may take to be gone after SIGKILL, in ms. */
-export const KILL_WAIT_MS = 5_000;
+/** Default of the longest a `runc run -d` may take before it is killed, in ms (config `runcStartTimeoutMs`). */
+export const DEFAULT_RUNC_START_TIMEOUT_MS = 30_000;
+/** Default of the longest a VM may take to be gone after SIGKILL, in ms (config `killWaitMs`). */
+export const DEFAULT_KILL_WAIT_MS = 5_000;
 /** Poll interval while waiting for a container to stop, in ms. */
 export const STOP_POLL_MS = 25;
 
@@ -59,6 +60,10 @@ export interface RuncDriverOptions {
   serveFreezePort?: FreezePortServe;
   /** fsfreeze(8) binary; default "fsfreeze" from PATH. */
   fsfreezeBinary?: string;
+  /** Longest a `runc run -d` may take, in ms (default {@link DEFAULT_RUNC_START_TIMEOUT_MS}). */
+  startTimeoutMs?: number;
+  /** Longest a VM may take to be gone after SIGKILL, in ms (default {@link DEFAULT_KILL_WAIT_MS}). */
+  killWaitMs?: number;
 }
 
 /** Status reported by `runc state`, or "absent" when runc has no such container. */
@@ -67,7 +72,7 @@ export type RuncStatus = 'created' | 'running' | 'paused' | 'stopped' | 'absent'
 /** RuncDriver implements VmDriver with runc. */
 export class RuncDriver implements VmDriver {
   readonly name = 'runc';
-  readonly features = ['vmm.runc', 'vmm.podd-socket-fd.v1', 'vmm.versioned-binaries.v1', 'vmm.freeze-port.v1', 'vmm.machine-id.v1'] as const;
+  readonly features = [VMM_FEATURES.runc, VMM_FEATURES.poddSocketFd, VMM_FEATURES.versionedBinaries, VMM_FEATURES.freezePort, VMM_FEATURES.machineId] as const;
   private readonly runc: string;
   private readonly root: string;
   private readonly vmsDir: string;
@@ -76,6 +81,8 @@ export class RuncDriver implements VmDriver {
   private current: string | undefined;
   private readonly serveFreezePort: FreezePortServe | undefined;
   private readonly fsfreeze: string | undefined;
+  private readonly startTimeoutMs: number;
+  private readonly killWaitMs: number;
   /** Freeze ports served now, by vm id. */
   private readonly ports = new Map<string, { freezer: VmFreezer; server: FreezePortServer | undefined }>();
 
@@ -86,6 +93,8 @@ export class RuncDriver implements VmDriver {
     this.log = opts.log;
     this.serveFreezePort = opts.serveFreezePort;
     this.fsfreeze = opts.fsfreezeBinary;
+    this.startTimeoutMs = opts.startTimeoutMs ?? DEFAULT_RUNC_START_TIMEOUT_MS;
+    this.killWaitMs = opts.killWaitMs ?? DEFAULT_KILL_WAIT_MS;
     mkdirSync(this.root, { recursive: true, mode: 0o700 });
     mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
   }
@@ -161,7 +170,7 @@ export class RuncDriver implements VmDriver {
         await mount(ws.path, workspace, 'ext4', ws.readOnly ? ['ro', 'noatime'] : ['noatime']);
       }
 
-      failpoint(FAILPOINTS.createAfterMounts);
+      failpoints.hit(FAILPOINTS.createAfterMounts);
 
       step = 'serve freeze port';
       const freezePortDir = makeFreezePortDir(dir);
@@ -199,6 +208,7 @@ export class RuncDriver implements VmDriver {
     } catch (err) {
       podd?.discard();
       const why = err instanceof Error ? err.message : String(err);
+      this.log.error({ vm_id: vmId, step, err }, 'create failed; undoing');
       let undo = '';
       try {
         await this.destroy({ vmId, binary: runc, process: { pid: 0, startTimeTicks: 0 }, apiSocket: '' });
@@ -206,7 +216,7 @@ export class RuncDriver implements VmDriver {
         undo = `; undo failed too: ${(undoErr as Error).message}`;
         this.log.error({ vm_id: vmId, err: undoErr }, 'undo of a failed create failed');
       }
-      throw new InternalError(`create vm ${vmId}: ${step} failed: ${why}${undo}`);
+      throw new HostStepError(`create vm ${vmId}: ${step}`, `${why}${undo}`);
     }
   }
 
@@ -229,7 +239,7 @@ export class RuncDriver implements VmDriver {
     await this.exec(this.bin(vm), ['resume', vm.vmId]);
   }
 
-  async stop(vm: VmRef, timeoutMs: number): Promise<void> {
+  async stop(vm: VmRef, timeoutMs: number, signal?: AbortSignal): Promise<void> {
     const { vmId } = vm;
     const runc = this.bin(vm);
     // Tasks blocked on a frozen filesystem do not die until it is thawed.
@@ -242,12 +252,12 @@ export class RuncDriver implements VmDriver {
       await this.exec(runc, ['resume', vmId]).catch(() => undefined); // runc may already have thawed it
     } else {
       await this.exec(runc, ['kill', vmId, 'TERM']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGTERM failed'));
-      if (await this.waitStopped(runc, vmId, timeoutMs)) return;
+      if (await this.waitStopped(runc, vmId, timeoutMs, signal)) return;
       this.log.info({ vm_id: vmId, timeout_ms: timeoutMs }, 'vm ignored SIGTERM; sending SIGKILL');
       await this.killAll(runc, vmId);
     }
-    if (!(await this.waitStopped(runc, vmId, KILL_WAIT_MS))) {
-      throw new InternalError(`stop vm ${vmId}: processes still alive ${KILL_WAIT_MS} ms after SIGKILL`);
+    if (!(await this.waitStopped(runc, vmId, this.killWaitMs))) {
+      throw new InternalError(`stop vm ${vmId}: processes still alive ${this.killWaitMs} ms after SIGKILL`);
     }
   }
 
@@ -364,9 +374,11 @@ export class RuncDriver implements VmDriver {
     await this.exec(runc, ['kill', '--all', vmId, 'KILL']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGKILL failed'));
   }
 
-  private async waitStopped(runc: string, vmId: string, timeoutMs: number): Promise<boolean> {
+  /** waitStopped polls until the container is gone (true) or timeoutMs passed (false); signal aborts the wait (AbortError). */
+  private async waitStopped(runc: string, vmId: string, timeoutMs: number, signal?: AbortSignal): Promise<boolean> {
     const until = Date.now() + timeoutMs;
     for (;;) {
+      signal?.throwIfAborted();
       const st = await this.state(vmId, runc);
       if (st.status === 'stopped' || st.status === 'absent') return true;
       if (Date.now() >= until) return false;
@@ -393,7 +405,7 @@ export class RuncDriver implements VmDriver {
         stdio: ['ignore', fd, fd, poddFd],
       });
       closeSync(fd);
-      const timer = setTimeout(() => child.kill('SIGKILL'), RUNC_START_TIMEOUT_MS);
+      const timer = setTimeout(() => child.kill('SIGKILL'), this.startTimeoutMs);
       child.once('error', (err) => {
         clearTimeout(timer);
         reject(new InternalError(`${runc}: ${err.message}`));

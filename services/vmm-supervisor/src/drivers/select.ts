@@ -19,13 +19,15 @@ export interface DriverConfig {
   firecrackerBinary: string;
   kernelImage: string | undefined;
   kernelArgs: string;
+  runcStartTimeoutMs: number;
+  killWaitMs: number;
 }
 
 /** createDriver returns the configured driver; throws ConfigError naming a missing or bad key. */
 export function createDriver(cfg: DriverConfig, log: Logger, serveFreezePort?: FreezePortServe): VmDriver {
   switch (cfg.driver) {
     case 'runc':
-      return new RuncDriver({ runcBinary: cfg.runcBinary, runcRoot: cfg.runcRoot, runDir: cfg.runDir, log: log.child({ driver: 'runc' }), serveFreezePort });
+      return new RuncDriver({ runcBinary: cfg.runcBinary, runcRoot: cfg.runcRoot, runDir: cfg.runDir, log: log.child({ driver: 'runc' }), serveFreezePort, startTimeoutMs: cfg.runcStartTimeoutMs, killWaitMs: cfg.killWaitMs });
     case 'firecracker': {
       if (!cfg.kernelImage) throw new ConfigError('key "kernelImage": required with driver "firecracker" (an uncompressed vmlinux)');
       if (!existsSync(cfg.kernelImage)) throw new ConfigError(`key "kernelImage": ${cfg.kernelImage} does not exist`);
@@ -35,6 +37,7 @@ export function createDriver(cfg: DriverConfig, log: Logger, serveFreezePort?: F
         kernelArgs: cfg.kernelArgs,
         runDir: cfg.runDir,
         log: log.child({ driver: 'firecracker' }),
+        killWaitMs: cfg.killWaitMs,
       });
     }
   }

@@ -5,7 +5,7 @@
  */
 import { chmodSync, existsSync, unlinkSync } from 'node:fs';
 import net from 'node:net';
-import { buildCommit, createServiceServer, SUITE_VERSION, type Logger, type SandnodeCallContext } from '@sandnode/shared';
+import { buildCommit, createServiceServer, SUITE_VERSION, VMM_FEATURES, type Logger, type SandnodeCallContext } from '@sandnode/shared';
 import { FreezeEndedBy, FreezePortServiceDefinition, type FreezePortServiceImplementation } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { FreezeEnd } from '../core/freeze';
 import type { Freezer } from '../drivers/freeze-port';
@@ -13,7 +13,7 @@ import type { Freezer } from '../drivers/freeze-port';
 /** Component name the freeze port reports in GetVersion. */
 export const FREEZE_PORT_COMPONENT = 'vmm-supervisor-freeze-port';
 /** Time running freeze-port calls get when the port closes, in ms. */
-export const FREEZE_PORT_DRAIN_MS = 1000;
+export const DEFAULT_FREEZE_PORT_DRAIN_MS = 1000;
 /** Most connections one VM's freeze port holds at once (podd needs one). */
 export const FREEZE_PORT_MAX_CONNECTIONS = 8;
 
@@ -59,7 +59,7 @@ export function createFreezePortService(freezer: Freezer): FreezePortServiceImpl
   };
 }
 
-/** A running freeze port; close() stops it (drain up to FREEZE_PORT_DRAIN_MS) and removes the socket. */
+/** A running freeze port; close() stops it (drain up to DEFAULT_FREEZE_PORT_DRAIN_MS) and removes the socket. */
 export interface FreezePortServer {
   close(): Promise<void>;
 }
@@ -72,7 +72,7 @@ export function freezePortServer(log: Logger): FreezePortServe {
   return async (vmId, socketPath, freezer) => {
     const vmLog = log.child({ vm_id: vmId, component: FREEZE_PORT_COMPONENT });
     const server = createServiceServer({
-      info: { component: FREEZE_PORT_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: ['vmm.freeze-port.v1'] },
+      info: { component: FREEZE_PORT_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: [VMM_FEATURES.freezePort] },
       log: vmLog,
     });
     server.add(FreezePortServiceDefinition, createFreezePortService(freezer));
@@ -90,6 +90,6 @@ export function freezePortServer(log: Logger): FreezePortServe {
     });
     chmodSync(socketPath, 0o600);
     server.serveListener(listener);
-    return { close: () => server.shutdown(FREEZE_PORT_DRAIN_MS) };
+    return { close: () => server.shutdown(DEFAULT_FREEZE_PORT_DRAIN_MS) };
   };
 }
