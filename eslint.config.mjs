@@ -53,7 +53,7 @@ export default tseslint.config(
   },
   {
     files: ['**/*.js', '**/*.cjs', '**/*.mjs'],
-    languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', module: 'writable', process: 'readonly', __dirname: 'readonly', console: 'readonly', Buffer: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly' } },
+    languageOptions: { sourceType: 'commonjs', globals: { AbortSignal: 'readonly', require: 'readonly', module: 'writable', process: 'readonly', __dirname: 'readonly', console: 'readonly', Buffer: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly' } },
     rules: { '@typescript-eslint/no-require-imports': 'off' },
   },
   { files: ['**/*.mjs'], languageOptions: { sourceType: 'module' } },

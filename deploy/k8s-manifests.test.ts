@@ -294,7 +294,7 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
       expect(cfg(`server-${slot}.json`).slot).toBe(slot);
       expect(cfg(`ublk-manager-${slot}.json`)).toMatchObject({ slot, listen: `unix:///run/sandnode/ublk-manager-${slot}.sock` });
     }
-    for (const [f, v] of Object.entries(data)) expect(JSON.parse(v)).toMatchObject({ version: 1, stateDir: '/var/lib/sandnode', runDir: '/run/sandnode' });
+    for (const v of Object.values(data)) expect(JSON.parse(v)).toMatchObject({ version: 1, stateDir: '/var/lib/sandnode', runDir: '/run/sandnode' });
   });
 
   if (which === 'overlays/example') {

@@ -107,7 +107,7 @@ export function loadDescriptorSet(b: Build): Uint8Array {
   try {
     return readFileSync(file);
   } catch (err) {
-    throw new Error(`build ${b.label}: cannot read its descriptor set ${file}: ${(err as Error).message}`);
+    throw new Error(`build ${b.label}: cannot read its descriptor set ${file}: ${(err as Error).message}`, { cause: err });
   }
 }
 

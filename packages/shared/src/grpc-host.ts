@@ -9,12 +9,12 @@
  * nice-grpc 2.1.18, `lib/server/handle*Call`), so handlers, middleware and error mapping behave
  * exactly as under `createServer()`.
  */
-import net from 'node:net';
+import type net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import type { CompatServiceDefinition, ServiceImplementation } from 'nice-grpc';
 import { composeServerMiddleware, type ServerMiddleware } from 'nice-grpc-common';
 import { UnimplementedError } from './errors';
-/* eslint-disable @typescript-eslint/no-require-imports, @typescript-eslint/no-explicit-any */
+/* eslint-disable @typescript-eslint/no-explicit-any */
 const defs = require('nice-grpc/lib/service-definitions') as {
   normalizeServiceDefinition(d: CompatServiceDefinition): Record<string, any>;
   toGrpcJsServiceDefinition(d: Record<string, any>): grpc.ServiceDefinition;
@@ -23,7 +23,7 @@ const unary = require('nice-grpc/lib/server/handleUnaryCall') as { createUnaryMe
 const serverStream = require('nice-grpc/lib/server/handleServerStreamingCall') as { createServerStreamingMethodHandler: (...a: any[]) => any };
 const clientStream = require('nice-grpc/lib/server/handleClientStreamingCall') as { createClientStreamingMethodHandler: (...a: any[]) => any };
 const bidi = require('nice-grpc/lib/server/handleBidiStreamingCall') as { createBidiStreamingMethodHandler: (...a: any[]) => any };
-/* eslint-enable @typescript-eslint/no-require-imports */
+ 
 
 export interface GrpcHostOptions {
   /** grpc-js server options (message size limits ...). */

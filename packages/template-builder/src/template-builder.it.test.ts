@@ -33,7 +33,7 @@ if (!existsSync(BUSYBOX)) missing.push('busybox (apt-get install busybox-static)
 if (!which('chroot')) missing.push('chroot');
 const describeIf = missing.length ? describe.skip : describe;
 if (missing.length) {
-  // eslint-disable-next-line no-console
+   
   console.warn(`template-builder.it: skipped, missing: ${missing.join(', ')}`);
 }
 

@@ -101,7 +101,7 @@ export function describeWith(name: string, parts: readonly Part[], fn: () => voi
     });
     return;
   }
-  // eslint-disable-next-line no-console
+   
   console.warn(`skipping "${name}": missing ${names.join(', ')}`);
   describe.skip(name, fn);
 }
