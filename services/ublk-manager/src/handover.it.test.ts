@@ -288,7 +288,7 @@ suite('ublk-manager slots and device handover (loop driver, real processes)', ()
 
   it('abort path: Recover fails on the new slot (failpoint) -> ABORTED, the old slot still owns and serves the device', async () => {
     await killSlot('a');
-    await startSlot('a', { SANDNODE_FAILPOINTS: 'ublk.recover=error' });
+    await startSlot('a', { SANDNODE_UBLK_MANAGER_FAILPOINTS: 'ublk.recover=error' });
     const r = await client('a').handoverAll({ fromAddress: addr('b'), deviceIds: ['dev-00', 'dev-01'], perDeviceTimeoutMs: 0 });
     expect(r.devices.map((d) => [d.deviceId, HandoverResult[d.result]])).toEqual([
       ['dev-00', 'HANDOVER_RESULT_ABORTED'],
@@ -316,7 +316,7 @@ suite('ublk-manager slots and device handover (loop driver, real processes)', ()
   for (const step of steps) {
     it(`kill -9 of the ${step.name} (${step.failpoint}=kill) converges after restarting both: one owner per device, all attached`, async () => {
       await killSlot(step.slot);
-      await startSlot(step.slot, { SANDNODE_FAILPOINTS: `${step.failpoint}=kill` });
+      await startSlot(step.slot, { SANDNODE_UBLK_MANAGER_FAILPOINTS: `${step.failpoint}=kill` });
       const call = client('a')
         .handoverAll({ fromAddress: addr('b'), deviceIds: [step.device], perDeviceTimeoutMs: 0 })
         .then((r) => r.devices.map((d) => HandoverResult[d.result]), (e: unknown) => e);
@@ -389,7 +389,7 @@ suite('ublk-manager handover during sandbox churn (loop driver, real processes)'
       SANDNODE_UBLK_MANAGER_STATE_DIR: stateDir,
       SANDNODE_UBLK_MANAGER_RUN_DIR: runDir,
       SANDNODE_UBLK_MANAGER_LOG_LEVEL: 'info',
-      ...(failpoints ? { SANDNODE_FAILPOINTS: failpoints } : {}),
+      ...(failpoints ? { SANDNODE_UBLK_MANAGER_FAILPOINTS: failpoints } : {}),
     });
     const fd = openSync(logOf(s), 'a');
     const proc = spawn(process.execPath, [MAIN], { env, stdio: ['ignore', fd, fd] });
