@@ -1,4 +1,4 @@
-import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError, ResourceExhaustedError } from '@sandnode/shared';
+import { AlreadyExistsError, DeadlineExceededError, FailedPreconditionError, InvalidArgumentError, NotFoundError, ResourceExhaustedError } from '@sandnode/shared';
 import { DIR, input, setup } from './__tests__/fakes';
 import { MIB, type DeviceRecord } from './types';
 
@@ -83,6 +83,19 @@ describe('DeviceManager.clone', () => {
     await expect(manager.clone(cl())).rejects.toBeInstanceOf(ResourceExhaustedError);
     expect(store.get('child')).toBeUndefined();
     expect(images.files.has(`${DIR}/child.img`)).toBe(false);
+  });
+
+  it('a copy whose caller went away (signal) is stopped and undone: DEADLINE_EXCEEDED, nothing left', async () => {
+    const { store, images, manager } = setup();
+    await manager.create(input());
+    const ac = new AbortController();
+    ac.abort();
+    await expect(manager.clone(cl(), { signal: ac.signal })).rejects.toBeInstanceOf(DeadlineExceededError);
+    expect(images.clones).toEqual([`${DIR}/dev-a.img -> ${DIR}/child.img`]);
+    expect(store.get('child')).toBeUndefined();
+    expect(images.files.has(`${DIR}/child.img`)).toBe(false);
+    // The same clone without a signal still works afterwards.
+    expect((await manager.clone(cl())).created).toBe(true);
   });
 
   it('undoes a failed attach after the row was ready', async () => {

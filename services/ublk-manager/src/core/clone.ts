@@ -3,7 +3,7 @@
  * (`cp --reflink`, FICLONE where the file system has it, sparse always), persisted before it
  * is attached. See {@link DeviceClone.clone} for the crash-safety and idempotency rules.
  */
-import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
+import { AlreadyExistsError, DeadlineExceededError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
 import type { DeviceCore } from './device-core';
 import type { CloneResult } from './driver';
 import { failpoint } from './failpoints';
@@ -65,9 +65,10 @@ export class DeviceClone {
    * source with that read_only), UnavailableError (this slot is handing its devices over, or
    * either device is quiesced/released for a handover), ResourceExhaustedError (no disk space
    * or free device node: the partial clone is removed), InternalError (a host command failed;
-   * undone).
+   * undone), DeadlineExceededError (opts.signal, the caller's, fired during the copy or the
+   * attach: the copy is stopped and undone).
    */
-  async clone(input: CloneInput): Promise<CloneOutcome> {
+  async clone(input: CloneInput, opts: { signal?: AbortSignal } = {}): Promise<CloneOutcome> {
     const deviceId = validateDeviceId(input.deviceId);
     const sourceId = validateDeviceId(input.sourceDeviceId, 'source_device_id');
     if (deviceId === sourceId) throw new InvalidArgumentError(`source_device_id: "${sourceId}" is device_id itself; a device cannot be cloned onto itself`);
@@ -77,12 +78,12 @@ export class DeviceClone {
     return this.core.locks.run(first, () =>
       this.core.locks.run(second, () => {
         this.core.refuseIfRetiringNow('CloneDevice');
-        return this.core.track(this.cloneLocked({ ...input, deviceId, sourceDeviceId: sourceId }));
+        return this.core.track(this.cloneLocked({ ...input, deviceId, sourceDeviceId: sourceId }, opts.signal));
       }),
     );
   }
 
-  private async cloneLocked(input: CloneInput): Promise<CloneOutcome> {
+  private async cloneLocked(input: CloneInput, signal: AbortSignal | undefined): Promise<CloneOutcome> {
     const t0 = performance.now();
     const { deviceId: id, sourceDeviceId: sourceId } = input;
     const existing = this.core.store.get(id);
@@ -111,7 +112,9 @@ export class DeviceClone {
     }
     if (existing) {
       this.core.log.warn({ device_id: id, state: existing.state }, 'cleaning up an interrupted create or delete before cloning');
-      await this.core.teardown(existing);
+      await this.core.teardown(existing).catch((err: unknown) => {
+        throw this.core.explain(err, `CloneDevice "${id}": cleaning up the interrupted ${existing.state} row failed`);
+      });
     }
     const backingFile = this.core.images.imagePath(id);
     if (await this.core.images.exists(backingFile)) {
@@ -138,7 +141,7 @@ export class DeviceClone {
     let attached: AttachedDevice | undefined;
     let persisted = false;
     try {
-      copy = await this.core.images.clone(src.backingFile, backingFile);
+      copy = await this.core.images.clone(src.backingFile, backingFile, { signal });
       step = 'record the device';
       this.core.store.update(id, { state: 'ready' }, this.core.now());
       persisted = true;
@@ -150,6 +153,10 @@ export class DeviceClone {
     } catch (err) {
       if (persisted) this.core.store.update(id, { state: 'creating' }, this.core.now());
       await this.core.undoCreate(id, backingFile, attached);
+      if (signal?.aborted) {
+        this.core.log.warn({ err, device_id: id, step }, 'CloneDevice cancelled by its caller; undone');
+        throw new DeadlineExceededError(`CloneDevice "${id}" from "${sourceId}": the call was cancelled or its deadline passed during ${step}; undone`);
+      }
       throw this.core.explain(err, `CloneDevice "${id}" from "${sourceId}": ${step} failed`);
     }
     const totalMs = performance.now() - t0;

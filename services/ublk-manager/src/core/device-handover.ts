@@ -84,7 +84,13 @@ export class DeviceHandover {
       if (rec?.state === 'released' || this.core.isHandedOver(deviceId)) throw this.core.handedOverError('ResumeDevice', deviceId);
       if (!rec || rec.state !== 'ready') throw new NotFoundError(`device_id "${deviceId}": no such device`);
       const live = await this.core.locate(rec);
-      if (this.clearQuiesced(deviceId) && live) await this.core.driver.resume(live);
+      if (this.clearQuiesced(deviceId) && live) {
+        try {
+          await this.core.driver.resume(live);
+        } catch (err) {
+          throw this.core.explain(err, `ResumeDevice "${deviceId}": resuming ${live.path} failed`);
+        }
+      }
       return this.core.deviceFrom(rec, live);
     });
   }

@@ -111,6 +111,18 @@ describe('DeviceManager.create', () => {
     expect(d.state).toBe('attached');
     expect(driver.devices.has('/dev/loop9')).toBe(false);
   });
+
+  it('a failed cleanup of a leftover row is INTERNAL without the command\'s stderr; the row stays', async () => {
+    const { store, images, driver, manager } = setup();
+    store.insert(row({ deviceId: 'dev-a', state: 'deleting', backingFile: `${DIR}/dev-a.img` }));
+    images.files.set(`${DIR}/dev-a.img`, 1);
+    driver.devices.set('/dev/loop9', { path: '/dev/loop9', backingFile: `${DIR}/dev-a.img`, readOnly: false, flags: [] });
+    driver.failDetach = new CommandError('losetup -d /dev/loop9: exit 1: losetup: /dev/loop9: detach failed: secret', 'secret', 1);
+    const err = await manager.create(input()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InternalError);
+    expect((err as Error).message).toBe('CreateDevice "dev-a": cleaning up the interrupted deleting row failed: host command losetup failed (exit 1); details in the ublk-manager log');
+    expect(store.get('dev-a')?.state).toBe('deleting');
+  });
 });
 
 describe('DeviceManager get/list', () => {

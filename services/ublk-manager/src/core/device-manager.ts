@@ -98,7 +98,9 @@ export class DeviceManager {
     }
     if (existing) {
       this.core.log.warn({ device_id: existing.deviceId, state: existing.state }, 'cleaning up an interrupted create or delete before creating');
-      await this.core.teardown(existing);
+      await this.core.teardown(existing).catch((err: unknown) => {
+        throw this.core.explain(err, `CreateDevice "${spec.deviceId}": cleaning up the interrupted ${existing.state} row failed`);
+      });
     }
     let sizeBytes = spec.sizeBytes;
     if (spec.sourceImage !== '') {
@@ -175,9 +177,12 @@ export class DeviceManager {
   }
 
 
-  /** clone: CloneDevice; see {@link DeviceClone.clone} (codes, crash safety, idempotency). */
-  clone(input: CloneInput): Promise<CloneOutcome> {
-    return this.cloner.clone(input);
+  /**
+   * clone: CloneDevice; see {@link DeviceClone.clone} (codes, crash safety, idempotency).
+   * opts.signal (the RPC's) stops and undoes a copy whose caller went away.
+   */
+  clone(input: CloneInput, opts: { signal?: AbortSignal } = {}): Promise<CloneOutcome> {
+    return this.cloner.clone(input, opts);
   }
 
   /** quiesce: QuiesceDevice; see {@link DeviceHandover.quiesce}. Returns the device and the time it took, in ms. */

@@ -21,7 +21,7 @@ export const DEFAULT_MKFS_TIMEOUT_MS = 120_000;
 export const DEFAULT_CLONE_TIMEOUT_MS = 600_000;
 
 /** A function with the shape of shared `run` (tests pass a fake). */
-export type RunFn = (cmd: string, args: string[], opts?: { timeoutMs?: number }) => Promise<RunResult>;
+export type RunFn = (cmd: string, args: string[], opts?: { timeoutMs?: number; signal?: AbortSignal }) => Promise<RunResult>;
 
 /**
  * cp(1) --reflink=always fails like this when the file system has no FICLONE
@@ -174,8 +174,9 @@ export class FileImages implements ImageOps {
    * So `reflinked` is true only when FICLONE really shared the extents. Returns the times and
    * the source's allocated bytes (st_blocks * 512, read before the copy). On failure the temp
    * file is removed and dst is never created; ResourceExhaustedError when the disk is full.
+   * opts.signal cancels the copy (cp is killed; the temp file removed).
    */
-  async clone(src: string, dst: string): Promise<CloneResult> {
+  async clone(src: string, dst: string, opts: { signal?: AbortSignal } = {}): Promise<CloneResult> {
     const tmp = this.cloneTempPath(dst);
     try {
       const st = await fs.stat(src);
@@ -183,7 +184,7 @@ export class FileImages implements ImageOps {
       let reflinked = false;
       if (this.reflink !== false) {
         try {
-          await this.cp(['--reflink=always', '--', src, tmp]);
+          await this.cp(['--reflink=always', '--', src, tmp], opts.signal);
           reflinked = true;
           this.reflink = true;
         } catch (err) {
@@ -192,7 +193,7 @@ export class FileImages implements ImageOps {
           else if (isNoSpace(err)) throw err;
         }
       }
-      if (!reflinked) await this.cp(['--reflink=auto', '--sparse=always', '--', src, tmp]);
+      if (!reflinked) await this.cp(['--reflink=auto', '--sparse=always', '--', src, tmp], opts.signal);
       const copyMs = performance.now() - t0;
       const t1 = performance.now();
       const fh = await fs.open(tmp, fsc.O_RDWR);
@@ -212,8 +213,8 @@ export class FileImages implements ImageOps {
     }
   }
 
-  private async cp(args: string[]): Promise<void> {
-    await this.run('cp', args, { timeoutMs: this.cloneTimeoutMs });
+  private async cp(args: string[], signal: AbortSignal | undefined): Promise<void> {
+    await this.run('cp', args, { timeoutMs: this.cloneTimeoutMs, signal });
   }
 
   /** remove unlinks file and fsyncs its dir; false when it did not exist. */

@@ -35,8 +35,8 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
      * copied_bytes (the source's allocated bytes). Codes: INVALID_ARGUMENT, NOT_FOUND,
      * ALREADY_EXISTS, FAILED_PRECONDITION, UNAVAILABLE, RESOURCE_EXHAUSTED (see DeviceManager.clone).
      */
-    async cloneDevice(req) {
-      const r = await manager.clone(cloneInputFromPb(req));
+    async cloneDevice(req, context) {
+      const r = await manager.clone(cloneInputFromPb(req), { signal: context.signal });
       if (r.created) opts.observeClone?.(r.cloneMs / 1000, r.reflinked);
       return cloneToPb(r);
     },

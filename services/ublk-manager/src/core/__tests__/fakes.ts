@@ -30,8 +30,10 @@ export class FakeDriver implements BlockDriver {
     this.devices.set(d.path, d);
     return { ...d };
   }
+  failDetach: Error | undefined;
   async detach(p: string): Promise<void> {
     this.calls.push(`detach ${p}`);
+    if (this.failDetach) throw this.failDetach;
     this.devices.delete(p);
   }
   async listAttached(dir: string): Promise<AttachedDevice[]> {
@@ -86,9 +88,10 @@ export class FakeImages implements ImageOps {
   temps = new Map<string, string>();
   failClone: Error | undefined;
   clones: string[] = [];
-  async clone(src: string, dst: string): Promise<CloneResult> {
+  async clone(src: string, dst: string, opts: { signal?: AbortSignal } = {}): Promise<CloneResult> {
     this.clones.push(`${src} -> ${dst}`);
     if (this.failClone) throw this.failClone;
+    if (opts.signal?.aborted) throw Object.assign(new Error('The operation was aborted'), { name: 'AbortError', code: 'ABORT_ERR' });
     if (this.files.has(dst)) throw new Error('EEXIST');
     this.files.set(dst, this.files.get(src) ?? 0);
     return { reflinked: false, copyMs: 3, syncMs: 1, sourceAllocatedBytes: 4096 };
