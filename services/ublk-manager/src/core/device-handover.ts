@@ -43,7 +43,7 @@ export class DeviceHandover {
    * loop: fsync of the device node + fdatasync of the image), then holds the device quiesced
    * until resume, release or timeoutMs (0 = DEFAULT_QUIESCE_TIMEOUT_MS; then it resumes by
    * itself).
-   * While quiesced, CreateDevice/DeleteDevice on it fail FAILED_PRECONDITION. A quiesce does
+   * While quiesced, CreateDevice/DeleteDevice/CloneDevice on it fail UNAVAILABLE (retry). A quiesce does
    * not survive a restart of the process (the kernel device never stopped serving).
    * Returns the device and the time quiescing took, in ms.
    * Errors: InvalidArgumentError (id, timeout_ms above MAX_QUIESCE_TIMEOUT_MS), NotFoundError,

@@ -154,7 +154,8 @@ export async function handoverAll(opts: {
         dlog.warn({ err }, 'handover: recover failed; the old slot took the device back');
       } catch (abortErr) {
         results.push({ deviceId: id, result: 'failed', stallMs: performance.now() - start, error: `${why}; AbortHandover failed too: ${msg(abortErr)} (the next start of either slot converges)` });
-        dlog.error({ err, abort_err: abortErr }, 'handover: recover and abort failed');
+        dlog.error({ err }, 'handover: recover failed');
+        dlog.error({ err: abortErr }, 'handover: AbortHandover after the failed recover failed too (the next start of either slot converges)');
       }
     }
   };
