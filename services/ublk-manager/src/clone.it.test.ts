@@ -359,7 +359,7 @@ suite('ublk-manager CloneDevice (loop driver, real daemon)', () => {
 
   it('crash after the copy, before the rename and the ready row (failpoint kill): restart leaves no temp, no image, no row; the retry clones', async () => {
     await stopDaemon('SIGTERM');
-    await startDaemon({ SANDNODE_FAILPOINTS: 'ublk.clone.after-copy=kill' });
+    await startDaemon({ SANDNODE_UBLK_MANAGER_FAILPOINTS: 'ublk.clone.after-copy=kill' });
     const call = client.cloneDevice(req({ deviceId: 'crash1' }));
     await expect(call).rejects.toBeInstanceOf(ClientError);
     expect((await waitExit()).signal).toBe('SIGKILL');
@@ -379,7 +379,7 @@ suite('ublk-manager CloneDevice (loop driver, real daemon)', () => {
 
   it('crash after the ready row, before the attach (failpoint kill): adoption attaches the clone; the retry returns it', async () => {
     await stopDaemon('SIGTERM');
-    await startDaemon({ SANDNODE_FAILPOINTS: 'ublk.clone.after-persist=kill' });
+    await startDaemon({ SANDNODE_UBLK_MANAGER_FAILPOINTS: 'ublk.clone.after-persist=kill' });
     await expect(frozen(parentMnt, () => client.cloneDevice(req({ deviceId: 'crash2' })))).rejects.toBeInstanceOf(ClientError);
     expect((await waitExit()).signal).toBe('SIGKILL');
     expect(rows().find((r) => r.device_id === 'crash2')).toEqual({ device_id: 'crash2', state: 'ready', cloned_from: 'parent' });

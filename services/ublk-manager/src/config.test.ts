@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { ConfigError } from '@sandnode/shared';
 import { loadUblkConfig } from './config';
-import { parseArgs } from './main';
+import { parseArgs, UsageError } from './main';
 
 describe('loadUblkConfig', () => {
   it('resolves defaults from stateDir and runDir', () => {
@@ -21,6 +21,10 @@ describe('loadUblkConfig', () => {
       maxDeviceSizeBytes: 1024 ** 4,
       directIo: true,
       drainMs: 5000,
+      slotLockWaitMs: 2000,
+      releaseTimeoutMs: 30_000,
+      cloneTimeoutMs: 600_000,
+      mkfsTimeoutMs: 120_000,
     });
   });
 
@@ -57,6 +61,10 @@ describe('loadUblkConfig', () => {
     ['maxDeviceSizeBytes', 'SANDNODE_UBLK_MANAGER_MAX_DEVICE_SIZE_BYTES', '2097153'],
     ['directIo', 'SANDNODE_UBLK_MANAGER_DIRECT_IO', 'maybe'],
     ['logLevel', 'SANDNODE_UBLK_MANAGER_LOG_LEVEL', 'loud'],
+    ['directIo', 'SANDNODE_UBLK_MANAGER_DIRECT_IO', 'ture'],
+    ['releaseTimeoutMs', 'SANDNODE_UBLK_MANAGER_RELEASE_TIMEOUT_MS', '10'],
+    ['slotLockWaitMs', 'SANDNODE_UBLK_MANAGER_SLOT_LOCK_WAIT_MS', '-1'],
+    ['cloneTimeoutMs', 'SANDNODE_UBLK_MANAGER_CLONE_TIMEOUT_MS', 'soon'],
   ])('names the bad key %s', (key, env, value) => {
     let err: unknown;
     try {
@@ -70,10 +78,27 @@ describe('loadUblkConfig', () => {
 });
 
 describe('parseArgs', () => {
-  it('accepts --config FILE and --config=FILE, refuses others', () => {
+  it('accepts --config FILE, --config=FILE and --help', () => {
     expect(parseArgs(['--config', '/c.json'])).toEqual({ config: '/c.json', help: false });
     expect(parseArgs(['--config=/c.json'])).toEqual({ config: '/c.json', help: false });
-    expect(() => parseArgs(['--config'])).toThrow(/needs a file/);
-    expect(() => parseArgs(['--bogus'])).toThrow(/unknown argument/);
+    expect(parseArgs(['--help'])).toEqual({ help: true });
+    expect(parseArgs([])).toEqual({ help: false });
+  });
+
+  it.each([
+    [['--config'], /^--config needs a file path \(usage: /],
+    [['--config='], /^--config needs a file path \(usage: /],
+    [['--config', '--help'], /^--config needs a file path \(got "--help"\)/],
+    [['--bogus'], /^unknown argument "--bogus" \(usage: sandnode-ublk-manager \[--config FILE\]\)$/],
+    [['--config', '/c.json', 'extra'], /^unknown argument "extra"/],
+  ])('%j is a UsageError naming it', (argv, message) => {
+    let err: unknown;
+    try {
+      parseArgs(argv);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(UsageError);
+    expect((err as Error).message).toMatch(message);
   });
 });

@@ -1,15 +1,27 @@
 /**
- * Config of the ublk-manager: one zod schema, read from an optional JSON file (`version: 1`)
- * and env `SANDNODE_UBLK_MANAGER_<KEY>`; `--config FILE` on the command line. Keys and
- * defaults are listed in the service README. Invalid values fail the start with an error
- * that names the key.
+ * Config of the ublk-manager (the same shape as the vmm-supervisor's: `SERVICE`, one zod
+ * `configSchema`, `loadUblkConfig({ file, env })` returning the resolved `UblkConfig`): read
+ * from an optional JSON file (`version: 1`; `--config FILE` on the command line, see
+ * parseArgs in main.ts) and env `SANDNODE_UBLK_MANAGER_<KEY>`. Keys and defaults are listed
+ * in the service README. Invalid values fail the start with an error that names the key.
  */
 import path from 'node:path';
-import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { DEFAULT_RELEASE_TIMEOUT_MS } from './core/device-core';
 import { DEFAULT_MAX_DEVICE_SIZE_BYTES, MIN_DEVICE_SIZE_BYTES, SECTOR_BYTES } from './core/types';
+import { DEFAULT_CLONE_TIMEOUT_MS, DEFAULT_MKFS_TIMEOUT_MS } from './drivers/images';
 
 /** The service name used in env var names and logs. */
-export const SERVICE_NAME = 'ublk-manager';
+export const SERVICE = 'ublk-manager';
+
+/**
+ * How long the start waits for the slot lock, in ms: another slot holds it for a moment while
+ * it checks that this slot is not running (takeover).
+ */
+export const DEFAULT_SLOT_LOCK_WAIT_MS = 2000;
+
+/** A duration key in ms: 0..max. */
+const ms = (max: number) => z.coerce.number().int().min(0).max(max);
 
 /** A boolean from JSON (true/false) or env ("true"/"false"/"1"/"0"/"yes"/"no"/"on"/"off"). */
 const boolish = configBool();
@@ -40,7 +52,15 @@ export const configSchema = z.object({
   /** Attach loop devices with direct I/O; falls back to buffered I/O when losetup refuses. */
   directIo: boolish.default(true),
   /** Time running calls get to finish at shutdown, in ms. */
-  drainMs: z.coerce.number().int().min(0).max(600_000).default(5000),
+  drainMs: ms(600_000).default(DEFAULT_DRAIN_MS),
+  /** How long the start waits for the slot lock (held briefly by the other slot's takeover check), in ms. */
+  slotLockWaitMs: ms(600_000).default(DEFAULT_SLOT_LOCK_WAIT_MS),
+  /** A released device no other slot took over after this long is owned here again, in ms (>= 1000). */
+  releaseTimeoutMs: z.coerce.number().int().min(1000).max(3_600_000).default(DEFAULT_RELEASE_TIMEOUT_MS),
+  /** Longest `cp` of one CloneDevice / CreateDevice from source_image, in ms (>= 1000). */
+  cloneTimeoutMs: z.coerce.number().int().min(1000).max(86_400_000).default(DEFAULT_CLONE_TIMEOUT_MS),
+  /** Longest `mkfs.ext4` of one CreateDevice, in ms (>= 1000). */
+  mkfsTimeoutMs: z.coerce.number().int().min(1000).max(86_400_000).default(DEFAULT_MKFS_TIMEOUT_MS),
   /** Prometheus `/metrics` on "host:port"; "" disables. */
   metricsListen: z
     .string()
@@ -50,8 +70,8 @@ export const configSchema = z.object({
   ublkServer: z.string().min(1).default('ublk'),
 });
 
-/** The config with every default resolved to an absolute path or address. */
-export interface UblkManagerConfig {
+/** UblkConfig is the validated config with every derived default filled in (absolute paths, listen address). */
+export interface UblkConfig {
   slot: 'a' | 'b' | '';
   stateDir: string;
   runDir: string;
@@ -62,30 +82,27 @@ export interface UblkManagerConfig {
   maxDeviceSizeBytes: number;
   directIo: boolean;
   drainMs: number;
+  slotLockWaitMs: number;
+  releaseTimeoutMs: number;
+  cloneTimeoutMs: number;
+  mkfsTimeoutMs: number;
   metricsListen: string;
   ublkServer: string;
 }
 
 /**
- * loadUblkConfig reads file + env (+ overrides), validates, and resolves the defaults that
- * depend on other keys (listen, imagesDir). Throws ConfigError naming the bad key.
+ * loadUblkConfig reads file + env, validates, and resolves the defaults that depend on other
+ * keys (listen, imagesDir). Throws ConfigError naming the bad key.
  */
-export function loadUblkConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; overrides?: Record<string, unknown> } = {}): UblkManagerConfig {
-  const c = loadConfig(configSchema, { service: SERVICE_NAME, ...opts });
+export function loadUblkConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}): UblkConfig {
+  const c = loadConfig(configSchema, { service: SERVICE, file: opts.file, env: opts.env });
   const stateDir = path.resolve(c.stateDir);
   const runDir = path.resolve(c.runDir);
   return {
+    ...c,
     stateDir,
     runDir,
-    slot: c.slot,
-    listen: c.listen ?? unixAddress(c.slot === '' ? socketPath(runDir, 'ublk-manager') : path.join(runDir, `ublk-manager-${c.slot}.sock`)),
-    logLevel: c.logLevel,
-    driver: c.driver,
+    listen: c.listen ?? unixAddress(c.slot === '' ? socketPath(runDir, SERVICE) : path.join(runDir, `${SERVICE}-${c.slot}.sock`)),
     imagesDir: path.resolve(c.imagesDir ?? path.join(stateDir, 'images')),
-    maxDeviceSizeBytes: c.maxDeviceSizeBytes,
-    directIo: c.directIo,
-    drainMs: c.drainMs,
-    metricsListen: c.metricsListen,
-    ublkServer: c.ublkServer,
   };
 }

@@ -16,11 +16,13 @@ export {
   type DeviceManagerOptions,
   type ManagerCapabilities,
   type RecoverInput,
+  type TakeoverReport,
 } from './core/device-manager';
 export { handoverAll, handoverMode, DEFAULT_PER_DEVICE_TIMEOUT_MS, type OldSlot, type HandoverReport, type DeviceHandoverResult, type HandoverMode } from './core/handover';
-export { failpoint, setFailpoints, parseFailpoints, FAILPOINT_NAMES, FAILPOINTS_ENV, type FailpointName, type FailpointAction } from './core/failpoints';
+export { failpoint, failpoints, setFailpoints, parseFailpoints, FAILPOINT_NAMES, FAILPOINTS_ENV, type FailpointName, type FailpointAction } from './core/failpoints';
 export { FileSlotPeers } from './store/slot-peers';
-export { SharedEpochFence } from './store/shared-epoch-fence';
+export { SharedEpochFence, type SharedEpochFenceOptions } from './store/shared-epoch-fence';
+export { fenceEpoch, type EpochFencePort, type FenceEpochInput } from './core/fence-epoch';
 export { lockSlot, FileMutex, type HeldLock } from './store/locks';
 export * from './store/layout';
 export { handoverStall, cloneCopy } from './metrics';
@@ -30,4 +32,4 @@ export { LoopDriver, FLAG_DIRECT_IO, type LoopDriverOptions } from './drivers/lo
 export { UblkDriver, UBLK_CONTROL, DEFAULT_UBLK_SERVER, parseUblkList, parseUblkFeatures, type UblkDriverOptions } from './drivers/ublk';
 export { FileImages } from './drivers/images';
 export { deviceService } from './rpc/device-service';
-export { loadUblkConfig, configSchema, SERVICE_NAME, type UblkManagerConfig } from './config';
+export { loadUblkConfig, configSchema, SERVICE, DEFAULT_SLOT_LOCK_WAIT_MS, type UblkConfig } from './config';

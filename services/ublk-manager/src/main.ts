@@ -14,9 +14,9 @@
 import { mkdirSync, realpathSync } from 'node:fs';
 import type http from 'node:http';
 import path from 'node:path';
-import { buildCommit, createLogger, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION, type Logger } from '@sandnode/shared';
+import { buildCommit, createLogger, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION, UBLK_FEATURES, type Logger } from '@sandnode/shared';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
-import { loadUblkConfig, SERVICE_NAME, type UblkManagerConfig } from './config';
+import { loadUblkConfig, SERVICE, type UblkConfig } from './config';
 import { DeviceManager } from './core/device-manager';
 import type { BlockDriver } from './core/driver';
 import { activeFailpoints, FAILPOINTS_ENV, setFailpoints } from './core/failpoints';
@@ -25,45 +25,68 @@ import { LoopDriver } from './drivers/loop';
 import { UblkDriver } from './drivers/ublk';
 import { cloneCopy, handoverStall } from './metrics';
 import { deviceService } from './rpc/device-service';
-import { HANDOVER_FEATURE } from './rpc/old-slot-client';
 import { managerDir, migrateLegacyTable, slotLockPath, slotName } from './store/layout';
 import { lockSlot, type HeldLock } from './store/locks';
 import { SharedEpochFence } from './store/shared-epoch-fence';
 import { FileSlotPeers } from './store/slot-peers';
 import { deviceDbPath, SqliteDeviceStore } from './store/sqlite-device-store';
 
+/** The driver's feature string (UBLK_FEATURES.loop / .ublk) and those of its capabilities. */
+const DRIVER_FEATURES = { loop: UBLK_FEATURES.loop, ublk: UBLK_FEATURES.ublk } as const;
+const CAPABILITY_FEATURES = { quiesce: UBLK_FEATURES.quiesce, 'user-recovery': UBLK_FEATURES.userRecovery, reissue: UBLK_FEATURES.reissue } as const;
+
 /**
- * Feature strings reported by GetVersion: `ublk.loop` / `ublk.ublk` (driver), `ublk.adoption.v1`,
- * `ublk.slots.v1` (A/B slots on one state dir), `ublk.handover.v1` (Quiesce/Resume/Release/
- * Recover/AbortHandover/HandoverAll), `ublk.epoch-fence.v1`, plus `ublk.quiesce`,
- * `ublk.user-recovery`, `ublk.reissue` when the driver has them on this kernel.
+ * Feature strings reported by GetVersion (the registry UBLK_FEATURES of @sandnode/shared):
+ * `ublk.loop` / `ublk.ublk` (driver), `ublk.adoption.v1`, `ublk.slots.v1` (A/B slots on one
+ * state dir), `ublk.handover.v1` (Quiesce/Resume/Release/Recover/AbortHandover/HandoverAll),
+ * `ublk.epoch-fence.v1`, `ublk.fence-epoch.v1` (FenceEpoch), `ublk.foreign-mountns.v1`,
+ * `ublk.clone`, plus `ublk.quiesce`, `ublk.user-recovery`, `ublk.reissue` when the driver has
+ * them on this kernel.
  */
 export function features(driver: BlockDriver): string[] {
-  return [`ublk.${driver.name}`, 'ublk.adoption.v1', 'ublk.slots.v1', HANDOVER_FEATURE, 'ublk.epoch-fence.v1', 'ublk.foreign-mountns.v1', 'ublk.clone', ...driver.capabilities().map((c) => `ublk.${c}`)];
+  return [
+    DRIVER_FEATURES[driver.name],
+    UBLK_FEATURES.adoption,
+    UBLK_FEATURES.slots,
+    UBLK_FEATURES.handover,
+    UBLK_FEATURES.epochFence,
+    UBLK_FEATURES.fenceEpoch,
+    UBLK_FEATURES.foreignMountns,
+    UBLK_FEATURES.clone,
+    ...driver.capabilities().map((c) => CAPABILITY_FEATURES[c]),
+  ];
 }
 
-/** Exit code for a bad command line or config. */
-const EXIT_USAGE = 2;
-/** Exit code when another process of the same slot holds the slot lock. */
-const EXIT_LOCKED = 3;
-/**
- * How long the start waits for the slot lock: another slot holds it for a moment while it
- * checks that this slot is not running (takeover), in ms.
- */
-const SLOT_LOCK_WAIT_MS = 2000;
+/** The gRPC path of FenceEpoch, which the fence middleware lets through (its handler fences). */
+export const FENCE_EPOCH_PATH = `/${DeviceServiceDefinition.fullName}/${DeviceServiceDefinition.methods.fenceEpoch.name}`;
 
-/** parseArgs accepts `--config FILE`, `--config=FILE` and `--help`. */
+/** Exit code for a bad command line or config. */
+export const EXIT_USAGE = 2;
+/** Exit code when another process of the same slot holds the slot lock. */
+export const EXIT_LOCKED = 3;
+
+const USAGE = 'usage: sandnode-ublk-manager [--config FILE]';
+
+/** A bad command line: the daemon exits EXIT_USAGE with this message (it names the argument). */
+export class UsageError extends Error {
+  override name = 'UsageError';
+}
+
+/**
+ * parseArgs accepts `--config FILE`, `--config=FILE` and `--help`. Throws UsageError naming
+ * the argument for `--config` without a value (or with an option as its value, or an empty
+ * `--config=`) and for any other argument.
+ */
 export function parseArgs(argv: string[]): { config?: string; help: boolean } {
   const out: { config?: string; help: boolean } = { help: false };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i] ?? '';
     if (a === '--help' || a === '-h') out.help = true;
-    else if (a === '--config') {
-      const v = argv[++i];
-      if (!v) throw new Error('--config needs a file path');
+    else if (a === '--config' || a.startsWith('--config=')) {
+      const v = a === '--config' ? argv[++i] : a.slice('--config='.length);
+      if (v === undefined || v === '' || v.startsWith('-')) throw new UsageError(`--config needs a file path${v ? ` (got ${JSON.stringify(v)})` : ''} (${USAGE})`);
       out.config = v;
-    } else if (a.startsWith('--config=')) out.config = a.slice('--config='.length);
-    else throw new Error(`unknown argument ${JSON.stringify(a)} (usage: sandnode-ublk-manager [--config FILE])`);
+    } else throw new UsageError(`unknown argument ${JSON.stringify(a)} (${USAGE})`);
   }
   return out;
 }
@@ -74,7 +97,7 @@ function resolvedImagesDir(dir: string): string {
   return realpathSync(dir);
 }
 
-function makeDriver(cfg: UblkManagerConfig, log: Logger): BlockDriver {
+function makeDriver(cfg: UblkConfig, log: Logger): BlockDriver {
   return cfg.driver === 'loop'
     ? new LoopDriver({ directIo: cfg.directIo, log: log.child({ driver: 'loop' }), imagesDir: resolvedImagesDir(cfg.imagesDir) })
     : new UblkDriver({ server: cfg.ublkServer, log: log.child({ driver: 'ublk' }) });
@@ -82,21 +105,21 @@ function makeDriver(cfg: UblkManagerConfig, log: Logger): BlockDriver {
 
 /** start runs the daemon until a signal stops it. */
 async function start(argv: string[]): Promise<void> {
-  let log = createLogger(SERVICE_NAME, SUITE_VERSION);
-  let cfg: UblkManagerConfig;
+  let log = createLogger(SERVICE, SUITE_VERSION);
+  let cfg: UblkConfig;
   try {
     const args = parseArgs(argv);
     if (args.help) {
-      log.info('usage: sandnode-ublk-manager [--config FILE]; config keys: see services/ublk-manager/README.md');
+      log.info(`${USAGE}; config keys: see services/ublk-manager/README.md`);
       return;
     }
     cfg = loadUblkConfig({ file: args.config });
     setFailpoints(process.env[FAILPOINTS_ENV]);
   } catch (err) {
-    log.fatal({ err: (err as Error).message }, 'cannot start: bad command line or config');
+    log.fatal({ err }, `cannot start: bad command line or config: ${(err as Error).message}`);
     process.exit(EXIT_USAGE);
   }
-  log = createLogger(SERVICE_NAME, SUITE_VERSION, cfg.logLevel).child({ slot: slotName(cfg.slot) });
+  log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel).child({ slot: slotName(cfg.slot) });
   log.info({ config: cfg, failpoints: activeFailpoints() }, 'starting');
 
   const driver = makeDriver(cfg, log);
@@ -107,18 +130,18 @@ async function start(argv: string[]): Promise<void> {
 
   let slotLock: HeldLock;
   try {
-    slotLock = lockSlot(slotLockPath(cfg.stateDir, cfg.slot), `ublk-manager slot "${slotName(cfg.slot)}" on state dir ${cfg.stateDir}`, SLOT_LOCK_WAIT_MS);
+    slotLock = lockSlot(slotLockPath(cfg.stateDir, cfg.slot), `ublk-manager slot "${slotName(cfg.slot)}" on state dir ${cfg.stateDir}`, cfg.slotLockWaitMs);
   } catch (err) {
-    log.fatal({ err: (err as Error).message }, 'cannot start: the slot is taken');
+    log.fatal({ err }, `cannot start: the slot is taken: ${(err as Error).message}`);
     process.exit(EXIT_LOCKED);
   }
   const dbFile = deviceDbPath(cfg.stateDir, cfg.slot);
   if (cfg.slot === '' && migrateLegacyTable(cfg.stateDir, dbFile)) log.warn({ to: dbFile }, 'moved the device table of release 0.0.1 (<stateDir>/ublk/devices.db) to the slot layout');
 
-  const images = new FileImages(cfg.imagesDir);
+  const images = new FileImages(cfg.imagesDir, { mkfsTimeoutMs: cfg.mkfsTimeoutMs, cloneTimeoutMs: cfg.cloneTimeoutMs });
   const store = new SqliteDeviceStore(dbFile);
   const peers = new FileSlotPeers(cfg.stateDir, cfg.slot);
-  const manager = new DeviceManager({ store, driver, images, log, peers, limits: { maxDeviceSizeBytes: cfg.maxDeviceSizeBytes } });
+  const manager = new DeviceManager({ store, driver, images, log, peers, limits: { maxDeviceSizeBytes: cfg.maxDeviceSizeBytes }, releaseTimeoutMs: cfg.releaseTimeoutMs });
   // Takeover first: the devices of a slot that is not running are owned here (exactly one
   // running owner per device). Then crash convergence: released rows are dropped (another
   // slot owns the device) or taken back.
@@ -126,10 +149,12 @@ async function start(argv: string[]): Promise<void> {
   await manager.converge({ takeBackAfterMs: 0 });
   await manager.adopt();
 
+  // FenceEpoch fences itself with the request's epoch (after validating it); every other mutating call is fenced by the middleware.
+  const fence = new SharedEpochFence(managerDir(cfg.stateDir), { handlerFenced: [FENCE_EPOCH_PATH] });
   const server = createServiceServer({
-    info: { component: SERVICE_NAME, version: SUITE_VERSION, commit: buildCommit(), features: features(driver) },
+    info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: features(driver) },
     log,
-    fence: new SharedEpochFence(managerDir(cfg.stateDir)),
+    fence,
   });
   server.add(
     DeviceServiceDefinition,
@@ -137,6 +162,7 @@ async function start(argv: string[]): Promise<void> {
       selfAddress: cfg.listen,
       observeStall: (s, mode) => handoverStall.observe({ mode }, s),
       observeClone: (s, reflinked) => cloneCopy.observe({ reflinked: String(reflinked) }, s),
+      fence,
     }),
   );
   let metrics: http.Server | undefined;
@@ -159,7 +185,7 @@ async function start(argv: string[]): Promise<void> {
 
 if (require.main === module) {
   start(process.argv.slice(2)).catch((err: unknown) => {
-    createLogger(SERVICE_NAME, SUITE_VERSION).fatal({ err: (err as Error).message ?? String(err) }, 'cannot start');
+    createLogger(SERVICE, SUITE_VERSION).fatal({ err }, `cannot start: ${err instanceof Error ? err.message : String(err)}`);
     process.exit(1);
   });
 }

@@ -100,9 +100,9 @@ suite('ublk-manager daemon (loop driver)', () => {
   }
 
   /** spawnDaemon starts dist/main.js with its log appended to logFile. */
-  function spawnDaemon(extra: Record<string, string> = {}): { proc: ChildProcess; done: Promise<{ code: number | null; signal: NodeJS.Signals | null }> } {
+  function spawnDaemon(extra: Record<string, string> = {}, args: string[] = []): { proc: ChildProcess; done: Promise<{ code: number | null; signal: NodeJS.Signals | null }> } {
     const fd = openSync(logFile, 'a');
-    const proc = spawn(process.execPath, [MAIN], { env: env(extra), stdio: ['ignore', fd, fd] });
+    const proc = spawn(process.execPath, [MAIN, ...args], { env: env(extra), stdio: ['ignore', fd, fd] });
     closeSync(fd);
     const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
     return { proc, done };
@@ -117,8 +117,8 @@ suite('ublk-manager daemon (loop driver)', () => {
   }
 
   /** startDaemon spawns the daemon, waits for its "serving" log line, connects; returns its pid. */
-  async function startDaemon(): Promise<number> {
-    const s = spawnDaemon();
+  async function startDaemon(extra: Record<string, string> = {}): Promise<number> {
+    const s = spawnDaemon(extra);
     child = s.proc;
     exited = s.done;
     const pid = child.pid;
@@ -351,5 +351,36 @@ suite('ublk-manager daemon (loop driver)', () => {
     const r = await s.done;
     expect(r.code).not.toBe(0);
     expect(readFileSync(logFile, 'utf8')).toContain('/dev/ublk-control');
+  });
+
+  it.each([
+    [['--config'], '--config needs a file path'],
+    [['--config='], '--config needs a file path'],
+    [['--bogus'], 'unknown argument \\"--bogus\\"'],
+  ])('%j is a usage error: exit 2 with a message naming it', async (args, text) => {
+    const before = readFileSync(logFile, 'utf8').length;
+    const r = await spawnDaemon({}, args).done;
+    expect(r).toEqual({ code: 2, signal: null });
+    expect(readFileSync(logFile, 'utf8').slice(before)).toContain(text);
+  });
+
+  // Last: once the fence is raised, this suite's calls without an epoch would be ABORTED.
+  it('FenceEpoch raises the shared fence (persisted across a restart); a server failpoint in the environment is not read', async () => {
+    await stopDaemon('SIGTERM');
+    // SANDNODE_FAILPOINTS is the server's old variable: the ublk-manager must start anyway.
+    await startDaemon({ SANDNODE_FAILPOINTS: 'handover.after-lease=kill' });
+    expect((await version.getVersion({})).features).toEqual(expect.arrayContaining(['ublk.fence-epoch.v1', 'ublk.epoch-fence.v1']));
+    const at = (epoch: number) => createServiceClient(DeviceServiceDefinition, channel, { timeoutMs: 10_000, retryAttempts: 1, epoch: () => epoch });
+    await expectCode(at(5).fenceEpoch({ epoch: 0 }), Status.INVALID_ARGUMENT, 'epoch: must be >= 1');
+    await expectCode(at(5).fenceEpoch({ epoch: 6 }), Status.INVALID_ARGUMENT, 'differs from the call');
+    expect((await at(5).fenceEpoch({ epoch: 5 })).epoch).toBe(5);
+    expect(JSON.parse(readFileSync(path.join(stateDir, 'ublk-manager', 'epoch'), 'utf8')).epoch).toBe(5);
+    await expectCode(at(4).fenceEpoch({ epoch: 4 }), Status.ABORTED, 'stale epoch 4; this node is at epoch 5');
+    await expectCode(client.deleteDevice({ deviceId: 'never-was' }), Status.ABORTED, 'stale epoch 0');
+    await stopDaemon('SIGKILL');
+    await startDaemon();
+    await expectCode(at(4).deleteDevice({ deviceId: 'never-was' }), Status.ABORTED, 'this node is at epoch 5');
+    expect((await at(7).fenceEpoch({ epoch: 7 })).epoch).toBe(7);
+    expect((await at(7).deleteDevice({ deviceId: 'never-was' })).existed).toBe(false);
   });
 });

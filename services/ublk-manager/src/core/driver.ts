@@ -112,9 +112,10 @@ export interface ImageOps {
    * (FICLONE), else sparse (holes stay holes): the copy is written to
    * a temp name in dst's dir (`.<name>.clone-<hex>.tmp`), fsynced, renamed to dst and the
    * directory fsynced, so dst never exists half-written. src is only read (never fsynced). On failure the temp file is
-   * removed; ResourceExhaustedError when the disk is full.
+   * removed; ResourceExhaustedError when the disk is full. opts.signal (the caller's) cancels
+   * the copy (the copy command is killed, the temp file removed).
    */
-  clone(src: string, dst: string): Promise<CloneResult>;
+  clone(src: string, dst: string, opts?: { signal?: AbortSignal }): Promise<CloneResult>;
   /**
    * cloneTemps lists the temp files of clones in the images dir (left by a crash mid-clone,
    * or written right now by a running clone) with the image each was going to become.

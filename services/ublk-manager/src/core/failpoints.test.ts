@@ -1,5 +1,5 @@
 import { InternalError } from '@sandnode/shared';
-import { activeFailpoints, failpoint, failpointAsync, parseFailpoints, setFailpoints } from './failpoints';
+import { activeFailpoints, failpoint, failpointAsync, FAILPOINTS_ENV, parseFailpoints, setFailpoints } from './failpoints';
 
 describe('failpoints', () => {
   afterEach(() => setFailpoints(undefined));
@@ -10,6 +10,11 @@ describe('failpoints', () => {
     ]);
     expect(() => parseFailpoints('ublk.nope=error')).toThrow(/unknown failpoint "ublk.nope"/);
     expect(() => parseFailpoints('ublk.recover=explode')).toThrow(/unknown action "explode"/);
+  });
+  it('reads its own env var (not the server\'s SANDNODE_FAILPOINTS); a bare name means error', () => {
+    expect(FAILPOINTS_ENV).toBe('SANDNODE_UBLK_MANAGER_FAILPOINTS');
+    expect([...parseFailpoints('ublk.recover')]).toEqual([['ublk.recover', 'error']]);
+    expect(() => parseFailpoints('handover.after-lease=kill')).toThrow(/SANDNODE_UBLK_MANAGER_FAILPOINTS: unknown failpoint "handover.after-lease"/);
   });
   it('error throws InternalError naming the failpoint; unset and off do nothing', () => {
     expect(() => failpoint('ublk.recover')).not.toThrow();

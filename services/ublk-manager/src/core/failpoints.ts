@@ -1,7 +1,9 @@
 /**
- * Failpoints: named places where a test makes the process fail on purpose (after containerd's
- * `integration/failpoint`). They are set with env `SANDNODE_FAILPOINTS` as a comma-separated
- * list of `name=action`, e.g. `ublk.recover=error,ublk.release.after=kill`:
+ * Failpoints: named places where a test makes the ublk-manager fail on purpose (after
+ * containerd's `integration/failpoint`), on the shared {@link Failpoints} parser. They are set
+ * with env `SANDNODE_UBLK_MANAGER_FAILPOINTS` (the ublk-manager's own variable: a server
+ * failpoint in the same environment is not read here) as a comma-separated list of
+ * `name=action`, e.g. `ublk.recover=error,ublk.release.after=kill`; a bare name means `error`:
  *
  * - `error`: the call throws InternalError("failpoint <name>") at that place;
  * - `kill`: the process sends itself SIGKILL at that place (a crash at exactly that step);
@@ -12,10 +14,9 @@
  *
  * Unknown names or actions fail the start ({@link parseFailpoints} throws naming them).
  */
-import { InternalError } from '@sandnode/shared';
+import { Failpoints, type FailpointAction } from '@sandnode/shared';
 
-/** Env var that sets failpoints at start. */
-export const FAILPOINTS_ENV = 'SANDNODE_FAILPOINTS';
+export type { FailpointAction };
 
 /** The failpoints of the ublk-manager, in handover order, then CloneDevice's. */
 export const FAILPOINT_NAMES = [
@@ -39,54 +40,36 @@ export const FAILPOINT_NAMES = [
   'ublk.clone.after-persist',
 ] as const;
 
+/** A failpoint name. */
+export type FailpointName = (typeof FAILPOINT_NAMES)[number];
+
 /** The failpoints that accept `pause` (they are reached through {@link failpointAsync}). */
 export const PAUSABLE_FAILPOINTS: readonly FailpointName[] = ['ublk.handover-all.after-list', 'ublk.handover-all.after-first-move'];
 
-/** A failpoint name. */
-export type FailpointName = (typeof FAILPOINT_NAMES)[number];
-/** What a failpoint does. */
-export type FailpointAction = 'error' | 'kill' | 'pause' | 'off';
+/** The ublk-manager's failpoints (shared parser; env SANDNODE_UBLK_MANAGER_FAILPOINTS). */
+export const failpoints = new Failpoints<FailpointName>({ service: 'ublk-manager', names: FAILPOINT_NAMES, defaultAction: 'error', pausable: PAUSABLE_FAILPOINTS });
 
-const ACTIONS: readonly FailpointAction[] = ['error', 'kill', 'pause', 'off'];
+/** Env var that sets failpoints at start: `SANDNODE_UBLK_MANAGER_FAILPOINTS`. */
+export const FAILPOINTS_ENV = failpoints.env;
 
 /** parseFailpoints reads a `name=action,...` list; throws Error naming a bad entry. */
 export function parseFailpoints(spec: string | undefined): Map<FailpointName, FailpointAction> {
-  const out = new Map<FailpointName, FailpointAction>();
-  for (const part of (spec ?? '').split(',').map((p) => p.trim()).filter(Boolean)) {
-    const eq = part.lastIndexOf('=');
-    const name = eq < 0 ? part : part.slice(0, eq);
-    const action = eq < 0 ? 'error' : part.slice(eq + 1);
-    if (!(FAILPOINT_NAMES as readonly string[]).includes(name)) throw new Error(`${FAILPOINTS_ENV}: unknown failpoint "${name}" (known: ${FAILPOINT_NAMES.join(', ')})`);
-    if (!(ACTIONS as readonly string[]).includes(action)) throw new Error(`${FAILPOINTS_ENV}: failpoint "${name}": unknown action "${action}" (error, kill, pause, off)`);
-    if (action === 'pause' && !PAUSABLE_FAILPOINTS.includes(name as FailpointName)) {
-      throw new Error(`${FAILPOINTS_ENV}: failpoint "${name}": pause is only for ${PAUSABLE_FAILPOINTS.join(', ')}`);
-    }
-    out.set(name as FailpointName, action as FailpointAction);
-  }
-  return out;
+  return failpoints.parse(spec);
 }
 
-let active = new Map<FailpointName, FailpointAction>();
-
-/** setFailpoints replaces the active failpoints (main.ts at start; unit tests). */
+/** setFailpoints replaces the active failpoints (main.ts at start, from FAILPOINTS_ENV; unit tests). */
 export function setFailpoints(spec: string | undefined): void {
-  active = parseFailpoints(spec);
+  failpoints.set(spec ?? '');
 }
 
 /** activeFailpoints lists the active ones as `name=action` (for the start log). */
 export function activeFailpoints(): string[] {
-  return [...active].filter(([, a]) => a !== 'off').map(([n, a]) => `${n}=${a}`);
+  return failpoints.list();
 }
 
-/** failpoint runs the action set for name, if any. */
+/** failpoint runs the `error` / `kill` action set for name, if any. */
 export function failpoint(name: FailpointName): void {
-  const action = active.get(name);
-  if (action === 'error') throw new InternalError(`failpoint ${name}`);
-  if (action === 'kill') {
-    process.kill(process.pid, 'SIGKILL');
-    // SIGKILL to ourselves is delivered before the syscall returns; never reached.
-    throw new InternalError(`failpoint ${name}: SIGKILL did not stop the process`);
-  }
+  failpoints.hit(name);
 }
 
 /**
@@ -94,8 +77,5 @@ export function failpoint(name: FailpointName): void {
  * onPause first (the caller logs that it waits).
  */
 export async function failpointAsync(name: FailpointName, onPause?: () => void): Promise<void> {
-  if (active.get(name) !== 'pause') return failpoint(name);
-  const resumed = new Promise<void>((resolve) => process.once('SIGUSR2', () => resolve()));
-  onPause?.();
-  await resumed;
+  await failpoints.hitAsync(name, onPause);
 }

@@ -11,24 +11,28 @@
  * No proto imports: the old slot is reached through the {@link OldSlot} port (rpc layer).
  */
 import { performance } from 'node:perf_hooks';
-import { NotFoundError, type Logger } from '@sandnode/shared';
+import { NotFoundError, UnavailableError, type Logger } from '@sandnode/shared';
 import type { DeviceManager } from './device-manager';
 import { failpoint, failpointAsync } from './failpoints';
 import type { Device } from './types';
 
-/** The old slot, as HandoverAll calls it (each call bounded by timeoutMs). */
+/**
+ * The old slot, as HandoverAll calls it (each call bounded by timeoutMs, in ms; signal, when
+ * given, cancels the call: HandoverAll passes its caller's signal to the steps that move a
+ * device, never to resume/abort, which give a device back).
+ */
 export interface OldSlot {
   /**
    * list returns the devices the old slot owns; it tells the old slot that this slot takes its
    * devices over (the old slot is retiring from then on: CreateDevice there is UNAVAILABLE).
    */
-  list(timeoutMs: number): Promise<Device[]>;
+  list(timeoutMs: number, signal?: AbortSignal): Promise<Device[]>;
   /** quiesce asks the old slot to quiesce the device for holdMs; NotFoundError when it has no such device. */
-  quiesce(deviceId: string, holdMs: number, timeoutMs: number): Promise<void>;
+  quiesce(deviceId: string, holdMs: number, timeoutMs: number, signal?: AbortSignal): Promise<void>;
   /** resume ends a quiesce that did not lead to a release. */
   resume(deviceId: string, timeoutMs: number): Promise<void>;
   /** release gives the device up; returns it and the handover token. */
-  release(deviceId: string, timeoutMs: number): Promise<{ device: Device; token: string }>;
+  release(deviceId: string, timeoutMs: number, signal?: AbortSignal): Promise<{ device: Device; token: string }>;
   /** abort gives a released device back to the old slot. */
   abort(deviceId: string, token: string, timeoutMs: number): Promise<void>;
 }
@@ -92,14 +96,16 @@ export async function handoverAll(opts: {
   deviceIds: string[];
   perDeviceTimeoutMs: number;
   log: Logger;
+  /** The caller's cancellation (the RPC's signal): no further device starts to move once it fires. */
+  signal?: AbortSignal;
   observe?: (stallSeconds: number, mode: HandoverMode) => void;
 }): Promise<HandoverReport> {
-  const { manager, old, log } = opts;
+  const { manager, old, log, signal } = opts;
   const t0 = performance.now();
   const bound = opts.perDeviceTimeoutMs > 0 ? opts.perDeviceTimeoutMs : DEFAULT_PER_DEVICE_TIMEOUT_MS;
   const mode = handoverMode(manager);
   const caps = manager.capabilities().capabilities;
-  const listed = (await old.list(bound)).map((d) => d.deviceId);
+  const listed = (await old.list(bound, signal)).map((d) => d.deviceId);
   await failpointAsync('ublk.handover-all.after-list', () => log.warn({ failpoint: 'ublk.handover-all.after-list' }, 'failpoint ublk.handover-all.after-list paused until SIGUSR2'));
   const explicit = opts.deviceIds.length > 0;
   const results: DeviceHandoverResult[] = [];
@@ -118,16 +124,16 @@ export async function handoverAll(opts: {
     let released: { device: Device; token: string } | undefined;
     try {
       try {
-        await old.quiesce(id, bound, left());
+        await old.quiesce(id, bound, left(), signal);
       } catch (err) {
         if (err instanceof NotFoundError) {
           // Deleted on the old slot since it was listed: it is simply not part of the move.
-          dlog.info({ err: msg(err) }, 'handover: the old slot no longer has this device (deleted meanwhile); skipped');
+          dlog.info({ err }, 'handover: the old slot no longer has this device (deleted meanwhile); skipped');
           return;
         }
         throw err;
       }
-      released = await old.release(id, left());
+      released = await old.release(id, left(), signal);
       failpoint('ublk.handover.after-release');
       await manager.recover({ deviceId: id, path: released.device.path, backingFile: released.device.backingFile }, released.token);
       const stallMs = performance.now() - start;
@@ -137,18 +143,19 @@ export async function handoverAll(opts: {
     } catch (err) {
       const why = msg(err);
       if (!released) {
-        await old.resume(id, bound).catch((e: unknown) => dlog.warn({ err: msg(e) }, 'handover: resume after a failed quiesce/release failed (the quiesce times out by itself)'));
+        await old.resume(id, bound).catch((e: unknown) => dlog.warn({ err: e }, 'handover: resume after a failed quiesce/release failed (the quiesce times out by itself)'));
         results.push({ deviceId: id, result: 'aborted', stallMs: performance.now() - start, error: why });
-        dlog.warn({ err: why }, 'handover: device not released; the old slot keeps it');
+        dlog.warn({ err }, 'handover: device not released; the old slot keeps it');
         return;
       }
       try {
         await old.abort(id, released.token, bound);
         results.push({ deviceId: id, result: 'aborted', stallMs: performance.now() - start, error: why });
-        dlog.warn({ err: why }, 'handover: recover failed; the old slot took the device back');
+        dlog.warn({ err }, 'handover: recover failed; the old slot took the device back');
       } catch (abortErr) {
         results.push({ deviceId: id, result: 'failed', stallMs: performance.now() - start, error: `${why}; AbortHandover failed too: ${msg(abortErr)} (the next start of either slot converges)` });
-        dlog.error({ err: why, abort_err: msg(abortErr) }, 'handover: recover and abort failed');
+        dlog.error({ err }, 'handover: recover failed');
+        dlog.error({ err: abortErr }, 'handover: AbortHandover after the failed recover failed too (the next start of either slot converges)');
       }
     }
   };
@@ -156,6 +163,7 @@ export async function handoverAll(opts: {
   let ids = explicit ? opts.deviceIds : listed;
   for (let pass = 1; ; pass++) {
     for (const id of ids) {
+      if (signal?.aborted) break;
       attempted.add(id);
       if (!listed.includes(id)) {
         results.push({ deviceId: id, result: 'failed', stallMs: 0, error: `the old slot does not own device_id "${id}"` });
@@ -169,13 +177,17 @@ export async function handoverAll(opts: {
         );
       }
     }
-    if (explicit) break;
+    if (explicit || signal?.aborted) {
+      if (signal?.aborted) log.warn({ moved: results.filter((r) => r.result === 'moved').length }, 'handover: the caller cancelled; no further device is moved');
+      break;
+    }
     // Final pass: devices created on the old slot while the list above was being moved.
     let again: string[];
     try {
-      again = (await old.list(bound)).map((d) => d.deviceId).filter((id) => !attempted.has(id));
+      again = (await old.list(bound, signal)).map((d) => d.deviceId).filter((id) => !attempted.has(id));
     } catch (err) {
-      throw new Error(`listing the old slot again after pass ${pass} failed (${results.filter((r) => r.result === 'moved').length} devices moved so far): ${msg(err)}`);
+      log.error({ err, pass }, 'handover: listing the old slot again failed');
+      throw new UnavailableError(`listing the old slot again after pass ${pass} failed (${results.filter((r) => r.result === 'moved').length} devices moved so far; a new HandoverAll moves the rest): ${msg(err)}`);
     }
     if (again.length === 0) break;
     if (pass >= MAX_HANDOVER_PASSES) {

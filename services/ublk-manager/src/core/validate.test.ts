@@ -1,4 +1,4 @@
-import { AlreadyExistsError, InvalidArgumentError } from '@sandnode/shared';
+import { InvalidArgumentError } from '@sandnode/shared';
 import { MIB, TIB } from './types';
 import { describeSpec, sameSpec, validateCloneSize, validateCreateInput, validateSize, type CreateDeviceInput } from './validate';
 
@@ -101,6 +101,7 @@ describe('sameSpec', () => {
   });
   it('describes a spec for ALREADY_EXISTS messages', () => {
     expect(describeSpec(row)).toBe(`size_bytes=${64 * MIB} filesystem=ext4 read_only=false`);
-    expect(new AlreadyExistsError('x').code).toBeDefined();
+    expect(describeSpec({ ...row, sourceImage: '/img/base.img', filesystem: 'inherited', readOnly: true })).toBe('source_image=/img/base.img read_only=true');
+    expect(describeSpec({ ...row, clonedFrom: 'dev-a' })).toBe('a CloneDevice clone of "dev-a" read_only=false');
   });
 });

@@ -15,13 +15,13 @@ import { CommandError, InvalidArgumentError, NotFoundError, ResourceExhaustedErr
 import type { CloneResult, ImageOps, SourceImageInfo } from '../core/driver';
 import { failpoint } from '../core/failpoints';
 
-/** Time mkfs.ext4 may take, in ms. */
+/** Time mkfs.ext4 may take, in ms (config mkfsTimeoutMs). */
 export const DEFAULT_MKFS_TIMEOUT_MS = 120_000;
-/** Time a clone (cp) may take, in ms. */
+/** Time a clone (cp) may take, in ms (config cloneTimeoutMs). */
 export const DEFAULT_CLONE_TIMEOUT_MS = 600_000;
 
 /** A function with the shape of shared `run` (tests pass a fake). */
-export type RunFn = (cmd: string, args: string[], opts?: { timeoutMs?: number }) => Promise<RunResult>;
+export type RunFn = (cmd: string, args: string[], opts?: { timeoutMs?: number; signal?: AbortSignal }) => Promise<RunResult>;
 
 /**
  * cp(1) --reflink=always fails like this when the file system has no FICLONE
@@ -42,9 +42,13 @@ export function isNoSpace(err: unknown): boolean {
   return false;
 }
 
-/** noSpace maps out-of-space failures to ResourceExhaustedError and passes others through. */
+/**
+ * noSpace maps out-of-space failures to ResourceExhaustedError (a short message: the command's
+ * stderr stays in `cause`, for the log) and passes others through.
+ */
 function noSpace(err: unknown, what: string): unknown {
-  return isNoSpace(err) ? new ResourceExhaustedError(`${what}: no disk space left: ${(err as Error).message}`) : err;
+  if (!isNoSpace(err)) return err;
+  return Object.assign(new ResourceExhaustedError(`${what}: no disk space left on the images file system`), { cause: err });
 }
 
 async function fsyncPath(p: string, flags: number): Promise<void> {
@@ -67,11 +71,20 @@ export class FileImages implements ImageOps {
    */
   private reflink: boolean | undefined;
 
-  /** The directory is created if missing. */
-  constructor(dir: string, opts: { run?: RunFn } = {}) {
+  private readonly mkfsTimeoutMs: number;
+  private readonly cloneTimeoutMs: number;
+
+  /**
+   * The directory is created if missing. mkfsTimeoutMs / cloneTimeoutMs bound one mkfs.ext4 /
+   * cp, in ms (config mkfsTimeoutMs / cloneTimeoutMs; default DEFAULT_MKFS_TIMEOUT_MS /
+   * DEFAULT_CLONE_TIMEOUT_MS).
+   */
+  constructor(dir: string, opts: { run?: RunFn; mkfsTimeoutMs?: number; cloneTimeoutMs?: number } = {}) {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
     this.dir = realpathSync(dir);
     this.run = opts.run ?? run;
+    this.mkfsTimeoutMs = opts.mkfsTimeoutMs ?? DEFAULT_MKFS_TIMEOUT_MS;
+    this.cloneTimeoutMs = opts.cloneTimeoutMs ?? DEFAULT_CLONE_TIMEOUT_MS;
   }
 
   /** cloneTempPath is `<dir of dst>/.<basename of dst>.clone-<8 random hex>.tmp` (a new name per call). */
@@ -142,7 +155,7 @@ export class FileImages implements ImageOps {
   /** formatExt4 runs `mkfs.ext4 -q -F -E lazy_itable_init=1,lazy_journal_init=1 file`. */
   async formatExt4(file: string): Promise<void> {
     try {
-      await this.run('mkfs.ext4', ['-q', '-F', '-E', 'lazy_itable_init=1,lazy_journal_init=1', file], { timeoutMs: DEFAULT_MKFS_TIMEOUT_MS });
+      await this.run('mkfs.ext4', ['-q', '-F', '-E', 'lazy_itable_init=1,lazy_journal_init=1', file], { timeoutMs: this.mkfsTimeoutMs });
     } catch (err) {
       throw noSpace(err, `mkfs.ext4 ${file}`);
     }
@@ -161,8 +174,9 @@ export class FileImages implements ImageOps {
    * So `reflinked` is true only when FICLONE really shared the extents. Returns the times and
    * the source's allocated bytes (st_blocks * 512, read before the copy). On failure the temp
    * file is removed and dst is never created; ResourceExhaustedError when the disk is full.
+   * opts.signal cancels the copy (cp is killed; the temp file removed).
    */
-  async clone(src: string, dst: string): Promise<CloneResult> {
+  async clone(src: string, dst: string, opts: { signal?: AbortSignal } = {}): Promise<CloneResult> {
     const tmp = this.cloneTempPath(dst);
     try {
       const st = await fs.stat(src);
@@ -170,7 +184,7 @@ export class FileImages implements ImageOps {
       let reflinked = false;
       if (this.reflink !== false) {
         try {
-          await this.cp(['--reflink=always', '--', src, tmp]);
+          await this.cp(['--reflink=always', '--', src, tmp], opts.signal);
           reflinked = true;
           this.reflink = true;
         } catch (err) {
@@ -179,7 +193,7 @@ export class FileImages implements ImageOps {
           else if (isNoSpace(err)) throw err;
         }
       }
-      if (!reflinked) await this.cp(['--reflink=auto', '--sparse=always', '--', src, tmp]);
+      if (!reflinked) await this.cp(['--reflink=auto', '--sparse=always', '--', src, tmp], opts.signal);
       const copyMs = performance.now() - t0;
       const t1 = performance.now();
       const fh = await fs.open(tmp, fsc.O_RDWR);
@@ -199,8 +213,8 @@ export class FileImages implements ImageOps {
     }
   }
 
-  private async cp(args: string[]): Promise<void> {
-    await this.run('cp', args, { timeoutMs: DEFAULT_CLONE_TIMEOUT_MS });
+  private async cp(args: string[], signal: AbortSignal | undefined): Promise<void> {
+    await this.run('cp', args, { timeoutMs: this.cloneTimeoutMs, signal });
   }
 
   /** remove unlinks file and fsyncs its dir; false when it did not exist. */

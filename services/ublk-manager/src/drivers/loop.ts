@@ -31,6 +31,8 @@ import type { RunFn } from './images';
 
 /** Time a losetup call may take, in ms. */
 export const DEFAULT_LOSETUP_TIMEOUT_MS = 30_000;
+/** Time the synchronous `losetup -O BACK-INO` of the foreign-mount-namespace check may take, in ms. */
+export const DEFAULT_BACKING_INODE_TIMEOUT_MS = 5000;
 
 /** Flag reported when a loop device does direct I/O on its backing file. */
 export const FLAG_DIRECT_IO = 'direct-io';
@@ -193,7 +195,7 @@ export class LoopDriver implements BlockDriver {
         if (err instanceof ResourceExhaustedError) throw err;
         // Some losetup versions set the device up and then fail to switch on direct I/O.
         for (const a of (await this.listAttached(path.dirname(backingFile))).filter((d) => d.backingFile === backingFile)) await this.detach(a.path);
-        this.log.warn({ err: (err as Error).message, backing_file: backingFile }, 'losetup refused --direct-io=on; attaching with buffered I/O');
+        this.log.warn({ err, backing_file: backingFile }, 'losetup refused --direct-io=on; attaching with buffered I/O');
       }
     }
     return this.losetup([...args, backingFile]);
@@ -205,7 +207,8 @@ export class LoopDriver implements BlockDriver {
       out = (await this.run('losetup', args, { timeoutMs: DEFAULT_LOSETUP_TIMEOUT_MS })).stdout.trim();
     } catch (err) {
       if (err instanceof CommandError && NO_FREE_RE.test(`${err.stderr} ${err.message}`)) {
-        throw new ResourceExhaustedError(`no free loop device: ${err.message}`);
+        // Short message for the caller; losetup's stderr stays in `cause` (logged).
+        throw Object.assign(new ResourceExhaustedError('no free loop device (losetup --find found none)'), { cause: err });
       }
       throw err;
     }
@@ -384,7 +387,7 @@ export class LoopDriver implements BlockDriver {
 
 /** losetupBackingInode asks the kernel (LOOP_GET_STATUS64 through losetup) for a device's backing inode. */
 function losetupBackingInode(devPath: string): { ino: number; major: number; minor: number } | undefined {
-  const r = spawnSync('losetup', ['--raw', '-n', '-O', 'BACK-INO,BACK-MAJ:MIN', devPath], { encoding: 'utf8', timeout: 5000 });
+  const r = spawnSync('losetup', ['--raw', '-n', '-O', 'BACK-INO,BACK-MAJ:MIN', devPath], { encoding: 'utf8', timeout: DEFAULT_BACKING_INODE_TIMEOUT_MS });
   // --raw escapes the column padding as \x20
   const m = /^\s*(\d+)\s+(\d+):(\d+)\s*$/.exec((r.stdout ?? '').replace(/\\x20/g, ' '));
   return r.status === 0 && m ? { ino: Number(m[1]), major: Number(m[2]), minor: Number(m[3]) } : undefined;

@@ -3,9 +3,10 @@
  * the result. Errors are the typed domain errors of core; the shared server middleware maps
  * them to gRPC status codes (and fences mutating calls by epoch before they get here).
  */
-import { InvalidArgumentError, parseEpoch, UnavailableError, type SandnodeCallContext } from '@sandnode/shared';
+import { EPOCH_METADATA_KEY, FailedPreconditionError, InvalidArgumentError, parseEpoch, UnavailableError, type SandnodeCallContext } from '@sandnode/shared';
 import type { DeviceServiceImplementation } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { DeviceManager } from '../core/device-manager';
+import { fenceEpoch, type EpochFencePort } from '../core/fence-epoch';
 import { handoverAll, type HandoverMode } from '../core/handover';
 import { capabilitiesToPb, cloneInputFromPb, cloneToPb, createInputFromPb, deviceToPb, handoverToPb } from './convert';
 import { connectOldSlot, HANDOVER_TO_METADATA_KEY } from './old-slot-client';
@@ -18,6 +19,8 @@ export interface DeviceServiceOptions {
   observeStall?: (stallSeconds: number, mode: HandoverMode) => void;
   /** Called with the copy time of each clone made, in seconds (the clone histogram). */
   observeClone?: (copySeconds: number, reflinked: boolean) => void;
+  /** The node's epoch fence (FenceEpoch raises it); without one FenceEpoch is FAILED_PRECONDITION. */
+  fence?: EpochFencePort;
 }
 
 /** deviceService implements sandnode.ublk.v1.DeviceService on a DeviceManager. */
@@ -32,8 +35,8 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
      * copied_bytes (the source's allocated bytes). Codes: INVALID_ARGUMENT, NOT_FOUND,
      * ALREADY_EXISTS, FAILED_PRECONDITION, UNAVAILABLE, RESOURCE_EXHAUSTED (see DeviceManager.clone).
      */
-    async cloneDevice(req) {
-      const r = await manager.clone(cloneInputFromPb(req));
+    async cloneDevice(req, context) {
+      const r = await manager.clone(cloneInputFromPb(req), { signal: context.signal });
       if (r.created) opts.observeClone?.(r.cloneMs / 1000, r.reflinked);
       return cloneToPb(r);
     },
@@ -77,13 +80,26 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
     async abortHandover(req) {
       return { device: deviceToPb(await manager.abortHandover(req.deviceId, req.handoverToken)) };
     },
+    /**
+     * FenceEpoch (feature "ublk.fence-epoch.v1"): raises the node's epoch fence to req.epoch
+     * (core fenceEpoch; the fence middleware lets this method through so that a bad request
+     * changes nothing) and returns the highest epoch seen after the call, persisted.
+     * Codes: INVALID_ARGUMENT (0, or not the `sandnode-epoch` metadata when present), ABORTED
+     * (lower than the highest seen).
+     */
+    async fenceEpoch(req, context) {
+      if (!opts.fence) throw new FailedPreconditionError('FenceEpoch: this ublk-manager runs without an epoch fence');
+      const raw = context.metadata.get(EPOCH_METADATA_KEY);
+      const metadataEpoch = raw === undefined || raw === '' ? undefined : parseEpoch(context.metadata);
+      return { epoch: fenceEpoch(opts.fence, { epoch: req.epoch, metadataEpoch }) };
+    },
     async handoverAll(req, context) {
       if (req.fromAddress === '') throw new InvalidArgumentError('from_address: must be set (the old slot, e.g. unix:///run/sandnode/ublk-manager-a.sock)');
       if (opts.selfAddress !== undefined && req.fromAddress === opts.selfAddress) throw new InvalidArgumentError(`from_address: ${req.fromAddress} is this slot`);
       if (handoverRunning) throw new UnavailableError('a HandoverAll is already running on this slot; try again when it ends');
       handoverRunning = true;
       try {
-        const old = await connectOldSlot(req.fromAddress, parseEpoch(context.metadata), manager.slot);
+        const old = await connectOldSlot(req.fromAddress, parseEpoch(context.metadata), manager.slot, context.signal);
         try {
           const report = await handoverAll({
             manager,
@@ -91,6 +107,7 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
             deviceIds: req.deviceIds,
             perDeviceTimeoutMs: req.perDeviceTimeoutMs,
             log: context.log,
+            signal: context.signal,
             observe: opts.observeStall,
           });
           return { devices: report.devices.map(handoverToPb), mode: report.mode, totalMs: Math.ceil(report.totalMs) };
