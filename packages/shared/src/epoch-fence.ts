@@ -20,6 +20,16 @@ import { AbortedError, InvalidArgumentError } from './errors';
 /** The metadata key that carries the epoch. */
 export const EPOCH_METADATA_KEY = 'sandnode-epoch';
 
+/** Options of an {@link EpochFence}. */
+export interface EpochFenceOptions {
+  /**
+   * gRPC method paths whose handler fences itself (FenceEpoch): the middleware lets them
+   * through, and the handler calls {@link EpochFence.fenceEpoch} after validating the request,
+   * so a bad request changes nothing.
+   */
+  handlerFenced?: readonly string[];
+}
+
 /**
  * EpochFence remembers the highest epoch seen in `<dir>/epoch`, written atomically (temp file,
  * fsync, rename, fsync dir) before a call that raised it is handled.
@@ -27,20 +37,13 @@ export const EPOCH_METADATA_KEY = 'sandnode-epoch';
 export class EpochFence {
   private highest: number;
   private readonly file: string;
+  private readonly handlerFenced: ReadonlySet<string>;
 
-  constructor(dir: string) {
+  constructor(dir: string, opts: EpochFenceOptions = {}) {
     mkdirSync(dir, { recursive: true });
     this.file = path.join(dir, 'epoch');
-    this.highest = EpochFence.read(this.file);
-  }
-
-  private static read(file: string): number {
-    try {
-      const v = Number(JSON.parse(readFileSync(file, 'utf8')).epoch);
-      return Number.isSafeInteger(v) && v >= 0 ? v : 0;
-    } catch {
-      return 0;
-    }
+    this.highest = readEpochFile(this.file);
+    this.handlerFenced = new Set(opts.handlerFenced ?? []);
   }
 
   /** current is the highest epoch seen. */
@@ -48,10 +51,26 @@ export class EpochFence {
     return this.highest;
   }
 
+  /** file is the path of the persisted epoch (`<dir>/epoch`). */
+  get epochFile(): string {
+    return this.file;
+  }
+
   /**
-   * admit checks an epoch: lower than the highest -> AbortedError; higher -> persisted first.
+   * admit (the fence middleware) checks a call's epoch: lower than the highest -> AbortedError;
+   * higher -> persisted first. A handler-fenced method is let through (its handler raises).
    */
   admit(epoch: number, rpc: string): void {
+    if (this.handlerFenced.has(rpc)) return;
+    this.raise(epoch, rpc);
+  }
+
+  /**
+   * raise is the check and persist of admit for any caller: AbortedError (ABORTED, naming both
+   * epochs) when epoch is lower than the highest seen; a higher epoch is persisted (fsync)
+   * before it returns. Returns the highest epoch seen after the call.
+   */
+  raise(epoch: number, rpc: string): number {
     if (epoch < this.highest) {
       throw new AbortedError(`${rpc}: stale epoch ${epoch}; this node is at epoch ${this.highest} (another server took the lease)`);
     }
@@ -59,7 +78,39 @@ export class EpochFence {
       writeFileAtomic(this.file, JSON.stringify({ epoch, updatedAtMs: Date.now() }));
       this.highest = epoch;
     }
+    return this.highest;
   }
+
+  /**
+   * fenceEpoch is the FenceEpoch RPC of vmm.v1 and ublk.v1 (features `vmm.fence-epoch.v1`,
+   * `ublk.fence-epoch.v1`): it raises the fence to epoch and returns the highest epoch seen
+   * after the call, persisted. metadataEpoch is the call's `sandnode-epoch` (undefined when the
+   * call has none). Errors, with nothing changed: InvalidArgumentError (epoch 0 or not a safe
+   * integer; epoch differs from metadataEpoch), AbortedError (lower than the highest seen).
+   */
+  fenceEpoch(epoch: number, metadataEpoch: number | undefined): number {
+    if (!Number.isSafeInteger(epoch) || epoch < 1) throw new InvalidArgumentError(`epoch: ${epoch} is not an epoch (1..${Number.MAX_SAFE_INTEGER}; 0 is "no epoch"); nothing changed`);
+    if (metadataEpoch !== undefined && metadataEpoch !== epoch) {
+      throw new InvalidArgumentError(`epoch: ${epoch} differs from the call's sandnode-epoch metadata ${metadataEpoch}; nothing changed`);
+    }
+    return this.raise(epoch, 'FenceEpoch');
+  }
+}
+
+/** readEpochFile reads a persisted epoch (`{"epoch":N}`); 0 when missing or unreadable. */
+export function readEpochFile(file: string): number {
+  try {
+    const v = Number(JSON.parse(readFileSync(file, 'utf8')).epoch);
+    return Number.isSafeInteger(v) && v >= 0 ? v : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** metadataEpoch reads the epoch of a call's metadata; undefined when it carries none. */
+export function metadataEpoch(metadata: Metadata): number | undefined {
+  const raw = metadata.get(EPOCH_METADATA_KEY);
+  return raw === undefined || raw === '' ? undefined : parseEpoch(metadata);
 }
 
 /** parseEpoch reads the epoch of a call's metadata; missing -> 0. */

@@ -22,7 +22,6 @@ export { handoverAll, handoverMode, DEFAULT_PER_DEVICE_TIMEOUT_MS, type OldSlot,
 export { failpoint, failpoints, setFailpoints, parseFailpoints, FAILPOINT_NAMES, FAILPOINTS_ENV, type FailpointName, type FailpointAction } from './core/failpoints';
 export { FileSlotPeers } from './store/slot-peers';
 export { SharedEpochFence, type SharedEpochFenceOptions } from './store/shared-epoch-fence';
-export { fenceEpoch, type EpochFencePort, type FenceEpochInput } from './core/fence-epoch';
 export { lockSlot, FileMutex, type HeldLock } from './store/locks';
 export * from './store/layout';
 export { handoverStall, cloneCopy } from './metrics';

@@ -13,7 +13,7 @@ import path from 'node:path';
 import { buildCommit, createLogger, createServiceServer, runDaemon, SUITE_VERSION } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { loadVmmConfig, SERVICE } from './config';
-import { VmmEpochFence } from './core/epoch';
+import { vmmEpochFence } from './core/epoch';
 import { failpoints } from './core/failpoints';
 import { Supervisor } from './core/supervisor';
 import { createDriver } from './drivers/select';
@@ -102,7 +102,7 @@ async function main(): Promise<void> {
   const report = await supervisor.adopt();
   log.info({ ...report, driver: driver.name, driver_version: await driver.version(), driver_binary: driver.currentBinary() }, 'adoption done');
 
-  const fence = new VmmEpochFence(supervisorDir);
+  const fence = vmmEpochFence(supervisorDir);
   const server = createServiceServer({
     info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: supervisor.features() },
     log,

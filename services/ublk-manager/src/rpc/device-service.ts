@@ -3,10 +3,9 @@
  * the result. Errors are the typed domain errors of core; the shared server middleware maps
  * them to gRPC status codes (and fences mutating calls by epoch before they get here).
  */
-import { EPOCH_METADATA_KEY, FailedPreconditionError, InvalidArgumentError, parseEpoch, UnavailableError, type SandnodeCallContext } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, metadataEpoch, parseEpoch, UnavailableError, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
 import type { DeviceServiceImplementation } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { DeviceManager } from '../core/device-manager';
-import { fenceEpoch, type EpochFencePort } from '../core/fence-epoch';
 import { handoverAll, type HandoverMode } from '../core/handover';
 import { capabilitiesToPb, cloneInputFromPb, cloneToPb, createInputFromPb, deviceToPb, handoverToPb } from './convert';
 import { connectOldSlot, HANDOVER_TO_METADATA_KEY } from './old-slot-client';
@@ -20,7 +19,7 @@ export interface DeviceServiceOptions {
   /** Called with the copy time of each clone made, in seconds (the clone histogram). */
   observeClone?: (copySeconds: number, reflinked: boolean) => void;
   /** The node's epoch fence (FenceEpoch raises it); without one FenceEpoch is FAILED_PRECONDITION. */
-  fence?: EpochFencePort;
+  fence?: EpochFence;
 }
 
 /** deviceService implements sandnode.ublk.v1.DeviceService on a DeviceManager. */
@@ -82,16 +81,14 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
     },
     /**
      * FenceEpoch (feature "ublk.fence-epoch.v1"): raises the node's epoch fence to req.epoch
-     * (core fenceEpoch; the fence middleware lets this method through so that a bad request
+     * (EpochFence.fenceEpoch; the fence middleware lets this method through so that a bad request
      * changes nothing) and returns the highest epoch seen after the call, persisted.
      * Codes: INVALID_ARGUMENT (0, or not the `sandnode-epoch` metadata when present), ABORTED
      * (lower than the highest seen).
      */
     async fenceEpoch(req, context) {
       if (!opts.fence) throw new FailedPreconditionError('FenceEpoch: this ublk-manager runs without an epoch fence');
-      const raw = context.metadata.get(EPOCH_METADATA_KEY);
-      const metadataEpoch = raw === undefined || raw === '' ? undefined : parseEpoch(context.metadata);
-      return { epoch: fenceEpoch(opts.fence, { epoch: req.epoch, metadataEpoch }) };
+      return { epoch: opts.fence.fenceEpoch(req.epoch, metadataEpoch(context.metadata)) };
     },
     async handoverAll(req, context) {
       if (req.fromAddress === '') throw new InvalidArgumentError('from_address: must be set (the old slot, e.g. unix:///run/sandnode/ublk-manager-a.sock)');

@@ -5,7 +5,7 @@ import { ClientError, Status } from 'nice-grpc-common';
 import { AbortedError, createLogger, createSandnodeChannel, createServiceClient, createServiceServer, InvalidArgumentError, VMM_FEATURES, type ServiceServer } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
-import { FENCE_EPOCH_RPC, VmmEpochFence } from '../core/epoch';
+import { FENCE_EPOCH_RPC, vmmEpochFence } from '../core/epoch';
 import { Supervisor } from '../core/supervisor';
 import { MemoryVmStore } from '../core/vm-store';
 import type { VmDriver } from '../core/driver';
@@ -18,36 +18,36 @@ afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
 const persisted = () => Number(JSON.parse(readFileSync(path.join(dir, 'epoch'), 'utf8')).epoch);
 
-describe('VmmEpochFence.raise (FenceEpoch)', () => {
+describe('the supervisor fence: fenceEpoch (FenceEpoch)', () => {
   test('raises, is idempotent, and persists before it answers (a restarted supervisor keeps it)', () => {
-    const fence = new VmmEpochFence(dir);
-    expect(fence.raise(5, undefined)).toBe(5);
+    const fence = vmmEpochFence(dir);
+    expect(fence.fenceEpoch(5, undefined)).toBe(5);
     expect(persisted()).toBe(5);
-    expect(fence.raise(5, 5)).toBe(5);
-    expect(new VmmEpochFence(dir).current).toBe(5);
+    expect(fence.fenceEpoch(5, 5)).toBe(5);
+    expect(vmmEpochFence(dir).current).toBe(5);
   });
 
   test('0, a non-integer and a metadata mismatch are INVALID_ARGUMENT and change nothing', () => {
-    const fence = new VmmEpochFence(dir);
-    fence.raise(2, undefined);
-    expect(() => fence.raise(0, undefined)).toThrow(InvalidArgumentError);
-    expect(() => fence.raise(0, 0)).toThrow(/epoch: 0 is not an epoch/);
-    expect(() => fence.raise(Number.MAX_SAFE_INTEGER + 2, undefined)).toThrow(InvalidArgumentError);
-    expect(() => fence.raise(7, 6)).toThrow(/epoch: 7 differs from the call's sandnode-epoch metadata 6/);
+    const fence = vmmEpochFence(dir);
+    fence.fenceEpoch(2, undefined);
+    expect(() => fence.fenceEpoch(0, undefined)).toThrow(InvalidArgumentError);
+    expect(() => fence.fenceEpoch(0, 0)).toThrow(/epoch: 0 is not an epoch/);
+    expect(() => fence.fenceEpoch(Number.MAX_SAFE_INTEGER + 2, undefined)).toThrow(InvalidArgumentError);
+    expect(() => fence.fenceEpoch(7, 6)).toThrow(/epoch: 7 differs from the call's sandnode-epoch metadata 6/);
     expect(fence.current).toBe(2);
     expect(persisted()).toBe(2);
   });
 
   test('lower than the highest seen is ABORTED naming both, and changes nothing', () => {
-    const fence = new VmmEpochFence(dir);
-    fence.raise(9, undefined);
-    expect(() => fence.raise(4, 4)).toThrow(AbortedError);
-    expect(() => fence.raise(4, undefined)).toThrow(/stale epoch 4; this node is at epoch 9/);
-    expect(new VmmEpochFence(dir).current).toBe(9);
+    const fence = vmmEpochFence(dir);
+    fence.fenceEpoch(9, undefined);
+    expect(() => fence.fenceEpoch(4, 4)).toThrow(AbortedError);
+    expect(() => fence.fenceEpoch(4, undefined)).toThrow(/stale epoch 4; this node is at epoch 9/);
+    expect(vmmEpochFence(dir).current).toBe(9);
   });
 
   test('the middleware leaves FenceEpoch to its handler but admits every other mutating call', () => {
-    const fence = new VmmEpochFence(dir);
+    const fence = vmmEpochFence(dir);
     fence.admit(0, FENCE_EPOCH_RPC);
     fence.admit(3, '/sandnode.vmm.v1.VmService/DeleteVm');
     expect(fence.current).toBe(3);
@@ -63,11 +63,11 @@ describe('VmmEpochFence.raise (FenceEpoch)', () => {
 describe('VmService.FenceEpoch over gRPC (shared server, real fence middleware)', () => {
   let server: ServiceServer;
   let address: string;
-  let fence: VmmEpochFence;
+  let fence: ReturnType<typeof vmmEpochFence>;
   const driver = { name: 'fake', features: [] as string[] } as unknown as VmDriver;
 
   beforeEach(async () => {
-    fence = new VmmEpochFence(path.join(dir, 'state'));
+    fence = vmmEpochFence(path.join(dir, 'state'));
     const supervisor = new Supervisor({ store: new MemoryVmStore(), driver, log, defaults: { vcpus: 1, memoryMib: 512, stopTimeoutMs: 100 } });
     server = createServiceServer({ info: { component: 'vmm-supervisor', version: '0.0.0', commit: '', features: supervisor.features() }, log, fence });
     server.add(VmServiceDefinition, createVmService(supervisor, fence));
@@ -95,7 +95,7 @@ describe('VmService.FenceEpoch over gRPC (shared server, real fence middleware)'
     expect(await codeOf(client().fenceEpoch({ epoch: 0 }))).toBe(Status.INVALID_ARGUMENT);
     expect(await codeOf(client(6).fenceEpoch({ epoch: 7 }))).toBe(Status.INVALID_ARGUMENT);
     expect(fence.current).toBe(3);
-    expect(new VmmEpochFence(path.join(dir, 'state')).current).toBe(3);
+    expect(vmmEpochFence(path.join(dir, 'state')).current).toBe(3);
   });
 
   test('lower than the highest seen is ABORTED naming both epochs', async () => {

@@ -2,9 +2,8 @@
  * Thin nice-grpc handlers of sandnode.vmm.v1.VmService: convert -> call the Supervisor ->
  * convert. Domain errors thrown by the core are mapped to gRPC codes by the shared middleware.
  */
-import { EPOCH_METADATA_KEY, parseEpoch, type SandnodeCallContext } from '@sandnode/shared';
+import { metadataEpoch, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
 import type { VmServiceImplementation } from '@sandnode/shared/proto/vmm/v1/vmm';
-import type { VmmEpochFence } from '../core/epoch';
 import type { Supervisor } from '../core/supervisor';
 import { vmSpecFromProto, vmToProto } from './convert';
 import { freezeEndToProto } from './freeze-port-service';
@@ -13,7 +12,7 @@ import { freezeEndToProto } from './freeze-port-service';
  * createVmService returns the VmService implementation backed by supervisor; FenceEpoch raises
  * fence (INVALID_ARGUMENT for epoch 0 or a metadata mismatch, ABORTED below the highest seen).
  */
-export function createVmService(supervisor: Supervisor, fence: VmmEpochFence): VmServiceImplementation<SandnodeCallContext> {
+export function createVmService(supervisor: Supervisor, fence: EpochFence): VmServiceImplementation<SandnodeCallContext> {
   return {
     async createVm(req, ctx) {
       ctx.log.debug({ vm_id: req.vmId }, 'CreateVm');
@@ -38,9 +37,8 @@ export function createVmService(supervisor: Supervisor, fence: VmmEpochFence): V
       return { existed: await supervisor.delete(req.vmId) };
     },
     async fenceEpoch(req, ctx) {
-      const raw = ctx.metadata.get(EPOCH_METADATA_KEY);
       const before = fence.current;
-      const epoch = fence.raise(req.epoch, raw === undefined || raw === '' ? undefined : parseEpoch(ctx.metadata));
+      const epoch = fence.fenceEpoch(req.epoch, metadataEpoch(ctx.metadata));
       if (epoch !== before) ctx.log.info({ epoch, was: before }, 'FenceEpoch: epoch fence raised');
       return { epoch };
     },
