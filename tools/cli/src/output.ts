@@ -9,7 +9,7 @@
  * line that is wrong (unknown option, missing or bad value, missing argument). `sandbox exec`
  * exits with the command's exit code.
  */
-import type { Command } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
 
 /** Exit code of a command that did what it was asked. */
@@ -57,7 +57,8 @@ export interface ErrorReport {
 
 /** describeError turns anything an action threw into the {@link ErrorReport} the CLI prints. */
 export function describeError(err: unknown): ErrorReport {
-  if (err instanceof UsageError) return { code: 'USAGE', message: err.message, exitCode: EXIT_USAGE };
+  // commander's InvalidArgumentError: an option parser (options.ts) used inside an action
+  if (err instanceof UsageError || err instanceof InvalidArgumentError) return { code: 'USAGE', message: err.message, exitCode: EXIT_USAGE };
   if (err instanceof ClientError) {
     const code = Status[err.code] ?? `CODE_${err.code}`;
     const hint = HINTS[err.code];
