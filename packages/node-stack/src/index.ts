@@ -3,9 +3,29 @@
  * stop and purge the daemons; find the active server; upgrade the server and the ublk-manager
  * by handover; the server API client the CLI, the bench and the tests share.
  */
-export * from './stack';
-export * from './lease';
-export * from './upgrade';
-export * from './upgrade-ublk';
-export * from './stats';
-export * from './api';
+export { connectServer, type ServerApi } from './api';
+export {
+  COMPONENTS,
+  DEFAULT_VERSION_TIMEOUT_MS,
+  componentAddress,
+  findRunning,
+  getVersion,
+  logFile,
+  mainScript,
+  pidFile,
+  versionAt,
+  writePidFile,
+  type Component,
+  type RunningComponent,
+  type StackDirs,
+} from './components';
+export { spawnDaemon, stopProcess, tail, waitForDaemon, type DaemonSpec, type SpawnedDaemon, type StopProcessOptions, type WaitForDaemonOptions } from './daemon-process';
+export { ACTIVE_POLL_MS, DEFAULT_ACTIVE_WAIT_MS, DEFAULT_LEASE_STATUS_TIMEOUT_MS, adminSockets, findActiveServer, listServers, serverStatus, waitForActiveServer, type ServerStatus } from './lease';
+export { loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, type PurgeReport } from './purge';
+export { sandboxJson, stateName, type SandboxJson } from './sandbox-json';
+export { DEFAULT_START_TIMEOUT_MS, DEFAULT_STOP_TIMEOUT_MS, killComponent, startComponent, stopComponent, type StartOptions } from './stack';
+export { percentile } from './stats';
+export { table } from './table';
+export { activeUblkSlot, pointUblkAddress, setActiveUblkSlot, ublkSlotSocket, type UblkSlot } from './ublk-slot';
+export { DEFAULT_STANDBY_PROBE_TIMEOUT_MS, DEFAULT_UPGRADE_TIMEOUT_MS, findStandbys, upgradeServer, upgradeServerViaStandby, type StandbyServer } from './upgrade';
+export { GIVE_UP_STOP_TIMEOUT_MS, upgradeUblkManager, type UblkUpgradeResult } from './upgrade-ublk';

@@ -9,13 +9,14 @@ import { readdirSync } from 'node:fs';
 import path from 'node:path';
 import { ADMIN_SOCKET_RE, createSandnodeChannel, createServiceClient, unixAddress } from '@sandnode/shared';
 import { AdminServiceDefinition, ServerRole, type GetLeaseStatusResponse } from '@sandnode/shared/proto/server/v1/admin';
+import { sleep } from './daemon-process';
 
 /** Default time one admin socket may take to answer GetLeaseStatus, ms. */
 export const DEFAULT_LEASE_STATUS_TIMEOUT_MS = 2000;
 /** Default time {@link waitForActiveServer} waits for an active server, ms. */
 export const DEFAULT_ACTIVE_WAIT_MS = 2000;
 /** Poll interval of {@link waitForActiveServer}, ms. */
-const ACTIVE_POLL_MS = 50;
+export const ACTIVE_POLL_MS = 50;
 
 /** A server as its admin socket describes it. */
 export interface ServerStatus {
@@ -27,7 +28,9 @@ export interface ServerStatus {
   epoch: number;
   /** pid of the lease holder (0 when free) */
   holderPid: number;
+  /** this server's slot: "a", "b", or "" for a server started without one */
   slot: string;
+  /** this server's semver */
   version: string;
   /** when it became active, Unix epoch ms; 0 if it is not */
   sinceMs: number;
@@ -44,7 +47,7 @@ export function adminSockets(runDir: string): string[] {
   return names.filter((n) => ADMIN_SOCKET_RE.test(n)).map((n) => path.join(path.resolve(runDir), n));
 }
 
-/** serverStatus asks one admin address for GetLeaseStatus; undefined when nothing answers. */
+/** serverStatus asks one admin address for GetLeaseStatus (one attempt within timeoutMs, ms); undefined when nothing answers. */
 export async function serverStatus(admin: string, timeoutMs = DEFAULT_LEASE_STATUS_TIMEOUT_MS): Promise<ServerStatus | undefined> {
   const ch = createSandnodeChannel(admin);
   try {
@@ -65,20 +68,21 @@ export async function serverStatus(admin: string, timeoutMs = DEFAULT_LEASE_STAT
   }
 }
 
-/** listServers asks every admin socket in runDir for its status (those that answer). */
+/** listServers asks every admin socket in runDir for its status at once, each within timeoutMs (ms); those that answer. */
 export async function listServers(runDir: string, timeoutMs = DEFAULT_LEASE_STATUS_TIMEOUT_MS): Promise<ServerStatus[]> {
   const all = await Promise.all(adminSockets(runDir).map((s) => serverStatus(unixAddress(s), timeoutMs)));
   return all.filter((s): s is ServerStatus => s !== undefined);
 }
 
-/** findActiveServer is the server whose admin socket answers ACTIVE; undefined when none does. */
+/** findActiveServer is the server whose admin socket answers ACTIVE (each asked within timeoutMs, ms); undefined when none does. */
 export async function findActiveServer(runDir: string, timeoutMs = DEFAULT_LEASE_STATUS_TIMEOUT_MS): Promise<ServerStatus | undefined> {
   return (await listServers(runDir, timeoutMs)).find((s) => s.role === 'ACTIVE');
 }
 
 /**
- * waitForActiveServer polls {@link findActiveServer} for up to waitMs (a handover in progress
- * has no ACTIVE server for a moment). Throws Error "no active server" after that.
+ * waitForActiveServer polls {@link findActiveServer} every {@link ACTIVE_POLL_MS} for up to
+ * waitMs, ms (a handover in progress has no ACTIVE server for a moment). Throws Error "no
+ * active server" after that.
  */
 export async function waitForActiveServer(runDir: string, waitMs = DEFAULT_ACTIVE_WAIT_MS): Promise<ServerStatus> {
   const deadline = Date.now() + waitMs;
@@ -86,6 +90,6 @@ export async function waitForActiveServer(runDir: string, waitMs = DEFAULT_ACTIV
     const s = await findActiveServer(runDir);
     if (s) return s;
     if (Date.now() >= deadline) throw new Error('no active server: start one with `sandnode up`');
-    await new Promise((r) => setTimeout(r, ACTIVE_POLL_MS));
+    await sleep(ACTIVE_POLL_MS);
   }
 }

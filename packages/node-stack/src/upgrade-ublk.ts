@@ -4,33 +4,54 @@
  * takes a device back if its move fails), stop the old slot, and point the stable address
  * `<runDir>/ublk-manager.sock` (what the server dials) at the new slot's socket.
  */
-import { spawn } from 'node:child_process';
-import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
-import { askVersion, createSandnodeChannel, createServiceClient, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
+import { UBLK_FEATURES, createSandnodeChannel, createServiceClient, hasFeature, missingFeature, socketPath, unixAddress } from '@sandnode/shared';
+import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
-import { mainScript, pidFile, tail, pointUblkAddress, setActiveUblkSlot, type StackDirs } from './stack';
+import { mainScript, versionAt, writePidFile, type StackDirs } from './components';
+import { spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
 import { findActiveServer } from './lease';
 import { percentile } from './stats';
+import { pointUblkAddress, setActiveUblkSlot, ublkSlotSocket } from './ublk-slot';
+import { DEFAULT_UPGRADE_TIMEOUT_MS } from './upgrade';
 
+/** How long a new slot that is given up gets to exit after SIGTERM, ms. */
+export const GIVE_UP_STOP_TIMEOUT_MS = 5000;
+/** Time one GetVersion of a ublk-manager slot may take during the upgrade, ms. */
+const SLOT_VERSION_TIMEOUT_MS = 2000;
+/** Lines of the new slot's log quoted when it exits while starting. */
+const LOG_LINES_ON_EXIT = 5;
+
+/** What `upgrade ublk-manager` did (`--json` prints it as is). */
 export interface UblkUpgradeResult {
+  /** the slot that owned the devices: "a", "b" or "default" (before the first handover) */
   oldSlot: string;
+  /** the slot that owns them now: "a" or "b" */
   newSlot: string;
   oldPid: number;
   newPid: number;
   oldVersion: string;
   newVersion: string;
+  /** how the devices moved, as HandoverAll says it */
   mode: string;
+  /** each device: MOVED or what went wrong; stallMs is its I/O stall in ms */
   devices: { deviceId: string; result: string; stallMs: number; error: string }[];
+  /** median / 99th percentile of the devices' I/O stall, ms (0 without devices) */
   stallP50Ms: number;
   stallP99Ms: number;
+  /** the whole HandoverAll, ms */
   totalMs: number;
 }
 
-/** upgradeUblkManager runs the device handover to a new slot built in buildDir. */
-export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | undefined, timeoutMs = 120_000): Promise<UblkUpgradeResult> {
-  // buildDir undefined: use the other slot's daemon that already runs (k8s: the standby slot's
-  // container after its image was updated) instead of starting one.
+/**
+ * upgradeUblkManager runs the device handover to the other slot: a ublk-manager started here
+ * from buildDir (a checkout with a build), or with buildDir undefined the other slot's daemon
+ * that already runs (k8s: the standby slot's container after its image was updated). Each
+ * call may take timeoutMs (ms). Throws Error saying which slot keeps the devices when anything
+ * fails (a new slot started here is stopped again).
+ */
+export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | undefined, timeoutMs = DEFAULT_UPGRADE_TIMEOUT_MS): Promise<UblkUpgradeResult> {
   const script = buildDir === undefined ? '' : mainScript('ublk-manager', buildDir);
   if (buildDir !== undefined && !existsSync(script)) throw new Error(`${script} does not exist: build that checkout first`);
   const runDir = path.resolve(dirs.runDir);
@@ -42,23 +63,20 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
     oldSock = path.resolve(runDir, readlinkSync(stable));
     oldSlot = /ublk-manager-([ab])\.sock$/.exec(oldSock)?.[1] ?? '';
   }
-  const old = await askVersion(unixAddress(oldSock)).catch(() => undefined);
+  const old = await versionAt(unixAddress(oldSock), SLOT_VERSION_TIMEOUT_MS);
   if (!old) throw new Error(`no ublk-manager answers at ${oldSock}: start the node with \`sandnode up\``);
   const newSlot = oldSlot === 'b' ? 'a' : 'b';
-  const newSock = path.join(runDir, `ublk-manager-${newSlot}.sock`);
-  const logDir = path.join(runDir, 'logs');
-  mkdirSync(logDir, { recursive: true });
-  let child: { pid?: number } = {};
-  let fresh;
+  const newSock = ublkSlotSocket(dirs, newSlot);
+  let fresh: GetVersionResponse;
   if (buildDir === undefined) {
-    fresh = await askVersion(unixAddress(newSock)).catch(() => undefined);
-    if (!fresh) throw new Error(`no ublk-manager runs in slot ${newSlot} (${newSock}): start the standby slot, or give --from-build DIR`);
-    child = { pid: fresh.pid };
+    const standby = await versionAt(unixAddress(newSock), SLOT_VERSION_TIMEOUT_MS);
+    if (!standby) throw new Error(`no ublk-manager runs in slot ${newSlot} (${newSock}): start the standby slot, or give --from-build DIR`);
+    fresh = standby;
   } else {
-    const out = openSync(path.join(logDir, `ublk-manager-${newSlot}.log`), 'a');
-    const spawned = spawn(process.execPath, [script], {
-      detached: true,
-      stdio: ['ignore', out, out],
+    const logPath = path.join(runDir, 'logs', `ublk-manager-${newSlot}.log`);
+    const spawned = spawnDaemon({
+      script,
+      logPath,
       env: {
         ...process.env,
         SANDNODE_UBLK_MANAGER_STATE_DIR: path.resolve(dirs.stateDir),
@@ -67,34 +85,30 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
         SANDNODE_UBLK_MANAGER_LISTEN: unixAddress(newSock),
       },
     });
-    closeSync(out);
-    spawned.unref();
-    child = spawned;
-    let exited: number | null | undefined;
-    spawned.once('exit', (c) => (exited = c));
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      if (exited !== undefined) throw new Error(`the new ublk-manager exited with code ${exited}; the old slot keeps every device; see ${path.join(logDir, `ublk-manager-${newSlot}.log`)}:\n${tail(path.join(logDir, `ublk-manager-${newSlot}.log`), 5)}`);
-      fresh = await askVersion(unixAddress(newSock)).catch(() => undefined);
-      if (fresh && fresh.pid === spawned.pid) break;
-      if (Date.now() > deadline) throw new Error('the new ublk-manager did not answer in time');
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    fresh = await waitForDaemon(
+      spawned,
+      async () => {
+        const v = await versionAt(unixAddress(newSock), SLOT_VERSION_TIMEOUT_MS);
+        return v && v.pid === spawned.pid ? v : undefined;
+      },
+      {
+        timeoutMs,
+        onExit: (code) => new Error(`the new ublk-manager exited with code ${code}; the old slot keeps every device; see ${logPath}:\n${tail(logPath, LOG_LINES_ON_EXIT)}`),
+        // a new slot that hangs must not linger: it would hold the slot's lock and block the next attempt
+        killOnTimeout: true,
+        onTimeout: () => new Error(`the new ublk-manager did not answer within ${timeoutMs} ms and was stopped; the old slot keeps every device; see ${logPath}`),
+      },
+    );
   }
+  const newPid = fresh.pid;
   // From here on a failure must not leave the new slot running (it would hold the slot's lock
   // and block the next attempt): stop it, the old slot keeps (or took back) every device.
   const giveUp = async (why: string): Promise<never> => {
     if (buildDir === undefined) throw new Error(`${why}; the old slot keeps its devices (the standby slot's daemon was left running)`);
-    const t = processStartTicks(child.pid ?? 0);
-    try {
-      process.kill(child.pid ?? 0, 'SIGTERM');
-    } catch {
-      /* gone */
-    }
-    for (let i = 0; i < 200 && t !== undefined && processStartTicks(child.pid ?? 0) === t; i++) await new Promise((r) => setTimeout(r, 25));
+    await stopProcess(newPid, { timeoutMs: GIVE_UP_STOP_TIMEOUT_MS });
     throw new Error(`${why}; the new slot ${newSlot} was stopped and the old slot keeps its devices`);
   };
-  if (!fresh.features.includes('ublk.handover.v1')) await giveUp(`ublk-manager ${fresh.version} lacks feature "ublk.handover.v1"`);
+  if (!hasFeature(fresh, UBLK_FEATURES.handover)) await giveUp(missingFeature(fresh, UBLK_FEATURES.handover));
   // The move is a mutating call on both slots: it carries the node's current epoch (the
   // active server's, from its GetLeaseStatus), like every call the server makes.
   const epoch = (await findActiveServer(dirs.runDir))?.epoch ?? 0;
@@ -119,7 +133,7 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
         const r = await createServiceClient(DeviceServiceDefinition, back, { timeoutMs, epoch: () => epoch }).handoverAll({ fromAddress: unixAddress(newSock), deviceIds: moved, perDeviceTimeoutMs: 0 });
         const stuck = r.devices.filter((d) => d.result !== HandoverResult.HANDOVER_RESULT_MOVED);
         if (stuck.length) {
-          throw new Error(`device handover incomplete (${failed.join('; ')}) and ${stuck.length} moved devices could not be moved back (${stuck.map((d) => `${d.deviceId}: ${d.error}`).join('; ')}); both slots keep running; the new slot is ${newSlot} (pid ${child.pid})`);
+          throw new Error(`device handover incomplete (${failed.join('; ')}) and ${stuck.length} moved devices could not be moved back (${stuck.map((d) => `${d.deviceId}: ${d.error}`).join('; ')}); both slots keep running; the new slot is ${newSlot} (pid ${newPid})`);
         }
       } finally {
         back.close();
@@ -128,18 +142,16 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
     return giveUp(`device handover incomplete: ${failed.join('; ')}; ${moved.length} moved devices were moved back`);
   }
   // Stop the old slot (its devices now belong to the new one), then move the stable address.
-  const ticks = processStartTicks(old.pid);
-  process.kill(old.pid, 'SIGTERM');
-  while (ticks !== undefined && processStartTicks(old.pid) === ticks) await new Promise((r) => setTimeout(r, 20));
+  await stopProcess(old.pid);
   setActiveUblkSlot(dirs, newSlot);
   pointUblkAddress(dirs, newSlot);
-  writeFileSync(pidFile(dirs, 'ublk-manager'), `${child.pid} ${processStartTicks(child.pid ?? 0) ?? ''}\n`);
+  writePidFile(dirs, 'ublk-manager', newPid);
   const stalls = devices.map((d) => d.stallMs);
   return {
     oldSlot: oldSlot || 'default',
     newSlot,
     oldPid: old.pid,
-    newPid: child.pid ?? 0,
+    newPid,
     oldVersion: old.version,
     newVersion: fresh.version,
     mode: res.mode,

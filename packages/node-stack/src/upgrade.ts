@@ -2,20 +2,33 @@
  * `sandnode upgrade server --from-build DIR`: start a standby server from another build (a
  * checkout with its own node_modules and dist; "." is this one) in the other slot and let it
  * take the node over by handover (AdminService.Handover): same listening sockets, lifecycle
- * calls held for the hold window, sandboxes adopted in place.
+ * calls held for the hold window, sandboxes adopted in place. `--standby`: ask the standby
+ * server that already runs to take over (AdminService.Takeover).
  */
-import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, processStartTicks, processState, type TakeoverResult } from '@sandnode/shared';
-import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
-import { AdminServiceDefinition, ServerRole } from '@sandnode/shared/proto/server/v1/admin';
-import { waitForActiveServer } from './lease';
-import { mainScript, pidFile, type StackDirs } from './stack';
+import { AdminServiceDefinition } from '@sandnode/shared/proto/server/v1/admin';
+import { mainScript, versionAt, writePidFile, type StackDirs } from './components';
+import { spawnDaemon, waitForDaemon } from './daemon-process';
+import { listServers, waitForActiveServer } from './lease';
 
-/** Default time an upgrade may take, ms. */
+/** Default time an upgrade (of the server or the ublk-manager) may take, ms. */
 export const DEFAULT_UPGRADE_TIMEOUT_MS = 120_000;
+/** Time {@link findStandbys} gives each admin socket to answer, ms. */
+export const DEFAULT_STANDBY_PROBE_TIMEOUT_MS = 1500;
+/** Poll interval while the new server's log is read for its takeover line, ms. */
+const TAKEOVER_POLL_MS = 20;
 
+/** The line a server started with SANDNODE_SERVER_TAKEOVER=true prints when the takeover ended. */
+type TakeoverLine = TakeoverResult | { takeover: false; error: string };
+
+/**
+ * upgradeServer starts a server from buildDir in the slot the active server does not hold and
+ * waits (up to timeoutMs, ms) for the takeover line it logs. Throws Error (saying what became
+ * of the old server) when a standby already runs, the build has no server, the new server fails
+ * or exits before it took the lease, or the time runs out (the new server is then killed).
+ */
 export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs = DEFAULT_UPGRADE_TIMEOUT_MS): Promise<TakeoverResult> {
   // The new server gets the environment as it is at the call (taken before the first await).
   const callerEnv = { ...process.env };
@@ -29,14 +42,10 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
   const active = await waitForActiveServer(dirs.runDir);
   const holder = { pid: active.holderPid, slot: active.slot };
   const slot = holder.slot === 'b' ? 'a' : 'b';
-  const logDir = path.join(path.resolve(dirs.runDir), 'logs');
-  mkdirSync(logDir, { recursive: true });
-  const logPath = path.join(logDir, `server-${slot}.log`);
-  const out = openSync(logPath, 'a');
-  const start = readFileSync(logPath).length;
-  const child = spawn(process.execPath, [script], {
-    detached: true,
-    stdio: ['ignore', out, out],
+  const logPath = path.join(path.resolve(dirs.runDir), 'logs', `server-${slot}.log`);
+  const child = spawnDaemon({
+    script,
+    logPath,
     env: {
       ...callerEnv,
       SANDNODE_SERVER_STATE_DIR: path.resolve(dirs.stateDir),
@@ -46,11 +55,6 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
       SANDNODE_SERVER_TAKEOVER: 'true',
     },
   });
-  closeSync(out);
-  child.unref();
-  let exited: number | string | undefined;
-  child.once('exit', (c, sig) => (exited = c ?? `null (signal ${sig})`));
-  const deadline = Date.now() + timeoutMs;
   // What became of the old server, for the error: it stays active (or takes the lease back)
   // unless it died too (kill -9 during the handover): then no server is active.
   const holderTicks = processStartTicks(holder.pid);
@@ -58,53 +62,53 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
     holderTicks !== undefined && processStartTicks(holder.pid) === holderTicks && processState(holder.pid) !== 'Z'
       ? `the old one (pid ${holder.pid}) stays active`
       : `the old one (pid ${holder.pid}) is gone too, so no server is active: start one (sandnode up)`;
-  for (;;) {
-    const text = readFileSync(logPath).subarray(start).toString();
-    for (const line of text.split('\n')) {
-      if (!line.startsWith('{"takeover"')) continue;
-      const r = JSON.parse(line) as TakeoverResult | { takeover: false; error: string };
-      if (r.takeover === false) throw new Error(`the new server failed before it took the lease; ${oldFate()}: ${r.error}`);
-      writeFileSync(pidFile(dirs, 'server'), `${r.newPid} ${processStartTicks(r.newPid) ?? ''}\n`);
-      return r;
-    }
-    if (exited !== undefined) throw new Error(`the new server exited with code ${exited}; ${oldFate()}; see ${logPath}`);
-    if (Date.now() > deadline) {
-      // a new server that hangs must not linger: stop it (the old one keeps or retakes the lease)
-      try {
-        process.kill(child.pid ?? 0, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-      await new Promise((r) => setTimeout(r, 300));
-      throw new Error(`the upgrade did not finish within ${timeoutMs} ms and the new server was stopped; ${oldFate()}; see ${logPath}`);
-    }
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  const line = await waitForDaemon(child, () => takeoverLine(logPath, child.logStart), {
+    timeoutMs,
+    pollMs: TAKEOVER_POLL_MS,
+    onExit: (code) => new Error(`the new server exited with code ${code}; ${oldFate()}; see ${logPath}`),
+    // a new server that hangs must not linger: it is stopped (the old one keeps or retakes the lease)
+    killOnTimeout: true,
+    onTimeout: () => new Error(`the upgrade did not finish within ${timeoutMs} ms and the new server was stopped; ${oldFate()}; see ${logPath}`),
+  });
+  if (line.takeover === false) throw new Error(`the new server failed before it took the lease; ${oldFate()}: ${line.error}`);
+  writePidFile(dirs, 'server', line.newPid);
+  return line;
 }
 
-/** findStandbys lists the admin addresses of running servers in STANDBY (k8s: the standby slot's container). */
-export async function findStandbys(dirs: StackDirs): Promise<{ admin: string; pid: number; version: string; slot: string }[]> {
-  const runDir = path.resolve(dirs.runDir);
-  const out: { admin: string; pid: number; version: string; slot: string }[] = [];
-  for (const name of readdirSync(runDir).filter((n) => /^server-.+-admin\.sock$/.test(n))) {
-    const admin = `unix://${path.join(runDir, name)}`;
-    const ch = createSandnodeChannel(admin);
-    try {
-      const st = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs: 1500, retryAttempts: 1 }).getLeaseStatus({});
-      const v = await createServiceClient(VersionServiceDefinition, ch, { timeoutMs: 1500, retryAttempts: 1 }).getVersion({});
-      if (st.role === ServerRole.SERVER_ROLE_STANDBY) out.push({ admin, pid: v.pid, version: st.version, slot: st.slot });
-    } catch {
-      /* a stale socket */
-    } finally {
-      ch.close();
-    }
+/** takeoverLine is the first `{"takeover"...}` line in logPath after byte offset start; undefined while there is none. */
+function takeoverLine(logPath: string, start: number): TakeoverLine | undefined {
+  const text = readFileSync(logPath).subarray(start).toString();
+  for (const line of text.split('\n')) if (line.startsWith('{"takeover"')) return JSON.parse(line) as TakeoverLine;
+  return undefined;
+}
+
+/** A running standby server. */
+export interface StandbyServer {
+  /** its admin address, "unix:///abs/server-b-admin.sock" */
+  admin: string;
+  /** its own host pid */
+  pid: number;
+  version: string;
+  /** its slot ("a", "b"; "" for a server without one) */
+  slot: string;
+}
+
+/** findStandbys lists the running servers in STANDBY (k8s: the standby slot's container), each asked within timeoutMs (ms). */
+export async function findStandbys(dirs: StackDirs, timeoutMs = DEFAULT_STANDBY_PROBE_TIMEOUT_MS): Promise<StandbyServer[]> {
+  const out: StandbyServer[] = [];
+  for (const s of await listServers(dirs.runDir, timeoutMs)) {
+    if (s.role !== 'STANDBY') continue;
+    const v = await versionAt(s.admin, timeoutMs);
+    if (v) out.push({ admin: s.admin, pid: v.pid, version: s.version, slot: s.slot });
   }
   return out;
 }
 
 /**
  * upgradeServerViaStandby asks the running standby server (e.g. the standby slot's container
- * after its image was updated) to take the node over (AdminService.Takeover).
+ * after its image was updated) to take the node over (AdminService.Takeover, one attempt
+ * within timeoutMs, ms). Throws Error when no standby or more than one runs; the ClientError of
+ * a failed Takeover propagates.
  */
 export async function upgradeServerViaStandby(dirs: StackDirs, timeoutMs = DEFAULT_UPGRADE_TIMEOUT_MS): Promise<TakeoverResult> {
   const standbys = await findStandbys(dirs);
@@ -114,7 +118,7 @@ export async function upgradeServerViaStandby(dirs: StackDirs, timeoutMs = DEFAU
   const ch = createSandnodeChannel(sb.admin);
   try {
     const r = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs, retryAttempts: 1 }).takeover({ holdTimeoutMs: 0, finishTimeoutMs: 0 });
-    writeFileSync(pidFile(dirs, 'server'), `${r.newPid} ${processStartTicks(r.newPid) ?? ''}\n`);
+    writePidFile(dirs, 'server', r.newPid);
     return {
       takeover: true,
       oldPid: r.oldPid,

@@ -43,9 +43,31 @@ describeNode('sandnode CLI', () => {
 
     const bad = node.cli(['sandbox', 'get', 'sb-0000000000000000']);
     expect(bad.status).toBe(1);
-    expect(bad.stderr).toMatch(/NOT_FOUND/);
+    expect(bad.stderr).toMatch(/^sandnode: NOT_FOUND: /);
+    const badJson = node.cli(['sandbox', 'get', 'sb-0000000000000000', '--json']);
+    expect({ status: badJson.status, stdout: badJson.stdout }).toEqual({ status: 1, stdout: '' });
+    expect(JSON.parse(badJson.stderr)).toMatchObject({ error: { code: 'NOT_FOUND', grpcCode: 5, exitCode: 1 } });
+    // options of the command need --: without it the CLI refuses (exit 2) and runs nothing
+    const noDashes = node.cli(['sandbox', 'exec', s.id, 'ls', '-la']);
+    expect(noDashes.status).toBe(2);
+    expect(noDashes.stderr).toContain(`sandnode sandbox exec ${s.id} -- ls -la`);
+    expect(node.cli(['sandbox', 'exec', s.id, '--', 'ls', '-la', '/']).status).toBe(0);
     expect(node.cli(['sandbox', 'delete', s.id]).status).toBe(0);
     expect(JSON.parse(node.cli(['sandbox', 'list', '--json']).stdout)).toEqual([]);
+  });
+
+  it("prints the CLI's and every running component's version, commit and runtime", () => {
+    const r = node.cli(['version', '--json']);
+    expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: '' });
+    const v = JSON.parse(r.stdout) as { cli: { runtime: string }; components: { component: string; up: boolean; version: string; commit: string; runtime: string; pid: number }[] };
+    expect(v.cli.runtime).toBe(`node ${process.versions.node}`);
+    expect(v.components.map((c) => c.component)).toEqual(['vmm-supervisor', 'ublk-manager', 'server']);
+    for (const c of v.components) {
+      expect(c).toMatchObject({ up: true, version: expect.stringMatching(/^\d+\.\d+\.\d+/), commit: expect.stringMatching(/\S/) });
+      expect(c.pid).toBeGreaterThan(1);
+      // "unknown" until the daemons' GetVersion carries the runtime field
+      expect(c.runtime).toMatch(/^(node \d+\.\d+\.\d+|unknown)$/);
+    }
   });
 
   it('lists templates', () => {

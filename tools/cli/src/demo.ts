@@ -14,11 +14,8 @@ import { createHash } from 'node:crypto';
 import { existsSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { run, socketPath, unixAddress } from '@sandnode/shared';
-import { connectServer, stateName, table, type ServerApi } from '@sandnode/node-stack';
+import { COMPONENTS, connectServer, killComponent, loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, startComponent, stateName, stopComponent, table, upgradeServer, upgradeUblkManager, type ServerApi, type StackDirs } from '@sandnode/node-stack';
 import { ForkMethod } from '@sandnode/shared/proto/server/v1/sandbox';
-import { upgradeServer } from '@sandnode/node-stack';
-import { upgradeUblkManager } from '@sandnode/node-stack';
-import { COMPONENTS, killComponent, loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 
 interface Step {
   step: string;

@@ -1,0 +1,88 @@
+/**
+ * The node's daemons as the operator's tools see them: their names and start order, the dirs
+ * of a stack, where each one's entry point, pid file, log and socket are, and whether it runs
+ * and answers.
+ */
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { askVersion, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
+import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
+
+/** A daemon of the node that the stack starts and stops. */
+export type Component = 'vmm-supervisor' | 'ublk-manager' | 'server';
+/** Start order; stop order is the reverse. */
+export const COMPONENTS: Component[] = ['vmm-supervisor', 'ublk-manager', 'server'];
+
+/** Default time one GetVersion may take when the tools ask whether a daemon answers, ms. */
+export const DEFAULT_VERSION_TIMEOUT_MS = 1000;
+
+/** The dirs and listen address of one node's stack. */
+export interface StackDirs {
+  /** the state dir (records, images, templates); relative paths resolve against the cwd */
+  stateDir: string;
+  /** the runtime dir (sockets, pid files, logs, sandbox dirs) */
+  runDir: string;
+  /** the server's TCP listen address ("127.0.0.1:7070"; "" disables TCP) */
+  listen: string;
+}
+
+/** The workspace package of each component (its `dist/main.js` is the entry point). */
+const PKG: Record<Component, string> = {
+  'vmm-supervisor': '@sandnode/vmm-supervisor',
+  'ublk-manager': '@sandnode/ublk-manager',
+  server: '@sandnode/server',
+};
+
+/** mainScript is the built entry point of a component in this build (or in buildDir, a checkout), an absolute path. */
+export function mainScript(c: Component, buildDir?: string): string {
+  if (buildDir) return path.join(path.resolve(buildDir), 'services', c, 'dist', 'main.js');
+  return path.join(path.dirname(require.resolve(`${PKG[c]}/package.json`)), 'dist', 'main.js');
+}
+
+/** pidFile is `<runDir>/<component>.pid`: "PID START_TICKS\n" of the running daemon. */
+export function pidFile(dirs: StackDirs, c: Component): string {
+  return path.join(path.resolve(dirs.runDir), `${c}.pid`);
+}
+
+/** logFile is `<runDir>/logs/<component>.log`, which the daemon's stdout and stderr are appended to. */
+export function logFile(dirs: StackDirs, c: Component): string {
+  return path.join(path.resolve(dirs.runDir), 'logs', `${c}.log`);
+}
+
+/** componentAddress is the component's stable gRPC address, "unix:///abs/<runDir>/<component>.sock". */
+export function componentAddress(dirs: StackDirs, c: Component): string {
+  return unixAddress(socketPath(dirs.runDir, c));
+}
+
+/** writePidFile records pid (with its start time, so that a reused pid is not taken for it) as the component's. */
+export function writePidFile(dirs: StackDirs, c: Component, pid: number): void {
+  writeFileSync(pidFile(dirs, c), `${pid} ${processStartTicks(pid) ?? ''}\n`);
+}
+
+/** A running component as found from its pid file. */
+export interface RunningComponent {
+  name: Component;
+  /** its host pid */
+  pid: number;
+}
+
+/** findRunning returns the component's pid when its pid file names a live process (same start time); else undefined. */
+export function findRunning(dirs: StackDirs, c: Component): RunningComponent | undefined {
+  const f = pidFile(dirs, c);
+  if (!existsSync(f)) return undefined;
+  const [pidStr, ticksStr] = readFileSync(f, 'utf8').trim().split(' ');
+  const pid = Number(pidStr);
+  const ticks = processStartTicks(pid);
+  if (ticks === undefined || (ticksStr && Number(ticksStr) !== ticks)) return undefined;
+  return { name: c, pid };
+}
+
+/** getVersion asks a component at its stable address for its version (one attempt, timeoutMs); undefined when it does not answer. */
+export async function getVersion(dirs: StackDirs, c: Component, timeoutMs = DEFAULT_VERSION_TIMEOUT_MS): Promise<GetVersionResponse | undefined> {
+  return versionAt(componentAddress(dirs, c), timeoutMs);
+}
+
+/** versionAt asks whatever serves address for its version (one attempt, timeoutMs); undefined when nothing answers. */
+export async function versionAt(address: string, timeoutMs = DEFAULT_VERSION_TIMEOUT_MS): Promise<GetVersionResponse | undefined> {
+  return askVersion(address, { timeoutMs, retryAttempts: 1 }).catch(() => undefined);
+}

@@ -1,0 +1,101 @@
+/**
+ * `sandnode up | down [--purge] | status`: the node's daemons as a whole.
+ */
+import type { Command } from 'commander';
+import { COMPONENTS, findActiveServer, findRunning, getVersion, purgeNode, startComponent, stopComponent, table } from '@sandnode/node-stack';
+import { dirsOf } from '../options';
+import { action, print } from '../output';
+import { listAllSandboxes, withServer } from '../server-calls';
+
+/** Options of a command that only knows --json. */
+interface JsonOpts {
+  json?: boolean;
+}
+
+/** registerNodeCommands adds up, down and status to program. */
+export function registerNodeCommands(program: Command): void {
+  program
+    .command('up')
+    .description('start vmm-supervisor, ublk-manager and server in the background; returns when all answer (idempotent)')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (o: JsonOpts, cmd: Command) => {
+        const d = dirsOf(cmd);
+        const out: { name: string; pid: number; started: boolean; ms: number }[] = [];
+        for (const c of COMPONENTS) {
+          const t0 = Date.now();
+          const r = await startComponent(d, c);
+          out.push({ name: c, pid: r.pid, started: r.started, ms: Date.now() - t0 });
+        }
+        print(!!o.json, { components: out }, () =>
+          table(['COMPONENT', 'PID', 'ACTION', 'MS'], out.map((c) => [c.name, c.pid, c.started ? 'started' : 'already running', c.ms])),
+        );
+      }),
+    );
+
+  program
+    .command('down')
+    .description('stop the daemons; sandboxes keep running (--purge: delete every sandbox, device, mount and dir)')
+    .option('--purge', 'remove everything: sandboxes, devices, mounts, dirs')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (o: JsonOpts & { purge?: boolean }, cmd: Command) => {
+        const d = dirsOf(cmd);
+        const deleted: string[] = [];
+        if (o.purge && findRunning(d, 'server')) {
+          await withServer(d.address, async (api) => {
+            const all = await listAllSandboxes(api);
+            await Promise.all(
+              all.map(async (s) => {
+                await api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
+                deleted.push(s.sandboxId);
+              }),
+            );
+          });
+        }
+        const stopped: string[] = [];
+        for (const c of [...COMPONENTS].reverse()) if (await stopComponent(d, c)) stopped.push(c);
+        const purge = o.purge ? await purgeNode(d) : undefined;
+        print(!!o.json, { stopped, deleted, purge }, () =>
+          [
+            `stopped: ${stopped.join(', ') || 'nothing was running'}`,
+            ...(o.purge
+              ? [
+                  `deleted sandboxes: ${deleted.length}`,
+                  `removed containers: ${purge?.containers.length ?? 0}, mounts: ${purge?.mounts.length ?? 0}, loop devices: ${purge?.loopDevices.length ?? 0}, dirs: ${purge?.dirs.join(' ') || 'none'}`,
+                ]
+              : ['sandboxes keep running; `sandnode up` adopts them']),
+          ].join('\n'),
+        );
+      }),
+    );
+
+  program
+    .command('status')
+    .description('show the components (version, pid, features) and the number of sandboxes')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (o: JsonOpts, cmd: Command) => {
+        const d = dirsOf(cmd);
+        const components: { name: string; version: string | null; pid: number | null; features: string[]; up: boolean }[] = [];
+        for (const c of COMPONENTS) {
+          const v = await getVersion(d, c);
+          components.push({ name: c, version: v?.version ?? null, pid: v?.pid ?? findRunning(d, c)?.pid ?? null, features: v?.features ?? [], up: !!v });
+        }
+        const sandboxes = components.find((c) => c.name === 'server')?.up ? await withServer(d.address, async (api) => (await listAllSandboxes(api)).length) : null;
+        const active = await findActiveServer(d.runDir);
+        const server = active ? { slot: active.slot, pid: active.holderPid, version: active.version } : null;
+        const epoch = active?.epoch ?? null;
+        print(!!o.json, { components, sandboxes, epoch, server }, () =>
+          [
+            table(
+              ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
+              components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', c.pid ?? '-', c.features.join(',')]),
+            ),
+            `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
+            `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : 'none'}`,
+          ].join('\n'),
+        );
+      }),
+    );
+}

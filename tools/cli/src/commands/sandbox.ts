@@ -1,0 +1,172 @@
+/**
+ * `sandnode sandbox create | list | get | exec | pause | resume | fork | reset-rootfs | delete |
+ * set-timeout`: one node's sandboxes. Every command that answers with a sandbox prints its
+ * {@link SandboxJson} with --json.
+ */
+import { randomBytes } from 'node:crypto';
+import type { Command } from 'commander';
+import { sandboxJson, table, type SandboxJson } from '@sandnode/node-stack';
+import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { dirsOf, keyValue, oneOf, wholeNumber } from '../options';
+import { action, print } from '../output';
+import { listAllSandboxes, withServer } from '../server-calls';
+
+/** The state names `sandbox list --state` takes: RUNNING, PAUSED, ... */
+const STATE_NAMES = Object.keys(SandboxState)
+  .filter((k) => k.startsWith('SANDBOX_STATE_') && k !== 'SANDBOX_STATE_UNSPECIFIED')
+  .map((k) => k.replace('SANDBOX_STATE_', ''));
+
+/** Options of a command that only knows --json. */
+interface JsonOpts {
+  json?: boolean;
+}
+
+/** forkMethodName is the CLI's word for how a fork held its parent. */
+export function forkMethodName(m: ForkMethod): string {
+  switch (m) {
+    case ForkMethod.FORK_METHOD_QUIESCE:
+      return 'quiesce';
+    case ForkMethod.FORK_METHOD_PAUSE:
+      return 'pause';
+    case ForkMethod.FORK_METHOD_PAUSED_PARENT:
+      return 'paused-parent';
+    default:
+      return 'existing';
+  }
+}
+
+/** requestIdOr is the given idempotency key, or a fresh "cli-<16 hex>": always one, so that the client's retry on UNAVAILABLE cannot create (or fork) twice. */
+function requestIdOr(given: string | undefined): string {
+  return given ?? `cli-${randomBytes(8).toString('hex')}`;
+}
+
+/** oneLine is how a sandbox is shown after a command that changed it. */
+function oneLine(s: SandboxJson): string {
+  return `${s.id} ${s.state} pid ${s.pid}`;
+}
+
+/** registerSandboxCommands adds the `sandbox` commands to program (exec: see registerExecCommand). */
+export function registerSandboxCommands(program: Command): Command {
+  const sandbox = program.command('sandbox').description('create, inspect, run commands in, pause, resume and delete sandboxes');
+
+  sandbox
+    .command('create')
+    .requiredOption('--template <name>', 'template name', 'base')
+    .option('--timeout <seconds>', 'lifetime in seconds (0: none)', wholeNumber, 0)
+    .option('--metadata <key=value>', 'label (repeatable)', keyValue, {})
+    .option('--vcpus <n>', 'virtual CPUs', wholeNumber, 0)
+    .option('--memory-mib <n>', 'memory limit in MiB', wholeNumber, 0)
+    .option('--disk-bytes <n>', '/workspace size in bytes', wholeNumber, 0)
+    .option('--request-id <id>', 'idempotency key')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (o: JsonOpts & { template: string; timeout: number; metadata: Record<string, string>; vcpus: number; memoryMib: number; diskBytes: number; requestId?: string }, cmd: Command) => {
+        const r = await withServer(dirsOf(cmd).address, (api) =>
+          api.sandboxes.createSandbox({
+            template: o.template,
+            timeoutSeconds: o.timeout,
+            metadata: o.metadata,
+            resources: { vcpus: o.vcpus, memoryMib: o.memoryMib, diskBytes: o.diskBytes },
+            requestId: requestIdOr(o.requestId),
+          }),
+        );
+        const s = sandboxJson(r.sandbox!);
+        print(!!o.json, s, () => oneLine(s));
+      }),
+    );
+
+  sandbox
+    .command('list')
+    .option('--state <state>', `only this state (${STATE_NAMES.join(', ')})`, oneOf(STATE_NAMES))
+    .option('--metadata <key=value>', 'only with this label (repeatable)', keyValue, {})
+    .option('--json', 'print JSON')
+    .action(
+      action(async (o: JsonOpts & { state?: string; metadata: Record<string, string> }, cmd: Command) => {
+        const states = o.state ? [SandboxState[`SANDBOX_STATE_${o.state}` as keyof typeof SandboxState]] : [];
+        const all = (await withServer(dirsOf(cmd).address, (api) => listAllSandboxes(api, { states, metadata: o.metadata }))).map(sandboxJson);
+        print(!!o.json, all, () => table(['ID', 'STATE', 'PID', 'TEMPLATE', 'CREATED'], all.map((s) => [s.id, s.state, s.pid, s.template, s.created_at])));
+      }),
+    );
+
+  sandbox
+    .command('get <id>')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (id: string, o: JsonOpts, cmd: Command) => {
+        const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!);
+        print(!!o.json, s, () => Object.entries(s).map(([k, v]) => `${k.padEnd(13)} ${typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`).join('\n'));
+      }),
+    );
+
+  for (const [name, verb] of [
+    ['pause', 'pauseSandbox'],
+    ['resume', 'resumeSandbox'],
+  ] as const) {
+    sandbox
+      .command(`${name} <id>`)
+      .option('--json', 'print JSON')
+      .action(
+        action(async (id: string, o: JsonOpts, cmd: Command) => {
+          const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes[verb]({ sandboxId: id }))).sandbox!);
+          print(!!o.json, s, () => oneLine(s));
+        }),
+      );
+  }
+
+  sandbox
+    .command('fork <id>')
+    .description('fork a RUNNING or PAUSED sandbox: a new sandbox from crash-consistent copy-on-write clones of its rootfs and /workspace')
+    .option('--metadata <key=value>', "the child's label (repeatable)", keyValue, {})
+    .option('--timeout <seconds>', "the child's lifetime in seconds (0: none)", wholeNumber, 0)
+    .option('--max-freeze-ms <ms>', "longest the parent's filesystems may stay frozen, ms (0: 1500; 100..5000, below 100 counts as 100)", wholeNumber, 0)
+    .option('--request-id <id>', 'idempotency key')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (id: string, o: JsonOpts & { metadata: Record<string, string>; timeout: number; maxFreezeMs: number; requestId?: string }, cmd: Command) => {
+        const r = await withServer(dirsOf(cmd).address, (api) =>
+          api.sandboxes.forkSandbox({ parentId: id, metadata: o.metadata, timeoutSeconds: o.timeout, maxFreezeMs: o.maxFreezeMs, requestId: requestIdOr(o.requestId) }),
+        );
+        const s = sandboxJson(r.sandbox!);
+        const method = forkMethodName(r.method);
+        const out = { ...s, fork: { method, parent_held_ms: r.parentHeldMs, clone_ms: r.cloneMs, fork_ms: r.forkMs } };
+        print(!!o.json, out, () => `${oneLine(s)} forked from ${s.forked_from} (${method}: parent held ${r.parentHeldMs} ms, clone ${r.cloneMs} ms, fork ${r.forkMs} ms)`);
+      }),
+    );
+
+  sandbox
+    .command('reset-rootfs <id>')
+    .description('give a sandbox a fresh rootfs from its template (generation + 1); /workspace is kept, processes restart')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (id: string, o: JsonOpts, cmd: Command) => {
+        const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes.resetRootfs({ sandboxId: id }))).sandbox!);
+        print(!!o.json, s, () => `${oneLine(s)} rootfs generation ${s.rootfs_generation}`);
+      }),
+    );
+
+  sandbox
+    .command('delete <id...>')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (ids: string[], o: JsonOpts, cmd: Command) => {
+        await withServer(dirsOf(cmd).address, async (api) => {
+          for (const id of ids) await api.sandboxes.deleteSandbox({ sandboxId: id });
+        });
+        print(!!o.json, { deleted: ids }, () => ids.map((id) => `${id} deleted`).join('\n'));
+      }),
+    );
+
+  sandbox
+    .command('set-timeout')
+    .argument('<id>')
+    .argument('<seconds>', 'lifetime from now in seconds (0: none)', wholeNumber)
+    .option('--json', 'print JSON')
+    .action(
+      action(async (id: string, seconds: number, o: JsonOpts, cmd: Command) => {
+        const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes.setTimeout({ sandboxId: id, timeoutSeconds: seconds }))).sandbox!);
+        print(!!o.json, s, () => `${s.id} expires ${s.expires_at ?? 'never'}`);
+      }),
+    );
+
+  return sandbox;
+}

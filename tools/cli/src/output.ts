@@ -1,0 +1,100 @@
+/**
+ * What the CLI prints and how it exits. Results go to stdout: JSON with `--json` (scripts and
+ * the compat tests parse it; fields are only ever added), a table or a line otherwise. Errors
+ * go to stderr: "sandnode: CODE: message" and maybe a hint line, or with `--json` one line
+ * `{"error":{"code":"NOT_FOUND","grpcCode":5,"message":"...","exitCode":1}}`.
+ *
+ * Exit codes: {@link EXIT_OK} 0; {@link EXIT_FAILURE} 1 for every failure, whatever the gRPC
+ * status (the code is in the message and in the JSON); {@link EXIT_USAGE} 2 for a command
+ * line that is wrong (unknown option, missing or bad value, missing argument). `sandbox exec`
+ * exits with the command's exit code.
+ */
+import { InvalidArgumentError, type Command } from 'commander';
+import { ClientError, Status } from 'nice-grpc-common';
+
+/** Exit code of a command that did what it was asked. */
+export const EXIT_OK = 0;
+/** Exit code of a command that failed (any gRPC status, or a failure here). */
+export const EXIT_FAILURE = 1;
+/** Exit code of a wrong command line. */
+export const EXIT_USAGE = 2;
+
+/** UsageError is a wrong command line found after parsing (e.g. two options that exclude each other): exit 2. */
+export class UsageError extends Error {
+  override readonly name = 'UsageError';
+}
+
+/**
+ * CliError is a failure with a message of the CLI's own (exit 1); when it was caused by a
+ * ClientError (`{ cause }`), the JSON report keeps that error's gRPC code.
+ */
+export class CliError extends Error {
+  override readonly name = 'CliError';
+}
+
+/** The hint printed under an error of each gRPC code that has one. */
+const HINTS: Partial<Record<Status, string>> = {
+  [Status.UNAVAILABLE]: 'is the node up? run: sandnode up',
+  [Status.DEADLINE_EXCEEDED]: 'the node did not answer in time; see: sandnode status',
+  [Status.PERMISSION_DENIED]: "the node's sockets belong to root: run sandnode as root",
+  [Status.UNIMPLEMENTED]: 'the node runs a build without this call; see: sandnode version',
+  [Status.RESOURCE_EXHAUSTED]: 'the node is at a limit: delete sandboxes, or retry later',
+};
+
+/** What {@link describeError} makes of an error: the one description both output modes print. */
+export interface ErrorReport {
+  /** the gRPC code name ("NOT_FOUND"), "USAGE" for a usage error, "ERROR" for any other failure */
+  code: string;
+  /** the gRPC status number, for an error that came from a gRPC call */
+  grpcCode?: number;
+  /** one line for people, without the "sandnode: " prefix */
+  message: string;
+  /** what to try next, when there is something to say */
+  hint?: string;
+  /** the exit code: {@link EXIT_FAILURE} or {@link EXIT_USAGE} */
+  exitCode: number;
+}
+
+/** describeError turns anything an action threw into the {@link ErrorReport} the CLI prints. */
+export function describeError(err: unknown): ErrorReport {
+  // commander's InvalidArgumentError: an option parser (options.ts) used inside an action
+  if (err instanceof UsageError || err instanceof InvalidArgumentError) return { code: 'USAGE', message: err.message, exitCode: EXIT_USAGE };
+  if (err instanceof ClientError) {
+    const code = Status[err.code] ?? `CODE_${err.code}`;
+    const hint = HINTS[err.code];
+    return { code, grpcCode: err.code, message: `${code}: ${err.details}`, ...(hint ? { hint } : {}), exitCode: EXIT_FAILURE };
+  }
+  if (err instanceof CliError && err.cause instanceof ClientError) {
+    return { code: Status[err.cause.code] ?? `CODE_${err.cause.code}`, grpcCode: err.cause.code, message: err.message, exitCode: EXIT_FAILURE };
+  }
+  return { code: 'ERROR', message: err instanceof Error ? err.message : String(err), exitCode: EXIT_FAILURE };
+}
+
+/** formatError renders a report for stderr: JSON (one line) or "sandnode: ..." lines, newline-terminated. */
+export function formatError(r: ErrorReport, json: boolean): string {
+  if (json) return `${JSON.stringify({ error: r })}\n`;
+  return `sandnode: ${r.message}\n${r.hint ? `sandnode: ${r.hint}\n` : ''}`;
+}
+
+/** print writes a command's result to stdout: value as indented JSON, or human() for people. */
+export function print(json: boolean, value: unknown, human: () => string): void {
+  process.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
+}
+
+/**
+ * action wraps a command's action: whatever it throws is printed by {@link formatError} (JSON
+ * when the command was given --json) and the CLI exits with the report's exit code. Commander
+ * passes the command itself as the action's last argument.
+ */
+export function action<A extends unknown[]>(fn: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
+  return async (...args: A) => {
+    try {
+      await fn(...args);
+    } catch (err) {
+      const cmd = args[args.length - 1] as Command | undefined;
+      const r = describeError(err);
+      process.stderr.write(formatError(r, cmd?.opts?.().json === true));
+      process.exit(r.exitCode);
+    }
+  };
+}
