@@ -71,7 +71,7 @@ export function requestIdMethods(def: CompatServiceDefinition): Set<string> {
  * false`), with none it is sent once, even when the proto marks the method IDEMPOTENT (a second
  * attempt could create a second sandbox).
  */
-export function requestIdRetryMiddleware(paths: ReadonlySet<string>): ClientMiddleware<RetryOptions> {
+export function requestIdRetryMiddleware(paths: ReadonlySet<string>): ClientMiddleware<object, RetryOptions> {
   return async function* requestIdRetry(call, options) {
     if (!paths.has(call.method.path)) return yield* call.next(call.request, options);
     const requestId = (call.request as { requestId?: unknown }).requestId;
