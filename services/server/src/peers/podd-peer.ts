@@ -22,6 +22,9 @@ export interface PoddPeerOptions {
   log?: Logger;
 }
 
+/** Deadline of a Quiesce beyond its freeze window (the sync before the freeze), ms. */
+export const QUIESCE_DEADLINE_MARGIN_MS = 10_000;
+
 class PoddPeer implements PoddClient {
   readonly channel: Channel;
   readonly client: ServiceClient<typeof PoddServiceDefinition>;
@@ -49,7 +52,7 @@ class PoddPeer implements PoddClient {
 
   async quiesce(maxFreezeMs: number): Promise<PoddFreeze> {
     // not retried: a second Quiesce would meet the first freeze (FAILED_PRECONDITION)
-    const r = await this.client.quiesce({ maxFreezeMs }, { retry: false, deadline: maxFreezeMs + 10_000 });
+    const r = await this.client.quiesce({ maxFreezeMs }, { retry: false, deadline: maxFreezeMs + QUIESCE_DEADLINE_MARGIN_MS });
     return { token: r.freezeToken, maxFreezeMs: r.maxFreezeMs, syncMs: r.syncMs, freezeMs: r.freezeMs };
   }
 
