@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { FailedPreconditionError, InvalidArgumentError, Status, type SandnodeCallContext } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, Status } from '@sandnode/shared';
 import { ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import { FlockLease } from '../store/flock-lease';
 import type { Role } from '../handover/roles';
@@ -12,7 +12,9 @@ describe('AdminService handlers', () => {
   let dir: string;
   let calls: string[];
   let node: AdminPort;
-  const ctx = { signal: new AbortController().signal } as SandnodeCallContext;
+  /** the server call context the handlers get (only its signal is used) */
+  type Ctx = Parameters<ReturnType<typeof adminService>['takeover']>[1];
+  const ctx = { signal: new AbortController().signal } as unknown as Ctx;
 
   beforeEach(() => {
     dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-admin-'));
