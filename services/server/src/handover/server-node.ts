@@ -7,7 +7,6 @@
  * SandboxManager, public services) is built by the wiring main.ts passes in; the AdminService
  * handlers (rpc/admin-service.ts) call the public methods here.
  */
-import type http from 'node:http';
 import { mkdirSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import {
@@ -15,7 +14,6 @@ import {
   buildCommit,
   createServiceServer,
   FailedPreconditionError,
-  serveMetrics,
   SERVER_FEATURES,
   SUITE_VERSION,
   unixAddress,
@@ -36,6 +34,7 @@ import { FlockLease } from '../store/flock-lease';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { failpoint } from './failpoints';
 import { OldSideHandover, type OldServer } from './hand-over';
+import { MetricsEndpoint } from './metrics-endpoint';
 import { bindListener, type OwnedListener } from './listeners';
 import { Roles, type Role } from './roles';
 import { takeOver, type StandbyNode } from './takeover';
@@ -49,8 +48,6 @@ export const SERVER_FEATURE_LIST: readonly string[] = Object.values(SERVER_FEATU
 export const EPOCH_PROBE_ID = 'epoch-fence-probe';
 /** How often a standby looks at the lease, ms. */
 const STANDBY_POLL_MS = 500;
-/** How long a new server retries binding /metrics (the old server frees the port with the lease), ms. */
-const METRICS_BIND_WAIT_MS = 2000;
 
 /** What an active server runs, built by main.ts for each activation. */
 export interface ActiveParts {
@@ -85,7 +82,7 @@ export class ServerNode implements StandbyNode, OldServer {
   private standbyPoll: NodeJS.Timeout | undefined;
   private readonly oldSide = new OldSideHandover(this);
   /** Prometheus /metrics (when metricsListen is set); the port moves to the next server at handover. */
-  private metrics: http.Server | undefined;
+  private readonly metrics: MetricsEndpoint;
   /** A takeover runs in this standby. */
   private takingOver = false;
   /** Running Exec streams (a retiring server relays them to completion). */
@@ -102,6 +99,7 @@ export class ServerNode implements StandbyNode, OldServer {
     mkdirSync(path.join(cfg.runDir, 'sandboxes'), { recursive: true });
     this.lease = new FlockLease(path.join(cfg.stateDir, 'server.lease'));
     this.adminAddress = unixAddress(path.join(cfg.runDir, adminSocketName(cfg.slot || String(process.pid))));
+    this.metrics = new MetricsEndpoint(cfg.metricsListen, log);
   }
 
   get role(): Role {
@@ -224,7 +222,7 @@ export class ServerNode implements StandbyNode, OldServer {
       for (const l of listeners) this.publicServer.serveListener(l.server);
     }
     this.listeners = listeners;
-    await this.startMetrics();
+    await this.metrics.start();
     this.roles.to('ACTIVE', { newEpoch: true });
     this.startReaper();
     log.info({ listeners: listeners.map((l) => l.address), adopted: report.adopted.length, adoption_ms: report.durationMs, swept }, 'active');
@@ -254,27 +252,6 @@ export class ServerNode implements StandbyNode, OldServer {
       await a.devices.client.deleteDevice({ deviceId: EPOCH_PROBE_ID });
     } catch (err) {
       throw new Error(`could not raise the epoch fences to epoch ${this.epoch}: ${(err as Error).message}`, { cause: err });
-    }
-  }
-
-  /**
-   * startMetrics serves /metrics on metricsListen. The old server frees the port when it
-   * releases the lease, so a new server retries for a moment; failing to serve metrics is
-   * logged, never fatal.
-   */
-  private async startMetrics(): Promise<void> {
-    if (!this.cfg.metricsListen || this.metrics) return;
-    for (const t0 = Date.now(); ; ) {
-      try {
-        this.metrics = await serveMetrics(this.cfg.metricsListen);
-        return;
-      } catch (err) {
-        if (Date.now() - t0 > METRICS_BIND_WAIT_MS) {
-          this.log.error({ err, listen: this.cfg.metricsListen }, 'cannot serve /metrics');
-          return;
-        }
-        await new Promise((r) => setTimeout(r, 50));
-      }
     }
   }
 
@@ -332,8 +309,7 @@ export class ServerNode implements StandbyNode, OldServer {
 
   /** releaseMetrics frees the /metrics port for the next server (OldServer). */
   releaseMetrics(): void {
-    this.metrics?.close();
-    this.metrics = undefined;
+    this.metrics.close();
   }
 
   /** retakeEpoch (the lease taken back after a failed handover): epoch+1, lease described, fences raised (OldServer). */
@@ -345,7 +321,7 @@ export class ServerNode implements StandbyNode, OldServer {
 
   /** resumeActive: ACTIVE again after a handover that did not complete (OldServer). */
   resumeActive(o: { newEpoch?: boolean } = {}): void {
-    void this.startMetrics();
+    void this.metrics.start();
     this.roles.to('ACTIVE', o);
     this.active?.manager.gate.open();
     this.startReaper();
@@ -409,7 +385,7 @@ export class ServerNode implements StandbyNode, OldServer {
 
   private closeAll(): void {
     clearInterval(this.reaper);
-    this.metrics?.close();
+    this.metrics.close();
     this.wiring.podd.closeAll();
     this.active?.vms.close();
     this.active?.devices.close();
