@@ -29,7 +29,7 @@ import { createServer } from 'nice-grpc';
 import { HealthDefinition, HealthServiceImpl, HealthState } from 'nice-grpc-server-health';
 import { configSchema as ublkConfigSchema, loadUblkConfig } from '@sandnode/ublk-manager';
 import { configSchema as vmmConfigSchema, loadVmmConfig } from '@sandnode/vmm-supervisor';
-import { resolveServerConfig, serverConfigSchema } from '@sandnode/server';
+import { configSchema as serverConfigSchema, loadServerConfig } from '@sandnode/server';
 
 const ROOT = path.resolve(__dirname, '..');
 const K8S = path.join(ROOT, 'deploy/k8s');
@@ -353,7 +353,7 @@ describe('config files load with the daemons own config loaders', () => {
   }
 
   test.each(['a', 'b'])('server-%s.json', (slot) => {
-    const c = resolveServerConfig(write(`server-${slot}.json`, 'server', serverConfigSchema.shape));
+    const c = loadServerConfig({ file: write(`server-${slot}.json`, 'server', serverConfigSchema.shape), env: {} });
     expect(c).toMatchObject({ stateDir: '/var/lib/sandnode', runDir: '/run/sandnode', listen: '0.0.0.0:7070', vmmAddress: 'unix:///run/sandnode/vmm-supervisor.sock' });
   });
   test.each(['a', 'b'])('ublk-manager-%s.json', (slot) => {

@@ -3,10 +3,12 @@
  * deadline (unary calls get DEFAULT_CALL_TIMEOUT_MS unless the caller passes one; streams get
  * none by default because they run as long as their command), and idempotent calls (those
  * marked `idempotency_level` in the proto) are retried on UNAVAILABLE with backoff by the
- * nice-grpc retry middleware.
+ * nice-grpc retry middleware. A call whose request has a `request_id` field (CreateSandbox,
+ * ForkSandbox) is idempotent only by that key: it is retried when request_id is set and never
+ * when it is empty, whatever the proto's option says ({@link requestIdRetryMiddleware}).
  */
 import { createChannel, createClientFactory } from 'nice-grpc';
-import type { Channel, Client, CompatServiceDefinition } from 'nice-grpc';
+import type { Channel, Client, ClientMiddleware, CompatServiceDefinition } from 'nice-grpc';
 import { deadlineMiddleware, type DeadlineOptions } from 'nice-grpc-client-middleware-deadline';
 import { retryMiddleware, type RetryOptions } from 'nice-grpc-client-middleware-retry';
 import { Status } from 'nice-grpc-common';
@@ -48,6 +50,36 @@ export interface ServiceClientOptions {
 
 const factory = createClientFactory().use(retryMiddleware).use(deadlineMiddleware);
 
+/**
+ * requestIdMethods lists the paths ("/pkg.Service/Method") of def's unary methods whose
+ * request message has a `requestId` field (ts-proto definitions; other shapes list none).
+ */
+export function requestIdMethods(def: CompatServiceDefinition): Set<string> {
+  const out = new Set<string>();
+  const d = def as { fullName?: string; methods?: Record<string, { name?: string; requestStream?: boolean; responseStream?: boolean; requestType?: { fromPartial?: (o: object) => object } }> };
+  if (typeof d.fullName !== 'string' || !d.methods) return out;
+  for (const m of Object.values(d.methods)) {
+    if (m.requestStream || m.responseStream || !m.name || typeof m.requestType?.fromPartial !== 'function') continue;
+    if ('requestId' in m.requestType.fromPartial({})) out.add(`/${d.fullName}/${m.name}`);
+  }
+  return out;
+}
+
+/**
+ * requestIdRetryMiddleware makes retries of the listed methods depend on the request's
+ * request_id: with a non-empty one the call is retried (unless the caller passes `retry:
+ * false`), with none it is sent once, even when the proto marks the method IDEMPOTENT (a second
+ * attempt could create a second sandbox).
+ */
+export function requestIdRetryMiddleware(paths: ReadonlySet<string>): ClientMiddleware<object, RetryOptions> {
+  return async function* requestIdRetry(call, options) {
+    if (!paths.has(call.method.path)) return yield* call.next(call.request, options);
+    const requestId = (call.request as { requestId?: unknown }).requestId;
+    const keyed = typeof requestId === 'string' && requestId !== '';
+    return yield* call.next(call.request, { ...options, retry: keyed && options.retry !== false });
+  };
+}
+
 /** createServiceClient makes a client of def on channel with the common middleware. */
 export function createServiceClient<D extends CompatServiceDefinition>(
   def: D,
@@ -68,7 +100,9 @@ export function createServiceClient<D extends CompatServiceDefinition>(
       ...(m.responseStream ? {} : { deadline: opts.timeoutMs ?? DEFAULT_CALL_TIMEOUT_MS }),
     };
   }
-  const f = opts.epoch ? factory.use(epochClientMiddleware(opts.epoch)) : factory;
+  const keyed = requestIdMethods(def);
+  const f0 = keyed.size > 0 ? factory.use(requestIdRetryMiddleware(keyed)) : factory;
+  const f = opts.epoch ? f0.use(epochClientMiddleware(opts.epoch)) : f0;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   return f.create(def, channel, defaults as any) as ServiceClient<D>;
 }

@@ -107,7 +107,7 @@ export async function startNode(
     buildTemplate?: boolean;
     /** the server's TCP listen address ("127.0.0.1:0": any free port; default "": none) */
     listen?: string;
-    /** extra environment of one component's first start (e.g. SANDNODE_FAILPOINTS) */
+    /** extra environment of one component's first start (e.g. SANDNODE_SERVER_FAILPOINTS) */
     env?: Partial<Record<Component, Record<string, string>>>;
   } = {},
 ): Promise<TestNode> {

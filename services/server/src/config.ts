@@ -1,14 +1,43 @@
 /**
- * Server config: file (`--config`, JSON with `version: 1`) + env `SANDNODE_SERVER_<KEY>`,
- * validated with zod; an error names the bad key. Keys are listed in services/server/README.md.
+ * Config of the server: one zod schema, read from an optional JSON file (`--config FILE`,
+ * `version: 1`) and env `SANDNODE_SERVER_<KEY>` (KEY in UPPER_SNAKE_CASE). Keys and defaults
+ * are listed in services/server/README.md. Invalid values fail the start with an error that
+ * names the key (main.ts: exit 2). Same loader shape as `loadUblkConfig` / `loadVmmConfig`.
  */
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
 import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 
+/** The service name used in env var names and logs. */
+export const SERVICE = 'server';
+
 const GIB = 1024 * 1024 * 1024;
 
-export const serverConfigSchema = z.object({
+/** Deadline of a unary call to the vmm-supervisor or the ublk-manager, ms (key `peerCallTimeoutMs`). */
+export const DEFAULT_PEER_CALL_TIMEOUT_MS = 60_000;
+/** Retries of an idempotent call to the vmm-supervisor or the ublk-manager on UNAVAILABLE (key `peerRetryAttempts`). */
+export const DEFAULT_PEER_RETRY_ATTEMPTS = 8;
+/** Deadline of a unary call to a sandbox's podd, ms (key `poddCallTimeoutMs`). */
+export const DEFAULT_PODD_CALL_TIMEOUT_MS = 30_000;
+/** Retries of an idempotent call to a podd on UNAVAILABLE (key `poddRetryAttempts`). */
+export const DEFAULT_PODD_RETRY_ATTEMPTS = 3;
+/** How long a server that becomes active waits for the vmm-supervisor and ublk-manager to answer, ms (key `peerStartTimeoutMs`). */
+export const DEFAULT_PEER_START_TIMEOUT_MS = 30_000;
+/** Deadline of the standby's calls to the active server's AdminService during a takeover, ms (key `handoverCallTimeoutMs`). */
+export const DEFAULT_HANDOVER_CALL_TIMEOUT_MS = 60_000;
+/** How long the standby waits for the active server's listening sockets, ms (key `handoverFdTimeoutMs`). */
+export const DEFAULT_HANDOVER_FD_TIMEOUT_MS = 30_000;
+/** How long the standby waits for the old server to release the lease after Handover, ms (key `leaseAcquireTimeoutMs`). */
+export const DEFAULT_LEASE_ACQUIRE_TIMEOUT_MS = 10_000;
+/** Sandboxes drained at once on SIGTERM (key `drainConcurrency`; AdminService.Drain with concurrency 0 uses DEFAULT_DRAIN_CONCURRENCY). */
+export const DEFAULT_DRAIN_CONCURRENCY = 8;
+/** Deadline of a drain, ms (key `drainDeadlineMs` for SIGTERM; AdminService.Drain with deadline_ms 0 uses this default). */
+export const DEFAULT_DRAIN_DEADLINE_MS = 20_000;
+
+const ms = (min: number) => z.coerce.number().int().min(min).max(86_400_000);
+
+/** The config schema; every key has a default. */
+export const configSchema = z.object({
   /** state dir: records.db, templates/ */
   stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
   /** runtime dir: sockets, sandboxes/<id>/podd.sock */
@@ -49,21 +78,46 @@ export const serverConfigSchema = z.object({
   /** SIGTERM drains the node first (pod deletion); off for local runs */
   drainOnSigterm: configBool().default(false),
   /** deadline of the SIGTERM drain, ms (keep it below the pod's grace period) */
-  drainDeadlineMs: z.coerce.number().int().min(1000).default(20_000),
+  drainDeadlineMs: ms(1000).default(DEFAULT_DRAIN_DEADLINE_MS),
+  /** sandboxes drained at once on SIGTERM */
+  drainConcurrency: z.coerce.number().int().min(1).max(256).default(DEFAULT_DRAIN_CONCURRENCY),
+  /** deadline of a unary call to the vmm-supervisor / ublk-manager, ms */
+  peerCallTimeoutMs: ms(100).default(DEFAULT_PEER_CALL_TIMEOUT_MS),
+  /** retries of an idempotent call to the vmm-supervisor / ublk-manager on UNAVAILABLE */
+  peerRetryAttempts: z.coerce.number().int().min(0).max(100).default(DEFAULT_PEER_RETRY_ATTEMPTS),
+  /** deadline of a unary call to a podd, ms */
+  poddCallTimeoutMs: ms(100).default(DEFAULT_PODD_CALL_TIMEOUT_MS),
+  /** retries of an idempotent call to a podd on UNAVAILABLE */
+  poddRetryAttempts: z.coerce.number().int().min(0).max(100).default(DEFAULT_PODD_RETRY_ATTEMPTS),
+  /** how long a server that becomes active waits for the vmm-supervisor and ublk-manager, ms */
+  peerStartTimeoutMs: ms(100).default(DEFAULT_PEER_START_TIMEOUT_MS),
+  /** deadline of the standby's AdminService calls during a takeover, ms */
+  handoverCallTimeoutMs: ms(100).default(DEFAULT_HANDOVER_CALL_TIMEOUT_MS),
+  /** how long the standby waits for the listening sockets, ms */
+  handoverFdTimeoutMs: ms(100).default(DEFAULT_HANDOVER_FD_TIMEOUT_MS),
+  /** how long the standby waits for the old server to release the lease, ms */
+  leaseAcquireTimeoutMs: ms(100).default(DEFAULT_LEASE_ACQUIRE_TIMEOUT_MS),
 });
 
-export type ServerConfig = z.infer<typeof serverConfigSchema> & {
+/** The config with every derived default filled in (absolute paths, addresses). */
+export type ServerConfig = z.infer<typeof configSchema> & {
   socket: string;
   vmmAddress: string;
   ublkAddress: string;
   poddBundle: string;
+  /** the version of the podd bundle (its package.json) */
   poddVersion: string;
+  /** <stateDir>/templates */
   templatesDir: string;
 };
 
-/** resolveServerConfig loads, validates and fills the derived defaults. */
-export function resolveServerConfig(file?: string, overrides?: Record<string, unknown>): ServerConfig {
-  const c = loadConfig(serverConfigSchema, { service: 'server', file, overrides });
+/**
+ * loadServerConfig reads file + env (+ overrides, e.g. flags), validates, and resolves the
+ * defaults that depend on other keys (socket, peer addresses, podd bundle). Throws ConfigError
+ * naming the bad key.
+ */
+export function loadServerConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; overrides?: Record<string, unknown> } = {}): ServerConfig {
+  const c = loadConfig(configSchema, { service: SERVICE, ...opts });
   const stateDir = path.resolve(c.stateDir);
   const runDir = path.resolve(c.runDir);
   const poddPkgDir = path.dirname(require.resolve('@sandnode/podd/package.json'));

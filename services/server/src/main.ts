@@ -1,36 +1,130 @@
 #!/usr/bin/env node
 /**
- * sandnode-server: the sandbox lifecycle API of a node.
+ * sandnode-server: the sandbox lifecycle API of a node. This file is the wiring: config,
+ * construction, shutdown order.
  *
- * Normal start: take the lease if free (then active: epoch+1, adopt, sweep orphans, serve),
- * else wait as standby and take over if the active server dies. With `takeover` set (what
- * `sandnode upgrade server` does), take the node over from the active server by handover:
- * same listening sockets, no refused connection. SIGTERM stops serving (after a drain when
- * `drainOnSigterm` is set); sandboxes are never touched by a server stop.
+ * Start: command line (`--config FILE`; anything else is a usage error, exit 2) -> config
+ * (loadServerConfig: a bad key is exit 2 naming it) -> failpoints (env
+ * SANDNODE_SERVER_FAILPOINTS: an unknown name is exit 2 naming it) -> logger -> ServerNode with
+ * the wiring below -> AdminService on the admin socket -> either `start` (take the lease if
+ * free: ACTIVE, else STANDBY that takes over if the active dies) or, with `takeover` set (what
+ * `sandnode upgrade server` does), the handover from the active server (exit 3 when it fails;
+ * the old server stays active).
+ *
+ * What an active server runs, built at each activation (wiring.activate): the vmm-supervisor
+ * and ublk-manager peers (deadline peerCallTimeoutMs, peerRetryAttempts retries, the node's
+ * epoch on every call), the template catalog, the SandboxManager, and the public
+ * SandboxService + TemplateService. The podd peers live across activations.
+ *
+ * Shutdown (SIGTERM/SIGINT; a second signal exits at once): ServerNode.stop = drain the node
+ * when drainOnSigterm is set -> public server GOAWAY, calls get drainMs -> admin server ->
+ * peers, records, lease, admin socket path; then exit 0. Sandboxes are never touched by a
+ * server stop. A stop that outlives drainDeadlineMs + drainMs + 5 s exits 1.
  */
-import { ConfigError, createLogger, SUITE_VERSION } from '@sandnode/shared';
-import { resolveServerConfig } from './config';
-import { ServerNode } from './handover/server-node';
+import { ConfigError, createLogger, SUITE_VERSION, type Logger } from '@sandnode/shared';
+import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
+import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
+import { loadServerConfig, SERVICE, type ServerConfig } from './config';
+import { SandboxManager } from './core/sandbox-manager';
+import { LocalTemplateCatalog } from './core/template-catalog';
+import { setServerFailpoints } from './handover/failpoints';
+import { ServerNode, type NodeWiring } from './handover/server-node';
+import { DEFAULT_HOLD_MS } from './handover/takeover';
+import { DevicePeer } from './peers/device-peer';
+import { PoddPeers } from './peers/podd-peer';
+import { VmPeer } from './peers/vm-peer';
+import { adminService } from './rpc/admin-service';
+import { sandboxService } from './rpc/sandbox-service';
+import { templateService } from './rpc/template-service';
 
+/** Exit code of a bad command line, config or failpoint list. */
+export const EXIT_USAGE = 2;
+/** Exit code of a failed takeover (the old server stays active). */
+export const EXIT_TAKEOVER_FAILED = 3;
+/** Margin of the stop watchdog over drainDeadlineMs + drainMs, ms. */
+const STOP_MARGIN_MS = 5000;
 
-function parseArgs(argv: string[]): { config?: string } {
-  const i = argv.indexOf('--config');
-  return i >= 0 ? { config: argv[i + 1] } : {};
+const USAGE = 'usage: sandnode-server [--config FILE]';
+
+/** A bad command line; the message names the argument. */
+export class UsageError extends Error {}
+
+/** parseArgs accepts `--config FILE`, `--config=FILE` and `--help`; throws UsageError naming anything else. */
+export function parseArgs(argv: string[]): { config?: string; help: boolean } {
+  const out: { config?: string; help: boolean } = { help: false };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? '';
+    if (a === '--help' || a === '-h') out.help = true;
+    else if (a === '--config' || a.startsWith('--config=')) {
+      const v = a === '--config' ? argv[++i] : a.slice('--config='.length);
+      if (!v || v.startsWith('--')) throw new UsageError(`--config needs a file path (${USAGE})`);
+      out.config = v;
+    } else throw new UsageError(`unknown argument ${JSON.stringify(a)} (${USAGE})`);
+  }
+  return out;
 }
 
-async function main(): Promise<void> {
-  let cfg;
+/** wiring builds what an active server runs (see the file header). */
+export function wiring(cfg: ServerConfig, rootLog: Logger): NodeWiring {
+  const podd = new PoddPeers({ timeoutMs: cfg.poddCallTimeoutMs, retryAttempts: cfg.poddRetryAttempts, log: rootLog.child({ peer: 'podd' }) });
+  return {
+    podd,
+    activate({ store, epoch, log, streams }) {
+      const peer = { epoch, timeoutMs: cfg.peerCallTimeoutMs, retryAttempts: cfg.peerRetryAttempts };
+      const vms = new VmPeer(cfg.vmmAddress, { ...peer, log: log.child({ peer: 'vmm-supervisor' }) });
+      const devices = new DevicePeer(cfg.ublkAddress, { ...peer, log: log.child({ peer: 'ublk-manager' }) });
+      const templates = new LocalTemplateCatalog({ templatesDir: cfg.templatesDir, poddBundlePath: cfg.poddBundle, poddVersion: cfg.poddVersion, store });
+      const manager = new SandboxManager({
+        store,
+        vms,
+        devices,
+        podd,
+        templates,
+        log,
+        runDir: cfg.runDir,
+        resourceDefaults: { vcpus: cfg.defaultVcpus, memoryMib: cfg.defaultMemoryMib, diskBytes: cfg.defaultDiskBytes },
+        upperBytes: cfg.upperBytes,
+        poddReadyTimeoutMs: cfg.poddReadyTimeoutMs,
+      });
+      manager.gate.holdMs = DEFAULT_HOLD_MS;
+      templates.inUse = (name) => manager.templateInUse(name);
+      return {
+        manager,
+        vms,
+        devices,
+        register(server) {
+          server.add(SandboxServiceDefinition, sandboxService(manager, streams));
+          server.add(TemplateServiceDefinition, templateService(templates));
+        },
+      };
+    },
+  };
+}
+
+/** usage prints msg and exits EXIT_USAGE. */
+function usage(msg: string): never {
+  process.stderr.write(`sandnode-server: ${msg}\n`);
+  process.exit(EXIT_USAGE);
+}
+
+async function main(argv: string[]): Promise<void> {
+  let cfg: ServerConfig;
+  let failpoints: string[];
   try {
-    cfg = resolveServerConfig(parseArgs(process.argv.slice(2)).config);
-  } catch (err) {
-    if (err instanceof ConfigError) {
-      process.stderr.write(`sandnode-server: ${err.message}\n`);
-      process.exit(2);
+    const args = parseArgs(argv);
+    if (args.help) {
+      process.stdout.write(`${USAGE}\nconfig keys: see services/server/README.md\n`);
+      return;
     }
+    cfg = loadServerConfig({ file: args.config });
+    failpoints = setServerFailpoints();
+  } catch (err) {
+    if (err instanceof UsageError || err instanceof ConfigError) usage(err.message);
     throw err;
   }
-  const log = createLogger('server', SUITE_VERSION, cfg.logLevel).child({ slot: cfg.slot || undefined });
-  const node = new ServerNode(cfg, log);
+  const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel).child({ slot: cfg.slot || undefined });
+  if (failpoints.length > 0) log.warn({ failpoints }, 'failpoints set');
+  const node = new ServerNode(cfg, log, wiring(cfg, log));
   let stopping = false;
   const onSignal = (sig: NodeJS.Signals) => {
     if (stopping) process.exit(1);
@@ -40,7 +134,7 @@ async function main(): Promise<void> {
     setTimeout(() => {
       log.error('stop took too long: exiting');
       process.exit(1);
-    }, (cfg.drainOnSigterm ? cfg.drainDeadlineMs : 0) + cfg.drainMs + 5000).unref();
+    }, (cfg.drainOnSigterm ? cfg.drainDeadlineMs : 0) + cfg.drainMs + STOP_MARGIN_MS).unref();
     node.stop().then(
       () => process.exit(0),
       (err: unknown) => {
@@ -51,20 +145,20 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
-  if (cfg.takeover) {
-    try {
-      await node.takeover();
-    } catch (err) {
-      log.error({ err: (err as Error).message }, 'takeover failed; the old server stays active');
-      process.stdout.write(`${JSON.stringify({ takeover: false, error: (err as Error).message })}\n`);
-      process.exit(3);
-    }
-  } else {
-    await node.start();
+  await node.startAdmin(adminService(node));
+  if (!cfg.takeover) return node.start();
+  try {
+    await node.takeover();
+  } catch (err) {
+    log.error({ err }, 'takeover failed; the old server stays active');
+    process.stdout.write(`${JSON.stringify({ takeover: false, error: (err as Error).message })}\n`);
+    process.exit(EXIT_TAKEOVER_FAILED);
   }
 }
 
-main().catch((err: unknown) => {
-  process.stderr.write(`sandnode-server: ${(err as Error).stack ?? String(err)}\n`);
-  process.exit(1);
-});
+if (require.main === module) {
+  main(process.argv.slice(2)).catch((err: unknown) => {
+    process.stderr.write(`sandnode-server: ${(err as Error).stack ?? String(err)}\n`);
+    process.exit(1);
+  });
+}

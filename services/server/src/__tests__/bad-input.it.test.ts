@@ -2,6 +2,9 @@
  * Bad input gets a clear gRPC status naming the field and changes nothing (issue: section 6).
  * Each case asserts the exact code; after all of them the node holds exactly what it held.
  */
+import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { Status } from 'nice-grpc-common';
 import { ClientError } from 'nice-grpc';
 import { loopDevicesBelow, mountsBelow } from '@sandnode/node-stack';
@@ -103,5 +106,38 @@ describeNode('bad input on a real node', () => {
     // nothing was written through the symlinks
     const etc = await execCollect(node.api, running, ['sh', '-c', 'ls /etc/evil 2>&1; tail -c 1 /etc/passwd | od -c | head -1']);
     expect(etc.stdout).toMatch(/No such file/);
+  });
+});
+
+/** A bad command line or failpoint list is a usage error of the daemon (exit 2, naming it), before it touches anything. */
+describe('sandnode-server usage errors', () => {
+  const main = path.resolve(__dirname, '../../dist/main.js');
+  const run = (args: string[], env: Record<string, string> = {}) => {
+    if (!existsSync(main)) throw new Error(`${main} is missing: run npm run build first`);
+    const r = spawnSync(process.execPath, [main, ...args], { encoding: 'utf8', timeout: 30_000, env: { ...process.env, SANDNODE_SERVER_STATE_DIR: '/nonexistent/state', ...env } });
+    return { status: r.status, stderr: r.stderr };
+  };
+
+  it.each([
+    [['--config'], /--config needs a file path/],
+    [['--config', '--takeover'], /--config needs a file path/],
+    [['--bogus'], /unknown argument "--bogus"/],
+    [['--config', '/x.json', 'extra'], /unknown argument "extra"/],
+  ])('%j -> exit 2', (args, msg) => {
+    const r = run(args);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(msg);
+  });
+
+  it('an unknown failpoint in SANDNODE_SERVER_FAILPOINTS -> exit 2 naming it', () => {
+    const r = run([], { SANDNODE_SERVER_FAILPOINTS: 'handover.after-nothing=kill' });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/SANDNODE_SERVER_FAILPOINTS: unknown failpoint "handover.after-nothing"/);
+  });
+
+  it('a bad config value -> exit 2 naming the key', () => {
+    const r = run([], { SANDNODE_SERVER_TAKEOVER: 'ture' });
+    expect(r.status).toBe(2);
+    expect(r.stderr).toMatch(/key "takeover"/);
   });
 });

@@ -318,14 +318,14 @@ describeNode('a server killed mid-fork or mid-reset', () => {
   /** restartServer kills the server (it may be dead already) and starts it again without failpoints. */
   async function restartServer(): Promise<void> {
     await killProcesses(serverProcesses(node.dirs.runDir), 0);
-    await withEnv({ SANDNODE_FAILPOINTS: '' }, () => startComponent(node.dirs, 'server', { timeoutMs: 60_000 }));
+    await withEnv({ SANDNODE_SERVER_FAILPOINTS: '' }, () => startComponent(node.dirs, 'server', { timeoutMs: 60_000 }));
     node.reconnect();
   }
 
   /** withFailpoint restarts the server with one failpoint set. */
   async function withFailpoint(fp: string): Promise<void> {
     await killProcesses(serverProcesses(node.dirs.runDir), 0);
-    await withEnv({ SANDNODE_FAILPOINTS: `${fp}=kill` }, () => startComponent(node.dirs, 'server', { timeoutMs: 60_000 }));
+    await withEnv({ SANDNODE_SERVER_FAILPOINTS: `${fp}=kill` }, () => startComponent(node.dirs, 'server', { timeoutMs: 60_000 }));
     node.reconnect();
   }
 

@@ -1,7 +1,7 @@
 /**
  * kill -9 at each enumerated step of a server handover (ARCHITECTURE.md section 4, step 7;
  * HANDOVER_FAILPOINTS): the side that reaches the failpoint SIGKILLs itself
- * (`SANDNODE_FAILPOINTS=<name>=kill`: `handover.*` on the old server, `takeover.*` on the new
+ * (`SANDNODE_SERVER_FAILPOINTS=<name>=kill`: `handover.*` on the old server, `takeover.*` on the new
  * one). Afterwards the node converges: exactly one server process of the node, holding the
  * lease and ACTIVE (when no server is left, after one `startComponent` as an operator would),
  * every sandbox RUNNING or PAUSED with the same pid, exec and lifecycle calls work, no orphan.
@@ -87,7 +87,7 @@ describeNode('kill -9 at each step of a server handover', () => {
 
   it.each([...HANDOVER_FAILPOINTS])('converges after kill -9 at %s', async (fp) => {
     const oldSide = fp.startsWith('handover.');
-    const env = { SANDNODE_FAILPOINTS: `${fp}=kill` };
+    const env = { SANDNODE_SERVER_FAILPOINTS: `${fp}=kill` };
     // a fresh active server; it carries the failpoint when the old side is to die
     await restartServer(oldSide ? env : {});
     const before = (await holderStatus(node.dirs))!;

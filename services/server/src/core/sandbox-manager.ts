@@ -12,7 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
-import { AbortedError, FailedPreconditionError, InvalidArgumentError, isCode, MAX_FREEZE_MS, run, Status, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
+import { AbortedError, DeadlineExceededError, FailedPreconditionError, InvalidArgumentError, isCode, MAX_FREEZE_MS, run, Status, isSameProcess, NotFoundError, processState, requireSandboxId, sandboxDir, unixAddress, type Logger } from '@sandnode/shared';
 import { KeyedMutex } from '@sandnode/shared';
 import { failpoint } from '../handover/failpoints';
 import { LifecycleGate } from './gate';
@@ -317,7 +317,7 @@ export class SandboxManager {
     for (;;) {
       if (await client.health(1000).catch(() => false)) return;
       if (this.now() > deadline) {
-        throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: podd did not answer at ${rec.poddAddress} within ${this.o.poddReadyTimeoutMs ?? DEFAULT_PODD_READY_TIMEOUT_MS} ms`);
+        throw new DeadlineExceededError(`sandbox ${rec.sandboxId}: podd did not answer at ${rec.poddAddress} within ${this.o.poddReadyTimeoutMs ?? DEFAULT_PODD_READY_TIMEOUT_MS} ms`);
       }
       await new Promise((r) => setTimeout(r, 25));
     }

@@ -1,27 +1,13 @@
 /**
- * Named failpoints for crash tests (containerd's `integration/failpoint` idea): the env var
- * `SANDNODE_FAILPOINTS` lists `name=action` pairs separated by commas; action `kill` SIGKILLs
- * this process at that point, `error` throws there. Unset in production: every check is a
- * map lookup.
+ * The server's named failpoints for crash tests (containerd's `integration/failpoint` idea),
+ * on the shared {@link Failpoints} parser: env `SANDNODE_SERVER_FAILPOINTS` lists
+ * `name[=action]` pairs separated by commas (action `kill`, the default, SIGKILLs this process
+ * at that point; `error` throws INTERNAL there; `off` does nothing). main.ts parses it once at
+ * start (`setServerFailpoints`): an unknown name or action fails the start naming it. Unset
+ * in production: every check is one map lookup. Each service has its own variable, so a server
+ * failpoint in `sandnode up`'s environment does not reach the ublk-manager.
  */
-const points = new Map<string, string>(
-  (process.env.SANDNODE_FAILPOINTS ?? '')
-    .split(',')
-    .map((p) => p.trim())
-    .filter(Boolean)
-    .map((p) => {
-      const [k, v] = p.split('=');
-      return [k ?? '', v ?? 'kill'] as [string, string];
-    }),
-);
-
-/** failpoint triggers the action configured for name, if any. */
-export function failpoint(name: string): void {
-  const action = points.get(name);
-  if (!action) return;
-  if (action === 'kill') process.kill(process.pid, 'SIGKILL');
-  if (action === 'error') throw new Error(`failpoint ${name}`);
-}
+import { ConfigError, Failpoints } from '@sandnode/shared';
 
 /** The failpoints of the server handover, in the order they are reached. */
 export const HANDOVER_FAILPOINTS = [
@@ -39,3 +25,30 @@ export const FORK_FAILPOINTS = [
   'fork.after-clone', // both clones made, before the parent is released
   'reset.after-stop', // ResetRootfs: fresh upper recorded, VM stopped, before the switch
 ] as const;
+
+/** Every failpoint name of the server. */
+export type ServerFailpoint = (typeof HANDOVER_FAILPOINTS)[number] | (typeof FORK_FAILPOINTS)[number];
+
+/** The server's failpoints (env `SANDNODE_SERVER_FAILPOINTS`). */
+export const serverFailpoints = new Failpoints<ServerFailpoint>({ service: 'server', names: [...HANDOVER_FAILPOINTS, ...FORK_FAILPOINTS] });
+
+/** SERVER_FAILPOINTS_ENV is "SANDNODE_SERVER_FAILPOINTS". */
+export const SERVER_FAILPOINTS_ENV = serverFailpoints.env;
+
+/**
+ * setServerFailpoints parses list (default: env SANDNODE_SERVER_FAILPOINTS) and makes it the
+ * active set; throws ConfigError naming an unknown name or action (main.ts: exit 2).
+ */
+export function setServerFailpoints(list: string | undefined = process.env[SERVER_FAILPOINTS_ENV]): string[] {
+  try {
+    serverFailpoints.set(list);
+  } catch (err) {
+    throw new ConfigError((err as Error).message);
+  }
+  return serverFailpoints.list();
+}
+
+/** failpoint runs the action set for name, if any (`kill`: SIGKILL now; `error`: throws InternalError). */
+export function failpoint(name: ServerFailpoint): void {
+  serverFailpoints.hit(name);
+}

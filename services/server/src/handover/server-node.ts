@@ -1,74 +1,78 @@
 /**
- * ServerNode: one server process and its role on the node (ARCHITECTURE.md section 4).
- *
- *   start ──lease free──> ACTIVE (epoch+1, adopt, sweep, serve)
- *     └──lease held──> STANDBY ──lease freed (active died)──> ACTIVE (fresh listeners)
- *   takeover (sandnode upgrade server): STANDBY -> Handover on the active -> receive listeners
- *     -> take lease (epoch+1) -> adopt -> serve on the same sockets -> FinishHandover
- *   ACTIVE --Handover--> HANDING_OVER --FinishHandover--> RETIRING (streams finish) -> exit
- *                             └── standby died / no finish ──> ACTIVE again (lease retaken)
+ * ServerNode: one server process and its role on the node (ARCHITECTURE.md section 4). The
+ * role table and its diagram are in roles.ts; the standby's side of a handover is takeover.ts,
+ * the old server's side hand-over.ts. This file owns the lease, the sockets and the order of
+ * the steps: start (lease free -> ACTIVE: epoch+1, fences, adopt, sweep, serve; held ->
+ * STANDBY until the lease is freed), retire, stop. What an active server runs (peers,
+ * SandboxManager, public services) is built by the wiring main.ts passes in; the AdminService
+ * handlers (rpc/admin-service.ts) call the public methods here.
  */
-import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import {
-  createSandnodeChannel,
-  createServiceClient,
+  adminSocketName,
+  buildCommit,
   createServiceServer,
   FailedPreconditionError,
-  processStartTicks,
-  processState,
-  serveMetrics,
+  SERVER_FEATURES,
   SUITE_VERSION,
-  buildCommit,
   unixAddress,
   type Logger,
   type ServiceServer,
-  adminSocketName,
   type TakeoverResult,
 } from '@sandnode/shared';
-import { AdminServiceDefinition, ServerRole, type AdminServiceImplementation, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
-import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
-import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
+import { AdminServiceDefinition, DrainOutcome, type AdminServiceImplementation, type DrainResponse, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ServerConfig } from '../config';
 import { adoptAll, type AdoptionReport } from '../core/adoption';
-import { SandboxManager } from '../core/sandbox-manager';
-import { LocalTemplateCatalog } from '../core/template-catalog';
-import { sweepOrphans } from '../core/orphan-sweep';
 import { drainNode } from '../core/drain';
-import { DevicePeer } from '../peers/device-peer';
-import { PoddPeers } from '../peers/podd-peer';
-import { VmPeer } from '../peers/vm-peer';
-import { sandboxService } from '../rpc/sandbox-service';
-import { templateService } from '../rpc/template-service';
+import { sweepOrphans } from '../core/orphan-sweep';
+import type { SandboxManager } from '../core/sandbox-manager';
+import type { DevicePeer } from '../peers/device-peer';
+import type { PoddPeers } from '../peers/podd-peer';
+import type { VmPeer } from '../peers/vm-peer';
 import { FlockLease } from '../store/flock-lease';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
-import { receiveFds, sendFds } from './fd-pass';
 import { failpoint } from './failpoints';
-import { adoptListener, bindListener, type OwnedListener } from './listeners';
+import { OldSideHandover, type OldServer } from './hand-over';
+import { MetricsEndpoint } from './metrics-endpoint';
+import { bindListener, type OwnedListener } from './listeners';
+import { Roles, type Role } from './roles';
+import { takeOver, type StandbyNode } from './takeover';
 
-/** Features this server offers (GetVersion). */
-export const SERVER_FEATURES = ['server.sandbox.v1', 'server.template.v1', 'server.adoption.v1', 'server.handover.v1', 'server.drain.v1', 'server.epoch.v1', 'server.takeover.v1', 'server.fork.v1', 'server.reset-rootfs.v1'];
+export { DEFAULT_FINISH_TIMEOUT_MS, DEFAULT_HOLD_MS } from './takeover';
+
+/** The features this server lists in GetVersion: every string of the shared registry. */
+export const SERVER_FEATURE_LIST: readonly string[] = Object.values(SERVER_FEATURES);
 
 /** The VM and device id a new active server deletes (a no-op) to raise the epoch fences. */
 export const EPOCH_PROBE_ID = 'epoch-fence-probe';
-/** Default hold time of lifecycle calls during a handover, ms. */
-export const DEFAULT_HOLD_MS = 2000;
-/** Default time the old server waits for FinishHandover, ms. */
-export const DEFAULT_FINISH_TIMEOUT_MS = 15_000;
+/** How often a standby looks at the lease, ms. */
+const STANDBY_POLL_MS = 500;
 
+/** What an active server runs, built by main.ts for each activation. */
+export interface ActiveParts {
+  manager: SandboxManager;
+  vms: VmPeer;
+  devices: DevicePeer;
+  /** register adds the public services (SandboxService, TemplateService) to server. */
+  register(server: ServiceServer): void;
+}
 
-export class ServerNode {
-  role: ServerRole = ServerRole.SERVER_ROLE_STANDBY;
+/** The construction main.ts owns. */
+export interface NodeWiring {
+  /** the podd clients (one per sandbox socket), kept across activations */
+  podd: PoddPeers;
+  /** activate builds the active parts on store; epoch() is the node's current epoch. */
+  activate(a: { store: SqliteRecordStore; epoch: () => number; log: Logger; streams: { streams: number } }): ActiveParts;
+}
+
+export class ServerNode implements StandbyNode, OldServer {
+  readonly roles = new Roles();
   epoch = 0;
-  sinceMs = 0;
   readonly lease: FlockLease;
   readonly adminAddress: string;
   private store: SqliteRecordStore | undefined;
-  private manager: SandboxManager | undefined;
-  private readonly podd = new PoddPeers();
-  private vms: VmPeer | undefined;
-  private devices: DevicePeer | undefined;
+  private active: ActiveParts | undefined;
   private publicServer: ServiceServer | undefined;
   private adminServer: ServiceServer | undefined;
   /** the admin socket we bound, and its inode (to remove the path only while it is ours) */
@@ -76,12 +80,10 @@ export class ServerNode {
   private listeners: OwnedListener[] = [];
   private reaper: NodeJS.Timeout | undefined;
   private standbyPoll: NodeJS.Timeout | undefined;
-  private handover: { token: string; standbyPid: number; standbyTicks: number | undefined; watchdog: NodeJS.Timeout; deadline: number } | undefined;
+  private readonly oldSide = new OldSideHandover(this);
   /** Prometheus /metrics (when metricsListen is set); the port moves to the next server at handover. */
-  private metrics: import('node:http').Server | undefined;
-  /** When this server started serving after a takeover, epoch ms. */
-  private servingAtMs = 0;
-  /** A Takeover call is running on this standby. */
+  private readonly metrics: MetricsEndpoint;
+  /** A takeover runs in this standby. */
   private takingOver = false;
   /** Running Exec streams (a retiring server relays them to completion). */
   streams = 0;
@@ -90,28 +92,50 @@ export class ServerNode {
   constructor(
     readonly cfg: ServerConfig,
     readonly log: Logger,
-    private readonly exit: (code: number) => void = (c) => process.exit(c),
+    private readonly wiring: NodeWiring,
+    readonly exit: (code: number) => void = (c) => process.exit(c),
   ) {
     mkdirSync(cfg.stateDir, { recursive: true });
     mkdirSync(path.join(cfg.runDir, 'sandboxes'), { recursive: true });
     this.lease = new FlockLease(path.join(cfg.stateDir, 'server.lease'));
     this.adminAddress = unixAddress(path.join(cfg.runDir, adminSocketName(cfg.slot || String(process.pid))));
+    this.metrics = new MetricsEndpoint(cfg.metricsListen, log);
   }
 
-  private info() {
-    return { component: 'server', version: SUITE_VERSION, commit: buildCommit(), features: SERVER_FEATURES };
+  get role(): Role {
+    return this.roles.role;
+  }
+
+  /** The GetVersion answer of this server. */
+  info() {
+    return { component: 'server', version: SUITE_VERSION, commit: buildCommit(), features: [...SERVER_FEATURE_LIST] };
+  }
+
+  /** The manager of the active server (undefined unless this server was ever active). */
+  get manager(): SandboxManager | undefined {
+    return this.active?.manager;
+  }
+
+  /** How many sandboxes the records hold (0 without records). */
+  sandboxCount(): number {
+    return this.store?.list().length ?? 0;
+  }
+
+  /** Whether a handover runs on this server. */
+  get handingOver(): boolean {
+    return this.oldSide.inProgress;
   }
 
   /**
-   * startAdmin serves AdminService on the admin socket (every role). The socket is bound like
-   * the public ones (listeners.ts: temporary name + hard link), not by grpc-js: a retiring
-   * server of the same slot may still run (relaying an Exec stream) when the next server of
-   * that slot starts, and closing a socket grpc-js bound unlinks its path, which would remove
-   * the new server's admin socket (the one the lease file names).
+   * startAdmin serves admin (AdminService) on the admin socket (every role). The socket is
+   * bound like the public ones (listeners.ts: temporary name + hard link), not by grpc-js: a
+   * retiring server of the same slot may still run (relaying an Exec stream) when the next
+   * server of that slot starts, and closing a socket grpc-js bound unlinks its path, which
+   * would remove the new server's admin socket (the one the lease file names).
    */
-  async startAdmin(): Promise<void> {
+  async startAdmin(admin: AdminServiceImplementation): Promise<void> {
     this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }) });
-    this.adminServer.add(AdminServiceDefinition, this.adminService());
+    this.adminServer.add(AdminServiceDefinition, admin);
     const listener = await bindListener(this.adminAddress);
     this.adminListener = { listener, ino: statSync(this.adminPath).ino };
     this.adminServer.serveListener(listener.server);
@@ -121,15 +145,12 @@ export class ServerNode {
     return this.adminAddress.slice('unix://'.length);
   }
 
-  /** start: active if the lease is free, else standby that takes over if the active dies. */
+  /** start (after startAdmin): ACTIVE if the lease is free, else STANDBY that takes over if the active dies. */
   async start(): Promise<void> {
-    await this.startAdmin();
     if (this.lease.tryAcquire()) {
-      const listeners = await this.bindFresh();
-      await this.becomeActive(listeners, 0);
+      await this.becomeActive(await this.bindFresh(), 0);
       return;
     }
-    this.role = ServerRole.SERVER_ROLE_STANDBY;
     this.log.info({ holder: FlockLease.readHolder(this.lease.file) }, 'lease held by another server: standby');
     this.watchLease();
   }
@@ -138,7 +159,7 @@ export class ServerNode {
   private watchLease(): void {
     clearInterval(this.standbyPoll);
     this.standbyPoll = setInterval(() => {
-      if (this.role !== ServerRole.SERVER_ROLE_STANDBY || this.takingOver || !this.lease.tryAcquire()) return;
+      if (!this.roles.is('STANDBY') || this.takingOver || !this.lease.tryAcquire()) return;
       clearInterval(this.standbyPoll);
       this.log.warn('the active server is gone: taking over');
       this.bindFresh()
@@ -147,10 +168,29 @@ export class ServerNode {
           this.log.fatal({ err }, 'failover failed');
           this.exit(1);
         });
-    }, 500);
+    }, STANDBY_POLL_MS);
   }
 
-  private async bindFresh(): Promise<OwnedListener[]> {
+  /**
+   * takeover (STANDBY only, once at a time): take the node over from the active server by
+   * handover (takeover.ts). On failure this server stays STANDBY and watches the lease again.
+   * Errors: FAILED_PRECONDITION (not an idle STANDBY, no active server, or it refuses).
+   */
+  async takeover(opts: { holdMs?: number; finishTimeoutMs?: number; signal?: AbortSignal } = {}): Promise<TakeoverResult> {
+    if (!this.roles.is('STANDBY') || this.takingOver) throw new FailedPreconditionError(`takeover: this server is ${this.role}, not an idle STANDBY`);
+    this.takingOver = true;
+    clearInterval(this.standbyPoll);
+    try {
+      return await takeOver(this, { ...opts, features: SERVER_FEATURE_LIST });
+    } catch (err) {
+      this.takingOver = false;
+      if (this.roles.is('STANDBY')) this.watchLease();
+      throw err;
+    }
+  }
+
+  /** bindFresh binds the public listeners (unix socket, and TCP when `listen` is set). */
+  async bindFresh(): Promise<OwnedListener[]> {
     const addrs = [unixAddress(this.cfg.socket)];
     if (this.cfg.listen) addrs.push(this.cfg.listen);
     const out: OwnedListener[] = [];
@@ -158,49 +198,32 @@ export class ServerNode {
     return out;
   }
 
-  /** becomeActive: holding the lease: epoch+1, adopt, sweep orphans, serve on listeners. */
-  private async becomeActive(listeners: OwnedListener[], atLeastEpoch: number): Promise<AdoptionReport> {
+  /** becomeActive (holding the lease): epoch+1, raise the fences, adopt, sweep orphans, serve on listeners. */
+  async becomeActive(listeners: OwnedListener[], atLeastEpoch: number): Promise<AdoptionReport> {
     this.store?.close();
     const store = new SqliteRecordStore(path.join(this.cfg.stateDir, 'records.db'), this.log);
     this.store = store;
     this.epoch = store.bumpEpoch(atLeastEpoch);
     failpoint('takeover.after-lease');
-    this.lease.describe({ pid: process.pid, admin: this.adminAddress, slot: this.cfg.slot, version: SUITE_VERSION, epoch: this.epoch, sinceMs: Date.now() });
+    this.describeLease();
     const log = this.log.child({ epoch: this.epoch });
-    this.vms = new VmPeer(this.cfg.vmmAddress, () => this.epoch);
-    this.devices = new DevicePeer(this.cfg.ublkAddress, () => this.epoch);
-    const templates = new LocalTemplateCatalog({ templatesDir: this.cfg.templatesDir, poddBundlePath: this.cfg.poddBundle, poddVersion: this.cfg.poddVersion, store });
-    const manager = new SandboxManager({
-      store,
-      vms: this.vms,
-      devices: this.devices,
-      podd: this.podd,
-      templates,
-      log,
-      runDir: this.cfg.runDir,
-      resourceDefaults: { vcpus: this.cfg.defaultVcpus, memoryMib: this.cfg.defaultMemoryMib, diskBytes: this.cfg.defaultDiskBytes },
-      upperBytes: this.cfg.upperBytes,
-      poddReadyTimeoutMs: this.cfg.poddReadyTimeoutMs,
-    });
-    manager.gate.holdMs = DEFAULT_HOLD_MS;
-    templates.inUse = (name) => manager.templateInUse(name);
-    this.manager = manager;
-    await waitFor('vmm-supervisor', () => this.vms!.features.get(), 30_000);
-    await waitFor('ublk-manager', () => this.devices!.features.get(), 30_000);
+    const active = this.wiring.activate({ store, epoch: () => this.epoch, log, streams: this });
+    this.active = active;
+    const { manager, vms, devices } = active;
+    await waitFor('vmm-supervisor', () => vms.features.get(), this.cfg.peerStartTimeoutMs);
+    await waitFor('ublk-manager', () => devices.features.get(), this.cfg.peerStartTimeoutMs);
     await this.announceEpoch();
-    const report = await adoptAll({ store, vms: this.vms, devices: this.devices, podd: this.podd, manager, log, concurrency: this.cfg.adoptConcurrency });
+    const report = await adoptAll({ store, vms, devices, podd: this.wiring.podd, manager, log, concurrency: this.cfg.adoptConcurrency });
     this.lastAdoption = report;
-    const swept = await sweepOrphans({ store, vms: this.vms, devices: this.devices, runDir: this.cfg.runDir, log });
+    const swept = await sweepOrphans({ store, vms, devices, runDir: this.cfg.runDir, log });
     if (!this.publicServer) {
       this.publicServer = createServiceServer({ info: this.info(), log });
-      this.publicServer.add(SandboxServiceDefinition, sandboxService(manager, this));
-      this.publicServer.add(TemplateServiceDefinition, templateService(templates));
+      active.register(this.publicServer);
       for (const l of listeners) this.publicServer.serveListener(l.server);
     }
     this.listeners = listeners;
-    await this.startMetrics();
-    this.role = ServerRole.SERVER_ROLE_ACTIVE;
-    this.sinceMs = Date.now();
+    await this.metrics.start();
+    this.roles.to('ACTIVE', { newEpoch: true });
     this.startReaper();
     log.info({ listeners: listeners.map((l) => l.address), adopted: report.adopted.length, adoption_ms: report.durationMs, swept }, 'active');
     const tcp = listeners.find((l) => l.port > 0);
@@ -208,6 +231,10 @@ export class ServerNode {
       `${JSON.stringify({ ready: true, epoch: this.epoch, port: tcp?.port ?? 0, socket: this.cfg.socket, adopted: report.adopted.length, adoptionMs: report.durationMs })}\n`,
     );
     return report;
+  }
+
+  private describeLease(): void {
+    this.lease.describe({ pid: process.pid, admin: this.adminAddress, slot: this.cfg.slot, version: SUITE_VERSION, epoch: this.epoch, sinceMs: Date.now() });
   }
 
   /**
@@ -219,32 +246,12 @@ export class ServerNode {
    * ABORTED means a server with a higher epoch exists: this one must not go on.
    */
   private async announceEpoch(): Promise<void> {
+    const a = this.active!;
     try {
-      await this.vms!.client.deleteVm({ vmId: EPOCH_PROBE_ID });
-      await this.devices!.client.deleteDevice({ deviceId: EPOCH_PROBE_ID });
+      await a.vms.client.deleteVm({ vmId: EPOCH_PROBE_ID });
+      await a.devices.client.deleteDevice({ deviceId: EPOCH_PROBE_ID });
     } catch (err) {
-      throw new Error(`could not raise the epoch fences to epoch ${this.epoch}: ${(err as Error).message}`);
-    }
-  }
-
-  /**
-   * startMetrics serves /metrics on metricsListen. The old server frees the port when it
-   * releases the lease, so a new server retries for a moment; failing to serve metrics is
-   * logged, never fatal.
-   */
-  private async startMetrics(): Promise<void> {
-    if (!this.cfg.metricsListen || this.metrics) return;
-    for (let i = 0; ; i++) {
-      try {
-        this.metrics = await serveMetrics(this.cfg.metricsListen);
-        return;
-      } catch (err) {
-        if (i >= 40) {
-          this.log.error({ err: (err as Error).message, listen: this.cfg.metricsListen }, 'cannot serve /metrics');
-          return;
-        }
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      throw new Error(`could not raise the epoch fences to epoch ${this.epoch}: ${(err as Error).message}`, { cause: err });
     }
   }
 
@@ -252,250 +259,84 @@ export class ServerNode {
     clearInterval(this.reaper);
     let reaping = false;
     this.reaper = setInterval(() => {
-      const m = this.manager;
-      if (reaping || !m || this.role !== ServerRole.SERVER_ROLE_ACTIVE) return;
+      const m = this.active?.manager;
+      if (reaping || !m || !this.roles.is('ACTIVE')) return;
       reaping = true;
       (async () => {
         await m.checkLiveness();
         await m.retryTeardowns();
         for (const id of m.expired()) {
           this.log.info({ sandbox_id: id }, 'timeout reached: deleting sandbox');
-          await m.delete(id).catch((err: unknown) => this.log.error({ sandbox_id: id, err: (err as Error).message }, 'reaper delete failed'));
+          await m.delete(id).catch((err: unknown) => this.log.error({ sandbox_id: id, err }, 'reaper delete failed'));
         }
-      })().finally(() => (reaping = false));
+      })()
+        .catch((err: unknown) => this.log.error({ err }, 'reaper pass failed'))
+        .finally(() => (reaping = false));
     }, this.cfg.reaperIntervalMs);
   }
 
   /**
-   * takeover: this (standby) process takes the node over from the active server without
-   * refusing a connection: receive its listening sockets, take the lease, adopt, serve, finish.
+   * drain (ACTIVE only): every live sandbox frozen, stopped and recorded DRAINED, then the
+   * ublk-manager stopped (core/drain.ts). Errors: FAILED_PRECONDITION (not ACTIVE).
    */
-  async takeover(opts: { holdMs?: number; finishTimeoutMs?: number } = {}): Promise<TakeoverResult> {
-    if (!this.adminServer) await this.startAdmin();
-    const holder = FlockLease.readHolder(this.lease.file);
-    if (!holder || !FlockLease.isHeld(this.lease.file)) throw new FailedPreconditionError('no active server holds the lease: start normally instead');
-    const ch = createSandnodeChannel(holder.admin);
-    const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: 60_000, retryAttempts: 1 });
-    try {
-      const pre = await admin.prepareHandover({ standbyVersion: SUITE_VERSION, standbyFeatures: SERVER_FEATURES });
-      if (!pre.ok) throw new FailedPreconditionError(`the active server refuses a handover: ${pre.reasons.join('; ')}`);
-      const fdPath = path.join(this.cfg.runDir, `server-${this.cfg.slot || String(process.pid)}-fds.sock`);
-      const rx = receiveFds<{ listeners: string[] }>(fdPath, 30_000);
-      await rx.ready;
-      const holdStarted = Date.now();
-      let res: HandoverResponse;
-      try {
-        res = await admin.handover({
-          standbyPid: process.pid,
-          standbyVersion: SUITE_VERSION,
-          fdSocket: fdPath,
-          holdTimeoutMs: opts.holdMs ?? DEFAULT_HOLD_MS,
-          finishTimeoutMs: opts.finishTimeoutMs ?? DEFAULT_FINISH_TIMEOUT_MS,
-        });
-      } catch (err) {
-        // The old server died during the handover: if the lease is free, take the node over as
-        // a failover would (with its sockets if they arrived, else fresh ones).
-        // (its connection drops while it is still exiting: give the kernel a moment to end it
-        // and release its lease)
-        let free = false;
-        for (let i = 0; i < 40 && !free; i++) {
-          free = !holderAlive(holder.pid) && this.lease.tryAcquire();
-          if (!free) await new Promise((r) => setTimeout(r, 50));
-        }
-        if (!free) throw err;
-        this.log.warn({ err: (err as Error).message, old_pid: holder.pid }, 'the old server died during the handover: taking over as failover');
-        const got = await Promise.race([rx.message, new Promise<undefined>((r) => setTimeout(() => r(undefined), 500))]).catch(() => undefined);
-        const listeners = got ? await adoptAll2(got) : await this.bindFresh();
-        const report = await this.becomeActive(listeners, holder.epoch);
-        return this.reportTakeover({ token: '', epoch: holder.epoch, listeners: [], inFlightFinished: 0, holdStartedAtMs: holdStarted, oldPid: holder.pid, oldVersion: holder.version }, report, listeners);
-      }
-      const msg = await rx.message;
-      failpoint('takeover.after-fds');
-      if (!(await this.lease.acquire(10_000))) throw new Error('the old server did not release the lease within 10 s');
-      const listeners = await adoptAll2(msg);
-      const report = await this.becomeActive(listeners, Number(res.epoch));
-      this.servingAtMs = Date.now();
-      failpoint('takeover.after-serve');
-      try {
-        await admin.finishHandover({ token: res.token, newEpoch: this.epoch });
-      } catch (err) {
-        // We hold the lease and serve: the old server retires on its own (its watchdog sees the
-        // lease taken) or is gone. Nothing to undo.
-        this.log.warn({ err: (err as Error).message }, 'FinishHandover failed; the old server retires by itself');
-      }
-      return this.reportTakeover(res, report, listeners);
-    } finally {
-      ch.close();
-    }
+  async drain(o: { deadlineMs: number; concurrency: number }): Promise<DrainResponse> {
+    const a = this.active;
+    if (!this.roles.is('ACTIVE') || !a || !this.store) throw new FailedPreconditionError(`drain: this server is ${this.role}, not ACTIVE`);
+    return drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency });
   }
 
-  private reportTakeover(res: HandoverResponse, report: AdoptionReport, listeners: OwnedListener[]): TakeoverResult {
-    const result: TakeoverResult = {
-      takeover: true,
-      oldPid: res.oldPid,
-      oldVersion: res.oldVersion,
-      newPid: process.pid,
-      newVersion: SUITE_VERSION,
-      epoch: this.epoch,
-      // from the moment lifecycle calls were held to the moment this server served them
-      holdWindowMs: (this.servingAtMs || Date.now()) - Number(res.holdStartedAtMs),
-      adopted: report.adopted.length,
-      adoptionMs: report.durationMs,
-      listeners: listeners.map((l) => l.address),
-    };
-    process.stdout.write(`${JSON.stringify(result)}\n`);
-    this.log.info(result, 'takeover finished');
-    return result;
+  /** handOver: the old server's side of AdminService.Handover (hand-over.ts). */
+  handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number }): Promise<HandoverResponse> {
+    return this.oldSide.handOver(req);
   }
 
-  /** The AdminService of this process. */
-  private adminService(): AdminServiceImplementation {
-    return {
-      getLeaseStatus: async () => {
-        const h = FlockLease.readHolder(this.lease.file);
-        return {
-          role: this.role,
-          epoch: this.epoch || h?.epoch || 0,
-          holderPid: FlockLease.isHeld(this.lease.file) || this.lease.held ? (h?.pid ?? 0) : 0,
-          slot: this.cfg.slot,
-          version: SUITE_VERSION,
-          sinceMs: this.sinceMs,
-        };
-      },
-      prepareHandover: async () => {
-        const reasons: string[] = [];
-        if (this.role !== ServerRole.SERVER_ROLE_ACTIVE) reasons.push(`this server is ${ServerRole[this.role]}, not ACTIVE`);
-        if (this.handover) reasons.push('a handover is already in progress');
-        return { ok: reasons.length === 0, reasons, sandboxes: this.store?.list().length ?? 0, inFlight: this.manager?.gate.inFlight ?? 0 };
-      },
-      handover: async (req) => this.handOver(req),
-      finishHandover: async (req) => {
-        if (!this.handover || req.token !== this.handover.token) throw new FailedPreconditionError('finish_handover: no handover with that token is in progress');
-        clearInterval(this.handover.watchdog);
-        this.handover = undefined;
-        this.role = ServerRole.SERVER_ROLE_RETIRING;
-        this.manager?.gate.retire();
-        const streams = this.streams;
-        setImmediate(() => void this.retire());
-        return { streamsRunning: streams };
-      },
-      takeover: async (req) => {
-        if (this.role !== ServerRole.SERVER_ROLE_STANDBY || this.takingOver) throw new FailedPreconditionError(`takeover: this server is ${ServerRole[this.role]}, not an idle STANDBY`);
-        this.takingOver = true;
-        clearInterval(this.standbyPoll);
-        try {
-          const r = await this.takeover({ holdMs: req.holdTimeoutMs || undefined, finishTimeoutMs: req.finishTimeoutMs || undefined });
-          return {
-            oldPid: r.oldPid,
-            oldVersion: r.oldVersion,
-            newPid: r.newPid,
-            newVersion: r.newVersion,
-            epoch: r.epoch,
-            holdWindowMs: r.holdWindowMs,
-            adopted: r.adopted,
-            adoptionMs: r.adoptionMs,
-            listeners: r.listeners,
-          };
-        } catch (err) {
-          // still a standby: watch the lease again
-          this.takingOver = false;
-          if (this.role === ServerRole.SERVER_ROLE_STANDBY) this.watchLease();
-          throw err;
-        }
-      },
-      drain: async (req) => {
-        if (this.role !== ServerRole.SERVER_ROLE_ACTIVE || !this.manager || !this.store || !this.vms || !this.devices) {
-          throw new FailedPreconditionError(`drain: this server is ${ServerRole[this.role]}, not ACTIVE`);
-        }
-        return drainNode({
-          manager: this.manager,
-          store: this.store,
-          devices: this.devices,
-          log: this.log,
-          deadlineMs: req.deadlineMs || 20_000,
-          concurrency: req.concurrency || 8,
-        });
-      },
-    };
+  /** finishHandover (AdminService.FinishHandover): retire. Errors: FAILED_PRECONDITION (no handover with token). */
+  finishHandover(token: string): { streamsRunning: number } {
+    return this.oldSide.finish(token);
   }
 
-  /** handOver runs the old server's side of Handover (see AdminService.Handover). */
-  private async handOver(req: { standbyPid: number; standbyVersion: string; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number }): Promise<HandoverResponse> {
-    if (this.role !== ServerRole.SERVER_ROLE_ACTIVE || !this.manager || !this.store) throw new FailedPreconditionError(`handover: this server is ${ServerRole[this.role]}, not ACTIVE`);
-    if (this.handover) throw new FailedPreconditionError('handover: another handover is in progress');
-    if (!path.isAbsolute(req.fdSocket)) throw new FailedPreconditionError('fd_socket: must be an absolute path');
-    const log = this.log.child({ handover_to: req.standbyPid });
-    this.role = ServerRole.SERVER_ROLE_HANDING_OVER;
+  /** handoverParts: what a handover passes on (OldServer). */
+  handoverParts() {
+    const store = this.store;
+    if (!this.active || !store) return undefined;
+    return { gate: this.active.manager.gate, checkpoint: () => store.checkpoint(), listeners: this.listeners };
+  }
+
+  /** pauseActive: lifecycle calls are about to be held; the reaper stops (OldServer). */
+  pauseActive(): void {
     clearInterval(this.reaper);
-    const holdStartedAtMs = Date.now();
-    this.manager.gate.holdMs = req.holdTimeoutMs || DEFAULT_HOLD_MS;
-    const inFlight = this.manager.gate.inFlight;
-    try {
-      await this.manager.gate.close();
-      failpoint('handover.after-hold');
-      this.store.checkpoint();
-      await sendFds(req.fdSocket, { listeners: this.listeners.map((l) => l.address) }, this.listeners.map((l) => l.fd));
-      failpoint('handover.after-send');
-    } catch (err) {
-      log.error({ err: (err as Error).message }, 'handover failed before the lease was released: staying active');
-      this.resumeActive();
-      throw new FailedPreconditionError(`handover aborted, the old server stays active: ${(err as Error).message}`);
-    }
-    const epoch = this.epoch;
-    this.metrics?.close(); // the port goes to the next server with the lease
-    this.metrics = undefined;
-    this.lease.release();
-    failpoint('handover.after-release');
-    const token = randomBytes(12).toString('hex');
-    const finishMs = req.finishTimeoutMs || DEFAULT_FINISH_TIMEOUT_MS;
-    const standbyTicks = processStartTicks(req.standbyPid);
-    const watchdog = setInterval(() => {
-      const h = this.handover;
-      if (!h) return;
-      const standbyAlive = h.standbyTicks !== undefined && processStartTicks(h.standbyPid) === h.standbyTicks;
-      if (standbyAlive && Date.now() < h.deadline) return;
-      clearInterval(h.watchdog);
-      this.handover = undefined;
-      if (this.lease.tryAcquire()) {
-        log.error({ standby_alive: standbyAlive }, 'the standby did not finish the handover: taking the lease back');
-        this.epoch = this.store!.bumpEpoch(this.epoch);
-        this.lease.describe({ pid: process.pid, admin: this.adminAddress, slot: this.cfg.slot, version: SUITE_VERSION, epoch: this.epoch, sinceMs: Date.now() });
-        // raise the fences to the new epoch before lifecycle calls run again
-        this.announceEpoch().then(
-          () => {
-            this.sinceMs = Date.now();
-            this.resumeActive();
-          },
-          (err: unknown) => {
-            log.fatal({ err: (err as Error).message }, 'could not raise the epoch fences after taking the lease back');
-            this.exit(1);
-          },
-        );
-      } else {
-        log.warn('the standby holds the lease but did not finish: retiring');
-        this.role = ServerRole.SERVER_ROLE_RETIRING;
-        this.manager?.gate.retire();
-        void this.retire();
-      }
-    }, 50);
-    this.handover = { token, standbyPid: req.standbyPid, standbyTicks, watchdog, deadline: Date.now() + finishMs };
-    log.info({ in_flight: inFlight, epoch }, 'lease released to the standby');
-    return {
-      token,
-      epoch,
-      listeners: this.listeners.map((l) => ({ address: l.address })),
-      inFlightFinished: inFlight,
-      holdStartedAtMs,
-      oldPid: process.pid,
-      oldVersion: SUITE_VERSION,
-    };
   }
 
-  private resumeActive(): void {
-    void this.startMetrics();
-    this.role = ServerRole.SERVER_ROLE_ACTIVE;
-    this.manager?.gate.open();
+  /** releaseMetrics frees the /metrics port for the next server (OldServer). */
+  releaseMetrics(): void {
+    this.metrics.close();
+  }
+
+  /** retakeEpoch (the lease taken back after a failed handover): epoch+1, lease described, fences raised (OldServer). */
+  async retakeEpoch(): Promise<void> {
+    this.epoch = this.store!.bumpEpoch(this.epoch);
+    this.describeLease();
+    await this.announceEpoch();
+  }
+
+  /** resumeActive: ACTIVE again after a handover that did not complete (OldServer). */
+  resumeActive(o: { newEpoch?: boolean } = {}): void {
+    void this.metrics.start();
+    this.roles.to('ACTIVE', o);
+    this.active?.manager.gate.open();
     this.startReaper();
+  }
+
+  /** beginRetire: RETIRING now (lifecycle calls fail UNAVAILABLE), the retirement runs after this tick. */
+  beginRetire(): void {
+    this.roles.to('RETIRING');
+    this.active?.manager.gate.retire();
+    setImmediate(() => {
+      this.retire().catch((err: unknown) => {
+        this.log.fatal({ err }, 'retiring failed');
+        this.exit(1);
+      });
+    });
   }
 
   /** retire: stop accepting (the sockets live on in the new server), GOAWAY, let streams end, exit. */
@@ -523,15 +364,20 @@ export class ServerNode {
     this.exit(0);
   }
 
-  /** stop (SIGTERM): drain the node first when configured, then stop serving; sandboxes live on. */
+  /**
+   * stop (SIGTERM), in this order: drain the node when drainOnSigterm is set (ACTIVE only) ->
+   * stop the standby poll and a handover watchdog -> public server: stop accepting, GOAWAY,
+   * force after drainMs -> admin server -> close peers, records, lease, admin socket path.
+   * Sandboxes live on.
+   */
   async stop(): Promise<void> {
-    if (this.cfg.drainOnSigterm && this.role === ServerRole.SERVER_ROLE_ACTIVE && this.manager && this.store && this.devices) {
-      const r = await drainNode({ manager: this.manager, store: this.store, devices: this.devices, log: this.log, deadlineMs: this.cfg.drainDeadlineMs, concurrency: 8 });
-      this.log.info({ preserved: r.sandboxes.filter((s) => s.outcome === 1).length, failed: r.sandboxes.filter((s) => s.outcome !== 1).length }, 'drained on SIGTERM');
+    if (this.cfg.drainOnSigterm && this.roles.is('ACTIVE') && this.active && this.store) {
+      const r = await this.drain({ deadlineMs: this.cfg.drainDeadlineMs, concurrency: this.cfg.drainConcurrency });
+      const preserved = r.sandboxes.filter((s) => s.outcome === DrainOutcome.DRAIN_OUTCOME_PRESERVED).length;
+      this.log.info({ preserved, failed: r.sandboxes.length - preserved }, 'drained on SIGTERM');
     }
     clearInterval(this.standbyPoll);
-    if (this.handover) clearInterval(this.handover.watchdog);
-    // stop accepting, GOAWAY now, force after drainMs
+    this.oldSide.stop();
     await this.publicServer?.shutdown(this.cfg.drainMs);
     await this.adminServer?.shutdown(1000);
     this.closeAll();
@@ -539,10 +385,10 @@ export class ServerNode {
 
   private closeAll(): void {
     clearInterval(this.reaper);
-    this.metrics?.close();
-    this.podd.closeAll();
-    this.vms?.close();
-    this.devices?.close();
+    this.metrics.close();
+    this.wiring.podd.closeAll();
+    this.active?.vms.close();
+    this.active?.devices.close();
     this.store?.close();
     this.lease.release();
     // the admin path, unless a newer server of this slot has bound it since
@@ -554,26 +400,14 @@ export class ServerNode {
   }
 }
 
-/** holderAlive says whether a process with that pid exists (not a zombie). */
-function holderAlive(pid: number): boolean {
-  const st = processState(pid);
-  return st !== undefined && st !== 'Z';
-}
-
-/** adoptAll2 serves on every listening socket received from the old server. */
-async function adoptAll2(msg: { meta: { listeners: string[] }; fds: number[] }): Promise<OwnedListener[]> {
-  const out: OwnedListener[] = [];
-  for (const [i, fd] of msg.fds.entries()) out.push(await adoptListener(msg.meta.listeners[i] ?? `fd:${fd}`, fd));
-  return out;
-}
-
+/** waitFor calls fn until it resolves, for at most ms; then throws naming what did not answer. */
 async function waitFor<T>(what: string, fn: () => Promise<T>, ms: number): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     try {
       return await fn();
     } catch (err) {
-      if (Date.now() > deadline) throw new Error(`${what} did not answer within ${ms} ms: ${(err as Error).message}`);
+      if (Date.now() > deadline) throw new Error(`${what} did not answer within ${ms} ms: ${(err as Error).message}`, { cause: err });
       await new Promise((r) => setTimeout(r, 200));
     }
   }

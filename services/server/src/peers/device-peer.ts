@@ -1,10 +1,27 @@
 /**
- * DevicePeer: the DevicePort over gRPC to the ublk-manager (ublk.v1.DeviceService).
+ * DevicePeer: the DevicePort over gRPC to the ublk-manager (ublk.v1.DeviceService). Every
+ * call has the deadline `timeoutMs` (config `peerCallTimeoutMs`), idempotent ones are retried
+ * `retryAttempts` times on UNAVAILABLE (`peerRetryAttempts`), and errors are mapped
+ * (peer-errors.ts: the manager's INTERNAL text stays in the server log).
  */
-import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, type ServiceClient } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, type Logger, type ServiceClient } from '@sandnode/shared';
 import { DeviceServiceDefinition, DeviceState, Filesystem, type Device } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { Channel } from 'nice-grpc';
+import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
 import type { ClonedDevice, DeviceInfo, DevicePort, PeerVersion } from '../core/types';
+import { withMappedErrors } from './peer-errors';
+
+/** How a server calls a peer daemon (vmm-supervisor, ublk-manager). */
+export interface PeerOptions {
+  /** the server's current epoch, sent as `sandnode-epoch` on every call (default 0) */
+  epoch?: () => number;
+  /** deadline of a unary call, ms (default DEFAULT_PEER_CALL_TIMEOUT_MS) */
+  timeoutMs?: number;
+  /** retries of an idempotent call on UNAVAILABLE (default DEFAULT_PEER_RETRY_ATTEMPTS) */
+  retryAttempts?: number;
+  /** where the text of a peer's INTERNAL/UNKNOWN errors goes */
+  log?: Logger;
+}
 
 function toInfo(d: Device | undefined): DeviceInfo {
   if (!d) throw new Error('ublk-manager answered without a device');
@@ -17,10 +34,14 @@ export class DevicePeer implements DevicePort {
   readonly features: PeerFeatures;
 
   /** address is "unix:///abs/ublk-manager.sock". */
-  /** epoch is the server's current epoch, sent as `sandnode-epoch` on every call. */
-  constructor(address: string, epoch: () => number = () => 0) {
+  constructor(address: string, o: PeerOptions = {}) {
     this.channel = createSandnodeChannel(address);
-    this.client = createServiceClient(DeviceServiceDefinition, this.channel, { timeoutMs: 60_000, epoch, retryAttempts: 8 });
+    const client = createServiceClient(DeviceServiceDefinition, this.channel, {
+      timeoutMs: o.timeoutMs ?? DEFAULT_PEER_CALL_TIMEOUT_MS,
+      epoch: o.epoch ?? (() => 0),
+      retryAttempts: o.retryAttempts ?? DEFAULT_PEER_RETRY_ATTEMPTS,
+    });
+    this.client = withMappedErrors(client, 'ublk-manager', o.log);
     this.features = new PeerFeatures(this.channel, 'ublk-manager');
   }
 

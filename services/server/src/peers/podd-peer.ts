@@ -1,20 +1,42 @@
 /**
  * PoddPeers: PoddClients over gRPC to each sandbox's podd (podd.v1.PoddService), one channel per
- * podd socket, cached until the sandbox is deleted.
+ * podd socket, cached until the sandbox is deleted. Calls have the deadline `timeoutMs`
+ * (config `poddCallTimeoutMs`) and `retryAttempts` retries of idempotent ones
+ * (`poddRetryAttempts`); errors are mapped (peer-errors.ts: what a podd says in an INTERNAL
+ * error stays in the server log).
  */
-import { createSandnodeChannel, createServiceClient, PeerFeatures, type ServiceClient } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, PeerFeatures, type Logger, type ServiceClient } from '@sandnode/shared';
 import { PoddServiceDefinition, ThawEndedBy } from '@sandnode/shared/proto/podd/v1/podd';
 import type { Channel } from 'nice-grpc';
+import { DEFAULT_PODD_CALL_TIMEOUT_MS, DEFAULT_PODD_RETRY_ATTEMPTS } from '../config';
 import type { ExecArgs, ExecEvent, PoddClient, PoddConnector, PeerVersion, PoddFreeze, PoddThaw } from '../core/types';
+import { withMappedErrors } from './peer-errors';
+
+/** How the server calls podds. */
+export interface PoddPeerOptions {
+  /** deadline of a unary call, ms (default DEFAULT_PODD_CALL_TIMEOUT_MS) */
+  timeoutMs?: number;
+  /** retries of an idempotent call on UNAVAILABLE (default DEFAULT_PODD_RETRY_ATTEMPTS) */
+  retryAttempts?: number;
+  /** where the text of a podd's INTERNAL/UNKNOWN errors goes */
+  log?: Logger;
+}
+
+/** Deadline of a Quiesce beyond its freeze window (the sync before the freeze), ms. */
+export const QUIESCE_DEADLINE_MARGIN_MS = 10_000;
 
 class PoddPeer implements PoddClient {
   readonly channel: Channel;
   readonly client: ServiceClient<typeof PoddServiceDefinition>;
   readonly features: PeerFeatures;
 
-  constructor(address: string) {
+  constructor(address: string, o: PoddPeerOptions) {
     this.channel = createSandnodeChannel(address);
-    this.client = createServiceClient(PoddServiceDefinition, this.channel, { timeoutMs: 30_000, retryAttempts: 3 });
+    const client = createServiceClient(PoddServiceDefinition, this.channel, {
+      timeoutMs: o.timeoutMs ?? DEFAULT_PODD_CALL_TIMEOUT_MS,
+      retryAttempts: o.retryAttempts ?? DEFAULT_PODD_RETRY_ATTEMPTS,
+    });
+    this.client = withMappedErrors(client, 'podd', o.log);
     this.features = new PeerFeatures(this.channel, `podd at ${address}`);
   }
 
@@ -30,7 +52,7 @@ class PoddPeer implements PoddClient {
 
   async quiesce(maxFreezeMs: number): Promise<PoddFreeze> {
     // not retried: a second Quiesce would meet the first freeze (FAILED_PRECONDITION)
-    const r = await this.client.quiesce({ maxFreezeMs }, { retry: false, deadline: maxFreezeMs + 10_000 });
+    const r = await this.client.quiesce({ maxFreezeMs }, { retry: false, deadline: maxFreezeMs + QUIESCE_DEADLINE_MARGIN_MS });
     return { token: r.freezeToken, maxFreezeMs: r.maxFreezeMs, syncMs: r.syncMs, freezeMs: r.freezeMs };
   }
 
@@ -85,10 +107,13 @@ class PoddPeer implements PoddClient {
 export class PoddPeers implements PoddConnector {
   private readonly peers = new Map<string, PoddPeer>();
 
+  constructor(private readonly o: PoddPeerOptions = {}) {}
+
+  /** connect returns the cached client of the podd at address ("unix:///.../podd.sock"). */
   connect(address: string): PoddClient {
     let p = this.peers.get(address);
     if (!p) {
-      p = new PoddPeer(address);
+      p = new PoddPeer(address, this.o);
       this.peers.set(address, p);
     }
     return p;

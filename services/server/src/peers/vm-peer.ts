@@ -1,10 +1,15 @@
 /**
- * VmPeer: the VmPort over gRPC to the vmm-supervisor (vmm.v1.VmService).
+ * VmPeer: the VmPort over gRPC to the vmm-supervisor (vmm.v1.VmService). Deadlines, retries
+ * and error mapping as for DevicePeer (PeerOptions). Optional RPCs are used only when the
+ * supervisor lists their feature (GetVersion, asked once per connection).
  */
-import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, type ServiceClient } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, VMM_FEATURES, type ServiceClient } from '@sandnode/shared';
 import { DriveRole, FreezeEndedBy, VmServiceDefinition, VmState, type Vm } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { Channel } from 'nice-grpc';
+import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
 import type { VmFreezeInfo, VmInfo, VmPort } from '../core/types';
+import type { PeerOptions } from './device-peer';
+import { withMappedErrors } from './peer-errors';
 
 function toInfo(vm: Vm | undefined): VmInfo {
   if (!vm) throw new Error('vmm-supervisor answered without a vm');
@@ -27,10 +32,14 @@ export class VmPeer implements VmPort {
   readonly features: PeerFeatures;
 
   /** address is "unix:///abs/vmm-supervisor.sock". */
-  /** epoch is the server's current epoch, sent as `sandnode-epoch` on every call. */
-  constructor(address: string, epoch: () => number = () => 0) {
+  constructor(address: string, o: PeerOptions = {}) {
     this.channel = createSandnodeChannel(address);
-    this.client = createServiceClient(VmServiceDefinition, this.channel, { timeoutMs: 60_000, epoch, retryAttempts: 8 });
+    const client = createServiceClient(VmServiceDefinition, this.channel, {
+      timeoutMs: o.timeoutMs ?? DEFAULT_PEER_CALL_TIMEOUT_MS,
+      epoch: o.epoch ?? (() => 0),
+      retryAttempts: o.retryAttempts ?? DEFAULT_PEER_RETRY_ATTEMPTS,
+    });
+    this.client = withMappedErrors(client, 'vmm-supervisor', o.log);
     this.features = new PeerFeatures(this.channel, 'vmm-supervisor');
   }
 
@@ -53,15 +62,12 @@ export class VmPeer implements VmPort {
     return toInfo(res.vm);
   }
 
+  /** freezeStatus: undefined when the supervisor lacks feature vmm.freeze-status.v1 (GetVmFreeze). */
   async freezeStatus(vmId: string): Promise<VmFreezeInfo | undefined> {
-    try {
-      const r = await this.client.getVmFreeze({ vmId });
-      const endedBy = r.endedBy === FreezeEndedBy.FREEZE_ENDED_BY_CALLER ? 'caller' : r.endedBy === FreezeEndedBy.FREEZE_ENDED_BY_WATCHDOG ? 'watchdog' : 'unknown';
-      return { token: r.freezeToken, frozen: r.frozen, frozenAtMs: r.frozenAtUnixMs, endedAtMs: r.endedAtUnixMs, endedBy };
-    } catch (err) {
-      if (isCode(err, Status.UNIMPLEMENTED)) return undefined; // a supervisor before vmm.freeze-status.v1
-      throw err;
-    }
+    if (!(await this.features.has(VMM_FEATURES.freezeStatus))) return undefined;
+    const r = await this.client.getVmFreeze({ vmId });
+    const endedBy = r.endedBy === FreezeEndedBy.FREEZE_ENDED_BY_CALLER ? 'caller' : r.endedBy === FreezeEndedBy.FREEZE_ENDED_BY_WATCHDOG ? 'watchdog' : 'unknown';
+    return { token: r.freezeToken, frozen: r.frozen, frozenAtMs: r.frozenAtUnixMs, endedAtMs: r.endedAtUnixMs, endedBy };
   }
 
   async get(vmId: string): Promise<VmInfo | undefined> {

@@ -62,7 +62,7 @@ export class SqliteRecordStore implements RecordStore {
       try {
         out.push(decodeRecord(row.record));
       } catch (err) {
-        if (!this.unreadable.has(row.sandbox_id)) this.log.error({ sandbox_id: row.sandbox_id, err: (err as Error).message }, 'record left untouched');
+        if (!this.unreadable.has(row.sandbox_id)) this.log.error({ sandbox_id: row.sandbox_id, err }, 'record left untouched');
         this.unreadable.set(row.sandbox_id, (err as Error).message);
       }
     }

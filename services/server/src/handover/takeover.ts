@@ -1,0 +1,168 @@
+/**
+ * The standby's side of a handover (`sandnode upgrade server`, or AdminService.Takeover on a
+ * running standby): take the node over from the active server without refusing a connection.
+ *
+ *   PrepareHandover (preflight) -> listen on the fd socket -> Handover on the active (it holds
+ *   calls, sends its listening sockets, releases the lease) -> receive the sockets -> take the
+ *   lease (epoch+1) -> become ACTIVE on those sockets (adopt, serve) -> FinishHandover
+ *
+ * If the active server dies during Handover and the lease is free, this server takes the node
+ * over as a failover would (with the sockets if they arrived, else fresh ones).
+ */
+import path from 'node:path';
+import {
+  createSandnodeChannel,
+  createServiceClient,
+  FailedPreconditionError,
+  processState,
+  SUITE_VERSION,
+  UnavailableError,
+  type Logger,
+  type TakeoverResult,
+} from '@sandnode/shared';
+import { AdminServiceDefinition, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
+import type { ServerConfig } from '../config';
+import type { AdoptionReport } from '../core/adoption';
+import { FlockLease } from '../store/flock-lease';
+import { failpoint } from './failpoints';
+import { receiveFds } from './fd-pass';
+import { adoptListener, type OwnedListener } from './listeners';
+
+/** Default hold time of lifecycle calls during a handover, ms (HandoverRequest.hold_timeout_ms 0). */
+export const DEFAULT_HOLD_MS = 2000;
+/** Default time the old server waits for FinishHandover, ms (HandoverRequest.finish_timeout_ms 0). */
+export const DEFAULT_FINISH_TIMEOUT_MS = 15_000;
+/** How long the standby looks for the lease after the old server died mid-handover, ms. */
+const DEAD_HOLDER_LEASE_WAIT_MS = 2000;
+/** How long the standby waits for sockets that may still be on their way from a dead old server, ms. */
+const DEAD_HOLDER_FD_WAIT_MS = 500;
+
+/** What the takeover needs of the ServerNode it runs in. */
+export interface StandbyNode {
+  readonly cfg: ServerConfig;
+  readonly log: Logger;
+  readonly lease: FlockLease;
+  /** the epoch after becomeActive */
+  readonly epoch: number;
+  /** bindFresh binds the public listeners anew (failover without the old sockets). */
+  bindFresh(): Promise<OwnedListener[]>;
+  /** becomeActive takes the role ACTIVE on listeners with an epoch above atLeastEpoch. */
+  becomeActive(listeners: OwnedListener[], atLeastEpoch: number): Promise<AdoptionReport>;
+}
+
+export interface TakeoverOptions {
+  /** HandoverRequest.hold_timeout_ms (default DEFAULT_HOLD_MS) */
+  holdMs?: number;
+  /** HandoverRequest.finish_timeout_ms (default DEFAULT_FINISH_TIMEOUT_MS) */
+  finishTimeoutMs?: number;
+  /**
+   * Aborts the takeover while it changes nothing (lease lookup, PrepareHandover); once
+   * Handover was sent the takeover runs to its end, since the active server has let go.
+   */
+  signal?: AbortSignal;
+  /** features this server offers (sent in PrepareHandover) */
+  features: readonly string[];
+}
+
+/**
+ * takeOver runs the standby's side (file header) and returns what it did (also printed as one
+ * JSON line on stdout for `sandnode upgrade server`). Errors: FAILED_PRECONDITION (no active
+ * server holds the lease, or it refuses the handover), UNAVAILABLE (the active server does
+ * not answer), and the errors of becoming active.
+ */
+export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<TakeoverResult> {
+  const { cfg, log, lease } = node;
+  const holder = FlockLease.readHolder(lease.file);
+  if (!holder || !FlockLease.isHeld(lease.file)) throw new FailedPreconditionError('no active server holds the lease: start normally instead');
+  const ch = createSandnodeChannel(holder.admin);
+  const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: cfg.handoverCallTimeoutMs, retryAttempts: 1 });
+  let servingAtMs = 0;
+  try {
+    const pre = await admin.prepareHandover({ standbyVersion: SUITE_VERSION, standbyFeatures: [...o.features] }, { signal: o.signal });
+    if (!pre.ok) throw new FailedPreconditionError(`the active server refuses a handover: ${pre.reasons.join('; ')}`);
+    const fdPath = path.join(cfg.runDir, `server-${cfg.slot || String(process.pid)}-fds.sock`);
+    const rx = receiveFds<{ listeners: string[] }>(fdPath, cfg.handoverFdTimeoutMs);
+    await rx.ready;
+    o.signal?.throwIfAborted();
+    const holdStarted = Date.now();
+    let res: HandoverResponse;
+    try {
+      res = await admin.handover({
+        standbyPid: process.pid,
+        standbyVersion: SUITE_VERSION,
+        fdSocket: fdPath,
+        holdTimeoutMs: o.holdMs ?? DEFAULT_HOLD_MS,
+        finishTimeoutMs: o.finishTimeoutMs ?? DEFAULT_FINISH_TIMEOUT_MS,
+      });
+    } catch (err) {
+      // The old server died during the handover: if the lease is free, take the node over as
+      // a failover would. (Its connection drops while it is still exiting: give the kernel a
+      // moment to end it and release its lease.)
+      let free = false;
+      for (const t0 = Date.now(); !free && Date.now() - t0 < DEAD_HOLDER_LEASE_WAIT_MS; ) {
+        free = !holderAlive(holder.pid) && lease.tryAcquire();
+        if (!free) await sleep(50);
+      }
+      if (!free) throw err;
+      log.warn({ err, old_pid: holder.pid }, 'the old server died during the handover: taking over as failover');
+      const got = await Promise.race([rx.message, sleep(DEAD_HOLDER_FD_WAIT_MS).then(() => undefined)]).catch(() => undefined);
+      const listeners = got ? await adoptReceived(got) : await node.bindFresh();
+      const report = await node.becomeActive(listeners, holder.epoch);
+      const failover = { token: '', epoch: holder.epoch, listeners: [], inFlightFinished: 0, holdStartedAtMs: holdStarted, oldPid: holder.pid, oldVersion: holder.version };
+      return reportTakeover(node, failover, report, listeners, 0);
+    }
+    const msg = await rx.message;
+    failpoint('takeover.after-fds');
+    if (!(await lease.acquire(cfg.leaseAcquireTimeoutMs))) throw new UnavailableError(`the old server did not release the lease within ${cfg.leaseAcquireTimeoutMs} ms`);
+    const listeners = await adoptReceived(msg);
+    const report = await node.becomeActive(listeners, Number(res.epoch));
+    servingAtMs = Date.now();
+    failpoint('takeover.after-serve');
+    try {
+      await admin.finishHandover({ token: res.token, newEpoch: node.epoch });
+    } catch (err) {
+      // We hold the lease and serve: the old server retires on its own (its watchdog sees the
+      // lease taken) or is gone. Nothing to undo.
+      log.warn({ err }, 'FinishHandover failed; the old server retires by itself');
+    }
+    return reportTakeover(node, res, report, listeners, servingAtMs);
+  } finally {
+    ch.close();
+  }
+}
+
+function reportTakeover(node: StandbyNode, res: HandoverResponse, report: AdoptionReport, listeners: OwnedListener[], servingAtMs: number): TakeoverResult {
+  const result: TakeoverResult = {
+    takeover: true,
+    oldPid: res.oldPid,
+    oldVersion: res.oldVersion,
+    newPid: process.pid,
+    newVersion: SUITE_VERSION,
+    epoch: node.epoch,
+    // from the moment lifecycle calls were held to the moment this server served them
+    holdWindowMs: (servingAtMs || Date.now()) - Number(res.holdStartedAtMs),
+    adopted: report.adopted.length,
+    adoptionMs: report.durationMs,
+    listeners: listeners.map((l) => l.address),
+  };
+  process.stdout.write(`${JSON.stringify(result)}\n`);
+  node.log.info(result, 'takeover finished');
+  return result;
+}
+
+/** holderAlive says whether a process with that pid exists (not a zombie). */
+function holderAlive(pid: number): boolean {
+  const st = processState(pid);
+  return st !== undefined && st !== 'Z';
+}
+
+/** adoptReceived serves on every listening socket received from the old server. */
+async function adoptReceived(msg: { meta: { listeners: string[] }; fds: number[] }): Promise<OwnedListener[]> {
+  const out: OwnedListener[] = [];
+  for (const [i, fd] of msg.fds.entries()) out.push(await adoptListener(msg.meta.listeners[i] ?? `fd:${fd}`, fd));
+  return out;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

@@ -1,0 +1,97 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { FailedPreconditionError, InvalidArgumentError, Status } from '@sandnode/shared';
+import { ServerRole } from '@sandnode/shared/proto/server/v1/admin';
+import { FlockLease } from '../store/flock-lease';
+import type { Role } from '../handover/roles';
+import { adminService, roleToPb, type AdminPort } from './admin-service';
+
+/** AdminService handlers: validation before the node is called, defaults, role mapping. */
+describe('AdminService handlers', () => {
+  let dir: string;
+  let calls: string[];
+  let node: AdminPort;
+  /** the server call context the handlers get (only its signal is used) */
+  type Ctx = Parameters<ReturnType<typeof adminService>['takeover']>[1];
+  const ctx = { signal: new AbortController().signal } as unknown as Ctx;
+
+  beforeEach(() => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-admin-'));
+    calls = [];
+    let role: Role = 'ACTIVE';
+    node = {
+      get role() {
+        return role;
+      },
+      epoch: 7,
+      roles: { activeSinceMs: 1234 },
+      lease: new FlockLease(path.join(dir, 'server.lease')),
+      cfg: { slot: 'a' },
+      handingOver: false,
+      manager: { gate: { inFlight: 2 } },
+      sandboxCount: () => 5,
+      handOver: async (req) => {
+        calls.push(`handOver ${JSON.stringify(req)}`);
+        role = 'HANDING_OVER';
+        return { token: 't', epoch: 7, listeners: [], inFlightFinished: 0, holdStartedAtMs: 0, oldPid: 1, oldVersion: 'x' };
+      },
+      finishHandover: (token) => {
+        if (token !== 't') throw new FailedPreconditionError('finish_handover: no handover with that token is in progress');
+        return { streamsRunning: 0 };
+      },
+      takeover: async (o) => {
+        calls.push(`takeover ${o.holdMs} ${o.finishTimeoutMs} ${o.signal === ctx.signal}`);
+        throw new FailedPreconditionError('takeover: this server is ACTIVE, not an idle STANDBY');
+      },
+      drain: async (o) => {
+        calls.push(`drain ${o.deadlineMs} ${o.concurrency}`);
+        return { sandboxes: [], durationMs: 0, deviceManagerStopped: true };
+      },
+    };
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('maps every role', () => {
+    expect((['STANDBY', 'ACTIVE', 'HANDING_OVER', 'RETIRING'] as Role[]).map(roleToPb)).toEqual([
+      ServerRole.SERVER_ROLE_STANDBY,
+      ServerRole.SERVER_ROLE_ACTIVE,
+      ServerRole.SERVER_ROLE_HANDING_OVER,
+      ServerRole.SERVER_ROLE_RETIRING,
+    ]);
+  });
+
+  it('GetLeaseStatus and PrepareHandover report the node', async () => {
+    const a = adminService(node);
+    expect(await a.getLeaseStatus({}, ctx)).toMatchObject({ role: ServerRole.SERVER_ROLE_ACTIVE, epoch: 7, holderPid: 0, slot: 'a', sinceMs: 1234 });
+    expect(await a.prepareHandover({ standbyVersion: 'y', standbyFeatures: [] }, ctx)).toEqual({ ok: true, reasons: [], sandboxes: 5, inFlight: 2 });
+  });
+
+  it('Handover: a relative fd_socket or a pid of 0 is INVALID_ARGUMENT and the node is not called', async () => {
+    const a = adminService(node);
+    const req = { standbyPid: 42, standbyVersion: 'y', fdSocket: '/run/x.sock', holdTimeoutMs: 0, finishTimeoutMs: 0 };
+    await expect(a.handover({ ...req, fdSocket: 'x.sock' }, ctx)).rejects.toThrow(new InvalidArgumentError('fd_socket: must be an absolute path, got "x.sock"'));
+    await expect(a.handover({ ...req, standbyPid: 0 }, ctx)).rejects.toMatchObject({ code: Status.INVALID_ARGUMENT, message: expect.stringMatching(/^standby_pid/) });
+    expect(calls).toEqual([]);
+    await a.handover(req, ctx);
+    expect(calls).toEqual([`handOver ${JSON.stringify({ standbyPid: 42, fdSocket: '/run/x.sock', holdTimeoutMs: 0, finishTimeoutMs: 0 })}`]);
+    expect(await a.prepareHandover({ standbyVersion: 'y', standbyFeatures: [] }, ctx)).toMatchObject({ ok: false, reasons: ['this server is HANDING_OVER, not ACTIVE'] });
+  });
+
+  it('FinishHandover with a wrong token is FAILED_PRECONDITION', async () => {
+    await expect(adminService(node).finishHandover({ token: 'nope', newEpoch: 8 }, ctx)).rejects.toMatchObject({ code: Status.FAILED_PRECONDITION });
+  });
+
+  it('Takeover passes the call signal and 0 as "default"', async () => {
+    await expect(adminService(node).takeover({ holdTimeoutMs: 0, finishTimeoutMs: 900 }, ctx)).rejects.toMatchObject({ code: Status.FAILED_PRECONDITION });
+    expect(calls).toEqual(['takeover undefined 900 true']);
+  });
+
+  it('Drain: 0 means the named defaults; concurrency above 256 is INVALID_ARGUMENT', async () => {
+    const a = adminService(node);
+    await a.drain({ deadlineMs: 0, concurrency: 0 }, ctx);
+    await a.drain({ deadlineMs: 5000, concurrency: 3 }, ctx);
+    await expect(a.drain({ deadlineMs: 0, concurrency: 257 }, ctx)).rejects.toMatchObject({ code: Status.INVALID_ARGUMENT, message: 'concurrency: at most 256, got 257' });
+    expect(calls).toEqual(['drain 20000 8', 'drain 5000 3']);
+  });
+});

@@ -1,0 +1,94 @@
+/**
+ * AdminService handlers (admin socket, every role): validate -> call the node's handover
+ * logic (handover/server-node.ts, takeover.ts) -> convert. Errors are domain errors mapped to
+ * gRPC codes by the shared middleware: INVALID_ARGUMENT (bad field, nothing changed),
+ * FAILED_PRECONDITION (wrong role, no such handover).
+ */
+import path from 'node:path';
+import { InvalidArgumentError, SUITE_VERSION, type SandnodeCallContext, type TakeoverResult } from '@sandnode/shared';
+import { ServerRole, type AdminServiceImplementation, type DrainResponse, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
+import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS } from '../config';
+import type { Role } from '../handover/roles';
+import { FlockLease } from '../store/flock-lease';
+
+/** Most sandboxes a Drain may stop at once. */
+export const MAX_DRAIN_CONCURRENCY = 256;
+
+/** What the handlers need of the node (ServerNode). */
+export interface AdminPort {
+  readonly role: Role;
+  readonly epoch: number;
+  readonly roles: { readonly activeSinceMs: number };
+  readonly lease: FlockLease;
+  readonly cfg: { slot: string };
+  readonly handingOver: boolean;
+  readonly manager: { gate: { inFlight: number } } | undefined;
+  sandboxCount(): number;
+  handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number }): Promise<HandoverResponse>;
+  finishHandover(token: string): { streamsRunning: number };
+  takeover(opts: { holdMs?: number; finishTimeoutMs?: number; signal?: AbortSignal }): Promise<TakeoverResult>;
+  drain(o: { deadlineMs: number; concurrency: number }): Promise<DrainResponse>;
+}
+
+/** roleToPb maps a role to its proto enum. */
+export function roleToPb(r: Role): ServerRole {
+  switch (r) {
+    case 'ACTIVE':
+      return ServerRole.SERVER_ROLE_ACTIVE;
+    case 'STANDBY':
+      return ServerRole.SERVER_ROLE_STANDBY;
+    case 'HANDING_OVER':
+      return ServerRole.SERVER_ROLE_HANDING_OVER;
+    case 'RETIRING':
+      return ServerRole.SERVER_ROLE_RETIRING;
+  }
+}
+
+/** adminService serves AdminService for node. */
+export function adminService(node: AdminPort): AdminServiceImplementation<SandnodeCallContext> {
+  return {
+    async getLeaseStatus() {
+      const h = FlockLease.readHolder(node.lease.file);
+      return {
+        role: roleToPb(node.role),
+        epoch: node.epoch || h?.epoch || 0,
+        holderPid: FlockLease.isHeld(node.lease.file) || node.lease.held ? (h?.pid ?? 0) : 0,
+        slot: node.cfg.slot,
+        version: SUITE_VERSION,
+        sinceMs: node.roles.activeSinceMs,
+      };
+    },
+    async prepareHandover() {
+      const reasons: string[] = [];
+      if (node.role !== 'ACTIVE') reasons.push(`this server is ${node.role}, not ACTIVE`);
+      if (node.handingOver) reasons.push('a handover is already in progress');
+      return { ok: reasons.length === 0, reasons, sandboxes: node.sandboxCount(), inFlight: node.manager?.gate.inFlight ?? 0 };
+    },
+    async handover(req) {
+      if (!Number.isInteger(req.standbyPid) || req.standbyPid <= 0) throw new InvalidArgumentError(`standby_pid: must be a pid above 0, got ${req.standbyPid}`);
+      if (!path.isAbsolute(req.fdSocket)) throw new InvalidArgumentError(`fd_socket: must be an absolute path, got ${JSON.stringify(req.fdSocket)}`);
+      return node.handOver({ standbyPid: req.standbyPid, fdSocket: req.fdSocket, holdTimeoutMs: req.holdTimeoutMs, finishTimeoutMs: req.finishTimeoutMs });
+    },
+    async finishHandover(req) {
+      return node.finishHandover(req.token);
+    },
+    async takeover(req, ctx) {
+      const r = await node.takeover({ holdMs: req.holdTimeoutMs || undefined, finishTimeoutMs: req.finishTimeoutMs || undefined, signal: ctx.signal });
+      return {
+        oldPid: r.oldPid,
+        oldVersion: r.oldVersion,
+        newPid: r.newPid,
+        newVersion: r.newVersion,
+        epoch: r.epoch,
+        holdWindowMs: r.holdWindowMs,
+        adopted: r.adopted,
+        adoptionMs: r.adoptionMs,
+        listeners: r.listeners,
+      };
+    },
+    async drain(req) {
+      if (req.concurrency > MAX_DRAIN_CONCURRENCY) throw new InvalidArgumentError(`concurrency: at most ${MAX_DRAIN_CONCURRENCY}, got ${req.concurrency}`);
+      return node.drain({ deadlineMs: req.deadlineMs || DEFAULT_DRAIN_DEADLINE_MS, concurrency: req.concurrency || DEFAULT_DRAIN_CONCURRENCY });
+    },
+  };
+}
