@@ -44,8 +44,6 @@ export { DEFAULT_FINISH_TIMEOUT_MS, DEFAULT_HOLD_MS } from './takeover';
 /** The features this server lists in GetVersion: every string of the shared registry. */
 export const SERVER_FEATURE_LIST: readonly string[] = Object.values(SERVER_FEATURES);
 
-/** The VM and device id a new active server deletes (a no-op) to raise the epoch fences. */
-export const EPOCH_PROBE_ID = 'epoch-fence-probe';
 /** How often a standby looks at the lease, ms. */
 const STANDBY_POLL_MS = 500;
 
@@ -241,15 +239,17 @@ export class ServerNode implements StandbyNode, OldServer {
    * announceEpoch raises the epoch fences of vmm-supervisor and ublk-manager to this server's
    * epoch before it adopts or serves. A fence learns an epoch only from a mutating call, so
    * without this the server that lost the lease (a stale or stopped-and-resumed process) could
-   * still delete or create VMs and devices until this server's first lifecycle call. The calls
-   * are no-ops: DeleteVm / DeleteDevice of an id no sandbox can have (sandbox ids are sb-...).
-   * ABORTED means a server with a higher epoch exists: this one must not go on.
+   * still delete or create VMs and devices until this server's first lifecycle call. Each peer
+   * gets FenceEpoch when it lists the feature, else the 0.2.0 announcement (a no-op delete of
+   * an id no sandbox can have; VmPeer/DevicePeer.fenceEpoch). ABORTED means a server with a
+   * higher epoch exists: this one must not go on.
    */
   private async announceEpoch(): Promise<void> {
     const a = this.active!;
     try {
-      await a.vms.client.deleteVm({ vmId: EPOCH_PROBE_ID });
-      await a.devices.client.deleteDevice({ deviceId: EPOCH_PROBE_ID });
+      const vmm = await a.vms.fenceEpoch(this.epoch);
+      const ublk = await a.devices.fenceEpoch(this.epoch);
+      this.log.info({ epoch: this.epoch, vmm, ublk }, 'epoch fences raised');
     } catch (err) {
       throw new Error(`could not raise the epoch fences to epoch ${this.epoch}: ${(err as Error).message}`, { cause: err });
     }

@@ -4,7 +4,7 @@
  * `retryAttempts` times on UNAVAILABLE (`peerRetryAttempts`), and errors are mapped
  * (peer-errors.ts: the manager's INTERNAL text stays in the server log).
  */
-import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, type Logger, type ServiceClient } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, UBLK_FEATURES, type Logger, type ServiceClient } from '@sandnode/shared';
 import { DeviceServiceDefinition, DeviceState, Filesystem, type Device } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { Channel } from 'nice-grpc';
 import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
@@ -28,6 +28,12 @@ function toInfo(d: Device | undefined): DeviceInfo {
   return { deviceId: d.deviceId, path: d.path, backingFile: d.backingFile, sizeBytes: d.sizeBytes, attached: d.state === DeviceState.DEVICE_STATE_ATTACHED };
 }
 
+/**
+ * The VM and device id the 0.2.0 epoch announcement deletes (a no-op: sandbox ids are sb-...),
+ * used when a peer lacks the FenceEpoch feature.
+ */
+export const EPOCH_PROBE_ID = 'epoch-fence-probe';
+
 export class DevicePeer implements DevicePort {
   readonly channel: Channel;
   readonly client: ServiceClient<typeof DeviceServiceDefinition>;
@@ -44,6 +50,21 @@ export class DevicePeer implements DevicePort {
     this.client = withMappedErrors(client, 'ublk-manager', o.log);
     this.features = new PeerFeatures(this.channel, 'ublk-manager');
   }
+  /**
+   * fenceEpoch raises the ublk-manager's epoch fence to epoch and says how: DeviceService.FenceEpoch
+   * when it lists "ublk.fence-epoch.v1" (asked afresh), else the 0.2.0 announcement, a
+   * DeleteDevice of an id no sandbox can have. ABORTED when a higher epoch exists.
+   */
+  async fenceEpoch(epoch: number): Promise<string> {
+    this.features.reset();
+    if (await this.features.has(UBLK_FEATURES.fenceEpoch)) {
+      await this.client.fenceEpoch({ epoch });
+      return 'FenceEpoch';
+    }
+    await this.client.deleteDevice({ deviceId: EPOCH_PROBE_ID });
+    return `DeleteDevice of "${EPOCH_PROBE_ID}" (the ublk-manager lacks "${UBLK_FEATURES.fenceEpoch}")`;
+  }
+
 
   async createEmpty(deviceId: string, sizeBytes: number): Promise<DeviceInfo> {
     const res = await this.client.createDevice({ deviceId, sizeBytes, sourceImage: '', filesystem: Filesystem.FILESYSTEM_EXT4, readOnly: false });

@@ -8,7 +8,7 @@ import { DriveRole, FreezeEndedBy, VmServiceDefinition, VmState, type Vm } from 
 import type { Channel } from 'nice-grpc';
 import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
 import type { VmFreezeInfo, VmInfo, VmPort } from '../core/types';
-import type { PeerOptions } from './device-peer';
+import { EPOCH_PROBE_ID, type PeerOptions } from './device-peer';
 import { withMappedErrors } from './peer-errors';
 
 function toInfo(vm: Vm | undefined): VmInfo {
@@ -41,6 +41,23 @@ export class VmPeer implements VmPort {
     });
     this.client = withMappedErrors(client, 'vmm-supervisor', o.log);
     this.features = new PeerFeatures(this.channel, 'vmm-supervisor');
+  }
+
+  /**
+   * fenceEpoch raises the supervisor's epoch fence to epoch and says how: VmService.FenceEpoch
+   * when the supervisor lists "vmm.fence-epoch.v1" (asked afresh: a restarted or rolled-back
+   * supervisor may have other features), else the 0.2.0 announcement, a DeleteVm of an id no
+   * sandbox can have, which carries the epoch like every mutating call. ABORTED when a higher
+   * epoch exists.
+   */
+  async fenceEpoch(epoch: number): Promise<string> {
+    this.features.reset();
+    if (await this.features.has(VMM_FEATURES.fenceEpoch)) {
+      await this.client.fenceEpoch({ epoch });
+      return 'FenceEpoch';
+    }
+    await this.client.deleteVm({ vmId: EPOCH_PROBE_ID });
+    return `DeleteVm of "${EPOCH_PROBE_ID}" (the vmm-supervisor lacks "${VMM_FEATURES.fenceEpoch}")`;
   }
 
   async create(a: Parameters<VmPort['create']>[0]): Promise<VmInfo> {
