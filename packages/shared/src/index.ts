@@ -9,6 +9,7 @@ export * from './metrics';
 export * from './proc';
 export * from './durable';
 export * from './freeze-window';
+export * from './drain-window';
 export * from './paths';
 export * from './ids';
 export * from './daemon';

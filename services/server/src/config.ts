@@ -4,7 +4,9 @@
  */
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
-import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { DEFAULT_ADOPT_CONCURRENCY } from './core/adoption';
+import { DEFAULT_PODD_READY_TIMEOUT_MS } from './core/provision';
 
 const GIB = 1024 * 1024 * 1024;
 
@@ -29,11 +31,11 @@ export const serverConfigSchema = z.object({
   defaultVcpus: z.coerce.number().int().min(1).max(64).default(1),
   defaultMemoryMib: z.coerce.number().int().min(32).max(65536).default(512),
   /** how long podd gets to answer after a VM starts, ms */
-  poddReadyTimeoutMs: z.coerce.number().int().min(100).default(20_000),
+  poddReadyTimeoutMs: z.coerce.number().int().min(100).default(DEFAULT_PODD_READY_TIMEOUT_MS),
   /** how often expired sandboxes are looked for, ms */
   reaperIntervalMs: z.coerce.number().int().min(100).default(1000),
   /** records checked at once during adoption */
-  adoptConcurrency: z.coerce.number().int().min(1).max(256).default(16),
+  adoptConcurrency: z.coerce.number().int().min(1).max(256).default(DEFAULT_ADOPT_CONCURRENCY),
   /** podd bundle copied into templates; default: the built @sandnode/podd */
   poddBundle: z.string().default(''),
   /** Prometheus /metrics "host:port"; empty disables */
@@ -49,7 +51,9 @@ export const serverConfigSchema = z.object({
   /** SIGTERM drains the node first (pod deletion); off for local runs */
   drainOnSigterm: configBool().default(false),
   /** deadline of the SIGTERM drain, ms (keep it below the pod's grace period) */
-  drainDeadlineMs: z.coerce.number().int().min(1000).default(20_000),
+  drainDeadlineMs: z.coerce.number().int().min(1000).default(DEFAULT_DRAIN_DEADLINE_MS),
+  /** sandboxes the SIGTERM drain persists at once */
+  drainConcurrency: z.coerce.number().int().min(1).max(256).default(DEFAULT_DRAIN_CONCURRENCY),
 });
 
 export type ServerConfig = z.infer<typeof serverConfigSchema> & {

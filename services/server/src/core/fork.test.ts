@@ -208,7 +208,7 @@ describe('ForkSandbox negotiation', () => {
     const devicesBefore = [...peers.devices.keys()];
     const err = await fork().catch((e: unknown) => e);
     expect(err).toBeInstanceOf(FailedPreconditionError);
-    expect((err as Error).message).toMatch(/ublk-manager 0\.1\.0 lacks it/);
+    expect((err as Error).message).toMatch(/^ForkSandbox: ublk-manager 0\.1\.0 lacks feature/);
     expect((err as Error).message).toMatch(/"ublk\.clone"/);
     expect(peers.events).toEqual([]);
     expect(childIds()).toEqual([]);

@@ -39,6 +39,7 @@ import { drainNode } from '../core/drain';
 import { DevicePeer } from '../peers/device-peer';
 import { PoddPeers } from '../peers/podd-peer';
 import { VmPeer } from '../peers/vm-peer';
+import { drainReportToPb } from '../rpc/convert';
 import { sandboxService } from '../rpc/sandbox-service';
 import { templateService } from '../rpc/template-service';
 import { FlockLease } from '../store/flock-lease';
@@ -403,18 +404,22 @@ export class ServerNode {
           throw err;
         }
       },
-      drain: async (req) => {
+      drain: async (req, ctx) => {
         if (this.role !== ServerRole.SERVER_ROLE_ACTIVE || !this.manager || !this.store || !this.vms || !this.devices) {
           throw new FailedPreconditionError(`drain: this server is ${ServerRole[this.role]}, not ACTIVE`);
         }
-        return drainNode({
-          manager: this.manager,
-          store: this.store,
-          devices: this.devices,
-          log: this.log,
-          deadlineMs: req.deadlineMs || 20_000,
-          concurrency: req.concurrency || 8,
-        });
+        // 0 means the defaults (DEFAULT_DRAIN_DEADLINE_MS / DEFAULT_DRAIN_CONCURRENCY), applied by drainNode
+        return drainReportToPb(
+          await drainNode({
+            manager: this.manager,
+            store: this.store,
+            devices: this.devices,
+            log: this.log,
+            deadlineMs: req.deadlineMs,
+            concurrency: req.concurrency,
+            signal: ctx.signal,
+          }),
+        );
       },
     };
   }
@@ -526,8 +531,8 @@ export class ServerNode {
   /** stop (SIGTERM): drain the node first when configured, then stop serving; sandboxes live on. */
   async stop(): Promise<void> {
     if (this.cfg.drainOnSigterm && this.role === ServerRole.SERVER_ROLE_ACTIVE && this.manager && this.store && this.devices) {
-      const r = await drainNode({ manager: this.manager, store: this.store, devices: this.devices, log: this.log, deadlineMs: this.cfg.drainDeadlineMs, concurrency: 8 });
-      this.log.info({ preserved: r.sandboxes.filter((s) => s.outcome === 1).length, failed: r.sandboxes.filter((s) => s.outcome !== 1).length }, 'drained on SIGTERM');
+      const r = await drainNode({ manager: this.manager, store: this.store, devices: this.devices, log: this.log, deadlineMs: this.cfg.drainDeadlineMs, concurrency: this.cfg.drainConcurrency });
+      this.log.info({ preserved: r.sandboxes.filter((s) => s.outcome === 'preserved').length, failed: r.sandboxes.filter((s) => s.outcome !== 'preserved').length }, 'drained on SIGTERM');
     }
     clearInterval(this.standbyPoll);
     if (this.handover) clearInterval(this.handover.watchdog);
