@@ -6,7 +6,7 @@ import path from 'node:path';
 import { readFileSync } from 'node:fs';
 import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 import { DEFAULT_ADOPT_CONCURRENCY } from './core/adoption';
-import { DEFAULT_PODD_READY_TIMEOUT_MS } from './core/provision';
+import { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES } from './core/provision';
 
 const GIB = 1024 * 1024 * 1024;
 
@@ -25,7 +25,7 @@ export const serverConfigSchema = z.object({
   ublkAddress: z.string().default(''),
   logLevel: z.enum(LOG_LEVELS).default('info'),
   /** size of each sandbox's rootfs upper device, bytes (sparse) */
-  upperBytes: z.coerce.number().int().min(16 * 1024 * 1024).default(GIB),
+  upperBytes: z.coerce.number().int().min(16 * 1024 * 1024).default(DEFAULT_UPPER_BYTES),
   /** default /workspace size, bytes (sparse) */
   defaultDiskBytes: z.coerce.number().int().min(16 * 1024 * 1024).default(GIB),
   defaultVcpus: z.coerce.number().int().min(1).max(64).default(1),

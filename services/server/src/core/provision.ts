@@ -13,6 +13,8 @@ import { RECORD_SCHEMA, type SandboxRecord } from './types';
 
 /** The env var that tells a fork child's init and podd its parent's sandbox id. */
 export const FORKED_FROM_ENV = 'SANDNODE_FORKED_FROM';
+/** Default size of a sandbox's rootfs upper device, bytes (sparse). */
+export const DEFAULT_UPPER_BYTES = 1024 * 1024 * 1024;
 /** Default time podd gets to answer Health after the VM starts, ms. */
 export const DEFAULT_PODD_READY_TIMEOUT_MS = 20_000;
 /** Timeout of one podd Health call while a boot waits for podd, ms. */

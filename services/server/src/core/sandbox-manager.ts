@@ -19,7 +19,7 @@ import { LifecycleGate } from './gate';
 import { exec as guestExec, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
 import { guardDevicePort, guardVmPort } from './peer-errors';
 import { checkLiveness, expired, retryTeardowns } from './reaper';
-import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, newRecord, newSandboxId, teardown } from './provision';
+import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, newRecord, newSandboxId, teardown } from './provision';
 import { RequestTracker } from './request-tracker';
 import { resetRootfs, switchUpper } from './reset-rootfs';
 import { requireState, transition, type Operation } from './transitions';
@@ -27,14 +27,12 @@ import type { DeviceInfo, DevicePort, ExecArgs, ExecEvent, PoddConnector, Record
 import { validateMetadata, validateRequestId, validateResources, validateTemplateName, validateTimeoutSeconds, type ResourceDefaults } from './validate';
 
 export type { ForkMethod, ForkResult, ForkSandboxArgs } from './fork';
-export { DEFAULT_PODD_READY_TIMEOUT_MS, FORKED_FROM_ENV, ownedDeviceIds } from './provision';
+export { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, FORKED_FROM_ENV, ownedDeviceIds } from './provision';
 
 /** Longest a host sync before a paused parent's clone may take, ms. */
 export const DEFAULT_HOST_SYNC_TIMEOUT_MS = 120_000;
 /** @deprecated the old name of DEFAULT_HOST_SYNC_TIMEOUT_MS */
 export const SYNC_TIMEOUT_MS = DEFAULT_HOST_SYNC_TIMEOUT_MS;
-/** Default size of a sandbox's rootfs upper device, bytes (sparse). */
-export const DEFAULT_UPPER_BYTES = 1024 * 1024 * 1024;
 /** ListSandboxes page size when the request says 0. */
 export const DEFAULT_PAGE_SIZE = 100;
 /** Largest ListSandboxes page size. */
