@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
-import { FailedPreconditionError, sandboxDir, unixAddress } from '@sandnode/shared';
+import { DeadlineExceededError, FailedPreconditionError, sandboxDir, unixAddress } from '@sandnode/shared';
 import type { CoreContext, RecordOrigin } from './context';
 import { INITIAL_STATE, transition } from './transitions';
 import { RECORD_SCHEMA, type SandboxRecord } from './types';
@@ -66,7 +66,8 @@ export function newRecord(c: Pick<CoreContext, 'now' | 'runDir'>, id: string, fr
 }
 
 /**
- * waitForPodd polls podd Health until it answers. FailedPreconditionError after
+ * waitForPodd polls podd Health until it answers. DeadlineExceededError (DEADLINE_EXCEEDED:
+ * the sandbox did not come up in time; nothing is wrong with the request) after
  * c.poddReadyTimeoutMs; signal.reason when signal aborts first.
  */
 async function waitForPodd(c: CoreContext, rec: SandboxRecord, signal?: AbortSignal): Promise<void> {
@@ -76,7 +77,7 @@ async function waitForPodd(c: CoreContext, rec: SandboxRecord, signal?: AbortSig
     signal?.throwIfAborted();
     if (await client.health(PODD_HEALTH_CALL_MS).catch(() => false)) return;
     if (c.now() > deadline) {
-      throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: podd did not answer at ${rec.poddAddress} within ${c.poddReadyTimeoutMs} ms`);
+      throw new DeadlineExceededError(`sandbox ${rec.sandboxId}: podd did not answer at ${rec.poddAddress} within ${c.poddReadyTimeoutMs} ms`);
     }
     await new Promise((r) => setTimeout(r, PODD_READY_POLL_MS));
   }

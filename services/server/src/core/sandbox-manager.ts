@@ -154,9 +154,9 @@ export class SandboxManager {
    * create makes devices and a VM from a template and waits for podd. Returns the RUNNING
    * record. signal (the caller went away) stops the wait to enter the handover gate and, for a
    * create without request_id (no retry can join it), the wait for podd. Errors:
-   * INVALID_ARGUMENT, NOT_FOUND (template), FAILED_PRECONDITION (podd did not answer in time;
-   * request_id of a sandbox that is gone), and those of the peers; on failure everything made
-   * is torn down and the record removed.
+   * INVALID_ARGUMENT, NOT_FOUND (template), DEADLINE_EXCEEDED (podd did not answer within
+   * poddReadyTimeoutMs), FAILED_PRECONDITION (request_id of a sandbox that is gone), and those
+   * of the peers; on failure everything made is torn down and the record removed.
    */
   async create(args: CreateSandboxArgs, signal?: AbortSignal): Promise<SandboxRecord> {
     const template = validateTemplateName('template', args.template);
