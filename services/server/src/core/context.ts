@@ -34,7 +34,7 @@ export interface CoreContext {
   readonly requests: RequestTracker;
   /** now in epoch ms (a test clock in unit tests) */
   now(): number;
-  /** syncHost flushes the host's dirty pages to the devices (sync(2)); host errors mapped */
+  /** syncHost flushes the host's dirty pages to the devices (sync(2)); its errors are raw (parent-hold.ts maps them) */
   syncHost(): Promise<void>;
   /** get returns the record. INVALID_ARGUMENT (malformed id), NOT_FOUND. */
   get(id: string): SandboxRecord;

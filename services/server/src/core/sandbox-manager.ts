@@ -31,8 +31,6 @@ export { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, FORKED_FROM_ENV, ow
 
 /** Longest a host sync before a paused parent's clone may take, ms. */
 export const DEFAULT_HOST_SYNC_TIMEOUT_MS = 120_000;
-/** @deprecated the old name of DEFAULT_HOST_SYNC_TIMEOUT_MS */
-export const SYNC_TIMEOUT_MS = DEFAULT_HOST_SYNC_TIMEOUT_MS;
 /** ListSandboxes page size when the request says 0. */
 export const DEFAULT_PAGE_SIZE = 100;
 /** Largest ListSandboxes page size. */
