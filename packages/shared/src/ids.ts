@@ -1,6 +1,7 @@
 /**
  * Id and name rules shared by every contract. A bad value gets an InvalidArgumentError that
- * names the field.
+ * names the field. (Template names: TEMPLATE_NAME_RE of @sandnode/template-builder, which owns
+ * the template layout.)
  */
 import { InvalidArgumentError } from './errors';
 
@@ -8,8 +9,6 @@ import { InvalidArgumentError } from './errors';
 export const RESOURCE_ID_RE = /^[a-z0-9][a-z0-9-]{0,62}$/;
 /** Sandbox ids: "sb-" + 16 lowercase hex digits. */
 export const SANDBOX_ID_RE = /^sb-[0-9a-f]{16}$/;
-/** Template names. */
-export const TEMPLATE_NAME_RE = /^[a-z0-9][a-z0-9._-]{0,62}$/;
 
 /** requireMatch throws InvalidArgumentError naming field unless value matches re. */
 export function requireMatch(field: string, value: string, re: RegExp, what: string): string {

@@ -6,7 +6,9 @@
  */
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
-import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { DEFAULT_ADOPT_CONCURRENCY } from './core/adoption';
+import { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES } from './core/provision';
 
 /** The service name used in env var names and logs. */
 export const SERVICE = 'server';
@@ -29,10 +31,8 @@ export const DEFAULT_HANDOVER_CALL_TIMEOUT_MS = 60_000;
 export const DEFAULT_HANDOVER_FD_TIMEOUT_MS = 30_000;
 /** How long the standby waits for the old server to release the lease after Handover, ms (key `leaseAcquireTimeoutMs`). */
 export const DEFAULT_LEASE_ACQUIRE_TIMEOUT_MS = 10_000;
-/** Sandboxes drained at once on SIGTERM (key `drainConcurrency`; AdminService.Drain with concurrency 0 uses DEFAULT_DRAIN_CONCURRENCY). */
-export const DEFAULT_DRAIN_CONCURRENCY = 8;
-/** Deadline of a drain, ms (key `drainDeadlineMs` for SIGTERM; AdminService.Drain with deadline_ms 0 uses this default). */
-export const DEFAULT_DRAIN_DEADLINE_MS = 20_000;
+/** Drain defaults (key `drainDeadlineMs` / `drainConcurrency` for SIGTERM; AdminService.Drain with 0 uses them): one pair in @sandnode/shared. */
+export { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS };
 
 const ms = (min: number) => z.coerce.number().int().min(min).max(86_400_000);
 
@@ -52,17 +52,17 @@ export const configSchema = z.object({
   ublkAddress: z.string().default(''),
   logLevel: z.enum(LOG_LEVELS).default('info'),
   /** size of each sandbox's rootfs upper device, bytes (sparse) */
-  upperBytes: z.coerce.number().int().min(16 * 1024 * 1024).default(GIB),
+  upperBytes: z.coerce.number().int().min(16 * 1024 * 1024).default(DEFAULT_UPPER_BYTES),
   /** default /workspace size, bytes (sparse) */
   defaultDiskBytes: z.coerce.number().int().min(16 * 1024 * 1024).default(GIB),
   defaultVcpus: z.coerce.number().int().min(1).max(64).default(1),
   defaultMemoryMib: z.coerce.number().int().min(32).max(65536).default(512),
   /** how long podd gets to answer after a VM starts, ms */
-  poddReadyTimeoutMs: z.coerce.number().int().min(100).default(20_000),
+  poddReadyTimeoutMs: z.coerce.number().int().min(100).default(DEFAULT_PODD_READY_TIMEOUT_MS),
   /** how often expired sandboxes are looked for, ms */
   reaperIntervalMs: z.coerce.number().int().min(100).default(1000),
   /** records checked at once during adoption */
-  adoptConcurrency: z.coerce.number().int().min(1).max(256).default(16),
+  adoptConcurrency: z.coerce.number().int().min(1).max(256).default(DEFAULT_ADOPT_CONCURRENCY),
   /** podd bundle copied into templates; default: the built @sandnode/podd */
   poddBundle: z.string().default(''),
   /** Prometheus /metrics "host:port"; empty disables */

@@ -4,7 +4,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { ClientError, Status } from 'nice-grpc-common';
-import { processStartTicks, processState } from '@sandnode/shared';
+import { processStartTicks, processState, SANDBOX_ID_RE } from '@sandnode/shared';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { killComponent, startComponent } from '@sandnode/node-stack';
 import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
@@ -32,7 +32,7 @@ describeNode('sandbox lifecycle on a real node', () => {
     const { api } = node;
     const s = (await api.sandboxes.createSandbox({ template: 'base', metadata: { team: 'a' } })).sandbox!;
     expect(s.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
-    expect(s.sandboxId).toMatch(/^sb-[0-9a-f]{16}$/);
+    expect(s.sandboxId).toMatch(SANDBOX_ID_RE);
     expect(processStartTicks(s.pid)).toBeDefined();
     expect(s.resources).toMatchObject({ vcpus: 1, memoryMib: 512, diskBytes: 1024 ** 3 });
 

@@ -12,6 +12,7 @@
 import type { Logger } from '@sandnode/shared';
 import { mapLimit } from '@sandnode/shared';
 import type { SandboxManager } from './sandbox-manager';
+import { isLive, transition } from './transitions';
 import type { DevicePort, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
 
 export interface AdoptionReport {
@@ -35,11 +36,16 @@ export interface AdoptionDeps {
   podd: PoddConnector;
   manager: SandboxManager;
   log: Logger;
-  /** how many records are checked at once (default 16) */
+  /** how many records are checked at once (default DEFAULT_ADOPT_CONCURRENCY) */
   concurrency?: number;
-  /** podd Health timeout per sandbox, ms (default 2000) */
+  /** podd Health timeout per sandbox, ms (default DEFAULT_ADOPT_PODD_TIMEOUT_MS) */
   poddTimeoutMs?: number;
 }
+
+/** Records checked at once during adoption (config key adoptConcurrency). */
+export const DEFAULT_ADOPT_CONCURRENCY = 16;
+/** Timeout of the podd Health call adoption makes per RUNNING sandbox, ms. */
+export const DEFAULT_ADOPT_PODD_TIMEOUT_MS = 2000;
 
 /** adoptAll adopts every record; it never restarts or pauses a sandbox. */
 export async function adoptAll(d: AdoptionDeps): Promise<AdoptionReport> {
@@ -49,10 +55,10 @@ export async function adoptAll(d: AdoptionDeps): Promise<AdoptionReport> {
   const vms = new Map((await d.vms.list()).map((v) => [v.vmId, v]));
   const devices = new Map((await d.devices.list()).map((x) => [x.deviceId, x]));
 
-  await mapLimit(records, d.concurrency ?? 16, (rec) =>
+  await mapLimit(records, d.concurrency ?? DEFAULT_ADOPT_CONCURRENCY, (rec) =>
     d.manager.withLock(rec.sandboxId, () => adoptOne(d, rec, vms, devices, report)).catch((err: unknown) => {
       report.failed.push({ sandboxId: rec.sandboxId, reason: (err as Error).message });
-      d.log.error({ sandbox_id: rec.sandboxId, err: (err as Error).message }, 'adoption failed');
+      d.log.error({ sandbox_id: rec.sandboxId, err }, 'adoption failed');
     }),
   );
   report.durationMs = Date.now() - t0;
@@ -114,10 +120,10 @@ async function adoptOne(
     report.tornDown.push(rec.sandboxId);
     return;
   }
-  if (rec.state !== 'RUNNING' && rec.state !== 'PAUSED') return;
+  if (!isLive(rec)) return;
 
   const fail = (reason: string) => {
-    rec.state = 'ERROR';
+    transition(rec, 'ERROR');
     rec.errorMessage = reason;
     d.manager.touch(rec);
     report.failed.push({ sandboxId: rec.sandboxId, reason });
@@ -154,7 +160,7 @@ async function adoptOne(
   }
   if (vm.state !== rec.state) {
     log.warn({ record: rec.state, vm: vm.state }, 'record follows the VM state');
-    rec.state = vm.state;
+    transition(rec, vm.state);
     changed = true;
     report.reconciled.push(rec.sandboxId);
   }
@@ -162,7 +168,7 @@ async function adoptOne(
   if (rec.state === 'RUNNING') {
     const ok = await d.podd
       .connect(rec.poddAddress)
-      .health(d.poddTimeoutMs ?? 2000)
+      .health(d.poddTimeoutMs ?? DEFAULT_ADOPT_PODD_TIMEOUT_MS)
       .catch(() => false);
     if (!ok) {
       report.poddUnhealthy.push(rec.sandboxId);

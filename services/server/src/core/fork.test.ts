@@ -7,117 +7,14 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { AbortedError, FailedPreconditionError, InternalError, UnavailableError, createLogger } from '@sandnode/shared';
+import { AbortedError, CommandError, FailedPreconditionError, InternalError, UnavailableError, UnimplementedError, createLogger } from '@sandnode/shared';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { adoptAll } from './adoption';
-import { SandboxManager } from './sandbox-manager';
-import type { VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, SandboxRecord, TemplateCatalog, VmInfo, VmPort } from './types';
+import { SandboxManager, type SandboxManagerOptions } from './sandbox-manager';
+import type { SandboxRecord } from './types';
+import { Peers, templates } from './__tests__/fake-peers';
 
 const log = createLogger('test', '0', 'silent');
-
-class Peers {
-  events: string[] = [];
-  ublkFeatures = ['ublk.clone'];
-  poddFeatures = ['podd.quiesce'];
-  thawEndedBy: 'caller' | 'watchdog' = 'caller';
-  failClone = false;
-  /** thrown by podd Quiesce when set */
-  quiesceError: Error | undefined;
-  readonly devices = new Map<string, DeviceInfo>();
-  /** the freeze as the supervisor saw it (GetVmFreeze) */
-  hostFreeze: VmFreezeInfo | undefined;
-  readonly vms = new Map<string, VmInfo>();
-  /** called inside clone, while the parent is held */
-  onClone: () => void = () => undefined;
-  private nextPid = 1000;
-
-  deviceInfo(id: string): DeviceInfo {
-    return { deviceId: id, path: `/dev/loop-${id}`, backingFile: `/img/${id}`, sizeBytes: 1 << 20, attached: true };
-  }
-
-  readonly devicePort: DevicePort = {
-    createEmpty: async (id) => {
-      const d = this.deviceInfo(id);
-      this.devices.set(id, d);
-      return d;
-    },
-    clone: async (id, src, quiesced): Promise<ClonedDevice> => {
-      this.events.push(`clone ${src} quiesced=${quiesced}`);
-      this.onClone();
-      if (this.failClone) throw new Error('disk full');
-      const d = this.deviceInfo(id);
-      this.devices.set(id, d);
-      return { ...d, cloneMs: 1, reflinked: false };
-    },
-    version: async () => ({ version: this.ublkFeatures.includes('ublk.clone') ? '0.2.0' : '0.1.0', features: this.ublkFeatures }),
-    get: async (id) => this.devices.get(id),
-    list: async () => [...this.devices.values()],
-    delete: async (id) => {
-      this.devices.delete(id);
-    },
-  };
-
-  readonly vmPort: VmPort = {
-    create: async (a) => {
-      const vm: VmInfo = { vmId: a.vmId, state: 'RUNNING', pid: this.nextPid++, startTimeTicks: 1, driver: 'fake', driverVersion: '1', apiSocket: '' };
-      this.vms.set(a.vmId, vm);
-      return { ...vm };
-    },
-    get: async (id) => this.vms.get(id),
-    list: async () => [...this.vms.values()].map((v) => ({ ...v })),
-    pause: async (id) => {
-      this.events.push(`pause ${id}`);
-      this.vms.get(id)!.state = 'PAUSED';
-      return { ...this.vms.get(id)! };
-    },
-    resume: async (id) => {
-      this.events.push(`resume ${id}`);
-      this.vms.get(id)!.state = 'RUNNING';
-      return { ...this.vms.get(id)! };
-    },
-    delete: async (id) => {
-      this.vms.delete(id);
-    },
-    freezeStatus: async () => this.hostFreeze,
-  };
-
-  readonly podd: PoddConnector = {
-    connect: (address): PoddClient => ({
-      health: async () => true,
-      version: async () => ({ version: this.poddFeatures.length ? '0.2.0' : '0.1.0', features: this.poddFeatures }),
-      quiesce: async (max) => {
-        this.events.push(`quiesce ${address.split('/').at(-2)} ${max}`);
-        if (this.quiesceError) throw this.quiesceError;
-        this.hostFreeze = { token: 't1', frozen: true, frozenAtMs: Date.now(), endedAtMs: 0, endedBy: 'unknown' };
-        return { token: 't1', maxFreezeMs: max, syncMs: 1, freezeMs: 1 };
-      },
-      thaw: async (token) => {
-        this.events.push(`thaw ${token}`);
-        if (this.hostFreeze?.frozen) this.hostFreeze = { ...this.hostFreeze, frozen: false, endedAtMs: Date.now(), endedBy: this.thawEndedBy };
-        return { endedBy: this.thawEndedBy, frozenMs: 42 };
-      },
-      exec: () => {
-        throw new Error('not used');
-      },
-      readFile: async () => {
-        throw new Error('not used');
-      },
-      writeFile: async () => {
-        throw new Error('not used');
-      },
-      close: () => undefined,
-    }),
-    forget: () => undefined,
-  };
-}
-
-const templates: TemplateCatalog = {
-  get: async (name) => ({ name, poddVersion: '0.2.0', rootfsPath: '/tpl', sizeBytes: 1, createdAtMs: 0, buildMs: 0 }),
-  list: async () => [],
-  build: async () => {
-    throw new Error('not used');
-  },
-};
 
 describe('ForkSandbox negotiation', () => {
   let dir: string;
@@ -130,19 +27,7 @@ describe('ForkSandbox negotiation', () => {
     dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-fork-'));
     store = new SqliteRecordStore(path.join(dir, 'records.db'), log);
     peers = new Peers();
-    m = new SandboxManager({
-      store,
-      vms: peers.vmPort,
-      devices: peers.devicePort,
-      podd: peers.podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      syncHost: async () => {
-        peers.events.push('sync');
-      },
-    });
+    m = new SandboxManager(opts());
     parent = await m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: '' });
     peers.events = [];
   });
@@ -151,6 +36,19 @@ describe('ForkSandbox negotiation', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
+  const opts = (): SandboxManagerOptions => ({
+    store,
+    vms: peers.vmPort,
+    devices: peers.devicePort,
+    podd: peers.podd,
+    templates,
+    log,
+    runDir: path.join(dir, 'run'),
+    resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
+    syncHost: async () => {
+      peers.events.push('sync');
+    },
+  });
   const fork = (maxFreezeMs = 0) => m.fork({ parentId: parent.sandboxId, metadata: { k: 'v' }, timeoutSeconds: 0, maxFreezeMs, requestId: '' });
   const childIds = () => store.list().map((r) => r.sandboxId).filter((id) => id !== parent.sandboxId);
 
@@ -193,6 +91,23 @@ describe('ForkSandbox negotiation', () => {
     expect(childIds()).toEqual([r.child.sandboxId]);
   });
 
+  it('podd lists podd.quiesce, so an UNIMPLEMENTED Quiesce is an error, not a reason to fall back', async () => {
+    peers.quiesceError = new UnimplementedError('Quiesce is not implemented');
+    await expect(fork()).rejects.toBeInstanceOf(UnimplementedError);
+    expect(peers.events).toEqual([`quiesce ${parent.sandboxId} 1500`]);
+    expect(childIds()).toEqual([]);
+  });
+
+  it("a failed host sync fails the fork with an INTERNAL that carries none of the command's stderr, and the parent is resumed", async () => {
+    peers.poddFeatures = [];
+    m = new SandboxManager({ ...opts(), syncHost: () => Promise.reject(new CommandError('sync: exit 1: /secret/dev: I/O error', '/secret/dev: I/O error', 1)) });
+    const err = await fork().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InternalError);
+    expect((err as Error).message).not.toMatch(/secret|I\/O/);
+    expect(peers.events.at(-1)).toBe(`resume ${parent.sandboxId}`);
+    expect(childIds()).toEqual([]);
+  });
+
   it('a PAUSED parent is cloned as it is and stays paused', async () => {
     await m.pause(parent.sandboxId);
     peers.events = [];
@@ -208,7 +123,7 @@ describe('ForkSandbox negotiation', () => {
     const devicesBefore = [...peers.devices.keys()];
     const err = await fork().catch((e: unknown) => e);
     expect(err).toBeInstanceOf(FailedPreconditionError);
-    expect((err as Error).message).toMatch(/ublk-manager 0\.1\.0 lacks it/);
+    expect((err as Error).message).toMatch(/^ForkSandbox: ublk-manager 0\.1\.0 lacks feature/);
     expect((err as Error).message).toMatch(/"ublk\.clone"/);
     expect(peers.events).toEqual([]);
     expect(childIds()).toEqual([]);

@@ -8,13 +8,22 @@
  */
 import { UnavailableError } from '@sandnode/shared';
 
+/** How long a new operation waits while the gate is closed, ms (a handover's hold window). */
+export const DEFAULT_GATE_HOLD_MS = 2000;
+
+interface Waiter {
+  resolve: () => void;
+  reject: (e: unknown) => void;
+  timer: NodeJS.Timeout;
+}
+
 export class LifecycleGate {
   private inflight = 0;
   private state: 'open' | 'closed' | 'retired' = 'open';
-  private waiters: { resolve: () => void; reject: (e: Error) => void; timer: NodeJS.Timeout }[] = [];
+  private waiters: Waiter[] = [];
   private idle: (() => void)[] = [];
   /** How long a new operation waits while the gate is closed, ms. */
-  holdMs = 2000;
+  holdMs = DEFAULT_GATE_HOLD_MS;
 
   /** inFlight is how many lifecycle operations run now. */
   get inFlight(): number {
@@ -25,9 +34,13 @@ export class LifecycleGate {
     return this.state === 'open';
   }
 
-  /** run enters the gate (waiting while closed), runs fn, and leaves. */
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.state !== 'open') await this.wait();
+  /**
+   * run enters the gate (waiting while closed), runs fn, and leaves. signal (the caller went
+   * away) ends the wait to enter with signal.reason; it has no effect once fn runs.
+   */
+  async run<T>(fn: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    signal?.throwIfAborted();
+    if (this.state !== 'open') await this.wait(signal);
     this.inflight++;
     try {
       return await fn();
@@ -37,14 +50,28 @@ export class LifecycleGate {
     }
   }
 
-  private wait(): Promise<void> {
+  private wait(signal?: AbortSignal): Promise<void> {
     if (this.state === 'retired') return Promise.reject(retiredError());
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.waiters = this.waiters.filter((w) => w.timer !== timer);
-        reject(new UnavailableError(`a server handover is in progress; lifecycle calls are held at most ${this.holdMs} ms: retry`));
-      }, this.holdMs);
-      this.waiters.push({ resolve, reject, timer });
+      const leave = (w: Waiter) => {
+        clearTimeout(w.timer);
+        this.waiters = this.waiters.filter((x) => x !== w);
+        signal?.removeEventListener('abort', onAbort);
+      };
+      const w: Waiter = {
+        resolve: () => {
+          leave(w);
+          resolve();
+        },
+        reject: (e) => {
+          leave(w);
+          reject(e);
+        },
+        timer: setTimeout(() => w.reject(new UnavailableError(`a server handover is in progress; lifecycle calls are held at most ${this.holdMs} ms: retry`)), this.holdMs),
+      };
+      const onAbort = () => w.reject(signal?.reason);
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.waiters.push(w);
     });
   }
 
@@ -57,19 +84,13 @@ export class LifecycleGate {
   /** open lets held and new operations run again (a handover was aborted). */
   open(): void {
     this.state = 'open';
-    for (const w of this.waiters.splice(0)) {
-      clearTimeout(w.timer);
-      w.resolve();
-    }
+    for (const w of [...this.waiters]) w.resolve();
   }
 
   /** retire fails every held and future operation with UNAVAILABLE. */
   retire(): void {
     this.state = 'retired';
-    for (const w of this.waiters.splice(0)) {
-      clearTimeout(w.timer);
-      w.reject(retiredError());
-    }
+    for (const w of [...this.waiters]) w.reject(retiredError());
   }
 }
 

@@ -8,7 +8,7 @@
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '@sandnode/shared';
-import { ownedDeviceIds } from './sandbox-manager';
+import { ownedDeviceIds } from './provision';
 import type { DevicePort, RecordStore, VmPort } from './types';
 
 export interface SweepReport {
@@ -31,6 +31,7 @@ export async function sweepOrphans(d: { store: RecordStore; vms: VmPort; devices
       report.vms.push(vm.vmId);
     } catch (err) {
       report.failed.push(`vm ${vm.vmId}: ${(err as Error).message}`);
+      d.log.warn({ vm_id: vm.vmId, err }, 'orphan sweep: could not delete a VM');
     }
   }
   for (const dev of await d.devices.list()) {
@@ -40,6 +41,7 @@ export async function sweepOrphans(d: { store: RecordStore; vms: VmPort; devices
       report.devices.push(dev.deviceId);
     } catch (err) {
       report.failed.push(`device ${dev.deviceId}: ${(err as Error).message}`);
+      d.log.warn({ device_id: dev.deviceId, err }, 'orphan sweep: could not delete a device');
     }
   }
   const sbDir = path.join(d.runDir, 'sandboxes');

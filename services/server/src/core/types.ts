@@ -3,7 +3,10 @@
  * components. No proto imports here: `store/` and `peers/` convert.
  */
 
-/** Lifecycle states of a sandbox (see the state machine in sandbox-manager.ts). */
+/**
+ * Lifecycle states of a sandbox (the transition table and its diagram: transitions.ts). UNKNOWN
+ * is a state of a newer server that this one cannot read.
+ */
 export type SandboxState = 'CREATING' | 'RUNNING' | 'PAUSED' | 'DELETING' | 'ERROR' | 'DRAINED' | 'UNKNOWN';
 
 /** Resources with defaults filled in. */
@@ -77,6 +80,9 @@ export interface SandboxRecord {
   resetUpperDeviceId: string;
   opaque?: unknown;
 }
+
+/** The resume method of a DRAINED sandbox whose VM is stopped and whose disks are kept. */
+export const COLD_START = 'cold-start';
 
 /** The newest record schema this server reads and the one it writes. */
 export const RECORD_SCHEMA = 1;

@@ -3,7 +3,8 @@
  * bad input changes nothing.
  */
 import path from 'node:path';
-import { DEFAULT_FREEZE_MS, InvalidArgumentError, MAX_FREEZE_MS, TEMPLATE_NAME_RE, requireMatch } from '@sandnode/shared';
+import { DEFAULT_FREEZE_MS, InvalidArgumentError, MAX_FREEZE_MS, requireMatch } from '@sandnode/shared';
+import { TEMPLATE_NAME_RE } from '@sandnode/template-builder';
 import type { Resources } from './types';
 
 /** Longest sandbox lifetime a caller may set, in seconds (30 days). */

@@ -21,10 +21,10 @@ import {
   type ServiceServer,
   type TakeoverResult,
 } from '@sandnode/shared';
-import { AdminServiceDefinition, DrainOutcome, type AdminServiceImplementation, type DrainResponse, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
+import { AdminServiceDefinition, type AdminServiceImplementation, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ServerConfig } from '../config';
 import { adoptAll, type AdoptionReport } from '../core/adoption';
-import { drainNode } from '../core/drain';
+import { drainNode, type DrainReport } from '../core/drain';
 import { sweepOrphans } from '../core/orphan-sweep';
 import type { SandboxManager } from '../core/sandbox-manager';
 import type { DevicePeer } from '../peers/device-peer';
@@ -279,10 +279,10 @@ export class ServerNode implements StandbyNode, OldServer {
    * drain (ACTIVE only): every live sandbox frozen, stopped and recorded DRAINED, then the
    * ublk-manager stopped (core/drain.ts). Errors: FAILED_PRECONDITION (not ACTIVE).
    */
-  async drain(o: { deadlineMs: number; concurrency: number }): Promise<DrainResponse> {
+  async drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal }): Promise<DrainReport> {
     const a = this.active;
     if (!this.roles.is('ACTIVE') || !a || !this.store) throw new FailedPreconditionError(`drain: this server is ${this.role}, not ACTIVE`);
-    return drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency });
+    return drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency, signal: o.signal });
   }
 
   /** handOver: the old server's side of AdminService.Handover (hand-over.ts). */
@@ -373,7 +373,7 @@ export class ServerNode implements StandbyNode, OldServer {
   async stop(): Promise<void> {
     if (this.cfg.drainOnSigterm && this.roles.is('ACTIVE') && this.active && this.store) {
       const r = await this.drain({ deadlineMs: this.cfg.drainDeadlineMs, concurrency: this.cfg.drainConcurrency });
-      const preserved = r.sandboxes.filter((s) => s.outcome === DrainOutcome.DRAIN_OUTCOME_PRESERVED).length;
+      const preserved = r.sandboxes.filter((s) => s.outcome === 'preserved').length;
       this.log.info({ preserved, failed: r.sandboxes.length - preserved }, 'drained on SIGTERM');
     }
     clearInterval(this.standbyPoll);

@@ -6,8 +6,10 @@
  */
 import path from 'node:path';
 import { InvalidArgumentError, SUITE_VERSION, type SandnodeCallContext, type TakeoverResult } from '@sandnode/shared';
-import { ServerRole, type AdminServiceImplementation, type DrainResponse, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
+import { ServerRole, type AdminServiceImplementation, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS } from '../config';
+import type { DrainReport } from '../core/drain';
+import { drainReportToPb } from './convert';
 import type { Role } from '../handover/roles';
 import { FlockLease } from '../store/flock-lease';
 
@@ -27,7 +29,7 @@ export interface AdminPort {
   handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number }): Promise<HandoverResponse>;
   finishHandover(token: string): { streamsRunning: number };
   takeover(opts: { holdMs?: number; finishTimeoutMs?: number; signal?: AbortSignal }): Promise<TakeoverResult>;
-  drain(o: { deadlineMs: number; concurrency: number }): Promise<DrainResponse>;
+  drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal }): Promise<DrainReport>;
 }
 
 /** roleToPb maps a role to its proto enum. */
@@ -86,9 +88,10 @@ export function adminService(node: AdminPort): AdminServiceImplementation<Sandno
         listeners: r.listeners,
       };
     },
-    async drain(req) {
+    async drain(req, ctx) {
       if (req.concurrency > MAX_DRAIN_CONCURRENCY) throw new InvalidArgumentError(`concurrency: at most ${MAX_DRAIN_CONCURRENCY}, got ${req.concurrency}`);
-      return node.drain({ deadlineMs: req.deadlineMs || DEFAULT_DRAIN_DEADLINE_MS, concurrency: req.concurrency || DEFAULT_DRAIN_CONCURRENCY });
+      // 0 means the shared defaults (DEFAULT_DRAIN_DEADLINE_MS / DEFAULT_DRAIN_CONCURRENCY)
+      return drainReportToPb(await node.drain({ deadlineMs: req.deadlineMs || DEFAULT_DRAIN_DEADLINE_MS, concurrency: req.concurrency || DEFAULT_DRAIN_CONCURRENCY, signal: ctx.signal }));
     },
   };
 }

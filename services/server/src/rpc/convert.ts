@@ -4,6 +4,8 @@
 import { ForkMethod as PbForkMethod, type Sandbox, type SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { ForkMethod } from '../core/sandbox-manager';
 import type { Template } from '@sandnode/shared/proto/server/v1/template';
+import { DrainOutcome, type DrainResponse } from '@sandnode/shared/proto/server/v1/admin';
+import type { DrainReport } from '../core/drain';
 import type { SandboxRecord, SandboxState, TemplateInfo } from '../core/types';
 import { stateFromPb, stateToPb } from '../store/record-codec';
 
@@ -48,4 +50,19 @@ export function statesFromPb(states: (PbState | number)[]): SandboxState[] {
 /** templateToPb gives the public view of a template. */
 export function templateToPb(t: TemplateInfo): Template {
   return { name: t.name, poddVersion: t.poddVersion, rootfsPath: t.rootfsPath, sizeBytes: t.sizeBytes, createdAtMs: t.createdAtMs, buildMs: t.buildMs };
+}
+
+/** drainReportToPb gives AdminService.Drain's answer for a drain's report (core/drain.ts). */
+export function drainReportToPb(r: DrainReport): DrainResponse {
+  return {
+    sandboxes: r.sandboxes.map((s) => ({
+      sandboxId: s.sandboxId,
+      outcome: s.outcome === 'preserved' ? DrainOutcome.DRAIN_OUTCOME_PRESERVED : DrainOutcome.DRAIN_OUTCOME_FAILED,
+      resumeMethod: s.resumeMethod,
+      error: s.error,
+      ms: s.ms,
+    })),
+    durationMs: r.durationMs,
+    deviceManagerStopped: r.deviceManagerStopped,
+  };
 }

@@ -10,14 +10,17 @@ import { forkMethodToPb, sandboxToPb, statesFromPb } from './convert';
 /** counters.streams counts running Exec streams (a retiring server relays them to the end). */
 export function sandboxService(m: SandboxManager, counters: { streams: number } = { streams: 0 }): SandboxServiceImplementation<SandnodeCallContext> {
   return {
-    async createSandbox(req) {
-      const rec = await m.create({
-        template: req.template,
-        timeoutSeconds: req.timeoutSeconds,
-        metadata: req.metadata,
-        resources: req.resources,
-        requestId: req.requestId,
-      });
+    async createSandbox(req, ctx) {
+      const rec = await m.create(
+        {
+          template: req.template,
+          timeoutSeconds: req.timeoutSeconds,
+          metadata: req.metadata,
+          resources: req.resources,
+          requestId: req.requestId,
+        },
+        ctx.signal,
+      );
       return { sandbox: sandboxToPb(rec) };
     },
     async getSandbox(req) {
@@ -27,18 +30,18 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
       const page = m.list({ states: statesFromPb(req.states), metadata: req.metadata, pageSize: req.pageSize, pageToken: req.pageToken });
       return { sandboxes: page.sandboxes.map(sandboxToPb), nextPageToken: page.nextPageToken };
     },
-    async pauseSandbox(req) {
-      return { sandbox: sandboxToPb(await m.pause(req.sandboxId)) };
+    async pauseSandbox(req, ctx) {
+      return { sandbox: sandboxToPb(await m.pause(req.sandboxId, ctx.signal)) };
     },
-    async resumeSandbox(req) {
-      return { sandbox: sandboxToPb(await m.resume(req.sandboxId)) };
+    async resumeSandbox(req, ctx) {
+      return { sandbox: sandboxToPb(await m.resume(req.sandboxId, ctx.signal)) };
     },
-    async deleteSandbox(req) {
-      await m.delete(req.sandboxId);
+    async deleteSandbox(req, ctx) {
+      await m.delete(req.sandboxId, ctx.signal);
       return {};
     },
-    async setTimeout(req) {
-      return { sandbox: sandboxToPb(await m.setTimeout(req.sandboxId, req.timeoutSeconds)) };
+    async setTimeout(req, ctx) {
+      return { sandbox: sandboxToPb(await m.setTimeout(req.sandboxId, req.timeoutSeconds, ctx.signal)) };
     },
     async *exec(req, ctx): AsyncIterable<ExecResponse> {
       requireSandboxId('sandbox_id', req.sandboxId);
@@ -73,12 +76,12 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
     async writeFile(req) {
       return m.writeFile(req.sandboxId, req.path, req.data, req.mode, req.append);
     },
-    async forkSandbox(req) {
-      const r = await m.fork({ parentId: req.parentId, metadata: req.metadata, timeoutSeconds: req.timeoutSeconds, maxFreezeMs: req.maxFreezeMs, requestId: req.requestId });
+    async forkSandbox(req, ctx) {
+      const r = await m.fork({ parentId: req.parentId, metadata: req.metadata, timeoutSeconds: req.timeoutSeconds, maxFreezeMs: req.maxFreezeMs, requestId: req.requestId }, ctx.signal);
       return { sandbox: sandboxToPb(r.child), method: forkMethodToPb(r.method), parentHeldMs: r.parentHeldMs, cloneMs: r.cloneMs, forkMs: r.forkMs };
     },
-    async resetRootfs(req) {
-      return { sandbox: sandboxToPb(await m.resetRootfs(req.sandboxId)) };
+    async resetRootfs(req, ctx) {
+      return { sandbox: sandboxToPb(await m.resetRootfs(req.sandboxId, ctx.signal)) };
     },
   };
 }

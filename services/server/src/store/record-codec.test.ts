@@ -47,6 +47,18 @@ describe('runtime record codec', () => {
     expect(decodeRecord(bytes).state).toBe('UNKNOWN');
   });
 
+  it("keeps a newer server's state across a read-modify-write that does not move it", () => {
+    const bytes = RuntimeRecord.encode(RuntimeRecord.fromPartial({ schema: 1, sandboxId: 'sb-0123456789abcdef', state: 42 as SandboxState })).finish();
+    const rec = decodeRecord(bytes);
+    rec.expiresAtMs = 1234;
+    const again = RuntimeRecord.decode(encodeRecord(rec));
+    expect(again.state).toBe(42);
+    expect(again.expiresAtMs).toBe(1234);
+    // a move (DeleteSandbox's teardown) writes the new state
+    rec.state = 'DELETING';
+    expect(RuntimeRecord.decode(encodeRecord(rec)).state).toBe(SandboxState.SANDBOX_STATE_DELETING);
+  });
+
   it('stamps a new record with network slot -1 (no network) and keeps a read one', () => {
     const fresh = decodeRecord(RuntimeRecord.encode(RuntimeRecord.fromPartial({ schema: 1, sandboxId: 'sb-0123456789abcdef' })).finish());
     delete fresh.opaque;

@@ -43,7 +43,9 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
     ...base,
     schema: RECORD_SCHEMA,
     sandboxId: rec.sandboxId,
-    state: stateToPb(rec.state),
+    // UNKNOWN is a newer server's state this one cannot name: a rewrite (a SetTimeout, say)
+    // keeps the stored value instead of writing UNSPECIFIED over it
+    state: rec.state === 'UNKNOWN' && rec.opaque ? base.state : stateToPb(rec.state),
     template: rec.template,
     templatePoddVersion: rec.templatePoddVersion,
     templateRootfs: rec.templateRootfs,

@@ -1,0 +1,111 @@
+/**
+ * Scripted peers for the core's unit tests: a device manager, a supervisor and podds that
+ * record what they are asked (events) and answer as a test sets them up.
+ */
+import type { VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, TemplateCatalog, VmInfo, VmPort } from '../types';
+
+export class Peers {
+  events: string[] = [];
+  ublkFeatures = ['ublk.clone'];
+  poddFeatures = ['podd.quiesce'];
+  thawEndedBy: 'caller' | 'watchdog' = 'caller';
+  /** what podd Health answers */
+  poddHealthy = true;
+  failClone = false;
+  /** thrown by podd Quiesce when set */
+  quiesceError: Error | undefined;
+  readonly devices = new Map<string, DeviceInfo>();
+  /** the freeze as the supervisor saw it (GetVmFreeze) */
+  hostFreeze: VmFreezeInfo | undefined;
+  readonly vms = new Map<string, VmInfo>();
+  /** called inside clone, while the parent is held */
+  onClone: () => void = () => undefined;
+  private nextPid = 1000;
+
+  deviceInfo(id: string): DeviceInfo {
+    return { deviceId: id, path: `/dev/loop-${id}`, backingFile: `/img/${id}`, sizeBytes: 1 << 20, attached: true };
+  }
+
+  readonly devicePort: DevicePort = {
+    createEmpty: async (id) => {
+      const d = this.deviceInfo(id);
+      this.devices.set(id, d);
+      return d;
+    },
+    clone: async (id, src, quiesced): Promise<ClonedDevice> => {
+      this.events.push(`clone ${src} quiesced=${quiesced}`);
+      this.onClone();
+      if (this.failClone) throw new Error('disk full');
+      const d = this.deviceInfo(id);
+      this.devices.set(id, d);
+      return { ...d, cloneMs: 1, reflinked: false };
+    },
+    version: async () => ({ version: this.ublkFeatures.includes('ublk.clone') ? '0.2.0' : '0.1.0', features: this.ublkFeatures }),
+    get: async (id) => this.devices.get(id),
+    list: async () => [...this.devices.values()],
+    delete: async (id) => {
+      this.devices.delete(id);
+    },
+  };
+
+  readonly vmPort: VmPort = {
+    create: async (a) => {
+      const vm: VmInfo = { vmId: a.vmId, state: 'RUNNING', pid: this.nextPid++, startTimeTicks: 1, driver: 'fake', driverVersion: '1', apiSocket: '' };
+      this.vms.set(a.vmId, vm);
+      return { ...vm };
+    },
+    get: async (id) => this.vms.get(id),
+    list: async () => [...this.vms.values()].map((v) => ({ ...v })),
+    pause: async (id) => {
+      this.events.push(`pause ${id}`);
+      this.vms.get(id)!.state = 'PAUSED';
+      return { ...this.vms.get(id)! };
+    },
+    resume: async (id) => {
+      this.events.push(`resume ${id}`);
+      this.vms.get(id)!.state = 'RUNNING';
+      return { ...this.vms.get(id)! };
+    },
+    delete: async (id) => {
+      this.vms.delete(id);
+    },
+    freezeStatus: async () => this.hostFreeze,
+  };
+
+  readonly podd: PoddConnector = {
+    connect: (address): PoddClient => ({
+      health: async () => this.poddHealthy,
+      version: async () => ({ version: this.poddFeatures.length ? '0.2.0' : '0.1.0', features: this.poddFeatures }),
+      quiesce: async (max) => {
+        this.events.push(`quiesce ${address.split('/').at(-2)} ${max}`);
+        if (this.quiesceError) throw this.quiesceError;
+        this.hostFreeze = { token: 't1', frozen: true, frozenAtMs: Date.now(), endedAtMs: 0, endedBy: 'unknown' };
+        return { token: 't1', maxFreezeMs: max, syncMs: 1, freezeMs: 1 };
+      },
+      thaw: async (token) => {
+        this.events.push(`thaw ${token}`);
+        if (this.hostFreeze?.frozen) this.hostFreeze = { ...this.hostFreeze, frozen: false, endedAtMs: Date.now(), endedBy: this.thawEndedBy };
+        return { endedBy: this.thawEndedBy, frozenMs: 42 };
+      },
+      exec: () => {
+        throw new Error('not used');
+      },
+      readFile: async () => {
+        throw new Error('not used');
+      },
+      writeFile: async () => {
+        throw new Error('not used');
+      },
+      close: () => undefined,
+    }),
+    forget: () => undefined,
+  };
+}
+
+export const templates: TemplateCatalog = {
+  get: async (name) => ({ name, poddVersion: '0.2.0', rootfsPath: '/tpl', sizeBytes: 1, createdAtMs: 0, buildMs: 0 }),
+  list: async () => [],
+  build: async () => {
+    throw new Error('not used');
+  },
+};

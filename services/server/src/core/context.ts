@@ -1,0 +1,47 @@
+/**
+ * CoreContext: what the parts of the sandbox lifecycle (sandbox-manager.ts and the files it
+ * delegates to: fork.ts, parent-hold.ts, reset-rootfs.ts, reaper.ts, guest-io.ts) share. The
+ * SandboxManager builds one and hands it to each; nothing outside core/ sees it. The boot and
+ * teardown steps they share are in provision.ts.
+ */
+import type { KeyedMutex, Logger } from '@sandnode/shared';
+import type { LifecycleGate } from './gate';
+import type { RequestTracker } from './request-tracker';
+import type { Operation } from './transitions';
+import type { DevicePort, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
+
+/** The parts of a record a new one copies from a template or a fork's parent. */
+export type RecordOrigin = Pick<SandboxRecord, 'template' | 'templatePoddVersion' | 'templateRootfs' | 'resources' | 'rootfsGeneration' | 'forkedFrom'>;
+
+export interface CoreContext {
+  readonly store: RecordStore;
+  /** the vmm-supervisor, its host errors mapped (peer-errors.ts) */
+  readonly vms: VmPort;
+  /** the ublk-manager, its host errors mapped (peer-errors.ts) */
+  readonly devices: DevicePort;
+  readonly podd: PoddConnector;
+  readonly log: Logger;
+  readonly runDir: string;
+  /** size of a new rootfs upper device, bytes */
+  readonly upperBytes: number;
+  /** time podd gets to answer after a VM starts, ms */
+  readonly poddReadyTimeoutMs: number;
+  /** per-sandbox lock: operations on one sandbox are serialized */
+  readonly locks: KeyedMutex;
+  /** the handover gate every lifecycle operation enters */
+  readonly gate: LifecycleGate;
+  /** creates and forks in flight by request_id */
+  readonly requests: RequestTracker;
+  /** now in epoch ms (a test clock in unit tests) */
+  now(): number;
+  /** syncHost flushes the host's dirty pages to the devices (sync(2)); its errors are raw (parent-hold.ts maps them) */
+  syncHost(): Promise<void>;
+  /** get returns the record. INVALID_ARGUMENT (malformed id), NOT_FOUND. */
+  get(id: string): SandboxRecord;
+  /** requireState returns the record if it is in a state op accepts; else FAILED_PRECONDITION. */
+  requireState(id: string, op: Operation): SandboxRecord;
+  /** touch stamps updatedAtMs and persists (durable on return). */
+  touch(rec: SandboxRecord): void;
+  /** gated runs fn through the handover gate (signal: stop waiting to enter) and the sandbox's lock. */
+  gated<T>(id: string, fn: () => Promise<T>, signal?: AbortSignal): Promise<T>;
+}

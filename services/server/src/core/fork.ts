@@ -1,0 +1,135 @@
+/**
+ * ForkSandbox: a RUNNING child whose rootfs upper (the parent's current generation) and
+ * workspace are CoW clones of the parent's, taken at one point in time (see
+ * SandboxService.ForkSandbox for the contract; how the parent is held: parent-hold.ts).
+ * Order: check the ublk-manager's features (nothing made yet) -> persist the child CREATING ->
+ * hold the parent -> CloneDevice upper and workspace -> release the parent -> boot the child.
+ * A failure after the child record exists tears the child down; a crash is finished by
+ * adoption (CREATING -> torn down, a parent paused for the fork -> resumed, a parent frozen ->
+ * thawed by podd's watchdog).
+ */
+import { FailedPreconditionError, InvalidArgumentError, requireFeature, requireSandboxId, UBLK_FEATURES, type Logger } from '@sandnode/shared';
+import { failpoint } from '../handover/failpoints';
+import type { CoreContext } from './context';
+import { holdParent, type ParentHold } from './parent-hold';
+import { bootVm, newRecord, newSandboxId, teardown } from './provision';
+import type { SandboxRecord } from './types';
+import { validateMaxFreezeMs, validateMetadata, validateRequestId, validateTimeoutSeconds } from './validate';
+
+export type { ForkMethod } from './parent-hold';
+
+export interface ForkSandboxArgs {
+  parentId: string;
+  metadata: Record<string, string>;
+  timeoutSeconds: number;
+  /** 0 = 1500 ms */
+  maxFreezeMs: number;
+  requestId: string;
+}
+
+export interface ForkResult extends ParentHold {
+  child: SandboxRecord;
+  /** the whole fork until the child's podd answered, ms */
+  forkMs: number;
+}
+
+/**
+ * fork validates args and forks (or joins / answers a repeated request_id). signal: the caller
+ * went away; it stops the wait to enter the handover gate and, for a fork without request_id
+ * (no retry can join it), the wait for the child's podd (the child is torn down). Errors:
+ * INVALID_ARGUMENT, NOT_FOUND (parent), FAILED_PRECONDITION (parent not RUNNING or PAUSED, a
+ * ublk-manager without "ublk.clone", request_id of a child that is gone), ABORTED (the freeze
+ * ran out or was ended early), and the peers'.
+ */
+export async function fork(c: CoreContext, args: ForkSandboxArgs, signal?: AbortSignal): Promise<ForkResult> {
+  requireSandboxId('parent_id', args.parentId);
+  const metadata = validateMetadata('metadata', args.metadata);
+  const timeoutSeconds = validateTimeoutSeconds('timeout_seconds', args.timeoutSeconds);
+  const maxFreezeMs = validateMaxFreezeMs('max_freeze_ms', args.maxFreezeMs);
+  const requestId = validateRequestId('request_id', args.requestId);
+  const what = `a fork of ${args.parentId}`;
+  if (requestId) {
+    const inflight = c.requests.join<ForkResult>(requestId, what);
+    if (inflight) return inflight;
+    const existing = c.store.findByRequestId(requestId);
+    if (existing) return existingFork(existing, args.parentId);
+  }
+  c.get(args.parentId);
+  const bootSignal = requestId ? undefined : signal;
+  const p = c.gate.run(() => forkNow(c, args.parentId, metadata, timeoutSeconds, maxFreezeMs, requestId, bootSignal), signal);
+  return c.requests.track(requestId, what, p);
+}
+
+/** existingFork answers a repeated request_id: the same child, if it still lives. */
+function existingFork(rec: SandboxRecord, parentId: string): ForkResult {
+  if (rec.forkedFrom !== parentId) {
+    throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId}, which is not a fork of ${parentId}`);
+  }
+  if (rec.state !== 'RUNNING' && rec.state !== 'PAUSED') {
+    throw new FailedPreconditionError(`request_id: ${rec.requestId} made sandbox ${rec.sandboxId}, which is ${rec.state}`);
+  }
+  return { child: rec, method: 'existing', parentHeldMs: 0, cloneMs: 0, forkMs: 0 };
+}
+
+async function forkNow(c: CoreContext, parentId: string, metadata: Record<string, string>, timeoutSeconds: number, maxFreezeMs: number, requestId: string, signal: AbortSignal | undefined): Promise<ForkResult> {
+  const t0 = c.now();
+  // Negotiation before anything is made: the device manager must clone (asked now, not from
+  // a cache: a handover may have rolled it back).
+  requireFeature({ component: 'ublk-manager', ...(await c.devices.version()) }, UBLK_FEATURES.clone, 'ForkSandbox');
+  const id = newSandboxId();
+  const log = c.log.child({ sandbox_id: id, parent_id: parentId });
+  return c.locks.run(id, async () => {
+    let child: SandboxRecord | undefined;
+    try {
+      const held = await c.locks.run(parentId, async () => {
+        const parent = c.requireState(parentId, 'ForkSandbox');
+        const { template, templatePoddVersion, templateRootfs, resources, rootfsGeneration } = parent;
+        const rec = newRecord(c, id, { template, templatePoddVersion, templateRootfs, resources: { ...resources }, rootfsGeneration, forkedFrom: parentId }, metadata, timeoutSeconds, requestId);
+        child = rec;
+        c.touch(rec);
+        return cloneParent(c, parent, rec, maxFreezeMs, log);
+      });
+      const ch = child!;
+      c.touch(ch);
+      await bootVm(c, ch, signal);
+      const forkMs = c.now() - t0;
+      log.info({ method: held.method, parent_held_ms: held.parentHeldMs, clone_ms: held.cloneMs, fork_ms: forkMs }, 'sandbox forked');
+      return { child: ch, ...held, forkMs };
+    } catch (err) {
+      if (child) {
+        log.warn({ err }, 'fork failed; tearing the child down');
+        child.requestId = '';
+        await teardown(c, child).catch((e: unknown) => log.error({ err: e }, 'teardown after failed fork failed; adoption will retry'));
+      }
+      throw err;
+    }
+  });
+}
+
+/**
+ * cloneParent holds the parent still, clones its upper and workspace into the child's record
+ * (not yet persisted) and releases the parent. Throws AbortedError when the freeze ran out
+ * before the clones finished (they may be torn).
+ */
+function cloneParent(c: CoreContext, parent: SandboxRecord, child: SandboxRecord, maxFreezeMs: number, log: Logger): Promise<ParentHold> {
+  const sources = (['rootfs-upper', 'workspace'] as const).map((role) => {
+    const d = parent.devices.find((x) => x.role === role);
+    if (!d) throw new FailedPreconditionError(`sandbox ${parent.sandboxId}: its record lacks a ${role} device`);
+    return d;
+  });
+  /** deadlineMs: a frozen parent's remaining window (a clone past it is useless; fail fast and thaw) */
+  const cloneAll = async (deadlineMs?: number): Promise<number> => {
+    failpoint('fork.after-hold');
+    const t = c.now();
+    // both at once: the parent is held for the longer clone, not for the sum
+    const settled = await Promise.allSettled(sources.map((src) => c.devices.clone(`${child.sandboxId}-${src.role === 'rootfs-upper' ? 'upper' : 'ws'}`, src.deviceId, true, deadlineMs)));
+    settled.forEach((r, i) => {
+      if (r.status === 'fulfilled') child.devices.push({ deviceId: r.value.deviceId, role: sources[i]!.role, path: r.value.path, backingFile: r.value.backingFile, sizeBytes: r.value.sizeBytes });
+    });
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed) throw failed.reason;
+    failpoint('fork.after-clone');
+    return c.now() - t;
+  };
+  return holdParent(c, parent, maxFreezeMs, cloneAll, log);
+}

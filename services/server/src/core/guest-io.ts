@@ -1,0 +1,48 @@
+/**
+ * Guest I/O: Exec and the file calls of a RUNNING sandbox, through its podd. Input is checked
+ * here (argv, sizes, paths below /workspace) before podd is asked; podd's answer is passed on
+ * as it is (it concerns the caller's own sandbox, and no safety decision of the host rests on
+ * it). None of these calls moves the record.
+ */
+import { InvalidArgumentError } from '@sandnode/shared';
+import type { CoreContext } from './context';
+import type { ExecArgs, ExecEvent } from './types';
+import { MAX_FILE_CHUNK_BYTES, validateArgv, validateChunk, workspacePath } from './validate';
+
+/** The working directory of an Exec that names none. */
+export const DEFAULT_EXEC_CWD = '/workspace';
+
+/**
+ * exec runs a command through the sandbox's podd; signal ends it (the caller went away).
+ * Errors: INVALID_ARGUMENT (argv, stdin size), NOT_FOUND, FAILED_PRECONDITION (not RUNNING),
+ * and podd's (see SandboxService.Exec).
+ */
+export function exec(c: CoreContext, id: string, args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent> {
+  validateArgv('argv', args.argv);
+  validateChunk('stdin', args.stdin.length);
+  const rec = c.requireState(id, 'Exec');
+  return c.podd.connect(rec.poddAddress).exec({ ...args, cwd: args.cwd || DEFAULT_EXEC_CWD }, signal);
+}
+
+/**
+ * readFile reads at most `length` bytes (0: MAX_FILE_CHUNK_BYTES) at offset of a file below
+ * /workspace. Errors: INVALID_ARGUMENT (path, length), NOT_FOUND, FAILED_PRECONDITION.
+ */
+export async function readFile(c: CoreContext, id: string, p: string, offset: number, length: number): Promise<{ data: Uint8Array; sizeBytes: number; eof: boolean }> {
+  const abs = workspacePath('path', p);
+  validateChunk('length', length);
+  const rec = c.requireState(id, 'ReadFile');
+  return c.podd.connect(rec.poddAddress).readFile(abs, offset, length || MAX_FILE_CHUNK_BYTES);
+}
+
+/**
+ * writeFile writes (or appends) data to a file below /workspace with mode (0..0777), fsync'd
+ * by podd; returns the file's size, bytes. Errors as readFile, and INVALID_ARGUMENT (mode).
+ */
+export async function writeFile(c: CoreContext, id: string, p: string, data: Uint8Array, mode: number, append: boolean): Promise<{ sizeBytes: number }> {
+  const abs = workspacePath('path', p);
+  validateChunk('data', data.length);
+  if (mode > 0o777) throw new InvalidArgumentError(`mode: ${mode.toString(8)} is not a permission mode (0..0777)`);
+  const rec = c.requireState(id, 'WriteFile');
+  return c.podd.connect(rec.poddAddress).writeFile(abs, data, mode, append);
+}

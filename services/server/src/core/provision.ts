@@ -1,0 +1,149 @@
+/**
+ * Making and unmaking a sandbox's parts, the steps create, fork, resume, reset and the reaper
+ * share: the CREATING record of a new id, booting its VM on the recorded devices until podd
+ * answers (CREATING or DRAINED -> RUNNING), booting a DRAINED sandbox again on its own disks,
+ * and the teardown (-> DELETING, then VM, devices, dir and record are removed).
+ */
+import { randomBytes } from 'node:crypto';
+import { mkdir, rm } from 'node:fs/promises';
+import { DeadlineExceededError, FailedPreconditionError, sandboxDir, unixAddress } from '@sandnode/shared';
+import type { CoreContext, RecordOrigin } from './context';
+import { INITIAL_STATE, transition } from './transitions';
+import { RECORD_SCHEMA, type SandboxRecord } from './types';
+
+/** The env var that tells a fork child's init and podd its parent's sandbox id. */
+export const FORKED_FROM_ENV = 'SANDNODE_FORKED_FROM';
+/** Default size of a sandbox's rootfs upper device, bytes (sparse). */
+export const DEFAULT_UPPER_BYTES = 1024 * 1024 * 1024;
+/** Default time podd gets to answer Health after the VM starts, ms. */
+export const DEFAULT_PODD_READY_TIMEOUT_MS = 20_000;
+/** Timeout of one podd Health call while a boot waits for podd, ms. */
+export const PODD_HEALTH_CALL_MS = 1000;
+/** Pause between two podd Health calls while a boot waits for podd, ms. */
+export const PODD_READY_POLL_MS = 25;
+
+/** newSandboxId is a fresh sandbox id: "sb-" + 16 hex digits (SANDBOX_ID_RE of @sandnode/shared). */
+export function newSandboxId(): string {
+  return `sb-${randomBytes(8).toString('hex')}`;
+}
+
+/**
+ * ownedDeviceIds are the devices a record owns: those it lists, the ids a create or fork makes
+ * before it records them (`<id>-upper`, `<id>-ws`), and the fresh upper of a reset in progress.
+ */
+export function ownedDeviceIds(rec: SandboxRecord): string[] {
+  const ids = new Set([...rec.devices.map((d) => d.deviceId), `${rec.sandboxId}-upper`, `${rec.sandboxId}-ws`]);
+  if (rec.resetUpperDeviceId) ids.add(rec.resetUpperDeviceId);
+  return [...ids];
+}
+
+/**
+ * newRecord is the CREATING record of a new sandbox id made from `from` (a template, or a
+ * fork's parent): no VM or device yet, its own podd address and a fresh machine id; it
+ * expires timeoutSeconds from now (0: never). Not persisted.
+ */
+export function newRecord(c: Pick<CoreContext, 'now' | 'runDir'>, id: string, from: RecordOrigin, metadata: Record<string, string>, timeoutSeconds: number, requestId: string): SandboxRecord {
+  const now = c.now();
+  return {
+    ...from,
+    schema: RECORD_SCHEMA,
+    sandboxId: id,
+    state: INITIAL_STATE,
+    vm: undefined,
+    devices: [],
+    poddAddress: unixAddress(`${sandboxDir(c.runDir, id)}/podd.sock`),
+    createdAtMs: now,
+    updatedAtMs: now,
+    expiresAtMs: timeoutSeconds ? now + timeoutSeconds * 1000 : 0,
+    metadata,
+    requestId,
+    errorMessage: '',
+    resumeMethod: '',
+    forkPausedAtMs: 0,
+    machineId: randomBytes(16).toString('hex'),
+    resetUpperDeviceId: '',
+  };
+}
+
+/**
+ * waitForPodd polls podd Health until it answers. DeadlineExceededError (DEADLINE_EXCEEDED:
+ * the sandbox did not come up in time; nothing is wrong with the request) after
+ * c.poddReadyTimeoutMs; signal.reason when signal aborts first.
+ */
+async function waitForPodd(c: CoreContext, rec: SandboxRecord, signal?: AbortSignal): Promise<void> {
+  const client = c.podd.connect(rec.poddAddress);
+  const deadline = c.now() + c.poddReadyTimeoutMs;
+  for (;;) {
+    signal?.throwIfAborted();
+    if (await client.health(PODD_HEALTH_CALL_MS).catch(() => false)) return;
+    if (c.now() > deadline) {
+      throw new DeadlineExceededError(`sandbox ${rec.sandboxId}: podd did not answer at ${rec.poddAddress} within ${c.poddReadyTimeoutMs} ms`);
+    }
+    await new Promise((r) => setTimeout(r, PODD_READY_POLL_MS));
+  }
+}
+
+/**
+ * bootVm starts rec's VM on the devices in its record (their paths must be current), records
+ * the VM, waits for podd and persists RUNNING (from CREATING or DRAINED). The VM id is the
+ * recorded one (or the sandbox id), its hostname the sandbox id, its /etc/machine-id the
+ * record's; a fork child also gets env SANDNODE_FORKED_FROM=<parent id>. signal stops the
+ * wait for podd (the caller tears the sandbox down).
+ */
+export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortSignal): Promise<void> {
+  const upper = rec.devices.find((d) => d.role === 'rootfs-upper');
+  const ws = rec.devices.find((d) => d.role === 'workspace');
+  if (!upper || !ws) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: its record lacks a device`);
+  const dir = sandboxDir(c.runDir, rec.sandboxId);
+  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const vm = await c.vms.create({
+    vmId: rec.vm?.vmId ?? rec.sandboxId,
+    templateRootfs: rec.templateRootfs,
+    upperPath: upper.path,
+    workspacePath: ws.path,
+    resources: rec.resources,
+    poddSocketDir: dir,
+    hostname: rec.sandboxId,
+    env: rec.forkedFrom ? { [FORKED_FROM_ENV]: rec.forkedFrom } : {},
+    machineId: rec.machineId,
+  });
+  rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket };
+  c.touch(rec);
+  await waitForPodd(c, rec, signal);
+  transition(rec, 'RUNNING');
+  rec.resumeMethod = '';
+  c.touch(rec);
+}
+
+/**
+ * coldStart boots a DRAINED sandbox again on its own disks (their current paths from the
+ * ublk-manager). FailedPreconditionError when a device is not attached or missing.
+ */
+export async function coldStart(c: CoreContext, rec: SandboxRecord): Promise<SandboxRecord> {
+  const paths: Partial<Record<'rootfs-upper' | 'workspace', string>> = {};
+  for (const d of rec.devices) {
+    const live = await c.devices.get(d.deviceId);
+    if (!live?.attached) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: device ${d.deviceId} is not attached (is ublk-manager running?)`);
+    d.path = live.path;
+    paths[d.role] = live.path;
+  }
+  if (!paths['rootfs-upper'] || !paths.workspace) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: its record lacks a device`);
+  await bootVm(c, rec);
+  c.log.info({ sandbox_id: rec.sandboxId, pid: rec.vm?.pid }, 'drained sandbox started again on its disks');
+  return rec;
+}
+
+/**
+ * teardown removes VM, devices, runtime dir and finally the record (marked DELETING first,
+ * so a crash in between is finished by adoption). Idempotent: a retry after a peer outage
+ * finishes it.
+ */
+export async function teardown(c: CoreContext, rec: SandboxRecord): Promise<void> {
+  transition(rec, 'DELETING');
+  c.touch(rec);
+  await c.vms.delete(rec.vm?.vmId ?? rec.sandboxId);
+  c.podd.forget(rec.poddAddress);
+  for (const d of ownedDeviceIds(rec)) await c.devices.delete(d);
+  await rm(sandboxDir(c.runDir, rec.sandboxId), { recursive: true, force: true });
+  c.store.delete(rec.sandboxId);
+}
