@@ -11,7 +11,7 @@
 import { readFileSync } from 'node:fs';
 import { GenericContainer, Wait, type StartedTestContainer, type WaitStrategy } from 'testcontainers';
 import { runtime } from './engine';
-import { containerSpec, LABEL, podContainer, privilegeFallback, PRIVILEGED, RUN_LABEL, type ContainerSpec, type PodHost, type PodLayout, type Privilege } from './pod-layout';
+import { containerName, containerSpec, LABEL, podContainer, privilegeFallback, PRIVILEGED, RUN_LABEL, type ContainerSpec, type PodHost, type PodLayout, type Privilege } from './pod-layout';
 
 type EngineContainer = Parameters<WaitStrategy['waitUntilReady']>[0];
 
@@ -157,7 +157,7 @@ export class Pod {
   }
 
   private async engineContainer(c: string): Promise<EngineContainer> {
-    return (await runtime()).container.getById(this.spec(c, '').name);
+    return (await runtime()).container.getById(containerName(this.host, podContainer(this.layout, c).name));
   }
 
   /** running says whether container c runs (false when it does not exist). */
@@ -207,7 +207,8 @@ export class Pod {
   /** stop sends SIGTERM to container c's main process (30 s, then SIGKILL) and keeps it, exited. */
   async stop(c: string): Promise<void> {
     const s = this.started.get(c);
-    if (s) await s.stop({ timeout: 30_000, remove: false });
+    if (!s) throw new Error(`stop ${c}: not started by this pod`);
+    await s.stop({ timeout: 30_000, remove: false });
   }
 
   /** waitExited waits until container c's main process has exited; false on timeout. */
