@@ -1,68 +1,27 @@
 /**
  * Integration tests of CloneDevice with the loop driver: the real daemon (dist/main.js) on a
  * unix socket in a temp dir, real loop devices, ext4, mount, fsfreeze, e2fsck, debugfs, and
- * crashes by failpoint (SIGKILL). Needs root, /dev/loop-control and e2fsprogs/util-linux;
- * skips naming what is missing. Every loop device, mount, image and process made here is
- * removed in afterAll; nothing else is touched.
+ * crashes by failpoint (SIGKILL). Needs root, /dev/loop-control, e2fsprogs, util-linux,
+ * fsfreeze and the build: skips naming what is missing, fails instead under CI=true (testkit
+ * describeWith). Every loop device, mount, image and process made here is removed in
+ * afterAll (a leftover mount or loop device fails the suite); nothing else is touched.
  */
-import { spawn, spawnSync, execFileSync, type ChildProcess } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
-import http from 'node:http';
+import { spawnSync, execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { ClientError, Metadata, Status } from 'nice-grpc';
+import { ClientError, Metadata, Status } from 'nice-grpc-common';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import { DeviceServiceDefinition, DeviceState, Filesystem, type CloneDeviceRequest, type Device } from '@sandnode/shared/proto/ublk/v1/ublk';
+import { describeWith, expectCode, PARTS } from '@sandnode/testkit';
 import { lockSlot } from './store/locks';
+import { backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, httpGet, loopsUnder, MIB, mountsUnder, spawnDaemon, tempRoot, waitForLog, type Daemon, type Exit } from './__tests__/handover-harness';
 
-const ROOT = path.resolve(__dirname, '..', '..', '..');
-const MAIN = path.join(ROOT, 'services', 'ublk-manager', 'dist', 'main.js');
-const MIB = 1024 * 1024;
 const GIB = 1024 * MIB;
 const MAX = 2 * GIB;
 
-function hasCommand(cmd: string): boolean {
-  return spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
-}
-
-const missing = [
-  ...(process.getuid?.() === 0 ? [] : ['root']),
-  ...(existsSync('/dev/loop-control') ? [] : ['/dev/loop-control']),
-  ...['losetup', 'mkfs.ext4', 'e2fsck', 'debugfs', 'mount', 'umount', 'fsfreeze', 'dd'].filter((c) => !hasCommand(c)),
-];
 jest.setTimeout(180_000);
-const suite = missing.length === 0 ? describe : describe.skip;
-if (missing.length > 0) console.warn(`ublk-manager CloneDevice integration tests skipped: missing ${missing.join(', ')}`);
-
-/** Loop devices (path -> backing file) whose backing file is under dir. */
-function loopsUnder(dir: string): Map<string, string> {
-  const out = new Map<string, string>();
-  for (const name of readdirSync('/sys/block').filter((n) => /^loop\d+$/.test(n))) {
-    try {
-      const f = readFileSync(`/sys/block/${name}/loop/backing_file`, 'utf8').trim().replace(/ \(deleted\)$/, '');
-      if (f.startsWith(`${dir}/`)) out.set(`/dev/${name}`, f);
-    } catch {
-      /* not bound */
-    }
-  }
-  return out;
-}
-
-function backingOf(dev: string): string | undefined {
-  try {
-    return readFileSync(`/sys/block/${path.basename(dev)}/loop/backing_file`, 'utf8').trim();
-  } catch {
-    return undefined;
-  }
-}
-
-function mountsUnder(dir: string): string[] {
-  return readFileSync('/proc/self/mountinfo', 'utf8')
-    .split('\n')
-    .map((l) => l.split(' ')[4] ?? '')
-    .filter((m) => m.startsWith(`${dir}/`));
-}
 
 function allocated(file: string): number {
   return statSync(file).blocks * 512;
@@ -73,38 +32,14 @@ function debugfsCat(image: string, file: string): string {
   return spawnSync('debugfs', ['-R', `cat ${file}`, image], { encoding: 'utf8', maxBuffer: 64 * MIB }).stdout;
 }
 
-function httpGet(url: string): Promise<string> {
-  return new Promise((resolve, reject) => {
-    http
-      .get(url, (res) => {
-        let body = '';
-        res.on('data', (c: Buffer) => (body += c.toString()));
-        res.on('end', () => resolve(body));
-      })
-      .on('error', reject);
-  });
-}
-
-async function expectCode(p: Promise<unknown>, code: Status, text?: string): Promise<void> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ClientError);
-  const ce = err as ClientError;
-  expect(Status[ce.code]).toBe(Status[code]);
-  if (text) expect(ce.details).toContain(text);
-}
-
-suite('ublk-manager CloneDevice (loop driver, real daemon)', () => {
+describeWith('ublk-manager CloneDevice (loop driver, real daemon)', [...DAEMON_PARTS, PARTS.fsfreeze], () => {
   let tmp: string;
   let stateDir: string;
   let runDir: string;
   let imagesDir: string;
   let logFile: string;
   let addr: string;
-  let child: ChildProcess | undefined;
-  let exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }> | undefined;
+  let daemon: Daemon | undefined;
   let channel: ReturnType<typeof createSandnodeChannel> | undefined;
   let client: ReturnType<typeof createServiceClient<typeof DeviceServiceDefinition>>;
   let version: ReturnType<typeof createServiceClient<typeof VersionServiceDefinition>>;
@@ -129,40 +64,24 @@ suite('ublk-manager CloneDevice (loop driver, real daemon)', () => {
 
   /** startDaemon spawns dist/main.js (log appended to logFile), waits for "serving", connects. */
   async function startDaemon(extra: Record<string, string> = {}): Promise<number> {
-    const fd = openSync(logFile, 'a');
-    const proc = spawn(process.execPath, [MAIN], { env: env(extra), stdio: ['ignore', fd, fd] });
-    closeSync(fd);
-    child = proc;
-    exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-    let dead = false;
-    void exited.then(() => (dead = true));
-    const until = Date.now() + 30_000;
-    const serving = (): boolean =>
-      readFileSync(logFile, 'utf8')
-        .split('\n')
-        .some((l) => l.includes(`"pid":${proc.pid},`) && l.includes('"msg":"serving"'));
-    while (!serving()) {
-      if (dead) throw new Error(`daemon exited at start; log:\n${readFileSync(logFile, 'utf8').slice(-3000)}`);
-      if (Date.now() > until) throw new Error(`daemon not serving in 30 s; log:\n${readFileSync(logFile, 'utf8').slice(-3000)}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    daemon = spawnDaemon(logFile, env(extra));
+    await waitForLog(logFile, daemon, '"msg":"serving"');
     channel?.close();
     channel = createSandnodeChannel(addr);
     client = createServiceClient(DeviceServiceDefinition, channel, { timeoutMs: 120_000 });
     version = createServiceClient(VersionServiceDefinition, channel, { timeoutMs: 5000 });
-    return proc.pid ?? 0;
+    return daemon.pid;
   }
 
-  async function stopDaemon(signal: NodeJS.Signals): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-    if (!child || !exited) throw new Error('no daemon');
-    child.kill(signal);
+  async function stopDaemon(signal: NodeJS.Signals): Promise<Exit> {
+    if (!daemon) throw new Error('no daemon');
+    daemon.proc.kill(signal);
     return waitExit();
   }
 
-  async function waitExit(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-    const r = await exited!;
-    child = undefined;
-    exited = undefined;
+  async function waitExit(): Promise<Exit> {
+    const r = await daemon!.done;
+    daemon = undefined;
     return r;
   }
 
@@ -199,8 +118,8 @@ suite('ublk-manager CloneDevice (loop driver, real daemon)', () => {
   }
 
   beforeAll(async () => {
-    execFileSync(path.join(ROOT, 'node_modules', '.bin', 'tsc'), ['-b', 'services/ublk-manager/tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
-    tmp = mkdtempSync('/tmp/ublk-clone-it-');
+    buildDaemon();
+    tmp = tempRoot('ublk-clone-it');
     stateDir = path.join(tmp, 'state');
     runDir = path.join(tmp, 'run');
     imagesDir = path.join(stateDir, 'images');
@@ -215,17 +134,12 @@ suite('ublk-manager CloneDevice (loop driver, real daemon)', () => {
 
   afterAll(async () => {
     if (!tmp) return;
-    if (child && exited) {
-      child.kill('SIGKILL');
-      await exited;
+    if (daemon) {
+      daemon.proc.kill('SIGKILL');
+      await daemon.done;
     }
     channel?.close();
-    for (const m of mountsUnder(tmp).reverse()) {
-      spawnSync('fsfreeze', ['--unfreeze', m]);
-      spawnSync('umount', [m]);
-    }
-    for (const dev of loopsUnder(tmp).keys()) spawnSync('losetup', ['-d', dev]);
-    rmSync(tmp, { recursive: true, force: true });
+    cleanUpUnder(tmp);
   });
 
   it('GetVersion lists the feature "ublk.clone"', async () => {

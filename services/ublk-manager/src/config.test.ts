@@ -1,7 +1,7 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ConfigError } from '@sandnode/shared';
+import { makeTempDir } from '@sandnode/testkit';
 import { loadUblkConfig } from './config';
 import { parseArgs, UsageError } from './main';
 
@@ -43,7 +43,7 @@ describe('loadUblkConfig', () => {
   });
 
   it('reads a JSON file with version 1, env overriding it', () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'ublk-cfg-'));
+    const dir = makeTempDir('ublk-cfg');
     try {
       const file = path.join(dir, 'c.json');
       writeFileSync(file, JSON.stringify({ version: 1, imagesDir: '/img', directIo: false, logLevel: 'debug' }));

@@ -1,20 +1,21 @@
 /**
  * Integration tests of the device handover during sandbox churn with the loop driver: two
  * real daemon processes (slots a and b) on one state dir (see the suite's comment below).
- * Needs root, /dev/loop-control, util-linux and e2fsprogs; skips naming what is missing.
- * Every loop device, image and process made here is removed in afterAll.
+ * Needs root, /dev/loop-control, util-linux, e2fsprogs and the build (DAEMON_PARTS): skips
+ * naming what is missing, fails instead under CI=true (testkit describeWith).
+ * Every loop device, image and process made here is removed in afterAll (a leftover loop
+ * device fails the suite).
  */
-import { spawn, spawnSync, execFileSync } from 'node:child_process';
-import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { DeviceServiceDefinition, Filesystem, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
-import { ClientError, Status } from 'nice-grpc';
-import { handoverSuite, ROOT, MAIN, MIB, backingOf, loopsUnder, expectCode, type Slot, type Daemon } from './__tests__/handover-harness';
+import { ClientError, Status } from 'nice-grpc-common';
+import { describeWith, expectCode } from '@sandnode/testkit';
+import { backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, loopsUnder, MIB, spawnDaemon, tempRoot, waitForLog, type Daemon, type Slot } from './__tests__/handover-harness';
 
 jest.setTimeout(180_000);
-const suite = handoverSuite('handover churn');
 
 /**
  * The device handover while the server keeps creating and deleting sandboxes (two devices
@@ -24,7 +25,7 @@ const suite = handoverSuite('handover churn');
  * at once (the retiring old slot takes its devices back when called) or when only the old
  * slot is started again (takeover rule). Pauses are failpoints (`pause` waits for SIGUSR2).
  */
-suite('ublk-manager handover during sandbox churn (loop driver, real processes)', () => {
+describeWith('ublk-manager handover during sandbox churn (loop driver, real processes)', DAEMON_PARTS, () => {
   let tmp: string;
   let stateDir: string;
   let runDir: string;
@@ -47,13 +48,8 @@ suite('ublk-manager handover during sandbox churn (loop driver, real processes)'
       SANDNODE_UBLK_MANAGER_LOG_LEVEL: 'info',
       ...(failpoints ? { SANDNODE_UBLK_MANAGER_FAILPOINTS: failpoints } : {}),
     });
-    const fd = openSync(logOf(s), 'a');
-    const proc = spawn(process.execPath, [MAIN], { env, stdio: ['ignore', fd, fd] });
-    closeSync(fd);
-    const d: Daemon = { proc, pid: proc.pid ?? 0, done: new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal }))) };
-    let dead = false;
-    void d.done.then(() => (dead = true));
-    await waitLog(s, d.pid, '"msg":"serving"', () => dead);
+    const d = spawnDaemon(logOf(s), env);
+    await waitLog(s, d, '"msg":"serving"');
     daemons[s] = d;
     channels[s]?.close();
     channels[s] = createSandnodeChannel(addr(s));
@@ -61,15 +57,9 @@ suite('ublk-manager handover during sandbox churn (loop driver, real processes)'
     clients[s] = createServiceClient(DeviceServiceDefinition, channels[s]!, { timeoutMs: 60_000, epoch: () => epoch, retryAttempts: 1 });
   }
 
-  /** waitLog waits for a log line of pid containing text (the daemon writes it; no sleeps in the daemon). */
-  async function waitLog(s: Slot, pid: number, text: string, dead: () => boolean = () => false): Promise<void> {
-    const until = Date.now() + 30_000;
-    const seen = () => readFileSync(logOf(s), 'utf8').split('\n').some((l) => l.includes(`"pid":${pid},`) && l.includes(text));
-    while (!seen()) {
-      if (dead()) throw new Error(`slot ${s} exited; log:\n${readFileSync(logOf(s), 'utf8').slice(-3000)}`);
-      if (Date.now() > until) throw new Error(`slot ${s}: no log line with ${text} in 30 s`);
-      await new Promise((r) => setTimeout(r, 25));
-    }
+  /** waitLog waits for a log line of daemon d of slot s containing text (the daemon writes it; no sleeps in the daemon); throws if d exits first. */
+  function waitLog(s: Slot, d: Daemon, text: string): Promise<void> {
+    return waitForLog(logOf(s), d, text);
   }
 
   /** stopSlot: SIGTERM (as the CLI stops the old slot) or SIGKILL. */
@@ -105,8 +95,8 @@ suite('ublk-manager handover during sandbox churn (loop driver, real processes)'
   }
 
   beforeAll(async () => {
-    execFileSync(path.join(ROOT, 'node_modules', '.bin', 'tsc'), ['-b', 'services/ublk-manager/tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
-    tmp = mkdtempSync('/tmp/ublk-churn-');
+    buildDaemon();
+    tmp = tempRoot('ublk-churn');
     stateDir = path.join(tmp, 'state');
     runDir = path.join(tmp, 'run');
     await startSlot('a');
@@ -116,22 +106,21 @@ suite('ublk-manager handover during sandbox churn (loop driver, real processes)'
     if (!tmp) return;
     for (const s of ['a', 'b'] as const) await stopSlot(s, 'SIGKILL');
     for (const c of Object.values(channels)) c?.close();
-    for (const dev of loopsUnder(tmp)) spawnSync('losetup', ['-d', dev]);
-    rmSync(tmp, { recursive: true, force: true });
+    cleanUpUnder(tmp);
   });
 
   it('a device deleted on the old slot during HandoverAll is skipped (the move succeeds); the old slot is retiring: CreateDevice and calls on released devices answer UNAVAILABLE; after the move the create succeeds on the new slot', async () => {
     const ids = ['s1-upper', 's1-ws', 's2-upper', 's2-ws', 's3-upper', 's3-ws'];
     for (const id of ids) await create('a', id);
     await startSlot('b', 'ublk.handover-all.after-list=pause,ublk.handover-all.after-first-move=pause');
-    const pidB = daemons.b!.pid;
+    const b = daemons.b!;
     const move = client('b').handoverAll({ fromAddress: addr('a'), deviceIds: [], perDeviceTimeoutMs: 0 });
-    await waitLog('b', pidB, 'failpoint ublk.handover-all.after-list paused');
+    await waitLog('b', b, 'failpoint ublk.handover-all.after-list paused');
     // b listed a: a is retiring. The server deletes sandbox s3 (one device now, one later).
     expect((await client('a').deleteDevice({ deviceId: 's3-ws' })).existed).toBe(true);
     await expectCode(create('a', 's4-upper'), Status.UNAVAILABLE, 'is handing its devices to slot b');
     daemons.b!.proc.kill('SIGUSR2');
-    await waitLog('b', pidB, 'failpoint ublk.handover-all.after-first-move paused');
+    await waitLog('b', b, 'failpoint ublk.handover-all.after-first-move paused');
     // s1-upper moved: a released it. Calls naming it on a are UNAVAILABLE (not NOT_FOUND / existed=false).
     await expectCode(client('a').getDevice({ deviceId: 's1-upper' }), Status.UNAVAILABLE, 'was released to it; retry');
     await expectCode(client('a').deleteDevice({ deviceId: 's1-upper' }), Status.UNAVAILABLE);
@@ -140,9 +129,7 @@ suite('ublk-manager handover during sandbox churn (loop driver, real processes)'
     expect((await client('a').deleteDevice({ deviceId: 's3-upper' })).existed).toBe(true);
     daemons.b!.proc.kill('SIGUSR2');
     const r = await move;
-    expect(r.devices.map((d) => [d.deviceId, HandoverResult[d.result], d.error])).toEqual(
-      ['s1-upper', 's1-ws', 's2-upper', 's2-ws'].map((id) => [id, 'HANDOVER_RESULT_MOVED', '']),
-    );
+    expect(r.devices.map((d) => [d.deviceId, HandoverResult[d.result], d.error])).toEqual(['s1-upper', 's1-ws', 's2-upper', 's2-ws'].map((id) => [id, 'HANDOVER_RESULT_MOVED', '']));
     const bLog = readFileSync(logOf('b'), 'utf8');
     expect(bLog).toContain('"device_id":"s3-upper"');
     expect(bLog).toContain('the old slot no longer has this device (deleted meanwhile); skipped');
@@ -167,7 +154,10 @@ suite('ublk-manager handover during sandbox churn (loop driver, real processes)'
     const pidA = daemons.a!.pid;
     const call = client('a')
       .handoverAll({ fromAddress: addr('b'), deviceIds: [], perDeviceTimeoutMs: 0 })
-      .then(() => undefined, (e: unknown) => e);
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
     const r = await daemons.a!.done;
     expect(r.signal).toBe('SIGKILL');
     delete daemons.a;
@@ -186,7 +176,10 @@ suite('ublk-manager handover during sandbox churn (loop driver, real processes)'
     await startSlot('a', 'ublk.handover-all.after-first-move=kill');
     const call = client('a')
       .handoverAll({ fromAddress: addr('b'), deviceIds: [], perDeviceTimeoutMs: 0 })
-      .then(() => undefined, (e: unknown) => e);
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      );
     expect((await daemons.a!.done).signal).toBe('SIGKILL');
     delete daemons.a;
     expect(await call).toBeInstanceOf(ClientError);
@@ -201,6 +194,6 @@ suite('ublk-manager handover during sandbox churn (loop driver, real processes)'
     expect((await client('a').listDevices({})).devices).toEqual([]);
     await expectOwnedBy('b', all);
     for (const id of all) expect((await client('b').deleteDevice({ deviceId: id })).existed).toBe(true);
-    expect(loopsUnder(tmp)).toEqual([]);
+    expect([...loopsUnder(tmp).keys()]).toEqual([]);
   });
 });

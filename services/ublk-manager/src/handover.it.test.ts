@@ -6,26 +6,28 @@
  * kill -9 at each handover step (failpoints that SIGKILL the process) with convergence after
  * restarting both slots, the stall histogram on /metrics, and epoch fencing across restarts.
  * The handover during sandbox churn is handover-churn.it.test.ts.
- * Needs root, /dev/loop-control, util-linux and e2fsprogs; skips naming what is missing.
- * Every loop device, mount, image and process made here is removed in afterAll.
+ * Needs root, /dev/loop-control, util-linux, e2fsprogs and the build (DAEMON_PARTS): skips
+ * naming what is missing, fails instead under CI=true (testkit describeWith).
+ * Every loop device, mount, image and process made here is removed in afterAll (a leftover
+ * mount or loop device fails the suite).
  */
-import { spawn, spawnSync, execFileSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { DeviceServiceDefinition, Filesystem, HandoverResult, type Device } from '@sandnode/shared/proto/ublk/v1/ublk';
-import { ClientError, Status } from 'nice-grpc';
-import { handoverSuite, ROOT, MAIN, MIB, backingOf, loopsUnder, isMounted, percentile, expectCode, httpGet, type Slot, type Daemon } from './__tests__/handover-harness';
+import { ClientError, Status } from 'nice-grpc-common';
+import { describeWith, expectCode } from '@sandnode/testkit';
+import { backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, httpGet, MIB, percentile, spawnDaemon, tempRoot, waitForLog, type Daemon, type Slot } from './__tests__/handover-harness';
 
 const N_DEVICES = 20;
 const IDS = Array.from({ length: N_DEVICES }, (_, i) => `dev-${String(i).padStart(2, '0')}`);
 
 jest.setTimeout(180_000);
-const suite = handoverSuite('handover');
 
-suite('ublk-manager slots and device handover (loop driver, real processes)', () => {
+describeWith('ublk-manager slots and device handover (loop driver, real processes)', DAEMON_PARTS, () => {
   let tmp: string;
   let stateDir: string;
   let runDir: string;
@@ -40,7 +42,7 @@ suite('ublk-manager slots and device handover (loop driver, real processes)', ()
   const logOf = (s: Slot) => path.join(tmp, `slot-${s}.log`);
   const client = (s: Slot) => clients[s]!;
 
-  function spawnSlot(s: Slot, extra: Record<string, string> = {}): Omit<Daemon, 'pid'> & { pid: number } {
+  function spawnSlot(s: Slot, extra: Record<string, string> = {}): Daemon {
     const env: NodeJS.ProcessEnv = {};
     for (const [k, v] of Object.entries(process.env)) if (!k.startsWith('SANDNODE_')) env[k] = v;
     Object.assign(env, {
@@ -51,25 +53,13 @@ suite('ublk-manager slots and device handover (loop driver, real processes)', ()
       ...(s === 'b' ? { SANDNODE_UBLK_MANAGER_METRICS_LISTEN: `127.0.0.1:${metricsPort}` } : {}),
       ...extra,
     });
-    const fd = openSync(logOf(s), 'a');
-    const proc = spawn(process.execPath, [MAIN], { env, stdio: ['ignore', fd, fd] });
-    closeSync(fd);
-    const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-    return { proc, done, pid: proc.pid ?? 0 };
+    return spawnDaemon(logOf(s), env);
   }
 
   /** startSlot spawns slot s (with failpoints in extra), waits for "serving", connects. */
   async function startSlot(s: Slot, extra: Record<string, string> = {}): Promise<void> {
     const d = spawnSlot(s, extra);
-    let dead = false;
-    void d.done.then(() => (dead = true));
-    const until = Date.now() + 30_000;
-    const serving = () => readFileSync(logOf(s), 'utf8').split('\n').some((l) => l.includes(`"pid":${d.pid},`) && l.includes('"msg":"serving"'));
-    while (!serving()) {
-      if (dead) throw new Error(`slot ${s} exited at start; log:\n${readFileSync(logOf(s), 'utf8').slice(-3000)}`);
-      if (Date.now() > until) throw new Error(`slot ${s} not serving in 30 s`);
-      await new Promise((r) => setTimeout(r, 25));
-    }
+    await waitForLog(logOf(s), d, '"msg":"serving"');
     daemons[s] = d;
     channels[s]?.close();
     channels[s] = createSandnodeChannel(addr(s));
@@ -119,8 +109,8 @@ suite('ublk-manager slots and device handover (loop driver, real processes)', ()
   }
 
   beforeAll(async () => {
-    execFileSync(path.join(ROOT, 'node_modules', '.bin', 'tsc'), ['-b', 'services/ublk-manager/tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
-    tmp = mkdtempSync('/tmp/ublk-ho-');
+    buildDaemon();
+    tmp = tempRoot('ublk-ho');
     stateDir = path.join(tmp, 'state');
     runDir = path.join(tmp, 'run');
     mnt = path.join(tmp, 'mnt');
@@ -132,9 +122,7 @@ suite('ublk-manager slots and device handover (loop driver, real processes)', ()
     if (!tmp) return;
     for (const s of ['a', 'b'] as const) await killSlot(s);
     for (const c of Object.values(channels)) c?.close();
-    if (isMounted(mnt)) spawnSync('umount', [mnt]);
-    for (const dev of loopsUnder(tmp)) spawnSync('losetup', ['-d', dev]);
-    rmSync(tmp, { recursive: true, force: true });
+    cleanUpUnder(tmp);
   });
 
   it('a second process of the same slot exits with a clear message (slot lock)', async () => {
@@ -251,10 +239,14 @@ suite('ublk-manager slots and device handover (loop driver, real processes)', ()
       await startSlot(step.slot, { SANDNODE_UBLK_MANAGER_FAILPOINTS: `${step.failpoint}=kill` });
       const call = client('a')
         .handoverAll({ fromAddress: addr('b'), deviceIds: [step.device], perDeviceTimeoutMs: 0 })
-        .then((r) => r.devices.map((d) => HandoverResult[d.result]), (e: unknown) => e);
+        .then(
+          (r) => r.devices.map((d) => HandoverResult[d.result]),
+          (e: unknown) => e,
+        );
       await waitDeath(step.slot);
       const res = await call;
-      if (step.slot === 'a') expect(res).toBeInstanceOf(ClientError); // the new slot died inside the call
+      if (step.slot === 'a')
+        expect(res).toBeInstanceOf(ClientError); // the new slot died inside the call
       else expect(res).not.toEqual(['HANDOVER_RESULT_MOVED']);
       // The killed slot first, while the other runs: a slot that starts while the other is
       // not running takes that slot's devices over (takeover rule), which is not this test.

@@ -1,85 +1,34 @@
 /**
  * Integration tests of the ublk-manager daemon with the loop driver: the real process
  * (dist/main.js) on a unix socket in a temp dir, real loop devices, real mkfs/e2fsck/mount.
- * Needs root, /dev/loop-control and e2fsprogs/util-linux; skips naming what is missing.
- * Every loop device, mount, image and process made here is removed in afterAll.
+ * Needs root, /dev/loop-control, e2fsprogs, util-linux and the build (DAEMON_PARTS): skips
+ * naming what is missing, fails instead under CI=true (testkit describeWith).
+ * Every loop device, mount, image and process made here is removed in afterAll (a leftover
+ * mount or loop device fails the suite).
  */
-import { spawn, spawnSync, execFileSync, type ChildProcess } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { ClientError, Status } from 'nice-grpc';
+import { Status } from 'nice-grpc-common';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import { Capability, DeviceServiceDefinition, DeviceState, Filesystem, type CreateDeviceRequest } from '@sandnode/shared/proto/ublk/v1/ublk';
+import { describeWith, expectCode } from '@sandnode/testkit';
+import { backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, loopsUnder, MIB, ROOT, spawnDaemon as spawnMain, tempRoot, waitForLog, type Daemon, type Exit } from './__tests__/handover-harness';
 
-const ROOT = path.resolve(__dirname, '..', '..', '..');
-const MAIN = path.join(ROOT, 'services', 'ublk-manager', 'dist', 'main.js');
-const MIB = 1024 * 1024;
 const MAX = 512 * MIB;
 
-function hasCommand(cmd: string): boolean {
-  return spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
-}
-
-const missing = [
-  ...(process.getuid?.() === 0 ? [] : ['root']),
-  ...(existsSync('/dev/loop-control') ? [] : ['/dev/loop-control']),
-  ...['losetup', 'mkfs.ext4', 'e2fsck', 'debugfs', 'mount', 'umount'].filter((c) => !hasCommand(c)),
-];
 jest.setTimeout(120_000);
-const suite = missing.length === 0 ? describe : describe.skip;
-if (missing.length > 0) console.warn(`ublk-manager integration tests skipped: missing ${missing.join(', ')}`);
 
-/** Loop devices (path -> backing file) whose backing file is under dir. */
-function loopsUnder(dir: string): Map<string, string> {
-  const out = new Map<string, string>();
-  for (const name of readdirSync('/sys/block').filter((n) => /^loop\d+$/.test(n))) {
-    try {
-      const f = readFileSync(`/sys/block/${name}/loop/backing_file`, 'utf8').trim().replace(/ \(deleted\)$/, '');
-      if (f.startsWith(`${dir}/`)) out.set(`/dev/${name}`, f);
-    } catch {
-      /* not bound */
-    }
-  }
-  return out;
-}
-
-function backingOf(dev: string): string | undefined {
-  try {
-    return readFileSync(`/sys/block/${path.basename(dev)}/loop/backing_file`, 'utf8').trim();
-  } catch {
-    return undefined;
-  }
-}
-
-function isMounted(dir: string): boolean {
-  return readFileSync('/proc/self/mountinfo', 'utf8')
-    .split('\n')
-    .some((l) => l.split(' ')[4] === dir);
-}
-
-/** expectCode awaits p and asserts a ClientError with code whose details contain text. */
-async function expectCode(p: Promise<unknown>, code: Status, text?: string): Promise<void> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(ClientError);
-  const ce = err as ClientError;
-  expect(Status[ce.code]).toBe(Status[code]);
-  if (text) expect(ce.details).toContain(text);
-}
-
-suite('ublk-manager daemon (loop driver)', () => {
+describeWith('ublk-manager daemon (loop driver)', DAEMON_PARTS, () => {
   let tmp: string;
   let stateDir: string;
   let runDir: string;
   let imagesDir: string;
   let addr: string;
   let logFile: string;
-  let child: ChildProcess | undefined;
-  let exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }> | undefined;
+  let daemon: Daemon | undefined;
   let channel: ReturnType<typeof createSandnodeChannel>;
   let client: ReturnType<typeof createServiceClient<typeof DeviceServiceDefinition>>;
   let version: ReturnType<typeof createServiceClient<typeof VersionServiceDefinition>>;
@@ -100,12 +49,8 @@ suite('ublk-manager daemon (loop driver)', () => {
   }
 
   /** spawnDaemon starts dist/main.js with its log appended to logFile. */
-  function spawnDaemon(extra: Record<string, string> = {}, args: string[] = []): { proc: ChildProcess; done: Promise<{ code: number | null; signal: NodeJS.Signals | null }> } {
-    const fd = openSync(logFile, 'a');
-    const proc = spawn(process.execPath, [MAIN, ...args], { env: env(extra), stdio: ['ignore', fd, fd] });
-    closeSync(fd);
-    const done = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
-    return { proc, done };
+  function spawnDaemon(extra: Record<string, string> = {}, args: string[] = []): Daemon {
+    return spawnMain(logFile, env(extra), args);
   }
 
   /** connect opens a fresh channel (a channel to a dead socket sits in reconnect backoff). */
@@ -118,40 +63,25 @@ suite('ublk-manager daemon (loop driver)', () => {
 
   /** startDaemon spawns the daemon, waits for its "serving" log line, connects; returns its pid. */
   async function startDaemon(extra: Record<string, string> = {}): Promise<number> {
-    const s = spawnDaemon(extra);
-    child = s.proc;
-    exited = s.done;
-    const pid = child.pid;
-    let dead = false;
-    void s.done.then(() => (dead = true));
-    const until = Date.now() + 30_000;
-    const serving = (): boolean =>
-      readFileSync(logFile, 'utf8')
-        .split('\n')
-        .some((l) => l.includes(`"pid":${pid},`) && l.includes('"msg":"serving"'));
-    while (!serving()) {
-      if (dead) throw new Error(`daemon exited at start; log:\n${readFileSync(logFile, 'utf8').slice(-3000)}`);
-      if (Date.now() > until) throw new Error(`daemon not serving in 30 s; log:\n${readFileSync(logFile, 'utf8').slice(-3000)}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    daemon = spawnDaemon(extra);
+    await waitForLog(logFile, daemon, '"msg":"serving"');
     connect();
     const v = await version.getVersion({});
-    expect(v.pid).toBe(pid);
+    expect(v.pid).toBe(daemon.pid);
     return v.pid;
   }
 
-  async function stopDaemon(signal: NodeJS.Signals): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
-    if (!child || !exited) throw new Error('no daemon');
-    child.kill(signal);
-    const r = await exited;
-    child = undefined;
-    exited = undefined;
+  async function stopDaemon(signal: NodeJS.Signals): Promise<Exit> {
+    if (!daemon) throw new Error('no daemon');
+    daemon.proc.kill(signal);
+    const r = await daemon.done;
+    daemon = undefined;
     return r;
   }
 
   beforeAll(async () => {
-    execFileSync(path.join(ROOT, 'node_modules', '.bin', 'tsc'), ['-b', 'services/ublk-manager/tsconfig.build.json'], { cwd: ROOT, stdio: 'inherit' });
-    tmp = mkdtempSync('/tmp/ublk-it-');
+    buildDaemon();
+    tmp = tempRoot('ublk-it');
     stateDir = path.join(tmp, 'state');
     runDir = path.join(tmp, 'run');
     imagesDir = path.join(stateDir, 'images');
@@ -169,14 +99,12 @@ suite('ublk-manager daemon (loop driver)', () => {
 
   afterAll(async () => {
     if (!tmp) return;
-    if (child && exited) {
-      child.kill('SIGKILL');
-      await exited;
+    if (daemon) {
+      daemon.proc.kill('SIGKILL');
+      await daemon.done;
     }
     channel?.close();
-    if (isMounted(mnt)) spawnSync('umount', [mnt]);
-    for (const dev of loopsUnder(tmp).keys()) spawnSync('losetup', ['-d', dev]);
-    rmSync(tmp, { recursive: true, force: true });
+    cleanUpUnder(tmp);
   });
 
   const empty = (over: Partial<CreateDeviceRequest> = {}): CreateDeviceRequest => ({
@@ -286,7 +214,7 @@ suite('ublk-manager daemon (loop driver)', () => {
 
   it('kill -9 then restart: devices stay attached and are adopted with the same paths', async () => {
     const before = (await client.listDevices({})).devices;
-    const oldPid = child!.pid;
+    const oldPid = daemon!.pid;
     expect((await stopDaemon('SIGKILL')).signal).toBe('SIGKILL');
     for (const d of before) expect(backingOf(d.path)).toBe(d.backingFile);
     const pid = await startDaemon();

@@ -1,7 +1,7 @@
-import { mkdtempSync, openSync, readdirSync, readFileSync, rmSync, statSync, writeSync, closeSync, ftruncateSync } from 'node:fs';
-import os from 'node:os';
+import { openSync, readdirSync, readFileSync, statSync, writeSync, closeSync, ftruncateSync } from 'node:fs';
 import path from 'node:path';
 import { CommandError, ResourceExhaustedError, run } from '@sandnode/shared';
+import { useTempDir } from '@sandnode/testkit';
 import { CLONE_TEMP_RE, FileImages, type RunFn } from './images';
 
 const MIB = 1024 * 1024;
@@ -15,9 +15,9 @@ function makeSparse(file: string, size: number, data: number): void {
 }
 
 describe('FileImages.clone (real cp on the test host)', () => {
+  const tempDir = useTempDir('ublk-images');
   let dir: string;
-  beforeEach(() => (dir = mkdtempSync(path.join(os.tmpdir(), 'ublk-images-'))));
-  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+  beforeEach(() => (dir = tempDir()));
 
   it('tries cp --reflink=always once; where FICLONE is unsupported copies sparse and says reflinked=false; no temp left', async () => {
     const calls: string[][] = [];

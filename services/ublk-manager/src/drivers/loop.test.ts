@@ -1,13 +1,13 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { mkdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { CommandError, createLogger, FailedPreconditionError, ResourceExhaustedError } from '@sandnode/shared';
+import { makeTempDir } from '@sandnode/testkit';
 import { findMount, LoopDriver, unescapeMountinfo } from './loop';
 import type { RunFn } from './images';
 
 /** A fake sysfs/procfs tree in a temp dir. */
 class FakeHost {
-  readonly root = mkdtempSync(path.join(os.tmpdir(), 'ublk-loop-'));
+  readonly root = makeTempDir('ublk-loop');
   readonly sys = path.join(this.root, 'sys');
   readonly proc = path.join(this.root, 'proc');
   constructor() {
@@ -167,23 +167,20 @@ describe('mountinfo parsing', () => {
 
 describe('LoopDriver backing files seen through another mount namespace', () => {
   it('maps /images/<name> to the images dir file when the backing inode is that file', async () => {
-    const fs = require('node:fs') as typeof import('node:fs');
-    const os = require('node:os') as typeof import('node:os');
-    const p = require('node:path') as typeof import('node:path');
-    const root = fs.mkdtempSync(p.join(os.tmpdir(), 'loopns-'));
+    const root = makeTempDir('ublk-loopns');
     try {
-      const images = p.join(root, 'images');
-      fs.mkdirSync(images);
-      fs.writeFileSync(p.join(images, 'sb-a-ws.img'), 'x');
-      const st = fs.statSync(p.join(images, 'sb-a-ws.img'));
-      const sys = p.join(root, 'sys');
+      const images = path.join(root, 'images');
+      mkdirSync(images);
+      writeFileSync(path.join(images, 'sb-a-ws.img'), 'x');
+      const st = statSync(path.join(images, 'sb-a-ws.img'));
+      const sys = path.join(root, 'sys');
       for (const [n, backing] of [
         ['loop5', '/images/sb-a-ws.img'],
         ['loop6', '/images/sb-a-ws.img'],
       ] as const) {
-        fs.mkdirSync(p.join(sys, 'block', n, 'loop'), { recursive: true });
-        fs.writeFileSync(p.join(sys, 'block', n, 'loop', 'backing_file'), `${backing}\n`);
-        fs.writeFileSync(p.join(sys, 'block', n, 'ro'), '0\n');
+        mkdirSync(path.join(sys, 'block', n, 'loop'), { recursive: true });
+        writeFileSync(path.join(sys, 'block', n, 'loop', 'backing_file'), `${backing}\n`);
+        writeFileSync(path.join(sys, 'block', n, 'ro'), '0\n');
       }
       const major = Math.floor(st.dev / 256) & 0xfff;
       const minor = (st.dev & 0xff) | (Math.floor(st.dev / 4096) & 0xfff00);
@@ -191,17 +188,17 @@ describe('LoopDriver backing files seen through another mount namespace', () => 
         directIo: true,
         log,
         sysfsRoot: sys,
-        procRoot: p.join(root, 'proc'),
-        devRoot: p.join(root, 'dev'),
+        procRoot: path.join(root, 'proc'),
+        devRoot: path.join(root, 'dev'),
         imagesDir: images,
         // loop5 is our file; loop6 is another file of the same name in some other namespace
         backingInode: (dev) => (dev === '/dev/loop5' ? { ino: st.ino, major, minor } : { ino: st.ino + 1, major, minor }),
       });
-      expect((await d.lookup('/dev/loop5'))?.backingFile).toBe(p.join(images, 'sb-a-ws.img'));
+      expect((await d.lookup('/dev/loop5'))?.backingFile).toBe(path.join(images, 'sb-a-ws.img'));
       expect((await d.lookup('/dev/loop6'))?.backingFile).toBe('/images/sb-a-ws.img');
       expect((await d.listAttached(images)).map((x) => x.path)).toEqual(['/dev/loop5']);
     } finally {
-      fs.rmSync(root, { recursive: true, force: true });
+      rmSync(root, { recursive: true, force: true });
     }
   });
 });

@@ -1,8 +1,8 @@
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { FailedPreconditionError, type RunResult } from '@sandnode/shared';
+import { describeWith, PARTS, useTempDir, type Part } from '@sandnode/testkit';
 import { parseUblkFeatures, parseUblkList, UBLK_CONTROL, UblkDriver } from './ublk';
 
 /** A fake run: records argv, answers from a table of "cmd args" prefixes. */
@@ -20,17 +20,17 @@ function fakeRun(answers: Record<string, string | Error>) {
 }
 
 describe('UblkDriver command sequences (fake run)', () => {
+  const tempDir = useTempDir('ublk-drv');
   let dir: string;
   let control: string;
   let image: string;
   beforeEach(() => {
-    dir = mkdtempSync(path.join(os.tmpdir(), 'ublk-drv-'));
+    dir = tempDir();
     control = path.join(dir, 'ublk-control');
     writeFileSync(control, '');
     image = path.join(dir, 'x.img');
     writeFileSync(image, 'data');
   });
-  afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
   it('fails at start naming /dev/ublk-control, then the missing server program', async () => {
     await expect(new UblkDriver({ controlPath: path.join(dir, 'none') }).checkAvailable()).rejects.toThrow(`${path.join(dir, 'none')} is missing (the kernel has no ublk`);
@@ -102,25 +102,30 @@ describe('UblkDriver command sequences (fake run)', () => {
   });
 });
 
-const hasUblk = existsSync(UBLK_CONTROL) && spawnSync('sh', ['-c', 'command -v ublk'], { stdio: 'ignore' }).status === 0;
-if (!hasUblk) console.warn(`UblkDriver on a real kernel skipped: missing ${existsSync(UBLK_CONTROL) ? '' : `${UBLK_CONTROL} (modprobe ublk_drv, kernel >= 6.0) and `}the ublk server program "ublk" (ublksrv)`);
-(hasUblk ? describe : describe.skip)('UblkDriver on a real kernel', () => {
+/** The ublk server program (ublksrv); like /dev/ublk-control, not something CI has here. */
+const UBLKSRV: Part = {
+  name: 'the ublk server program "ublk" (ublksrv)',
+  present: () => spawnSync('sh', ['-c', 'command -v ublk'], { stdio: 'ignore' }).status === 0,
+  ciProvides: false,
+};
+
+// PARTS.ublk is /dev/ublk-control (modprobe ublk_drv, kernel >= 6.0): skips here, also under CI=true.
+describeWith('UblkDriver on a real kernel', [PARTS.ublk, UBLKSRV], () => {
+  const tempDir = useTempDir('ublk-real');
   it('adds, recovers and deletes a device', async () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'ublk-real-'));
+    const image = path.join(tempDir(), 'r.img');
+    spawnSync('truncate', ['-s', '16M', image]);
+    const d = new UblkDriver();
+    await d.checkAvailable();
+    const dev = await d.attach(image, { readOnly: false });
     try {
-      const image = path.join(dir, 'r.img');
-      spawnSync('truncate', ['-s', '16M', image]);
-      const d = new UblkDriver();
-      await d.checkAvailable();
-      const dev = await d.attach(image, { readOnly: false });
       if (d.capabilities().includes('user-recovery')) {
         await d.quiesce(dev);
         await d.release(dev);
         await d.recover(dev);
       }
-      await d.detach(dev.path);
     } finally {
-      rmSync(dir, { recursive: true, force: true });
+      await d.detach(dev.path);
     }
   });
 });

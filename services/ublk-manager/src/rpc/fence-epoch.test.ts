@@ -2,12 +2,12 @@
  * FenceEpoch through a real gRPC server (the shared server middleware, SharedEpochFence on a
  * temp state dir, the DeviceService handlers on fake devices), on a unix socket.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { ClientError, Status } from 'nice-grpc-common';
+import { Status } from 'nice-grpc-common';
 import { createLogger, createSandnodeChannel, createServiceClient, createServiceServer, type ServiceServer } from '@sandnode/shared';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
+import { expectCode, makeTempDir } from '@sandnode/testkit';
 import { setup } from '../core/__tests__/fakes';
 import { FENCE_EPOCH_PATH } from '../main';
 import { SharedEpochFence } from '../store/shared-epoch-fence';
@@ -40,22 +40,14 @@ describe('FenceEpoch', () => {
     return createServiceClient(DeviceServiceDefinition, ch, { retryAttempts: 1, timeoutMs: 5000, ...(epoch === undefined ? {} : { epoch: () => epoch }) });
   }
 
-  async function code(p: Promise<unknown>): Promise<{ code: Status; details: string }> {
-    const err = await p.then(
-      () => undefined,
-      (e: unknown) => e,
-    );
-    expect(err).toBeInstanceOf(ClientError);
-    return { code: (err as ClientError).code, details: (err as ClientError).details };
-  }
-
   const onDisk = () => Number(JSON.parse(readFileSync(path.join(dir, 'state', 'epoch'), 'utf8')).epoch);
 
   beforeEach(async () => {
-    dir = mkdtempSync(path.join(os.tmpdir(), 'ublk-fence-'));
+    dir = makeTempDir('ublk-fence');
     address = `unix://${dir}/ublk.sock`;
     await start();
   });
+  // Not useTempDir: the server must stop before its dir is removed.
   afterEach(async () => {
     await stop();
     rmSync(dir, { recursive: true, force: true });
@@ -68,29 +60,21 @@ describe('FenceEpoch', () => {
     expect((await client(7).fenceEpoch({ epoch: 7 })).epoch).toBe(7);
     expect(onDisk()).toBe(7);
     // Every other mutating call of a lower epoch is ABORTED now.
-    expect((await code(client(6).deleteDevice({ deviceId: 'nope' }))).code).toBe(Status.ABORTED);
+    await expectCode(client(6).deleteDevice({ deviceId: 'nope' }), Status.ABORTED);
   });
 
   it('a lower epoch is ABORTED naming both epochs; nothing changed', async () => {
     await client(9).fenceEpoch({ epoch: 9 });
-    const r = await code(client(4).fenceEpoch({ epoch: 4 }));
-    expect(r.code).toBe(Status.ABORTED);
-    expect(r.details).toMatch(/stale epoch 4; this node is at epoch 9/);
+    await expectCode(client(4).fenceEpoch({ epoch: 4 }), Status.ABORTED, /stale epoch 4; this node is at epoch 9/);
     // Without metadata the body's epoch is what is fenced (not "epoch 0").
-    const r2 = await code(client().fenceEpoch({ epoch: 8 }));
-    expect(r2.code).toBe(Status.ABORTED);
-    expect(r2.details).toMatch(/stale epoch 8; this node is at epoch 9/);
+    await expectCode(client().fenceEpoch({ epoch: 8 }), Status.ABORTED, /stale epoch 8; this node is at epoch 9/);
     expect(onDisk()).toBe(9);
   });
 
   it('epoch 0 and an epoch that is not the metadata one are INVALID_ARGUMENT and change nothing', async () => {
     await client().fenceEpoch({ epoch: 3 });
-    const zero = await code(client().fenceEpoch({ epoch: 0 }));
-    expect(zero.code).toBe(Status.INVALID_ARGUMENT);
-    expect(zero.details).toMatch(/^epoch: 0 is not an epoch/);
-    const mismatch = await code(client(12).fenceEpoch({ epoch: 11 }));
-    expect(mismatch.code).toBe(Status.INVALID_ARGUMENT);
-    expect(mismatch.details).toMatch(/epoch: 11 differs from the call's sandnode-epoch metadata 12/);
+    await expectCode(client().fenceEpoch({ epoch: 0 }), Status.INVALID_ARGUMENT, /^epoch: 0 is not an epoch/);
+    await expectCode(client(12).fenceEpoch({ epoch: 11 }), Status.INVALID_ARGUMENT, /epoch: 11 differs from the call's sandnode-epoch metadata 12/);
     // The metadata epoch of the refused call was not admitted either.
     expect(onDisk()).toBe(3);
     expect((await client(4).fenceEpoch({ epoch: 4 })).epoch).toBe(4);
@@ -100,8 +84,8 @@ describe('FenceEpoch', () => {
     await client(20).fenceEpoch({ epoch: 20 });
     await stop();
     await start();
-    expect((await code(client(19).fenceEpoch({ epoch: 19 }))).code).toBe(Status.ABORTED);
-    expect((await code(client(19).createDevice({ deviceId: 'd', sizeBytes: 1 << 20, sourceImage: '', filesystem: 0, readOnly: false }))).code).toBe(Status.ABORTED);
+    await expectCode(client(19).fenceEpoch({ epoch: 19 }), Status.ABORTED);
+    await expectCode(client(19).createDevice({ deviceId: 'd', sizeBytes: 1 << 20, sourceImage: '', filesystem: 0, readOnly: false }), Status.ABORTED);
     expect((await client(20).fenceEpoch({ epoch: 20 })).epoch).toBe(20);
   });
 
@@ -109,9 +93,7 @@ describe('FenceEpoch', () => {
     await client(2).fenceEpoch({ epoch: 2 });
     // Slot b (another process on the same state dir) raised the fence to 30 meanwhile.
     new SharedEpochFence(path.join(dir, 'state')).raise(30, 'test');
-    const r = await code(client(25).fenceEpoch({ epoch: 25 }));
-    expect(r.code).toBe(Status.ABORTED);
-    expect(r.details).toMatch(/stale epoch 25; this node is at epoch 30/);
+    await expectCode(client(25).fenceEpoch({ epoch: 25 }), Status.ABORTED, /stale epoch 25; this node is at epoch 30/);
     expect((await client().fenceEpoch({ epoch: 30 })).epoch).toBe(30);
   });
 });
