@@ -136,7 +136,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<RunningDaemon> {
     );
   } catch (err) {
     await kill();
-    throw new Error(`${(err as Error).message}; log:\n${log()}`);
+    throw new Error(`${(err as Error).message}; log:\n${log()}`, { cause: err });
   } finally {
     channel.close();
   }

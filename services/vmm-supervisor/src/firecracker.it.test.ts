@@ -64,7 +64,7 @@ describeWith('vmm-supervisor firecracker driver (integration)', FC_PARTS, () => 
   });
 
   test('create, pause/resume, survive kill -9 of the supervisor, adopt, delete', async () => {
-    let daemon = await fx.start(env());
+    const daemon = await fx.start(env());
     const client = fx.client(1);
     const { vm } = await client.createVm({ vmId: 'fc-a', spec });
     expect(vm?.state).toBe(VmState.VM_STATE_RUNNING);
@@ -83,7 +83,7 @@ describeWith('vmm-supervisor firecracker driver (integration)', FC_PARTS, () => 
 
     await daemon.kill('SIGKILL');
     expect(alive(pid, ticks)).toBe(true);
-    daemon = await fx.start(env());
+    await fx.start(env());
     const adopted = await client.getVm({ vmId: 'fc-a' });
     expect(adopted.vm?.state).toBe(VmState.VM_STATE_RUNNING);
     expect(adopted.vm?.pid).toBe(pid);

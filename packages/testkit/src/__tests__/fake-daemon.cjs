@@ -37,4 +37,3 @@ setTimeout(() => {
     process.stderr.write('fake daemon ready\n');
   });
 }, Number(env.FAKE_DAEMON_DELAY_MS ?? 0));
-setInterval(() => undefined, 1 << 30);
