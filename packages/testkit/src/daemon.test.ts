@@ -1,4 +1,5 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { startDaemon } from './daemon';
 import { useTempDir } from './temp-dir';
@@ -62,10 +63,36 @@ describe('startDaemon', () => {
   });
 
   it('a daemon not ready in time fails naming the socket, with its log, and is killed', async () => {
-    const err = (await startDaemon({ main: FAKE, socket: sock(), readyTimeoutMs: 300, env: { FAKE_DAEMON_SOCKET: sock(), FAKE_DAEMON_DELAY_MS: '60000', FAKE_DAEMON_SAY: 'slow' } }).catch(
+    const err = (await startDaemon({ main: FAKE, socket: sock(), readyTimeoutMs: 2000, env: { FAKE_DAEMON_SOCKET: sock(), FAKE_DAEMON_DELAY_MS: '60000', FAKE_DAEMON_SAY: 'slow' } }).catch(
       (e: unknown) => e,
     )) as Error;
-    expect(err.message).toMatch(new RegExp(`timed out after 300 ms waiting for fake-daemon\\.cjs to answer GetVersion on ${sock()}.*; log:\\nslow`, 's'));
+    expect(err.message).toMatch(new RegExp(`timed out after 2000 ms waiting for fake-daemon\\.cjs to answer GetVersion on ${sock()}.*; log:\\nslow`, 's'));
     expect(fakeChildren()).toEqual([]);
+  });
+
+  it('kills, in an afterAll, a daemon the test file never stopped (child jest)', () => {
+    const root = path.resolve(__dirname, '..', '..', '..');
+    const pidFile = path.join(dir(), 'pid');
+    const config = {
+      rootDir: root,
+      roots: ['<rootDir>/packages/testkit/src/__tests__'],
+      testMatch: ['**/daemon-forgot-probe.ts'],
+      transform: { '^.+\\.ts$': ['ts-jest', { tsconfig: '<rootDir>/tsconfig.json' }] },
+      testEnvironment: 'node',
+      moduleNameMapper: {
+        '^@sandnode/shared/proto/(.*)$': '<rootDir>/packages/shared/src/gen/sandnode/$1',
+        '^@sandnode/shared$': '<rootDir>/packages/shared/src/index.ts',
+      },
+    };
+    const r = spawnSync(process.execPath, [require.resolve('jest/bin/jest'), '--config', JSON.stringify(config), '--ci'], {
+      cwd: root,
+      env: { ...process.env, PROBE_DIR: dir(), PROBE_PID_FILE: pidFile },
+      encoding: 'utf8',
+      timeout: 90_000,
+    });
+    expect({ status: r.status, out: r.status === 0 ? '' : r.stderr }).toEqual({ status: 0, out: '' });
+    const pid = Number(readFileSync(pidFile, 'utf8'));
+    expect(pid).toBeGreaterThan(0);
+    expect(existsSync(`/proc/${pid}`)).toBe(false);
   });
 });

@@ -2,11 +2,10 @@
 // (an empty GetVersionResponse) on the unix socket FAKE_DAEMON_SOCKET after FAKE_DAEMON_DELAY_MS,
 // prints FAKE_DAEMON_SAY to stdout, exits FAKE_DAEMON_EXIT at once when that is set, and exits 0 on SIGTERM
 // unless FAKE_DAEMON_IGNORE_TERM is set.
-const grpc = require('@grpc/grpc-js');
-
 const env = process.env;
 if (env.FAKE_DAEMON_SAY) process.stdout.write(`${env.FAKE_DAEMON_SAY}\n`);
 if (env.FAKE_DAEMON_EXIT) process.exit(Number(env.FAKE_DAEMON_EXIT));
+const grpc = require('@grpc/grpc-js');
 const server = new grpc.Server();
 const raw = { serialize: (b) => b, deserialize: (b) => b };
 server.addService(
