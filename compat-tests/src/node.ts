@@ -12,6 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { askVersion, connectServerApi, sandboxDir, socketPath, unixAddress, type ServerApi } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
+import { waitFor } from '@sandnode/testkit';
 import { cliMain, templateBuilderModule } from './layout';
 import type { Build, Component } from './types';
 
@@ -205,7 +206,7 @@ export class TempNode {
         /* gone */
       }
     }
-    if (strays.length) await new Promise((res) => setTimeout(res, 300));
+    await waitFor('the killed strays to be gone', () => stack().sandnodeProcesses(this.dirs.runDir).length === 0, 5000).catch((err: Error) => notes.push(err.message));
     try {
       await stack().purgeNode(this.dirs);
     } catch (err) {

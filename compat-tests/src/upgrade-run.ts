@@ -11,6 +11,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import { waitFor } from '@sandnode/testkit';
 import { connectApi, TempNode, type Daemon } from './node';
 import { loadSchema } from './wire';
 import { execCollect, getSandbox, grpcStatusOf, runSuite, stateName, type ExecResult } from './scenarios';
@@ -129,8 +130,9 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
         streamLines += lines.length;
       });
       stream.catch(() => undefined);
-      await new Promise((r) => setTimeout(r, 500));
-      if (streamLines === 0) throw new Error('the exec stream delivered nothing in 500 ms');
+      await waitFor('the exec stream to deliver a line', () => streamLines > 0, 500).catch(() => {
+        throw new Error('the exec stream delivered nothing in 500 ms');
+      });
       return { detail: `sandboxes ${keep.join(', ')}; stream in ${streamId}` };
     });
     if (!ok) throw new Error('setup failed');

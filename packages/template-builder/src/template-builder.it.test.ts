@@ -2,40 +2,30 @@
  * Template builder integration (root, runc, busybox-static): build a template from the real
  * podd bundle, run node and sh in it with chroot, then boot it with runc (under this test's own
  * --root), call podd through the bind-mounted socket, kill -9 podd and see the init respawn it
- * with its own pid unchanged, stop it with SIGTERM. Skips, naming what is missing, without root,
- * runc or busybox. Needs `npm run build` (or the podd tsc -b + bundle) for the podd bundle.
+ * with its own pid unchanged, stop it with SIGTERM. Needs root, runc, busybox-static, chroot and
+ * the podd bundle (`npm run build`, or the podd tsc -b + bundle): skips naming what is missing,
+ * or fails under CI=true.
  */
 import { execFile, spawn } from 'node:child_process';
-import { closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { closeSync, cpSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, processStartTicks } from '@sandnode/shared';
 import { PoddServiceDefinition, type ExecResponse } from '@sandnode/shared/proto/podd/v1/podd';
+import { built, describeWith, makeTempDir, PARTS, waitFor, type Part } from '@sandnode/testkit';
 import { buildTemplate, ROOTFS_PATHS, type TemplateInfo } from './template-builder';
 
-const BUSYBOX = '/bin/busybox';
 const PODD_DIR = path.dirname(require.resolve('@sandnode/podd/package.json'));
 const BUNDLE = path.join(PODD_DIR, 'dist', 'podd.bundle.js');
 const PODD_VERSION = (JSON.parse(readFileSync(path.join(PODD_DIR, 'package.json'), 'utf8')) as { version: string }).version;
 
-function which(cmd: string): string | undefined {
-  for (const d of (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':')) {
-    const p = path.join(d, cmd);
-    if (existsSync(p)) return p;
-  }
-  return undefined;
-}
-
-const missing: string[] = [];
-if (process.getuid?.() !== 0) missing.push('root');
-if (!which('runc')) missing.push('runc (apt-get install runc)');
-if (!existsSync(BUSYBOX)) missing.push('busybox (apt-get install busybox-static)');
-if (!which('chroot')) missing.push('chroot');
-const describeIf = missing.length ? describe.skip : describe;
-if (missing.length) {
-   
-  console.warn(`template-builder.it: skipped, missing: ${missing.join(', ')}`);
-}
+/** What this suite needs (chroot is coreutils: every Debian has it). */
+const TB_PARTS: Part[] = [
+  PARTS.root,
+  PARTS.runc,
+  PARTS.busybox,
+  { name: 'chroot (coreutils)', present: () => (process.env.PATH ?? '/usr/sbin:/usr/bin:/sbin:/bin').split(':').some((d) => existsSync(path.join(d, 'chroot'))), ciProvides: true },
+  built('@sandnode/podd', 'dist/podd.bundle.js'),
+];
 
 function sh(cmd: string, args: string[], timeoutMs = 30_000): Promise<{ stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
@@ -46,23 +36,9 @@ function sh(cmd: string, args: string[], timeoutMs = 30_000): Promise<{ stdout: 
   });
 }
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
-}
-
-async function until<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, ms = 15_000): Promise<T> {
-  const end = Date.now() + ms;
-  let lastErr: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v;
-    } catch (err) {
-      lastErr = err;
-    }
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}${lastErr ? `: ${String(lastErr)}` : ''}`);
-    await sleep(50);
-  }
+/** until waits (waitFor, 15 s by default, polling every 50 ms) for fn to return a truthy value and returns it. */
+function until<T>(what: string, fn: () => Promise<T> | T, ms = 15_000): Promise<NonNullable<T>> {
+  return waitFor(what, fn, ms, 50);
 }
 
 /** Children of ppid whose command line contains needle. */
@@ -82,7 +58,7 @@ function childrenMatching(ppid: number, needle: string): number[] {
   return out;
 }
 
-describeIf('template builder (integration: chroot + runc)', () => {
+describeWith('template builder (integration: chroot + runc)', TB_PARTS, () => {
   let dir: string;
   let tpl: TemplateInfo;
   const runcRoot = () => path.join(dir, 'runc-root');
@@ -92,8 +68,7 @@ describeIf('template builder (integration: chroot + runc)', () => {
   const runc = (...args: string[]) => sh('runc', ['--root', runcRoot(), ...args]);
 
   beforeAll(async () => {
-    if (!existsSync(BUNDLE)) throw new Error(`${BUNDLE} is missing: run \`npx tsc -b services/podd/tsconfig.build.json && npm run bundle --workspace @sandnode/podd\``);
-    dir = mkdtempSync(path.join(tmpdir(), 'tpl-it-'));
+    dir = makeTempDir('tpl-it');
     tpl = await buildTemplate({ name: 'it', templatesDir: path.join(dir, 'templates'), poddBundlePath: BUNDLE, poddVersion: PODD_VERSION });
   });
 

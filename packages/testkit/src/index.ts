@@ -3,4 +3,5 @@ export * from './prereq';
 export * from './expect-code';
 export * from './wait-for';
 export * from './temp-dir';
+export * from './daemon';
 export * from './node-fixture';

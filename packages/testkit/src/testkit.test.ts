@@ -1,4 +1,4 @@
-import { existsSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { ClientError, Status } from 'nice-grpc-common';
 import { expectCode } from './expect-code';
 import { inCi, missing, type Part } from './prereq';
@@ -60,6 +60,9 @@ describe('useTempDir', () => {
   it('removed the previous test dir', () => {
     expect(existsSync(seen)).toBe(false);
     expect(dir()).not.toBe(seen);
-    expect(makeTempDir('x')).toMatch(/sandnode-x-/);
+    const made = makeTempDir('x');
+    expect(made).toMatch(/sandnode-x-/);
+    expect(existsSync(made)).toBe(true);
+    rmSync(made, { recursive: true });
   });
 });

@@ -1,13 +1,14 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { writeFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { ConfigError, createLogger } from '@sandnode/shared';
 import { DEFAULT_KERNEL_ARGS, loadVmmConfig } from './config';
-
-const tmp = mkdtempSync(path.join(os.tmpdir(), 'vmm-cfg-'));
 import { createDriver } from './drivers/select';
 import { FAILPOINTS, FAILPOINTS_ENV, failpoints } from './core/failpoints';
 import { parseArgs } from './main';
+import { makeTempDir } from '@sandnode/testkit';
+
+const tmp = makeTempDir('vmm-cfg');
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 describe('loadVmmConfig', () => {
   test('defaults derive listen and runcRoot from runDir', () => {

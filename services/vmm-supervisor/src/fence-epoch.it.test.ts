@@ -2,32 +2,16 @@
  * Integration: VmService.FenceEpoch and the command line of the real vmm-supervisor process
  * (dist/main.js): the fence is raised, survives a kill -9 of the daemon, and a stale caller is
  * ABORTED; the 0.2.0 announcement (a DeleteVm of an unknown id carrying the epoch) still works.
- * Needs what the other vmm-supervisor integration tests need (the daemon starts its runc driver).
+ * Needs what the other vmm-supervisor integration tests need (VMM_PARTS: the daemon starts its runc driver).
  */
 import { spawnSync } from 'node:child_process';
-import { ClientError, Status } from 'nice-grpc-common';
+import { Status } from 'nice-grpc-common';
 import { createSandnodeChannel, createServiceClient, VMM_FEATURES } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
-import { Fixture, MAIN_JS, missingPrereqs } from './__tests__/fixture';
+import { describeWith, expectCode } from '@sandnode/testkit';
+import { Fixture, MAIN_JS, VMM_PARTS } from './__tests__/fixture';
 
-const missing = missingPrereqs();
-if (missing.length) {
-  // eslint-disable-next-line no-console
-  console.warn(`vmm-supervisor FenceEpoch integration tests skipped: missing ${missing.join(', ')}`);
-}
-const describeIt = missing.length ? describe.skip : describe;
-
-async function codeOf(p: Promise<unknown>): Promise<{ code: Status; details: string }> {
-  try {
-    await p;
-    return { code: Status.OK, details: '' };
-  } catch (err) {
-    if (!(err instanceof ClientError)) throw err;
-    return { code: err.code, details: err.details };
-  }
-}
-
-describeIt('vmm-supervisor FenceEpoch (real daemon)', () => {
+describeWith('vmm-supervisor FenceEpoch (real daemon)', VMM_PARTS, () => {
   let fx: Fixture;
   beforeEach(() => (fx = new Fixture()));
   afterEach(() => fx.cleanup());
@@ -38,22 +22,19 @@ describeIt('vmm-supervisor FenceEpoch (real daemon)', () => {
     expect(version.features).toContain(VMM_FEATURES.fenceEpoch);
 
     expect((await fx.client().fenceEpoch({ epoch: 5 })).epoch).toBe(5);
-    expect((await codeOf(fx.client().fenceEpoch({ epoch: 0 }))).code).toBe(Status.INVALID_ARGUMENT);
-    expect((await codeOf(fx.client(5).fenceEpoch({ epoch: 6 }))).code).toBe(Status.INVALID_ARGUMENT);
-    expect((await codeOf(fx.client(4).deleteVm({ vmId: 'vm-none' }))).code).toBe(Status.ABORTED);
+    await expectCode(fx.client().fenceEpoch({ epoch: 0 }), Status.INVALID_ARGUMENT);
+    await expectCode(fx.client(5).fenceEpoch({ epoch: 6 }), Status.INVALID_ARGUMENT);
+    await expectCode(fx.client(4).deleteVm({ vmId: 'vm-none' }), Status.ABORTED);
 
-    d1.proc.kill('SIGKILL');
-    await d1.exited;
+    await d1.kill('SIGKILL');
     await fx.start();
-    expect((await codeOf(fx.client(4).deleteVm({ vmId: 'vm-none' }))).code).toBe(Status.ABORTED);
-    const stale = await codeOf(fx.client(3).fenceEpoch({ epoch: 3 }));
-    expect(stale.code).toBe(Status.ABORTED);
-    expect(stale.details).toMatch(/stale epoch 3; this node is at epoch 5/);
+    await expectCode(fx.client(4).deleteVm({ vmId: 'vm-none' }), Status.ABORTED);
+    await expectCode(fx.client(3).fenceEpoch({ epoch: 3 }), Status.ABORTED, /stale epoch 3; this node is at epoch 5/);
     expect((await fx.client(5).fenceEpoch({ epoch: 5 })).epoch).toBe(5);
 
     // The 0.2.0 announcement still raises the fence: a DeleteVm of an unknown id with the epoch.
     expect((await fx.client(7).deleteVm({ vmId: 'vm-none' })).existed).toBe(false);
-    expect((await codeOf(fx.client().fenceEpoch({ epoch: 6 }))).details).toMatch(/this node is at epoch 7/);
+    await expectCode(fx.client().fenceEpoch({ epoch: 6 }), Status.ABORTED, /this node is at epoch 7/);
   });
 
   test('--config without a value, an unknown argument and a bad failpoint exit 2 naming them', () => {

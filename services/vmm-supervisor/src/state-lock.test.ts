@@ -1,11 +1,12 @@
-import { mkdtempSync, readFileSync } from 'node:fs';
-import os from 'node:os';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { acquireStateLock, StateLockHeldError } from './state-lock';
+import { useTempDir } from '@sandnode/testkit';
 
 describe('acquireStateLock', () => {
+  const tmp = useTempDir('vmm-lock');
   test('a second holder is refused with a message naming the file and the holder pid; free again after release', () => {
-    const dir = path.join(mkdtempSync(path.join(os.tmpdir(), 'vmm-lock-')), 'vmm-supervisor');
+    const dir = path.join(tmp(), 'vmm-supervisor');
     const first = acquireStateLock(dir);
     expect(readFileSync(first.file, 'utf8').trim()).toBe(String(process.pid));
     let err: unknown;

@@ -1,7 +1,8 @@
 /**
  * Integration: the real vmm-supervisor daemon (dist/main.js) with the runc driver, on a unix
  * socket in a temp dir, with a busybox template and ext4 loop devices made here. Needs root,
- * runc, busybox and /dev/loop-control; skips with a message naming what is missing.
+ * runc, busybox, e2fsprogs and /dev/loop-control (VMM_PARTS): skips naming what is missing, or
+ * fails under CI=true.
  * Build first: `npx tsc -b services/vmm-supervisor/tsconfig.build.json`.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -10,33 +11,15 @@ import net from 'node:net';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { ClientError, Status } from 'nice-grpc-common';
+import { describeWith, expectCode, waitFor } from '@sandnode/testkit';
 import { createSandnodeChannel, createServiceClient, isSameProcess, processStartTicks, processState } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import { DriveRole, VmState } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { VmSpec } from '@sandnode/shared/proto/vmm/v1/vmm';
-import { Fixture, MAIN_JS, missingPrereqs } from './__tests__/fixture';
+import { Fixture, MAIN_JS, VMM_PARTS } from './__tests__/fixture';
 import type { Daemon } from './__tests__/fixture';
 import { mountsUnder } from './drivers/mounts';
 import { FAILPOINTS, FAILPOINTS_ENV } from './core/failpoints';
-
-const missing = missingPrereqs();
-if (missing.length) {
-  // eslint-disable-next-line no-console
-  console.warn(`vmm-supervisor integration tests skipped: missing ${missing.join(', ')}`);
-}
-const describeIt = missing.length ? describe.skip : describe;
-
-async function expectCode(p: Promise<unknown>, code: Status): Promise<ClientError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).toBeInstanceOf(ClientError);
-    const ce = err as ClientError;
-    if (ce.code !== code) throw new Error(`expected ${Status[code]}, got ${Status[ce.code]}: ${ce.details}`);
-    return ce;
-  }
-  throw new Error(`expected ${Status[code]}, call succeeded`);
-}
 
 /** alive says whether pid is the process started at ticks and not a zombie waiting to be reaped. */
 function alive(pid: number, ticks: number): boolean {
@@ -83,15 +66,7 @@ function connectUnix(p: string): Promise<void> {
   });
 }
 
-async function waitFor(what: string, cond: () => boolean, ms = 5000): Promise<void> {
-  const until = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-describeIt('vmm-supervisor runc driver (integration)', () => {
+describeWith('vmm-supervisor runc driver (integration)', VMM_PARTS, () => {
   let fx: Fixture;
   let client: ReturnType<Fixture['client']>;
   let specA: VmSpec;
@@ -114,7 +89,6 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
   };
 
   beforeAll(async () => {
-    if (!existsSync(MAIN_JS)) throw new Error(`${MAIN_JS} missing: run npx tsc -b services/vmm-supervisor/tsconfig.build.json`);
     fx = new Fixture();
     fx.buildRootfs();
     const upperA = fx.makeExt4Loop('upper-a');
@@ -173,7 +147,7 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
     const r = spawnSync(process.execPath, [MAIN_JS], { env: fx.env(), encoding: 'utf8', timeout: 20_000 });
     expect(r.status).toBe(3);
     expect(r.stdout + r.stderr).toContain('another vmm-supervisor already runs on this state dir');
-    expect(r.stdout + r.stderr).toContain(`locked by pid ${daemon.proc.pid}`);
+    expect(r.stdout + r.stderr).toContain(`locked by pid ${daemon.pid}`);
     expect(statSync(fx.socket).ino).toBe(before);
     expect((await client.listVms({})).vms).toEqual([]);
   });
@@ -205,7 +179,7 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
     expect(cgroups.length).toBeGreaterThan(0);
     for (const l of cgroups) expect(l).toMatch(/:\/sandnode\/vm-a$/);
     const [pgrp, session] = statFields(pidA);
-    const [daemonPgrp, daemonSession] = statFields(daemon.proc.pid!);
+    const [daemonPgrp, daemonSession] = statFields(daemon.pid);
     expect(pgrp).not.toBe(daemonPgrp);
     expect(session).not.toBe(daemonSession);
     // The init saw the podd socket dir bind mount and its env.
@@ -227,7 +201,7 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
     expect(fd3).toMatch(/^fd=3 .*\/proc\/self\/fd\/3 -> socket:\[\d+\]$/);
     expect(fd3.endsWith(`socket:[${listening[0]!.inode}]`)).toBe(true);
     // Only the container holds it: the supervisor closed its copy.
-    expect(fdTargets(daemon.proc.pid!)).not.toContain(`socket:[${listening[0]!.inode}]`);
+    expect(fdTargets(daemon.pid)).not.toContain(`socket:[${listening[0]!.inode}]`);
     expect(fdTargets(pidA)).toContain(`socket:[${listening[0]!.inode}]`);
     // A connection reaches the container's socket (queued in its backlog).
     await connectUnix(sock);
@@ -277,8 +251,7 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
   });
 
   test('kill -9 of the supervisor leaves the VM running; a restart adopts it unchanged', async () => {
-    daemon.proc.kill('SIGKILL');
-    await daemon.exited;
+    await daemon.kill('SIGKILL');
     expect(isSameProcess(pidA, ticksA)).toBe(true);
     expect((JSON.parse(fx.runc(['state', 'vm-a'])) as { status: string }).status).toBe('running');
 
@@ -296,8 +269,7 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
 
   test('SIGTERM stops the supervisor and leaves the VM running; a paused VM is adopted paused', async () => {
     await client.pauseVm({ vmId: 'vm-a' });
-    daemon.proc.kill('SIGTERM');
-    expect(await daemon.exited).toEqual({ code: 0, signal: null });
+    expect(await daemon.kill('SIGTERM')).toEqual({ code: 0, signal: null });
     expect(isSameProcess(pidA, ticksA)).toBe(true);
     expect((JSON.parse(fx.runc(['state', 'vm-a'])) as { status: string }).status).toBe('paused');
 
@@ -380,8 +352,7 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
   });
 
   test('a supervisor killed mid-create leaves a CREATING row that the restart undoes', async () => {
-    daemon.proc.kill('SIGTERM');
-    await daemon.exited;
+    await daemon.kill('SIGTERM');
     daemon = await fx.start({ [FAILPOINTS_ENV]: FAILPOINTS.createAfterMounts });
     const upperC = fx.makeExt4Loop('upper-c');
     const specC = { ...specB, drives: [{ ...specB.drives[0]!, path: upperC }], poddSocketDir: path.join(fx.runDir, 'sandboxes', 'vm-c') };
@@ -435,8 +406,7 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
     expect((await client.listVms({})).vms.map((v) => [v.vmId, v.state])).toEqual([['vm-e', VmState.VM_STATE_RUNNING]]);
     expect(existsSync(path.join(fx.runDir, 'vms', 'vm-e2'))).toBe(false);
 
-    daemon.proc.kill('SIGKILL');
-    await daemon.exited;
+    await daemon.kill('SIGKILL');
     daemon = await fx.start();
     await expectCode(at4.pauseVm({ vmId: 'vm-e' }), Status.ABORTED);
     expect(alive(pidE, ticksE)).toBe(true);
@@ -465,8 +435,7 @@ describeIt('vmm-supervisor runc driver (integration)', () => {
     );
     chmodSync(path.join(host, 'runc'), 0o755);
     mkdirSync(path.join(binDir, 'runc-0.0.1-stale'), { recursive: true });
-    daemon.proc.kill('SIGTERM');
-    await daemon.exited;
+    await daemon.kill('SIGTERM');
     daemon = await fx.start({ SANDNODE_VMM_SUPERVISOR_RUNC_BINARY: path.join(host, 'runc') });
     const upgraded = path.join(binDir, 'runc-9.9.9-test', 'runc');
     expect(readdirSync(binDir).sort()).toEqual([`runc-${runcVersion}`, 'runc-9.9.9-test']); // stale dir pruned at start

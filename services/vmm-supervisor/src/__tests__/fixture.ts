@@ -4,37 +4,23 @@
  * removed by cleanup() (containers under its own runc root, mounts under its temp dir, its loop
  * devices, its daemon processes) and nothing else is touched.
  */
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, symlinkSync, writeFileSync, copyFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, existsSync, mkdirSync, rmSync, symlinkSync, writeFileSync, copyFileSync } from 'node:fs';
 import path from 'node:path';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
-import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import type { ServiceClient } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { built, makeTempDir, PARTS, startDaemon, type Part, type RunningDaemon } from '@sandnode/testkit';
 import { mountsUnder } from '../drivers/mounts';
 
 /** The built daemon the integration tests start. */
 export const MAIN_JS = path.resolve(__dirname, '..', '..', 'dist', 'main.js');
 
-function which(cmd: string): boolean {
-  try {
-    execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
+/** What the runc integration suites need (describeWith skips naming the missing ones, or fails under CI=true). */
+export const VMM_PARTS: Part[] = [PARTS.root, PARTS.runc, PARTS.busybox, PARTS.loop, PARTS.e2fsprogs, built('@sandnode/vmm-supervisor')];
 
-/** missingPrereqs names what this host lacks for the integration suite (empty = all there). */
-export function missingPrereqs(): string[] {
-  const missing: string[] = [];
-  if (process.getuid?.() !== 0) missing.push('root');
-  if (!which('runc')) missing.push('runc');
-  if (!existsSync('/bin/busybox')) missing.push('busybox (/bin/busybox, apt busybox-static)');
-  if (!existsSync('/dev/loop-control')) missing.push('/dev/loop-control');
-  for (const c of ['losetup', 'mkfs.ext4', 'mount', 'umount']) if (!which(c)) missing.push(c);
-  return missing;
-}
+/** What the freeze suites need on top: util-linux fsfreeze. */
+export const FREEZE_PARTS: Part[] = [...VMM_PARTS, PARTS.fsfreeze];
 
 /**
  * The init of the test template: writes a marker and what its fd 3 is (podd's listening
@@ -47,15 +33,12 @@ echo "fd=$SANDNODE_PODD_LISTEN_FD $(ls -l /proc/self/fd/3)" > /run/sandnode/fd3
 while true; do sleep 1 & wait $!; done
 `;
 
-/** Daemon is one running vmm-supervisor process. */
-export interface Daemon {
-  proc: ChildProcess;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
+/** Daemon is one running vmm-supervisor process (testkit's daemon fixture). */
+export type Daemon = RunningDaemon;
 
 /** Fixture owns a temp dir with everything a test run creates. */
 export class Fixture {
-  readonly dir = mkdtempSync('/tmp/vmmsup-it-');
+  readonly dir = makeTempDir('vmmsup-it');
   readonly stateDir = path.join(this.dir, 'state');
   readonly runDir = path.join(this.dir, 'run');
   readonly runcRoot = path.join(this.runDir, 'runc');
@@ -105,33 +88,11 @@ export class Fixture {
     };
   }
 
-  /** start runs the daemon and waits until it answers GetVersion. */
+  /** start runs the daemon (log appended to logFile) and waits until it answers GetVersion. */
   async start(env: Record<string, string> = {}): Promise<Daemon> {
-    const fd = openSync(this.logFile, 'a');
-    const proc = spawn(process.execPath, [MAIN_JS], {
-      stdio: ['ignore', fd, fd],
-      env: this.env(env),
-    });
-    closeSync(fd);
-    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-      proc.once('exit', (code, signal) => resolve({ code, signal })),
-    );
-    const d = { proc, exited };
+    const d = await startDaemon({ main: MAIN_JS, env: this.env(env), socket: this.socket, logFile: this.logFile });
     this.daemons.push(d);
-    const version = createServiceClient(VersionServiceDefinition, createSandnodeChannel(this.address), { timeoutMs: 1000, retryAttempts: 1 });
-    const until = Date.now() + 20_000;
-    let dead = false;
-    void exited.then(() => (dead = true));
-    for (;;) {
-      if (dead) throw new Error(`daemon exited at start; log:\n${this.log()}`);
-      try {
-        await version.getVersion({});
-        return d;
-      } catch {
-        if (Date.now() > until) throw new Error(`daemon not ready in 20 s; log:\n${this.log()}`);
-        await new Promise((r) => setTimeout(r, 100));
-      }
-    }
+    return d;
   }
 
   /** client returns a VmService client of this fixture's daemon; with epoch, every call carries it. */
@@ -148,23 +109,9 @@ export class Fixture {
     return execFileSync('runc', ['--root', this.runcRoot, ...args], { stdio: ['ignore', 'pipe', 'pipe'] }).toString();
   }
 
-  /** log returns the daemon log so far (last 8 KiB). */
-  log(): string {
-    try {
-      return readFileSync(this.logFile, 'utf8').slice(-8192);
-    } catch {
-      return '';
-    }
-  }
-
   /** cleanup removes everything this fixture created; best effort, never throws. */
   async cleanup(): Promise<void> {
-    for (const d of this.daemons) {
-      if (d.proc.exitCode === null && d.proc.signalCode === null) {
-        d.proc.kill('SIGKILL');
-        await d.exited;
-      }
-    }
+    for (const d of this.daemons) await d.kill();
     const tryRun = (cmd: string, args: string[]) => {
       try {
         execFileSync(cmd, args, { stdio: 'ignore' });

@@ -2,7 +2,7 @@
  * Helpers of the freeze integration tests: host-side writers that block on a frozen
  * filesystem, and a client of a VM's freeze port.
  */
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { createSandnodeChannel, createServiceClient, type ServiceClient } from '@sandnode/shared';
 import { FreezePortServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 
@@ -39,25 +39,13 @@ export function freezePortClient(socketPath: string, timeoutMs = 10_000): Servic
   return createServiceClient(FreezePortServiceDefinition, createSandnodeChannel(`unix://${socketPath}`), { timeoutMs, retryAttempts: 1 });
 }
 
+/**
+ * sleep is only for time that is itself under test (a freeze window left to run, a writer given
+ * the chance to finish if it were not blocked); waiting for a condition is testkit's waitFor.
+ */
 export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
 /** Slack allowed on top of max_freeze_ms for the watchdog's thaw (the contract bound of the tests), ms. */
 export const WINDOW_SLACK_MS = 100;
-
-/**
- * freezeTestSuite returns describe, or describe.skip with a warning naming what is missing
- * (the fixture's prerequisites, or util-linux fsfreeze), for the suite called name.
- */
-export function freezeTestSuite(name: string, missing: string[]): jest.Describe {
-  try {
-    execFileSync('sh', ['-c', 'command -v fsfreeze'], { stdio: 'ignore' });
-  } catch {
-    missing.push('fsfreeze (util-linux)');
-  }
-  if (!missing.length) return describe;
-  // eslint-disable-next-line no-console
-  console.warn(`${name} skipped: missing ${missing.join(', ')}`);
-  return describe.skip;
-}

@@ -1,5 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync, mkdirSync, writeFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { AlreadyExistsError, createLogger, FailedPreconditionError, InternalError, NotFoundError } from '@sandnode/shared';
 import type { LiveStatus, VmDriver, VmRef } from './driver';
@@ -7,6 +6,7 @@ import { Supervisor } from './supervisor';
 import type { EffectiveResources, VmProcess, VmRecord, VmSpec } from './types';
 import { MemoryVmStore } from './vm-store';
 import { DriverBinaries } from '../store/driver-binaries';
+import { makeTempDir, useTempDir } from '@sandnode/testkit';
 
 type HostState = 'running' | 'paused' | 'stopped';
 
@@ -72,7 +72,8 @@ class FakeDriver implements VmDriver {
 }
 
 const log = createLogger('vmm-supervisor-test', '0.0.0', 'silent');
-const template = mkdtempSync(path.join(os.tmpdir(), 'vmm-sup-'));
+const template = makeTempDir('vmm-sup');
+afterAll(() => rmSync(template, { recursive: true, force: true }));
 const spec: VmSpec = {
   templateRootfs: template,
   drives: [{ driveId: 'upper', path: '/dev/null', role: 'rootfs-upper', readOnly: false }],
@@ -218,8 +219,9 @@ describe('Supervisor', () => {
 });
 
 describe('Supervisor driver binaries', () => {
+  const tmp = useTempDir('vmm-sup-bin');
   test('a VM keeps the versioned binary it started with across an upgrade; unused dirs are pruned at start and after delete', async () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'vmm-sup-bin-'));
+    const dir = tmp();
     const host = path.join(dir, 'host');
     mkdirSync(host);
     writeFileSync(path.join(host, 'fake'), '#!/bin/sh\necho v1\n', { mode: 0o755 });

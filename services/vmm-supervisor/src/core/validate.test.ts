@@ -1,9 +1,8 @@
-import { mkdtempSync } from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError } from '@sandnode/shared';
 import type { VmSpec } from './types';
 import { canonicalSpec, checkHostPaths, MAX_PODD_SOCKET_DIR_BYTES, validateVmSpec } from './validate';
+import { useTempDir } from '@sandnode/testkit';
 
 const spec = (over: Partial<VmSpec> = {}): VmSpec => ({
   templateRootfs: '/var/lib/sandnode/templates/base/rootfs',
@@ -86,8 +85,9 @@ describe('validateVmSpec', () => {
 });
 
 describe('checkHostPaths', () => {
+  const tmp = useTempDir('vmm-validate');
   test('a missing template or drive is FAILED_PRECONDITION naming the field', () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'vmm-validate-'));
+    const dir = tmp();
     const ok = spec({ templateRootfs: dir, drives: [{ driveId: 'u', path: '/dev/null', role: 'rootfs-upper', readOnly: false }] });
     expect(() => checkHostPaths(ok)).not.toThrow();
     expect(() => checkHostPaths({ ...ok, templateRootfs: path.join(dir, 'nope') })).toThrow(FailedPreconditionError);

@@ -1,9 +1,9 @@
-import { lstatSync, mkdtempSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { lstatSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { bindPoddSocket, preparePoddDirs } from './podd-socket';
+import { useTempDir } from '@sandnode/testkit';
 
 function connect(p: string): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
@@ -13,8 +13,9 @@ function connect(p: string): Promise<net.Socket> {
 }
 
 describe('podd socket', () => {
+  const tmp = useTempDir('podd-sock');
   test('preparePoddDirs makes guest/ a real dir (a planted symlink is replaced) and drops stale temp names', () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'podd-sock-'));
+    const dir = tmp();
     symlinkSync('/etc', path.join(dir, 'guest'));
     writeFileSync(path.join(dir, '.p0123abc'), '');
     writeFileSync(path.join(dir, '.keep'), '');
@@ -25,7 +26,7 @@ describe('podd socket', () => {
   });
 
   test('bind -> publish: podd.sock is a 0600 socket whose listener is the handed-out fd; our copy closed, temp name gone', async () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'podd-sock-'));
+    const dir = tmp();
     writeFileSync(path.join(dir, 'podd.sock'), 'stale');
     const s = await bindPoddSocket(dir);
     expect(s.fd).toBeGreaterThan(2);
@@ -46,7 +47,7 @@ describe('podd socket', () => {
   });
 
   test('discard closes the socket and leaves no name behind', async () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'podd-sock-'));
+    const dir = tmp();
     const s = await bindPoddSocket(dir);
     s.discard();
     expect(readdirSync(dir)).toEqual([]);

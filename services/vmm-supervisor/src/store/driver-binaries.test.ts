@@ -1,10 +1,11 @@
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { DriverBinaries, versionDirName } from './driver-binaries';
+import { makeTempDir } from '@sandnode/testkit';
 
 describe('DriverBinaries', () => {
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'vmm-bins-'));
+  const dir = makeTempDir('vmm-bins');
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
   const src = path.join(dir, 'runc');
   writeFileSync(src, '#!/bin/sh\necho v1\n', { mode: 0o755 });
   const bins = new DriverBinaries(path.join(dir, 'bin'));

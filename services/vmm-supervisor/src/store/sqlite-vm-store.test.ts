@@ -1,9 +1,9 @@
-import { mkdtempSync } from 'node:fs';
-import os from 'node:os';
+
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { VmRecord } from '../core/types';
 import { SqliteVmStore, VM_TABLE_FILE } from './sqlite-vm-store';
+import { useTempDir } from '@sandnode/testkit';
 
 const rec = (vmId: string, over: Partial<VmRecord> = {}): VmRecord => ({
   schema: 1,
@@ -21,8 +21,9 @@ const rec = (vmId: string, over: Partial<VmRecord> = {}): VmRecord => ({
 });
 
 describe('SqliteVmStore', () => {
+  const tmp = useTempDir('vmm-store');
   test('put/get/list/delete survive a reopen, ordered by id', () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'vmm-store-'));
+    const dir = tmp();
     const s = SqliteVmStore.forStateDir(dir);
     s.put(rec('vm-b'));
     s.put(rec('vm-a', { state: 'paused' }));
@@ -40,7 +41,7 @@ describe('SqliteVmStore', () => {
   });
 
   test('fields written by a newer release survive a read-modify-write', () => {
-    const dir = mkdtempSync(path.join(os.tmpdir(), 'vmm-store-'));
+    const dir = tmp();
     const s = SqliteVmStore.forStateDir(dir);
     s.put(rec('vm-a'));
     s.close();
