@@ -342,7 +342,7 @@ async function forkScenario(opts: SuiteOptions, sourceId: string | undefined): P
       const msg = (err as Error).message;
       if (grpcStatusOf(err) !== 'FAILED_PRECONDITION' || !msg.includes('ublk-manager') || !msg.includes(ublk.version) || !msg.includes(CLONE_FEATURE)) throw err;
       const after = (await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes.map((s) => s.sandboxId).sort();
-      if (JSON.stringify(after) !== JSON.stringify(before)) throw new Error(`refused fork left sandboxes behind: ${after.filter((x) => !before.includes(x)).join(', ')}`);
+      if (JSON.stringify(after) !== JSON.stringify(before)) throw new Error(`refused fork left sandboxes behind: ${after.filter((x) => !before.includes(x)).join(', ')}`, { cause: err });
       return { result: 'fallback', detail: `ublk-manager ${ublk.version} lacks "${CLONE_FEATURE}": ForkSandbox refused with FAILED_PRECONDITION (${msg.replace(/^.*?: /, '')}), nothing made` };
     }
     throw new ScenarioError(`ForkSandbox succeeded although ublk-manager ${ublk.version} lacks "${CLONE_FEATURE}"`, 'ublk-manager');

@@ -71,7 +71,7 @@ export function mountsBelow(roots: string[]): string[] {
 /** loopDevicesBelow lists loop devices whose backing file is below root (from /sys/block). */
 export function loopDevicesBelow(root: string): string[] {
   const out: string[] = [];
-  let names: string[] = [];
+  let names: string[];
   try {
     names = readdirSync('/sys/block').filter((n) => n.startsWith('loop'));
   } catch {

@@ -13,8 +13,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { socketPath, unixAddress } from '@sandnode/shared';
 import { ForkMethod } from '@sandnode/shared/proto/server/v1/sandbox';
-import { connectServer, table, type ServerApi } from '@sandnode/node-stack';
-import { COMPONENTS, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
+import { connectServer, table, type ServerApi, COMPONENTS, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { percentile } from '@sandnode/node-stack';
 import { writeBenchResults } from './results';
 

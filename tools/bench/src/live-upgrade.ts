@@ -11,11 +11,8 @@ import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandb
 import { AdminServiceDefinition } from '@sandnode/shared/proto/server/v1/admin';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { connectServer } from '@sandnode/node-stack';
+import { connectServer, upgradeServer, upgradeUblkManager, waitForActiveServer, percentile } from '@sandnode/node-stack';
 import { COMPONENTS, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
-import { upgradeServer } from '@sandnode/node-stack';
-import { upgradeUblkManager, waitForActiveServer } from '@sandnode/node-stack';
-import { percentile } from '@sandnode/node-stack';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;

@@ -16,12 +16,10 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createSandnodeChannel, socketPath, unixAddress } from '@sandnode/shared';
+import { createSandnodeChannel, socketPath, unixAddress, mapLimit } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { createClient } from 'nice-grpc';
-import { connectServer, table, type ServerApi } from '@sandnode/node-stack';
-import { COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
-import { mapLimit } from '@sandnode/shared';
+import { connectServer, table, type ServerApi, COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { benchFork } from './fork';
 import { writeBenchResults } from './results';
 import { benchLiveUpgrade } from './live-upgrade';

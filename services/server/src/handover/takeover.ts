@@ -76,7 +76,7 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
   if (!holder || !FlockLease.isHeld(lease.file)) throw new FailedPreconditionError('no active server holds the lease: start normally instead');
   const ch = createSandnodeChannel(holder.admin);
   const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: cfg.handoverCallTimeoutMs, retryAttempts: 1 });
-  let servingAtMs = 0;
+  let servingAtMs: number;
   try {
     const pre = await admin.prepareHandover({ standbyVersion: SUITE_VERSION, standbyFeatures: [...o.features] }, { signal: o.signal });
     if (!pre.ok) throw new FailedPreconditionError(`the active server refuses a handover: ${pre.reasons.join('; ')}`);

@@ -30,9 +30,8 @@
  *
  * This host has no `/dev/ublk-control`: the driver is exercised by unit tests with a fake run.
  */
-import { existsSync } from 'node:fs';
+import { constants as fsc, existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
-import { constants as fsc } from 'node:fs';
 import path from 'node:path';
 import { FailedPreconditionError, InternalError, run as runCommand, type Logger } from '@sandnode/shared';
 import type { AttachOptions, BlockDriver } from '../core/driver';

@@ -15,10 +15,9 @@
  */
 import { statusOf, type FreezeStatus } from './freeze';
 import { hostFailure } from './host-error';
-import { AlreadyExistsError, FailedPreconditionError, NotFoundError, requireResourceId, VMM_FEATURES } from '@sandnode/shared';
+import { AlreadyExistsError, FailedPreconditionError, NotFoundError, requireResourceId, VMM_FEATURES, KeyedMutex } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, VmDriver, VmRef } from './driver';
-import { KeyedMutex } from '@sandnode/shared';
 import type { EffectiveResources, VmRecord, VmSpec, VmState } from './types';
 import { VM_RECORD_SCHEMA } from './types';
 import { canonicalSpec, checkHostPaths, validateVmSpec } from './validate';
