@@ -57,7 +57,7 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
   });
 
   afterAll(async () => {
-    // eslint-disable-next-line no-console
+     
     console.log(`freeze windows measured by host writers (ms): ${JSON.stringify(windows)}`);
     await fx?.cleanup();
   });

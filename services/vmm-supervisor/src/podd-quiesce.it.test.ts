@@ -129,7 +129,7 @@ describeWith('podd Quiesce/Thaw in a real runc VM (integration)', [...FREEZE_PAR
   });
 
   afterAll(async () => {
-    // eslint-disable-next-line no-console
+     
     console.log(`podd freeze windows measured by host writers (ms): ${JSON.stringify(windows)}`);
     await fx?.cleanup();
   });
@@ -173,7 +173,7 @@ describeWith('podd Quiesce/Thaw in a real runc VM (integration)', [...FREEZE_PAR
     );
     const rec = await waitNewFreeze('vm-q', before);
     ac.abort(); // the caller is gone (it may have had the answer already; it never calls Thaw)
-    // eslint-disable-next-line no-console
+     
     console.log(`(a) the abandoned Quiesce call ended: ${await call}`);
     await expectWatchdogBound('vm-q', rec, 'callerGone');
     await expectEndedByWatchdog(c, rec.token, 1000);

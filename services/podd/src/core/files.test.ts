@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, symlinkSync, mkdirSync, readFileSync, statSync } from 'node:fs';
+import nodeFs, { mkdtempSync, rmSync, symlinkSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -84,10 +84,11 @@ describe('podd core files', () => {
 });
 
 describe('confinement (beneath)', () => {
-  const fs = require('node:fs') as typeof import('node:fs');
-  const os = require('node:os') as typeof import('node:os');
-  const p = require('node:path') as typeof import('node:path');
-  const { readFile: rf, writeFile: wf } = require('./files') as typeof import('./files');
+  const fs = nodeFs;
+  const os = { tmpdir };
+  const p = path;
+  const rf = readFile;
+  const wf = writeFile;
   let root: string;
   let outside: string;
   beforeAll(() => {
