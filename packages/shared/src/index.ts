@@ -19,3 +19,4 @@ export * from './grpc-host';
 export * from './server-api';
 export * from './features';
 export * from './failpoints';
+export * from './daemon-args';

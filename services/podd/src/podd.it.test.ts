@@ -385,7 +385,7 @@ describeWith('podd command line', PODD_PARTS, () => {
 
   test('--config without a value, an unknown argument and a bad failpoint exit 2 naming them', async () => {
     const noValue = await runMain(['--config']);
-    expect(noValue).toMatchObject({ code: 2, stderr: expect.stringContaining('flag --config needs a value') });
+    expect(noValue).toMatchObject({ code: 2, stderr: expect.stringContaining('--config needs a value') });
     const unknown = await runMain(['--bogus']);
     expect(unknown).toMatchObject({ code: 2, stderr: expect.stringContaining('unknown argument "--bogus"') });
     const badFailpoint = await runMain(['--socket', '/tmp/podd-never.sock'], { SANDNODE_PODD_FAILPOINTS: 'no.such' });

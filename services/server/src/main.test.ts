@@ -14,7 +14,7 @@ describe('server command line', () => {
   it('--config without a value is a usage error naming it', () => {
     for (const argv of [['--config'], ['--config='], ['--config', '--help']]) {
       expect(() => parseArgs(argv)).toThrow(UsageError);
-      expect(() => parseArgs(argv)).toThrow('--config needs a file path');
+      expect(() => parseArgs(argv)).toThrow('--config needs a value');
     }
   });
 

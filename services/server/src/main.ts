@@ -21,7 +21,7 @@
  * peers, records, lease, admin socket path; then exit 0. Sandboxes are never touched by a
  * server stop. A stop that outlives drainDeadlineMs + drainMs + 5 s exits 1.
  */
-import { ConfigError, createLogger, SUITE_VERSION, type Logger } from '@sandnode/shared';
+import { ConfigError, createLogger, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
 import { loadServerConfig, SERVICE, type ServerConfig } from './config';
@@ -47,21 +47,12 @@ const STOP_MARGIN_MS = 5000;
 const USAGE = 'usage: sandnode-server [--config FILE]';
 
 /** A bad command line; the message names the argument. */
-export class UsageError extends Error {}
+export { UsageError };
 
 /** parseArgs accepts `--config FILE`, `--config=FILE` and `--help`; throws UsageError naming anything else. */
 export function parseArgs(argv: string[]): { config?: string; help: boolean } {
-  const out: { config?: string; help: boolean } = { help: false };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i] ?? '';
-    if (a === '--help' || a === '-h') out.help = true;
-    else if (a === '--config' || a.startsWith('--config=')) {
-      const v = a === '--config' ? argv[++i] : a.slice('--config='.length);
-      if (!v || v.startsWith('--')) throw new UsageError(`--config needs a file path (${USAGE})`);
-      out.config = v;
-    } else throw new UsageError(`unknown argument ${JSON.stringify(a)} (${USAGE})`);
-  }
-  return out;
+  const { config, help } = parseDaemonArgs(argv, USAGE);
+  return { config, help };
 }
 
 /** wiring builds what an active server runs (see the file header). */

@@ -86,9 +86,9 @@ describe('parseArgs', () => {
   });
 
   it.each([
-    [['--config'], /^--config needs a file path \(usage: /],
-    [['--config='], /^--config needs a file path \(usage: /],
-    [['--config', '--help'], /^--config needs a file path \(got "--help"\)/],
+    [['--config'], /^--config needs a value \(usage: /],
+    [['--config='], /^--config needs a value \(usage: /],
+    [['--config', '--help'], /^--config needs a value \(got "--help"\)/],
     [['--bogus'], /^unknown argument "--bogus" \(usage: sandnode-ublk-manager \[--config FILE\]\)$/],
     [['--config', '/c.json', 'extra'], /^unknown argument "extra"/],
   ])('%j is a UsageError naming it', (argv, message) => {

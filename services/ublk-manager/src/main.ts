@@ -14,7 +14,7 @@
 import { mkdirSync, realpathSync } from 'node:fs';
 import type http from 'node:http';
 import path from 'node:path';
-import { buildCommit, createLogger, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION, UBLK_FEATURES, type Logger } from '@sandnode/shared';
+import { buildCommit, createLogger, parseDaemonArgs, UsageError, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION, UBLK_FEATURES, type Logger } from '@sandnode/shared';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { loadUblkConfig, SERVICE, type UblkConfig } from './config';
 import { DeviceManager } from './core/device-manager';
@@ -68,27 +68,15 @@ export const EXIT_LOCKED = 3;
 const USAGE = 'usage: sandnode-ublk-manager [--config FILE]';
 
 /** A bad command line: the daemon exits EXIT_USAGE with this message (it names the argument). */
-export class UsageError extends Error {
-  override name = 'UsageError';
-}
+export { UsageError };
 
 /**
  * parseArgs accepts `--config FILE`, `--config=FILE` and `--help`. Throws UsageError naming
- * the argument for `--config` without a value (or with an option as its value, or an empty
- * `--config=`) and for any other argument.
+ * the argument for `--config` without a value and for any other argument.
  */
 export function parseArgs(argv: string[]): { config?: string; help: boolean } {
-  const out: { config?: string; help: boolean } = { help: false };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i] ?? '';
-    if (a === '--help' || a === '-h') out.help = true;
-    else if (a === '--config' || a.startsWith('--config=')) {
-      const v = a === '--config' ? argv[++i] : a.slice('--config='.length);
-      if (v === undefined || v === '' || v.startsWith('-')) throw new UsageError(`--config needs a file path${v ? ` (got ${JSON.stringify(v)})` : ''} (${USAGE})`);
-      out.config = v;
-    } else throw new UsageError(`unknown argument ${JSON.stringify(a)} (${USAGE})`);
-  }
-  return out;
+  const { config, help } = parseDaemonArgs(argv, USAGE);
+  return { config, help };
 }
 
 /** resolvedImagesDir is the images dir as the kernel names it (created, symlinks resolved). */

@@ -282,8 +282,8 @@ describeWith('ublk-manager daemon (loop driver)', DAEMON_PARTS, () => {
   });
 
   it.each([
-    [['--config'], '--config needs a file path'],
-    [['--config='], '--config needs a file path'],
+    [['--config'], '--config needs a value'],
+    [['--config='], '--config needs a value'],
     [['--bogus'], 'unknown argument \\"--bogus\\"'],
   ])('%j is a usage error: exit 2 with a message naming it', async (args, text) => {
     const before = readFileSync(logFile, 'utf8').length;

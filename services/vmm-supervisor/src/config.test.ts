@@ -61,9 +61,9 @@ describe('parseArgs', () => {
   });
 
   test('--config without a value and unknown arguments are usage errors naming them', () => {
-    expect(() => parseArgs(['--config'])).toThrow(/--config needs a file/);
-    expect(() => parseArgs(['--config='])).toThrow(/--config needs a file/);
-    expect(() => parseArgs(['--config', '--verbose'])).toThrow(/--config needs a file/);
+    expect(() => parseArgs(['--config'])).toThrow(/--config needs a value/);
+    expect(() => parseArgs(['--config='])).toThrow(/--config needs a value/);
+    expect(() => parseArgs(['--config', '--verbose'])).toThrow(/--config needs a value/);
     expect(() => parseArgs(['--verbose'])).toThrow(/unknown argument "--verbose" \(usage: sandnode-vmm-supervisor \[--config FILE\]\)/);
   });
 });

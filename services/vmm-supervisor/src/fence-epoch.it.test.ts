@@ -42,8 +42,8 @@ describeWith('vmm-supervisor FenceEpoch (real daemon)', VMM_PARTS, () => {
       const r = spawnSync(process.execPath, [MAIN_JS, ...args], { env: fx.env(env), encoding: 'utf8', timeout: 20_000 });
       return { code: r.status, out: `${r.stdout}${r.stderr}` };
     };
-    expect(run(['--config'])).toMatchObject({ code: 2, out: expect.stringContaining('--config needs a file') });
-    expect(run(['--config', '--bogus'])).toMatchObject({ code: 2, out: expect.stringContaining('--config needs a file') });
+    expect(run(['--config'])).toMatchObject({ code: 2, out: expect.stringContaining('--config needs a value') });
+    expect(run(['--config', '--bogus'])).toMatchObject({ code: 2, out: expect.stringContaining('--config needs a value') });
     expect(run(['--bogus'])).toMatchObject({ code: 2, out: expect.stringContaining('unknown argument \\"--bogus\\"') });
     expect(run([], { SANDNODE_VMM_SUPERVISOR_FAILPOINTS: 'runc.nope' })).toMatchObject({
       code: 2,

@@ -10,7 +10,7 @@
  */
 import { existsSync, mkdirSync } from 'node:fs';
 import path from 'node:path';
-import { buildCommit, createLogger, createServiceServer, runDaemon, SUITE_VERSION } from '@sandnode/shared';
+import { buildCommit, createLogger, parseDaemonArgs, createServiceServer, runDaemon, SUITE_VERSION } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { loadVmmConfig, SERVICE } from './config';
 import { vmmEpochFence } from './core/epoch';
@@ -38,16 +38,7 @@ export const USAGE = 'usage: sandnode-vmm-supervisor [--config FILE]';
  * argument; main exits {@link EXIT_USAGE} with it.
  */
 export function parseArgs(argv: string[]): { configFile?: string } {
-  let configFile: string | undefined;
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === '--config' || a.startsWith('--config=')) {
-      const v = a === '--config' ? argv[++i] : a.slice('--config='.length);
-      if (v === undefined || v === '' || (a === '--config' && v.startsWith('--'))) throw new Error(`--config needs a file (${USAGE})`);
-      configFile = v;
-    } else throw new Error(`unknown argument ${JSON.stringify(a)} (${USAGE})`);
-  }
-  return { configFile };
+  return { configFile: parseDaemonArgs(argv, USAGE).config };
 }
 
 async function main(): Promise<void> {

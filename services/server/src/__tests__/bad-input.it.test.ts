@@ -119,8 +119,8 @@ describe('sandnode-server usage errors', () => {
   };
 
   it.each([
-    [['--config'], /--config needs a file path/],
-    [['--config', '--takeover'], /--config needs a file path/],
+    [['--config'], /--config needs a value/],
+    [['--config', '--takeover'], /--config needs a value/],
     [['--bogus'], /unknown argument "--bogus"/],
     [['--config', '/x.json', 'extra'], /unknown argument "extra"/],
   ])('%j -> exit 2', (args, msg) => {
