@@ -9,6 +9,7 @@ import { DeviceServiceDefinition, DeviceState, Filesystem, type Device } from '@
 import type { Channel } from 'nice-grpc';
 import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
 import type { ClonedDevice, DeviceInfo, DevicePort, PeerVersion } from '../core/types';
+import { announceEpoch, EPOCH_PROBE_ID } from './epoch-announce';
 import { withMappedErrors } from './peer-errors';
 
 /** How a server calls a peer daemon (vmm-supervisor, ublk-manager). */
@@ -27,12 +28,6 @@ function toInfo(d: Device | undefined): DeviceInfo {
   if (!d) throw new Error('ublk-manager answered without a device');
   return { deviceId: d.deviceId, path: d.path, backingFile: d.backingFile, sizeBytes: d.sizeBytes, attached: d.state === DeviceState.DEVICE_STATE_ATTACHED };
 }
-
-/**
- * The VM and device id the 0.2.0 epoch announcement deletes (a no-op: sandbox ids are sb-...),
- * used when a peer lacks the FenceEpoch feature.
- */
-export const EPOCH_PROBE_ID = 'epoch-fence-probe';
 
 export class DevicePeer implements DevicePort {
   readonly channel: Channel;
@@ -56,13 +51,7 @@ export class DevicePeer implements DevicePort {
    * DeleteDevice of an id no sandbox can have. ABORTED when a higher epoch exists.
    */
   async fenceEpoch(epoch: number): Promise<string> {
-    this.features.reset();
-    if (await this.features.has(UBLK_FEATURES.fenceEpoch)) {
-      await this.client.fenceEpoch({ epoch });
-      return 'FenceEpoch';
-    }
-    await this.client.deleteDevice({ deviceId: EPOCH_PROBE_ID });
-    return `DeleteDevice of "${EPOCH_PROBE_ID}" (the ublk-manager lacks "${UBLK_FEATURES.fenceEpoch}")`;
+    return announceEpoch(this.features, UBLK_FEATURES.fenceEpoch, () => this.client.fenceEpoch({ epoch }), { name: 'DeleteDevice', call: () => this.client.deleteDevice({ deviceId: EPOCH_PROBE_ID }) });
   }
 
 

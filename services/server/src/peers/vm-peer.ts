@@ -8,7 +8,8 @@ import { DriveRole, FreezeEndedBy, VmServiceDefinition, VmState, type Vm } from 
 import type { Channel } from 'nice-grpc';
 import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
 import type { VmFreezeInfo, VmInfo, VmPort } from '../core/types';
-import { EPOCH_PROBE_ID, type PeerOptions } from './device-peer';
+import type { PeerOptions } from './device-peer';
+import { announceEpoch, EPOCH_PROBE_ID } from './epoch-announce';
 import { withMappedErrors } from './peer-errors';
 
 function toInfo(vm: Vm | undefined): VmInfo {
@@ -51,13 +52,7 @@ export class VmPeer implements VmPort {
    * epoch exists.
    */
   async fenceEpoch(epoch: number): Promise<string> {
-    this.features.reset();
-    if (await this.features.has(VMM_FEATURES.fenceEpoch)) {
-      await this.client.fenceEpoch({ epoch });
-      return 'FenceEpoch';
-    }
-    await this.client.deleteVm({ vmId: EPOCH_PROBE_ID });
-    return `DeleteVm of "${EPOCH_PROBE_ID}" (the vmm-supervisor lacks "${VMM_FEATURES.fenceEpoch}")`;
+    return announceEpoch(this.features, VMM_FEATURES.fenceEpoch, () => this.client.fenceEpoch({ epoch }), { name: 'DeleteVm', call: () => this.client.deleteVm({ vmId: EPOCH_PROBE_ID }) });
   }
 
   async create(a: Parameters<VmPort['create']>[0]): Promise<VmInfo> {
