@@ -2,6 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { processStartTicks, processState } from '@sandnode/shared';
+import { waitFor } from '@sandnode/testkit';
 import { spawnDaemon, stopProcess, tail, waitForDaemon, type SpawnedDaemon } from './daemon-process';
 
 let dir: string;
@@ -48,7 +49,7 @@ describe('spawnDaemon + waitForDaemon', () => {
 
   it('counts a daemon that said it was ready and then exited as ready', async () => {
     const d = daemon('says-then-exits', 'console.log("{\\"takeover\\":false}"); process.exit(1);');
-    while (d.exited() === undefined) await new Promise((r) => setTimeout(r, 10));
+    await waitFor('the daemon to exit', () => d.exited() !== undefined, 10_000, 10);
     expect(await waitForDaemon(d, () => logHas(d, 'takeover'), { timeoutMs: 10_000, ...errors })).toBe(true);
   });
 

@@ -7,7 +7,7 @@ describe('KeyedMutex', () => {
     const op = (key: string, name: string, ms: number) =>
       m.run(key, async () => {
         log.push(`start ${name}`);
-        await new Promise((r) => setTimeout(r, ms));
+        await new Promise((r) => setTimeout(r, ms)); // the operation's own duration (the overlap under test)
         log.push(`end ${name}`);
       });
     await Promise.all([op('a', 'a1', 30), op('a', 'a2', 1), op('b', 'b1', 5)]);
@@ -30,7 +30,7 @@ describe('mapLimit', () => {
     const out = await mapLimit([1, 2, 3, 4, 5, 6], 2, async (x) => {
       running++;
       peak = Math.max(peak, running);
-      await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, 5)); // each call takes a while, so the limit shows
       running--;
       return x * 10;
     });

@@ -3,9 +3,9 @@
  * process, since exit codes and stderr are what scripts see. None of these reach a node.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { rmSync } from 'node:fs';
 import path from 'node:path';
+import { built, describeWith, makeTempDir } from '@sandnode/testkit';
 import { Command } from 'commander';
 import { registerSandboxCommands } from './commands/sandbox';
 import { registerExecCommand } from './commands/sandbox-exec';
@@ -43,11 +43,10 @@ describe('dashDashHint', () => {
   });
 });
 
-describe('the built CLI on a wrong command line', () => {
+describeWith('the built CLI on a wrong command line', [built('@sandnode/cli')], () => {
   let runDir: string;
   beforeAll(() => {
-    if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run npm run build first`);
-    runDir = mkdtempSync(path.join(tmpdir(), 'sandnode-cli-usage-'));
+    runDir = makeTempDir('cli-usage');
   });
   afterAll(() => rmSync(runDir, { recursive: true, force: true }));
 

@@ -3,12 +3,10 @@
  * Each case asserts the exact code; after all of them the node holds exactly what it held.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { Status } from 'nice-grpc-common';
-import { ClientError } from 'nice-grpc';
 import { loopDevicesBelow, mountsBelow } from '@sandnode/node-stack';
-import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
+import { built, describeNode, describeWith, execCollect, expectCode, startNode, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(180_000);
 
@@ -39,20 +37,11 @@ describeNode('bad input on a real node', () => {
     await node?.stop();
   });
 
-  async function code(p: Promise<unknown> | (() => Promise<unknown>)): Promise<{ code: Status; details: string }> {
-    try {
-      await (typeof p === 'function' ? p() : p);
-    } catch (err) {
-      if (err instanceof ClientError) return { code: err.code, details: err.details };
-      throw err;
-    }
-    throw new Error('call succeeded');
-  }
   const drain = (it: AsyncIterable<unknown>) => async () => {
     for await (const _ of it) void _;
   };
 
-  const cases: [string, Status, RegExp, () => Promise<unknown> | (() => Promise<unknown>)][] = [
+  const cases: [string, Status, RegExp, () => Promise<unknown>][] = [
     ['GetSandbox with a malformed id', Status.INVALID_ARGUMENT, /sandbox_id/, () => node.api.sandboxes.getSandbox({ sandboxId: 'not-an-id' })],
     ['GetSandbox of an unknown id', Status.NOT_FOUND, /sb-0000000000000000/, () => node.api.sandboxes.getSandbox({ sandboxId: 'sb-0000000000000000' })],
     ['DeleteSandbox of an unknown id', Status.NOT_FOUND, /not found/, () => node.api.sandboxes.deleteSandbox({ sandboxId: 'sb-0000000000000001' })],
@@ -96,9 +85,7 @@ describeNode('bad input on a real node', () => {
   ];
 
   it.each(cases)('%s -> %s', async (_name, want, msg, call) => {
-    const got = await code(call as () => Promise<unknown>);
-    expect(Status[got.code]).toBe(Status[want]);
-    expect(got.details).toMatch(msg);
+    await expectCode(call(), want, msg);
   });
 
   it('changed nothing', async () => {
@@ -110,10 +97,9 @@ describeNode('bad input on a real node', () => {
 });
 
 /** A bad command line or failpoint list is a usage error of the daemon (exit 2, naming it), before it touches anything. */
-describe('sandnode-server usage errors', () => {
+describeWith('sandnode-server usage errors', [built('@sandnode/server')], () => {
   const main = path.resolve(__dirname, '../../dist/main.js');
   const run = (args: string[], env: Record<string, string> = {}) => {
-    if (!existsSync(main)) throw new Error(`${main} is missing: run npm run build first`);
     const r = spawnSync(process.execPath, [main, ...args], { encoding: 'utf8', timeout: 30_000, env: { ...process.env, SANDNODE_SERVER_STATE_DIR: '/nonexistent/state', ...env } });
     return { status: r.status, stderr: r.stderr };
   };

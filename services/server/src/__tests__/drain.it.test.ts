@@ -11,7 +11,7 @@ import path from 'node:path';
 import { mapLimit, processState } from '@sandnode/shared';
 import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 import { findRunning, startComponent } from '@sandnode/node-stack';
-import { describeNode, startNode, type TestNode } from '@sandnode/testkit';
+import { describeNode, startNode, waitFor, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
 
@@ -39,12 +39,6 @@ function loopBackingFiles(root: string): string[] {
     .filter((l) => l.startsWith(`${root}/`));
 }
 
-async function waitGone(what: () => boolean, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms;
-  while (what() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  return !what();
-}
-
 describeNode('node drain', () => {
   let node: TestNode;
   let sandboxes: Sandbox[] = [];
@@ -66,7 +60,6 @@ describeNode('node drain', () => {
       await api.sandboxes.writeFile({ sandboxId: s.sandboxId, path: 'before-drain.txt', data: Buffer.from(`sandbox ${i} ${s.sandboxId}`) });
       return s;
     });
-    // eslint-disable-next-line no-console
     console.log(`${COUNT} sandboxes created in ${Date.now() - t0} ms`);
     const images = loopBackingFiles(node.dirs.stateDir);
     expect(images).toHaveLength(2 * COUNT);
@@ -75,7 +68,6 @@ describeNode('node drain', () => {
     expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: '' });
     const drained = JSON.parse(r.stdout) as DrainJson;
     const slowest = Math.max(...drained.sandboxes.map((s) => s.ms));
-    // eslint-disable-next-line no-console
     console.log(`drain: ${drained.sandboxes.length} sandboxes in ${drained.durationMs} ms (slowest ${slowest} ms); device manager stopped: ${drained.deviceManagerStopped}`);
     expect(drained.sandboxes.map((s) => s.id).sort()).toEqual(sandboxes.map((s) => s.sandboxId).sort());
     for (const s of drained.sandboxes) expect({ id: s.id, outcome: s.outcome, resume: s.resume, error: s.error }).toEqual({ id: s.id, outcome: 'PRESERVED', resume: 'cold-start', error: '' });
@@ -89,7 +81,7 @@ describeNode('node drain', () => {
       expect([undefined, 'Z']).toContain(processState(s.pid));
     }
     expect(runcContainers(node.dirs.runDir)).toEqual([]);
-    expect(await waitGone(() => !!findRunning(node.dirs, 'ublk-manager'), 15_000)).toBe(true);
+    await waitFor('ublk-manager to exit after the drain', () => !findRunning(node.dirs, 'ublk-manager'), 15_000, 100);
     expect(loopBackingFiles(node.dirs.stateDir).sort()).toEqual([...images].sort());
     for (const f of images) expect(existsSync(f)).toBe(true);
 
@@ -97,7 +89,6 @@ describeNode('node drain', () => {
     await startComponent(node.dirs, 'ublk-manager');
     const t1 = Date.now();
     const resumed = await mapLimit(sandboxes, 6, async (s) => (await api.sandboxes.resumeSandbox({ sandboxId: s.sandboxId })).sandbox!);
-    // eslint-disable-next-line no-console
     console.log(`${COUNT} drained sandboxes resumed in ${Date.now() - t1} ms`);
     for (const [i, s] of resumed.entries()) {
       expect(s.sandboxId).toBe(sandboxes[i]!.sandboxId);
@@ -122,7 +113,6 @@ describeNode('node drain', () => {
         SANDNODE_GRACE_PERIOD_S: '60',
       },
     });
-    // eslint-disable-next-line no-console
     console.log(`prestop.sh exit ${r.status}:\n${r.stderr}`);
     expect(r.status).toBe(0);
     expect(r.stderr).toContain(`preserved ${COUNT}, failed 0 of ${COUNT} sandboxes; device manager stopped: yes`);
@@ -137,7 +127,7 @@ describeNode('node drain', () => {
   it('with a deadline too short for all, reports each sandbox as it really ended (none lost, none misreported)', async () => {
     // bring the drained sandboxes back first: the drain stopped ublk-manager (SIGTERM); wait
     // until it is gone, then start it as an operator would
-    for (let i = 0; i < 200 && findRunning(node.dirs, 'ublk-manager'); i++) await new Promise((res) => setTimeout(res, 50));
+    await waitFor('ublk-manager to be gone', () => !findRunning(node.dirs, 'ublk-manager'), 10_000, 50);
     await startComponent(node.dirs, 'ublk-manager');
     const api = node.reconnect();
     const all = (await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
@@ -149,7 +139,8 @@ describeNode('node drain', () => {
     const failed = out.sandboxes.filter((x) => x.outcome === 'FAILED');
     expect(failed.length).toBeGreaterThan(0); // 150 ms cannot drain 30 sandboxes two at a time
     expect(r.status).toBe(1);
-    await new Promise((res) => setTimeout(res, 1000)); // nothing finishes behind the report's back
+    // the time under test: for 1 s after the report, nothing finishes behind its back
+    await new Promise((res) => setTimeout(res, 1000));
     for (const x of preserved) expect((await api.sandboxes.getSandbox({ sandboxId: x.id })).sandbox!.state).toBe(SandboxState.SANDBOX_STATE_DRAINED);
     for (const x of failed) {
       expect(x.error).toMatch(/not reached before the drain deadline/);

@@ -14,7 +14,7 @@ import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandb
 import { PoddServiceDefinition, ThawEndedBy } from '@sandnode/shared/proto/podd/v1/podd';
 import type { ServerApi } from '@sandnode/shared';
 import { startComponent } from '@sandnode/node-stack';
-import { describeNode, execCollect, holderStatus, inventory, killProcesses, orphans, serverProcesses, startNode, withEnv, type TestNode } from '@sandnode/testkit';
+import { describeNode, execCollect, expectCode, holderStatus, inventory, killProcesses, orphans, serverProcesses, startNode, waitFor, withEnv, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
 
@@ -173,7 +173,7 @@ describeNode('ForkSandbox and ResetRootfs on a real node', () => {
       }
     })();
     // wait until the writer writes
-    for (let i = 0; i < 200 && (await execCollect(api, pid, ['sh', '-c', 'test -s /workspace/seq.txt'])).exitCode !== 0; i++) await new Promise((r) => setTimeout(r, 25));
+    await waitFor('the writer to write', async () => (await execCollect(api, pid, ['sh', '-c', 'test -s /workspace/seq.txt'])).exitCode === 0, 10_000, 25);
 
     const LINE = /^line (\d{8}) x{40}$/;
     const children: { id: string; text: string }[] = [];
@@ -263,7 +263,11 @@ describeNode('ForkSandbox and ResetRootfs on a real node', () => {
       ['reset of unknown sandbox', api.sandboxes.resetRootfs({ sandboxId: 'sb-0000000000000000' }), Status.NOT_FOUND],
       ['reset with malformed id', api.sandboxes.resetRootfs({ sandboxId: '../x' }), Status.INVALID_ARGUMENT],
     ];
-    for (const [name, p, code] of cases) await expect(p.then(() => name, (e: { code: Status }) => `${name}: ${Status[e.code]}`)).resolves.toBe(`${name}: ${Status[code]}`);
+    for (const [name, p, code] of cases) {
+      await expectCode(p, code).catch((e: Error) => {
+        throw new Error(`${name}: ${e.message}`, { cause: e });
+      });
+    }
     expect((await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes.length).toBe(before);
 
     // a request_id names one fork: a retry returns the same child
@@ -305,11 +309,15 @@ describeNode('a server killed mid-fork or mid-reset', () => {
     const ch = createSandnodeChannel(unixAddress(path.join(node.dirs.runDir, 'sandboxes', id, 'podd.sock')));
     try {
       const client = createServiceClient(PoddServiceDefinition, ch, { timeoutMs: 5000 });
-      for (;;) {
-        const st = await client.getFreezeStatus({});
-        if (!st.frozen) return st;
-        await new Promise((r) => setTimeout(r, 50));
-      }
+      return await waitFor(
+        `podd of ${id} to be thawed`,
+        async () => {
+          const st = await client.getFreezeStatus({});
+          return st.frozen ? undefined : st;
+        },
+        10_000,
+        50,
+      );
     } finally {
       ch.close();
     }

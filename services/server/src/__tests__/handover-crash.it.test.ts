@@ -8,8 +8,7 @@
  */
 import { ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
-import { startComponent } from '@sandnode/node-stack';
-import { upgradeServer } from '@sandnode/node-stack';
+import { startComponent, upgradeServer } from '@sandnode/node-stack';
 import { HANDOVER_FAILPOINTS } from '../handover/failpoints';
 import type { TakeoverResult } from '@sandnode/shared';
 import { FlockLease } from '../store/flock-lease';
@@ -24,14 +23,13 @@ import {
   orphans,
   serverProcesses,
   startNode,
+  waitFor,
   withEnv,
   type LeaseView,
   type TestNode,
 } from '@sandnode/testkit';
 
 jest.setTimeout(180_000);
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describeNode('kill -9 at each step of a server handover', () => {
   let node: TestNode;
@@ -64,25 +62,27 @@ describeNode('kill -9 at each step of a server handover', () => {
    */
   async function converge(): Promise<{ view: LeaseView; pid: number; operatorStarted: boolean }> {
     let operatorStarted = false;
-    const deadline = Date.now() + 30_000;
-    let last = '';
-    for (;;) {
-      const pids = serverProcesses(node.dirs.runDir);
-      if (pids.length === 0 && !operatorStarted) {
-        operatorStarted = true;
-        await startComponent(node.dirs, 'server');
-        continue;
-      }
-      const holder = FlockLease.readHolder(leaseFile(node.dirs));
-      const held = FlockLease.isHeld(leaseFile(node.dirs));
-      const view = holder && held ? await adminStatus(holder.admin) : undefined;
-      if (pids.length === 1 && held && holder?.pid === pids[0] && view?.role === ServerRole.SERVER_ROLE_ACTIVE && view.holderPid === pids[0]) {
-        return { view, pid: pids[0]!, operatorStarted };
-      }
-      last = JSON.stringify({ pids, held, holderPid: holder?.pid, role: view ? ServerRole[view.role] : null });
-      if (Date.now() > deadline) throw new Error(`the node did not converge within 30 s: ${last}`);
-      await sleep(100);
-    }
+    return waitFor(
+      'the node to converge on one ACTIVE server holding the lease',
+      async () => {
+        const pids = serverProcesses(node.dirs.runDir);
+        if (pids.length === 0 && !operatorStarted) {
+          operatorStarted = true;
+          await startComponent(node.dirs, 'server');
+          return undefined;
+        }
+        const holder = FlockLease.readHolder(leaseFile(node.dirs));
+        const held = FlockLease.isHeld(leaseFile(node.dirs));
+        const view = holder && held ? await adminStatus(holder.admin) : undefined;
+        if (pids.length === 1 && held && holder?.pid === pids[0] && view?.role === ServerRole.SERVER_ROLE_ACTIVE && view.holderPid === pids[0]) {
+          return { view, pid: pids[0]!, operatorStarted };
+        }
+        // thrown, so the timeout names what the node looked like last
+        throw new Error(JSON.stringify({ pids, held, holderPid: holder?.pid, role: view ? ServerRole[view.role] : null }));
+      },
+      30_000,
+      100,
+    );
   }
 
   it.each([...HANDOVER_FAILPOINTS])('converges after kill -9 at %s', async (fp) => {
@@ -105,7 +105,6 @@ describeNode('kill -9 at each step of a server handover', () => {
     );
     const c = await converge();
     const after = (await holderStatus(node.dirs))!;
-    // eslint-disable-next-line no-console
     console.log(
       `${fp}: upgrade ${outcome}; converged on pid ${c.pid} (old ${oldPid}) epoch ${before.epoch} -> ${after.epoch}${c.operatorStarted ? ' after an operator start' : ''}`,
     );

@@ -14,7 +14,7 @@ import { ClientError, Status } from 'nice-grpc-common';
 import { connectServer, type ServerApi } from '@sandnode/node-stack';
 import { upgradeServer } from '@sandnode/node-stack';
 import type { TakeoverResult } from '@sandnode/shared';
-import { adminStatus, describeNode, holderStatus, serverProcesses, startNode, type TestNode } from '@sandnode/testkit';
+import { adminStatus, describeNode, holderStatus, serverProcesses, startNode, waitFor, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
 
@@ -40,12 +40,16 @@ interface LoadStats {
   rawRefused: string[];
 }
 
-async function collectStream(api: ServerApi, sandboxId: string): Promise<{ lines: string[]; exitCode: number }> {
+/** collectStream runs STREAM in the sandbox; progress.bytes counts the stdout received so far. */
+async function collectStream(api: ServerApi, sandboxId: string, progress = { bytes: 0 }): Promise<{ lines: string[]; exitCode: number }> {
   let out = '';
   let exitCode = -1;
   for await (const ev of api.sandboxes.exec({ sandboxId, argv: ['sh', '-c', STREAM], stdin: Buffer.alloc(0), cwd: '', env: {}, timeoutMs: 0 })) {
     const e = ev.event;
-    if (e?.$case === 'stdout') out += Buffer.from(e.value).toString();
+    if (e?.$case === 'stdout') {
+      out += Buffer.from(e.value).toString();
+      progress.bytes += e.value.length;
+    }
     else if (e?.$case === 'exit') exitCode = e.value.exitCode;
   }
   return { lines: out.split('\n').filter(Boolean), exitCode };
@@ -155,14 +159,15 @@ describeNode('server handover under load', () => {
     const probes = (async () => {
       while (loadOn) {
         await Promise.all([rawProbe({ host: '127.0.0.1', port }, 'tcp'), rawProbe({ path: unixPath }, 'unix')]);
-        await new Promise((r) => setTimeout(r, 5));
+        await new Promise((r) => setTimeout(r, 5)); // the probes' pace (part of the load), not a wait
       }
     })();
 
     // --- one long exec stream, started on the first server --------------------------------
-    const stream = collectStream(client, sandboxes[0]!.sandboxId);
-    // let the stream and the load run on the first server for a moment
-    await new Promise((r) => setTimeout(r, 300));
+    const progress = { bytes: 0 };
+    const stream = collectStream(client, sandboxes[0]!.sandboxId, progress);
+    // the stream and the load run on the first server before the first handover
+    await waitFor('the stream and the load to run on the first server', () => progress.bytes > 0 && stats.ok > 0, 30_000);
 
     // --- 5 handovers, with creates in flight and held ---------------------------------------
     const results: TakeoverResult[] = [];
@@ -181,21 +186,25 @@ describeNode('server handover under load', () => {
     for (let h = 1; h <= HANDOVERS; h++) {
       const oldAdmin = (await holderStatus(node.dirs))!.admin;
       create(`h${h}-inflight`); // enters before the hold: the old server finishes it first
+      // a head start for that create (no call shows it has entered the server), not a wait for a condition
       await new Promise((r) => setTimeout(r, 50));
       const upgrade = upgradeServer(node.dirs, '.');
       // fire a create while the old server is HANDING_OVER (its lifecycle calls are held)
       let done = false;
       void upgrade.finally(() => (done = true)).catch(() => undefined);
       let seen = false;
-      while (!done && !seen) {
-        const st = await adminStatus(oldAdmin, 500);
-        if (st?.role === ServerRole.SERVER_ROLE_HANDING_OVER) {
-          seen = true;
-          create(`h${h}-held`);
-        } else {
-          await new Promise((r) => setTimeout(r, 5));
-        }
-      }
+      await waitFor(
+        `the old server to be HANDING_OVER (or handover ${h} to end)`,
+        async () => {
+          if ((await adminStatus(oldAdmin, 500))?.role === ServerRole.SERVER_ROLE_HANDING_OVER) {
+            seen = true;
+            create(`h${h}-held`);
+          }
+          return seen || done;
+        },
+        120_000,
+        5,
+      );
       heldSeen.push(seen);
       const r = await upgrade;
       results.push(r);
@@ -203,11 +212,11 @@ describeNode('server handover under load', () => {
       // on to slot a and back to a new slot-b server: the retiring one must not disturb it
       // (on a new connection, once the first server has stopped accepting)
       if (h === 1) {
+        // time for the first server to stop accepting after FinishHandover (no call shows when it has)
         await new Promise((r) => setTimeout(r, 300));
         stream2Client = connectServer(tcp, 60_000);
         stream2 = collectStream(stream2Client, sandboxes[1]!.sandboxId);
       }
-      // eslint-disable-next-line no-console
       console.log(`handover ${h}: pid ${r.oldPid} -> ${r.newPid}, epoch ${r.epoch}, hold window ${r.holdWindowMs} ms, ${r.adopted} adopted in ${r.adoptionMs} ms, create fired while HANDING_OVER: ${seen}`);
     }
 
@@ -226,7 +235,6 @@ describeNode('server handover under load', () => {
     const holds = results.map((r) => r.holdWindowMs);
     const sortedHolds = [...holds].sort((a, b) => a - b);
     const createMs = createResults.map((c, i) => `${creates[i]!.label}=${c.status === 'fulfilled' ? `${c.value.ms}ms` : 'FAILED'}`);
-    // eslint-disable-next-line no-console
     console.log(
       [
         `hold windows (ms): ${holds.join(', ')} (min ${sortedHolds[0]}, median ${sortedHolds[Math.floor(sortedHolds.length / 2)]}, max ${sortedHolds[sortedHolds.length - 1]})`,
@@ -268,7 +276,16 @@ describeNode('server handover under load', () => {
     expect(all).toHaveLength(3 + creates.length);
     expect(new Set(all.map((s) => s.metadata.during ?? s.metadata.load)).size).toBe(all.length);
     // the retired servers are gone (the stream's server exited once it ended)
-    for (let i = 0; i < 100 && serverProcesses(node.dirs.runDir).length > 1; i++) await new Promise((r) => setTimeout(r, 100));
+    await waitFor(
+      'the retired servers to exit',
+      () => {
+        const pids = serverProcesses(node.dirs.runDir);
+        if (pids.length > 1) throw new Error(`server processes: ${pids.join(', ')}`); // named in the timeout
+        return true;
+      },
+      10_000,
+      100,
+    );
     expect(serverProcesses(node.dirs.runDir)).toEqual([results[HANDOVERS - 1]!.newPid]);
     // the port stayed the same
     expect(node.tcpAddress()).toBe(tcp);

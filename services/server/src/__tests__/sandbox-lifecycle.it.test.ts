@@ -3,11 +3,11 @@
  * podd inside, SQLite records, every service a separate process on unix sockets.
  */
 import { readFileSync } from 'node:fs';
-import { ClientError, Status } from 'nice-grpc-common';
+import { Status } from 'nice-grpc-common';
 import { processStartTicks, processState, SANDBOX_ID_RE } from '@sandnode/shared';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { killComponent, startComponent } from '@sandnode/node-stack';
-import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
+import { describeNode, execCollect, expectCode, startNode, waitFor, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(180_000);
 
@@ -107,31 +107,25 @@ describeNode('sandbox lifecycle on a real node', () => {
     const s = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
     const t = (await api.sandboxes.setTimeout({ sandboxId: s.sandboxId, timeoutSeconds: 1 })).sandbox!;
     expect(t.expiresAtMs).toBeGreaterThan(Date.now() - 1000);
-    let gone = false;
-    for (let i = 0; i < 100 && !gone; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      gone = await api.sandboxes.getSandbox({ sandboxId: s.sandboxId }).then(
-        () => false,
-        (e: ClientError) => e.code === Status.NOT_FOUND,
-      );
-    }
-    expect(gone).toBe(true);
+    // GetSandbox fails NOT_FOUND once the timeout has deleted it
+    await waitFor('the expired sandbox to be deleted', () => expectCode(api.sandboxes.getSandbox({ sandboxId: s.sandboxId }), Status.NOT_FOUND), 15_000, 100);
   });
 
   it('reports a sandbox whose VM process died as ERROR (not RUNNING) and still deletes it', async () => {
     const { api } = node;
     const s = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
     process.kill(s.pid, 'SIGKILL');
-    let state = SandboxState.SANDBOX_STATE_RUNNING;
-    let msg = '';
-    for (let i = 0; i < 100 && state === SandboxState.SANDBOX_STATE_RUNNING; i++) {
-      await new Promise((r) => setTimeout(r, 100));
-      const g = (await api.sandboxes.getSandbox({ sandboxId: s.sandboxId })).sandbox!;
-      state = g.state;
-      msg = g.errorMessage;
-    }
-    expect(state).toBe(SandboxState.SANDBOX_STATE_ERROR);
-    expect(msg).toMatch(new RegExp(`pid ${s.pid}`));
+    const g = await waitFor(
+      'the sandbox to leave RUNNING',
+      async () => {
+        const now = (await api.sandboxes.getSandbox({ sandboxId: s.sandboxId })).sandbox!;
+        return now.state === SandboxState.SANDBOX_STATE_RUNNING ? undefined : now;
+      },
+      15_000,
+      100,
+    );
+    expect(g.state).toBe(SandboxState.SANDBOX_STATE_ERROR);
+    expect(g.errorMessage).toMatch(new RegExp(`pid ${s.pid}`));
     await expect(execCollect(api, s.sandboxId, ['true'])).rejects.toMatchObject({ code: Status.FAILED_PRECONDITION });
     await api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
     await expect(api.sandboxes.getSandbox({ sandboxId: s.sandboxId })).rejects.toMatchObject({ code: Status.NOT_FOUND });
@@ -143,13 +137,16 @@ describeNode('sandbox lifecycle on a real node', () => {
     await killComponent(node.dirs, 'ublk-manager');
     await expect(api.sandboxes.createSandbox({ template: 'base', requestId: 'while-ublk-down' })).rejects.toMatchObject({ code: Status.UNAVAILABLE });
     await startComponent(node.dirs, 'ublk-manager');
-    let left: string[] = [];
-    for (let i = 0; i < 100; i++) {
-      left = (await api.sandboxes.listSandboxes({})).sandboxes.map((s) => s.sandboxId).filter((id) => !before.includes(id));
-      if (left.length === 0) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    expect(left).toEqual([]);
+    await waitFor(
+      'the failed create to be torn down',
+      async () => {
+        const left = (await api.sandboxes.listSandboxes({})).sandboxes.map((s) => s.sandboxId).filter((id) => !before.includes(id));
+        if (left.length) throw new Error(`records left: ${left.join(', ')}`); // named in the timeout
+        return true;
+      },
+      15_000,
+      100,
+    );
     // the request_id is free again: the retried create makes a sandbox
     const s = (await api.sandboxes.createSandbox({ template: 'base', requestId: 'while-ublk-down' })).sandbox!;
     expect(s.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);

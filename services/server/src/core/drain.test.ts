@@ -30,7 +30,7 @@ describe('drainNode', () => {
     const d = deps([...Array<SandboxState>(12).fill('RUNNING'), 'PAUSED', 'DRAINED', 'ERROR', 'UNKNOWN', 'CREATING'], async (id) => {
       running++;
       peak = Math.max(peak, running);
-      await new Promise((r) => setTimeout(r, 5));
+      await new Promise((r) => setTimeout(r, 5)); // each drain takes a while, so the concurrency shows
       running--;
       drained.push(id);
     });

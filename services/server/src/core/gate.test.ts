@@ -15,7 +15,7 @@ describe('LifecycleGate', () => {
       ran = true;
       return 7;
     });
-    await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 20)); // the time under test: 20 ms closed, and it has not run
     expect(ran).toBe(false);
     g.open();
     await expect(p).resolves.toBe(7);
@@ -39,7 +39,7 @@ describe('LifecycleGate', () => {
     ac.abort(new Error('caller went away'));
     await expect(p).rejects.toThrow('caller went away');
     g.open();
-    await new Promise((r) => setTimeout(r, 10));
+    await new Promise((r) => setTimeout(r, 10)); // the time under test: open for 10 ms, and it still has not run
     expect(ran).toBe(false);
     expect(g.inFlight).toBe(0);
     // an already aborted signal does not enter an open gate either
@@ -51,7 +51,7 @@ describe('LifecycleGate', () => {
     const ac = new AbortController();
     const p = g.run(async () => {
       ac.abort();
-      await new Promise((r) => setTimeout(r, 10));
+      await new Promise((r) => setTimeout(r, 10)); // the operation runs on after the abort
       return 'done';
     }, ac.signal);
     await expect(p).resolves.toBe('done');

@@ -8,6 +8,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createLogger, FailedPreconditionError } from '@sandnode/shared';
+import { waitFor } from '@sandnode/testkit';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { Peers, templates } from './__tests__/fake-peers';
 import { SandboxManager } from './sandbox-manager';
@@ -61,7 +62,7 @@ describe('SandboxManager lifecycle', () => {
     peers.poddHealthy = false;
     const ac = new AbortController();
     const p = create('', ac.signal);
-    await new Promise((r) => setTimeout(r, 50));
+    await waitFor('the VM to be made (podd is awaited next)', () => peers.vms.size === 1);
     ac.abort(new Error('caller went away'));
     await expect(p).rejects.toThrow('caller went away');
     expect(store.list()).toEqual([]);
@@ -73,7 +74,7 @@ describe('SandboxManager lifecycle', () => {
     peers.poddHealthy = false;
     const ac = new AbortController();
     const first = create('rq-1', ac.signal);
-    await new Promise((r) => setTimeout(r, 50));
+    await waitFor('the VM to be made (podd is awaited next)', () => peers.vms.size === 1);
     ac.abort();
     const retry = create('rq-1');
     peers.poddHealthy = true;

@@ -4,11 +4,11 @@
  * component's socket in a temp run dir; ublk-manager left down).
  */
 import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { SUITE_VERSION, createLogger, createServiceServer, socketPath, unixAddress, versionResponse, type ComponentInfo, type ServiceServer } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
+import { built, describeWith, makeTempDir } from '@sandnode/testkit';
 import { cliVersion, componentVersion, runtimeOf, versionTable, type VersionReport } from './version';
 
 const MAIN = path.resolve(__dirname, '..', '..', 'dist', 'main.js');
@@ -58,7 +58,7 @@ describe('version entries', () => {
   });
 });
 
-describe('the built CLI: sandnode version --json', () => {
+describeWith('the built CLI: sandnode version --json', [built('@sandnode/cli')], () => {
   let root: string;
   const servers: ServiceServer[] = [];
   const infos: Record<'vmm-supervisor' | 'server', ComponentInfo> = {
@@ -67,8 +67,7 @@ describe('the built CLI: sandnode version --json', () => {
   };
 
   beforeAll(async () => {
-    if (!existsSync(MAIN)) throw new Error(`${MAIN} is missing: run npm run build first`);
-    root = mkdtempSync(path.join(tmpdir(), 'sandnode-cli-version-'));
+    root = makeTempDir('cli-version');
     mkdirSync(path.join(root, 'run'));
     for (const c of ['vmm-supervisor', 'server'] as const) {
       const s = createServiceServer({ info: infos[c], log: createLogger(c, infos[c].version, 'silent') });
