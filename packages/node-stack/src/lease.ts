@@ -5,7 +5,7 @@
  * tools never read the lease file: a killed server's stale socket refuses at once and a
  * retired one answers RETIRING, so neither is taken for the active server.
  */
-import { readdirSync } from 'node:fs';
+import { lstatSync, readdirSync } from 'node:fs';
 import path from 'node:path';
 import { ADMIN_SOCKET_RE, createSandnodeChannel, createServiceClient, unixAddress } from '@sandnode/shared';
 import { AdminServiceDefinition, ServerRole, type GetLeaseStatusResponse } from '@sandnode/shared/proto/server/v1/admin';
@@ -36,7 +36,10 @@ export interface ServerStatus {
   sinceMs: number;
 }
 
-/** adminSockets lists the admin sockets in runDir (absolute paths), newest name order. */
+/**
+ * adminSockets lists the admin sockets in runDir (absolute paths): unix sockets, not symlinks,
+ * owned by root or by the calling user, so another local user cannot plant an "active server".
+ */
 export function adminSockets(runDir: string): string[] {
   let names: string[];
   try {
@@ -44,7 +47,15 @@ export function adminSockets(runDir: string): string[] {
   } catch {
     return [];
   }
-  return names.filter((n) => ADMIN_SOCKET_RE.test(n)).map((n) => path.join(path.resolve(runDir), n));
+  const me = process.getuid?.() ?? 0;
+  return names
+    .filter((n) => ADMIN_SOCKET_RE.test(n))
+    .map((n) => path.join(path.resolve(runDir), n))
+    .filter((p) => {
+      // only a socket (never a symlink) owned by root or by this user is a server's admin socket
+      const st = lstatSync(p, { throwIfNoEntry: false });
+      return !!st && st.isSocket() && (st.uid === 0 || st.uid === me);
+    });
 }
 
 /** serverStatus asks one admin address for GetLeaseStatus (one attempt within timeoutMs, ms); undefined when nothing answers. */
