@@ -2,7 +2,7 @@
 /**
  * sandnode: the operator CLI of a node. Tables for people, `--json` for scripts.
  *
- *   sandnode up | down [--purge] | status [--json]
+ *   sandnode up | down [--purge] | status [--json] | version [--json]
  *   sandnode template build [NAME] [--replace] | template list [--json]
  *   sandnode sandbox create --template base [--json] | list | get ID | exec ID -- CMD... |
  *                    pause ID | resume ID | delete ID | set-timeout ID SECONDS
@@ -15,11 +15,12 @@ import { randomBytes } from 'node:crypto';
 import path from 'node:path';
 import { Command, InvalidArgumentError as UsageError, Option } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
-import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, socketPath, unixAddress } from '@sandnode/shared';
+import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, SUITE_VERSION, buildCommit, runtimeName, socketPath, unixAddress } from '@sandnode/shared';
 import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { connectServer, sandboxJson, table, type SandboxJson } from './api';
 import { COMPONENTS, findRunning, getVersion, purgeNode, startComponent, stopComponent, type StackDirs } from './stack';
 import { runDemo } from './demo';
+import { versionRow, versionTable, type VersionRow } from './version';
 import { upgradeServer, upgradeServerViaStandby } from './upgrade';
 import { upgradeUblkManager } from './upgrade-ublk';
 import { FlockLease } from '../store/flock-lease';
@@ -184,6 +185,24 @@ program
       );
     }),
   );
+
+/** addVersionCommand adds `version [--json]`: the CLI's and each daemon's version, commit and runtime. */
+function addVersionCommand(parent: Command): void {
+  parent
+    .command('version')
+    .description("print the CLI's and each running daemon's version, commit and runtime (Node version)")
+    .option('--json', 'print JSON')
+    .action(
+      action(async (o: { json?: boolean }) => {
+        const d = dirs();
+        const cli: VersionRow = { name: 'cli', up: true, version: SUITE_VERSION, commit: buildCommit(), runtime: runtimeName(), pid: process.pid };
+        const components: VersionRow[] = [];
+        for (const c of COMPONENTS) components.push(versionRow(c, await getVersion(d, c)));
+        print(!!o.json, { cli, components }, () => versionTable([cli, ...components]));
+      }),
+    );
+}
+addVersionCommand(program);
 
 const template = program.command('template').description('build and list templates');
 template
