@@ -42,6 +42,25 @@ export function mainScript(c: Component, buildDir?: string): string {
   return path.join(path.dirname(require.resolve(`${PKG[c]}/package.json`)), 'dist', 'main.js');
 }
 
+/** The file in a build's node_modules naming the Node it was built for: `{node, version, modules}` (deploy/host-setup.sh writes it). */
+export const NODE_MARKER = path.join('node_modules', '.sandnode-node.json');
+
+/**
+ * nodeFor is the Node binary that runs the daemons of a build: for another build (buildDir),
+ * the one its node_modules were built for (its NODE_MARKER, e.g. a release built on Node 20),
+ * when that binary exists; else the Node this CLI runs on (process.execPath).
+ */
+export function nodeFor(buildDir?: string): string {
+  if (!buildDir) return process.execPath;
+  try {
+    const m = JSON.parse(readFileSync(path.join(path.resolve(buildDir), NODE_MARKER), 'utf8')) as { node?: unknown };
+    if (typeof m.node === 'string' && existsSync(m.node)) return m.node;
+  } catch {
+    /* no marker: a build made without deploy/host-setup.sh */
+  }
+  return process.execPath;
+}
+
 export function pidFile(dirs: StackDirs, c: Component): string {
   return path.join(path.resolve(dirs.runDir), `${c}.pid`);
 }
@@ -138,7 +157,7 @@ export async function startComponent(dirs: StackDirs, c: Component, opts: { buil
   if (running && (await getVersion(dirs, c))) return { pid: running.pid, started: false };
   mkdirSync(path.dirname(logFile(dirs, c)), { recursive: true });
   const out = openSync(logFile(dirs, c), 'a');
-  const child = spawn(process.execPath, [mainScript(c, opts.buildDir)], {
+  const child = spawn(nodeFor(opts.buildDir), [mainScript(c, opts.buildDir)], {
     detached: true,
     stdio: ['ignore', out, out],
     env: componentEnv(dirs, c),

@@ -9,7 +9,7 @@ import { closeSync, existsSync, lstatSync, mkdirSync, openSync, readlinkSync, wr
 import path from 'node:path';
 import { askVersion, createSandnodeChannel, createServiceClient, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
-import { mainScript, pidFile, tail, pointUblkAddress, setActiveUblkSlot, type StackDirs } from './stack';
+import { mainScript, nodeFor, pidFile, tail, pointUblkAddress, setActiveUblkSlot, type StackDirs } from './stack';
 import { FlockLease } from '../store/flock-lease';
 import { percentile } from './stats';
 
@@ -56,7 +56,7 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
     child = { pid: fresh.pid };
   } else {
     const out = openSync(path.join(logDir, `ublk-manager-${newSlot}.log`), 'a');
-    const spawned = spawn(process.execPath, [script], {
+    const spawned = spawn(nodeFor(buildDir), [script], {
       detached: true,
       stdio: ['ignore', out, out],
       env: {

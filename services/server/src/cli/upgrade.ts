@@ -12,7 +12,7 @@ import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/versi
 import { AdminServiceDefinition, ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import type { TakeoverResult } from '../handover/server-node';
 import { FlockLease } from '../store/flock-lease';
-import { mainScript, pidFile, type StackDirs } from './stack';
+import { mainScript, nodeFor, pidFile, type StackDirs } from './stack';
 
 /** Default time an upgrade may take, ms. */
 export const DEFAULT_UPGRADE_TIMEOUT_MS = 120_000;
@@ -40,7 +40,7 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
   const logPath = path.join(logDir, `server-${slot}.log`);
   const out = openSync(logPath, 'a');
   const start = readFileSync(logPath).length;
-  const child = spawn(process.execPath, [script], {
+  const child = spawn(nodeFor(buildDir), [script], {
     detached: true,
     stdio: ['ignore', out, out],
     env: {
