@@ -36,6 +36,8 @@ export const serverConfigSchema = z.object({
   adoptConcurrency: z.coerce.number().int().min(1).max(256).default(16),
   /** podd bundle copied into templates; default: the built @sandnode/podd */
   poddBundle: z.string().default(''),
+  /** Node binary copied into templates (>= 22); default: the Node this server runs on (the toolchain's, deploy/node-env.sh) */
+  templateNode: z.string().default(''),
   /** Prometheus /metrics "host:port"; empty disables */
   metricsListen: z.string().default(''),
   /** time running calls get at shutdown, ms */
@@ -57,6 +59,7 @@ export type ServerConfig = z.infer<typeof serverConfigSchema> & {
   vmmAddress: string;
   ublkAddress: string;
   poddBundle: string;
+  templateNode: string;
   poddVersion: string;
   templatesDir: string;
 };
@@ -76,6 +79,7 @@ export function resolveServerConfig(file?: string, overrides?: Record<string, un
     vmmAddress: c.vmmAddress || unixAddress(socketPath(runDir, 'vmm-supervisor')),
     ublkAddress: c.ublkAddress || unixAddress(socketPath(runDir, 'ublk-manager')),
     poddBundle: c.poddBundle || path.join(poddPkgDir, 'dist', 'podd.bundle.js'),
+    templateNode: path.resolve(c.templateNode || process.execPath),
     poddVersion,
     templatesDir: path.join(stateDir, 'templates'),
   };

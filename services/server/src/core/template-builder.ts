@@ -62,6 +62,9 @@ const EMPTY_DIRS: Array<[string, number]> = [
   ['/opt/sandnode', 0o755],
 ];
 
+/** Oldest Node major a template may carry (the podd bundle targets node24; engines >=22). */
+export const MIN_TEMPLATE_NODE_MAJOR = 22;
+
 /** Leftover temp/old trees older than this are removed by the next build of the name, in ms. */
 const STALE_TEMP_MS = 10 * 60 * 1000;
 
@@ -77,7 +80,11 @@ export interface BuildTemplateOptions {
   poddVersion: string;
   /** Static busybox binary; default /bin/busybox. */
   busyboxPath?: string;
-  /** Node binary copied to /usr/local/bin/node with its libraries; default process.execPath. */
+  /**
+   * Node binary copied to /usr/local/bin/node with its libraries (the server's `templateNode`);
+   * default process.execPath. FailedPreconditionError when it is missing or older than
+   * MIN_TEMPLATE_NODE_MAJOR.
+   */
   nodePath?: string;
   /** Replace an existing template of that name (default false: ALREADY_EXISTS). */
   replace?: boolean;
@@ -324,7 +331,12 @@ async function checkParts(busyboxPath: string, nodePath: string, bundlePath: str
   if (!(await isFile(bundlePath))) {
     throw new FailedPreconditionError(`podd bundle not found at ${bundlePath}: build it with \`npm run build\` (or \`npx tsc -b services/podd/tsconfig.build.json && npm run bundle --workspace @sandnode/podd\`)`);
   }
-  if (!(await isFile(nodePath))) throw new FailedPreconditionError(`node binary not found at ${nodePath}`);
+  if (!(await isFile(nodePath))) throw new FailedPreconditionError(`node binary not found at ${nodePath} (server config key templateNode)`);
+  const v = (await runHost(nodePath, ['--version']).catch((err: Error) => `(${err.message})`)).trim();
+  const major = /^v(\d+)\./.exec(v)?.[1];
+  if (!major || Number(major) < MIN_TEMPLATE_NODE_MAJOR) {
+    throw new FailedPreconditionError(`node at ${nodePath} is ${v}: templates need Node >= ${MIN_TEMPLATE_NODE_MAJOR} (podd is bundled for node24; server config key templateNode, deploy/host-setup.sh provides Node 24)`);
+  }
 }
 
 /** populate writes every part into root (a fresh dir); returns the Node version. */

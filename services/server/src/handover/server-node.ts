@@ -180,7 +180,7 @@ export class ServerNode {
     const log = this.log.child({ epoch: this.epoch });
     this.vms = new VmPeer(this.cfg.vmmAddress, () => this.epoch);
     this.devices = new DevicePeer(this.cfg.ublkAddress, () => this.epoch);
-    const templates = new LocalTemplateCatalog({ templatesDir: this.cfg.templatesDir, poddBundlePath: this.cfg.poddBundle, poddVersion: this.cfg.poddVersion, store });
+    const templates = new LocalTemplateCatalog({ templatesDir: this.cfg.templatesDir, poddBundlePath: this.cfg.poddBundle, poddVersion: this.cfg.poddVersion, nodePath: this.cfg.templateNode, store });
     const manager = new SandboxManager({
       store,
       vms: this.vms,
