@@ -28,8 +28,8 @@ fi
 
 sys_major="$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)"
 if [ "$sys_major" -lt 22 ]; then
-  echo "host-setup: node $(node --version 2>/dev/null || echo '(none)') is older than 22: Node $(cat deploy/node-version) into .toolchain/"
-  bash deploy/toolchain.sh >/dev/null
+  tc="$(bash deploy/toolchain.sh)"
+  echo "host-setup: node $(node --version 2>/dev/null || echo '(none)') is older than 22: using node $("$tc/bin/node" --version) in ${tc#"$PWD"/}"
 fi
 # shellcheck source=deploy/node-env.sh
 . deploy/node-env.sh
