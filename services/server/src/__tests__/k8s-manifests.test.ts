@@ -200,7 +200,7 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
     const vmm = daemonSet(rs).byName.get('vmm')!;
     expect(vmm.livenessProbe).toBeUndefined();
     expect(vmm.securityContext?.privileged).toBe(true);
-    expect(vmm.command?.join(' ')).toMatch(/echo -1000 > \/proc\/self\/oom_score_adj && exec \/app\/deploy\/node-env\.sh node \/app\/services\/vmm-supervisor\/dist\/main\.js/);
+    expect(vmm.command?.join(' ')).toMatch(/echo -1000 > \/proc\/self\/oom_score_adj && exec node \/app\/services\/vmm-supervisor\/dist\/main\.js/);
     expect(vmm.resources?.limits?.memory).toBeUndefined(); // a limit would OOM-kill its VMs with it
   });
 
@@ -275,7 +275,7 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
     };
     for (const c of byName.values()) {
       expect(c.livenessProbe).toBeUndefined();
-      for (const p of [c.readinessProbe, c.startupProbe]) expect(p?.exec?.command).toEqual(['/app/deploy/node-env.sh', 'node', '/app/deploy/health-probe.js', socket[c.name]]);
+      for (const p of [c.readinessProbe, c.startupProbe]) expect(p?.exec?.command).toEqual(['node', '/app/deploy/health-probe.js', socket[c.name]]);
     }
   });
 
