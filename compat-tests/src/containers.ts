@@ -33,7 +33,7 @@ import YAML from 'yaml';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { connectApi, versionAt, type ServerApi } from './node';
-import { REPO_ROOT } from './releases';
+import { nodeFor, REPO_ROOT } from './releases';
 import { execCollect, getSandbox, grpcStatusOf, stateName } from './scenarios';
 import type { Build, ReportSection, RunContext, UpgradeRun, UpgradeStep } from './types';
 
@@ -333,7 +333,7 @@ function buildPaths(dir: string): string[] {
 
 /** buildFingerprint hashes what goes into an image (sizes and mtimes; node_modules by its lock). */
 function buildFingerprint(b: Build, toolsFp: string): string {
-  const h = createHash('sha256').update(`recipe 2\n${b.commit}\n${toolsFp}\n`);
+  const h = createHash('sha256').update(`recipe 3\n${b.commit}\n${toolsFp}\n${realpathSync(nodeFor(b))}\n`);
   const walk = (p: string) => {
     const st = lstatSync(p);
     h.update(`${path.relative(b.dir, p)} ${st.size} ${st.mtimeMs}\n`);
@@ -365,9 +365,10 @@ export async function ensureImage(b: Build, toolsDir: string, toolsFp: string): 
   if (have.status === 0 && have.stdout.includes(`SANDNODE_IMAGE_FP=${fp}`)) return { image, built: false, ms: Date.now() - t0 };
   const buildRel = path.relative('/', path.resolve(b.dir));
   const toolsRel = path.relative('/', path.resolve(toolsDir));
-  const members = [...readdirSync(toolsDir).map((e) => `${toolsRel}/${e}`), ...buildPaths(b.dir).map((p) => `${buildRel}/${p}`)];
+  const nodeRel = path.relative('/', realpathSync(nodeFor(b))); // the build's own Node, at /usr/local/bin/node (first on PATH)
+  const members = [nodeRel, ...readdirSync(toolsDir).map((e) => `${toolsRel}/${e}`), ...buildPaths(b.dir).map((p) => `${buildRel}/${p}`)];
   const esc = (s: string) => s.replace(/[.[\]*^$\\]/g, '\\$&');
-  const tarArgs = ['-C', '/', '-cf', '-', '--numeric-owner', '--transform', `flags=rh;s|^${esc(toolsRel)}/||`, '--transform', `flags=rh;s|^${esc(buildRel)}/|app/|`, ...members];
+  const tarArgs = ['-C', '/', '-cf', '-', '--numeric-owner', '--transform', `flags=rh;s|^${esc(nodeRel)}$|usr/local/bin/node|`, '--transform', `flags=rh;s|^${esc(toolsRel)}/||`, '--transform', `flags=rh;s|^${esc(buildRel)}/|app/|`, ...members];
   const changes = ['ENV PATH=/usr/local/bin:/usr/bin:/bin', `ENV SANDNODE_BUILD_COMMIT=${b.commit}`, `ENV SANDNODE_IMAGE_FP=${fp}`, 'WORKDIR /app'];
   await new Promise<void>((resolve, reject) => {
     const tar = spawn('tar', tarArgs, { stdio: ['ignore', 'pipe', 'pipe'] });
