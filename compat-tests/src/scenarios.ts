@@ -209,6 +209,7 @@ export async function runSuite(opts: SuiteOptions): Promise<ScenarioResult[]> {
           throw new ScenarioError(`${c}: cannot read /proc/${pid}/exe: ${(err as Error).message}`, c);
         }
         if (exe !== want) throw new ScenarioError(`${c} (pid ${pid}) runs on ${exe}, build ${b.label} was built for ${want}`, c);
+        notes[notes.length - 1] += ` on ${exe}`;
       };
       for (const c of ['server', 'vmm-supervisor', 'ublk-manager'] as Daemon[]) {
         let v;
