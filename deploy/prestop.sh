@@ -12,7 +12,7 @@
 #                                refuses to start (exit 2) when the deadline is not below it
 #   SANDNODE_PRESTOP_MARGIN_S    what the drain leaves of the budget for reporting (default 5):
 #                                the drain RPC gets deadline - margin, the CLI is killed at deadline
-#   SANDNODE_CLI                 the operator CLI command (default: node <this repo or image>/
+#   SANDNODE_CLI                 the operator CLI command (default: deploy/node-env.sh node <repo>/
 #                                tools/cli/dist/main.js)
 #   SANDNODE_RUN_DIR, SANDNODE_STATE_DIR   the node's dirs (read by the CLI too; defaults
 #                                ./.sandnode/run and ./.sandnode/state, /run/sandnode and
@@ -112,7 +112,7 @@ DRAIN_MS=$(((LEFT - MARGIN_S) * 1000))
 if [ -n "${SANDNODE_CLI:-}" ]; then
   read -r -a CLI <<<"$SANDNODE_CLI"
 else
-  CLI=(node "$HERE/../tools/cli/dist/main.js")
+  CLI=("$HERE/node-env.sh" node "$HERE/../tools/cli/dist/main.js")
 fi
 
 log INFO "draining: ${CLI[*]} drain --deadline-ms $DRAIN_MS --json (killed after $((LEFT - 1))s; grace period ${GRACE_S}s)"
@@ -126,7 +126,7 @@ ELAPSED=$(($(date +%s) - START_S))
 # Summarise the CLI's JSON (DrainResponse: sandboxes[{sandbox_id, outcome, error}],
 # duration_ms, device_manager_stopped); print it raw when it is not JSON.
 # shellcheck disable=SC2016 # the single-quoted script is JavaScript, not shell
-SUMMARY="$(node -e '
+SUMMARY="$("$HERE/node-env.sh" node -e '
   const fs = require("node:fs");
   let r;
   try { r = JSON.parse(fs.readFileSync(process.argv[1], "utf8")); } catch { process.exit(3); }

@@ -1,7 +1,7 @@
 /**
  * A temporary node for one matrix cell or upgrade run: its own state and runtime dirs, each
- * daemon started from the build assigned to it (`node <build>/services/<c>/dist/main.js`, the
- * way the operator CLI starts daemons: N's `stack.js`), templates built with a build's own
+ * daemon started from the build assigned to it on that build's Node (`<nodeFor(build)>
+ * <build>/services/<c>/dist/main.js`, the way the operator CLI starts daemons: N's `stack.js`), templates built with a build's own
  * template builder, the public API through the working tree's generated clients, and a
  * cleanup that leaves nothing behind (`sandnode down --purge` of N's CLI, then any stray
  * process of these dirs).
@@ -14,6 +14,7 @@ import { askVersion, connectServerApi, sandboxDir, socketPath, unixAddress, type
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
 import { waitFor } from '@sandnode/testkit';
 import { cliMain, templateBuilderModule } from './layout';
+import { nodeFor } from './releases';
 import type { Build, Component } from './types';
 
 /** A daemon component (podd runs inside sandboxes and is not started by the node). */
@@ -60,11 +61,11 @@ export interface CliResult {
   ms: number;
 }
 
-/** runNode runs `node args...` without blocking the event loop (exec streams keep flowing). */
-export function runNode(args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs = 300_000): Promise<CliResult> {
+/** runNode runs `node args...` (node: a build's, see nodeFor) without blocking the event loop (exec streams keep flowing). */
+export function runNode(args: string[], env: NodeJS.ProcessEnv = process.env, timeoutMs = 300_000, node = process.execPath): Promise<CliResult> {
   const t0 = Date.now();
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(node, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
@@ -148,25 +149,30 @@ export class TempNode {
 
   /**
    * buildTemplate builds template `name` with podd of build b, using that build's own template
-   * builder, into `<stateDir>/templates/<name>` (where the server lists templates from).
+   * builder and copying that build's Node (nodeFor), into `<stateDir>/templates/<name>` (where
+   * the server lists templates from).
    */
   async buildTemplate(name: string, b: Build): Promise<number> {
     const t0 = Date.now();
     const builder = require(templateBuilderModule(b.dir)) as {
-      buildTemplate(o: { name: string; templatesDir: string; poddBundlePath: string; poddVersion: string }): Promise<unknown>;
+      buildTemplate(o: { name: string; templatesDir: string; poddBundlePath: string; poddVersion: string; nodePath?: string }): Promise<unknown>;
     };
     await builder.buildTemplate({
       name,
       templatesDir: path.join(this.dirs.stateDir, 'templates'),
       poddBundlePath: path.join(b.dir, 'services', 'podd', 'dist', 'podd.bundle.js'),
       poddVersion: b.version,
+      nodePath: nodeFor(b),
     });
     return Date.now() - t0;
   }
 
-  /** cli runs N's operator CLI on this node (`--listen ''`); env adds variables (e.g. the target's commit). */
+  /**
+   * cli runs N's operator CLI on N's Node (`--listen ''`); env adds variables (e.g. the
+   * target's commit). The CLI starts a build's daemons on that build's Node (its marker).
+   */
   cli(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<CliResult> {
-    return runNode([cliMain(this.n.dir), '--state-dir', this.dirs.stateDir, '--run-dir', this.dirs.runDir, '--listen', '', ...args], env);
+    return runNode([cliMain(this.n.dir), '--state-dir', this.dirs.stateDir, '--run-dir', this.dirs.runDir, '--listen', '', ...args], env, undefined, nodeFor(this.n));
   }
 
   /** logTail returns the last lines of the newest log of component c (any slot). */

@@ -7,9 +7,11 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
+import { readlinkSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import { ForkMethod, SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { Daemon, ServerApi, TempNode } from './node';
+import { nodeFor } from './releases';
 import type { Build, Component, ScenarioOutcome, ScenarioResult } from './types';
 
 /** Scenario names in report order. */
@@ -190,12 +192,24 @@ export async function runSuite(opts: SuiteOptions): Promise<ScenarioResult[]> {
   results.push(
     await runScenario(node, `${p}status`, 'server', async () => {
       const notes: string[] = [];
-      const check = (c: Component, v: { version: string; commit: string; features: string[] }, b: Build, checkCommit: boolean) => {
+      const check = (c: Component, v: { version: string; commit: string; features: string[]; runtime?: string }, b: Build, checkCommit: boolean) => {
         if (v.version !== b.version) throw new ScenarioError(`${c}: version ${v.version}, build ${b.label} is ${b.version}`, c);
         if (checkCommit && v.commit !== b.commit) throw new ScenarioError(`${c}: commit ${v.commit}, build ${b.label} is ${b.commit}`, c);
         const missing = BASELINE_FEATURES[c].filter((f) => !v.features.includes(f));
         if (missing.length) throw new ScenarioError(`${c} ${v.version}: lacks features ${missing.join(', ')} (has ${v.features.join(', ')})`, c);
-        notes.push(`${c} ${b.label} ${v.version}@${v.commit.slice(0, 8)} [${v.features.length} features]`);
+        notes.push(`${c} ${b.label} ${v.version}@${v.commit.slice(0, 8)} [${v.features.length} features] ${v.runtime || 'runtime not reported'}`);
+      };
+      // runtime skew is real: each daemon runs on the Node its build was built for
+      const checkNode = (c: Daemon, pid: number, b: Build) => {
+        const want = realpathSync(nodeFor(b));
+        let exe: string;
+        try {
+          exe = readlinkSync(`/proc/${pid}/exe`);
+        } catch (err) {
+          throw new ScenarioError(`${c}: cannot read /proc/${pid}/exe: ${(err as Error).message}`, c);
+        }
+        if (exe !== want) throw new ScenarioError(`${c} (pid ${pid}) runs on ${exe}, build ${b.label} was built for ${want}`, c);
+        notes[notes.length - 1] += ` on ${exe}`;
       };
       for (const c of ['server', 'vmm-supervisor', 'ublk-manager'] as Daemon[]) {
         let v;
@@ -205,6 +219,7 @@ export async function runSuite(opts: SuiteOptions): Promise<ScenarioResult[]> {
           throw new ScenarioError(`${c} does not answer GetVersion: ${(err as Error).message}`, c);
         }
         check(c, v, opts.daemons[c], true);
+        checkNode(c, v.pid, opts.daemons[c]);
       }
       need();
       for (const s of sbs) {

@@ -10,6 +10,7 @@ import { createHash } from 'node:crypto';
 import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, readdirSync, realpathSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ImageName } from 'testcontainers';
+import { nodeFor } from '../releases';
 import type { Build } from '../types';
 import { runtime } from './engine';
 
@@ -96,7 +97,7 @@ export function buildPaths(dir: string): string[] {
 
 /** buildFingerprint hashes what goes into an image (sizes and mtimes; node_modules by its lock). */
 function buildFingerprint(b: Build, toolsFp: string): string {
-  const h = createHash('sha256').update(`recipe 2\n${b.commit}\n${toolsFp}\n`);
+  const h = createHash('sha256').update(`recipe 3\n${b.commit}\n${toolsFp}\n${realpathSync(nodeFor(b))}\n`);
   const walk = (p: string) => {
     const st = lstatSync(p);
     h.update(`${path.relative(b.dir, p)} ${st.size} ${st.mtimeMs}\n`);
@@ -121,9 +122,11 @@ export function imageName(b: Build): string {
 function tarOf(b: Build, toolsDir: string): { stream: NodeJS.ReadableStream; done: Promise<string | undefined> } {
   const buildRel = path.relative('/', path.resolve(b.dir));
   const toolsRel = path.relative('/', path.resolve(toolsDir));
-  const members = [...readdirSync(toolsDir).map((e) => `${toolsRel}/${e}`), ...buildPaths(b.dir).map((p) => `${buildRel}/${p}`)];
+  // the build's own Node (a release runs on the Node it was built for), at /usr/local/bin/node: first on PATH
+  const nodeRel = path.relative('/', realpathSync(nodeFor(b)));
+  const members = [nodeRel, ...readdirSync(toolsDir).map((e) => `${toolsRel}/${e}`), ...buildPaths(b.dir).map((p) => `${buildRel}/${p}`)];
   const esc = (s: string) => s.replace(/[.[\]*^$\\]/g, '\\$&');
-  const args = ['-C', '/', '-cf', '-', '--numeric-owner', '--transform', `flags=rh;s|^${esc(toolsRel)}/||`, '--transform', `flags=rh;s|^${esc(buildRel)}/|app/|`, ...members];
+  const args = ['-C', '/', '-cf', '-', '--numeric-owner', '--transform', `flags=rh;s|^${esc(nodeRel)}$|usr/local/bin/node|`, '--transform', `flags=rh;s|^${esc(toolsRel)}/||`, '--transform', `flags=rh;s|^${esc(buildRel)}/|app/|`, ...members];
   const tar = spawn('tar', args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   tar.stderr.on('data', (d: Buffer) => (err += d.toString()));

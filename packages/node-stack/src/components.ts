@@ -33,6 +33,25 @@ const PKG: Record<Component, string> = {
   server: '@sandnode/server',
 };
 
+/** The file in a build's node_modules naming the Node it was built for: `{node, version, modules}` (deploy/host-setup.sh writes it). */
+export const NODE_MARKER = path.join('node_modules', '.sandnode-node.json');
+
+/**
+ * nodeFor is the Node binary that runs the daemons of a build: for another build (buildDir),
+ * the one its node_modules were built for (its NODE_MARKER, e.g. a release built on Node 20),
+ * when that binary exists; else the Node this process runs on (process.execPath).
+ */
+export function nodeFor(buildDir?: string): string {
+  if (!buildDir) return process.execPath;
+  try {
+    const m = JSON.parse(readFileSync(path.join(path.resolve(buildDir), NODE_MARKER), 'utf8')) as { node?: unknown };
+    if (typeof m.node === 'string' && existsSync(m.node)) return m.node;
+  } catch {
+    /* no marker: a build made without deploy/host-setup.sh */
+  }
+  return process.execPath;
+}
+
 /** mainScript is the built entry point of a component in this build (or in buildDir, a checkout), an absolute path. */
 export function mainScript(c: Component, buildDir?: string): string {
   if (buildDir) return path.join(path.resolve(buildDir), 'services', c, 'dist', 'main.js');

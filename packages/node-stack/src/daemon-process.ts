@@ -30,8 +30,10 @@ export interface SpawnedDaemon {
 
 /** What {@link spawnDaemon} starts. */
 export interface DaemonSpec {
-  /** the daemon's entry point, run with this process's Node (`process.execPath`) */
+  /** the daemon's entry point */
   script: string;
+  /** the Node binary that runs it (default: this process's, `process.execPath`; another build's: nodeFor) */
+  node?: string;
   /** its whole environment */
   env: NodeJS.ProcessEnv;
   /** the log file (created with its dir when missing; appended to) */
@@ -52,7 +54,7 @@ export function spawnDaemon(spec: DaemonSpec): SpawnedDaemon {
   let child;
   try {
     logStart = fstatSync(out).size;
-    child = spawn(process.execPath, [spec.script], { detached: true, stdio: ['ignore', out, out], env: spec.env, cwd: spec.cwd ?? process.cwd() });
+    child = spawn(spec.node ?? process.execPath, [spec.script], { detached: true, stdio: ['ignore', out, out], env: spec.env, cwd: spec.cwd ?? process.cwd() });
   } finally {
     closeSync(out);
   }

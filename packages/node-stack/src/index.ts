@@ -12,6 +12,8 @@ export {
   getVersion,
   logFile,
   mainScript,
+  NODE_MARKER,
+  nodeFor,
   pidFile,
   versionAt,
   writePidFile,

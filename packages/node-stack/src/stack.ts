@@ -6,7 +6,7 @@
 import { rmSync } from 'node:fs';
 import path from 'node:path';
 import { unixAddress } from '@sandnode/shared';
-import { findRunning, getVersion, logFile, mainScript, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
+import { findRunning, getVersion, logFile, mainScript, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
 import { spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
 import { activeUblkSlot, pointUblkAddress, ublkSlotSocket } from './ublk-slot';
 
@@ -56,7 +56,7 @@ export async function startComponent(dirs: StackDirs, c: Component, opts: StartO
   if (running && (await getVersion(dirs, c))) return { pid: running.pid, started: false };
   const timeoutMs = opts.timeoutMs ?? DEFAULT_START_TIMEOUT_MS;
   const log = logFile(dirs, c);
-  const d = spawnDaemon({ script: mainScript(c, opts.buildDir), env: componentEnv(dirs, c), logPath: log });
+  const d = spawnDaemon({ script: mainScript(c, opts.buildDir), node: nodeFor(opts.buildDir), env: componentEnv(dirs, c), logPath: log });
   writePidFile(dirs, c, d.pid);
   await waitForDaemon(
     d,

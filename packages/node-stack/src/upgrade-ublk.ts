@@ -9,7 +9,7 @@ import path from 'node:path';
 import { UBLK_FEATURES, createSandnodeChannel, createServiceClient, hasFeature, missingFeature, socketPath, unixAddress } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
-import { mainScript, versionAt, writePidFile, type StackDirs } from './components';
+import { mainScript, nodeFor, versionAt, writePidFile, type StackDirs } from './components';
 import { spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
 import { findActiveServer } from './lease';
 import { percentile } from './stats';
@@ -76,6 +76,7 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
     const logPath = path.join(runDir, 'logs', `ublk-manager-${newSlot}.log`);
     const spawned = spawnDaemon({
       script,
+      node: nodeFor(buildDir),
       logPath,
       env: {
         ...process.env,

@@ -9,7 +9,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, processStartTicks, processState, type TakeoverResult } from '@sandnode/shared';
 import { AdminServiceDefinition } from '@sandnode/shared/proto/server/v1/admin';
-import { mainScript, versionAt, writePidFile, type StackDirs } from './components';
+import { mainScript, nodeFor, versionAt, writePidFile, type StackDirs } from './components';
 import { spawnDaemon, waitForDaemon } from './daemon-process';
 import { listServers, waitForActiveServer } from './lease';
 
@@ -45,6 +45,7 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
   const logPath = path.join(path.resolve(dirs.runDir), 'logs', `server-${slot}.log`);
   const child = spawnDaemon({
     script,
+    node: nodeFor(buildDir),
     logPath,
     env: {
       ...callerEnv,

@@ -1,6 +1,6 @@
 /**
  * Component identity for `sandnode.common.v1.VersionService/GetVersion`: name, semver, git
- * commit and feature strings. Callers check features, never version numbers.
+ * commit, feature strings and the runtime (Node version) it runs on. Callers check features, never version numbers.
  */
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -59,6 +59,11 @@ export function buildCommit(): string {
 
 const startedAtMs = Date.now();
 
+/** runtimeName is what this process runs on, as GetVersion's `runtime` says it: "node 24.22.3". */
+export function runtimeName(): string {
+  return `node ${process.versions.node}`;
+}
+
 /** versionResponse builds the GetVersion answer for info. */
 export function versionResponse(info: ComponentInfo): GetVersionResponse {
   return {
@@ -68,6 +73,7 @@ export function versionResponse(info: ComponentInfo): GetVersionResponse {
     features: [...info.features],
     pid: process.pid,
     startedAtMs,
+    runtime: runtimeName(),
   };
 }
 

@@ -58,6 +58,9 @@ export const EMPTY_DIRS: Array<[string, number]> = [
   ['/opt/sandnode', 0o755],
 ];
 
+/** Oldest Node major a template may carry (the podd bundle targets node24; engines >=22). */
+export const MIN_TEMPLATE_NODE_MAJOR = 22;
+
 /** Leftover temp/old trees older than this are removed by the next build of the name, in ms. */
 export const STALE_TEMP_MS = 10 * 60 * 1000;
 

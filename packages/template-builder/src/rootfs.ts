@@ -9,7 +9,7 @@ import { FailedPreconditionError, InternalError } from '@sandnode/shared';
 import { elfLinkage, runHost, sharedLibraries } from './elf';
 import { isFile } from './fs-tree';
 import { initScript } from './init-script';
-import { EMPTY_DIRS, ROOTFS_PATHS } from './layout';
+import { EMPTY_DIRS, MIN_TEMPLATE_NODE_MAJOR, ROOTFS_PATHS } from './layout';
 
 /** checkParts fails with FailedPreconditionError naming a missing part and how to get it. */
 export async function checkParts(busyboxPath: string, nodePath: string, bundlePath: string): Promise<void> {
@@ -25,7 +25,12 @@ export async function checkParts(busyboxPath: string, nodePath: string, bundlePa
   if (!(await isFile(bundlePath))) {
     throw new FailedPreconditionError(`podd bundle not found at ${bundlePath}: build it with \`npm run build\` (or \`npx tsc -b services/podd/tsconfig.build.json && npm run bundle --workspace @sandnode/podd\`)`);
   }
-  if (!(await isFile(nodePath))) throw new FailedPreconditionError(`node binary not found at ${nodePath}`);
+  if (!(await isFile(nodePath))) throw new FailedPreconditionError(`node binary not found at ${nodePath} (server config key templateNode)`);
+  const v = (await runHost(nodePath, ['--version']).catch((err: Error) => `(${err.message})`)).trim();
+  const major = /^v(\d+)\./.exec(v)?.[1];
+  if (!major || Number(major) < MIN_TEMPLATE_NODE_MAJOR) {
+    throw new FailedPreconditionError(`node at ${nodePath} is ${v}: templates need Node >= ${MIN_TEMPLATE_NODE_MAJOR} (podd is bundled for node24; server config key templateNode, deploy/host-setup.sh provides Node 24)`);
+  }
 }
 
 /** populate writes every part into root (a fresh dir); returns the Node version. */

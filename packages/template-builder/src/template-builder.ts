@@ -37,7 +37,11 @@ export interface BuildTemplateOptions {
   poddVersion: string;
   /** Static busybox binary; default /bin/busybox. */
   busyboxPath?: string;
-  /** Node binary copied to /usr/local/bin/node with its libraries; default process.execPath. */
+  /**
+   * Node binary copied to /usr/local/bin/node with its libraries (the server's `templateNode`);
+   * default process.execPath. FailedPreconditionError when it is missing or older than
+   * MIN_TEMPLATE_NODE_MAJOR.
+   */
   nodePath?: string;
   /** Replace an existing template of that name (default false: ALREADY_EXISTS). */
   replace?: boolean;

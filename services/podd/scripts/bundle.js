@@ -36,7 +36,7 @@ async function main() {
     entryPoints: [entry],
     bundle: true,
     platform: 'node',
-    target: 'node20',
+    target: 'node24',
     format: 'cjs',
     outfile,
     logLevel: 'warning',

@@ -65,6 +65,8 @@ export const configSchema = z.object({
   adoptConcurrency: z.coerce.number().int().min(1).max(256).default(DEFAULT_ADOPT_CONCURRENCY),
   /** podd bundle copied into templates; default: the built @sandnode/podd */
   poddBundle: z.string().default(''),
+  /** Node binary copied into templates (>= 22); default: the Node this server runs on (the toolchain's, deploy/node-env.sh) */
+  templateNode: z.string().default(''),
   /** Prometheus /metrics "host:port"; empty disables */
   metricsListen: z.string().default(''),
   /** time running calls get at shutdown, ms */
@@ -105,6 +107,8 @@ export type ServerConfig = z.infer<typeof configSchema> & {
   vmmAddress: string;
   ublkAddress: string;
   poddBundle: string;
+  /** the Node binary copied into templates (absolute) */
+  templateNode: string;
   /** the version of the podd bundle (its package.json) */
   poddVersion: string;
   /** <stateDir>/templates */
@@ -130,6 +134,7 @@ export function loadServerConfig(opts: { file?: string; env?: NodeJS.ProcessEnv;
     vmmAddress: c.vmmAddress || unixAddress(socketPath(runDir, 'vmm-supervisor')),
     ublkAddress: c.ublkAddress || unixAddress(socketPath(runDir, 'ublk-manager')),
     poddBundle: c.poddBundle || path.join(poddPkgDir, 'dist', 'podd.bundle.js'),
+    templateNode: path.resolve(c.templateNode || process.execPath),
     poddVersion,
     templatesDir: path.join(stateDir, 'templates'),
   };

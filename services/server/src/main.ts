@@ -64,7 +64,7 @@ export function wiring(cfg: ServerConfig, rootLog: Logger): NodeWiring {
       const peer = { epoch, timeoutMs: cfg.peerCallTimeoutMs, retryAttempts: cfg.peerRetryAttempts };
       const vms = new VmPeer(cfg.vmmAddress, { ...peer, log: log.child({ peer: 'vmm-supervisor' }) });
       const devices = new DevicePeer(cfg.ublkAddress, { ...peer, log: log.child({ peer: 'ublk-manager' }) });
-      const templates = new LocalTemplateCatalog({ templatesDir: cfg.templatesDir, poddBundlePath: cfg.poddBundle, poddVersion: cfg.poddVersion, store });
+      const templates = new LocalTemplateCatalog({ templatesDir: cfg.templatesDir, poddBundlePath: cfg.poddBundle, poddVersion: cfg.poddVersion, nodePath: cfg.templateNode, store });
       const manager = new SandboxManager({
         store,
         vms,

@@ -12,6 +12,8 @@ export interface LocalTemplateCatalogOptions {
   templatesDir: string;
   poddBundlePath: string;
   poddVersion: string;
+  /** Node binary copied into templates (the server's `templateNode`) */
+  nodePath?: string;
   store: RecordStore;
 }
 
@@ -63,6 +65,7 @@ export class LocalTemplateCatalog implements TemplateCatalog {
       templatesDir: this.o.templatesDir,
       poddBundlePath: this.o.poddBundlePath,
       poddVersion: this.o.poddVersion,
+      nodePath: this.o.nodePath,
       replace,
     });
     try {

@@ -351,10 +351,12 @@ export class ServerNode implements StandbyNode, OldServer {
     void closed?.then(() => (finished = true));
     const t0 = Date.now();
     let idleSince: number | undefined;
-    while (!finished && Date.now() - t0 < this.cfg.retireDrainMs) {
+    // The stream count decides, not only grpc-js: on Node 24 its tryShutdown reports done while
+    // an Exec stream on an injected connection still runs (forceShutdown would cancel it).
+    while (Date.now() - t0 < this.cfg.retireDrainMs) {
       // once no Exec stream runs, unary calls still in flight get drainMs, then are cut
       idleSince = this.streams === 0 ? (idleSince ?? Date.now()) : undefined;
-      if (idleSince !== undefined && Date.now() - idleSince > this.cfg.drainMs) break;
+      if (idleSince !== undefined && (finished || Date.now() - idleSince > this.cfg.drainMs)) break;
       await new Promise((r) => setTimeout(r, 50));
     }
     this.publicServer?.host.server.forceShutdown();

@@ -1,4 +1,5 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { describeWith, useTempDir, type Part } from '@sandnode/testkit';
@@ -25,15 +26,35 @@ const rec = (id: string, over: Partial<DeviceRecord> = {}): DeviceRecord => ({
 const BUILDS = path.resolve(__dirname, '..', '..', '..', '..', 'compat-tests', '.cache', 'builds');
 const STORE_JS = path.join('services', 'ublk-manager', 'dist', 'store', 'sqlite-device-store.js');
 /** release010Store is 0.1.0's built store module in the cache, or undefined (no cache, or its build not finished). */
-const release010Store = (): string | undefined => {
+const release010 = (): { store: string; node: string } | undefined => {
   const dir = existsSync(BUILDS) ? readdirSync(BUILDS).find((d) => d.startsWith('0.1.0-')) : undefined;
-  return dir && existsSync(path.join(BUILDS, dir, STORE_JS)) ? path.join(BUILDS, dir, STORE_JS) : undefined;
+  if (!dir || !existsSync(path.join(BUILDS, dir, STORE_JS))) return undefined;
+  // the Node the build's node_modules were built for (its native addons load only there)
+  try {
+    const m = JSON.parse(readFileSync(path.join(BUILDS, dir, 'node_modules', '.sandnode-node.json'), 'utf8')) as { node?: string };
+    return m.node && existsSync(m.node) ? { store: path.join(BUILDS, dir, STORE_JS), node: m.node } : undefined;
+  } catch {
+    return undefined;
+  }
 };
+const release010Store = (): string | undefined => release010()?.store;
+
+/**
+ * withOld runs body (JavaScript, `S` is 0.1.0's SqliteDeviceStore class) in a child process on
+ * 0.1.0's own Node, and returns what body returns (JSON).
+ */
+function withOld(body: string): unknown {
+  const r010 = release010()!;
+  const script = `const { SqliteDeviceStore: S } = require(${JSON.stringify(r010.store)}); const out = (() => { ${body} })(); process.stdout.write(JSON.stringify(out === undefined ? null : out));`;
+  const r = spawnSync(r010.node, ['-e', script], { encoding: 'utf8', timeout: 30_000 });
+  if (r.status !== 0) throw new Error(`0.1.0 store on ${r010.node}: ${r.stderr}`);
+  return JSON.parse(r.stdout) as unknown;
+}
 /**
  * The 0.1.0 build in the compat cache. Not CI-provided: `.ci/run` runs the tests (`npm test`)
  * before `npm run compat` builds the cache, so without it this test skips (naming it), also under CI=true.
  */
-const RELEASE_010: Part = { name: `a 0.1.0 build in ${BUILDS} (${STORE_JS}; npm run compat builds it)`, present: () => release010Store() !== undefined, ciProvides: false };
+const RELEASE_010: Part = { name: `a 0.1.0 build in ${BUILDS} (${STORE_JS} and the Node it was built for; npm run compat builds it)`, present: () => release010Store() !== undefined, ciProvides: false };
 
 describe('SqliteDeviceStore', () => {
   const tempDir = useTempDir('ublk-store');
@@ -99,22 +120,23 @@ describe('SqliteDeviceStore', () => {
 
   describeWith('with release 0.1.0', [RELEASE_010], () => {
     it('a table written by this version is read and written by release 0.1.0, and vice versa, keeping cloned_from', () => {
-      const old = require(release010Store() ?? STORE_JS) as {
-        SqliteDeviceStore: new (file: string) => SqliteDeviceStore;
-      };
       const file = deviceDbPath(dir);
       const s = new SqliteDeviceStore(file);
       s.insert(rec('parent', { state: 'ready' }));
       s.insert(rec('kid', { state: 'ready', clonedFrom: 'parent', path: '/dev/loop1' }));
       s.close();
       // 0.1.0 opens it, reads every row, updates one, inserts one and deletes one.
-      const o = new old.SqliteDeviceStore(file);
-      expect(o.list().map((r) => r.deviceId)).toEqual(['kid', 'parent']);
-      expect(o.get('kid')).toMatchObject({ state: 'ready', path: '/dev/loop1' });
-      o.update('kid', { path: '/dev/loop2' }, 50);
-      o.insert({ ...rec('by-old', { state: 'ready' }) });
-      o.delete('parent');
-      o.close();
+      const seen = withOld(`
+        const o = new S(${JSON.stringify(file)});
+        const ids = o.list().map((r) => r.deviceId);
+        const kid = o.get('kid');
+        o.update('kid', { path: '/dev/loop2' }, 50);
+        o.insert(${JSON.stringify(rec('by-old', { state: 'ready' }))});
+        o.delete('parent');
+        o.close();
+        return { ids, kid };`) as { ids: string[]; kid: DeviceRecord };
+      expect(seen.ids).toEqual(['kid', 'parent']);
+      expect(seen.kid).toMatchObject({ state: 'ready', path: '/dev/loop1' });
       // This version reads what 0.1.0 wrote; the clone's cloned_from survived 0.1.0's update.
       const n = new SqliteDeviceStore(file);
       expect(n.get('kid')).toMatchObject({ clonedFrom: 'parent', path: '/dev/loop2', updatedAtMs: 50 });
@@ -122,15 +144,11 @@ describe('SqliteDeviceStore', () => {
       n.close();
       // A table first made by 0.1.0 is opened by this version (column added), then by 0.1.0 again.
       const file2 = deviceDbPath(dir, 'b');
-      const o2 = new old.SqliteDeviceStore(file2);
-      o2.insert(rec('x', { state: 'ready' }));
-      o2.close();
+      withOld(`const o2 = new S(${JSON.stringify(file2)}); o2.insert(${JSON.stringify(rec('x', { state: 'ready' }))}); o2.close();`);
       const n2 = new SqliteDeviceStore(file2);
       n2.insert(rec('y', { state: 'ready', clonedFrom: 'x' }));
       n2.close();
-      const o3 = new old.SqliteDeviceStore(file2);
-      expect(o3.list().map((r) => r.deviceId)).toEqual(['x', 'y']);
-      o3.close();
+      expect(withOld(`const o3 = new S(${JSON.stringify(file2)}); const ids = o3.list().map((r) => r.deviceId); o3.close(); return ids;`)).toEqual(['x', 'y']);
     });
   });
 

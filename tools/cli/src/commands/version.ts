@@ -7,7 +7,7 @@
  */
 import type { Command } from 'commander';
 import { COMPONENTS, getVersion, table } from '@sandnode/node-stack';
-import { SUITE_VERSION, buildCommit } from '@sandnode/shared';
+import { SUITE_VERSION, buildCommit, runtimeName } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
 import { dirsOf } from '../options';
 import { action, print } from '../output';
@@ -39,12 +39,12 @@ const SHORT_COMMIT = 12;
 
 /** runtimeOf reads GetVersionResponse.runtime ("node 24.x.y"), which older builds do not send. */
 export function runtimeOf(v: GetVersionResponse): string {
-  return (v as { runtime?: string }).runtime || 'unknown';
+  return v.runtime || 'unknown';
 }
 
 /** cliVersion is the CLI's own entry. */
 export function cliVersion(): VersionEntry {
-  return { component: 'cli', up: true, version: SUITE_VERSION, commit: buildCommit(), runtime: `node ${process.versions.node}`, pid: process.pid };
+  return { component: 'cli', up: true, version: SUITE_VERSION, commit: buildCommit(), runtime: runtimeName(), pid: process.pid };
 }
 
 /** componentVersion is a component's entry from its GetVersion answer (undefined: it did not answer). */
