@@ -8,7 +8,7 @@ import prettier from 'eslint-config-prettier';
 
 const DEEP_SRC = {
   group: ['@sandnode/*/src', '@sandnode/*/src/*', '../../*/src/*', '../../../*/src/*', '**/services/*/src/*', '**/packages/*/src/*', '**/tools/*/src/*'],
-  message: "import another package by its name and exports, never its src/",
+  message: 'import another package by its name and exports, never its src/',
 };
 
 export default tseslint.config(
@@ -53,7 +53,21 @@ export default tseslint.config(
   },
   {
     files: ['**/*.js', '**/*.cjs', '**/*.mjs'],
-    languageOptions: { sourceType: 'commonjs', globals: { AbortSignal: 'readonly', require: 'readonly', module: 'writable', process: 'readonly', __dirname: 'readonly', console: 'readonly', Buffer: 'readonly', setTimeout: 'readonly', clearTimeout: 'readonly' } },
+    languageOptions: {
+      sourceType: 'commonjs',
+      globals: {
+        AbortSignal: 'readonly',
+        __filename: 'readonly',
+        require: 'readonly',
+        module: 'writable',
+        process: 'readonly',
+        __dirname: 'readonly',
+        console: 'readonly',
+        Buffer: 'readonly',
+        setTimeout: 'readonly',
+        clearTimeout: 'readonly',
+      },
+    },
     rules: { '@typescript-eslint/no-require-imports': 'off' },
   },
   { files: ['**/*.mjs'], languageOptions: { sourceType: 'module' } },

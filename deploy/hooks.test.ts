@@ -84,7 +84,14 @@ else process.stdout.write(JSON.stringify({
 
   function prestop(env: Record<string, string>, mode = 'drain') {
     const run = mkdtempSync(path.join(dir, 'run-'));
-    const env2 = { PATH: process.env.PATH, SANDNODE_RUN_DIR: path.join(run, 'run'), SANDNODE_STATE_DIR: path.join(run, 'state'), SANDNODE_CLI: `node ${fakeCli}`, FAKE_ARGV: path.join(run, 'argv.json'), ...env };
+    const env2 = {
+      PATH: process.env.PATH,
+      SANDNODE_RUN_DIR: path.join(run, 'run'),
+      SANDNODE_STATE_DIR: path.join(run, 'state'),
+      SANDNODE_CLI: `node ${fakeCli}`,
+      FAKE_ARGV: path.join(run, 'argv.json'),
+      ...env,
+    };
     const t0 = Date.now();
     const r = spawnSync('bash', [PRESTOP, mode], { env: env2, encoding: 'utf8', timeout: 30_000 });
     return { ...r, ms: Date.now() - t0, run, argv: existsSync(env2.FAKE_ARGV) ? (JSON.parse(readFileSync(env2.FAKE_ARGV, 'utf8')) as string[]) : undefined };
@@ -142,7 +149,15 @@ else process.stdout.write(JSON.stringify({
     const first = prestop({ SANDNODE_PRESTOP_DEADLINE_S: '20', SANDNODE_GRACE_PERIOD_S: '30', FAKE_DRAIN: 'ok' });
     rmSync(path.join(first.run, 'argv.json'));
     const r = spawnSync('bash', [PRESTOP, 'drain'], {
-      env: { PATH: process.env.PATH, SANDNODE_RUN_DIR: path.join(first.run, 'run'), SANDNODE_STATE_DIR: path.join(first.run, 'state'), SANDNODE_CLI: `node ${fakeCli}`, FAKE_ARGV: path.join(first.run, 'argv.json'), SANDNODE_PRESTOP_DEADLINE_S: '20', SANDNODE_GRACE_PERIOD_S: '30' },
+      env: {
+        PATH: process.env.PATH,
+        SANDNODE_RUN_DIR: path.join(first.run, 'run'),
+        SANDNODE_STATE_DIR: path.join(first.run, 'state'),
+        SANDNODE_CLI: `node ${fakeCli}`,
+        FAKE_ARGV: path.join(first.run, 'argv.json'),
+        SANDNODE_PRESTOP_DEADLINE_S: '20',
+        SANDNODE_GRACE_PERIOD_S: '30',
+      },
       encoding: 'utf8',
     });
     expect(r.status).toBe(0);
@@ -152,7 +167,13 @@ else process.stdout.write(JSON.stringify({
 
   test('wait returns once the drain is done, and soon when nobody drains', () => {
     const first = prestop({ SANDNODE_PRESTOP_DEADLINE_S: '20', SANDNODE_GRACE_PERIOD_S: '30', FAKE_DRAIN: 'ok' });
-    const env = { PATH: process.env.PATH, SANDNODE_RUN_DIR: path.join(first.run, 'run'), SANDNODE_STATE_DIR: path.join(first.run, 'state'), SANDNODE_PRESTOP_DEADLINE_S: '20', SANDNODE_GRACE_PERIOD_S: '30' };
+    const env = {
+      PATH: process.env.PATH,
+      SANDNODE_RUN_DIR: path.join(first.run, 'run'),
+      SANDNODE_STATE_DIR: path.join(first.run, 'state'),
+      SANDNODE_PRESTOP_DEADLINE_S: '20',
+      SANDNODE_GRACE_PERIOD_S: '30',
+    };
     const done = spawnSync('bash', [PRESTOP, 'wait'], { env, encoding: 'utf8' });
     expect(done.status).toBe(0);
     expect(done.stderr).toMatch(/drain finished after \d+s: .*preserved 1/);

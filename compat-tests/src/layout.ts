@@ -42,4 +42,3 @@ export function descriptorSetPath(buildDir: string): string {
 export function generatedDir(buildDir: string): string {
   return path.join(buildDir, sharedDirRel(buildDir), 'dist', 'gen', 'sandnode');
 }
-

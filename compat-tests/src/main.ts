@@ -47,11 +47,13 @@ export function parseArgs(argv: string[]): CompatArgs {
       const v = x.includes('=') ? x.slice(x.indexOf('=') + 1) : argv[++i];
       if (v !== 'wire') throw new Error(`--only: ${v ?? '(missing)'} is not a part that runs alone (known: wire)`);
       a.only = v;
-    }
-    else if (x === '--versions' || x.startsWith('--versions=')) {
+    } else if (x === '--versions' || x.startsWith('--versions=')) {
       const v = x.includes('=') ? x.slice(x.indexOf('=') + 1) : argv[++i];
       if (!v) throw new Error('--versions needs a value like 0.1.0,N');
-      a.versions = v.split(',').map((s) => s.trim()).filter(Boolean);
+      a.versions = v
+        .split(',')
+        .map((s) => s.trim())
+        .filter(Boolean);
     } else throw new Error(`unknown argument ${x} (known: --quick, --versions A,B, --skip, --no-containers, --only wire)`);
   }
   return a;
@@ -131,7 +133,9 @@ export async function resolveBuilds(args: CompatArgs, log: (l: string) => void):
 export async function optionalHook(mod: string, fn: string, ctx: RunContext, env: NodeJS.ProcessEnv = process.env, dir = __dirname): Promise<ReportSection[]> {
   const t0 = Date.now();
   const file = path.join(dir, `${mod}.js`);
-  const absent = (why: string): ReportSection[] => [{ title: `${mod}.${fn}`, result: ciStrict(env) ? 'fail' : 'skipped', summary: `${why}${ciStrict(env) ? ' (CI=true: a missing mode fails)' : ''}`, ms: Date.now() - t0 }];
+  const absent = (why: string): ReportSection[] => [
+    { title: `${mod}.${fn}`, result: ciStrict(env) ? 'fail' : 'skipped', summary: `${why}${ciStrict(env) ? ' (CI=true: a missing mode fails)' : ''}`, ms: Date.now() - t0 },
+  ];
   if (!existsSync(file)) return absent(`${file} is missing (run npm run build)`);
   let m: Record<string, unknown>;
   try {
@@ -189,7 +193,9 @@ export async function main(argv: string[]): Promise<number> {
   const failedCells = cells.filter((c) => c.result === 'fail').length;
   const failedRuns = upgrades.filter((u) => u.result === 'fail').length;
   const failedSections = sections.filter((s) => s.result === 'fail').length;
-  log(`\n${cells.length - failedCells}/${cells.length} cells pass, ${upgrades.length - failedRuns}/${upgrades.length} upgrade runs pass${sections.length ? `, ${failedSections} failed section(s)` : ''}`);
+  log(
+    `\n${cells.length - failedCells}/${cells.length} cells pass, ${upgrades.length - failedRuns}/${upgrades.length} upgrade runs pass${sections.length ? `, ${failedSections} failed section(s)` : ''}`,
+  );
   log(`wall time ${(wallMs / 1000).toFixed(1)} s; report: ${files.join(' ')}`);
   return failedCells || failedRuns || failedSections ? 1 : 0;
 }

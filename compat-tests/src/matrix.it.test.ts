@@ -14,29 +14,34 @@ jest.setTimeout(15 * 60_000);
 
 const pre = compatBuilds('latest');
 
-describeWith('compat matrix (reduced): N/N-1 cells and the upgrade/rollback run', COMPAT_PARTS, () => {
-  const older = pre.older as Build;
-  const n = pre.n as Build;
-  const builds = (): Record<string, Build> => ({ [older.label]: older, N: n });
-  const cells: Assignment[] = [
-    { server: 'N', 'vmm-supervisor': '', 'ublk-manager': '', podd: '' },
-    { server: '', 'vmm-supervisor': 'N', 'ublk-manager': 'N', podd: 'N' },
-  ].map((a) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, v || (pre.older?.label ?? 'N-1')])) as Assignment); // named even when skipped
+describeWith(
+  'compat matrix (reduced): N/N-1 cells and the upgrade/rollback run',
+  COMPAT_PARTS,
+  () => {
+    const older = pre.older as Build;
+    const n = pre.n as Build;
+    const builds = (): Record<string, Build> => ({ [older.label]: older, N: n });
+    const cells: Assignment[] = [
+      { server: 'N', 'vmm-supervisor': '', 'ublk-manager': '', podd: '' },
+      { server: '', 'vmm-supervisor': 'N', 'ublk-manager': 'N', podd: 'N' },
+    ].map((a) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, v || (pre.older?.label ?? 'N-1')])) as Assignment); // named even when skipped
 
-  for (const a of cells) {
-    it(`cell ${describeAssignment(a)} passes`, async () => {
-      const cell = await runCell(a, builds(), n);
-      const failed = cell.scenarios.filter((s) => s.result === 'fail').map((s) => `${s.name}: ${s.grpcStatus ?? ''} ${s.detail}\n${s.logExcerpt ?? ''}`);
+    for (const a of cells) {
+      it(`cell ${describeAssignment(a)} passes`, async () => {
+        const cell = await runCell(a, builds(), n);
+        const failed = cell.scenarios.filter((s) => s.result === 'fail').map((s) => `${s.name}: ${s.grpcStatus ?? ''} ${s.detail}\n${s.logExcerpt ?? ''}`);
+        expect(failed).toEqual([]);
+        expect(cell.result).not.toBe('fail');
+        expect(cell.scenarios.find((s) => s.name === 'fork')?.result).toMatch(/^(n\/a|pass|fallback)$/);
+      });
+    }
+
+    it('upgrade N-1 -> N and rollback to N-1 keep pids, the exec stream and the records', async () => {
+      const run = await runUpgradeRun(older, n, n);
+      const failed = run.steps.filter((s) => s.result === 'fail').map((s) => `${s.name}: ${s.detail}`);
       expect(failed).toEqual([]);
-      expect(cell.result).not.toBe('fail');
-      expect(cell.scenarios.find((s) => s.name === 'fork')?.result).toMatch(/^(n\/a|pass|fallback)$/);
+      expect(run.result).toBe('pass');
     });
-  }
-
-  it('upgrade N-1 -> N and rollback to N-1 keep pids, the exec stream and the records', async () => {
-    const run = await runUpgradeRun(older, n, n);
-    const failed = run.steps.filter((s) => s.result === 'fail').map((s) => `${s.name}: ${s.detail}`);
-    expect(failed).toEqual([]);
-    expect(run.result).toBe('pass');
-  });
-}, pre.missing);
+  },
+  pre.missing,
+);

@@ -44,7 +44,9 @@ export async function runCell(a: Assignment, builds: Record<string, Build>, n: B
     const start = Date.now();
     let stage: Component = 'podd';
     try {
-      const tname = `podd-${b('podd').label.toLowerCase().replace(/[^a-z0-9]/g, '-')}`;
+      const tname = `podd-${b('podd')
+        .label.toLowerCase()
+        .replace(/[^a-z0-9]/g, '-')}`;
       await node.buildTemplate(tname, b('podd'));
       for (const c of ['vmm-supervisor', 'ublk-manager', 'server'] as const) {
         stage = c;
@@ -64,6 +66,15 @@ export async function runCell(a: Assignment, builds: Record<string, Build>, n: B
     if (notes) log(`cleanup: ${notes}`);
   }
   cell.ms = Date.now() - t0;
-  log(`cell ${describeAssignment(a)}: ${cell.result} (${cell.ms} ms)${cell.result === 'fail' ? ` ${cell.scenarios.filter((s) => s.result === 'fail').map((s) => `${s.name}: ${s.grpcStatus ?? ''} ${s.detail}`).join('; ')}` : ''}`);
+  log(
+    `cell ${describeAssignment(a)}: ${cell.result} (${cell.ms} ms)${
+      cell.result === 'fail'
+        ? ` ${cell.scenarios
+            .filter((s) => s.result === 'fail')
+            .map((s) => `${s.name}: ${s.grpcStatus ?? ''} ${s.detail}`)
+            .join('; ')}`
+        : ''
+    }`,
+  );
   return cell;
 }

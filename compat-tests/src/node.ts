@@ -89,7 +89,10 @@ export class TempNode {
   private apiHandle: ServerApi | undefined;
 
   /** @param n the working tree build, whose CLI drives upgrades and the purge */
-  constructor(readonly n: Build, prefix = 'sandnode-compat-') {
+  constructor(
+    readonly n: Build,
+    prefix = 'sandnode-compat-',
+  ) {
     this.root = mkdtempSync(path.join(os.tmpdir(), prefix));
     this.dirs = { stateDir: path.join(this.root, 'state'), runDir: path.join(this.root, 'run'), listen: '' };
     this.address = unixAddress(socketPath(this.dirs.runDir, 'server'));

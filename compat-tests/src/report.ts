@@ -24,7 +24,11 @@ export function toJson(r: Report): unknown {
 }
 
 const timingText = (t?: Record<string, number>) =>
-  t ? Object.entries(t).map(([k, v]) => `${k} ${Number.isInteger(v) ? v : v.toFixed(1)}`).join(', ') : '';
+  t
+    ? Object.entries(t)
+        .map(([k, v]) => `${k} ${Number.isInteger(v) ? v : v.toFixed(1)}`)
+        .join(', ')
+    : '';
 
 /** toMarkdown renders the report for people. */
 export function toMarkdown(r: Report, sections: ReportSection[] = [], meta: string[] = []): string {
@@ -85,7 +89,9 @@ export function toHtml(r: Report, sections: ReportSection[] = [], meta: string[]
   const H: string[] = [];
   H.push('<!doctype html><html><head><meta charset="utf-8"><title>sandnode compatibility matrix</title><style>');
   H.push('body{font:14px system-ui,sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 7px;vertical-align:top}');
-  H.push('.pass{background:#cfc}.fail{background:#fcc}.fallback{background:#ffc}.na{background:#eee;color:#666}.skipped{background:#eee}pre{background:#f6f6f6;padding:.5em;max-width:100em;overflow:auto;font-size:12px}');
+  H.push(
+    '.pass{background:#cfc}.fail{background:#fcc}.fallback{background:#ffc}.na{background:#eee;color:#666}.skipped{background:#eee}pre{background:#f6f6f6;padding:.5em;max-width:100em;overflow:auto;font-size:12px}',
+  );
   H.push('</style></head><body><h1>sandnode compatibility matrix</h1><ul>');
   for (const m of [...meta, `wall time: ${(r.wallMs / 1000).toFixed(1)} s`]) H.push(`<li>${esc(m)}</li>`);
   H.push('</ul><h2>Matrix (process mode)</h2><table><tr>');
@@ -105,14 +111,18 @@ export function toHtml(r: Report, sections: ReportSection[] = [], meta: string[]
   if (notes.length) {
     H.push('<h3>Not passed</h3><ul>');
     for (const { c, s } of notes) {
-      H.push(`<li>${esc(COMPONENTS.map((k) => `${k}=${c.assignment[k]}`).join(' '))} / <b>${esc(s.name)}</b>: ${esc(s.result)}${s.grpcStatus ? ` (${esc(s.grpcStatus)})` : ''}: ${esc(s.detail ?? '')}`);
+      H.push(
+        `<li>${esc(COMPONENTS.map((k) => `${k}=${c.assignment[k]}`).join(' '))} / <b>${esc(s.name)}</b>: ${esc(s.result)}${s.grpcStatus ? ` (${esc(s.grpcStatus)})` : ''}: ${esc(s.detail ?? '')}`,
+      );
       if (s.logExcerpt) H.push(`<pre>${esc(s.logExcerpt)}</pre>`);
       H.push('</li>');
     }
     H.push('</ul>');
   }
   const upgradeHtml = (u: UpgradeRun) => {
-    H.push(`<h2>Upgrade and rollback run ${esc(u.from)} &rarr; ${esc(u.to)} &rarr; ${esc(u.from)}: <span class="${u.result}">${u.result}</span>${u.ms !== undefined ? ` (${(u.ms / 1000).toFixed(1)} s)` : ''}</h2>`);
+    H.push(
+      `<h2>Upgrade and rollback run ${esc(u.from)} &rarr; ${esc(u.to)} &rarr; ${esc(u.from)}: <span class="${u.result}">${u.result}</span>${u.ms !== undefined ? ` (${(u.ms / 1000).toFixed(1)} s)` : ''}</h2>`,
+    );
     H.push('<table><tr><th>step</th><th>result</th><th>ms</th><th>timings</th><th>detail</th></tr>');
     for (const s of u.steps) {
       H.push(`<tr><td>${esc(s.name)}</td>${badge(s.result)}<td>${s.ms}</td><td>${esc(timingText(s.timings))}</td><td>${esc(s.detail ?? '')}`);

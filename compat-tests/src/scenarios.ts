@@ -33,8 +33,23 @@ export const CLONE_FEATURE = 'ublk.clone';
 export const QUIESCE_FEATURE = 'podd.quiesce';
 
 const STATUS_NAMES = [
-  'OK', 'CANCELLED', 'UNKNOWN', 'INVALID_ARGUMENT', 'DEADLINE_EXCEEDED', 'NOT_FOUND', 'ALREADY_EXISTS', 'PERMISSION_DENIED',
-  'RESOURCE_EXHAUSTED', 'FAILED_PRECONDITION', 'ABORTED', 'OUT_OF_RANGE', 'UNIMPLEMENTED', 'INTERNAL', 'UNAVAILABLE', 'DATA_LOSS', 'UNAUTHENTICATED',
+  'OK',
+  'CANCELLED',
+  'UNKNOWN',
+  'INVALID_ARGUMENT',
+  'DEADLINE_EXCEEDED',
+  'NOT_FOUND',
+  'ALREADY_EXISTS',
+  'PERMISSION_DENIED',
+  'RESOURCE_EXHAUSTED',
+  'FAILED_PRECONDITION',
+  'ABORTED',
+  'OUT_OF_RANGE',
+  'UNIMPLEMENTED',
+  'INTERNAL',
+  'UNAVAILABLE',
+  'DATA_LOSS',
+  'UNAUTHENTICATED',
 ];
 
 /** grpcStatusOf names the gRPC status of a client error (undefined for other errors). */
@@ -52,7 +67,10 @@ export function stateName(s: SandboxState | number): string {
 
 /** A failure with the component to blame (whose log is excerpted). */
 export class ScenarioError extends Error {
-  constructor(message: string, readonly component: Component = 'server') {
+  constructor(
+    message: string,
+    readonly component: Component = 'server',
+  ) {
     super(message);
   }
 }
@@ -273,9 +291,11 @@ export async function runSuite(opts: SuiteOptions): Promise<ScenarioResult[]> {
       for (const s of sbs) {
         const paused = (await api().sandboxes.pauseSandbox({ sandboxId: s.id })).sandbox;
         const g = await getSandbox(api(), s.id);
-        if (stateName(g.state) !== 'PAUSED' || g.pid !== s.pid || paused?.pid !== s.pid) throw new ScenarioError(`${s.id}: after pause ${stateName(g.state)} pid ${g.pid} (was ${s.pid})`, 'vmm-supervisor');
+        if (stateName(g.state) !== 'PAUSED' || g.pid !== s.pid || paused?.pid !== s.pid)
+          throw new ScenarioError(`${s.id}: after pause ${stateName(g.state)} pid ${g.pid} (was ${s.pid})`, 'vmm-supervisor');
         const resumed = (await api().sandboxes.resumeSandbox({ sandboxId: s.id })).sandbox;
-        if (!resumed || stateName(resumed.state) !== 'RUNNING' || resumed.pid !== s.pid) throw new ScenarioError(`${s.id}: after resume ${resumed ? stateName(resumed.state) : '?'} pid ${resumed?.pid} (was ${s.pid})`, 'vmm-supervisor');
+        if (!resumed || stateName(resumed.state) !== 'RUNNING' || resumed.pid !== s.pid)
+          throw new ScenarioError(`${s.id}: after resume ${resumed ? stateName(resumed.state) : '?'} pid ${resumed?.pid} (was ${s.pid})`, 'vmm-supervisor');
         const r = await execCollect(api(), s.id, ['echo', 'awake']);
         if (r.stdout !== 'awake\n' || r.exitCode !== 0) throw new ScenarioError(`${s.id}: exec after resume gave ${JSON.stringify(r.stdout)} exit ${r.exitCode}`, 'podd');
       }

@@ -52,7 +52,16 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
       if (st.scenarios?.some((x) => x.result === 'fail')) st.result = 'fail';
       run.steps.push(st);
       if (st.result === 'fail') failed = true;
-      log(`  ${name}: ${st.result} (${st.ms} ms)${st.detail ? ` ${st.detail}` : ''}${st.result === 'fail' && st.scenarios ? ` ${st.scenarios.filter((x) => x.result === 'fail').map((x) => `${x.name}: ${x.grpcStatus ?? ''} ${x.detail}`).join('; ')}` : ''}`);
+      log(
+        `  ${name}: ${st.result} (${st.ms} ms)${st.detail ? ` ${st.detail}` : ''}${
+          st.result === 'fail' && st.scenarios
+            ? ` ${st.scenarios
+                .filter((x) => x.result === 'fail')
+                .map((x) => `${x.name}: ${x.grpcStatus ?? ''} ${x.detail}`)
+                .join('; ')}`
+            : ''
+        }`,
+      );
       return st.result !== 'fail';
     } catch (err) {
       const c = extra.component ?? 'server';
@@ -98,7 +107,14 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
     const devs = (j.devices as { stallMs: number }[] | undefined) ?? [];
     const stalls = devs.map((d) => d.stallMs);
     return {
-      timings: { devices: devs.length, stallP50Ms: Number(j.stallP50Ms), stallP99Ms: Number(j.stallP99Ms), maxStallMs: stalls.length ? Math.max(...stalls) : 0, totalMs: Number(j.totalMs), cliMs: r.ms },
+      timings: {
+        devices: devs.length,
+        stallP50Ms: Number(j.stallP50Ms),
+        stallP99Ms: Number(j.stallP99Ms),
+        maxStallMs: stalls.length ? Math.max(...stalls) : 0,
+        totalMs: Number(j.totalMs),
+        cliMs: r.ms,
+      },
       detail: `slot ${String(j.oldSlot)} -> ${String(j.newSlot)}, ${devs.length} devices moved (${String(j.mode)}), stall p50 ${Number(j.stallP50Ms).toFixed(1)} ms p99 ${Number(j.stallP99Ms).toFixed(1)} ms; ${await checkPids()}`,
     };
   };
@@ -116,7 +132,8 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
       await node.buildTemplate('old', older);
       for (const c of ['vmm-supervisor', 'ublk-manager', 'server'] as const) await node.start(c, older);
       for (let i = 0; i < 3; i++) {
-        const s = (await node.api.sandboxes.createSandbox({ template: 'old', metadata: { run: 'upgrade', n: String(i) }, timeoutSeconds: 0, requestId: `compat-${randomBytes(8).toString('hex')}` })).sandbox!;
+        const s = (await node.api.sandboxes.createSandbox({ template: 'old', metadata: { run: 'upgrade', n: String(i) }, timeoutSeconds: 0, requestId: `compat-${randomBytes(8).toString('hex')}` }))
+          .sandbox!;
         pids.set(s.sandboxId, s.pid);
         keep.push(s.sandboxId);
       }
@@ -141,10 +158,22 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
     await step(`upgrade ublk-manager ${older.label} -> ${newer.label}`, () => upgradeBy('ublk-manager', newer), { component: 'ublk-manager', from: older.label, to: newer.label });
     await step(`upgrade server ${older.label} -> ${newer.label}`, () => upgradeBy('server', newer), { component: 'server', from: older.label, to: newer.label });
     await step(`upgrade vmm-supervisor ${older.label} -> ${newer.label} (restart, adoption)`, () => restartVmm(newer), { component: 'vmm-supervisor', from: older.label, to: newer.label });
-    await step(`new template with podd ${newer.label}`, async () => ({ detail: `template "new" built in ${await node.buildTemplate('new', newer)} ms` }), { component: 'podd', from: older.label, to: newer.label });
+    await step(`new template with podd ${newer.label}`, async () => ({ detail: `template "new" built in ${await node.buildTemplate('new', newer)} ms` }), {
+      component: 'podd',
+      from: older.label,
+      to: newer.label,
+    });
 
     await step(`check at ${newer.label}`, async () => {
-      const scenarios = await runSuite({ node, daemons: { ...daemons }, templates: [{ name: 'old', podd: older }, { name: 'new', podd: newer }], watch: pids });
+      const scenarios = await runSuite({
+        node,
+        daemons: { ...daemons },
+        templates: [
+          { name: 'old', podd: older },
+          { name: 'new', podd: newer },
+        ],
+        watch: pids,
+      });
       return { scenarios, detail: `${await checkPids()}; stream at ${streamLines} lines` };
     });
 
@@ -152,7 +181,14 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
     // one with a timeout set by N; then what N says about every sandbox
     await step(`write records at ${newer.label}`, async () => {
       for (const t of ['old', 'new']) {
-        const s = (await node.api.sandboxes.createSandbox({ template: t, metadata: { run: 'upgrade', written_by: newer.label, template: t }, timeoutSeconds: 0, requestId: `compat-${randomBytes(8).toString('hex')}` })).sandbox!;
+        const s = (
+          await node.api.sandboxes.createSandbox({
+            template: t,
+            metadata: { run: 'upgrade', written_by: newer.label, template: t },
+            timeoutSeconds: 0,
+            requestId: `compat-${randomBytes(8).toString('hex')}`,
+          })
+        ).sandbox!;
         keep.push(s.sandboxId);
       }
       await node.api.sandboxes.pauseSandbox({ sandboxId: keep[2]! });
@@ -170,7 +206,11 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
     await step(`records written by ${newer.label} read by ${older.label}`, async () => {
       const diffs: string[] = [];
       // only the Sandbox fields the older build has: fields added later read as defaults there
-      const known = new Set(loadSchema(older).messages.get('sandnode.server.v1.Sandbox')?.fields.map((f) => f.prop) ?? []);
+      const known = new Set(
+        loadSchema(older)
+          .messages.get('sandnode.server.v1.Sandbox')
+          ?.fields.map((f) => f.prop) ?? [],
+      );
       const pick = (s: Sandbox) => Object.fromEntries(Object.entries(s).filter(([k]) => known.has(k)));
       for (const [id, full] of snapshot) {
         const want = pick(full);
@@ -180,13 +220,23 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
       if (diffs.length) throw new Error(diffs.join('\n'));
       const r = (await node.api.sandboxes.resumeSandbox({ sandboxId: keep[2]! })).sandbox;
       if (r?.pid !== pids.get(keep[2]!)) throw new Error(`${keep[2]}: resumed by ${older.label} with pid ${r?.pid}, was ${pids.get(keep[2]!)}`);
-      return { detail: `${snapshot.size} records equal in the ${known.size} fields ${older.label} knows (state, pid, metadata, timeout, ...); the sandbox paused by ${newer.label} resumed by ${older.label} with its pid` };
+      return {
+        detail: `${snapshot.size} records equal in the ${known.size} fields ${older.label} knows (state, pid, metadata, timeout, ...); the sandbox paused by ${newer.label} resumed by ${older.label} with its pid`,
+      };
     });
 
     await step(`check at ${older.label} after rollback`, async () => {
       const watch = new Map(pids);
       for (const id of keep.slice(3)) watch.set(id, snapshot.get(id)!.pid);
-      const scenarios = await runSuite({ node, daemons: { ...daemons }, templates: [{ name: 'old', podd: older }, { name: 'new', podd: newer }], watch });
+      const scenarios = await runSuite({
+        node,
+        daemons: { ...daemons },
+        templates: [
+          { name: 'old', podd: older },
+          { name: 'new', podd: newer },
+        ],
+        watch,
+      });
       for (const id of keep.slice(3)) {
         const r = await execCollect(node.api, id, ['echo', 'still here']);
         if (r.stdout !== 'still here\n') throw new Error(`${id} (made by ${newer.label}): exec under ${older.label} gave ${JSON.stringify(r.stdout)}`);

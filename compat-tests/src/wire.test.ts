@@ -61,7 +61,10 @@ function renumbered(to: number): Uint8Array {
   const set = descriptor.FileDescriptorSet.decode(loadDescriptorSet(N)) as unknown as {
     file: Array<{ package?: string; messageType?: Array<{ name: string; field?: Array<{ name: string; number: number }> }> }>;
   };
-  const msg = set.file.filter((f) => f.package === 'sandnode.server.v1').flatMap((f) => f.messageType ?? []).find((m) => m.name === 'RuntimeRecord')!;
+  const msg = set.file
+    .filter((f) => f.package === 'sandnode.server.v1')
+    .flatMap((f) => f.messageType ?? [])
+    .find((m) => m.name === 'RuntimeRecord')!;
   const state = msg.field!.find((f) => f.name === 'state')!;
   expect(state.number).not.toBe(to);
   state.number = to;
@@ -136,13 +139,19 @@ withReleases(`wire compatibility of the releases (${names}) with N`, () => {
     expect(r.enums.every((e) => e.outcome === 'number' || e.outcome === 'UNRECOGNIZED')).toBe(true);
     expect(Date.now() - t0).toBeLessThan(20000);
 
-    const ctx: RunContext = { builds: Object.fromEntries([...rel.builds, N].map((b) => [b.label, b])), order: [...rel.builds.map((b) => b.label), 'N'], quick: false, workDir: '/tmp', log: () => undefined };
+    const ctx: RunContext = {
+      builds: Object.fromEntries([...rel.builds, N].map((b) => [b.label, b])),
+      order: [...rel.builds.map((b) => b.label), 'N'],
+      quick: false,
+      workDir: '/tmp',
+      log: () => undefined,
+    };
     const section = await runWireCompat(ctx, {});
     expect(section.result).toBe('pass');
     expect(section.summary).toMatch(/messages/);
   });
 
-  it(`catches a renumbered field against ${rel.builds.at(-1)?.label ?? "the latest release"}: removed without reserving, and values lost`, () => {
+  it(`catches a renumbered field against ${rel.builds.at(-1)?.label ?? 'the latest release'}: removed without reserving, and values lost`, () => {
     const scratch = attachCodecs(schemaFromDescriptorSet(N, renumbered(33)), genDir(N));
     const rec = checkSchemas([loadSchema(newest), scratch]).messages.find((m) => m.message === RECORD)!;
     expect(rec.failures).toContain(`schema ${newest.label}->N: field state = 3 removed without reserving its number and name`);
@@ -157,7 +166,10 @@ withReleases(`wire compatibility of the releases (${names}) with N`, () => {
     const s: Schema = loadSchema(N);
     const wrap = (c: Codec, decode: (bytes: Uint8Array) => Record<string, unknown>): Codec => ({ ...c, decode: (bytes: Uint8Array) => decode(bytes) });
     const orig = s.codecs.get(RECORD)!;
-    s.codecs.set(RECORD, wrap(orig, (bytes) => ({ ...orig.decode(bytes), _unknownFields: {} })));
+    s.codecs.set(
+      RECORD,
+      wrap(orig, (bytes) => ({ ...orig.decode(bytes), _unknownFields: {} })),
+    );
     let r = checkSchemas([o, s]);
     const rec = r.messages.find((m) => m.message === RECORD)!;
     expect(rec.result).toBe('fail');

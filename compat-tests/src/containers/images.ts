@@ -126,7 +126,20 @@ function tarOf(b: Build, toolsDir: string): { stream: NodeJS.ReadableStream; don
   const nodeRel = path.relative('/', realpathSync(nodeFor(b)));
   const members = [nodeRel, ...readdirSync(toolsDir).map((e) => `${toolsRel}/${e}`), ...buildPaths(b.dir).map((p) => `${buildRel}/${p}`)];
   const esc = (s: string) => s.replace(/[.[\]*^$\\]/g, '\\$&');
-  const args = ['-C', '/', '-cf', '-', '--numeric-owner', '--transform', `flags=rh;s|^${esc(nodeRel)}$|usr/local/bin/node|`, '--transform', `flags=rh;s|^${esc(toolsRel)}/||`, '--transform', `flags=rh;s|^${esc(buildRel)}/|app/|`, ...members];
+  const args = [
+    '-C',
+    '/',
+    '-cf',
+    '-',
+    '--numeric-owner',
+    '--transform',
+    `flags=rh;s|^${esc(nodeRel)}$|usr/local/bin/node|`,
+    '--transform',
+    `flags=rh;s|^${esc(toolsRel)}/||`,
+    '--transform',
+    `flags=rh;s|^${esc(buildRel)}/|app/|`,
+    ...members,
+  ];
   const tar = spawn('tar', args, { stdio: ['ignore', 'pipe', 'pipe'] });
   let err = '';
   tar.stderr.on('data', (d: Buffer) => (err += d.toString()));

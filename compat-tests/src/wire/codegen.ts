@@ -30,7 +30,7 @@ export function attachCodecs(s: Schema, dir: string): Schema {
       s.problems.push(`${file}: generated module ${js} missing`);
       continue;
     }
-     
+
     const exports = require(js) as Record<string, unknown>;
     modules.set(file, { js, exports, unclaimed: new Set(Object.keys(exports).filter((k) => isCodec(exports[k]))) });
   }

@@ -76,7 +76,8 @@ export function compareMessage(e: Side, a: Side, exp: Record<string, unknown> | 
     const ev = getField(exp, ef);
     const p = `${path}.${ef.name}`;
     if (!af) {
-      if (!ignoreUnknown && !isDefault(ef, ev) && !unknownNumbers(act).has(ef.number)) errs.push(`${p} (${ef.number}): known only to ${e.s.build.label}, not kept in ${a.s.build.label}'s unknown fields`);
+      if (!ignoreUnknown && !isDefault(ef, ev) && !unknownNumbers(act).has(ef.number))
+        errs.push(`${p} (${ef.number}): known only to ${e.s.build.label}, not kept in ${a.s.build.label}'s unknown fields`);
       continue;
     }
     if (sameType(ef, af)) continue; // reported by the schema check

@@ -50,7 +50,13 @@ export function checkSchemas(schemas: Schema[]): WireCompatResult {
     } else if (!usable(n)) {
       res.failures.push(`N has no generated codec for it`);
     } else {
-      if (res.scope === 'partial') res.notes.push(`not in ${older.filter((o) => !o.messages.has(name)).map((o) => o.build.label).join(', ')}: checked against N alone there`);
+      if (res.scope === 'partial')
+        res.notes.push(
+          `not in ${older
+            .filter((o) => !o.messages.has(name))
+            .map((o) => o.build.label)
+            .join(', ')}: checked against N alone there`,
+        );
       // N alone: round trip, unknown fields, unknown enums (for every message; the only checks for "new in N").
       crossCheck(n, n, name, res);
       unknownCheck(n, n, name, res);

@@ -93,11 +93,36 @@ export function tsName(protoName: string): string {
 }
 
 // Shapes of protobufjs' decoded descriptor messages (protobufjs/ext/descriptor types them loosely).
-interface RawRange { start?: number; end?: number }
-interface RawField { name: string; number: number; proto3Optional?: boolean }
-interface RawMessage { name: string; options?: { mapEntry?: boolean }; field?: RawField[]; nestedType?: RawMessage[]; enumType?: RawEnum[]; reservedRange?: RawRange[]; reservedName?: string[] }
-interface RawEnum { name: string; value?: Array<{ name: string; number: number }>; reservedRange?: RawRange[]; reservedName?: string[] }
-interface RawFile { name: string; package?: string; messageType?: RawMessage[]; enumType?: RawEnum[] }
+interface RawRange {
+  start?: number;
+  end?: number;
+}
+interface RawField {
+  name: string;
+  number: number;
+  proto3Optional?: boolean;
+}
+interface RawMessage {
+  name: string;
+  options?: { mapEntry?: boolean };
+  field?: RawField[];
+  nestedType?: RawMessage[];
+  enumType?: RawEnum[];
+  reservedRange?: RawRange[];
+  reservedName?: string[];
+}
+interface RawEnum {
+  name: string;
+  value?: Array<{ name: string; number: number }>;
+  reservedRange?: RawRange[];
+  reservedName?: string[];
+}
+interface RawFile {
+  name: string;
+  package?: string;
+  messageType?: RawMessage[];
+  enumType?: RawEnum[];
+}
 
 const strip = (n: string): string => n.replace(/^\./, '');
 
@@ -122,8 +147,7 @@ export function schemaFromDescriptorSet(b: Build, bytes: Uint8Array): Schema {
   const messages = new Map<string, MessageInfo>();
   const enums = new Map<string, EnumInfo>();
   const optionalByMessage = new Map<string, Set<number>>();
-  const ranges = (rs: RawRange[] | undefined, exclusiveEnd: boolean): Array<[number, number]> =>
-    (rs ?? []).map((r) => [r.start ?? 0, (r.end ?? 0) - (exclusiveEnd ? 1 : 0)]);
+  const ranges = (rs: RawRange[] | undefined, exclusiveEnd: boolean): Array<[number, number]> => (rs ?? []).map((r) => [r.start ?? 0, (r.end ?? 0) - (exclusiveEnd ? 1 : 0)]);
   const addEnum = (e: RawEnum, fullName: string) => {
     const reflected = root.lookupEnum(fullName);
     enums.set(fullName, {

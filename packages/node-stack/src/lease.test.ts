@@ -27,7 +27,11 @@ describe('adminSockets', () => {
     await listen('server.sock');
     writeFileSync(path.join(dir, 'server-b-admin.sock'), 'not a socket');
     symlinkSync(path.join(dir, 'server-a-admin.sock'), path.join(dir, 'server-c-admin.sock'));
-    expect(adminSockets(dir).map((p) => path.basename(p)).sort()).toEqual(['server-4242-admin.sock', 'server-a-admin.sock']);
+    expect(
+      adminSockets(dir)
+        .map((p) => path.basename(p))
+        .sort(),
+    ).toEqual(['server-4242-admin.sock', 'server-a-admin.sock']);
   });
 
   it('ignores a socket another (non-root) user owns', async () => {

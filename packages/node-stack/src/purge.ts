@@ -79,7 +79,9 @@ export function loopDevicesBelow(root: string): string[] {
   }
   for (const n of names) {
     try {
-      const backing = readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8').trim().replace(/ \(deleted\)$/, '');
+      const backing = readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8')
+        .trim()
+        .replace(/ \(deleted\)$/, '');
       if (backing === root || backing.startsWith(`${root}/`)) out.push(`/dev/${n}`);
     } catch {
       /* not attached */
@@ -100,7 +102,12 @@ export function sandnodeProcesses(runDir: string): { pid: number; cmd: string }[
     try {
       const cmd = readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0').join(' ').trim();
       if (!/services\/(vmm-supervisor|ublk-manager|server)\/dist\/main\.js/.test(cmd)) continue;
-      if (readFileSync(`/proc/${d}/environ`, 'utf8').split('\0').some((e) => e.endsWith(marker))) out.push({ pid: Number(d), cmd });
+      if (
+        readFileSync(`/proc/${d}/environ`, 'utf8')
+          .split('\0')
+          .some((e) => e.endsWith(marker))
+      )
+        out.push({ pid: Number(d), cmd });
     } catch {
       /* gone */
     }

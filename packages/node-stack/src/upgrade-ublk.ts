@@ -131,10 +131,16 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
     if (moved.length) {
       const back = createSandnodeChannel(unixAddress(oldSock));
       try {
-        const r = await createServiceClient(DeviceServiceDefinition, back, { timeoutMs, epoch: () => epoch }).handoverAll({ fromAddress: unixAddress(newSock), deviceIds: moved, perDeviceTimeoutMs: 0 });
+        const r = await createServiceClient(DeviceServiceDefinition, back, { timeoutMs, epoch: () => epoch }).handoverAll({
+          fromAddress: unixAddress(newSock),
+          deviceIds: moved,
+          perDeviceTimeoutMs: 0,
+        });
         const stuck = r.devices.filter((d) => d.result !== HandoverResult.HANDOVER_RESULT_MOVED);
         if (stuck.length) {
-          throw new Error(`device handover incomplete (${failed.join('; ')}) and ${stuck.length} moved devices could not be moved back (${stuck.map((d) => `${d.deviceId}: ${d.error}`).join('; ')}); both slots keep running; the new slot is ${newSlot} (pid ${newPid})`);
+          throw new Error(
+            `device handover incomplete (${failed.join('; ')}) and ${stuck.length} moved devices could not be moved back (${stuck.map((d) => `${d.deviceId}: ${d.error}`).join('; ')}); both slots keep running; the new slot is ${newSlot} (pid ${newPid})`,
+          );
         }
       } finally {
         back.close();

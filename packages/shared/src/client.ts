@@ -81,15 +81,8 @@ export function requestIdRetryMiddleware(paths: ReadonlySet<string>): ClientMidd
 }
 
 /** createServiceClient makes a client of def on channel with the common middleware. */
-export function createServiceClient<D extends CompatServiceDefinition>(
-  def: D,
-  channel: Channel,
-  opts: ServiceClientOptions = {},
-): ServiceClient<D> {
-  const methods = (typeof def === 'object' && 'methods' in def ? (def as { methods: Record<string, { responseStream: boolean }> }).methods : def) as Record<
-    string,
-    { responseStream?: boolean }
-  >;
+export function createServiceClient<D extends CompatServiceDefinition>(def: D, channel: Channel, opts: ServiceClientOptions = {}): ServiceClient<D> {
+  const methods = (typeof def === 'object' && 'methods' in def ? (def as { methods: Record<string, { responseStream: boolean }> }).methods : def) as Record<string, { responseStream?: boolean }>;
   const defaults: Record<string, SandnodeCallOptions> = {};
   for (const [name, m] of Object.entries(methods)) {
     defaults[name] = {
@@ -116,7 +109,10 @@ export class PeerFeatures {
   private version: Promise<GetVersionResponse> | undefined;
   private readonly client: ServiceClient<typeof VersionServiceDefinition>;
 
-  constructor(channel: Channel, private readonly peerName: string) {
+  constructor(
+    channel: Channel,
+    private readonly peerName: string,
+  ) {
     this.client = createServiceClient(VersionServiceDefinition, channel, { timeoutMs: 5000 });
   }
 

@@ -83,7 +83,6 @@ export function loadConfig<S extends z.ZodObject<z.ZodRawShape>>(schema: S, opts
  * "1"/"0", "yes"/"no", "on"/"off" (zod's stringbool); anything else ("ture") is an error that
  * names the key.
  */
-export const configBool = (): z.ZodType<boolean, boolean | string> =>
-  z.union([z.boolean(), z.stringbool()], { error: 'must be a boolean (true/false, 1/0, yes/no, on/off)' });
+export const configBool = (): z.ZodType<boolean, boolean | string> => z.union([z.boolean(), z.stringbool()], { error: 'must be a boolean (true/false, 1/0, yes/no, on/off)' });
 
 export { z };

@@ -51,7 +51,10 @@ export class Failpoints<N extends string> {
   /** parse reads a `name=action,...` list; throws Error naming a bad entry. */
   parse(list: string | undefined): Map<N, FailpointAction> {
     const out = new Map<N, FailpointAction>();
-    for (const part of (list ?? '').split(',').map((p) => p.trim()).filter(Boolean)) {
+    for (const part of (list ?? '')
+      .split(',')
+      .map((p) => p.trim())
+      .filter(Boolean)) {
       const eq = part.lastIndexOf('=');
       const name = eq < 0 ? part : part.slice(0, eq);
       const action = eq < 0 ? (this.spec.defaultAction ?? 'kill') : part.slice(eq + 1);

@@ -23,7 +23,6 @@ const unary = require('nice-grpc/lib/server/handleUnaryCall') as { createUnaryMe
 const serverStream = require('nice-grpc/lib/server/handleServerStreamingCall') as { createServerStreamingMethodHandler: (...a: any[]) => any };
 const clientStream = require('nice-grpc/lib/server/handleClientStreamingCall') as { createClientStreamingMethodHandler: (...a: any[]) => any };
 const bidi = require('nice-grpc/lib/server/handleBidiStreamingCall') as { createBidiStreamingMethodHandler: (...a: any[]) => any };
- 
 
 export interface GrpcHostOptions {
   /** grpc-js server options (message size limits ...). */

@@ -14,8 +14,5 @@ export type LogLevel = (typeof LOG_LEVELS)[number];
 
 /** createLogger makes the root logger of a component, writing JSON lines to fd 2. */
 export function createLogger(component: string, version: string, level: LogLevel = 'info'): Logger {
-  return pino(
-    { level, base: { component, version, pid: process.pid }, timestamp: pino.stdTimeFunctions.isoTime },
-    pino.destination({ fd: 2, sync: true }),
-  );
+  return pino({ level, base: { component, version, pid: process.pid }, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination({ fd: 2, sync: true }));
 }

@@ -56,27 +56,26 @@ export const DEFAULT_COMMAND_TIMEOUT_MS = 60_000;
  */
 export function run(cmd: string, args: string[], opts: { timeoutMs?: number; input?: string; signal?: AbortSignal } = {}): Promise<RunResult> {
   return new Promise((resolve, reject) => {
-    const child = execFile(
-      cmd,
-      args,
-      { timeout: opts.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS, maxBuffer: 64 * 1024 * 1024, signal: opts.signal },
-      (err, stdout, stderr) => {
-        if (err) {
-          const e = err as NodeJS.ErrnoException & { code?: unknown };
-          const how = typeof e.code === 'number' ? `exit ${e.code}` : String(e.code ?? e.message);
-          reject(new CommandError(`${cmd} ${args.join(' ')}: ${how}: ${String(stderr).trim() || e.message}`, String(stderr), typeof e.code === 'number' ? e.code : -1));
-          return;
-        }
-        resolve({ stdout: String(stdout), stderr: String(stderr) });
-      },
-    );
+    const child = execFile(cmd, args, { timeout: opts.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS, maxBuffer: 64 * 1024 * 1024, signal: opts.signal }, (err, stdout, stderr) => {
+      if (err) {
+        const e = err as NodeJS.ErrnoException & { code?: unknown };
+        const how = typeof e.code === 'number' ? `exit ${e.code}` : String(e.code ?? e.message);
+        reject(new CommandError(`${cmd} ${args.join(' ')}: ${how}: ${String(stderr).trim() || e.message}`, String(stderr), typeof e.code === 'number' ? e.code : -1));
+        return;
+      }
+      resolve({ stdout: String(stdout), stderr: String(stderr) });
+    });
     if (opts.input !== undefined) child.stdin?.end(opts.input);
   });
 }
 
 /** A host command that failed; stderr and exitCode say how. */
 export class CommandError extends InternalError {
-  constructor(message: string, readonly stderr: string, readonly exitCode: number) {
+  constructor(
+    message: string,
+    readonly stderr: string,
+    readonly exitCode: number,
+  ) {
     super(message);
   }
 }

@@ -32,7 +32,6 @@ export async function sharedLibraries(binary: string): Promise<string[]> {
   return libs;
 }
 
-
 /** elfLinkage reads the ELF program headers: 'dynamic' when there is a PT_INTERP. */
 export async function elfLinkage(p: string): Promise<'static' | 'dynamic' | 'not-elf'> {
   const fh = await open(p, 'r');
@@ -63,4 +62,3 @@ export const HOST_COMMAND_TIMEOUT_MS = 30_000;
 export async function runHost(cmd: string, args: string[]): Promise<string> {
   return (await run(cmd, args, { timeoutMs: HOST_COMMAND_TIMEOUT_MS })).stdout;
 }
-

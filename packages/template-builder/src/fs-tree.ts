@@ -34,7 +34,6 @@ export async function fsyncPath(p: string): Promise<void> {
   }
 }
 
-
 /** removeStale deletes leftover temp and old trees of earlier, interrupted builds. */
 export async function removeStale(dir: string): Promise<void> {
   for (const n of await readdir(dir)) {
@@ -45,7 +44,6 @@ export async function removeStale(dir: string): Promise<void> {
   }
 }
 
-
 export async function exists(p: string): Promise<boolean> {
   return (await lstat(p).catch(() => undefined)) !== undefined;
 }
@@ -53,4 +51,3 @@ export async function exists(p: string): Promise<boolean> {
 export async function isFile(p: string): Promise<boolean> {
   return (await stat(p).catch(() => undefined))?.isFile() ?? false;
 }
-

@@ -23,13 +23,17 @@ export async function checkParts(busyboxPath: string, nodePath: string, bundlePa
     );
   }
   if (!(await isFile(bundlePath))) {
-    throw new FailedPreconditionError(`podd bundle not found at ${bundlePath}: build it with \`npm run build\` (or \`npx tsc -b services/podd/tsconfig.build.json && npm run bundle --workspace @sandnode/podd\`)`);
+    throw new FailedPreconditionError(
+      `podd bundle not found at ${bundlePath}: build it with \`npm run build\` (or \`npx tsc -b services/podd/tsconfig.build.json && npm run bundle --workspace @sandnode/podd\`)`,
+    );
   }
   if (!(await isFile(nodePath))) throw new FailedPreconditionError(`node binary not found at ${nodePath} (server config key templateNode)`);
   const v = (await runHost(nodePath, ['--version']).catch((err: Error) => `(${err.message})`)).trim();
   const major = /^v(\d+)\./.exec(v)?.[1];
   if (!major || Number(major) < MIN_TEMPLATE_NODE_MAJOR) {
-    throw new FailedPreconditionError(`node at ${nodePath} is ${v}: templates need Node >= ${MIN_TEMPLATE_NODE_MAJOR} (podd is bundled for node24; server config key templateNode, deploy/host-setup.sh provides Node 24)`);
+    throw new FailedPreconditionError(
+      `node at ${nodePath} is ${v}: templates need Node >= ${MIN_TEMPLATE_NODE_MAJOR} (podd is bundled for node24; server config key templateNode, deploy/host-setup.sh provides Node 24)`,
+    );
   }
 }
 
@@ -82,7 +86,6 @@ export async function populate(root: string, parts: { busyboxPath: string; nodeP
   for (const [f, content] of etc) await writeFile(at(`/etc/${f}`), content, { mode: 0o644 });
   return nodeVersion;
 }
-
 
 /**
  * installHostPath copies the host file hostPath into root at the same path, recreating every
@@ -140,7 +143,6 @@ async function copyRegular(src: string, dst: string): Promise<void> {
   await chmod(dst, st.mode & 0o7777);
 }
 
-
 /** reflectionDescriptor finds the descriptor set `npm run gen` writes, or undefined. */
 function reflectionDescriptor(): string | undefined {
   try {
@@ -149,4 +151,3 @@ function reflectionDescriptor(): string | undefined {
     return undefined;
   }
 }
-

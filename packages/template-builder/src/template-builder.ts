@@ -186,4 +186,3 @@ export async function listTemplates(templatesDir: string): Promise<TemplateInfo[
 function toInfo(m: TemplateManifest, rootfsPath: string): TemplateInfo {
   return { name: m.name, poddVersion: m.poddVersion, rootfsPath, sizeBytes: m.sizeBytes, createdAtMs: m.createdAtMs, buildMs: m.buildMs };
 }
-

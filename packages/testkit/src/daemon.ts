@@ -128,12 +128,7 @@ export async function startDaemon(opts: DaemonOptions): Promise<RunningDaemon> {
   const version = createServiceClient(VersionServiceDefinition, channel, { timeoutMs: 1000, retryAttempts: 1 });
   let how: string;
   try {
-    how = await waitFor(
-      `${path.basename(opts.main)} to answer GetVersion on ${opts.socket}`,
-      async () => (exit ? 'exited' : (await version.getVersion({})) && 'ready'),
-      readyMs,
-      50,
-    );
+    how = await waitFor(`${path.basename(opts.main)} to answer GetVersion on ${opts.socket}`, async () => (exit ? 'exited' : (await version.getVersion({})) && 'ready'), readyMs, 50);
   } catch (err) {
     await kill();
     throw new Error(`${(err as Error).message}; log:\n${log()}`, { cause: err });

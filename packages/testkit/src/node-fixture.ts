@@ -100,7 +100,6 @@ export function readyPort(runDir: string): number {
   return best.port;
 }
 
-
 /** startNode starts the three daemons in fresh temp dirs and builds (or reuses) the base template. */
 export async function startNode(
   opts: {
@@ -242,7 +241,9 @@ export async function inventory(dirs: StackDirs): Promise<NodeInventory> {
   const loopBackingFiles: string[] = [];
   for (const n of readdirSync('/sys/block').filter((x) => x.startsWith('loop'))) {
     try {
-      const b = readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8').trim().replace(/ \(deleted\)$/, '');
+      const b = readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8')
+        .trim()
+        .replace(/ \(deleted\)$/, '');
       if (b.startsWith(`${stateDir}/`)) loopBackingFiles.push(b);
     } catch {
       /* not attached */

@@ -19,7 +19,11 @@ const outfile = path.join(pkgDir, 'dist', 'podd.bundle.js');
 function commit() {
   if (process.env.SANDNODE_BUILD_COMMIT) return process.env.SANDNODE_BUILD_COMMIT;
   try {
-    return execFileSync('git', ['rev-parse', 'HEAD'], { cwd: pkgDir, stdio: ['ignore', 'pipe', 'ignore'], timeout: 5000 }).toString().trim() || 'unknown';
+    return (
+      execFileSync('git', ['rev-parse', 'HEAD'], { cwd: pkgDir, stdio: ['ignore', 'pipe', 'ignore'], timeout: 5000 })
+        .toString()
+        .trim() || 'unknown'
+    );
   } catch {
     return 'unknown';
   }

@@ -21,7 +21,11 @@ export const DEFAULT_PODD_DRAIN_MS = 3000;
 /** The podd config schema; every key has a default. */
 export const poddConfigSchema = z.object({
   /** socket is the absolute path of the unix socket to listen on. */
-  socket: z.string().min(1).refine((s) => s.startsWith('/'), 'must be an absolute path').default(DEFAULT_SOCKET),
+  socket: z
+    .string()
+    .min(1)
+    .refine((s) => s.startsWith('/'), 'must be an absolute path')
+    .default(DEFAULT_SOCKET),
   /**
    * listenFd is an inherited listening unix socket to serve on instead of binding `socket`
    * (-1: none). The vmm-supervisor binds podd's socket on the host, outside the sandbox, and
@@ -31,7 +35,11 @@ export const poddConfigSchema = z.object({
   /** logLevel is the pino level of the stderr log. */
   logLevel: z.enum(LOG_LEVELS).default('info'),
   /** defaultCwd is the Exec working directory when a request leaves cwd empty (absolute). */
-  defaultCwd: z.string().min(1).refine((s) => s.startsWith('/'), 'must be an absolute path').default(DEFAULT_CWD),
+  defaultCwd: z
+    .string()
+    .min(1)
+    .refine((s) => s.startsWith('/'), 'must be an absolute path')
+    .default(DEFAULT_CWD),
   /** maxChunkBytes caps one stdout/stderr chunk, 1..65536 bytes. */
   maxChunkBytes: z.coerce.number().int().min(1).max(MAX_CHUNK_BYTES).default(MAX_CHUNK_BYTES),
   /**
@@ -39,7 +47,11 @@ export const poddConfigSchema = z.object({
    * only when it exists when podd starts (runc driver of a vmm-supervisor with
    * "vmm.freeze-port.v1"); without it Quiesce/Thaw/GetFreezeStatus answer UNAVAILABLE.
    */
-  freezeSocket: z.string().min(1).refine((s) => s.startsWith('/'), 'must be an absolute path').default(DEFAULT_FREEZE_SOCKET),
+  freezeSocket: z
+    .string()
+    .min(1)
+    .refine((s) => s.startsWith('/'), 'must be an absolute path')
+    .default(DEFAULT_FREEZE_SOCKET),
   /** freezePortTimeoutMs is the deadline of each call to the freeze port, ms (100..60000). */
   freezePortTimeoutMs: z.coerce.number().int().min(100).max(60_000).default(DEFAULT_FREEZE_PORT_TIMEOUT_MS),
   /** syncTimeoutMs is the longest Quiesce's `sync` / `sync -f` may take, in ms (1000..600000). */

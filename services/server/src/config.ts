@@ -52,9 +52,17 @@ export const configSchema = z.object({
   ublkAddress: z.string().default(''),
   logLevel: z.enum(LOG_LEVELS).default('info'),
   /** size of each sandbox's rootfs upper device, bytes (sparse) */
-  upperBytes: z.coerce.number().int().min(16 * 1024 * 1024).default(DEFAULT_UPPER_BYTES),
+  upperBytes: z.coerce
+    .number()
+    .int()
+    .min(16 * 1024 * 1024)
+    .default(DEFAULT_UPPER_BYTES),
   /** default /workspace size, bytes (sparse) */
-  defaultDiskBytes: z.coerce.number().int().min(16 * 1024 * 1024).default(GIB),
+  defaultDiskBytes: z.coerce
+    .number()
+    .int()
+    .min(16 * 1024 * 1024)
+    .default(GIB),
   defaultVcpus: z.coerce.number().int().min(1).max(64).default(1),
   defaultMemoryMib: z.coerce.number().int().min(32).max(65536).default(512),
   /** how long podd gets to answer after a VM starts, ms */

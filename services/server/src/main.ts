@@ -122,10 +122,13 @@ async function main(argv: string[]): Promise<void> {
     stopping = true;
     log.info({ sig }, 'signal received: stopping');
     // never hang on the way out: drain deadline + call drain + a margin
-    setTimeout(() => {
-      log.error('stop took too long: exiting');
-      process.exit(1);
-    }, (cfg.drainOnSigterm ? cfg.drainDeadlineMs : 0) + cfg.drainMs + STOP_MARGIN_MS).unref();
+    setTimeout(
+      () => {
+        log.error('stop took too long: exiting');
+        process.exit(1);
+      },
+      (cfg.drainOnSigterm ? cfg.drainDeadlineMs : 0) + cfg.drainMs + STOP_MARGIN_MS,
+    ).unref();
     node.stop().then(
       () => process.exit(0),
       (err: unknown) => {

@@ -21,7 +21,10 @@ describe('loadVmmConfig', () => {
   test('env values are coerced and validated with the key named', () => {
     expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_STOP_TIMEOUT_MS: '500' } }).stopTimeoutMs).toBe(500);
     expect(loadVmmConfig({ env: {} })).toMatchObject({ runcStartTimeoutMs: 30_000, killWaitMs: 5000, drainMs: 5000 });
-    expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_RUNC_START_TIMEOUT_MS: '90000', SANDNODE_VMM_SUPERVISOR_KILL_WAIT_MS: '250' } })).toMatchObject({ runcStartTimeoutMs: 90_000, killWaitMs: 250 });
+    expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_RUNC_START_TIMEOUT_MS: '90000', SANDNODE_VMM_SUPERVISOR_KILL_WAIT_MS: '250' } })).toMatchObject({
+      runcStartTimeoutMs: 90_000,
+      killWaitMs: 250,
+    });
     expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_KILL_WAIT_MS: '5' } })).toThrow(/killWaitMs/);
     expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_DEFAULT_VCPUS: '0' } })).toThrow(/defaultVcpus/);
     expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_DRIVER: 'qemu' } })).toThrow(ConfigError);

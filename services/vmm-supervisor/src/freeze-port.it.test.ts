@@ -57,7 +57,6 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
   });
 
   afterAll(async () => {
-     
     console.log(`freeze windows measured by host writers (ms): ${JSON.stringify(windows)}`);
     await fx?.cleanup();
   });
@@ -91,14 +90,18 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
     expect(() => fx.runc(['exec', 'vm-f', '/bin/touch', '/run/sandnode-freeze/x'])).toThrow();
   });
 
-  test('the port holds at most FREEZE_PORT_MAX_CONNECTIONS connections: a flood from the VM cannot spend the supervisor\'s fds', async () => {
+  test("the port holds at most FREEZE_PORT_MAX_CONNECTIONS connections: a flood from the VM cannot spend the supervisor's fds", async () => {
     const fds = () => readdirSync(`/proc/${daemon.pid}/fd`).length;
     const before = fds();
     const socks = await Promise.all(
-      Array.from({ length: 64 }, () => new Promise<net.Socket>((resolve) => {
-        const s = net.createConnection(path.join(vmDir, 'freeze-port', 'freeze.sock'), () => resolve(s));
-        s.on('error', () => resolve(s));
-      })),
+      Array.from(
+        { length: 64 },
+        () =>
+          new Promise<net.Socket>((resolve) => {
+            const s = net.createConnection(path.join(vmDir, 'freeze-port', 'freeze.sock'), () => resolve(s));
+            s.on('error', () => resolve(s));
+          }),
+      ),
     );
     // Time the supervisor gets to accept as much of the flood as it would (what is measured is
     // that it never holds more than the cap): a bound on something not happening, so a sleep.

@@ -129,7 +129,6 @@ describeWith('podd Quiesce/Thaw in a real runc VM (integration)', [...FREEZE_PAR
   });
 
   afterAll(async () => {
-     
     console.log(`podd freeze windows measured by host writers (ms): ${JSON.stringify(windows)}`);
     await fx?.cleanup();
   });
@@ -173,13 +172,13 @@ describeWith('podd Quiesce/Thaw in a real runc VM (integration)', [...FREEZE_PAR
     );
     const rec = await waitNewFreeze('vm-q', before);
     ac.abort(); // the caller is gone (it may have had the answer already; it never calls Thaw)
-     
+
     console.log(`(a) the abandoned Quiesce call ended: ${await call}`);
     await expectWatchdogBound('vm-q', rec, 'callerGone');
     await expectEndedByWatchdog(c, rec.token, 1000);
   });
 
-  test('(b) podd\'s Quiesce handler is stuck after the freeze: the watchdog thaws within max_freeze_ms + 100 ms', async () => {
+  test("(b) podd's Quiesce handler is stuck after the freeze: the watchdog thaws within max_freeze_ms + 100 ms", async () => {
     const c = vms['vm-s']!.podd;
     const before = record('vm-s')?.token;
     const call = poddClient(vms['vm-s']!.poddDir, 4000)

@@ -175,7 +175,9 @@ describeWith('vmm-supervisor runc driver (integration)', VMM_PARTS, () => {
     // The container is in its own session and cgroup, not the supervisor's.
     const daemonPid = (JSON.parse(fx.runc(['state', 'vm-a'])) as { pid: number }).pid;
     expect(daemonPid).toBe(pidA);
-    const cgroups = readFileSync(`/proc/${pidA}/cgroup`, 'utf8').split('\n').filter((l) => l && !l.startsWith('0::'));
+    const cgroups = readFileSync(`/proc/${pidA}/cgroup`, 'utf8')
+      .split('\n')
+      .filter((l) => l && !l.startsWith('0::'));
     expect(cgroups.length).toBeGreaterThan(0);
     for (const l of cgroups) expect(l).toMatch(/:\/sandnode\/vm-a$/);
     const [pgrp, session] = statFields(pidA);
@@ -311,10 +313,7 @@ describeWith('vmm-supervisor runc driver (integration)', VMM_PARTS, () => {
   });
 
   test('a create that fails on the host is undone and says what failed', async () => {
-    const err = await expectCode(
-      client.createVm({ vmId: 'vm-broken', spec: { ...specB, drives: [{ ...specB.drives[0]!, path: '/dev/null' }] } }),
-      Status.INTERNAL,
-    );
+    const err = await expectCode(client.createVm({ vmId: 'vm-broken', spec: { ...specB, drives: [{ ...specB.drives[0]!, path: '/dev/null' }] } }), Status.INTERNAL);
     expect(err.details).toContain('mount rootfs upper drive /dev/null');
     expect((await client.listVms({})).vms.map((v) => v.vmId)).toEqual(['vm-a']);
     expect(existsSync(path.join(fx.runDir, 'vms', 'vm-broken'))).toBe(false);
@@ -429,10 +428,7 @@ describeWith('vmm-supervisor runc driver (integration)', VMM_PARTS, () => {
     mkdirSync(host, { recursive: true });
     const calls = path.join(fx.dir, 'runc-calls.log');
     const realRunc = execFileSync('sh', ['-c', 'command -v runc']).toString().trim();
-    writeFileSync(
-      path.join(host, 'runc'),
-      `#!/bin/sh\nif [ "$1" = "--version" ]; then echo "runc version 9.9.9-test"; exit 0; fi\necho "$0 $*" >> ${calls}\nexec ${realRunc} "$@"\n`,
-    );
+    writeFileSync(path.join(host, 'runc'), `#!/bin/sh\nif [ "$1" = "--version" ]; then echo "runc version 9.9.9-test"; exit 0; fi\necho "$0 $*" >> ${calls}\nexec ${realRunc} "$@"\n`);
     chmodSync(path.join(host, 'runc'), 0o755);
     mkdirSync(path.join(binDir, 'runc-0.0.1-stale'), { recursive: true });
     await daemon.kill('SIGTERM');

@@ -14,7 +14,23 @@ import { createHash } from 'node:crypto';
 import { existsSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { run, socketPath, unixAddress } from '@sandnode/shared';
-import { COMPONENTS, connectServer, killComponent, loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, startComponent, stateName, stopComponent, table, upgradeServer, upgradeUblkManager, type ServerApi, type StackDirs } from '@sandnode/node-stack';
+import {
+  COMPONENTS,
+  connectServer,
+  killComponent,
+  loopDevicesBelow,
+  mountsBelow,
+  purgeNode,
+  sandnodeProcesses,
+  startComponent,
+  stateName,
+  stopComponent,
+  table,
+  upgradeServer,
+  upgradeUblkManager,
+  type ServerApi,
+  type StackDirs,
+} from '@sandnode/node-stack';
 import { ForkMethod } from '@sandnode/shared/proto/server/v1/sandbox';
 
 interface Step {
@@ -115,9 +131,7 @@ export async function runDemo(base: StackDirs, opts: { keep: boolean }): Promise
 
     await step('stream a 3-second counting loop in each sandbox', async () => {
       const results = await Promise.all(
-        ids.map((id) =>
-          execText(a(), id, ['sh', '-c', 'i=1; while [ $i -le 6 ]; do echo "count $i"; i=$((i+1)); sleep 0.5; done'], (line) => say(`   [${id}] ${line}`)),
-        ),
+        ids.map((id) => execText(a(), id, ['sh', '-c', 'i=1; while [ $i -le 6 ]; do echo "count $i"; i=$((i+1)); sleep 0.5; done'], (line) => say(`   [${id}] ${line}`))),
       );
       results.forEach((r, i) => {
         if (r.code !== 0 || r.out.trim().split('\n').length !== 6) throw new Error(`${ids[i]}: exit ${r.code}, output ${JSON.stringify(r.out)}`);
@@ -184,7 +198,9 @@ export async function runDemo(base: StackDirs, opts: { keep: boolean }): Promise
 
     await step('upgrade ublk-manager live (device handover to the other slot)', async () => {
       const r = await upgradeUblkManager(dirs, '.');
-      say(`   slot ${r.oldSlot} pid ${r.oldPid} -> slot ${r.newSlot} pid ${r.newPid}: ${r.devices.length} devices moved (${r.mode}), stall p50 ${r.stallP50Ms.toFixed(1)} ms, p99 ${r.stallP99Ms.toFixed(1)} ms`);
+      say(
+        `   slot ${r.oldSlot} pid ${r.oldPid} -> slot ${r.newSlot} pid ${r.newPid}: ${r.devices.length} devices moved (${r.mode}), stall p50 ${r.stallP50Ms.toFixed(1)} ms, p99 ${r.stallP99Ms.toFixed(1)} ms`,
+      );
       for (const sid of ids) {
         await a().sandboxes.writeFile({ sandboxId: sid, path: 'after-upgrade.txt', data: Buffer.from(sid) });
         const { out } = await execText(a(), sid, ['cat', '/workspace/after-upgrade.txt', '/workspace/hello.txt']);
@@ -209,7 +225,7 @@ export async function runDemo(base: StackDirs, opts: { keep: boolean }): Promise
       } finally {
         await a().sandboxes.deleteSandbox({ sandboxId: child });
       }
-      return 'the child has the parent\'s /workspace and its own hostname; its writes stay its own; the parent kept running';
+      return "the child has the parent's /workspace and its own hostname; its writes stay its own; the parent kept running";
     });
 
     await step('delete all sandboxes', async () => {
@@ -253,7 +269,12 @@ export async function runDemo(base: StackDirs, opts: { keep: boolean }): Promise
   }
 
   say('\nreport');
-  say(table(['STEP', 'RESULT', 'MS'], steps.map((s) => [s.step, s.ok ? 'ok' : 'FAILED', s.ms])));
+  say(
+    table(
+      ['STEP', 'RESULT', 'MS'],
+      steps.map((s) => [s.step, s.ok ? 'ok' : 'FAILED', s.ms]),
+    ),
+  );
   say(failed ? '\ndemo FAILED' : '\ndemo passed');
   return !failed;
 }

@@ -30,7 +30,11 @@ describe('describeError: a ClientError of each common code', () => {
 
 describe('describeError: errors of the CLI itself', () => {
   it('a UsageError exits 2', () => {
-    expect(describeError(new UsageError('give exactly one of --from-build DIR and --standby'))).toEqual({ code: 'USAGE', message: 'give exactly one of --from-build DIR and --standby', exitCode: EXIT_USAGE });
+    expect(describeError(new UsageError('give exactly one of --from-build DIR and --standby'))).toEqual({
+      code: 'USAGE',
+      message: 'give exactly one of --from-build DIR and --standby',
+      exitCode: EXIT_USAGE,
+    });
   });
 
   it("a CliError says its own message and keeps its cause's gRPC code", () => {

@@ -60,9 +60,7 @@ describeWith('the built CLI on a wrong command line', [built('@sandnode/cli')], 
     const r = cli('sandbox', 'exec', 'sb-0000000000000001', 'ls', '-la');
     expect(r.status).toBe(EXIT_USAGE);
     expect(r.stdout).toBe('');
-    expect(r.stderr).toBe(
-      "error: unknown option '-la'\nsandnode: put -- before the command so that its options are not read as sandnode's: sandnode sandbox exec sb-0000000000000001 -- ls -la\n",
-    );
+    expect(r.stderr).toBe("error: unknown option '-la'\nsandnode: put -- before the command so that its options are not read as sandnode's: sandnode sandbox exec sb-0000000000000001 -- ls -la\n");
   });
 
   it.each([

@@ -27,12 +27,15 @@ process.on('SIGTERM', () => {
   server.forceShutdown();
   process.exit(0);
 });
-setTimeout(() => {
-  server.bindAsync(`unix://${env.FAKE_DAEMON_SOCKET}`, grpc.ServerCredentials.createInsecure(), (err) => {
-    if (err) {
-      process.stderr.write(`bind: ${err.message}\n`);
-      process.exit(1);
-    }
-    process.stderr.write('fake daemon ready\n');
-  });
-}, Number(env.FAKE_DAEMON_DELAY_MS ?? 0));
+setTimeout(
+  () => {
+    server.bindAsync(`unix://${env.FAKE_DAEMON_SOCKET}`, grpc.ServerCredentials.createInsecure(), (err) => {
+      if (err) {
+        process.stderr.write(`bind: ${err.message}\n`);
+        process.exit(1);
+      }
+      process.stderr.write('fake daemon ready\n');
+    });
+  },
+  Number(env.FAKE_DAEMON_DELAY_MS ?? 0),
+);

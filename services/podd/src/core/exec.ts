@@ -28,11 +28,7 @@ export interface ExecSpec {
 }
 
 /** ExecEvent is one event of a run: started first, exit last, output chunks between. */
-export type ExecEvent =
-  | { kind: 'started'; pid: number }
-  | { kind: 'stdout'; data: Buffer }
-  | { kind: 'stderr'; data: Buffer }
-  | { kind: 'exit'; exitCode: number; signal: string };
+export type ExecEvent = { kind: 'started'; pid: number } | { kind: 'stdout'; data: Buffer } | { kind: 'stderr'; data: Buffer } | { kind: 'exit'; exitCode: number; signal: string };
 
 export interface ExecRunnerOptions {
   /** Working directory when a spec leaves cwd empty (absolute). */

@@ -173,8 +173,7 @@ export async function writeFile(p: string, data: Uint8Array, opts: WriteOptions 
   if (before?.isSymbolicLink() && opts.beneath) throw new FailedPreconditionError(`path: ${p} is a symlink; writes below ${opts.beneath} do not follow symlinks`);
   const existed = before !== undefined;
 
-  const flags =
-    fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_NONBLOCK | (opts.beneath ? fsConstants.O_NOFOLLOW : 0) | (opts.append ? fsConstants.O_APPEND : fsConstants.O_TRUNC);
+  const flags = fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_NONBLOCK | (opts.beneath ? fsConstants.O_NOFOLLOW : 0) | (opts.append ? fsConstants.O_APPEND : fsConstants.O_TRUNC);
   let fh;
   try {
     fh = await open(p, flags, mode);
@@ -245,4 +244,3 @@ export async function statPath(p: string): Promise<FileInfo> {
   const kind: FileKind = st.isFile() ? 'regular' : st.isDirectory() ? 'directory' : st.isSymbolicLink() ? 'symlink' : 'other';
   return { kind, sizeBytes: st.size, mode: st.mode & 0o7777, mtimeMs: Math.floor(st.mtimeMs) };
 }
-

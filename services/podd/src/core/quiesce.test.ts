@@ -97,10 +97,13 @@ describe('Quiescer', () => {
   it('a caller gone during the sync gets its abort, not INTERNAL', async () => {
     const { port } = fakePort();
     const ac = new AbortController();
-    const q = new Quiescer({ port, sync: async () => {
-      ac.abort();
-      throw new Error('killed');
-    } });
+    const q = new Quiescer({
+      port,
+      sync: async () => {
+        ac.abort();
+        throw new Error('killed');
+      },
+    });
     await expect(q.quiesce(100, ac.signal)).rejects.toMatchObject({ name: 'AbortError' });
   });
 

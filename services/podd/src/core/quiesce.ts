@@ -17,7 +17,6 @@ export const SYNC_PATHS = ['/', '/workspace'] as const;
 /** Default of the longest `sync` / `sync -f` may take, in ms (config `syncTimeoutMs`). */
 export const DEFAULT_SYNC_TIMEOUT_MS = 60_000;
 
-
 /** FreezeEnd says what ended a freeze (undefined: it still holds, or unknown). */
 export type FreezeEnd = 'caller' | 'watchdog' | undefined;
 

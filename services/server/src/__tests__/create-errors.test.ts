@@ -95,7 +95,17 @@ describe('CreateSandbox errors', () => {
     dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-create-'));
     store = new SqliteRecordStore(path.join(dir, 'records.db'), log);
     createVmError = undefined;
-    m = new SandboxManager({ store, vms: vmPort, devices: devicePort, podd, templates, log, runDir: path.join(dir, 'run'), resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 }, poddReadyTimeoutMs: 150 });
+    m = new SandboxManager({
+      store,
+      vms: vmPort,
+      devices: devicePort,
+      podd,
+      templates,
+      log,
+      runDir: path.join(dir, 'run'),
+      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
+      poddReadyTimeoutMs: 150,
+    });
   });
   afterEach(() => {
     store.close();

@@ -55,11 +55,15 @@ describeNode('node drain', () => {
   it(`preserves ${COUNT} running sandboxes within the deadline and resumes each intact`, async () => {
     const { api } = node;
     const t0 = Date.now();
-    sandboxes = await mapLimit(Array.from({ length: COUNT }, (_, i) => i), 6, async (i) => {
-      const s = (await api.sandboxes.createSandbox({ template: 'base', metadata: { drain: String(i), team: 'd' }, requestId: `drain-${i}` })).sandbox!;
-      await api.sandboxes.writeFile({ sandboxId: s.sandboxId, path: 'before-drain.txt', data: Buffer.from(`sandbox ${i} ${s.sandboxId}`) });
-      return s;
-    });
+    sandboxes = await mapLimit(
+      Array.from({ length: COUNT }, (_, i) => i),
+      6,
+      async (i) => {
+        const s = (await api.sandboxes.createSandbox({ template: 'base', metadata: { drain: String(i), team: 'd' }, requestId: `drain-${i}` })).sandbox!;
+        await api.sandboxes.writeFile({ sandboxId: s.sandboxId, path: 'before-drain.txt', data: Buffer.from(`sandbox ${i} ${s.sandboxId}`) });
+        return s;
+      },
+    );
     console.log(`${COUNT} sandboxes created in ${Date.now() - t0} ms`);
     const images = loopBackingFiles(node.dirs.stateDir);
     expect(images).toHaveLength(2 * COUNT);

@@ -22,7 +22,9 @@ jest.setTimeout(300_000);
 const SLACK_MS = 100;
 
 function frozen(pid: number): boolean {
-  const cg = readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n').find((l) => l.includes(':freezer:'));
+  const cg = readFileSync(`/proc/${pid}/cgroup`, 'utf8')
+    .split('\n')
+    .find((l) => l.includes(':freezer:'));
   if (!cg) return false;
   return readFileSync(`/sys/fs/cgroup/freezer${cg.split(':')[2] ?? ''}/freezer.state`, 'utf8').trim() === 'FROZEN';
 }
@@ -71,7 +73,13 @@ async function stopVm(node: TestNode, id: string): Promise<void> {
 async function expectNoOrphans(node: TestNode): Promise<void> {
   const list = (await node.api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
   const live = list.filter((s) => s.state === SandboxState.SANDBOX_STATE_RUNNING || s.state === SandboxState.SANDBOX_STATE_PAUSED).map((s) => s.sandboxId);
-  expect(orphans(await inventory(node.dirs), live, list.map((s) => s.sandboxId))).toEqual([]);
+  expect(
+    orphans(
+      await inventory(node.dirs),
+      live,
+      list.map((s) => s.sandboxId),
+    ),
+  ).toEqual([]);
 }
 
 describeNode('ForkSandbox and ResetRootfs on a real node', () => {
@@ -161,8 +169,7 @@ describeNode('ForkSandbox and ResetRootfs on a real node', () => {
     const pid = parent.sandboxId;
     const writer = new AbortController();
     const script =
-      "const fs=require('fs');const fd=fs.openSync('/workspace/seq.txt','a');" +
-      "for(let i=1;;i++){fs.writeSync(fd,'line '+String(i).padStart(8,'0')+' '+'x'.repeat(40)+'\\n');fs.fsyncSync(fd);}";
+      "const fs=require('fs');const fd=fs.openSync('/workspace/seq.txt','a');" + "for(let i=1;;i++){fs.writeSync(fd,'line '+String(i).padStart(8,'0')+' '+'x'.repeat(40)+'\\n');fs.fsyncSync(fd);}";
     const writing = (async () => {
       try {
         for await (const _ of api.sandboxes.exec({ sandboxId: pid, argv: ['node', '-e', script], env: {}, cwd: '', stdin: Buffer.alloc(0), timeoutMs: 0 }, { signal: writer.signal })) {

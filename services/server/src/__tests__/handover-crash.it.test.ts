@@ -105,9 +105,7 @@ describeNode('kill -9 at each step of a server handover', () => {
     );
     const c = await converge();
     const after = (await holderStatus(node.dirs))!;
-    console.log(
-      `${fp}: upgrade ${outcome}; converged on pid ${c.pid} (old ${oldPid}) epoch ${before.epoch} -> ${after.epoch}${c.operatorStarted ? ' after an operator start' : ''}`,
-    );
+    console.log(`${fp}: upgrade ${outcome}; converged on pid ${c.pid} (old ${oldPid}) epoch ${before.epoch} -> ${after.epoch}${c.operatorStarted ? ' after an operator start' : ''}`);
 
     if (!oldSide) {
       // the new server died: the upgrade failed and the old one stays (step 6), having taken

@@ -49,8 +49,7 @@ async function collectStream(api: ServerApi, sandboxId: string, progress = { byt
     if (e?.$case === 'stdout') {
       out += Buffer.from(e.value).toString();
       progress.bytes += e.value.length;
-    }
-    else if (e?.$case === 'exit') exitCode = e.value.exitCode;
+    } else if (e?.$case === 'exit') exitCode = e.value.exitCode;
   }
   return { lines: out.split('\n').filter(Boolean), exitCode };
 }
@@ -113,15 +112,14 @@ describeNode('server handover under load', () => {
       const i = n++;
       stats.inFlight++;
       stats.maxInFlight = Math.max(stats.maxInFlight, stats.inFlight);
-      const call =
-        i % 2 === 0
-          ? client.sandboxes.getSandbox({ sandboxId: sandboxes[i % 3]!.sandboxId }, { onRetryableError })
-          : client.sandboxes.listSandboxes({ pageSize: 10 }, { onRetryableError });
+      const call = i % 2 === 0 ? client.sandboxes.getSandbox({ sandboxId: sandboxes[i % 3]!.sandboxId }, { onRetryableError }) : client.sandboxes.listSandboxes({ pageSize: 10 }, { onRetryableError });
       track(
-        call.then(
-          () => stats.ok++,
-          (err: unknown) => noteFailure(i % 2 === 0 ? 'GetSandbox' : 'ListSandboxes', err),
-        ).finally(() => stats.inFlight--),
+        call
+          .then(
+            () => stats.ok++,
+            (err: unknown) => noteFailure(i % 2 === 0 ? 'GetSandbox' : 'ListSandboxes', err),
+          )
+          .finally(() => stats.inFlight--),
       );
     };
     const t0 = Date.now();
@@ -217,7 +215,9 @@ describeNode('server handover under load', () => {
         stream2Client = connectServer(tcp, 60_000);
         stream2 = collectStream(stream2Client, sandboxes[1]!.sandboxId);
       }
-      console.log(`handover ${h}: pid ${r.oldPid} -> ${r.newPid}, epoch ${r.epoch}, hold window ${r.holdWindowMs} ms, ${r.adopted} adopted in ${r.adoptionMs} ms, create fired while HANDING_OVER: ${seen}`);
+      console.log(
+        `handover ${h}: pid ${r.oldPid} -> ${r.newPid}, epoch ${r.epoch}, hold window ${r.holdWindowMs} ms, ${r.adopted} adopted in ${r.adoptionMs} ms, create fired while HANDING_OVER: ${seen}`,
+      );
     }
 
     const execResult = await stream;

@@ -13,7 +13,9 @@ jest.setTimeout(180_000);
 
 function frozen(pid: number): boolean {
   // cgroup v1 freezer: the task's freezer cgroup says FROZEN
-  const cg = readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n').find((l) => l.includes(':freezer:'));
+  const cg = readFileSync(`/proc/${pid}/cgroup`, 'utf8')
+    .split('\n')
+    .find((l) => l.includes(':freezer:'));
   if (!cg) return false;
   const rel = cg.split(':')[2] ?? '';
   return readFileSync(`/sys/fs/cgroup/freezer${rel}/freezer.state`, 'utf8').trim() === 'FROZEN';

@@ -4,8 +4,7 @@
  */
 import { createHash } from 'node:crypto';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { COMPONENTS, activeUblkSlot, startComponent, stopComponent } from '@sandnode/node-stack';
-import { upgradeUblkManager } from '@sandnode/node-stack';
+import { COMPONENTS, activeUblkSlot, startComponent, stopComponent, upgradeUblkManager } from '@sandnode/node-stack';
 import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(240_000);

@@ -56,10 +56,12 @@ export async function adoptAll(d: AdoptionDeps): Promise<AdoptionReport> {
   const devices = new Map((await d.devices.list()).map((x) => [x.deviceId, x]));
 
   await mapLimit(records, d.concurrency ?? DEFAULT_ADOPT_CONCURRENCY, (rec) =>
-    d.manager.withLock(rec.sandboxId, () => adoptOne(d, rec, vms, devices, report)).catch((err: unknown) => {
-      report.failed.push({ sandboxId: rec.sandboxId, reason: (err as Error).message });
-      d.log.error({ sandbox_id: rec.sandboxId, err }, 'adoption failed');
-    }),
+    d.manager
+      .withLock(rec.sandboxId, () => adoptOne(d, rec, vms, devices, report))
+      .catch((err: unknown) => {
+        report.failed.push({ sandboxId: rec.sandboxId, reason: (err as Error).message });
+        d.log.error({ sandbox_id: rec.sandboxId, err }, 'adoption failed');
+      }),
   );
   report.durationMs = Date.now() - t0;
   d.log.info(

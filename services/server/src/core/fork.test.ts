@@ -50,7 +50,11 @@ describe('ForkSandbox negotiation', () => {
     },
   });
   const fork = (maxFreezeMs = 0) => m.fork({ parentId: parent.sandboxId, metadata: { k: 'v' }, timeoutSeconds: 0, maxFreezeMs, requestId: '' });
-  const childIds = () => store.list().map((r) => r.sandboxId).filter((id) => id !== parent.sandboxId);
+  const childIds = () =>
+    store
+      .list()
+      .map((r) => r.sandboxId)
+      .filter((id) => id !== parent.sandboxId);
 
   it('a podd with podd.quiesce: quiesce -> clone upper, workspace -> thaw; the child records its parent and a fresh machine id', async () => {
     const r = await fork(800);

@@ -71,7 +71,15 @@ function existingFork(rec: SandboxRecord, parentId: string): ForkResult {
   return { child: rec, method: 'existing', parentHeldMs: 0, cloneMs: 0, forkMs: 0 };
 }
 
-async function forkNow(c: CoreContext, parentId: string, metadata: Record<string, string>, timeoutSeconds: number, maxFreezeMs: number, requestId: string, signal: AbortSignal | undefined): Promise<ForkResult> {
+async function forkNow(
+  c: CoreContext,
+  parentId: string,
+  metadata: Record<string, string>,
+  timeoutSeconds: number,
+  maxFreezeMs: number,
+  requestId: string,
+  signal: AbortSignal | undefined,
+): Promise<ForkResult> {
   const t0 = c.now();
   // Negotiation before anything is made: the device manager must clone (asked now, not from
   // a cache: a handover may have rolled it back).

@@ -103,12 +103,18 @@ export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreez
   // supervisor whether this freeze really held until the clones were done
   const host = await c.vms.freezeStatus(vmId);
   if (host) {
-    const early = host.token !== freeze.token ? 'was replaced by another freeze' : !host.frozen && host.endedBy === 'caller' && host.endedAtMs < cloneEnd ? `ended ${cloneEnd - host.endedAtMs} ms before the clone finished` : '';
+    const early =
+      host.token !== freeze.token
+        ? 'was replaced by another freeze'
+        : !host.frozen && host.endedBy === 'caller' && host.endedAtMs < cloneEnd
+          ? `ended ${cloneEnd - host.endedAtMs} ms before the clone finished`
+          : '';
     if (early) throw new AbortedError(`fork of ${parent.sandboxId}: the parent's freeze ${early} (thawed from inside the sandbox?); the clones may be torn, retry`);
     if (host.endedBy === 'watchdog') endedBy = 'watchdog';
   }
   if (endedBy === 'watchdog') {
-    const advice = freeze.maxFreezeMs < MAX_FREEZE_MS ? `retry with a larger max_freeze_ms (at most ${MAX_FREEZE_MS})` : 'the clone takes longer than the longest freeze: pause the sandbox and fork it paused';
+    const advice =
+      freeze.maxFreezeMs < MAX_FREEZE_MS ? `retry with a larger max_freeze_ms (at most ${MAX_FREEZE_MS})` : 'the clone takes longer than the longest freeze: pause the sandbox and fork it paused';
     throw new AbortedError(`fork of ${parent.sandboxId}: the parent's ${freeze.maxFreezeMs} ms freeze ran out before the clone finished (${cloneMs} ms); ${advice}`);
   }
   return { method: 'quiesce', parentHeldMs: frozenMs, cloneMs };

@@ -188,11 +188,7 @@ export interface DevicePort {
 }
 
 /** One event of an exec stream. */
-export type ExecEvent =
-  | { kind: 'started'; pid: number }
-  | { kind: 'stdout'; data: Uint8Array }
-  | { kind: 'stderr'; data: Uint8Array }
-  | { kind: 'exit'; exitCode: number; signal: string };
+export type ExecEvent = { kind: 'started'; pid: number } | { kind: 'stdout'; data: Uint8Array } | { kind: 'stderr'; data: Uint8Array } | { kind: 'exit'; exitCode: number; signal: string };
 
 export interface ExecArgs {
   argv: string[];

@@ -4,7 +4,7 @@
  * length-prefixed JSON message with the fds attached, and ends.
  */
 import { rmSync } from 'node:fs';
- 
+
 const usocket = require('usocket') as {
   UServer: new () => {
     listen(path: string, cb?: () => void): void;

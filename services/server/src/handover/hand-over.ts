@@ -85,7 +85,11 @@ export class OldSideHandover {
       await parts.gate.close();
       failpoint('handover.after-hold');
       parts.checkpoint();
-      await sendFds(req.fdSocket, { listeners: parts.listeners.map((l) => l.address) }, parts.listeners.map((l) => l.fd));
+      await sendFds(
+        req.fdSocket,
+        { listeners: parts.listeners.map((l) => l.address) },
+        parts.listeners.map((l) => l.fd),
+      );
       failpoint('handover.after-send');
     } catch (err) {
       log.error({ err }, 'handover failed before the lease was released: staying active');

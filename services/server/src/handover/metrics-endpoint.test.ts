@@ -8,10 +8,12 @@ const log = createLogger('test', '0', 'silent');
 
 function get(port: number): Promise<number> {
   return new Promise((resolve, reject) => {
-    http.get({ host: '127.0.0.1', port, path: '/metrics' }, (res) => {
-      res.resume();
-      resolve(res.statusCode ?? 0);
-    }).on('error', reject);
+    http
+      .get({ host: '127.0.0.1', port, path: '/metrics' }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      })
+      .on('error', reject);
   });
 }
 
@@ -28,7 +30,15 @@ describe('MetricsEndpoint', () => {
     expect(await get(port)).toBe(200);
     await m.start(); // already serving: a no-op
     m.close();
-    await waitFor('close to free the port', () => get(port).then(() => false, (e: Error) => /ECONNREFUSED/.test(e.message)), 2000);
+    await waitFor(
+      'close to free the port',
+      () =>
+        get(port).then(
+          () => false,
+          (e: Error) => /ECONNREFUSED/.test(e.message),
+        ),
+      2000,
+    );
   });
 
   it('is disabled by an empty address', async () => {

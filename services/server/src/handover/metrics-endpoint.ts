@@ -22,7 +22,7 @@ export class MetricsEndpoint {
   /** start serves /metrics (a no-op when disabled or already serving). */
   async start(): Promise<void> {
     if (!this.listen || this.server) return;
-    for (const t0 = Date.now(); ; ) {
+    for (const t0 = Date.now(); ;) {
       try {
         this.server = await serveMetrics(this.listen);
         return;

@@ -225,9 +225,7 @@ export class ServerNode implements StandbyNode, OldServer {
     this.startReaper();
     log.info({ listeners: listeners.map((l) => l.address), adopted: report.adopted.length, adoption_ms: report.durationMs, swept }, 'active');
     const tcp = listeners.find((l) => l.port > 0);
-    process.stdout.write(
-      `${JSON.stringify({ ready: true, epoch: this.epoch, port: tcp?.port ?? 0, socket: this.cfg.socket, adopted: report.adopted.length, adoptionMs: report.durationMs })}\n`,
-    );
+    process.stdout.write(`${JSON.stringify({ ready: true, epoch: this.epoch, port: tcp?.port ?? 0, socket: this.cfg.socket, adopted: report.adopted.length, adoptionMs: report.durationMs })}\n`);
     return report;
   }
 

@@ -10,16 +10,7 @@
  * over as a failover would (with the sockets if they arrived, else fresh ones).
  */
 import path from 'node:path';
-import {
-  createSandnodeChannel,
-  createServiceClient,
-  FailedPreconditionError,
-  processState,
-  SUITE_VERSION,
-  UnavailableError,
-  type Logger,
-  type TakeoverResult,
-} from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, FailedPreconditionError, processState, SUITE_VERSION, UnavailableError, type Logger, type TakeoverResult } from '@sandnode/shared';
 import { AdminServiceDefinition, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ServerConfig } from '../config';
 import type { AdoptionReport } from '../core/adoption';
@@ -99,7 +90,7 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
       // a failover would. (Its connection drops while it is still exiting: give the kernel a
       // moment to end it and release its lease.)
       let free = false;
-      for (const t0 = Date.now(); !free && Date.now() - t0 < DEAD_HOLDER_LEASE_WAIT_MS; ) {
+      for (const t0 = Date.now(); !free && Date.now() - t0 < DEAD_HOLDER_LEASE_WAIT_MS;) {
         free = !holderAlive(holder.pid) && lease.tryAcquire();
         if (!free) await sleep(50);
       }

@@ -51,9 +51,11 @@ export class DevicePeer implements DevicePort {
    * DeleteDevice of an id no sandbox can have. ABORTED when a higher epoch exists.
    */
   async fenceEpoch(epoch: number): Promise<string> {
-    return announceEpoch(this.features, UBLK_FEATURES.fenceEpoch, () => this.client.fenceEpoch({ epoch }), { name: 'DeleteDevice', call: () => this.client.deleteDevice({ deviceId: EPOCH_PROBE_ID }) });
+    return announceEpoch(this.features, UBLK_FEATURES.fenceEpoch, () => this.client.fenceEpoch({ epoch }), {
+      name: 'DeleteDevice',
+      call: () => this.client.deleteDevice({ deviceId: EPOCH_PROBE_ID }),
+    });
   }
-
 
   async createEmpty(deviceId: string, sizeBytes: number): Promise<DeviceInfo> {
     const res = await this.client.createDevice({ deviceId, sizeBytes, sourceImage: '', filesystem: Filesystem.FILESYSTEM_EXT4, readOnly: false });

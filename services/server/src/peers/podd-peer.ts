@@ -63,10 +63,7 @@ class PoddPeer implements PoddClient {
   }
 
   async *exec(args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent> {
-    const stream = this.client.exec(
-      { argv: args.argv, env: args.env, cwd: args.cwd, stdin: Buffer.from(args.stdin), timeoutMs: args.timeoutMs },
-      { signal },
-    );
+    const stream = this.client.exec({ argv: args.argv, env: args.env, cwd: args.cwd, stdin: Buffer.from(args.stdin), timeoutMs: args.timeoutMs }, { signal });
     for await (const ev of stream) {
       const e = ev.event;
       if (!e) continue;

@@ -48,22 +48,22 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
       const events = m.exec(req.sandboxId, { argv: req.argv, env: req.env, cwd: req.cwd, stdin: req.stdin, timeoutMs: req.timeoutMs }, ctx.signal);
       counters.streams++;
       try {
-      for await (const ev of events) {
-        switch (ev.kind) {
-          case 'started':
-            yield { event: { $case: 'started', value: { pid: ev.pid } } };
-            break;
-          case 'stdout':
-            yield { event: { $case: 'stdout', value: Buffer.from(ev.data) } };
-            break;
-          case 'stderr':
-            yield { event: { $case: 'stderr', value: Buffer.from(ev.data) } };
-            break;
-          case 'exit':
-            yield { event: { $case: 'exit', value: { exitCode: ev.exitCode, signal: ev.signal } } };
-            break;
+        for await (const ev of events) {
+          switch (ev.kind) {
+            case 'started':
+              yield { event: { $case: 'started', value: { pid: ev.pid } } };
+              break;
+            case 'stdout':
+              yield { event: { $case: 'stdout', value: Buffer.from(ev.data) } };
+              break;
+            case 'stderr':
+              yield { event: { $case: 'stderr', value: Buffer.from(ev.data) } };
+              break;
+            case 'exit':
+              yield { event: { $case: 'exit', value: { exitCode: ev.exitCode, signal: ev.signal } } };
+              break;
+          }
         }
-      }
       } finally {
         counters.streams--;
       }

@@ -5,7 +5,7 @@
  * version, epoch) for standbys and the CLI; the lock, not that record, is the truth.
  */
 import { closeSync, ftruncateSync, openSync, readFileSync, renameSync, writeSync, fsyncSync } from 'node:fs';
- 
+
 const fsExt = require('fs-ext') as { flockSync(fd: number, flags: 'ex' | 'exnb' | 'un'): void };
 
 /** What the lease file says about its holder. */

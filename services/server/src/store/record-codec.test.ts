@@ -9,7 +9,12 @@ function newerWriterBytes(schema: number): Uint8Array {
     RuntimeRecord.fromPartial({ schema, sandboxId: 'sb-0123456789abcdef', state: SandboxState.SANDBOX_STATE_RUNNING, template: 'base', metadata: { a: 'b' } }),
   ).finish();
   // field 99 (a string a newer server added) and field 98 (a varint)
-  const extra = new BinaryWriter().uint32((99 << 3) | 2).string('from the future').uint32((98 << 3) | 0).uint64(42).finish();
+  const extra = new BinaryWriter()
+    .uint32((99 << 3) | 2)
+    .string('from the future')
+    .uint32((98 << 3) | 0)
+    .uint64(42)
+    .finish();
   return Uint8Array.from([...known, ...extra]);
 }
 

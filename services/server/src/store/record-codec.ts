@@ -92,9 +92,7 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
 export function decodeRecord(bytes: Uint8Array): SandboxRecord {
   const msg = RuntimeRecord.decode(bytes);
   if (msg.schema > RECORD_SCHEMA) {
-    throw new FailedPreconditionError(
-      `runtime record ${msg.sandboxId}: schema ${msg.schema} is newer than schema ${RECORD_SCHEMA} this server reads; upgrade the server`,
-    );
+    throw new FailedPreconditionError(`runtime record ${msg.sandboxId}: schema ${msg.schema} is newer than schema ${RECORD_SCHEMA} this server reads; upgrade the server`);
   }
   return {
     schema: msg.schema,

@@ -17,7 +17,11 @@ export class SqliteRecordStore implements RecordStore {
   readonly unreadable = new Map<string, string>();
 
   /** Opens (creating if needed) `<stateDir>/records.db`. readOnly opens without writing. */
-  constructor(file: string, private readonly log: Logger, readOnly = false) {
+  constructor(
+    file: string,
+    private readonly log: Logger,
+    readOnly = false,
+  ) {
     mkdirSync(path.dirname(file), { recursive: true });
     this.db = new Database(file, { readonly: readOnly, fileMustExist: readOnly });
     if (!readOnly) {

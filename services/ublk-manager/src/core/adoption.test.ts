@@ -41,7 +41,6 @@ describe('DeviceManager.adopt', () => {
   });
 });
 
-
 describe('DeviceManager.adopt after a crashed clone', () => {
   it('adoption removes the temp file of a crashed clone and finishes its creating row', async () => {
     const { store, images, manager } = setup();

@@ -161,7 +161,12 @@ export class Adoption {
       this.core.log.error({ err }, 'adoption: could not list clone temp files');
       return;
     }
-    const creatingHere = new Set(this.core.store.list().filter((r) => r.state === 'creating').map((r) => r.backingFile));
+    const creatingHere = new Set(
+      this.core.store
+        .list()
+        .filter((r) => r.state === 'creating')
+        .map((r) => r.backingFile),
+    );
     for (const t of temps) {
       const id = t.target.endsWith('.img') ? t.target.slice(this.core.images.dir.length + 1, -'.img'.length) : '';
       const creatingElsewhere = id !== '' && this.core.peers.peerRows(id).some((r) => r.record.state === 'creating');

@@ -91,9 +91,7 @@ export class DeviceClone {
     if (existing?.state === 'ready') {
       if (existing.clonedFrom !== sourceId || existing.readOnly !== input.readOnly) {
         const what = existing.clonedFrom ? `a clone of "${existing.clonedFrom}"` : 'not a clone';
-        throw new AlreadyExistsError(
-          `device_id "${id}" exists (${what}, read_only=${existing.readOnly}); requested a clone of "${sourceId}" read_only=${input.readOnly}`,
-        );
+        throw new AlreadyExistsError(`device_id "${id}" exists (${what}, read_only=${existing.readOnly}); requested a clone of "${sourceId}" read_only=${input.readOnly}`);
       }
       const device = await this.core.ensureAttached(existing);
       return { device, cloneMs: 0, totalMs: performance.now() - t0, reflinked: false, copiedBytes: 0, created: false };

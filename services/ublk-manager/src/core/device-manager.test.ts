@@ -67,7 +67,7 @@ describe('DeviceManager.create', () => {
     await expect(manager.create(input({ sizeBytes: 0, sourceImage: '/tpl/big.img' }))).rejects.toThrow(InvalidArgumentError);
   });
 
-  it('undoes everything when mkfs fails and says which step failed, without the command\'s stderr', async () => {
+  it("undoes everything when mkfs fails and says which step failed, without the command's stderr", async () => {
     const { store, images, driver, manager } = setup();
     images.failFormat = new CommandError('mkfs.ext4 -q -F /images/dev-a.img: exit 1: mkfs.ext4: secret stderr line', 'mkfs.ext4: secret stderr line', 1);
     const err = await manager.create(input()).catch((e: unknown) => e);
@@ -112,7 +112,7 @@ describe('DeviceManager.create', () => {
     expect(driver.devices.has('/dev/loop9')).toBe(false);
   });
 
-  it('a failed cleanup of a leftover row is INTERNAL without the command\'s stderr; the row stays', async () => {
+  it("a failed cleanup of a leftover row is INTERNAL without the command's stderr; the row stays", async () => {
     const { store, images, driver, manager } = setup();
     store.insert(row({ deviceId: 'dev-a', state: 'deleting', backingFile: `${DIR}/dev-a.img` }));
     images.files.set(`${DIR}/dev-a.img`, 1);
@@ -189,7 +189,6 @@ describe('DeviceManager.delete', () => {
   });
 });
 
-
 describe('DeviceManager device lookup (quiesce/release/resume/get)', () => {
   function setupLookup() {
     const store = new MemoryDeviceStore();
@@ -233,4 +232,3 @@ describe('DeviceManager device lookup (quiesce/release/resume/get)', () => {
     manager.stop();
   });
 });
-

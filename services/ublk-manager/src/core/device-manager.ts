@@ -90,9 +90,7 @@ export class DeviceManager {
     this.core.refuseDuringHandover(spec.deviceId, existing, 'CreateDevice');
     if (existing?.state === 'ready') {
       if (!sameSpec(existing, spec)) {
-        throw new AlreadyExistsError(
-          `device_id "${spec.deviceId}" exists with a different spec (${describeSpec(existing)}; requested ${describeSpec(spec)})`,
-        );
+        throw new AlreadyExistsError(`device_id "${spec.deviceId}" exists with a different spec (${describeSpec(existing)}; requested ${describeSpec(spec)})`);
       }
       return this.core.ensureAttached(existing);
     }
@@ -175,7 +173,6 @@ export class DeviceManager {
       return true;
     });
   }
-
 
   /**
    * clone: CloneDevice; see {@link DeviceClone.clone} (codes, crash safety, idempotency).

@@ -11,7 +11,7 @@ describe('failpoints', () => {
     expect(() => parseFailpoints('ublk.nope=error')).toThrow(/unknown failpoint "ublk.nope"/);
     expect(() => parseFailpoints('ublk.recover=explode')).toThrow(/unknown action "explode"/);
   });
-  it('reads its own env var (not the server\'s SANDNODE_FAILPOINTS); a bare name means error', () => {
+  it("reads its own env var (not the server's SANDNODE_FAILPOINTS); a bare name means error", () => {
     expect(FAILPOINTS_ENV).toBe('SANDNODE_UBLK_MANAGER_FAILPOINTS');
     expect([...parseFailpoints('ublk.recover')]).toEqual([['ublk.recover', 'error']]);
     expect(() => parseFailpoints('handover.after-lease=kill')).toThrow(/SANDNODE_UBLK_MANAGER_FAILPOINTS: unknown failpoint "handover.after-lease"/);

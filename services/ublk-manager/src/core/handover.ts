@@ -187,7 +187,9 @@ export async function handoverAll(opts: {
       again = (await old.list(bound, signal)).map((d) => d.deviceId).filter((id) => !attempted.has(id));
     } catch (err) {
       log.error({ err, pass }, 'handover: listing the old slot again failed');
-      throw new UnavailableError(`listing the old slot again after pass ${pass} failed (${results.filter((r) => r.result === 'moved').length} devices moved so far; a new HandoverAll moves the rest): ${msg(err)}`);
+      throw new UnavailableError(
+        `listing the old slot again after pass ${pass} failed (${results.filter((r) => r.result === 'moved').length} devices moved so far; a new HandoverAll moves the rest): ${msg(err)}`,
+      );
     }
     if (again.length === 0) break;
     if (pass >= MAX_HANDOVER_PASSES) {

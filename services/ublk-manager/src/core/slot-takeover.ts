@@ -85,7 +85,7 @@ export class SlotTakeover {
       if (row.state === 'ready' || row.state === 'released') {
         if (own?.state === 'ready') {
           theirs.delete(id);
-          log.info('takeover: this slot owns the device; the stopped slot\'s row is dropped');
+          log.info("takeover: this slot owns the device; the stopped slot's row is dropped");
           report.dropped.push(id);
           return;
         }

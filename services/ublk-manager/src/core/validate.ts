@@ -93,10 +93,7 @@ export function validateCloneSize(sourceImage: string, sizeBytes: number, limits
  * empty device size, filesystem and read_only must match; for a clone source and read_only. A
  * CloneDevice clone (clonedFrom set) never matches.
  */
-export function sameSpec(
-  existing: { sizeBytes: number; sourceImage: string; filesystem: FilesystemKind; readOnly: boolean; clonedFrom?: string },
-  spec: DeviceSpec,
-): boolean {
+export function sameSpec(existing: { sizeBytes: number; sourceImage: string; filesystem: FilesystemKind; readOnly: boolean; clonedFrom?: string }, spec: DeviceSpec): boolean {
   if ((existing.clonedFrom ?? '') !== '') return false; // a CloneDevice clone is never what CreateDevice asks for
   if (existing.readOnly !== spec.readOnly || existing.sourceImage !== spec.sourceImage) return false;
   if (spec.sourceImage !== '') return true;

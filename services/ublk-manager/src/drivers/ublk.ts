@@ -137,9 +137,7 @@ export class UblkDriver implements BlockDriver {
    */
   async checkAvailable(): Promise<void> {
     if (!existsSync(this.controlPath)) {
-      throw new FailedPreconditionError(
-        `driver "ublk": ${this.controlPath} is missing (the kernel has no ublk: load it with "modprobe ublk_drv", kernel >= 6.0); use driver "loop" on this host`,
-      );
+      throw new FailedPreconditionError(`driver "ublk": ${this.controlPath} is missing (the kernel has no ublk: load it with "modprobe ublk_drv", kernel >= 6.0); use driver "loop" on this host`);
     }
     try {
       await this.cmd(['list']);

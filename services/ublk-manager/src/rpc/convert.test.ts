@@ -42,7 +42,20 @@ describe('convert', () => {
       sourceQuiesced: true,
       readOnly: false,
     });
-    const device = { deviceId: 'c', path: '/dev/loop1', sizeBytes: 5, backingFile: '/i/c.img', readOnly: false, filesystem: 'ext4' as const, state: 'attached' as const, driver: 'loop' as const, flags: [], createdAtMs: 1, sourceImage: '', clonedFrom: 'p' };
+    const device = {
+      deviceId: 'c',
+      path: '/dev/loop1',
+      sizeBytes: 5,
+      backingFile: '/i/c.img',
+      readOnly: false,
+      filesystem: 'ext4' as const,
+      state: 'attached' as const,
+      driver: 'loop' as const,
+      flags: [],
+      createdAtMs: 1,
+      sourceImage: '',
+      clonedFrom: 'p',
+    };
     expect(cloneToPb({ device, cloneMs: 0.2, totalMs: 3, reflinked: true, copiedBytes: 8192, created: true })).toMatchObject({ cloneMs: 1, reflinked: true, copiedBytes: 8192 });
     expect(cloneToPb({ device, cloneMs: 41.3, totalMs: 50, reflinked: false, copiedBytes: 8192, created: true }).cloneMs).toBe(42);
     expect(cloneToPb({ device, cloneMs: 0, totalMs: 1, reflinked: false, copiedBytes: 0, created: false }).cloneMs).toBe(0);

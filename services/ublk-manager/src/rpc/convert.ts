@@ -117,10 +117,8 @@ export function capabilitiesToPb(c: ManagerCapabilities): GetCapabilitiesRespons
 
 /** deviceFromPb maps a contract Device back to the domain (RecoverDevice, HandoverAll). */
 export function deviceFromPb(d: PbDevice): Device {
-  const fs: FilesystemKind =
-    d.filesystem === Filesystem.FILESYSTEM_EXT4 ? 'ext4' : d.filesystem === Filesystem.FILESYSTEM_NONE ? 'none' : 'inherited';
-  const state: LiveState =
-    d.state === DeviceState.DEVICE_STATE_ATTACHED ? 'attached' : d.state === DeviceState.DEVICE_STATE_DETACHED ? 'detached' : 'missing';
+  const fs: FilesystemKind = d.filesystem === Filesystem.FILESYSTEM_EXT4 ? 'ext4' : d.filesystem === Filesystem.FILESYSTEM_NONE ? 'none' : 'inherited';
+  const state: LiveState = d.state === DeviceState.DEVICE_STATE_ATTACHED ? 'attached' : d.state === DeviceState.DEVICE_STATE_DETACHED ? 'detached' : 'missing';
   return {
     deviceId: d.deviceId ?? '',
     path: d.path ?? '',

@@ -54,7 +54,11 @@ function withOld(body: string): unknown {
  * The 0.1.0 build in the compat cache. Not CI-provided: `.ci/run` runs the tests (`npm test`)
  * before `npm run compat` builds the cache, so without it this test skips (naming it), also under CI=true.
  */
-const RELEASE_010: Part = { name: `a 0.1.0 build in ${BUILDS} (${STORE_JS} and the Node it was built for; npm run compat builds it)`, present: () => release010Store() !== undefined, ciProvides: false };
+const RELEASE_010: Part = {
+  name: `a 0.1.0 build in ${BUILDS} (${STORE_JS} and the Node it was built for; npm run compat builds it)`,
+  present: () => release010Store() !== undefined,
+  ciProvides: false,
+};
 
 describe('SqliteDeviceStore', () => {
   const tempDir = useTempDir('ublk-store');

@@ -139,9 +139,7 @@ export class SqliteDeviceStore implements DeviceStore {
   /** update changes state, path and/or handover token (durable on return); throws when there is no row. */
   update(deviceId: string, change: RecordChange, nowMs: number): void {
     const res = this.db
-      .prepare(
-        'UPDATE devices SET state = COALESCE(?, state), path = COALESCE(?, path), handover_token = COALESCE(?, handover_token), updated_at_ms = ? WHERE device_id = ?',
-      )
+      .prepare('UPDATE devices SET state = COALESCE(?, state), path = COALESCE(?, path), handover_token = COALESCE(?, handover_token), updated_at_ms = ? WHERE device_id = ?')
       .run(change.state ?? null, change.path ?? null, change.handoverToken ?? null, nowMs, deviceId);
     if (res.changes !== 1) throw new Error(`devices.db: device ${deviceId} has no row`);
   }

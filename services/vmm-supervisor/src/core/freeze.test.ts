@@ -48,8 +48,7 @@ describe('statusOf', () => {
     expect(statusOf(rec(), 10_400)).toMatchObject({ frozen: true, remainingMs: 600, endedBy: undefined, frozenMs: 0 });
     expect(statusOf(rec(), 12_000).remainingMs).toBe(0);
   });
-  it('ended: how and how long', () =>
-    expect(statusOf(rec({ endedBy: 'watchdog', frozenMs: 1003 }), 20_000)).toMatchObject({ frozen: false, remainingMs: 0, endedBy: 'watchdog', frozenMs: 1003 }));
+  it('ended: how and how long', () => expect(statusOf(rec({ endedBy: 'watchdog', frozenMs: 1003 }), 20_000)).toMatchObject({ frozen: false, remainingMs: 0, endedBy: 'watchdog', frozenMs: 1003 }));
   it('windowMs counts from the start', () => {
     expect(windowMs(rec(), 10_250.4)).toBe(250);
     expect(windowMs(rec(), 9000)).toBe(0);

@@ -325,9 +325,7 @@ export class Supervisor {
     if (rec.state === 'creating' || rec.state === 'stopped') return rec;
     const live: LiveStatus = await this.onHost(`inspect vm ${rec.vmId}`, () => this.driver.inspect(refOf(rec)));
     const next: VmRecord =
-      live.state === 'stopped'
-        ? { ...rec, state: 'stopped', pid: 0, startTimeTicks: 0 }
-        : { ...rec, state: live.state, pid: live.process.pid, startTimeTicks: live.process.startTimeTicks };
+      live.state === 'stopped' ? { ...rec, state: 'stopped', pid: 0, startTimeTicks: 0 } : { ...rec, state: live.state, pid: live.process.pid, startTimeTicks: live.process.startTimeTicks };
     if (next.state !== rec.state || next.pid !== rec.pid) {
       if (live.state === 'stopped') this.log.warn({ vm_id: rec.vmId, was: rec.state, detail: live.detail }, 'vm found stopped');
       else this.log.warn({ vm_id: rec.vmId, was: rec.state, now: next.state }, 'vm state changed outside the supervisor');

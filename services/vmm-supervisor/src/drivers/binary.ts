@@ -8,7 +8,12 @@ import { ConfigError } from '@sandnode/shared';
  * up in PATH, a path is resolved. Throws ConfigError naming configKey when there is none.
  */
 export function resolveExecutable(nameOrPath: string, configKey: string, envPath = process.env.PATH ?? ''): string {
-  const candidates = nameOrPath.includes('/') ? [path.resolve(nameOrPath)] : envPath.split(':').filter(Boolean).map((d) => path.join(d, nameOrPath));
+  const candidates = nameOrPath.includes('/')
+    ? [path.resolve(nameOrPath)]
+    : envPath
+        .split(':')
+        .filter(Boolean)
+        .map((d) => path.join(d, nameOrPath));
   for (const c of candidates) {
     try {
       if (!statSync(c).isFile()) continue;

@@ -204,7 +204,10 @@ export class FirecrackerDriver implements VmDriver {
   private processOf(vm: VmRef): VmProcess | undefined {
     if (vm.process.pid > 0) return vm.process;
     try {
-      const [pid, ticks] = readFileSync(path.join(this.vmDir(vm.vmId), 'firecracker.pid'), 'utf8').trim().split(' ').map(Number);
+      const [pid, ticks] = readFileSync(path.join(this.vmDir(vm.vmId), 'firecracker.pid'), 'utf8')
+        .trim()
+        .split(' ')
+        .map(Number);
       if (pid && ticks !== undefined && Number.isFinite(ticks)) return { pid, startTimeTicks: ticks };
     } catch {
       /* no pid file */

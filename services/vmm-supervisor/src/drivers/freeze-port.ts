@@ -22,18 +22,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:f
 import path from 'node:path';
 import { CommandError, FailedPreconditionError, InternalError, isSameProcess, processStartTicks, processState, run, writeFileAtomic } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
-import {
-  checkThawToken,
-  clampFreezeMs,
-  FREEZE_RECORD_SCHEMA,
-  newFreezeToken,
-  statusOf,
-  windowMs,
-  type FreezeEnd,
-  type FreezeRecord,
-  type FreezeStatus,
-  type FrozenMount,
-} from '../core/freeze';
+import { checkThawToken, clampFreezeMs, FREEZE_RECORD_SCHEMA, newFreezeToken, statusOf, windowMs, type FreezeEnd, type FreezeRecord, type FreezeStatus, type FrozenMount } from '../core/freeze';
 import { isMountPoint, mountOptions } from './mounts';
 import { resolveExecutable } from './binary';
 
@@ -54,8 +43,7 @@ export const DEFAULT_WATCHDOG_FINISH_WAIT_MS = 2000;
 /** Poll interval while waiting for the watchdog to finish, in ms. */
 export const WATCHDOG_POLL_MS = 10;
 /** The watchdog's shell script: $1 sleep seconds, $2 end file, $3 fsfreeze binary, $4.. mounts in thaw order. */
-export const WATCHDOG_SCRIPT =
-  's=$1; end=$2; ff=$3; shift 3; sleep "$s"; for m in "$@"; do "$ff" -u "$m" 2>/dev/null; done; date +%s%3N > "$end.tmp" && mv "$end.tmp" "$end"';
+export const WATCHDOG_SCRIPT = 's=$1; end=$2; ff=$3; shift 3; sleep "$s"; for m in "$@"; do "$ff" -u "$m" 2>/dev/null; done; date +%s%3N > "$end.tmp" && mv "$end.tmp" "$end"';
 
 /** FreezeResult is what a freeze answers. */
 export interface FreezeResult {
@@ -161,7 +149,10 @@ export class VmFreezer implements Freezer {
       });
       if (failed.length) {
         // thaw first; the watchdog stays until that worked (a thaw that fails is its job then)
-        await this.thawMounts(mounts.filter((_, i) => results[i]?.status === 'fulfilled'), true)
+        await this.thawMounts(
+          mounts.filter((_, i) => results[i]?.status === 'fulfilled'),
+          true,
+        )
           .then(() => killGroup(wd.pid, wd.startTicks))
           .catch((err: unknown) => this.log.error({ vm_id: this.vmId, err }, 'thaw after a failed FIFREEZE failed; the watchdog thaws at the deadline'));
         throw new InternalError(`vm ${this.vmId}: FIFREEZE of ${failed.join(', ')} failed on the host (thawed; see the vmm-supervisor log)`);
@@ -267,7 +258,7 @@ export class VmFreezer implements Freezer {
   private async refresh(rec: FreezeRecord | undefined): Promise<FreezeRecord | undefined> {
     if (!rec || rec.endedBy !== undefined) return rec;
     // Past the deadline the watchdog is thawing right now: wait for it to finish and record.
-    for (const until = Date.now() + DEFAULT_WATCHDOG_FINISH_WAIT_MS; Date.now() >= rec.deadlineMs && Date.now() < until; ) {
+    for (const until = Date.now() + DEFAULT_WATCHDOG_FINISH_WAIT_MS; Date.now() >= rec.deadlineMs && Date.now() < until;) {
       if (readEndFile(rec.watchdogEndFile) !== undefined || !watchdogAlive(rec)) break;
       await new Promise((r) => setTimeout(r, WATCHDOG_POLL_MS));
     }
@@ -296,8 +287,7 @@ export class VmFreezer implements Freezer {
     killGroup(rec.watchdogPid, rec.watchdogStartTicks);
     // the watchdog ended it only if it had thawed before this thaw finished
     const wdEnd = readEndFile(rec.watchdogEndFile);
-    const done: FreezeRecord =
-      wdEnd !== undefined && wdEnd <= endMs ? { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, wdEnd) } : { ...rec, endedBy: by, frozenMs: windowMs(rec, endMs) };
+    const done: FreezeRecord = wdEnd !== undefined && wdEnd <= endMs ? { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, wdEnd) } : { ...rec, endedBy: by, frozenMs: windowMs(rec, endMs) };
     this.save(done);
     this.log.info({ vm_id: this.vmId, ended_by: done.endedBy, frozen_ms: done.frozenMs }, 'filesystems thawed');
     return { endedBy: done.endedBy!, frozenMs: done.frozenMs! };

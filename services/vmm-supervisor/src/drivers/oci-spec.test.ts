@@ -100,13 +100,7 @@ describe('freeze port mount', () => {
 
 describe('buildEnv', () => {
   test('spec env is added sorted and may override PATH, never SANDNODE_SANDBOX_ID', () => {
-    expect(buildEnv('vm-1', { ZED: '1', PATH: '/x', A: 'b', SANDNODE_SANDBOX_ID: 'evil' })).toEqual([
-      'PATH=/x',
-      'HOME=/root',
-      'A=b',
-      'SANDNODE_SANDBOX_ID=vm-1',
-      'ZED=1',
-    ]);
+    expect(buildEnv('vm-1', { ZED: '1', PATH: '/x', A: 'b', SANDNODE_SANDBOX_ID: 'evil' })).toEqual(['PATH=/x', 'HOME=/root', 'A=b', 'SANDNODE_SANDBOX_ID=vm-1', 'ZED=1']);
   });
 });
 

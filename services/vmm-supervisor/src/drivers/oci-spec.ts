@@ -126,18 +126,7 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
       },
       // A new network namespace with nothing configured has only loopback.
       namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }],
-      maskedPaths: [
-        '/proc/acpi',
-        '/proc/asound',
-        '/proc/kcore',
-        '/proc/keys',
-        '/proc/latency_stats',
-        '/proc/timer_list',
-        '/proc/timer_stats',
-        '/proc/sched_debug',
-        '/sys/firmware',
-        '/proc/scsi',
-      ],
+      maskedPaths: ['/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list', '/proc/timer_stats', '/proc/sched_debug', '/sys/firmware', '/proc/scsi'],
       readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],
     },
   };

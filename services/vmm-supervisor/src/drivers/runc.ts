@@ -158,11 +158,7 @@ export class RuncDriver implements VmDriver {
       }
 
       step = 'mount overlay rootfs';
-      await mount('overlay', rootfs, 'overlay', [
-        `lowerdir=${spec.templateRootfs}`,
-        `upperdir=${path.join(upperDev, 'upper')}`,
-        `workdir=${path.join(upperDev, 'work')}`,
-      ]);
+      await mount('overlay', rootfs, 'overlay', [`lowerdir=${spec.templateRootfs}`, `upperdir=${path.join(upperDev, 'upper')}`, `workdir=${path.join(upperDev, 'work')}`]);
 
       if (ws) {
         step = `mount workspace drive ${ws.path}`;

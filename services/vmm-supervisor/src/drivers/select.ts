@@ -27,7 +27,15 @@ export interface DriverConfig {
 export function createDriver(cfg: DriverConfig, log: Logger, serveFreezePort?: FreezePortServe): VmDriver {
   switch (cfg.driver) {
     case 'runc':
-      return new RuncDriver({ runcBinary: cfg.runcBinary, runcRoot: cfg.runcRoot, runDir: cfg.runDir, log: log.child({ driver: 'runc' }), serveFreezePort, startTimeoutMs: cfg.runcStartTimeoutMs, killWaitMs: cfg.killWaitMs });
+      return new RuncDriver({
+        runcBinary: cfg.runcBinary,
+        runcRoot: cfg.runcRoot,
+        runDir: cfg.runDir,
+        log: log.child({ driver: 'runc' }),
+        serveFreezePort,
+        startTimeoutMs: cfg.runcStartTimeoutMs,
+        killWaitMs: cfg.killWaitMs,
+      });
     case 'firecracker': {
       if (!cfg.kernelImage) throw new ConfigError('key "kernelImage": required with driver "firecracker" (an uncompressed vmlinux)');
       if (!existsSync(cfg.kernelImage)) throw new ConfigError(`key "kernelImage": ${cfg.kernelImage} does not exist`);

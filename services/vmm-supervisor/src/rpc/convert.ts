@@ -48,9 +48,7 @@ export function vmSpecFromProto(spec: PbVmSpec | undefined): VmSpec | undefined 
   if (!spec) return undefined;
   return {
     templateRootfs: spec.templateRootfs,
-    drives: spec.drives.map(
-      (d: PbDrive): DriveSpec => ({ driveId: d.driveId, path: d.path, role: driveRoleFromProto(d.role), readOnly: d.readOnly }),
-    ),
+    drives: spec.drives.map((d: PbDrive): DriveSpec => ({ driveId: d.driveId, path: d.path, role: driveRoleFromProto(d.role), readOnly: d.readOnly })),
     resources: {
       vcpus: spec.resources?.vcpus ?? 0,
       memoryMib: spec.resources?.memoryMib ?? 0,

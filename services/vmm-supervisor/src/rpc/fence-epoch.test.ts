@@ -77,7 +77,11 @@ describe('VmService.FenceEpoch over gRPC (shared server, real fence middleware)'
   afterEach(() => server.shutdown(0));
 
   const client = (epoch?: number) => createServiceClient(VmServiceDefinition, createSandnodeChannel(address), { timeoutMs: 5000, ...(epoch === undefined ? {} : { epoch: () => epoch }) });
-  const codeOf = (p: Promise<unknown>) => p.then(() => Status.OK, (e: unknown) => (e instanceof ClientError ? e.code : Status.UNKNOWN));
+  const codeOf = (p: Promise<unknown>) =>
+    p.then(
+      () => Status.OK,
+      (e: unknown) => (e instanceof ClientError ? e.code : Status.UNKNOWN),
+    );
 
   test('GetVersion lists vmm.fence-epoch.v1', async () => {
     const v = await createServiceClient(VersionServiceDefinition, createSandnodeChannel(address)).getVersion({});
@@ -100,7 +104,9 @@ describe('VmService.FenceEpoch over gRPC (shared server, real fence middleware)'
 
   test('lower than the highest seen is ABORTED naming both epochs', async () => {
     await client().fenceEpoch({ epoch: 8 });
-    const err = await client(2).fenceEpoch({ epoch: 2 }).catch((e: unknown) => e);
+    const err = await client(2)
+      .fenceEpoch({ epoch: 2 })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ClientError);
     expect((err as ClientError).code).toBe(Status.ABORTED);
     expect((err as ClientError).details).toMatch(/stale epoch 2; this node is at epoch 8/);

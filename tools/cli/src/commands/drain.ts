@@ -31,7 +31,10 @@ export function registerDrainCommand(program: Command): void {
           const rows = r.sandboxes.map((s) => ({ id: s.sandboxId, outcome: DrainOutcome[s.outcome].replace('DRAIN_OUTCOME_', ''), resume: s.resumeMethod, ms: s.ms, error: s.error }));
           print(!!o.json, { sandboxes: rows, durationMs: r.durationMs, deviceManagerStopped: r.deviceManagerStopped }, () =>
             [
-              table(['ID', 'OUTCOME', 'RESUME', 'MS', 'ERROR'], rows.map((x) => [x.id, x.outcome, x.resume, x.ms, x.error])),
+              table(
+                ['ID', 'OUTCOME', 'RESUME', 'MS', 'ERROR'],
+                rows.map((x) => [x.id, x.outcome, x.resume, x.ms, x.error]),
+              ),
               `drained in ${r.durationMs} ms; device manager stopped: ${r.deviceManagerStopped}`,
             ].join('\n'),
           );

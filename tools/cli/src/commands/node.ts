@@ -28,7 +28,10 @@ export function registerNodeCommands(program: Command): void {
           out.push({ name: c, pid: r.pid, started: r.started, ms: Date.now() - t0 });
         }
         print(!!o.json, { components: out }, () =>
-          table(['COMPONENT', 'PID', 'ACTION', 'MS'], out.map((c) => [c.name, c.pid, c.started ? 'started' : 'already running', c.ms])),
+          table(
+            ['COMPONENT', 'PID', 'ACTION', 'MS'],
+            out.map((c) => [c.name, c.pid, c.started ? 'started' : 'already running', c.ms]),
+          ),
         );
       }),
     );

@@ -84,7 +84,12 @@ export function registerSandboxCommands(program: Command): Command {
       action(async (o: JsonOpts & { state?: string; metadata: Record<string, string> }, cmd: Command) => {
         const states = o.state ? [SandboxState[`SANDBOX_STATE_${o.state}` as keyof typeof SandboxState]] : [];
         const all = (await withServer(dirsOf(cmd).address, (api) => listAllSandboxes(api, { states, metadata: o.metadata }))).map(sandboxJson);
-        print(!!o.json, all, () => table(['ID', 'STATE', 'PID', 'TEMPLATE', 'CREATED'], all.map((s) => [s.id, s.state, s.pid, s.template, s.created_at])));
+        print(!!o.json, all, () =>
+          table(
+            ['ID', 'STATE', 'PID', 'TEMPLATE', 'CREATED'],
+            all.map((s) => [s.id, s.state, s.pid, s.template, s.created_at]),
+          ),
+        );
       }),
     );
 
@@ -94,7 +99,11 @@ export function registerSandboxCommands(program: Command): Command {
     .action(
       action(async (id: string, o: JsonOpts, cmd: Command) => {
         const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!);
-        print(!!o.json, s, () => Object.entries(s).map(([k, v]) => `${k.padEnd(13)} ${typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`).join('\n'));
+        print(!!o.json, s, () =>
+          Object.entries(s)
+            .map(([k, v]) => `${k.padEnd(13)} ${typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`)
+            .join('\n'),
+        );
       }),
     );
 

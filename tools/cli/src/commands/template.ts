@@ -44,7 +44,10 @@ export function registerTemplateCommands(program: Command): void {
       action(async (o: { json?: boolean }, cmd: Command) => {
         const r = await withServer(dirsOf(cmd).address, (api) => api.templates.listTemplates({}));
         print(!!o.json, r.templates, () =>
-          table(['NAME', 'PODD', 'SIZE MIB', 'CREATED'], r.templates.map((t) => [t.name, t.poddVersion, (t.sizeBytes / MIB).toFixed(1), new Date(t.createdAtMs).toISOString()])),
+          table(
+            ['NAME', 'PODD', 'SIZE MIB', 'CREATED'],
+            r.templates.map((t) => [t.name, t.poddVersion, (t.sizeBytes / MIB).toFixed(1), new Date(t.createdAtMs).toISOString()]),
+          ),
         );
       }),
     );
