@@ -9,7 +9,7 @@
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, readFileSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, hasFeature, SERVER_FEATURES, UBLK_FEATURES } from '@sandnode/shared';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { cliMainRel, templateBuilderModule } from '../layout';
 import { connectApi, versionAt, type ServerApi } from '../node';
@@ -152,7 +152,7 @@ async function upgradeServerIn(st: RunState, to: string, b: Build): Promise<{ de
   // a server from its build that takes over (`--from-build /app`), as that release documents.
   const slot = to.replace(/^server-/, '');
   const standby = await versionAt(`unix://${path.join(st.runDir, `server-${slot}-admin.sock`)}`).catch(() => undefined);
-  const viaStandby = !!standby?.features.includes('server.takeover.v1');
+  const viaStandby = !!standby && hasFeature(standby, SERVER_FEATURES.takeover);
   const args = viaStandby ? ['upgrade', 'server', '--standby', '--json'] : ['upgrade', 'server', '--from-build', '/app', '--json'];
   const r = await st.pod.exec(to, ['node', `/app/${cliMainRel(b.dir)}`, ...args]);
   if (r.status !== 0) throw Object.assign(new Error(`sandnode upgrade server in ${to} exited ${r.status}: ${(r.stderr || r.stdout).trim().slice(-1500)}`), { logExcerpt: await st.pod.logs(to) });
@@ -323,7 +323,7 @@ export async function runContainerUpgrade(
     await ok({ name: 'rollback ublk-manager (ublk-a)', component: 'ublk-manager', from: neu.label, to: old.label }, async () => {
       const readyMs = await pod.start('ublk-a', images.old);
       const target = await versionAt(`unix://${path.join(st.runDir, 'ublk-manager-a.sock')}`);
-      if (!target.features.includes('ublk.foreign-mountns.v1')) {
+      if (!hasFeature(target, UBLK_FEATURES.foreignMountns)) {
         await pod.stop('ublk-a');
         ublkAfterRollback = neu;
         throw new NotApplicable(

@@ -12,7 +12,7 @@ import type { Channel, Client, ClientMiddleware, CompatServiceDefinition } from 
 import { deadlineMiddleware, type DeadlineOptions } from 'nice-grpc-client-middleware-deadline';
 import { retryMiddleware, type RetryOptions } from 'nice-grpc-client-middleware-retry';
 import { Status } from 'nice-grpc-common';
-import { FailedPreconditionError } from './errors';
+import { hasFeature, requireFeature } from './features';
 import { VersionServiceDefinition, type GetVersionResponse } from './gen/sandnode/common/v1/version';
 import { MAX_MESSAGE_BYTES } from './server';
 import { epochClientMiddleware } from './epoch-fence';
@@ -129,15 +129,13 @@ export class PeerFeatures {
 
   /** has says whether the peer lists feature. */
   async has(feature: string): Promise<boolean> {
-    return (await this.get()).features.includes(feature);
+    return hasFeature(await this.get(), feature);
   }
 
   /** require throws FailedPreconditionError unless the peer lists feature. */
   async require(feature: string): Promise<void> {
     const v = await this.get();
-    if (!v.features.includes(feature)) {
-      throw new FailedPreconditionError(`${this.peerName} ${v.version} lacks feature "${feature}"`);
-    }
+    requireFeature({ ...v, component: this.peerName }, feature);
   }
 
   /** reset forgets the cached answer (call after reconnecting to a restarted peer). */
