@@ -59,7 +59,7 @@ describe('describeError: errors of the CLI itself', () => {
 });
 
 describe('formatError', () => {
-  const unavailable = describeError(new ClientError(rpc, Status.UNAVAILABLE, 'No connection established'));
+  const unavailable = describeError(new ClientError(rpc, Status.UNAVAILABLE, 'No connection established. Resolution note: '));
 
   it('prints "sandnode: CODE: details" and the hint on its own line for people', () => {
     expect(formatError(unavailable, false)).toBe('sandnode: UNAVAILABLE: No connection established\nsandnode: is the node up? run: sandnode up\n');

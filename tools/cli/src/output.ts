@@ -62,7 +62,9 @@ export function describeError(err: unknown): ErrorReport {
   if (err instanceof ClientError) {
     const code = Status[err.code] ?? `CODE_${err.code}`;
     const hint = HINTS[err.code];
-    return { code, grpcCode: err.code, message: `${code}: ${err.details}`, ...(hint ? { hint } : {}), exitCode: EXIT_FAILURE };
+    // grpc-js ends connection errors with an empty "Resolution note: "; it tells a user nothing
+    const details = err.details.replace(/\s*Resolution note:\s*$/, '');
+    return { code, grpcCode: err.code, message: `${code}: ${details}`, ...(hint ? { hint } : {}), exitCode: EXIT_FAILURE };
   }
   if (err instanceof CliError && err.cause instanceof ClientError) {
     return { code: Status[err.cause.code] ?? `CODE_${err.cause.code}`, grpcCode: err.cause.code, message: err.message, exitCode: EXIT_FAILURE };
