@@ -62,7 +62,7 @@ describe('formatError', () => {
   const unavailable = describeError(new ClientError(rpc, Status.UNAVAILABLE, 'No connection established. Resolution note: '));
 
   it('prints "sandnode: CODE: details" and the hint on its own line for people', () => {
-    expect(formatError(unavailable, false)).toBe('sandnode: UNAVAILABLE: No connection established\nsandnode: is the node up? run: sandnode up\n');
+    expect(formatError(unavailable, false)).toBe('sandnode: UNAVAILABLE: No connection established.\nsandnode: is the node up? run: sandnode up\n');
     expect(formatError(describeError(new ClientError(rpc, Status.NOT_FOUND, 'sandbox sb-1 not found')), false)).toBe('sandnode: NOT_FOUND: sandbox sb-1 not found\n');
   });
 
@@ -71,7 +71,7 @@ describe('formatError', () => {
     expect(line.endsWith('\n')).toBe(true);
     expect(line.trimEnd().includes('\n')).toBe(false);
     expect(JSON.parse(line)).toEqual({
-      error: { code: 'UNAVAILABLE', grpcCode: 14, message: 'UNAVAILABLE: No connection established', hint: 'is the node up? run: sandnode up', exitCode: 1 },
+      error: { code: 'UNAVAILABLE', grpcCode: 14, message: 'UNAVAILABLE: No connection established.', hint: 'is the node up? run: sandnode up', exitCode: 1 },
     });
   });
 });
