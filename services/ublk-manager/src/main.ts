@@ -127,7 +127,7 @@ async function start(argv: string[]): Promise<void> {
   if (cfg.slot === '' && migrateLegacyTable(cfg.stateDir, dbFile)) log.warn({ to: dbFile }, 'moved the device table of release 0.0.1 (<stateDir>/ublk/devices.db) to the slot layout');
 
   const images = new FileImages(cfg.imagesDir, { mkfsTimeoutMs: cfg.mkfsTimeoutMs, cloneTimeoutMs: cfg.cloneTimeoutMs });
-  const store = new SqliteDeviceStore(dbFile);
+  const store = new SqliteDeviceStore(dbFile, { log });
   const peers = new FileSlotPeers(cfg.stateDir, cfg.slot);
   const manager = new DeviceManager({ store, driver, images, log, peers, limits: { maxDeviceSizeBytes: cfg.maxDeviceSizeBytes }, releaseTimeoutMs: cfg.releaseTimeoutMs });
   // Takeover first: the devices of a slot that is not running are owned here (exactly one

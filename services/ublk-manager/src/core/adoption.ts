@@ -86,9 +86,15 @@ export class Adoption {
         }
       });
     }
-    await this.removeCloneTemps(report);
+    const quarantined = this.quarantinedImages();
+    await this.removeCloneTemps(report, quarantined);
     for (const [file, devs] of index) {
-      if (!owned.has(file)) {
+      if (quarantined.has(file)) {
+        this.core.log.warn(
+          { backing_file: file, paths: devs.map((d) => d.path), device_id: quarantined.get(file) },
+          'adoption: a device backed by the images dir belongs to a quarantined row; not ours to judge, left alone',
+        );
+      } else if (!owned.has(file)) {
         this.core.log.warn({ backing_file: file, paths: devs.map((d) => d.path) }, 'adoption: a device backed by the images dir has no row; left alone');
       }
     }
@@ -153,7 +159,25 @@ export class Adoption {
    * slot's clone in progress keeps its temp). Such a file is the copy of a clone that crashed
    * before its rename.
    */
-  private async removeCloneTemps(report: AdoptionReport): Promise<void> {
+  /**
+   * quarantinedImages: image path -> device id of each quarantined row (its `<id>.img` and the
+   * backing_file it names, when it has one), never touched by adoption.
+   */
+  private quarantinedImages(): Map<string, string> {
+    const out = new Map<string, string>();
+    for (const q of this.core.store.quarantined()) {
+      if (q.deviceId !== '') out.set(this.core.images.imagePath(q.deviceId), q.deviceId);
+      try {
+        const bf = (JSON.parse(q.rowJson) as { backing_file?: unknown }).backing_file;
+        if (typeof bf === 'string' && bf !== '') out.set(bf, q.deviceId);
+      } catch {
+        // the raw JSON is ours; unreadable only if edited by hand: the id's image is still kept
+      }
+    }
+    return out;
+  }
+
+  private async removeCloneTemps(report: AdoptionReport, quarantined: Map<string, string>): Promise<void> {
     let temps: { file: string; target: string }[];
     try {
       temps = await this.core.images.cloneTemps();
@@ -171,6 +195,10 @@ export class Adoption {
       const id = t.target.endsWith('.img') ? t.target.slice(this.core.images.dir.length + 1, -'.img'.length) : '';
       const creatingElsewhere = id !== '' && this.core.peers.peerRows(id).some((r) => r.record.state === 'creating');
       if (creatingHere.has(t.target) || creatingElsewhere) continue;
+      if (quarantined.has(t.target)) {
+        this.core.log.warn({ file: t.file, device_id: quarantined.get(t.target) }, 'adoption: a clone temp file of a quarantined row; not ours to judge, left alone');
+        continue;
+      }
       try {
         await this.core.images.remove(t.file);
         this.core.log.warn({ file: t.file }, 'adoption: removed the temp file of a clone interrupted by a crash');

@@ -1,5 +1,5 @@
 /** MemoryDeviceStore: a DeviceStore in a Map, for tests. Not durable. */
-import type { DeviceStore, RecordChange } from './store';
+import type { DeviceStore, QuarantinedRow, RecordChange } from './store';
 import type { DeviceRecord } from './types';
 
 /** MemoryDeviceStore keeps rows in memory (copies in, copies out). */
@@ -36,6 +36,11 @@ export class MemoryDeviceStore implements DeviceStore {
   /** delete drops the row. */
   delete(deviceId: string): boolean {
     return this.rows.delete(deviceId);
+  }
+
+  /** quarantined: a memory store has no unreadable rows. */
+  quarantined(): QuarantinedRow[] {
+    return [];
   }
 
   /** close does nothing. */

@@ -12,6 +12,18 @@ export interface RecordChange {
   handoverToken?: string;
 }
 
+/** A row set aside because this version cannot read it (see the SQLite store). */
+export interface QuarantinedRow {
+  /** The row's device_id as read ('' when it had none). */
+  deviceId: string;
+  /** The row as read, as JSON. */
+  rowJson: string;
+  /** Why it cannot be read, e.g. `unknown state "migrating"`. */
+  reason: string;
+  /** Unix epoch ms of the move. */
+  quarantinedAtMs: number;
+}
+
 /** DeviceStore keeps one row per device id. */
 export interface DeviceStore {
   /** get returns the row of deviceId or undefined. */
@@ -24,6 +36,8 @@ export interface DeviceStore {
   update(deviceId: string, change: RecordChange, nowMs: number): void;
   /** delete drops the row; false when there was none. */
   delete(deviceId: string): boolean;
+  /** quarantined returns the rows set aside as unreadable; they are never served or swept. */
+  quarantined(): QuarantinedRow[];
   /** close releases the store. */
   close(): void;
 }

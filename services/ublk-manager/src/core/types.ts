@@ -81,6 +81,11 @@ export interface DeviceRecord {
   handoverToken: string;
   /** Id of the device this one is a CloneDevice clone of; '' otherwise. */
   clonedFrom: string;
+  /**
+   * Columns of the row this version does not know (a newer release's, e.g. a device role),
+   * by column name, as read: written back as they are when the row is re-inserted.
+   */
+  extra?: Readonly<Record<string, unknown>>;
 }
 
 /** A device as reported to callers: the row plus its live state. */

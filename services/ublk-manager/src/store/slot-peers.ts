@@ -58,7 +58,8 @@ export class FileSlotPeers implements SlotPeers {
   /**
    * peerRows opens each other slot's table read-only (a fresh connection per call, so it sees
    * every committed write) and returns its row of deviceId. A table that does not exist is
-   * skipped; one that cannot be read throws (the caller must not guess ownership).
+   * skipped; one that cannot be read, or whose row of deviceId is quarantined, throws (the
+   * caller must not guess ownership).
    */
   peerRows(deviceId: string): PeerRow[] {
     const out: PeerRow[] = [];
@@ -69,6 +70,10 @@ export class FileSlotPeers implements SlotPeers {
         db.pragma('busy_timeout = 5000');
         const r = db.prepare('SELECT * FROM devices WHERE device_id = ?').get(deviceId) as Row | undefined;
         if (r) out.push({ slot: o.slot, record: fromRow(r) });
+        // A row the other slot set aside: who owns the device is not ours to judge.
+        const hasQ = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'quarantine'").get() !== undefined;
+        const q = hasQ ? (db.prepare('SELECT reason FROM quarantine WHERE device_id = ? LIMIT 1').get(deviceId) as { reason: string } | undefined) : undefined;
+        if (q) throw new Error(`slot ${o.slot}: the row of device ${deviceId} is quarantined (${q.reason}); its owner cannot be judged`);
       } finally {
         db.close();
       }

@@ -16,11 +16,22 @@
  * default '') and updates only the columns it names (a clone's `cloned_from` survives). Only a
  * row that 0.1.0 re-inserts from another slot's row (RecoverDevice, takeover) loses it; see
  * the README.
+ *
+ * Bad rows (issue 11): every row is checked on its own ({@link checkRow}). A row this
+ * version cannot read (unknown state or filesystem, e.g. written by a newer release; a
+ * missing or mistyped field; garbage) is moved, in one transaction, to the `quarantine`
+ * table of the same database (created if missing; no schema bump: older releases ignore it)
+ * with its raw JSON and the reason, logged at warn, and from then on is neither served nor
+ * swept: get() answers undefined (NOT_FOUND), list() skips it, insert() of its id is refused.
+ * Columns this version does not know (added by a newer release without a bump, as
+ * `cloned_from` was) are kept as read in {@link DeviceRecord.extra} and written back when a
+ * row is re-inserted (RecoverDevice, takeover), never replaced by a default.
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import type { DeviceStore, RecordChange } from '../core/store';
+import { FailedPreconditionError, RESOURCE_ID_RE, type Logger } from '@sandnode/shared';
+import type { DeviceStore, QuarantinedRow, RecordChange } from '../core/store';
 import type { DeviceRecord, FilesystemKind, RecordState } from '../core/types';
 import { slotDir } from './layout';
 
@@ -51,11 +62,46 @@ export interface Row {
 
 const STATES: readonly RecordState[] = ['creating', 'ready', 'deleting', 'released'];
 const FILESYSTEMS: readonly FilesystemKind[] = ['ext4', 'none', 'inherited'];
+/** Columns this version reads; any other column of a row is kept in `extra`. */
+const KNOWN_COLUMNS = new Set([
+  'device_id',
+  'state',
+  'size_bytes',
+  'source_image',
+  'filesystem',
+  'read_only',
+  'backing_file',
+  'path',
+  'created_at_ms',
+  'updated_at_ms',
+  'handover_token',
+  'cloned_from',
+]);
+const isInt = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
-/** fromRow maps a table row to a record; throws on an unknown state or filesystem. */
+/**
+ * checkRow says why this version cannot read a row (unknown state or filesystem, a missing or
+ * mistyped field, an id that is not RESOURCE_ID_RE), or undefined when it can.
+ */
+export function checkRow(r: Record<string, unknown>): string | undefined {
+  if (typeof r.device_id !== 'string' || !RESOURCE_ID_RE.test(r.device_id)) return `device_id ${JSON.stringify(r.device_id ?? null)} is not a device id`;
+  if (typeof r.state !== 'string' || !STATES.includes(r.state as RecordState)) return `unknown state ${JSON.stringify(r.state ?? null)}`;
+  if (typeof r.filesystem !== 'string' || !FILESYSTEMS.includes(r.filesystem as FilesystemKind)) return `unknown filesystem ${JSON.stringify(r.filesystem ?? null)}`;
+  for (const f of ['size_bytes', 'created_at_ms', 'updated_at_ms']) if (!isInt(r[f])) return `${f} ${JSON.stringify(r[f] ?? null)} is not a non-negative integer`;
+  if (r.read_only !== 0 && r.read_only !== 1) return `read_only ${JSON.stringify(r.read_only ?? null)} is not 0 or 1`;
+  if (typeof r.backing_file !== 'string' || !path.isAbsolute(r.backing_file)) return `backing_file ${JSON.stringify(r.backing_file ?? null)} is not an absolute path`;
+  for (const f of ['source_image', 'path']) if (typeof r[f] !== 'string') return `${f} is missing or not text`;
+  // absent in older tables (read as '')
+  for (const f of ['handover_token', 'cloned_from']) if (r[f] !== undefined && r[f] !== null && typeof r[f] !== 'string') return `${f} is not text`;
+  return undefined;
+}
+
+/** fromRow maps a table row to a record; throws (naming the row and the reason) on a row {@link checkRow} refuses. */
 export function fromRow(r: Row): DeviceRecord {
-  if (!STATES.includes(r.state as RecordState)) throw new Error(`devices.db: row ${r.device_id} has unknown state "${r.state}"`);
-  if (!FILESYSTEMS.includes(r.filesystem as FilesystemKind)) throw new Error(`devices.db: row ${r.device_id} has unknown filesystem "${r.filesystem}"`);
+  const bad = checkRow(r as unknown as Record<string, unknown>);
+  if (bad) throw new Error(`devices.db: row ${JSON.stringify((r as { device_id?: unknown }).device_id ?? null)} cannot be read: ${bad}`);
+  const extra: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(r)) if (!KNOWN_COLUMNS.has(k)) extra[k] = v;
   return {
     deviceId: r.device_id,
     state: r.state as RecordState,
@@ -69,19 +115,27 @@ export function fromRow(r: Row): DeviceRecord {
     updatedAtMs: r.updated_at_ms,
     handoverToken: r.handover_token ?? '',
     clonedFrom: r.cloned_from ?? '',
+    ...(Object.keys(extra).length > 0 ? { extra } : {}),
   };
 }
+
+/** A devices row with its rowid (kept out of the record and the quarantined JSON). */
+type RawRow = Record<string, unknown> & { __rowid__: number };
+const SELECT_RAW = 'SELECT rowid AS __rowid__, * FROM devices';
 
 /** SqliteDeviceStore is the durable DeviceStore. */
 export class SqliteDeviceStore implements DeviceStore {
   private readonly db: Database.Database;
+  private readonly log: Logger | undefined;
 
   /**
    * open creates the directory and the database if needed, checks the schema version and
    * upgrades a schema-1 table (adds `handover_token`); adds the `cloned_from` column of 0.2.0
-   * to a table that lacks it (no schema bump: 0.1.0 still reads it).
+   * to a table that lacks it (no schema bump: 0.1.0 still reads it); creates the `quarantine`
+   * table and moves every row this version cannot read into it (each logged at warn on log).
    */
-  constructor(file: string) {
+  constructor(file: string, opts: { log?: Logger } = {}) {
+    this.log = opts.log;
     mkdirSync(path.dirname(file), { recursive: true });
     this.db = new Database(file);
     this.db.pragma('journal_mode = WAL');
@@ -113,27 +167,114 @@ export class SqliteDeviceStore implements DeviceStore {
     // Additive, no schema bump: release 0.1.0 reads this table unchanged (see the file comment).
     if (!cols.includes('cloned_from')) this.db.exec(`ALTER TABLE devices ADD COLUMN cloned_from TEXT NOT NULL DEFAULT ''`);
     if (version < DEVICE_DB_SCHEMA) this.db.pragma(`user_version = ${DEVICE_DB_SCHEMA}`);
+    // Not a schema bump: older releases never open this table.
+    this.db.exec(`
+      CREATE TABLE IF NOT EXISTS quarantine (
+        device_id         TEXT NOT NULL,
+        row_json          TEXT NOT NULL,
+        reason            TEXT NOT NULL,
+        quarantined_at_ms INTEGER NOT NULL
+      ) STRICT;
+    `);
+    this.good(this.db.prepare(SELECT_RAW).all() as RawRow[]);
   }
 
-  /** get returns the row of deviceId or undefined. */
+  /** get returns the row of deviceId or undefined (also when the row cannot be read: it is quarantined). */
   get(deviceId: string): DeviceRecord | undefined {
-    const r = this.db.prepare('SELECT * FROM devices WHERE device_id = ?').get(deviceId) as Row | undefined;
-    return r ? fromRow(r) : undefined;
+    const r = this.db.prepare(`${SELECT_RAW} WHERE device_id = ?`).get(deviceId) as RawRow | undefined;
+    return r ? this.good([r])[0] : undefined;
   }
 
-  /** list returns every row ordered by device id. */
+  /** list returns every readable row ordered by device id (a row that cannot be read is quarantined, not returned). */
   list(): DeviceRecord[] {
-    return (this.db.prepare('SELECT * FROM devices ORDER BY device_id').all() as Row[]).map(fromRow);
+    return this.good(this.db.prepare(`${SELECT_RAW} ORDER BY device_id`).all() as RawRow[]);
   }
 
-  /** insert adds a row (durable on return); throws on a duplicate id. */
+  /**
+   * insert adds a row (durable on return), with its `extra` columns that this table has (one
+   * the table lacks is logged at warn: it cannot be kept). Throws on a duplicate id, and
+   * FailedPreconditionError when the id is quarantined (its image is not ours to reuse).
+   */
   insert(r: DeviceRecord): void {
-    this.db
-      .prepare(
-        `INSERT INTO devices (device_id, state, size_bytes, source_image, filesystem, read_only, backing_file, path, created_at_ms, updated_at_ms, handover_token, cloned_from)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      )
-      .run(r.deviceId, r.state, r.sizeBytes, r.sourceImage, r.filesystem, r.readOnly ? 1 : 0, r.backingFile, r.path, r.createdAtMs, r.updatedAtMs, r.handoverToken ?? '', r.clonedFrom ?? '');
+    const q = this.db.prepare('SELECT reason FROM quarantine WHERE device_id = ? LIMIT 1').get(r.deviceId) as { reason: string } | undefined;
+    if (q)
+      throw new FailedPreconditionError(
+        `device_id "${r.deviceId}": its row in ${this.db.name} is quarantined (${q.reason}); the id cannot be reused until an operator removes it from the quarantine table; nothing changed`,
+      );
+    const cols = ['device_id', 'state', 'size_bytes', 'source_image', 'filesystem', 'read_only', 'backing_file', 'path', 'created_at_ms', 'updated_at_ms', 'handover_token', 'cloned_from'];
+    const vals: unknown[] = [
+      r.deviceId,
+      r.state,
+      r.sizeBytes,
+      r.sourceImage,
+      r.filesystem,
+      r.readOnly ? 1 : 0,
+      r.backingFile,
+      r.path,
+      r.createdAtMs,
+      r.updatedAtMs,
+      r.handoverToken ?? '',
+      r.clonedFrom ?? '',
+    ];
+    if (r.extra) {
+      const have = new Set((this.db.prepare('PRAGMA table_info(devices)').all() as { name: string }[]).map((c) => c.name));
+      for (const [k, v] of Object.entries(r.extra)) {
+        if (have.has(k) && !KNOWN_COLUMNS.has(k)) {
+          cols.push(k);
+          vals.push(v);
+        } else if (!have.has(k)) {
+          this.log?.warn({ device_id: r.deviceId, column: k }, 'devices.db: this table has no column for a value written by a newer release; it is not kept');
+        }
+      }
+    }
+    const names = cols.map((c) => `"${c.replaceAll('"', '""')}"`).join(', ');
+    this.db.prepare(`INSERT INTO devices (${names}) VALUES (${cols.map(() => '?').join(', ')})`).run(...vals);
+  }
+
+  /** quarantined returns the quarantined rows, oldest first. */
+  quarantined(): QuarantinedRow[] {
+    return (
+      this.db.prepare('SELECT device_id, row_json, reason, quarantined_at_ms FROM quarantine ORDER BY rowid').all() as {
+        device_id: string;
+        row_json: string;
+        reason: string;
+        quarantined_at_ms: number;
+      }[]
+    ).map((q) => ({
+      deviceId: q.device_id,
+      rowJson: q.row_json,
+      reason: q.reason,
+      quarantinedAtMs: q.quarantined_at_ms,
+    }));
+  }
+
+  /**
+   * good returns the records of the rows that can be read; the others are moved to the
+   * quarantine table in one transaction and logged at warn (device and reason).
+   */
+  private good(rows: RawRow[]): DeviceRecord[] {
+    const out: DeviceRecord[] = [];
+    const bad: { rowid: number; id: string; json: string; reason: string }[] = [];
+    for (const { __rowid__: rowid, ...row } of rows) {
+      const reason = checkRow(row);
+      if (reason === undefined) out.push(fromRow(row as unknown as Row));
+      else bad.push({ rowid, id: typeof row.device_id === 'string' ? row.device_id : String(row.device_id ?? ''), json: JSON.stringify(row), reason });
+    }
+    if (bad.length === 0) return out;
+    const now = Date.now();
+    const move = this.db.transaction(() => {
+      const ins = this.db.prepare('INSERT INTO quarantine (device_id, row_json, reason, quarantined_at_ms) VALUES (?, ?, ?, ?)');
+      const del = this.db.prepare('DELETE FROM devices WHERE rowid = ?');
+      for (const b of bad) {
+        ins.run(b.id, b.json, b.reason, now);
+        del.run(b.rowid);
+      }
+    });
+    move();
+    for (const b of bad) {
+      this.log?.warn({ device_id: b.id, reason: b.reason, row: b.json }, 'devices.db: a row this version cannot read was quarantined; it is not served, and its image and device are left alone');
+    }
+    return out;
   }
 
   /** update changes state, path and/or handover token (durable on return); throws when there is no row. */
