@@ -3,6 +3,8 @@
  * podd inside, SQLite records, every service a separate process on unix sockets.
  */
 import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
 import { Status } from 'nice-grpc-common';
 import { processStartTicks, processState, SANDBOX_ID_RE } from '@sandnode/shared';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
@@ -173,5 +175,26 @@ describeNode('sandbox lifecycle on a real node', () => {
     await api2.sandboxes.resumeSandbox({ sandboxId: b.sandboxId });
     await api2.sandboxes.deleteSandbox({ sandboxId: a.sandboxId });
     await api2.sandboxes.deleteSandbox({ sandboxId: b.sandboxId });
+  });
+
+  it('starts past bad record rows (garbage, {}, a duplicate of a live id): serves the good ones, NOT_FOUND for the bad, no undeletable ghost', async () => {
+    const { api } = node;
+    const a = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
+    await killComponent(node.dirs, 'server');
+    const db = new Database(path.join(node.dirs.stateDir, 'records.db'));
+    const insert = db.prepare('INSERT INTO records (sandbox_id, state, updated_at_ms, record) VALUES (?, ?, 0, ?)');
+    const { record } = db.prepare<[string], { record: Buffer }>('SELECT record FROM records WHERE sandbox_id = ?').get(a.sandboxId)!;
+    insert.run('sb-00000000000000e1', 'RUNNING', Buffer.from([0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]));
+    insert.run('sb-00000000000000e2', 'RUNNING', '{}');
+    insert.run('sb-00000000000000e3', 'RUNNING', record); // a second row carrying a's id
+    db.close();
+    await startComponent(node.dirs, 'server');
+    const api2 = node.reconnect();
+    for (const id of ['sb-00000000000000e1', 'sb-00000000000000e2', 'sb-00000000000000e3']) await expectCode(api2.sandboxes.getSandbox({ sandboxId: id }), Status.NOT_FOUND);
+    expect((await api2.sandboxes.getSandbox({ sandboxId: a.sandboxId })).sandbox!.pid).toBe(a.pid);
+    const ours = async () => (await api2.sandboxes.listSandboxes({})).sandboxes.map((s) => s.sandboxId).filter((id) => id === a.sandboxId || id.startsWith('sb-00000000000000e'));
+    expect(await ours()).toEqual([a.sandboxId]);
+    await api2.sandboxes.deleteSandbox({ sandboxId: a.sandboxId });
+    expect(await ours()).toEqual([]);
   });
 });

@@ -9,7 +9,11 @@ import os from 'node:os';
 import path from 'node:path';
 import { createLogger, FailedPreconditionError } from '@sandnode/shared';
 import { waitFor } from '@sandnode/testkit';
+import Database from 'better-sqlite3';
+import { RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
+import { adoptAll } from './adoption';
+import { sweepOrphans } from './orphan-sweep';
 import { Peers, templates } from './__tests__/fake-peers';
 import { SandboxManager } from './sandbox-manager';
 import type { SandboxRecord } from './types';
@@ -100,6 +104,44 @@ describe('SandboxManager lifecycle', () => {
     expect(store.get(id)!).toMatchObject({ state: 'UNKNOWN', opaque: expect.objectContaining({ state: 42 }) });
     await m.delete(id);
     expect(store.get(id)).toBeUndefined();
+  });
+
+  it('a state unknown to this version (7, 9) matches no states filter; an unfiltered list shows it', async () => {
+    const { sandboxId: known } = await create();
+    const ids: string[] = [];
+    for (const value of [7, 9]) {
+      const { sandboxId: id } = await create();
+      const read = store.get(id)!;
+      store.put({ ...read, state: 'UNKNOWN', opaque: { ...(read.opaque as object), state: value } });
+      ids.push(id);
+    }
+    const list = (states: SandboxRecord['state'][]) => m.list({ states, pageSize: 0, pageToken: '', metadata: {} }).sandboxes.map((r) => r.sandboxId);
+    // ListSandboxes(states=[7]) reaches the manager as ['UNKNOWN'] (rpc/convert statesFromPb)
+    expect(list(['UNKNOWN'])).toEqual([]);
+    expect(list(['RUNNING', 'UNKNOWN'])).toEqual([known]);
+    expect(list([]).sort()).toEqual([known, ...ids].sort());
+    expect(ids.map((id) => (store.get(id)!.opaque as { state: number }).state)).toEqual([7, 9]);
+  });
+
+  it('a row set aside at open (a newer schema) is not adopted, and its VM and devices are not swept as orphans', async () => {
+    const { sandboxId: good } = await create();
+    const { sandboxId: id } = await create();
+    const raw = new Database(path.join(dir, 'records.db'));
+    const row = raw.prepare<[string], { record: Buffer }>('SELECT record FROM records WHERE sandbox_id = ?').get(id)!;
+    const newer = RuntimeRecord.encode({ ...RuntimeRecord.decode(row.record), schema: 2 }).finish();
+    raw.prepare('UPDATE records SET record = ? WHERE sandbox_id = ?').run(Buffer.from(newer), id);
+    raw.close();
+    store.close();
+    store = new SqliteRecordStore(path.join(dir, 'records.db'), log);
+    const o = { store, vms: peers.vmPort, devices: peers.devicePort, log, runDir: path.join(dir, 'run') };
+    const report = await adoptAll({ ...o, podd: peers.podd, manager: m });
+    expect([...report.adopted, ...report.reconciled, ...report.tornDown, ...report.failed.map((f) => f.sandboxId)]).not.toContain(id);
+    expect(report.failed).toEqual([]);
+    const swept = await sweepOrphans(o);
+    expect(swept).toEqual({ vms: [], devices: [], dirs: [], failed: [] });
+    expect(peers.vms.has(id)).toBe(true);
+    expect(store.quarantined.get(id)).toMatch(/schema 2 is newer/);
+    expect(store.get(good)?.state).toBe('RUNNING');
   });
 
   it('the reaper marks a RUNNING sandbox whose VM process is gone ERROR', async () => {

@@ -21,9 +21,11 @@ export interface SweepReport {
 export async function sweepOrphans(d: { store: RecordStore; vms: VmPort; devices: DevicePort; runDir: string; log: Logger }): Promise<SweepReport> {
   const report: SweepReport = { vms: [], devices: [], dirs: [], failed: [] };
   const records = d.store.list();
-  const ownedVms = new Set(records.map((r) => r.vm?.vmId ?? r.sandboxId));
-  const ownedDevices = new Set(records.flatMap(ownedDeviceIds));
-  const ownedDirs = new Set(records.map((r) => r.sandboxId));
+  // a quarantined row is unreadable, not gone: what its id names by default is left alone
+  const held = d.store.quarantinedIds?.() ?? [];
+  const ownedVms = new Set([...records.map((r) => r.vm?.vmId ?? r.sandboxId), ...held]);
+  const ownedDevices = new Set([...records.flatMap(ownedDeviceIds), ...held.flatMap((id) => [`${id}-upper`, `${id}-ws`])]);
+  const ownedDirs = new Set([...records.map((r) => r.sandboxId), ...held]);
   for (const vm of await d.vms.list()) {
     if (ownedVms.has(vm.vmId)) continue;
     try {

@@ -125,8 +125,8 @@ export class SandboxManager {
   }
 
   /**
-   * list filters and pages the records (ordered by id). The page token is the last id,
-   * base64url. Errors: INVALID_ARGUMENT (page_size above MAX_PAGE_SIZE, a foreign token).
+   * list filters and pages the records (ordered by id). A states filter never matches a record
+   * whose state is UNKNOWN (unknown to this version). The page token is the last id, base64url. Errors: INVALID_ARGUMENT (page_size above MAX_PAGE_SIZE, a foreign token).
    */
   list(args: ListSandboxesArgs): { sandboxes: SandboxRecord[]; nextPageToken: string } {
     if (args.pageSize > MAX_PAGE_SIZE) throw new InvalidArgumentError(`page_size: ${args.pageSize} is above ${MAX_PAGE_SIZE}`);
@@ -140,7 +140,9 @@ export class SandboxManager {
     const matches = this.o.store
       .list()
       .filter((r) => r.sandboxId > after)
-      .filter((r) => args.states.length === 0 || args.states.includes(r.state))
+      // a state this version cannot name (UNKNOWN: a newer server's, say 7 or 9) matches no filter,
+      // not even one naming a value this version does not know; an unfiltered list shows it
+      .filter((r) => args.states.length === 0 || (r.state !== 'UNKNOWN' && args.states.includes(r.state)))
       .filter((r) => mdFilter.every(([k, v]) => r.metadata[k] === v));
     const page = matches.slice(0, size);
     const last = page[page.length - 1];

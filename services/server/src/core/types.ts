@@ -97,6 +97,8 @@ export interface RecordStore {
   put(rec: SandboxRecord): void;
   /** delete removes the record; durable on return. */
   delete(id: string): void;
+  /** quarantinedIds lists the sandbox ids of rows set aside as unservable (their parts are not orphans). */
+  quarantinedIds?(): string[];
   close(): void;
 }
 

@@ -2,19 +2,27 @@
  * SqliteRecordStore: runtime records in SQLite (better-sqlite3), one row per sandbox holding the
  * RuntimeRecord protobuf bytes. WAL + synchronous=FULL: a write is fsync'd when put() returns,
  * so a transition is durable before it is acknowledged.
+ *
+ * The row key (sandbox_id, PRIMARY KEY) is the id the blob carries: put() writes both from one
+ * value and every read checks they agree, so one id is one row and a listed record is always
+ * deletable by the id it shows. A row that cannot be served (blob that does not decode, a newer
+ * schema, a blob id other than the key, a key that is not a sandbox id) is moved at open to the
+ * `quarantine` table with the reason and logged naming the id; it is never served (get answers
+ * undefined, so GetSandbox says NOT_FOUND) and adoption never sees it.
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import type { Logger } from '@sandnode/shared';
+import { SANDBOX_ID_RE, type Logger } from '@sandnode/shared';
 import type { RecordStore, SandboxRecord } from '../core/types';
 import { decodeRecord, encodeRecord } from './record-codec';
 
 export class SqliteRecordStore implements RecordStore {
   private readonly db: Database.Database;
   private readonly stmts;
-  /** Records this version cannot read (newer schema): id -> reason. Never modified. */
-  readonly unreadable = new Map<string, string>();
+  /** Rows set aside (in the quarantine table, or unreadable in a read-only store): id -> reason. */
+  readonly quarantined = new Map<string, string>();
+  private readonly readOnly: boolean;
 
   /** Opens (creating if needed) `<stateDir>/records.db`. readOnly opens without writing. */
   constructor(
@@ -22,6 +30,7 @@ export class SqliteRecordStore implements RecordStore {
     private readonly log: Logger,
     readOnly = false,
   ) {
+    this.readOnly = readOnly;
     mkdirSync(path.dirname(file), { recursive: true });
     this.db = new Database(file, { readonly: readOnly, fileMustExist: readOnly });
     if (!readOnly) {
@@ -37,13 +46,20 @@ export class SqliteRecordStore implements RecordStore {
         );
         CREATE INDEX IF NOT EXISTS records_request_id ON records(request_id) WHERE request_id != '';
         CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE IF NOT EXISTS quarantine (
+          rowid_was INTEGER NOT NULL,
+          sandbox_id TEXT,
+          reason TEXT NOT NULL,
+          quarantined_at_ms INTEGER NOT NULL,
+          record BLOB
+        );
       `);
     }
     this.db.pragma('busy_timeout = 5000');
     this.stmts = {
       get: this.db.prepare<[string], { record: Buffer }>('SELECT record FROM records WHERE sandbox_id = ?'),
       list: this.db.prepare<[], { sandbox_id: string; record: Buffer }>('SELECT sandbox_id, record FROM records ORDER BY sandbox_id'),
-      byRequest: this.db.prepare<[string], { record: Buffer }>('SELECT record FROM records WHERE request_id = ? LIMIT 1'),
+      byRequest: this.db.prepare<[string], { sandbox_id: string; record: Buffer }>('SELECT sandbox_id, record FROM records WHERE request_id = ? LIMIT 1'),
       put: readOnly
         ? undefined
         : this.db.prepare(
@@ -53,33 +69,39 @@ export class SqliteRecordStore implements RecordStore {
           ),
       del: readOnly ? undefined : this.db.prepare('DELETE FROM records WHERE sandbox_id = ?'),
     };
+    if (!readOnly) this.quarantineBadRows();
   }
 
+  /** get returns the record keyed id; undefined when there is none or its row is set aside. */
   get(id: string): SandboxRecord | undefined {
     const row = this.stmts.get.get(id);
-    return row ? decodeRecord(row.record) : undefined;
+    return row ? this.readRow(id, row.record) : undefined;
   }
 
+  /** list returns every servable record ordered by id (rows set aside are not in it). */
   list(): SandboxRecord[] {
     const out: SandboxRecord[] = [];
     for (const row of this.stmts.list.all()) {
-      try {
-        out.push(decodeRecord(row.record));
-      } catch (err) {
-        if (!this.unreadable.has(row.sandbox_id)) this.log.error({ sandbox_id: row.sandbox_id, err }, 'record left untouched');
-        this.unreadable.set(row.sandbox_id, (err as Error).message);
-      }
+      const rec = this.readRow(row.sandbox_id, row.record);
+      if (rec) out.push(rec);
     }
     return out;
   }
 
   findByRequestId(requestId: string): SandboxRecord | undefined {
     const row = this.stmts.byRequest.get(requestId);
-    return row ? decodeRecord(row.record) : undefined;
+    return row ? this.readRow(row.sandbox_id, row.record) : undefined;
   }
 
+  /** quarantinedIds lists the ids of rows set aside (sandbox ids only), for the orphan sweep to leave their parts alone. */
+  quarantinedIds(): string[] {
+    return [...this.quarantined.keys()].filter((id) => SANDBOX_ID_RE.test(id));
+  }
+
+  /** put inserts or replaces the record keyed rec.sandboxId. Throws Error for an id that is not a sandbox id (nothing written). */
   put(rec: SandboxRecord): void {
     if (!this.stmts.put) throw new Error('record store is read-only');
+    if (!SANDBOX_ID_RE.test(rec.sandboxId)) throw new Error(`runtime record: ${JSON.stringify(rec.sandboxId)} is not a sandbox id`);
     const bytes = encodeRecord(rec);
     this.stmts.put.run(rec.sandboxId, rec.state, rec.requestId, rec.updatedAtMs, Buffer.from(bytes));
   }
@@ -87,6 +109,58 @@ export class SqliteRecordStore implements RecordStore {
   delete(id: string): void {
     if (!this.stmts.del) throw new Error('record store is read-only');
     this.stmts.del.run(id);
+  }
+
+  /**
+   * readRow decodes a row and checks it against its key; a row that fails is set aside (moved to
+   * quarantine when writable) and answers undefined. Never throws for a bad row.
+   */
+  private readRow(key: string, blob: unknown): SandboxRecord | undefined {
+    const why = this.rowProblem(key, blob);
+    if (typeof why !== 'string') return why;
+    if (!this.quarantined.has(key)) this.log.error({ sandbox_id: key, reason: why }, 'runtime record set aside: not served');
+    this.quarantined.set(key, why);
+    if (!this.readOnly) {
+      try {
+        this.moveToQuarantine(key, why);
+      } catch (err) {
+        // still not served; the move is tried again on the next read or open
+        this.log.warn({ sandbox_id: key, err }, 'could not move a runtime record to quarantine');
+      }
+    }
+    return undefined;
+  }
+
+  /** rowProblem gives the decoded record, or the reason the row cannot be served. */
+  private rowProblem(key: string, blob: unknown): SandboxRecord | string {
+    if (!SANDBOX_ID_RE.test(key)) return `row key ${JSON.stringify(key)} is not a sandbox id`;
+    if (!(blob instanceof Uint8Array)) return `record is ${typeof blob}, not protobuf bytes`;
+    let rec: SandboxRecord;
+    try {
+      rec = decodeRecord(blob);
+    } catch (err) {
+      return `record does not decode: ${(err as Error).message}`;
+    }
+    if (rec.sandboxId !== key) return `record carries sandbox id ${JSON.stringify(rec.sandboxId)}, not its row key`;
+    return rec;
+  }
+
+  /** quarantineBadRows sets aside, at open, every row rowProblem rejects (the rest are left as they are). */
+  private quarantineBadRows(): void {
+    const rows = this.db.prepare<[], { sandbox_id: string; record: unknown }>('SELECT sandbox_id, record FROM records').all();
+    for (const row of rows) this.readRow(row.sandbox_id, row.record);
+    const held = this.db.prepare<[], { sandbox_id: string; reason: string }>('SELECT sandbox_id, reason FROM quarantine ORDER BY rowid').all();
+    for (const q of held) if (!this.quarantined.has(q.sandbox_id)) this.quarantined.set(q.sandbox_id, q.reason);
+  }
+
+  /** moveToQuarantine moves the rows keyed key to the quarantine table with the reason, in one transaction. */
+  private moveToQuarantine(key: string, reason: string): void {
+    this.db.transaction(() => {
+      this.db
+        .prepare('INSERT INTO quarantine (rowid_was, sandbox_id, reason, quarantined_at_ms, record) SELECT rowid, sandbox_id, ?, ?, record FROM records WHERE sandbox_id IS ?')
+        .run(reason, Date.now(), key);
+      this.db.prepare('DELETE FROM records WHERE sandbox_id IS ?').run(key);
+    })();
   }
 
   /** epoch is the node's current epoch (0 before the first takeover). */
