@@ -3,7 +3,8 @@
  * vmm-supervisor daemon: `sandnode-vmm-supervisor [--config FILE]`.
  *
  * Start order: config -> driver -> state-dir lock (flock; a second supervisor on the same state
- * dir exits 3 here, before it could touch the first one's socket) -> VM table -> versioned
+ * dir exits 3 here, before it could touch the first one's socket) -> VM table (unreadable rows
+ * are moved to its quarantine table and logged at warn, the rest served) -> versioned
  * driver binary -> adopt every VM in the table (no restarts) -> serve VmService (+
  * VersionService, health, reflection) behind the epoch fence. SIGTERM/SIGINT run the shared
  * shutdown order and close the table; running VMs are never touched.
@@ -82,7 +83,17 @@ async function main(): Promise<void> {
   }
   if (driver.name === 'firecracker' && !existsSync('/dev/kvm')) log.warn('/dev/kvm is missing: firecracker VMs cannot start on this host');
 
-  const store = SqliteVmStore.forStateDir(cfg.stateDir);
+  const store = SqliteVmStore.forStateDir(cfg.stateDir, {
+    onQuarantine: (q) =>
+      log.warn(
+        { vm_id: q.vmId, rowid: q.rowid, reason: q.reason },
+        `VM table: row ${q.vmId ? `of vm ${q.vmId}` : `rowid ${q.rowid}`} cannot be read (${q.reason}); moved to the quarantine table, not served`,
+      ),
+  });
+  if (store.quarantinedAtOpen.length) {
+    const ids = store.quarantinedAtOpen.map((q) => q.vmId || `rowid ${q.rowid}`);
+    log.warn({ quarantined: store.quarantinedAtOpen.length, quarantined_ids: ids }, `VM table: ${ids.length} bad row(s) quarantined at start: ${ids.join(', ')}`);
+  }
   const supervisor = new Supervisor({
     store,
     driver,
@@ -91,7 +102,10 @@ async function main(): Promise<void> {
     binaries: DriverBinaries.forStateDir(cfg.stateDir),
   });
   const report = await supervisor.adopt();
-  log.info({ ...report, driver: driver.name, driver_version: await driver.version(), driver_binary: driver.currentBinary() }, 'adoption done');
+  log.info(
+    { ...report, quarantined: store.quarantinedAtOpen.map((q) => q.vmId || `rowid ${q.rowid}`), driver: driver.name, driver_version: await driver.version(), driver_binary: driver.currentBinary() },
+    'adoption done',
+  );
 
   const fence = vmmEpochFence(supervisorDir);
   const server = createServiceServer({
