@@ -47,6 +47,11 @@ export const configSchema = z.object({
   killWaitMs: z.coerce.number().int().min(100).max(600_000).default(DEFAULT_KILL_WAIT_MS),
   /** Time running calls get to finish at shutdown (SIGTERM), in ms. */
   drainMs: z.coerce.number().int().min(0).max(600_000).default(DEFAULT_DRAIN_MS),
+  /** Prometheus `/metrics` on "host:port"; "" disables. */
+  metricsListen: z
+    .string()
+    .regex(/^$|^[^:]+:\d{1,5}$/, { message: 'must be "host:port" or ""' })
+    .default(''),
 });
 
 /** VmmConfig is the validated config with every derived default filled in (absolute paths). */
@@ -68,6 +73,8 @@ export interface VmmConfig {
   runcStartTimeoutMs: number;
   killWaitMs: number;
   drainMs: number;
+  /** "host:port" of /metrics; "" = not served. */
+  metricsListen: string;
 }
 
 /** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */

@@ -3,14 +3,16 @@
  * vmm-supervisor daemon: `sandnode-vmm-supervisor [--config FILE]`.
  *
  * Start order: config -> driver -> state-dir lock (flock; a second supervisor on the same state
- * dir exits 3 here, before it could touch the first one's socket) -> VM table -> versioned
+ * dir exits 3 here, before it could touch the first one's socket) -> VM table (unreadable rows
+ * are moved to its quarantine table and logged at warn, the rest served) -> versioned
  * driver binary -> adopt every VM in the table (no restarts) -> serve VmService (+
- * VersionService, health, reflection) behind the epoch fence. SIGTERM/SIGINT run the shared
+ * VersionService, health, reflection) behind the epoch fence, and /metrics when configured. SIGTERM/SIGINT run the shared
  * shutdown order and close the table; running VMs are never touched.
  */
 import { existsSync, mkdirSync } from 'node:fs';
+import type http from 'node:http';
 import path from 'node:path';
-import { buildCommit, createLogger, parseDaemonArgs, createServiceServer, runDaemon, SUITE_VERSION } from '@sandnode/shared';
+import { buildCommit, createLogger, parseDaemonArgs, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { loadVmmConfig, SERVICE } from './config';
 import { vmmEpochFence } from './core/epoch';
@@ -19,6 +21,7 @@ import { Supervisor } from './core/supervisor';
 import { createDriver } from './drivers/select';
 import { createVmService } from './rpc/vm-service';
 import { freezePortServer } from './rpc/freeze-port-service';
+import { quarantinedRows } from './metrics';
 import { acquireStateLock, StateLockHeldError } from './state-lock';
 import { DriverBinaries } from './store/driver-binaries';
 import { SqliteVmStore } from './store/sqlite-vm-store';
@@ -82,7 +85,21 @@ async function main(): Promise<void> {
   }
   if (driver.name === 'firecracker' && !existsSync('/dev/kvm')) log.warn('/dev/kvm is missing: firecracker VMs cannot start on this host');
 
-  const store = SqliteVmStore.forStateDir(cfg.stateDir);
+  const store = SqliteVmStore.forStateDir(cfg.stateDir, {
+    onQuarantine: (q) => {
+      quarantinedRows.inc();
+      log.warn(
+        { vm_id: q.vmId, rowid: q.rowid, reason: q.reason },
+        `VM table: row ${q.vmId ? `of vm ${q.vmId}` : `rowid ${q.rowid}`} cannot be read (${q.reason}); moved to the quarantine table, not served`,
+      );
+    },
+  });
+  // The gauge counts every row of the quarantine table (earlier starts' too).
+  quarantinedRows.set(store.quarantined().length);
+  if (store.quarantinedAtOpen.length) {
+    const ids = store.quarantinedAtOpen.map((q) => q.vmId || `rowid ${q.rowid}`);
+    log.warn({ quarantined: store.quarantinedAtOpen.length, quarantined_ids: ids }, `VM table: ${ids.length} bad row(s) quarantined at start: ${ids.join(', ')}`);
+  }
   const supervisor = new Supervisor({
     store,
     driver,
@@ -91,7 +108,10 @@ async function main(): Promise<void> {
     binaries: DriverBinaries.forStateDir(cfg.stateDir),
   });
   const report = await supervisor.adopt();
-  log.info({ ...report, driver: driver.name, driver_version: await driver.version(), driver_binary: driver.currentBinary() }, 'adoption done');
+  log.info(
+    { ...report, quarantined: store.quarantinedAtOpen.map((q) => q.vmId || `rowid ${q.rowid}`), driver: driver.name, driver_version: await driver.version(), driver_binary: driver.currentBinary() },
+    'adoption done',
+  );
 
   const fence = vmmEpochFence(supervisorDir);
   const server = createServiceServer({
@@ -100,17 +120,20 @@ async function main(): Promise<void> {
     fence,
   });
   server.add(VmServiceDefinition, createVmService(supervisor, fence));
+  let metrics: http.Server | undefined;
+  if (cfg.metricsListen !== '') metrics = await serveMetrics(cfg.metricsListen);
   await server.listen([cfg.listen]);
   runDaemon({
     server,
     log,
     drainMs: cfg.drainMs,
     onStop: async () => {
+      if (metrics) await new Promise<void>((r) => metrics?.close(() => r()));
       await driver.close?.();
       store.close();
     },
   });
-  log.info({ listen: cfg.listen, state_dir: cfg.stateDir, run_dir: cfg.runDir, epoch: fence.current }, 'serving');
+  log.info({ listen: cfg.listen, state_dir: cfg.stateDir, run_dir: cfg.runDir, epoch: fence.current, metrics: cfg.metricsListen || undefined }, 'serving');
 }
 
 if (require.main === module) {

@@ -1,7 +1,7 @@
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { VmRecord } from '../core/types';
-import { SqliteVmStore, VM_TABLE_FILE } from './sqlite-vm-store';
+import { SqliteVmStore, VM_TABLE_FILE, type QuarantinedRow } from './sqlite-vm-store';
 import { useTempDir } from '@sandnode/testkit';
 
 const rec = (vmId: string, over: Partial<VmRecord> = {}): VmRecord => ({
@@ -52,5 +52,85 @@ describe('SqliteVmStore', () => {
     expect((t.get('vm-a') as unknown as Record<string, unknown>).futureField).toBe('kept');
     expect(t.get('vm-a')?.state).toBe('stopped');
     t.close();
+  });
+
+  /** seed writes good rows through the store, then raw rows straight into the file. */
+  const seed = (dir: string, raw: [string | null, string][]) => {
+    const s = SqliteVmStore.forStateDir(dir);
+    s.put(rec('vm-a'));
+    s.put(rec('vm-z', { state: 'stopped', pid: 0, startTimeTicks: 0 }));
+    s.close();
+    const db = new Database(path.join(dir, VM_TABLE_FILE));
+    for (const [id, record] of raw) db.prepare('INSERT INTO vms (vm_id, record) VALUES (?, ?)').run(id, record);
+    db.close();
+  };
+
+  test('unreadable rows are moved to quarantine with their reason at open; the good rows are served', () => {
+    const dir = tmp();
+    const good = JSON.stringify(rec('vm-c'));
+    seed(dir, [
+      ['vm-trunc', JSON.stringify(rec('vm-trunc')).slice(0, 40)],
+      ['vm-empty', '{}'],
+      ['vm-badfield', JSON.stringify(rec('vm-badfield', { state: 'exploded' as VmRecord['state'] }))],
+      ['vm-badpid', JSON.stringify(rec('vm-badpid', { pid: -1 }))],
+      ['vm-newer', JSON.stringify(rec('vm-newer', { schema: 2 }))],
+      ['vm-other', JSON.stringify(rec('vm-x'))],
+      ['vm-c', good],
+      [null, good],
+    ]);
+    const seen: QuarantinedRow[] = [];
+    const s = SqliteVmStore.forStateDir(dir, { onQuarantine: (q) => seen.push(q) });
+    expect(s.list().map((r) => r.vmId)).toEqual(['vm-a', 'vm-c', 'vm-z']);
+    expect(s.get('vm-c')).toEqual(rec('vm-c'));
+    const reasons = Object.fromEntries(s.quarantined().map((q) => [q.vmId || `rowid ${q.rowid}`, q.reason]));
+    expect(reasons).toEqual({
+      'vm-trunc': expect.stringMatching(/^record is not JSON: /),
+      'vm-empty': 'schema is missing or not a positive integer',
+      'vm-badfield': 'state "exploded" is not one of creating, running, paused, stopped',
+      'vm-badpid': 'pid is not a non-negative integer',
+      'vm-newer': 'schema 2 is newer than this release reads (1)',
+      'vm-other': 'vmId "vm-x" differs from the row key "vm-other"',
+      [`rowid ${s.quarantined().find((q) => q.vmId === '')?.rowid}`]: 'vmId "vm-c" differs from the row key ""',
+    });
+    expect(seen.map((q) => q.vmId).sort()).toEqual(['', 'vm-badfield', 'vm-badpid', 'vm-empty', 'vm-newer', 'vm-other', 'vm-trunc']);
+    expect(s.quarantinedAtOpen).toEqual(seen);
+    // The raw text is kept as it was; the row is gone from the VM table.
+    expect(s.quarantined().find((q) => q.vmId === 'vm-empty')?.raw).toBe('{}');
+    expect(s.get('vm-empty')).toBeUndefined();
+    s.close();
+
+    // Reopening finds nothing more to set aside and keeps the quarantine.
+    const again: QuarantinedRow[] = [];
+    const t = SqliteVmStore.forStateDir(dir, { onQuarantine: (q) => again.push(q) });
+    expect(again).toEqual([]);
+    expect(t.quarantined()).toHaveLength(7);
+    expect(t.list().map((r) => r.vmId)).toEqual(['vm-a', 'vm-c', 'vm-z']);
+    t.close();
+  });
+
+  test('a row damaged while open is quarantined on read, not returned', () => {
+    const dir = tmp();
+    const seen: QuarantinedRow[] = [];
+    const s = SqliteVmStore.forStateDir(dir, { onQuarantine: (q) => seen.push(q) });
+    s.put(rec('vm-a'));
+    s.put(rec('vm-b'));
+    const db = new Database(path.join(dir, VM_TABLE_FILE));
+    db.prepare('UPDATE vms SET record = ? WHERE vm_id = ?').run('{"schema":1,"vmId":"vm-b"', 'vm-b');
+    db.close();
+    expect(s.get('vm-b')).toBeUndefined();
+    expect(s.list().map((r) => r.vmId)).toEqual(['vm-a']);
+    expect(seen).toEqual([expect.objectContaining({ vmId: 'vm-b', reason: expect.stringMatching(/^record is not JSON/) })]);
+    s.close();
+  });
+
+  test('rows of older releases (no driverBinary, no machineId) are read', () => {
+    const dir = tmp();
+    const old = rec('vm-old') as unknown as Record<string, unknown>;
+    delete old.driverBinary;
+    seed(dir, [['vm-old', JSON.stringify(old)]]);
+    const s = SqliteVmStore.forStateDir(dir);
+    expect(s.get('vm-old')).toEqual(rec('vm-old', { driverBinary: '' }));
+    expect(s.quarantined()).toEqual([]);
+    s.close();
   });
 });

@@ -2,42 +2,120 @@
  * SqliteVmStore: the VM table in a SQLite file (better-sqlite3), one JSON row per VM.
  * `synchronous=FULL` with WAL makes every put/delete durable when it returns. Rows keep fields
  * a newer release wrote that this one does not know (read-modify-write merges them back).
+ *
+ * A row that cannot be read (not JSON, not an object, a bad or missing field, a newer schema:
+ * see {@link parseVmRecord}) is never served: it is moved, in one transaction, to the
+ * `quarantine` table of the same file (vm_id, raw, reason, quarantined_at_ms) and reported
+ * through `onQuarantine`. Every row is checked when the store opens, and again whenever read.
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { VmRecord } from '../core/types';
 import type { VmStore } from '../core/vm-store';
+import { parseVmRecord } from './vm-record-check';
 
 /** File name of the VM table inside the state dir. */
 export const VM_TABLE_FILE = 'vmm-supervisor/vm-table.db';
 
+/** QuarantinedRow is a VM-table row set aside because it cannot be read. */
+export interface QuarantinedRow {
+  /** The row's key; '' when it had none. */
+  vmId: string;
+  /** SQLite rowid the row had in `vms` (names it when vmId is ''). */
+  rowid: number;
+  /** Why it was set aside, e.g. "record is not JSON: Unexpected end of JSON input". */
+  reason: string;
+  /** When it was moved, Unix epoch ms. */
+  quarantinedAtMs: number;
+}
+
+/** SqliteVmStoreOptions: onQuarantine is called once for every row moved to quarantine. */
+export interface SqliteVmStoreOptions {
+  onQuarantine?: (row: QuarantinedRow) => void;
+}
+
+interface Row {
+  rowid: number;
+  vm_id: string | null;
+  record: unknown;
+}
+
 /** SqliteVmStore implements VmStore on a SQLite file. */
 export class SqliteVmStore implements VmStore {
   private readonly db: Database.Database;
+  private readonly onQuarantine: (row: QuarantinedRow) => void;
+  /** The rows moved to quarantine while opening (empty when every row was good). */
+  readonly quarantinedAtOpen: QuarantinedRow[];
 
-  /** open creates the file (and its dir) if missing; `file` is an absolute or relative path. */
-  constructor(file: string) {
+  /**
+   * open creates the file (and its dir) if missing; `file` is an absolute or relative path.
+   * Checks every row and moves the bad ones to quarantine (one transaction) before returning.
+   */
+  constructor(file: string, opts: SqliteVmStoreOptions = {}) {
     mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
     this.db = new Database(file);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = FULL');
     this.db.exec('CREATE TABLE IF NOT EXISTS vms (vm_id TEXT PRIMARY KEY, record TEXT NOT NULL)');
+    this.db.exec('CREATE TABLE IF NOT EXISTS quarantine (vm_id TEXT NOT NULL, raw TEXT, reason TEXT NOT NULL, quarantined_at_ms INTEGER NOT NULL)');
+    this.onQuarantine = opts.onQuarantine ?? (() => {});
+    this.quarantinedAtOpen = [];
+    this.readRows(this.db.prepare('SELECT rowid, vm_id, record FROM vms').all() as Row[], this.quarantinedAtOpen);
   }
 
   /** forStateDir opens the table at `<stateDir>/vmm-supervisor/vm-table.db`. */
-  static forStateDir(stateDir: string): SqliteVmStore {
-    return new SqliteVmStore(path.join(path.resolve(stateDir), VM_TABLE_FILE));
+  static forStateDir(stateDir: string, opts: SqliteVmStoreOptions = {}): SqliteVmStore {
+    return new SqliteVmStore(path.join(path.resolve(stateDir), VM_TABLE_FILE), opts);
   }
 
   get(vmId: string): VmRecord | undefined {
-    const row = this.db.prepare('SELECT record FROM vms WHERE vm_id = ?').get(vmId) as { record: string } | undefined;
-    return row ? (JSON.parse(row.record) as VmRecord) : undefined;
+    const row = this.db.prepare('SELECT rowid, vm_id, record FROM vms WHERE vm_id = ?').get(vmId) as Row | undefined;
+    return row ? this.readRows([row])[0] : undefined;
   }
 
   list(): VmRecord[] {
-    const rows = this.db.prepare('SELECT record FROM vms ORDER BY vm_id').all() as { record: string }[];
-    return rows.map((r) => JSON.parse(r.record) as VmRecord);
+    return this.readRows(this.db.prepare('SELECT rowid, vm_id, record FROM vms ORDER BY vm_id').all() as Row[]);
+  }
+
+  /** quarantined lists the quarantine table, oldest first. */
+  quarantined(): (QuarantinedRow & { raw: string | null })[] {
+    const rows = this.db.prepare('SELECT rowid, vm_id, raw, reason, quarantined_at_ms FROM quarantine ORDER BY rowid').all() as {
+      rowid: number;
+      vm_id: string;
+      raw: string | null;
+      reason: string;
+      quarantined_at_ms: number;
+    }[];
+    return rows.map((r) => ({ vmId: r.vm_id, rowid: r.rowid, raw: r.raw, reason: r.reason, quarantinedAtMs: r.quarantined_at_ms }));
+  }
+
+  /** readRows parses rows; the bad ones are moved to quarantine in one transaction (and pushed to `moved`). */
+  private readRows(rows: Row[], moved: QuarantinedRow[] = []): VmRecord[] {
+    const good: VmRecord[] = [];
+    const bad: (QuarantinedRow & { raw: unknown })[] = [];
+    const now = Date.now();
+    for (const row of rows) {
+      try {
+        good.push(parseVmRecord(row.record, row.vm_id ?? ''));
+      } catch (err) {
+        bad.push({ vmId: row.vm_id ?? '', rowid: row.rowid, raw: row.record, reason: (err as Error).message, quarantinedAtMs: now });
+      }
+    }
+    if (bad.length === 0) return good;
+    const insert = this.db.prepare('INSERT INTO quarantine (vm_id, raw, reason, quarantined_at_ms) VALUES (?, ?, ?, ?)');
+    const remove = this.db.prepare('DELETE FROM vms WHERE rowid = ?');
+    this.db.transaction(() => {
+      for (const b of bad) {
+        insert.run(b.vmId, typeof b.raw === 'string' ? b.raw : b.raw == null ? null : String(b.raw), b.reason, b.quarantinedAtMs);
+        remove.run(b.rowid);
+      }
+    })();
+    for (const { raw: _raw, ...q } of bad) {
+      moved.push(q);
+      this.onQuarantine(q);
+    }
+    return good;
   }
 
   put(record: VmRecord): void {
