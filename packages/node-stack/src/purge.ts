@@ -1,14 +1,14 @@
 /**
  * What a node leaves on the host, found from the host's own tables (mountinfo, /sys/block,
- * /proc), and `down --purge`, which removes it: runc containers, mounts, loop devices and the
- * node's dirs. Also the check the demo and the tests end with: nothing of the node is left.
+ * /proc), and `down --purge`, which removes it: runc containers, the mounts and loop devices
+ * sandnode made, and the node's dirs (never a mount of someone else's below them). Also the check the demo and the tests end with: nothing of the node is left.
  */
-import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync, realpathSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { run } from '@sandnode/shared';
 import type { StackDirs } from './components';
 
-/** What `down --purge` removed. */
+/** What `down --purge` removed, and what it left because sandnode did not make it. */
 export interface PurgeReport {
   /** runc container ids deleted */
   containers: string[];
@@ -18,17 +18,81 @@ export interface PurgeReport {
   loopDevices: string[];
   /** dirs removed (absolute: the run dir and the state dir) */
   dirs: string[];
+  /**
+   * dirs left in place (absolute) and why: a mount sandnode did not make (or could not
+   * unmount) at or below them; everything else in them was removed, the mount untouched
+   */
+  kept: { path: string; why: string }[];
+}
+
+/** One line of /proc/self/mountinfo, the fields purge decides by. */
+export interface MountEntry {
+  /** absolute mount point */
+  mountPoint: string;
+  /** "ext4", "overlay", "tmpfs", ... */
+  fsType: string;
+  /** the mount source ("/dev/loop3", "overlay", "tmpfs") */
+  source: string;
+}
+
+/** What the supervisor's runc driver mounts in each VM dir, `<runDir>/vms/<vmId>/<name>`. */
+const VM_MOUNT_NAMES: ReadonlySet<string> = new Set(['upper-dev', 'rootfs', 'workspace']);
+
+/**
+ * classifyMounts decides which mounts at or below runDir/stateDir sandnode made (`ours`,
+ * deepest first): the supervisor's per-VM mounts (`<runDir>/vms/<vmId>/upper-dev|rootfs|workspace`)
+ * and any mount of a loop device whose backing file is a sandnode image
+ * (`<stateDir>/images/<id>.img`; loopBacking maps "/dev/loopN" to its backing file). Every
+ * other mount there is `foreign` (the user's): purge never unmounts it. Pure.
+ */
+export function classifyMounts(mounts: MountEntry[], dirs: { runDir: string; stateDir: string }, loopBacking: ReadonlyMap<string, string>): { ours: string[]; foreign: MountEntry[] } {
+  const runDir = path.resolve(dirs.runDir);
+  const stateDir = path.resolve(dirs.stateDir);
+  const vmsDir = path.join(runDir, 'vms');
+  const ours: string[] = [];
+  const foreign: MountEntry[] = [];
+  for (const m of mounts) {
+    if (!isAtOrBelow(m.mountPoint, runDir) && !isAtOrBelow(m.mountPoint, stateDir)) continue;
+    const rel = path.relative(vmsDir, m.mountPoint).split(path.sep);
+    const vmMount = rel.length === 2 && rel[0] !== '..' && rel[0] !== '' && VM_MOUNT_NAMES.has(rel[1]!);
+    const backing = loopBacking.get(m.source);
+    if (vmMount || (backing !== undefined && isSandnodeImage(backing, stateDir))) ours.push(m.mountPoint);
+    else foreign.push(m);
+  }
+  return { ours: ours.sort((a, b) => b.length - a.length), foreign };
+}
+
+/** isSandnodeImage: file is a ublk-manager image of this state dir (`<stateDir>/images/<id>.img`). */
+export function isSandnodeImage(file: string, stateDir: string): boolean {
+  return path.dirname(file) === path.join(path.resolve(stateDir), 'images') && file.endsWith('.img');
+}
+
+function isAtOrBelow(p: string, root: string): boolean {
+  return p === root || p.startsWith(`${root}/`);
+}
+
+/** realDir resolves symlinks of an existing dir (mountinfo names real paths). */
+function realDir(d: string): string {
+  const abs = path.resolve(d);
+  try {
+    return realpathSync(abs);
+  } catch {
+    return abs;
+  }
 }
 
 /**
  * purgeNode removes what the stack left on the host below its dirs: runc containers under
- * <runDir>/runc, mounts below runDir/stateDir (deepest first), loop devices whose backing file
- * is below stateDir, then both dirs. Only for `down --purge`, after the daemons stopped.
+ * <runDir>/runc, the mounts sandnode made there ({@link classifyMounts}; deepest first), loop
+ * devices whose backing file is a sandnode image, then both dirs. A mount it did not make (a
+ * tmpfs the user mounted at <stateDir>/mine) is never unmounted nor entered: the dirs leading
+ * to it stay, everything else is removed, and `kept` says so. Only for `down --purge`, after
+ * the daemons stopped.
  */
 export async function purgeNode(dirs: StackDirs): Promise<PurgeReport> {
-  const runDir = path.resolve(dirs.runDir);
-  const stateDir = path.resolve(dirs.stateDir);
-  const report: PurgeReport = { containers: [], mounts: [], loopDevices: [], dirs: [] };
+  const runDir = realDir(dirs.runDir);
+  const stateDir = realDir(dirs.stateDir);
+  const report: PurgeReport = { containers: [], mounts: [], loopDevices: [], dirs: [], kept: [] };
   const runcRoot = path.join(runDir, 'runc');
   if (existsSync(runcRoot)) {
     try {
@@ -41,36 +105,82 @@ export async function purgeNode(dirs: StackDirs): Promise<PurgeReport> {
       /* runc missing: nothing of ours can run */
     }
   }
-  for (const m of mountsBelow([runDir, stateDir])) {
-    await run('umount', [m]).catch(() => run('umount', ['-l', m]));
-    report.mounts.push(m);
+  const loops = loopBackingFiles();
+  const { ours, foreign } = classifyMounts(readMounts(), { runDir, stateDir }, loops);
+  /** mount points not to enter: foreign ones and ours that would not unmount */
+  const blocked = foreign.map((m) => ({ at: m.mountPoint, why: `a ${m.fsType} mount sandnode did not make (from ${m.source})` }));
+  for (const m of ours) {
+    try {
+      await run('umount', [m]).catch(() => run('umount', ['-l', m]));
+      report.mounts.push(m);
+    } catch (err) {
+      blocked.push({ at: m, why: `a sandnode mount that would not unmount (${(err as Error).message.split('\n')[0]})` });
+    }
   }
-  for (const dev of loopDevicesBelow(stateDir)) {
+  for (const [dev, backing] of loops) {
+    if (!isSandnodeImage(backing, stateDir)) continue;
     await run('losetup', ['-d', dev]).catch(() => undefined);
     report.loopDevices.push(dev);
   }
   for (const d of [runDir, stateDir]) {
-    if (existsSync(d)) {
+    if (!existsSync(d)) continue;
+    const inside = blocked.filter((b) => isAtOrBelow(b.at, d));
+    if (!inside.length) {
       rmSync(d, { recursive: true, force: true });
       report.dirs.push(d);
+      continue;
     }
+    removeAround(
+      d,
+      inside.map((b) => b.at),
+    );
+    report.kept.push({ path: d, why: `${inside.map((b) => `${b.at} is ${b.why}`).join('; ')}: left in place, the rest removed; unmount it and remove ${d} yourself` });
   }
   return report;
 }
 
-/** mountsBelow lists mount points below any of roots, deepest first (from /proc/self/mountinfo). */
-export function mountsBelow(roots: string[]): string[] {
-  const out: string[] = [];
-  for (const line of readFileSync('/proc/self/mountinfo', 'utf8').split('\n')) {
-    const mp = line.split(' ')[4]?.replace(/\\040/g, ' ');
-    if (mp && roots.some((r) => mp === r || mp.startsWith(`${r}/`))) out.push(mp);
+/** removeAround removes everything in dir except the mount points in keep and the dirs leading to them. */
+function removeAround(dir: string, keep: string[]): void {
+  if (keep.includes(dir)) return;
+  for (const name of readdirSync(dir)) {
+    const p = path.join(dir, name);
+    if (keep.some((k) => isAtOrBelow(k, p))) removeAround(p, keep);
+    else rmSync(p, { recursive: true, force: true });
   }
-  return out.sort((a, b) => b.length - a.length);
 }
 
-/** loopDevicesBelow lists loop devices whose backing file is below root (from /sys/block). */
-export function loopDevicesBelow(root: string): string[] {
-  const out: string[] = [];
+/** unescapeMountinfo decodes the octal escapes (\040 for space) of a mountinfo field. */
+function unescapeMountinfo(s: string): string {
+  return s.replace(/\\([0-7]{3})/g, (_, o: string) => String.fromCharCode(parseInt(o, 8)));
+}
+
+/** parseMountinfo reads the mounts of a /proc/<pid>/mountinfo text (proc(5)). Pure. */
+export function parseMountinfo(text: string): MountEntry[] {
+  const out: MountEntry[] = [];
+  for (const line of text.split('\n')) {
+    const f = line.split(' ');
+    const sep = f.indexOf('-', 6);
+    if (f.length < 5 || sep < 0) continue;
+    out.push({ mountPoint: unescapeMountinfo(f[4]!), fsType: f[sep + 1] ?? '', source: unescapeMountinfo(f[sep + 2] ?? '') });
+  }
+  return out;
+}
+
+function readMounts(): MountEntry[] {
+  return parseMountinfo(readFileSync('/proc/self/mountinfo', 'utf8'));
+}
+
+/** mountsBelow lists mount points below any of roots, deepest first (from /proc/self/mountinfo). */
+export function mountsBelow(roots: string[]): string[] {
+  return readMounts()
+    .map((m) => m.mountPoint)
+    .filter((mp) => roots.some((r) => isAtOrBelow(mp, r)))
+    .sort((a, b) => b.length - a.length);
+}
+
+/** loopBackingFiles maps each attached loop device ("/dev/loop3") to its backing file (from /sys/block). */
+function loopBackingFiles(): Map<string, string> {
+  const out = new Map<string, string>();
   let names: string[];
   try {
     names = readdirSync('/sys/block').filter((n) => n.startsWith('loop'));
@@ -82,12 +192,17 @@ export function loopDevicesBelow(root: string): string[] {
       const backing = readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8')
         .trim()
         .replace(/ \(deleted\)$/, '');
-      if (backing === root || backing.startsWith(`${root}/`)) out.push(`/dev/${n}`);
+      out.set(`/dev/${n}`, backing);
     } catch {
       /* not attached */
     }
   }
   return out;
+}
+
+/** loopDevicesBelow lists loop devices whose backing file is below root (from /sys/block). */
+export function loopDevicesBelow(root: string): string[] {
+  return [...loopBackingFiles()].filter(([, backing]) => isAtOrBelow(backing, root)).map(([dev]) => dev);
 }
 
 /**

@@ -141,6 +141,20 @@ describe('ForkSandbox negotiation', () => {
     expect([...peers.devices.keys()].filter((d) => !d.startsWith(parent.sandboxId))).toEqual([]);
   });
 
+  it('a clone that cannot finish within the freeze window (its deadline): ABORTED with advice, the parent thawed, no child, device or VM', async () => {
+    peers.cloneTakesMs = 400;
+    const vmsBefore = [...peers.vms.keys()];
+    const devicesBefore = [...peers.devices.keys()];
+    const err = await fork(100).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(AbortedError);
+    expect((err as Error).message).toMatch(/did not finish within the parent's 100 ms freeze window; retry with a larger max_freeze_ms \(at most 5000\)$/);
+    expect(peers.events.at(-1)).toBe('thaw t1');
+    expect(childIds()).toEqual([]);
+    expect([...peers.vms.keys()]).toEqual(vmsBefore);
+    expect([...peers.devices.keys()]).toEqual(devicesBefore);
+    expect(store.get(parent.sandboxId)!.state).toBe('RUNNING');
+  });
+
   it('a freeze the sandbox ended itself during the clone (the supervisor says so, whatever podd answers): ABORTED, no child', async () => {
     peers.onClone = () => {
       // something inside the parent called ThawFilesystems on its freeze port

@@ -50,7 +50,9 @@ async function syncHostMapped(c: CoreContext, log: Logger): Promise<void> {
 /**
  * holdParent holds parent (RUNNING or PAUSED, under its lock) while cloneAll runs, then
  * releases it. Throws AbortedError when the freeze ended before the clones finished (they may
- * be torn); any clone error after the parent was released.
+ * be torn) or the clones did not finish within the window (their DEADLINE_EXCEEDED), with
+ * advice (a larger max_freeze_ms, or fork it paused); any other clone error after the parent
+ * was released.
  */
 export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreezeMs: number, cloneAll: CloneAll, log: Logger): Promise<ParentHold> {
   const vmId = parent.vm?.vmId ?? parent.sandboxId;
@@ -98,6 +100,11 @@ export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreez
     endedBy = cloneEnd - tCall < freeze.maxFreezeMs ? 'caller' : 'watchdog';
     log.warn({ err }, 'Thaw failed; the freeze ends by its watchdog');
   }
+  // the clone carried the rest of the window as its deadline: DEADLINE_EXCEEDED is the window
+  // running out (the ublk-manager undoes a cancelled clone), answered as the contract says
+  if (isCode(cloneErr, Status.DEADLINE_EXCEEDED)) {
+    throw new AbortedError(`fork of ${parent.sandboxId}: the clone did not finish within the parent's ${freeze.maxFreezeMs} ms freeze window; ${freezeAdvice(freeze.maxFreezeMs)}`);
+  }
   if (cloneErr) throw cloneErr;
   // podd runs inside the sandbox, and so can anything that reaches the freeze port: ask the
   // supervisor whether this freeze really held until the clones were done
@@ -113,11 +120,14 @@ export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreez
     if (host.endedBy === 'watchdog') endedBy = 'watchdog';
   }
   if (endedBy === 'watchdog') {
-    const advice =
-      freeze.maxFreezeMs < MAX_FREEZE_MS ? `retry with a larger max_freeze_ms (at most ${MAX_FREEZE_MS})` : 'the clone takes longer than the longest freeze: pause the sandbox and fork it paused';
-    throw new AbortedError(`fork of ${parent.sandboxId}: the parent's ${freeze.maxFreezeMs} ms freeze ran out before the clone finished (${cloneMs} ms); ${advice}`);
+    throw new AbortedError(`fork of ${parent.sandboxId}: the parent's ${freeze.maxFreezeMs} ms freeze ran out before the clone finished (${cloneMs} ms); ${freezeAdvice(freeze.maxFreezeMs)}`);
   }
   return { method: 'quiesce', parentHeldMs: frozenMs, cloneMs };
+}
+
+/** freezeAdvice is what a fork whose clone outlasted a maxFreezeMs window should do instead. */
+function freezeAdvice(maxFreezeMs: number): string {
+  return maxFreezeMs < MAX_FREEZE_MS ? `retry with a larger max_freeze_ms (at most ${MAX_FREEZE_MS})` : 'the clone takes longer than the longest freeze: pause the sandbox and fork it paused';
 }
 
 /**

@@ -2,6 +2,7 @@
  * Scripted peers for the core's unit tests: a device manager, a supervisor and podds that
  * record what they are asked (events) and answer as a test sets them up.
  */
+import { DeadlineExceededError } from '@sandnode/shared';
 import type { VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, TemplateCatalog, VmInfo, VmPort } from '../types';
 
 export class Peers {
@@ -12,6 +13,11 @@ export class Peers {
   /** what podd Health answers */
   poddHealthy = true;
   failClone = false;
+  /**
+   * how long a clone takes, ms; a clone given a shorter deadline fails at it with what the
+   * nice-grpc deadline middleware throws (mapped): DEADLINE_EXCEEDED "Deadline exceeded"
+   */
+  cloneTakesMs = 0;
   /** thrown by podd Quiesce when set */
   quiesceError: Error | undefined;
   readonly devices = new Map<string, DeviceInfo>();
@@ -32,10 +38,15 @@ export class Peers {
       this.devices.set(id, d);
       return d;
     },
-    clone: async (id, src, quiesced): Promise<ClonedDevice> => {
+    clone: async (id, src, quiesced, deadlineMs): Promise<ClonedDevice> => {
       this.events.push(`clone ${src} quiesced=${quiesced}`);
       this.onClone();
       if (this.failClone) throw new Error('disk full');
+      if (this.cloneTakesMs) {
+        const late = deadlineMs !== undefined && deadlineMs < this.cloneTakesMs;
+        await new Promise((r) => setTimeout(r, late ? deadlineMs : this.cloneTakesMs));
+        if (late) throw new DeadlineExceededError('Deadline exceeded');
+      }
       const d = this.deviceInfo(id);
       this.devices.set(id, d);
       return { ...d, cloneMs: 1, reflinked: false };
