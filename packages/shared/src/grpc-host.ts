@@ -24,6 +24,22 @@ const serverStream = require('nice-grpc/lib/server/handleServerStreamingCall') a
 const clientStream = require('nice-grpc/lib/server/handleClientStreamingCall') as { createClientStreamingMethodHandler: (...a: any[]) => any };
 const bidi = require('nice-grpc/lib/server/handleBidiStreamingCall') as { createBidiStreamingMethodHandler: (...a: any[]) => any };
 
+/**
+ * The metadata key that carries a call's deadline to middleware: ms since the epoch, as grpc-js
+ * computed it from `grpc-timeout` when the headers arrived; absent when the call has none. The
+ * host always sets or removes it, so a client cannot send its own.
+ */
+export const DEADLINE_METADATA_KEY = 'sandnode-deadline-ms';
+
+/** stampDeadline puts the call's deadline into its metadata (nice-grpc's context has no deadline). */
+function stampDeadline(call: { metadata?: grpc.Metadata; getDeadline?: () => grpc.Deadline }): void {
+  if (!call.metadata) return;
+  call.metadata.remove(DEADLINE_METADATA_KEY);
+  const d = call.getDeadline?.();
+  const ms = d instanceof Date ? d.getTime() : d;
+  if (ms !== undefined && Number.isFinite(ms)) call.metadata.set(DEADLINE_METADATA_KEY, String(ms));
+}
+
 export interface GrpcHostOptions {
   /** grpc-js server options (message size limits ...). */
   options: grpc.ServerOptions;
@@ -67,7 +83,11 @@ export class GrpcHost {
         : !m.responseStream
           ? clientStream.createClientStreamingMethodHandler
           : bidi.createBidiStreamingMethodHandler;
-      handlers[name] = make(m, bound, this.middleware);
+      const handler = make(m, bound, this.middleware);
+      handlers[name] = (call: any, ...rest: any[]) => {
+        stampDeadline(call);
+        return handler(call, ...rest);
+      };
     }
     this.server.addService(defs.toGrpcJsServiceDefinition(definition), handlers);
   }

@@ -1,6 +1,6 @@
 /**
  * createServiceServer: the one way a sandnode component serves gRPC. It composes error mapping,
- * logging and metrics middleware once, and serves VersionService, grpc.health.v1.Health and
+ * logging, metrics and deadline middleware once, and serves VersionService, grpc.health.v1.Health and
  * server reflection next to the component's own services. Services never wire middleware
  * themselves.
  *
@@ -16,11 +16,11 @@ import { HealthDefinition, HealthServiceImpl, HealthState } from 'nice-grpc-serv
 import { ServerReflection, ServerReflectionService } from 'nice-grpc-server-reflection';
 import type { Logger } from 'pino';
 import { isAbortError } from 'abort-controller-x';
-import { toServerError } from './errors';
+import { DeadlineExceededError, toServerError } from './errors';
 import { VersionServiceDefinition } from './gen/sandnode/common/v1/version';
 import { versionService, type ComponentInfo } from './version';
 import { rpcDuration } from './metrics';
-import { GrpcHost } from './grpc-host';
+import { DEADLINE_METADATA_KEY, GrpcHost } from './grpc-host';
 import { epochFenceMiddleware, type EpochFence } from './epoch-fence';
 
 /** Largest gRPC message a sandnode component accepts or sends, in bytes (4 MiB). */
@@ -54,6 +54,24 @@ export interface ServiceServer {
   serveListener(listener: net.Server): void;
   /** The grpc-js host (for handover: injected listeners, stop accepting). */
   readonly host: GrpcHost;
+}
+
+/**
+ * deadlineMiddleware answers DEADLINE_EXCEEDED without calling the handler when the call's
+ * deadline (stamped by GrpcHost from `grpc-timeout`, ms since the epoch) has already passed on
+ * arrival, or its signal is already aborted (the caller went away): such a call does nothing.
+ * Calls without a deadline are let through. A deadline that passes later aborts ctx.signal,
+ * which handlers pass downstream.
+ */
+export async function* deadlineMiddleware<Req, Res>(call: ServerMiddlewareCall<Req, Res>, context: CallContext) {
+  const stamped = context.metadata.get(DEADLINE_METADATA_KEY);
+  const deadline = stamped === undefined ? Infinity : Number(stamped);
+  const now = Date.now();
+  if (context.signal.aborted || now >= deadline) {
+    const late = Number.isFinite(deadline) ? ` (${now - deadline} ms past it)` : '';
+    throw new DeadlineExceededError(`${call.method.path}: the call's deadline passed before it was handled${late}; nothing was done`);
+  }
+  return yield* call.next(call.request, context);
 }
 
 function fullServiceName(def: CompatServiceDefinition): string {
@@ -111,7 +129,8 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
       'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
     },
-    middleware: opts.fence ? [errorAndLog, epochFenceMiddleware(opts.fence)] : [errorAndLog],
+    // deadline before the fence: a call that is already late must not even raise the epoch
+    middleware: opts.fence ? [errorAndLog, deadlineMiddleware, epochFenceMiddleware(opts.fence)] : [errorAndLog, deadlineMiddleware],
   });
   host.add(VersionServiceDefinition, versionService(info));
   host.add(HealthDefinition, HealthServiceImpl(health));

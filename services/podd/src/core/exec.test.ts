@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { DeadlineExceededError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
 import { ExecRunner, exitCodeOf, type ExecEvent, type ExecSpec } from './exec';
+import { MAX_EXEC_ARGS_BYTES, MAX_EXEC_STRING_BYTES } from './limits';
 
 async function collect(runner: ExecRunner, spec: ExecSpec, signal?: AbortSignal): Promise<ExecEvent[]> {
   const out: ExecEvent[] = [];
@@ -41,6 +42,27 @@ describe('podd core exec', () => {
     await expect(collect(runner, { argv: ['true'], cwd: path.join(dir, 'nope') })).rejects.toThrow(/^cwd/);
     await expect(collect(runner, { argv: ['true'], env: { 'A=B': 'x' } })).rejects.toThrow(/^env/);
     await expect(collect(runner, { argv: ['definitely-not-a-command-xyz'] })).rejects.toThrow(NotFoundError);
+  });
+
+  test('argv and env size limits answer InvalidArgumentError naming the field and the limit', async () => {
+    const big = 'x'.repeat(200 * 1024);
+    await expect(collect(runner, { argv: ['echo', big] })).rejects.toThrow(new InvalidArgumentError(`argv: argv[1] is ${200 * 1024} bytes, at most ${MAX_EXEC_STRING_BYTES} per argument`));
+    await expect(collect(runner, { argv: ['true'], env: { BIG: big } })).rejects.toThrow(/^env: BIG is \d+ bytes as KEY=VALUE, at most 131071/);
+    const many = Array.from({ length: 10 }, () => 'y'.repeat(120 * 1024));
+    await expect(collect(runner, { argv: ['true', ...many] })).rejects.toThrow(new RegExp(`^argv \\+ env: \\d+ bytes, at most ${MAX_EXEC_ARGS_BYTES} together`));
+    // the largest single argument still runs
+    const evs = await collect(runner, { argv: ['sh', '-c', 'echo ${#1}', 'sh', 'z'.repeat(MAX_EXEC_STRING_BYTES)] });
+    expect(Buffer.concat(evs.flatMap((e) => (e.kind === 'stdout' ? [e.data] : []))).toString()).toBe(`${MAX_EXEC_STRING_BYTES}\n`);
+  });
+
+  test("a spawn that fails with E2BIG (podd's own environment too large) is InvalidArgumentError", async () => {
+    const baseEnv: Record<string, string> = { PATH: process.env.PATH ?? '/usr/bin:/bin' };
+    for (let i = 0; i < 64; i++) baseEnv[`PAD${i}`] = 'p'.repeat(120 * 1024);
+    const r = new ExecRunner({ defaultCwd: dir, maxChunkBytes: 1000, baseEnv });
+    const err = await collect(r, { argv: ['true'] }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect((err as Error).message).toMatch(/^argv \+ env: too long for the kernel \(E2BIG\)/);
+    expect(r.running).toBe(0);
   });
 
   test('timeout kills the group and throws DeadlineExceededError', async () => {

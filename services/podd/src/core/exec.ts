@@ -11,7 +11,7 @@ import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { DeadlineExceededError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
-import { MAX_STDIN_BYTES } from './limits';
+import { MAX_EXEC_ARGS_BYTES, MAX_EXEC_STRING_BYTES, MAX_STDIN_BYTES } from './limits';
 
 /** ExecSpec is one command to run (domain form of ExecRequest). */
 export interface ExecSpec {
@@ -78,18 +78,27 @@ export function defaultBaseEnv(): Record<string, string> {
 
 /**
  * validateExecSpec checks a spec without touching the system; throws InvalidArgumentError
- * naming the bad field (`argv`, `env`, `cwd`, `stdin`, `timeout_ms`).
+ * naming the bad field (`argv`, `env`, `cwd`, `stdin`, `timeout_ms`) and, for sizes, the limit
+ * (MAX_EXEC_STRING_BYTES per entry, MAX_EXEC_ARGS_BYTES for argv + env together).
  */
 export function validateExecSpec(spec: ExecSpec): void {
   if (spec.argv.length === 0) throw new InvalidArgumentError('argv: must not be empty');
   if (!spec.argv[0]) throw new InvalidArgumentError('argv: argv[0] must not be empty');
+  let total = 0;
   spec.argv.forEach((a, i) => {
     if (a.includes('\0')) throw new InvalidArgumentError(`argv: argv[${i}] contains a NUL byte`);
+    const n = Buffer.byteLength(a);
+    if (n > MAX_EXEC_STRING_BYTES) throw new InvalidArgumentError(`argv: argv[${i}] is ${n} bytes, at most ${MAX_EXEC_STRING_BYTES} per argument`);
+    total += n + 1;
   });
   for (const [k, v] of Object.entries(spec.env ?? {})) {
     if (!k || k.includes('=') || k.includes('\0')) throw new InvalidArgumentError(`env: bad variable name ${JSON.stringify(k)}`);
     if (v.includes('\0')) throw new InvalidArgumentError(`env: value of ${k} contains a NUL byte`);
+    const n = Buffer.byteLength(k) + 1 + Buffer.byteLength(v);
+    if (n > MAX_EXEC_STRING_BYTES) throw new InvalidArgumentError(`env: ${k} is ${n} bytes as KEY=VALUE, at most ${MAX_EXEC_STRING_BYTES} per variable`);
+    total += n + 1;
   }
+  if (total > MAX_EXEC_ARGS_BYTES) throw new InvalidArgumentError(`argv + env: ${total} bytes, at most ${MAX_EXEC_ARGS_BYTES} together`);
   if (spec.cwd && (!path.isAbsolute(spec.cwd) || spec.cwd.includes('\0'))) {
     throw new InvalidArgumentError(`cwd: must be an absolute path, got ${JSON.stringify(spec.cwd)}`);
   }
@@ -156,12 +165,18 @@ export class ExecRunner {
     if (signal?.aborted) throw new ExecAbortError();
 
     const argv0 = spec.argv[0] as string;
-    const child = spawn(argv0, spec.argv.slice(1), {
-      cwd,
-      env: { ...this.baseEnv, ...(spec.env ?? {}) },
-      detached: true, // setsid(): own session and process group, pgid == pid
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
+    let child: ChildProcess;
+    try {
+      // spawn throws (not emits) errors such as E2BIG
+      child = spawn(argv0, spec.argv.slice(1), {
+        cwd,
+        env: { ...this.baseEnv, ...(spec.env ?? {}) },
+        detached: true, // setsid(): own session and process group, pgid == pid
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+    } catch (err) {
+      throw spawnError(err, argv0);
+    }
     try {
       await new Promise<void>((resolve, reject) => {
         child.once('spawn', resolve);
@@ -296,6 +311,11 @@ async function checkCwd(cwd: string): Promise<void> {
 function spawnError(err: unknown, argv0: string): unknown {
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'ENOENT') return new NotFoundError(`argv[0]: ${argv0}: command not found`);
+  if (code === 'E2BIG') {
+    return new InvalidArgumentError(
+      `argv + env: too long for the kernel (E2BIG) together with podd's environment; each entry at most ${MAX_EXEC_STRING_BYTES} bytes, all at most ${MAX_EXEC_ARGS_BYTES}`,
+    );
+  }
   if (code === 'EACCES' || code === 'ENOEXEC' || code === 'EISDIR') {
     return new FailedPreconditionError(`argv[0]: ${argv0}: not executable (${code})`);
   }

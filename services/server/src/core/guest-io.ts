@@ -18,7 +18,7 @@ export const DEFAULT_EXEC_CWD = '/workspace';
  * and podd's (see SandboxService.Exec).
  */
 export function exec(c: CoreContext, id: string, args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent> {
-  validateArgv('argv', args.argv);
+  validateArgv('argv', args.argv, args.env);
   validateChunk('stdin', args.stdin.length);
   const rec = c.requireState(id, 'Exec');
   return c.podd.connect(rec.poddAddress).exec({ ...args, cwd: args.cwd || DEFAULT_EXEC_CWD }, signal);

@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '@sandnode/shared';
-import { validateArgv, validateMetadata, validateResources, validateTimeoutSeconds, workspacePath } from './validate';
+import { MAX_EXEC_ARGS_BYTES, MAX_EXEC_STRING_BYTES, validateArgv, validateMetadata, validateResources, validateTimeoutSeconds, workspacePath } from './validate';
 
 const d = { vcpus: 1, memoryMib: 512, diskBytes: 1 << 30 };
 
@@ -39,6 +39,14 @@ describe('other rules', () => {
     expect(() => validateArgv('argv', [])).toThrow(/argv/);
     expect(() => validateArgv('argv', [''])).toThrow(/argv\[0\]/);
     expect(validateArgv('argv', ['ls', '-l'])).toEqual(['ls', '-l']);
+  });
+  it('argv and env sizes: one entry at most 128 KiB - 1, all together at most 1 MiB', () => {
+    const big = 'x'.repeat(200 * 1024);
+    expect(() => validateArgv('argv', ['echo', big])).toThrow(new InvalidArgumentError(`argv[1]: ${200 * 1024} bytes, at most ${MAX_EXEC_STRING_BYTES} per argument`));
+    expect(() => validateArgv('argv', ['true'], { BIG: big })).toThrow(/^env\[BIG\]: 204804 bytes as KEY=VALUE, at most 131071 per variable$/);
+    const many = Array.from({ length: 9 }, () => 'y'.repeat(MAX_EXEC_STRING_BYTES));
+    expect(() => validateArgv('argv', ['true', ...many])).toThrow(new RegExp(`^argv \\+ env: \\d+ bytes, at most ${MAX_EXEC_ARGS_BYTES} together$`));
+    expect(() => validateArgv('argv', ['true', ...many.slice(0, 4)], { A: 'y'.repeat(MAX_EXEC_STRING_BYTES - 2) })).not.toThrow();
   });
   it('metadata', () => {
     expect(() => validateMetadata('metadata', { 'a b': 'x' })).toThrow(/metadata/);

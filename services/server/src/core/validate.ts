@@ -15,6 +15,16 @@ export const MAX_FILE_CHUNK_BYTES = 3 * 1024 * 1024;
 export const MAX_METADATA_ENTRIES = 64;
 /** Most argv entries of an Exec. */
 export const MAX_ARGV = 1024;
+/**
+ * Longest single argv entry, and env entry counted as "KEY=VALUE", of an Exec, in bytes: the
+ * kernel's MAX_ARG_STRLEN (128 KiB) less the NUL; a longer one fails execve with E2BIG.
+ */
+export const MAX_EXEC_STRING_BYTES = 128 * 1024 - 1;
+/**
+ * Most bytes the argv and env of an Exec carry together, each entry counted with its NUL
+ * (1 MiB: half the kernel's usual ARG_MAX of 2 MiB, which podd's own environment shares).
+ */
+export const MAX_EXEC_ARGS_BYTES = 1024 * 1024;
 const METADATA_KEY_RE = /^[A-Za-z0-9._/-]{1,63}$/;
 const REQUEST_ID_RE = /^[A-Za-z0-9._-]{1,64}$/;
 const MIB = 1024 * 1024;
@@ -93,12 +103,28 @@ export function workspacePath(field: string, p: string): string {
   return abs;
 }
 
-/** validateArgv checks an Exec command line. */
-export function validateArgv(field: string, argv: string[]): string[] {
+/**
+ * validateArgv checks an Exec command line and its env: at most MAX_ARGV entries, no NUL, each
+ * argv entry and each "KEY=VALUE" at most MAX_EXEC_STRING_BYTES, all of them (with a NUL each)
+ * at most MAX_EXEC_ARGS_BYTES. Throws InvalidArgumentError naming the field and the limit.
+ */
+export function validateArgv(field: string, argv: string[], env: Record<string, string> = {}): string[] {
   if (argv.length === 0) throw new InvalidArgumentError(`${field}: must not be empty`);
   if (argv.length > MAX_ARGV) throw new InvalidArgumentError(`${field}: ${argv.length} arguments, at most ${MAX_ARGV}`);
   if (!argv[0]) throw new InvalidArgumentError(`${field}[0]: must not be empty`);
   if (argv.some((a) => a.includes('\0'))) throw new InvalidArgumentError(`${field}: an argument contains a NUL byte`);
+  let total = 0;
+  argv.forEach((a, i) => {
+    const n = Buffer.byteLength(a);
+    if (n > MAX_EXEC_STRING_BYTES) throw new InvalidArgumentError(`${field}[${i}]: ${n} bytes, at most ${MAX_EXEC_STRING_BYTES} per argument`);
+    total += n + 1;
+  });
+  for (const [k, v] of Object.entries(env)) {
+    const n = Buffer.byteLength(k) + 1 + Buffer.byteLength(v);
+    if (n > MAX_EXEC_STRING_BYTES) throw new InvalidArgumentError(`env[${k.slice(0, 80)}]: ${n} bytes as KEY=VALUE, at most ${MAX_EXEC_STRING_BYTES} per variable`);
+    total += n + 1;
+  }
+  if (total > MAX_EXEC_ARGS_BYTES) throw new InvalidArgumentError(`${field} + env: ${total} bytes, at most ${MAX_EXEC_ARGS_BYTES} together`);
   return argv;
 }
 
