@@ -7,7 +7,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, processStartTicks, processState, type TakeoverResult } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, type TakeoverResult } from '@sandnode/shared';
 import { AdminServiceDefinition } from '@sandnode/shared/proto/server/v1/admin';
 import { mainScript, nodeFor, versionAt, writePidFile, type StackDirs } from './components';
 import { spawnDaemon, waitForDaemon } from './daemon-process';
@@ -20,21 +20,35 @@ export const DEFAULT_STANDBY_PROBE_TIMEOUT_MS = 1500;
 /** Poll interval while the new server's log is read for its takeover line, ms. */
 const TAKEOVER_POLL_MS = 20;
 
-/** The line a server started with SANDNODE_SERVER_TAKEOVER=true prints when the takeover ended. */
-type TakeoverLine = TakeoverResult | { takeover: false; error: string };
+/** How long a failed upgrade waits for an ACTIVE server before it says what the node looks like, ms. */
+const OUTCOME_WAIT_MS = 3000;
+/** The same when another standby of the slot is taking over (its adoption takes a while), ms. */
+const SLOT_BUSY_WAIT_MS = 20_000;
+/** Exit code of a server whose slot another live server holds (services/server main.ts EXIT_SLOT_BUSY). */
+const SERVER_EXIT_SLOT_BUSY = 4;
+
+/**
+ * The line a server started with SANDNODE_SERVER_TAKEOVER=true prints when the takeover ended
+ * (pid: the server that failed; absent in builds before 0.3.0; slotBusy: it exited because
+ * another server (holderPid) holds its slot).
+ */
+type TakeoverLine = TakeoverResult | { takeover: false; error: string; pid?: number; slotBusy?: boolean; holderPid?: number };
 
 /**
  * upgradeServer starts a server from buildDir in the slot the active server does not hold and
- * waits (up to timeoutMs, ms) for the takeover line it logs. Throws Error (saying what became
- * of the old server) when a standby already runs, the build has no server, the new server fails
- * or exits before it took the lease, or the time runs out (the new server is then killed).
+ * waits (up to timeoutMs, ms) for the takeover line it logs. Throws Error (saying which server
+ * is active afterwards, as the servers' GetLeaseStatus says) when a standby already runs, the
+ * build has no server, another upgrade's standby holds the slot (it is taking over), the new
+ * server fails or exits before it took the lease, or the time runs out (the new server is then
+ * killed).
  */
 export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs = DEFAULT_UPGRADE_TIMEOUT_MS): Promise<TakeoverResult> {
   // The new server gets the environment as it is at the call (taken before the first await).
   const callerEnv = { ...process.env };
   // A running standby would race the server started here for the lease: use it instead.
   const standbys = await findStandbys(dirs);
-  if (standbys.length) throw new Error(`a standby server already runs (pid ${standbys[0]?.pid}, version ${standbys[0]?.version}): upgrade with --standby, or stop it first`);
+  if (standbys.length)
+    throw new Error(`a standby server already runs (pid ${standbys[0]?.pid}, version ${standbys[0]?.version}; another upgrade may be taking over with it): upgrade with --standby, or stop it first`);
   const script = mainScript('server', buildDir);
   if (!existsSync(script)) throw new Error(`${script} does not exist: build that checkout first (npm run build in ${path.resolve(buildDir)})`);
   // A handover in progress has no ACTIVE server for a moment: ask again for a while before
@@ -56,31 +70,57 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
       SANDNODE_SERVER_TAKEOVER: 'true',
     },
   });
-  // What became of the old server, for the error: it stays active (or takes the lease back)
-  // unless it died too (kill -9 during the handover): then no server is active.
-  const holderTicks = processStartTicks(holder.pid);
-  const oldFate = () =>
-    holderTicks !== undefined && processStartTicks(holder.pid) === holderTicks && processState(holder.pid) !== 'Z'
-      ? `the old one (pid ${holder.pid}) stays active`
-      : `the old one (pid ${holder.pid}) is gone too, so no server is active: start one (sandnode up)`;
-  const line = await waitForDaemon(child, () => takeoverLine(logPath, child.logStart), {
+  // What the node looks like now, for the error: asked of every server, not guessed.
+  const now = (waitMs: number) => nodeNow(dirs.runDir, holder.pid, waitMs);
+  const line = await waitForDaemon(child, () => takeoverLine(logPath, child.logStart, child.pid), {
     timeoutMs,
     pollMs: TAKEOVER_POLL_MS,
-    onExit: (code) => new Error(`the new server exited with code ${code}; ${oldFate()}; see ${logPath}`),
+    onExit: (code) =>
+      new Error(code === SERVER_EXIT_SLOT_BUSY ? `another standby of slot ${slot} is taking over, so this upgrade started none` : `the new server exited with code ${code}; see ${logPath}`),
     // a new server that hangs must not linger: it is stopped (the old one keeps or retakes the lease)
     killOnTimeout: true,
-    onTimeout: () => new Error(`the upgrade did not finish within ${timeoutMs} ms and the new server was stopped; ${oldFate()}; see ${logPath}`),
+    onTimeout: () => new Error(`the upgrade did not finish within ${timeoutMs} ms and the new server was stopped; see ${logPath}`),
+  }).catch(async (err: Error) => {
+    throw new Error(`${err.message}; ${await now(OUTCOME_WAIT_MS)}`);
   });
-  if (line.takeover === false) throw new Error(`the new server failed before it took the lease; ${oldFate()}: ${line.error}`);
+  if (line.takeover === false) {
+    // two upgrades at once: the other one's standby holds the slot and is taking over
+    if (line.slotBusy)
+      throw new Error(`another standby of slot ${slot}${line.holderPid ? ` (pid ${line.holderPid})` : ''} is taking over, so this upgrade started none; ${await now(SLOT_BUSY_WAIT_MS)}`);
+    throw new Error(`the new server failed before it took the lease: ${line.error}; ${await now(OUTCOME_WAIT_MS)}`);
+  }
   writePidFile(dirs, 'server', line.newPid);
   return line;
 }
 
-/** takeoverLine is the first `{"takeover"...}` line in logPath after byte offset start; undefined while there is none. */
-function takeoverLine(logPath: string, start: number): TakeoverLine | undefined {
+/**
+ * takeoverLine is the first `{"takeover"...}` line of the server pid in logPath after byte
+ * offset start; undefined while there is none. (Two servers of one slot write to the same log:
+ * the other one's line is not ours.)
+ */
+function takeoverLine(logPath: string, start: number, pid: number): TakeoverLine | undefined {
   const text = readFileSync(logPath).subarray(start).toString();
-  for (const line of text.split('\n')) if (line.startsWith('{"takeover"')) return JSON.parse(line) as TakeoverLine;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('{"takeover"')) continue;
+    const l = JSON.parse(line) as TakeoverLine;
+    const from = l.takeover ? l.newPid : l.pid;
+    if (from === undefined || from === pid) return l;
+  }
   return undefined;
+}
+
+/**
+ * nodeNow says which server is active, as the servers answer GetLeaseStatus (waiting up to
+ * waitMs, ms, for one to answer ACTIVE: a handover has none for a moment). oldPid: the server
+ * that was active before the upgrade.
+ */
+async function nodeNow(runDir: string, oldPid: number, waitMs: number): Promise<string> {
+  const active = await waitForActiveServer(runDir, waitMs).catch(() => undefined);
+  if (active?.holderPid === oldPid) return `the old server (pid ${oldPid}) stays active`;
+  if (active) return `server pid ${active.holderPid} (slot ${active.slot || '-'}, version ${active.version}, epoch ${active.epoch}) is active now; the old one (pid ${oldPid}) is not`;
+  const busy = (await listServers(runDir)).filter((s) => s.role !== 'RETIRING');
+  if (busy.length) return `no server answers ACTIVE yet (${busy.map((s) => `slot ${s.slot || '-'}: ${s.role}`).join(', ')}): see sandnode status`;
+  return 'no server is active: start one (sandnode up)';
 }
 
 /** A running standby server. */

@@ -9,7 +9,8 @@
  * the wiring below -> AdminService on the admin socket -> either `start` (take the lease if
  * free: ACTIVE, else STANDBY that takes over if the active dies) or, with `takeover` set (what
  * `sandnode upgrade server` does), the handover from the active server (exit 3 when it fails;
- * the old server stays active).
+ * the old server stays active). A server whose slot another live server holds exits 4
+ * (EXIT_SLOT_BUSY) before it binds anything (handover/slot-lock.ts).
  *
  * What an active server runs, built at each activation (wiring.activate): the vmm-supervisor
  * and ublk-manager peers (deadline peerCallTimeoutMs, peerRetryAttempts retries, the node's
@@ -29,6 +30,7 @@ import { SandboxManager } from './core/sandbox-manager';
 import { LocalTemplateCatalog } from './core/template-catalog';
 import { setServerFailpoints } from './handover/failpoints';
 import { ServerNode, type NodeWiring } from './handover/server-node';
+import { SlotBusyError } from './handover/slot-lock';
 import { DEFAULT_HOLD_MS } from './handover/takeover';
 import { DevicePeer } from './peers/device-peer';
 import { PoddPeers } from './peers/podd-peer';
@@ -41,6 +43,12 @@ import { templateService } from './rpc/template-service';
 export const EXIT_USAGE = 2;
 /** Exit code of a failed takeover (the old server stays active). */
 export const EXIT_TAKEOVER_FAILED = 3;
+/**
+ * Exit code of a server whose slot (SANDNODE_SERVER_SLOT) another live server holds (two
+ * standbys of one slot, e.g. two `sandnode upgrade server` at once): it exits before it binds
+ * anything, the other one goes on. node-stack's upgrade.ts knows this code.
+ */
+export const EXIT_SLOT_BUSY = 4;
 /** Margin of the stop watchdog over drainDeadlineMs + drainMs, ms. */
 const STOP_MARGIN_MS = 5000;
 
@@ -139,13 +147,20 @@ async function main(argv: string[]): Promise<void> {
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
-  await node.startAdmin(adminService(node));
+  try {
+    await node.startAdmin(adminService(node));
+  } catch (err) {
+    if (!(err instanceof SlotBusyError)) throw err;
+    log.error({ slot: err.slot, holder_pid: err.holderPid }, err.message);
+    if (cfg.takeover) process.stdout.write(`${JSON.stringify({ takeover: false, pid: process.pid, slotBusy: true, holderPid: err.holderPid, error: err.message })}\n`);
+    process.exit(EXIT_SLOT_BUSY);
+  }
   if (!cfg.takeover) return node.start();
   try {
     await node.takeover();
   } catch (err) {
     log.error({ err }, 'takeover failed; the old server stays active');
-    process.stdout.write(`${JSON.stringify({ takeover: false, error: (err as Error).message })}\n`);
+    process.stdout.write(`${JSON.stringify({ takeover: false, pid: process.pid, error: (err as Error).message })}\n`);
     process.exit(EXIT_TAKEOVER_FAILED);
   }
 }

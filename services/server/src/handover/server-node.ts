@@ -37,6 +37,7 @@ import { OldSideHandover, type OldServer } from './hand-over';
 import { MetricsEndpoint } from './metrics-endpoint';
 import { bindListener, type OwnedListener } from './listeners';
 import { Roles, type Role } from './roles';
+import { removeStaleAdminSockets, SlotLock, slotLockFile } from './slot-lock';
 import { takeOver, type StandbyNode } from './takeover';
 
 export { DEFAULT_FINISH_TIMEOUT_MS, DEFAULT_HOLD_MS } from './takeover';
@@ -75,6 +76,8 @@ export class ServerNode implements StandbyNode, OldServer {
   private adminServer: ServiceServer | undefined;
   /** the admin socket we bound, and its inode (to remove the path only while it is ours) */
   private adminListener: { listener: OwnedListener; ino: number } | undefined;
+  /** the slot's lock (slot-lock.ts), held from startAdmin until retiring or stop; undefined without a slot */
+  private readonly slotLock: SlotLock | undefined;
   private listeners: OwnedListener[] = [];
   private reaper: NodeJS.Timeout | undefined;
   private standbyPoll: NodeJS.Timeout | undefined;
@@ -98,6 +101,7 @@ export class ServerNode implements StandbyNode, OldServer {
     this.lease = new FlockLease(path.join(cfg.stateDir, 'server.lease'));
     this.adminAddress = unixAddress(path.join(cfg.runDir, adminSocketName(cfg.slot || String(process.pid))));
     this.metrics = new MetricsEndpoint(cfg.metricsListen, log);
+    this.slotLock = cfg.slot ? new SlotLock(slotLockFile(cfg.runDir, cfg.slot)) : undefined;
   }
 
   get role(): Role {
@@ -130,8 +134,14 @@ export class ServerNode implements StandbyNode, OldServer {
    * retiring server of the same slot may still run (relaying an Exec stream) when the next
    * server of that slot starts, and closing a socket grpc-js bound unlinks its path, which
    * would remove the new server's admin socket (the one the lease file names).
+   *
+   * Before it binds, a server of a slot takes the slot's lock (slot-lock.ts): a second server
+   * of the same slot gets SlotBusyError and leaves the socket alone. Then the admin sockets of
+   * servers that are gone are removed. Errors: SlotBusyError (main.ts: exit EXIT_SLOT_BUSY).
    */
   async startAdmin(admin: AdminServiceImplementation): Promise<void> {
+    if (this.slotLock) await this.slotLock.acquire(this.cfg.slot);
+    await removeStaleAdminSockets(this.cfg.runDir, path.basename(this.adminPath), this.log);
     this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }) });
     this.adminServer.add(AdminServiceDefinition, admin);
     const listener = await bindListener(this.adminAddress);
@@ -328,6 +338,8 @@ export class ServerNode implements StandbyNode, OldServer {
   /** beginRetire: RETIRING now (lifecycle calls fail UNAVAILABLE), the retirement runs after this tick. */
   beginRetire(): void {
     this.roles.to('RETIRING');
+    // the next server of this slot may start while this one relays its last streams
+    this.slotLock?.release();
     this.active?.manager.gate.retire();
     setImmediate(() => {
       this.retire().catch((err: unknown) => {
@@ -397,6 +409,7 @@ export class ServerNode implements StandbyNode, OldServer {
     } catch {
       /* already gone */
     }
+    this.slotLock?.release();
   }
 }
 
