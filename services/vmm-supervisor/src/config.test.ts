@@ -64,9 +64,14 @@ describe('createDriver', () => {
 
 describe('parseArgs', () => {
   test('--config FILE and --config=FILE', () => {
-    expect(parseArgs([])).toEqual({ configFile: undefined });
-    expect(parseArgs(['--config', '/c.json'])).toEqual({ configFile: '/c.json' });
-    expect(parseArgs(['--config=/c.json'])).toEqual({ configFile: '/c.json' });
+    expect(parseArgs([])).toEqual({ configFile: undefined, help: false });
+    expect(parseArgs(['--config', '/c.json'])).toEqual({ configFile: '/c.json', help: false });
+    expect(parseArgs(['--config=/c.json'])).toEqual({ configFile: '/c.json', help: false });
+  });
+
+  test('--help and -h ask for the usage (main prints it and exits 0 without starting)', () => {
+    expect(parseArgs(['--help']).help).toBe(true);
+    expect(parseArgs(['-h']).help).toBe(true);
   });
 
   test('--config without a value and unknown arguments are usage errors naming them', () => {

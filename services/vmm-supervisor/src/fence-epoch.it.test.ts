@@ -45,6 +45,8 @@ describeWith('vmm-supervisor FenceEpoch (real daemon)', VMM_PARTS, () => {
     expect(run(['--config'])).toMatchObject({ code: 2, out: expect.stringContaining('--config needs a value') });
     expect(run(['--config', '--bogus'])).toMatchObject({ code: 2, out: expect.stringContaining('--config needs a value') });
     expect(run(['--bogus'])).toMatchObject({ code: 2, out: expect.stringContaining('unknown argument \\"--bogus\\"') });
+    // --help prints the usage and exits 0 at once: it never starts a daemon (one used to, on the default dirs)
+    expect(run(['--help'])).toMatchObject({ code: 0, out: expect.stringContaining('usage: sandnode-vmm-supervisor') });
     expect(run([], { SANDNODE_VMM_SUPERVISOR_FAILPOINTS: 'runc.nope' })).toMatchObject({
       code: 2,
       out: expect.stringContaining('SANDNODE_VMM_SUPERVISOR_FAILPOINTS: unknown failpoint \\"runc.nope\\"'),

@@ -40,15 +40,21 @@ export const USAGE = 'usage: sandnode-vmm-supervisor [--config FILE]';
  * `--config` without a value (none, empty, or the next flag in its place) and for any other
  * argument; main exits {@link EXIT_USAGE} with it.
  */
-export function parseArgs(argv: string[]): { configFile?: string } {
-  return { configFile: parseDaemonArgs(argv, USAGE).config };
+export function parseArgs(argv: string[]): { configFile?: string; help: boolean } {
+  const a = parseDaemonArgs(argv, USAGE);
+  return { configFile: a.config, help: a.help };
 }
 
 async function main(): Promise<void> {
   const boot = createLogger(SERVICE, SUITE_VERSION);
   let cfg;
   try {
-    cfg = loadVmmConfig({ file: parseArgs(process.argv.slice(2)).configFile });
+    const args = parseArgs(process.argv.slice(2));
+    if (args.help) {
+      process.stdout.write(`${USAGE}\n`);
+      return;
+    }
+    cfg = loadVmmConfig({ file: args.configFile });
     failpoints.set();
   } catch (err) {
     boot.fatal({ err }, `cannot start: ${(err as Error).message}`);
