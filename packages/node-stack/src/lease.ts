@@ -58,7 +58,10 @@ export function adminSockets(runDir: string): string[] {
     });
 }
 
-/** serverStatus asks one admin address for GetLeaseStatus (one attempt within timeoutMs, ms); undefined when nothing answers. */
+/**
+ * serverStatus asks one admin address for GetLeaseStatus (one attempt within timeoutMs, ms);
+ * undefined when nothing answers; Error "permission denied" when the caller may not connect.
+ */
 export async function serverStatus(admin: string, timeoutMs = DEFAULT_LEASE_STATUS_TIMEOUT_MS): Promise<ServerStatus | undefined> {
   const ch = createSandnodeChannel(admin);
   try {
@@ -72,7 +75,11 @@ export async function serverStatus(admin: string, timeoutMs = DEFAULT_LEASE_STAT
       version: st.version,
       sinceMs: Number(st.sinceMs),
     };
-  } catch {
+  } catch (err) {
+    // a caller without the right to the root-only admin socket must not be told "no server"
+    if (/\bEACCES\b|\bEPERM\b/.test(String((err as Error).message))) {
+      throw new Error(`permission denied on ${admin}: the admin socket is for root only; run the command as root`, { cause: err });
+    }
     return undefined;
   } finally {
     ch.close();
@@ -85,9 +92,20 @@ export async function listServers(runDir: string, timeoutMs = DEFAULT_LEASE_STAT
   return all.filter((s): s is ServerStatus => s !== undefined);
 }
 
-/** findActiveServer is the server whose admin socket answers ACTIVE (each asked within timeoutMs, ms); undefined when none does. */
+/**
+ * findActiveServer is the server whose admin socket answers ACTIVE (each asked within timeoutMs,
+ * ms); undefined when none does. Throws Error when more than one answers ACTIVE (never guesses)
+ * or when the caller may not open an admin socket (not root).
+ */
 export async function findActiveServer(runDir: string, timeoutMs = DEFAULT_LEASE_STATUS_TIMEOUT_MS): Promise<ServerStatus | undefined> {
-  return (await listServers(runDir, timeoutMs)).find((s) => s.role === 'ACTIVE');
+  const active = (await listServers(runDir, timeoutMs)).filter((s) => s.role === 'ACTIVE');
+  if (active.length > 1) {
+    // one lease, one active server: two answers mean one of them is not what it says; acting on either could fence the real one out
+    throw new Error(
+      `${active.length} admin sockets answer ACTIVE (${active.map((s) => `${s.admin} pid ${s.holderPid} epoch ${s.epoch}`).join('; ')}): refusing to pick one; stop the one that is not the lease holder`,
+    );
+  }
+  return active[0];
 }
 
 /**
