@@ -39,4 +39,8 @@ describe('EpochFence', () => {
     expect(parseEpoch(Metadata({ [EPOCH_METADATA_KEY]: '7' }))).toBe(7);
     expect(() => parseEpoch(Metadata({ [EPOCH_METADATA_KEY]: 'x' }))).toThrow(/sandnode-epoch/);
   });
+
+  it.each(['0x2', '1e0', ' 1', '2.0', '-1', '+3', '9007199254740992', '99999999999999999'])('refuses %j as an epoch (decimal digits up to 2^53-1 only)', (raw) => {
+    expect(() => parseEpoch(Metadata({ [EPOCH_METADATA_KEY]: raw }))).toThrow(/is not an epoch/);
+  });
 });

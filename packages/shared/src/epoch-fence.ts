@@ -117,8 +117,9 @@ export function metadataEpoch(metadata: Metadata): number | undefined {
 export function parseEpoch(metadata: Metadata): number {
   const raw = metadata.get(EPOCH_METADATA_KEY);
   if (raw === undefined || raw === '') return 0;
-  const v = Number(raw);
-  if (!Number.isSafeInteger(v) || v < 0) throw new InvalidArgumentError(`metadata ${EPOCH_METADATA_KEY}: ${JSON.stringify(raw)} is not an epoch`);
+  // decimal digits only: Number() would also take "0x2", "1e0", " 1" or "2.0"
+  const v = /^[0-9]{1,16}$/.test(raw) ? Number(raw) : NaN;
+  if (!Number.isSafeInteger(v) || v < 0) throw new InvalidArgumentError(`metadata ${EPOCH_METADATA_KEY}: ${JSON.stringify(raw)} is not an epoch (decimal digits, at most ${Number.MAX_SAFE_INTEGER})`);
   return v;
 }
 

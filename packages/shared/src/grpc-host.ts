@@ -40,6 +40,25 @@ function stampDeadline(call: { metadata?: grpc.Metadata; getDeadline?: () => grp
   if (ms !== undefined && Number.isFinite(ms)) call.metadata.set(DEADLINE_METADATA_KEY, String(ms));
 }
 
+/** What a request that did not decode is replaced with, so that the call is answered INVALID_ARGUMENT (grpc-js answers INTERNAL). */
+const UNDECODABLE = Symbol('sandnode.undecodable');
+type Undecodable = { [UNDECODABLE]: string };
+
+function isUndecodable(v: unknown): v is Undecodable {
+  return typeof v === 'object' && v !== null && UNDECODABLE in v;
+}
+
+/** decodeOrMark wraps a request deserializer: bytes that do not decode become a marker instead of a throw. */
+function decodeOrMark(deserialize: (b: Buffer) => unknown): (b: Buffer) => unknown {
+  return (b) => {
+    try {
+      return deserialize(b);
+    } catch (err) {
+      return { [UNDECODABLE]: err instanceof Error ? err.message : String(err) };
+    }
+  };
+}
+
 export interface GrpcHostOptions {
   /** grpc-js server options (message size limits ...). */
   options: grpc.ServerOptions;
@@ -62,6 +81,10 @@ export class GrpcHost {
   /** add registers a nice-grpc service implementation. */
   add<D extends CompatServiceDefinition>(def: D, impl: ServiceImplementation<D, any>): void {
     const definition = defs.normalizeServiceDefinition(def);
+    // A request that is not a valid message of its type (random bytes, a uint64 above 2^53 with
+    // number longs) is bad input: INVALID_ARGUMENT, and the handler never runs (unary and
+    // server-streaming calls; a client stream's bad message ends its call INTERNAL, as grpc-js does).
+    for (const m of Object.values(definition)) if (!m.requestStream) m.requestDeserialize = decodeOrMark(m.requestDeserialize);
     const handlers: Record<string, any> = {};
     for (const [name, m] of Object.entries(definition)) {
       const fn = (impl as Record<string, ((...a: unknown[]) => unknown) | undefined>)[name];
@@ -85,6 +108,12 @@ export class GrpcHost {
           : bidi.createBidiStreamingMethodHandler;
       const handler = make(m, bound, this.middleware);
       handlers[name] = (call: any, ...rest: any[]) => {
+        if (isUndecodable(call.request)) {
+          const status = { code: grpc.status.INVALID_ARGUMENT, details: `${m.path}: the request is not a valid message of its type (${call.request[UNDECODABLE]}); nothing was done` };
+          if (typeof rest[0] === 'function') rest[0](status);
+          else call.emit('error', status);
+          return;
+        }
         stampDeadline(call);
         return handler(call, ...rest);
       };

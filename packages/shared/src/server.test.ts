@@ -15,7 +15,7 @@ import { DEADLINE_METADATA_KEY } from './grpc-host';
 const log = createLogger('test', '0', 'silent');
 
 /** rawCall sends one empty request message with the given headers; resolves with grpc-status. */
-function rawCall(port: number, rpc: string, headers: Record<string, string>): Promise<{ status: number; message: string }> {
+function rawCall(port: number, rpc: string, headers: Record<string, string>, body: Buffer = Buffer.alloc(5)): Promise<{ status: number; message: string }> {
   return new Promise((resolve, reject) => {
     const session = http2.connect(`http://127.0.0.1:${port}`);
     session.on('error', reject);
@@ -37,7 +37,7 @@ function rawCall(port: number, rpc: string, headers: Record<string, string>): Pr
       if (status === undefined) reject(new Error(`${rpc}: no grpc-status`));
       else resolve({ status, message });
     });
-    req.end(Buffer.alloc(5)); // one message of 0 bytes
+    req.end(body); // default: one message of 0 bytes
   });
 }
 
@@ -110,5 +110,22 @@ describe('createServiceServer deadline middleware', () => {
     // the same call with a live signal goes through
     await expect(deadlineMiddleware(call, { ...ctx, signal: new AbortController().signal }).next()).resolves.toEqual({ done: true, value: {} });
     expect(reached).toBe(1);
+  });
+
+  /** frame wraps payload as one uncompressed gRPC message. */
+  const frame = (payload: Buffer) => Buffer.concat([Buffer.from([0, 0, 0, 0, payload.length]), payload]);
+
+  it('a request that does not decode is INVALID_ARGUMENT, unary and streaming, and never reaches the handler', async () => {
+    // field 1 (sandbox_id) as a length-delimited string that claims 100 bytes but has 2; then random bytes
+    for (const bad of [Buffer.from([0x0a, 100, 0x61, 0x62]), Buffer.from([0xff, 0xff, 0xff, 0xff, 0x0f])]) {
+      const unary = await rawCall(port, GET, {}, frame(bad));
+      expect(unary.status).toBe(Status.INVALID_ARGUMENT);
+      expect(unary.message).toMatch(/GetSandbox: the request is not a valid message of its type .*nothing was done/);
+      expect((await rawCall(port, EXEC, {}, frame(bad))).status).toBe(Status.INVALID_ARGUMENT);
+    }
+    expect(calls).toEqual({ getSandbox: 0, exec: 0 });
+    // a valid request still reaches the handler
+    expect((await rawCall(port, GET, {})).status).toBe(Status.OK);
+    expect(calls.getSandbox).toBe(1);
   });
 });
