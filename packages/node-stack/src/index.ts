@@ -25,7 +25,7 @@ export { spawnDaemon, stopProcess, tail, waitForDaemon, type DaemonSpec, type Sp
 export { ACTIVE_POLL_MS, DEFAULT_ACTIVE_WAIT_MS, DEFAULT_LEASE_STATUS_TIMEOUT_MS, adminSockets, findActiveServer, listServers, serverStatus, waitForActiveServer, type ServerStatus } from './lease';
 export { loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, type PurgeReport } from './purge';
 export { sandboxJson, stateName, type SandboxJson } from './sandbox-json';
-export { DEFAULT_START_TIMEOUT_MS, DEFAULT_STOP_TIMEOUT_MS, killComponent, startComponent, stopComponent, type StartOptions } from './stack';
+export { DEFAULT_START_TIMEOUT_MS, DEFAULT_STOP_TIMEOUT_MS, killComponent, startComponent, startStack, stopComponent, type StackOps, type StartedComponent, type StartOptions } from './stack';
 export { percentile } from './stats';
 export { table } from './table';
 export { activeUblkSlot, pointUblkAddress, setActiveUblkSlot, ublkSlotSocket, type UblkSlot } from './ublk-slot';

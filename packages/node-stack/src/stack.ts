@@ -3,11 +3,11 @@
  * separate background processes, each with a pid file and a log in the runtime dir. Used by
  * `sandnode up|down` and the demo.
  */
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { unixAddress } from '@sandnode/shared';
-import { findRunning, getVersion, logFile, mainScript, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
-import { spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
+import { processState, unixAddress } from '@sandnode/shared';
+import { COMPONENTS, findRunning, getVersion, logFile, mainScript, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
+import { DAEMON_POLL_MS, sleep, spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
 import { activeUblkSlot, pointUblkAddress, ublkSlotSocket } from './ublk-slot';
 
 /** Default time `up` waits for a component to answer, ms. */
@@ -48,35 +48,125 @@ export interface StartOptions {
 /**
  * startComponent spawns a component detached (its own session, stdio to its log file, so it
  * outlives the CLI) and waits until it answers GetVersion with its pid. Idempotent: a running
- * component is left alone (started: false). Throws Error naming the log when it exits first
- * or does not answer within opts.timeoutMs.
+ * component is left alone (started: false). When the pid file names a live process of the
+ * component (same pid and start time) that does not answer yet, it never starts a second one:
+ * it waits up to opts.timeoutMs for that one to answer and else throws Error naming its pid and
+ * /proc state (e.g. "T": SIGSTOPped), leaving the pid file as it is. A component it starts that
+ * exits first or does not answer within opts.timeoutMs is killed, its pid file removed, and
+ * Error naming the log is thrown.
  */
 export async function startComponent(dirs: StackDirs, c: Component, opts: StartOptions = {}): Promise<{ pid: number; started: boolean }> {
-  const running = findRunning(dirs, c);
-  if (running && (await getVersion(dirs, c))) return { pid: running.pid, started: false };
   const timeoutMs = opts.timeoutMs ?? DEFAULT_START_TIMEOUT_MS;
+  const running = findRunning(dirs, c);
+  if (running) {
+    const answered = await waitForRunning(dirs, c, running.pid, timeoutMs);
+    if (answered) return { pid: running.pid, started: false };
+    // still that live process: refuse (one that exited while we waited is replaced below)
+    if (findRunning(dirs, c)?.pid === running.pid) {
+      const state = processState(running.pid) ?? '?';
+      const hint = state === 'T' || state === 't' ? ': stopped? `kill -CONT` it' : '';
+      throw new Error(`${c} pid ${running.pid} is running but does not answer within ${timeoutMs} ms (state ${state}${hint}): kill it or wait; no second ${c} was started (see ${logFile(dirs, c)})`);
+    }
+  }
   const log = logFile(dirs, c);
   const d = spawnDaemon({ script: mainScript(c, opts.buildDir), node: nodeFor(opts.buildDir), env: componentEnv(dirs, c), logPath: log });
   writePidFile(dirs, c, d.pid);
-  await waitForDaemon(
-    d,
-    async () => {
-      // a ublk-manager of a slot listens on its own socket: point the stable address at it once it answers there
-      const slot = c === 'ublk-manager' ? activeUblkSlot(dirs) : '';
-      if (slot && (await getVersion(dirs, c, START_PROBE_TIMEOUT_MS))?.pid !== d.pid) {
-        const own = await versionAt(unixAddress(ublkSlotSocket(dirs, slot)), START_PROBE_TIMEOUT_MS);
-        if (own?.pid === d.pid) pointUblkAddress(dirs, slot);
-      }
-      const v = await getVersion(dirs, c, START_PROBE_TIMEOUT_MS);
-      return v && v.pid === d.pid ? true : undefined;
-    },
-    {
-      timeoutMs,
-      onExit: (code) => new Error(`${c} exited with code ${code} while starting; see ${log}:\n${tail(log)}`),
-      onTimeout: () => new Error(`${c} did not answer within ${timeoutMs} ms; see ${log}`),
-    },
-  );
+  try {
+    await waitForDaemon(
+      d,
+      async () => {
+        // a ublk-manager of a slot listens on its own socket: point the stable address at it once it answers there
+        const slot = c === 'ublk-manager' ? activeUblkSlot(dirs) : '';
+        if (slot && (await getVersion(dirs, c, START_PROBE_TIMEOUT_MS))?.pid !== d.pid) {
+          const own = await versionAt(unixAddress(ublkSlotSocket(dirs, slot)), START_PROBE_TIMEOUT_MS);
+          if (own?.pid === d.pid) pointUblkAddress(dirs, slot);
+        }
+        const v = await getVersion(dirs, c, START_PROBE_TIMEOUT_MS);
+        return v && v.pid === d.pid ? true : undefined;
+      },
+      {
+        timeoutMs,
+        onExit: (code) => new Error(`${c} exited with code ${code} while starting; see ${log}:\n${tail(log)}`),
+        onTimeout: () => new Error(`${c} did not answer within ${timeoutMs} ms and was killed; see ${log}`),
+      },
+    );
+  } catch (err) {
+    // no half-started daemon and no pid file naming it stay behind
+    await stopProcess(d.pid, { signal: 'SIGKILL' });
+    removePidFileOf(dirs, c, d.pid);
+    throw err;
+  }
   return { pid: d.pid, started: true };
+}
+
+/**
+ * waitForRunning polls (every DAEMON_POLL_MS) until the component answers at its stable address
+ * (true), the process pid is gone (false) or timeoutMs passes (false).
+ */
+async function waitForRunning(dirs: StackDirs, c: Component, pid: number, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await getVersion(dirs, c, START_PROBE_TIMEOUT_MS)) return true;
+    if (findRunning(dirs, c)?.pid !== pid || Date.now() > deadline) return false;
+    await sleep(DAEMON_POLL_MS);
+  }
+}
+
+/** removePidFileOf removes the component's pid file when it still names pid (another `up` may have written its own since). */
+function removePidFileOf(dirs: StackDirs, c: Component, pid: number): void {
+  try {
+    if (Number(readFileSync(pidFile(dirs, c), 'utf8').trim().split(' ')[0]) === pid) rmSync(pidFile(dirs, c), { force: true });
+  } catch {
+    /* no pid file */
+  }
+}
+
+/** What {@link startStack} did with one component. */
+export interface StartedComponent {
+  name: Component;
+  pid: number;
+  /** false: it was already running and answering before this call */
+  started: boolean;
+  /** how long its start (or the check that it runs) took, ms */
+  ms: number;
+}
+
+/** The start and stop {@link startStack} uses (tests pass their own). */
+export interface StackOps {
+  start(c: Component): Promise<{ pid: number; started: boolean }>;
+  stop(c: Component): Promise<boolean>;
+}
+
+/**
+ * startStack starts the components in COMPONENTS order (`sandnode up`). When one fails it
+ * undoes this call: the components this call started are stopped in reverse order (those that
+ * ran before the call are left alone), and it throws Error with the failure and what was
+ * undone. Undoing the vmm-supervisor is right too: one this call started did not run before,
+ * and stopping it only stops the daemon (the sandboxes' containers keep running and the next
+ * `up` adopts them, as after `down`), so the node is back where it was.
+ */
+export async function startStack(dirs: StackDirs, opts: StartOptions = {}, ops?: StackOps): Promise<StartedComponent[]> {
+  const o: StackOps = ops ?? { start: (c) => startComponent(dirs, c, opts), stop: (c) => stopComponent(dirs, c) };
+  const out: StartedComponent[] = [];
+  for (const c of COMPONENTS) {
+    const t0 = Date.now();
+    try {
+      const r = await o.start(c);
+      out.push({ name: c, pid: r.pid, started: r.started, ms: Date.now() - t0 });
+    } catch (err) {
+      const undone: string[] = [];
+      for (const s of out.filter((x) => x.started).reverse()) {
+        const ok = await o.stop(s.name).catch((e: Error) => `${s.name} pid ${s.pid} could not be stopped: ${e.message}`);
+        undone.push(typeof ok === 'string' ? ok : `stopped ${s.name} pid ${s.pid}`);
+      }
+      const kept = out.filter((x) => !x.started).map((x) => `${x.name} pid ${x.pid}`);
+      throw new Error(
+        [(err as Error).message, `up undone: ${undone.join('; ') || 'nothing this up started'}`, ...(kept.length ? [`left running (they ran before this up): ${kept.join(', ')}`] : [])].join('\n'),
+        { cause: err },
+      );
+    }
+  }
+  return out;
 }
 
 /**

@@ -1,9 +1,9 @@
 /**
  * `sandnode up | down [--purge] | status`: the node's daemons as a whole.
  */
-import type { Command } from 'commander';
-import { COMPONENTS, findActiveServer, findRunning, getVersion, purgeNode, startComponent, stopComponent, table } from '@sandnode/node-stack';
-import { dirsOf } from '../options';
+import { Option, type Command } from 'commander';
+import { COMPONENTS, DEFAULT_START_TIMEOUT_MS, findActiveServer, findRunning, getVersion, purgeNode, startStack, stopComponent, table } from '@sandnode/node-stack';
+import { dirsOf, wholeNumber } from '../options';
 import { action, print } from '../output';
 import { listAllSandboxes, withServer } from '../server-calls';
 
@@ -17,16 +17,17 @@ export function registerNodeCommands(program: Command): void {
   program
     .command('up')
     .description('start vmm-supervisor, ublk-manager and server in the background; returns when all answer (idempotent)')
+    .addOption(
+      new Option('--start-timeout-ms <ms>', 'how long each component may take to answer, ms (one that started and does not is killed)')
+        .env('SANDNODE_START_TIMEOUT_MS')
+        .argParser(wholeNumber)
+        .default(DEFAULT_START_TIMEOUT_MS),
+    )
     .option('--json', 'print JSON')
     .action(
-      action(async (o: JsonOpts, cmd: Command) => {
-        const d = dirsOf(cmd);
-        const out: { name: string; pid: number; started: boolean; ms: number }[] = [];
-        for (const c of COMPONENTS) {
-          const t0 = Date.now();
-          const r = await startComponent(d, c);
-          out.push({ name: c, pid: r.pid, started: r.started, ms: Date.now() - t0 });
-        }
+      action(async (o: JsonOpts & { startTimeoutMs: number }, cmd: Command) => {
+        // a failure stops what this up started and says so (startStack)
+        const out = await startStack(dirsOf(cmd), { timeoutMs: o.startTimeoutMs });
         print(!!o.json, { components: out }, () =>
           table(
             ['COMPONENT', 'PID', 'ACTION', 'MS'],

@@ -1,0 +1,62 @@
+/**
+ * `sandnode up` while the server runs but does not answer (SIGSTOP): it fails naming the pid
+ * and starts no second server; after SIGCONT `status` shows the original one. An `up` whose
+ * server fails to start stops the daemons that same `up` started.
+ */
+import { spawnSync } from 'node:child_process';
+import { findRunning, sandnodeProcesses } from '@sandnode/node-stack';
+import { describeNode, serverProcesses, startNode, waitFor, type TestNode } from '@sandnode/testkit';
+
+jest.setTimeout(180_000);
+
+describeNode('sandnode up when a component does not start', () => {
+  let node: TestNode;
+  let pid = 0;
+  beforeAll(async () => {
+    node = await startNode({ buildTemplate: false });
+  });
+  afterAll(async () => {
+    if (pid) process.kill(pid, 'SIGCONT');
+    await node?.stop();
+  });
+
+  it('fails naming the pid, starts no second server, and the original answers after SIGCONT', async () => {
+    pid = findRunning(node.dirs, 'server')!.pid;
+    expect(serverProcesses(node.dirs.runDir)).toEqual([pid]);
+    process.kill(pid, 'SIGSTOP');
+    const r = node.cli(['up', '--start-timeout-ms', '1500']);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain(`server pid ${pid} is running but does not answer within 1500 ms (state T: stopped?`);
+    // the daemons that ran before this up are left alone
+    expect(r.stderr).toContain('up undone: nothing this up started');
+    expect(serverProcesses(node.dirs.runDir)).toEqual([pid]);
+    expect(findRunning(node.dirs, 'server')?.pid).toBe(pid);
+
+    process.kill(pid, 'SIGCONT');
+    await waitFor('the server to answer', () => JSON.parse(node.cli(['status', '--json']).stdout).components[2].up === true, 20_000);
+    const st = JSON.parse(node.cli(['status', '--json']).stdout) as { components: { name: string; pid: number; up: boolean }[] };
+    expect(st.components.find((c) => c.name === 'server')).toMatchObject({ pid, up: true });
+    expect(serverProcesses(node.dirs.runDir)).toEqual([pid]);
+    const again = node.cli(['up', '--json']);
+    expect(again.status).toBe(0);
+    expect(JSON.parse(again.stdout).components.every((c: { started: boolean }) => !c.started)).toBe(true);
+  });
+
+  it('stops what it started when a later component fails to start', () => {
+    pid = 0;
+    expect(node.cli(['down']).status).toBe(0);
+    expect(sandnodeProcesses(node.dirs.runDir)).toEqual([]);
+    // a bad config value: the server exits 2 at once
+    const d = node.dirs;
+    const r = spawnSync(process.execPath, [require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', d.stateDir, '--run-dir', d.runDir, '--listen', '', 'up'], {
+      encoding: 'utf8',
+      timeout: 120_000,
+      env: { ...process.env, SANDNODE_SERVER_LOG_LEVEL: 'bogus' },
+    });
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain('server exited with code 2 while starting');
+    expect(r.stderr).toMatch(/up undone: stopped ublk-manager pid \d+; stopped vmm-supervisor pid \d+/);
+    expect(sandnodeProcesses(node.dirs.runDir)).toEqual([]);
+    expect(node.cli(['up']).status).toBe(0);
+  });
+});
