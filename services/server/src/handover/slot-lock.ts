@@ -9,10 +9,11 @@
  * removeStaleAdminSockets removes the admin sockets of servers that are gone (killed servers
  * leave theirs behind), never a live one.
  */
-import { closeSync, ftruncateSync, lstatSync, openSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, ftruncateSync, lstatSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { ADMIN_SOCKET_RE, processState, type Logger } from '@sandnode/shared';
+import { tryFlock } from '../store/flock-lease';
 
 const fsExt = require('fs-ext') as { flockSync(fd: number, flags: 'exnb' | 'un'): void };
 
@@ -59,15 +60,8 @@ export class SlotLock {
   /** tryAcquire takes the lock if it is free (non-blocking); true when taken. writePid: record this process as the holder. */
   tryAcquire(writePid = true): boolean {
     if (this.fd !== undefined) return true;
-    const fd = openSync(this.file, 'a+', 0o600);
-    try {
-      fsExt.flockSync(fd, 'exnb');
-    } catch (err) {
-      closeSync(fd);
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'EAGAIN' || code === 'EWOULDBLOCK') return false;
-      throw err;
-    }
+    const fd = tryFlock(this.file);
+    if (fd === undefined) return false;
     this.fd = fd;
     if (writePid) {
       ftruncateSync(fd, 0);

@@ -8,6 +8,24 @@ import { closeSync, ftruncateSync, openSync, readFileSync, renameSync, writeSync
 
 const fsExt = require('fs-ext') as { flockSync(fd: number, flags: 'ex' | 'exnb' | 'un'): void };
 
+/**
+ * tryFlock opens file (created 0600) and takes an exclusive flock(2) on it without waiting:
+ * the open fd when taken (the lock lives as long as the fd, and the kernel drops it when the
+ * process dies), undefined when another process holds it. Other errors are thrown.
+ */
+export function tryFlock(file: string): number | undefined {
+  const fd = openSync(file, 'a+', 0o600);
+  try {
+    fsExt.flockSync(fd, 'exnb');
+    return fd;
+  } catch (err) {
+    closeSync(fd);
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === 'EAGAIN' || code === 'EWOULDBLOCK') return undefined;
+    throw err;
+  }
+}
+
 /** What the lease file says about its holder. */
 export interface LeaseHolder {
   pid: number;
@@ -31,17 +49,8 @@ export class FlockLease {
   /** tryAcquire takes the lease if it is free (non-blocking); true when taken. */
   tryAcquire(): boolean {
     if (this.fd !== undefined) return true;
-    const fd = openSync(this.file, 'a+', 0o600);
-    try {
-      fsExt.flockSync(fd, 'exnb');
-    } catch (err) {
-      closeSync(fd);
-      const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'EAGAIN' || code === 'EWOULDBLOCK') return false;
-      throw err;
-    }
-    this.fd = fd;
-    return true;
+    this.fd = tryFlock(this.file);
+    return this.fd !== undefined;
   }
 
   /** acquire polls tryAcquire every pollMs until timeoutMs; true when taken. */
