@@ -21,7 +21,7 @@
  */
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
-import { chmod, mkdir, rm, writeFile } from 'node:fs/promises';
+import { mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { CommandError, InternalError, isSameProcess, processStartTicks, run, VMM_FEATURES } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
@@ -30,6 +30,7 @@ import { HostStepError } from '../core/host-error';
 import type { EffectiveResources, VmSpec } from '../core/types';
 import type { FreezeStatus } from '../core/freeze';
 import { resolveExecutable } from './binary';
+import { ensureDirNoFollow, openRootDir, replaceFileNoFollow, UnsafePathError } from './beneath';
 import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from './podd-socket';
 import { failpoints, FAILPOINTS } from '../core/failpoints';
 import { mount, mountsUnder, unmountIfMounted } from './mounts';
@@ -149,12 +150,12 @@ export class RuncDriver implements VmDriver {
       const guestDir = preparePoddDirs(spec.poddSocketDir);
 
       step = `mount rootfs upper drive ${upper.path}`;
-      await mount(upper.path, upperDev, 'ext4', ['noatime']);
+      await mount(upper.path, upperDev, 'ext4', SANDBOX_FS_HOST_OPTIONS);
       await mkdir(path.join(upperDev, 'upper'), { recursive: true, mode: 0o755 });
       await mkdir(path.join(upperDev, 'work'), { recursive: true, mode: 0o755 });
       if (spec.machineId) {
         step = 'write /etc/machine-id';
-        await writeMachineId(path.join(upperDev, 'upper'), spec.machineId);
+        if (!writeMachineId(path.join(upperDev, 'upper'), spec.machineId)) this.log.warn({ vm_id: vmId }, 'the sandbox replaced its /etc (symlink or not a directory): machine-id left as it is');
       }
 
       step = 'mount overlay rootfs';
@@ -163,7 +164,7 @@ export class RuncDriver implements VmDriver {
       if (ws) {
         step = `mount workspace drive ${ws.path}`;
         await mkdir(workspace, { recursive: true });
-        await mount(ws.path, workspace, 'ext4', ws.readOnly ? ['ro', 'noatime'] : ['noatime']);
+        await mount(ws.path, workspace, 'ext4', ws.readOnly ? ['ro', ...SANDBOX_FS_HOST_OPTIONS] : SANDBOX_FS_HOST_OPTIONS);
       }
 
       failpoints.hit(FAILPOINTS.createAfterMounts);
@@ -416,16 +417,35 @@ export class RuncDriver implements VmDriver {
 }
 
 /**
+ * Options of the host-side mounts of a sandbox's filesystems (its upper drive and workspace):
+ * a setuid binary or a device node the sandbox made there gives nothing to host processes
+ * that walk those mounts (issue 10 §2). The sandbox's own view is the overlay and its bind
+ * mounts, which keep their own options.
+ */
+export const SANDBOX_FS_HOST_OPTIONS = ['noatime', 'nosuid', 'nodev'];
+
+/**
  * writeMachineId writes `<upper>/etc/machine-id` (id + "\n", mode 0444; machine-id(5)) into the
  * overlay's upper dir before the overlay is mounted; creates `<upper>/etc` (0755) if missing.
+ * The upper dir holds what the sandbox wrote (a fork child's or a drained sandbox's): `etc` or
+ * `machine-id` may be a symlink it planted to any host path, so the walk never follows one
+ * (beneath.ts). Returns false, having written nothing, when `etc` is a symlink or not a
+ * directory (the sandbox replaced its own /etc; it keeps the machine id it had).
  */
-export async function writeMachineId(upper: string, id: string): Promise<void> {
-  const etc = path.join(upper, 'etc');
-  await mkdir(etc, { recursive: true, mode: 0o755 });
-  const file = path.join(etc, 'machine-id');
-  await rm(file, { force: true });
-  await writeFile(file, `${id}\n`, { mode: 0o444 });
-  await chmod(file, 0o444);
+export function writeMachineId(upper: string, id: string): boolean {
+  const root = openRootDir(upper);
+  let etc: number | undefined;
+  try {
+    etc = ensureDirNoFollow(root, 'etc', 0o755);
+    replaceFileNoFollow(etc, 'machine-id', `${id}\n`, 0o444);
+    return true;
+  } catch (err) {
+    if (err instanceof UnsafePathError) return false;
+    throw err;
+  } finally {
+    if (etc !== undefined) closeSync(etc);
+    closeSync(root);
+  }
 }
 
 function lastLines(file: string, n: number): string {
