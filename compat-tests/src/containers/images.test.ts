@@ -40,6 +40,7 @@ describe('buildPaths', () => {
       'tools/cli/dist/main.js',
       'tools/cli/bin/sandnode.js',
       'services/podd/dist/podd.bundle.js',
+      'services/vmm-supervisor/seccomp/sandbox.json',
     ]);
     expect(buildPaths(dir).sort()).toEqual([
       'node_modules',
@@ -48,6 +49,7 @@ describe('buildPaths', () => {
       'packages/shared/dist',
       'packages/shared/package.json',
       'services/podd/dist',
+      'services/vmm-supervisor/seccomp',
       'tools/cli/bin',
       'tools/cli/dist',
       'tools/cli/package.json',

@@ -84,13 +84,14 @@ export function stageTools(dir: string): string {
 /**
  * buildPaths lists the parts of a build an image holds, relative to the build dir: either
  * layout (0.1.0/0.2.0: services/server holds the CLI, `shared/`; from 0.3.0: tools/*,
- * packages/*, `packages/shared`), whatever exists of package.json, dist and bin per package.
+ * packages/*, `packages/shared`), whatever exists of package.json, dist, bin and data files
+ * (vmm-supervisor's seccomp/) per package.
  */
 export function buildPaths(dir: string): string[] {
   const out = ['package.json', 'node_modules', 'shared/package.json', 'shared/dist', 'shared/descriptor', 'packages/shared/descriptor', 'deploy'];
   for (const root of ['packages', 'services', 'tools']) {
     if (!existsSync(path.join(dir, root))) continue;
-    for (const s of readdirSync(path.join(dir, root))) out.push(`${root}/${s}/package.json`, `${root}/${s}/dist`, `${root}/${s}/bin`);
+    for (const s of readdirSync(path.join(dir, root))) out.push(`${root}/${s}/package.json`, `${root}/${s}/dist`, `${root}/${s}/bin`, `${root}/${s}/seccomp`);
   }
   return out.filter((p) => existsSync(path.join(dir, p)));
 }

@@ -34,6 +34,12 @@ export const VMM_FEATURES = {
   machineId: 'vmm.machine-id.v1',
   /** VmService.FenceEpoch: an explicit epoch announcement (before it, a DeleteVm of an unknown id) */
   fenceEpoch: 'vmm.fence-epoch.v1',
+  /** Resources.pids is enforced (cgroup pids.max, default 1024) */
+  pidsLimit: 'vmm.pids-limit.v1',
+  /** runc sandboxes run in their own cgroup namespace */
+  cgroupNamespace: 'vmm.cgroup-ns.v1',
+  /** runc sandboxes run under the supervisor's seccomp profile (absent when configured "unconfined") */
+  seccomp: 'vmm.seccomp.v1',
 } as const;
 
 /** Features of the ublk-manager (`ublk.*`). */

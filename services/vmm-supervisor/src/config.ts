@@ -5,6 +5,7 @@
 import path from 'node:path';
 import { DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 import { DEFAULT_KILL_WAIT_MS, DEFAULT_RUNC_START_TIMEOUT_MS } from './drivers/runc';
+import { DEFAULT_SECCOMP_PROFILE } from './drivers/seccomp';
 
 /** Kernel command line of firecracker VMs unless `kernelArgs` says otherwise. */
 export const DEFAULT_KERNEL_ARGS = 'console=ttyS0 reboot=k panic=1 pci=off';
@@ -47,6 +48,10 @@ export const configSchema = z.object({
   killWaitMs: z.coerce.number().int().min(100).max(600_000).default(DEFAULT_KILL_WAIT_MS),
   /** Time running calls get to finish at shutdown (SIGTERM), in ms. */
   drainMs: z.coerce.number().int().min(0).max(600_000).default(DEFAULT_DRAIN_MS),
+  /** Seccomp profile of runc sandboxes (OCI JSON; default the shipped seccomp/sandbox.json); "unconfined" for none. */
+  seccompProfile: z.string().min(1).default(DEFAULT_SECCOMP_PROFILE),
+  /** Most processes (tasks) in a VM whose spec says 0 (cgroup pids.max). */
+  defaultPids: z.coerce.number().int().min(16).max(1_000_000).default(1024),
   /** Prometheus `/metrics` on "host:port"; "" disables. */
   metricsListen: z
     .string()
@@ -75,6 +80,10 @@ export interface VmmConfig {
   drainMs: number;
   /** "host:port" of /metrics; "" = not served. */
   metricsListen: string;
+  /** Path of the seccomp profile, or "unconfined". */
+  seccompProfile: string;
+  /** Default pids limit of a VM. */
+  defaultPids: number;
 }
 
 /** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */

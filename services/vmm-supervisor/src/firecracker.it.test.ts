@@ -45,7 +45,7 @@ describeWith('vmm-supervisor firecracker driver (integration)', FC_PARTS, () => 
     spec = {
       templateRootfs: rootfsImage,
       drives: [{ driveId: 'upper', path: upper, role: DriveRole.DRIVE_ROLE_ROOTFS_UPPER, readOnly: false }],
-      resources: { vcpus: 1, memoryMib: 128, diskBytes: 0 },
+      resources: { vcpus: 1, memoryMib: 128, diskBytes: 0, pids: 0 },
       poddSocketDir: path.join(fx.runDir, 'sandboxes', 'fc-a'),
       hostname: '',
       env: {},

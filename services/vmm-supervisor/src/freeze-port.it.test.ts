@@ -44,7 +44,7 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
         { driveId: 'upper', path: upper, role: DriveRole.DRIVE_ROLE_ROOTFS_UPPER, readOnly: false },
         { driveId: 'ws', path: ws, role: DriveRole.DRIVE_ROLE_WORKSPACE, readOnly: false },
       ],
-      resources: { vcpus: 1, memoryMib: 128, diskBytes: 0 },
+      resources: { vcpus: 1, memoryMib: 128, diskBytes: 0, pids: 0 },
       poddSocketDir: podd,
       hostname: '',
       env: {},

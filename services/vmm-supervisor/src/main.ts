@@ -25,6 +25,7 @@ import { quarantinedRows } from './metrics';
 import { acquireStateLock, StateLockHeldError } from './state-lock';
 import { DriverBinaries } from './store/driver-binaries';
 import { SqliteVmStore } from './store/sqlite-vm-store';
+import { SECCOMP_UNCONFINED } from './drivers/seccomp';
 
 /** Exit code when another supervisor holds the state dir. */
 export const EXIT_LOCKED = 3;
@@ -90,6 +91,7 @@ async function main(): Promise<void> {
     process.exit(EXIT_USAGE);
   }
   if (driver.name === 'firecracker' && !existsSync('/dev/kvm')) log.warn('/dev/kvm is missing: firecracker VMs cannot start on this host');
+  if (driver.name === 'runc' && cfg.seccompProfile === SECCOMP_UNCONFINED) log.warn('seccompProfile is "unconfined": new sandboxes run without a seccomp filter');
 
   const store = SqliteVmStore.forStateDir(cfg.stateDir, {
     onQuarantine: (q) => {
@@ -110,7 +112,7 @@ async function main(): Promise<void> {
     store,
     driver,
     log,
-    defaults: { vcpus: cfg.defaultVcpus, memoryMib: cfg.defaultMemoryMib, stopTimeoutMs: cfg.stopTimeoutMs },
+    defaults: { vcpus: cfg.defaultVcpus, memoryMib: cfg.defaultMemoryMib, pids: cfg.defaultPids, stopTimeoutMs: cfg.stopTimeoutMs },
     binaries: DriverBinaries.forStateDir(cfg.stateDir),
   });
   const report = await supervisor.adopt();

@@ -70,7 +70,7 @@ describeWith('podd Quiesce/Thaw in a real runc VM (integration)', [...FREEZE_PAR
         { driveId: 'upper', path: fx.makeExt4Loop(`${id}-upper`), role: DriveRole.DRIVE_ROLE_ROOTFS_UPPER, readOnly: false },
         { driveId: 'ws', path: fx.makeExt4Loop(`${id}-ws`), role: DriveRole.DRIVE_ROLE_WORKSPACE, readOnly: false },
       ],
-      resources: { vcpus: 1, memoryMib: 256, diskBytes: 0 },
+      resources: { vcpus: 1, memoryMib: 256, diskBytes: 0, pids: 0 },
       poddSocketDir: poddDir,
       hostname: '',
       env,

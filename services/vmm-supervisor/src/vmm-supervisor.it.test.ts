@@ -102,7 +102,7 @@ describeWith('vmm-supervisor runc driver (integration)', VMM_PARTS, () => {
         { driveId: 'upper', path: upperA, role: DriveRole.DRIVE_ROLE_ROOTFS_UPPER, readOnly: false },
         { driveId: 'ws', path: wsA, role: DriveRole.DRIVE_ROLE_WORKSPACE, readOnly: false },
       ],
-      resources: { vcpus: 1, memoryMib: 128, diskBytes: 0 },
+      resources: { vcpus: 1, memoryMib: 128, diskBytes: 0, pids: 0 },
       poddSocketDir: poddA,
       hostname: 'box-a',
       env: { FOO: 'bar' },
@@ -297,9 +297,9 @@ describeWith('vmm-supervisor runc driver (integration)', VMM_PARTS, () => {
     await expectCode(bad({ drives: [{ ...upper, role: DriveRole.DRIVE_ROLE_UNSPECIFIED }] }), Status.INVALID_ARGUMENT);
     await expectCode(bad({ templateRootfs: 'relative/rootfs' }), Status.INVALID_ARGUMENT);
     await expectCode(bad({ poddSocketDir: 'relative' }), Status.INVALID_ARGUMENT);
-    await expectCode(bad({ resources: { vcpus: 65, memoryMib: 0, diskBytes: 0 } }), Status.INVALID_ARGUMENT);
-    await expectCode(bad({ resources: { vcpus: 0, memoryMib: 16, diskBytes: 0 } }), Status.INVALID_ARGUMENT);
-    await expectCode(bad({ resources: { vcpus: 0, memoryMib: 65537, diskBytes: 0 } }), Status.INVALID_ARGUMENT);
+    await expectCode(bad({ resources: { vcpus: 65, memoryMib: 0, diskBytes: 0, pids: 0 } }), Status.INVALID_ARGUMENT);
+    await expectCode(bad({ resources: { vcpus: 0, memoryMib: 16, diskBytes: 0, pids: 0 } }), Status.INVALID_ARGUMENT);
+    await expectCode(bad({ resources: { vcpus: 0, memoryMib: 65537, diskBytes: 0, pids: 0 } }), Status.INVALID_ARGUMENT);
     await expectCode(bad({ templateRootfs: path.join(fx.dir, 'no-such-rootfs') }), Status.FAILED_PRECONDITION);
     await expectCode(bad({ drives: [{ ...upper, path: '/dev/no-such-loop' }] }), Status.FAILED_PRECONDITION);
     await expectCode(client.getVm({ vmId: 'vm-none' }), Status.NOT_FOUND);

@@ -17,6 +17,8 @@ export interface Resources {
   memoryMib: number;
   /** /workspace device size, bytes */
   diskBytes: number;
+  /** most tasks in the sandbox; 0 = the supervisor's default (common.v1.Resources.pids) */
+  pids: number;
 }
 
 export type DeviceRole = 'rootfs-upper' | 'workspace';

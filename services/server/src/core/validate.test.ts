@@ -18,14 +18,17 @@ describe('workspacePath', () => {
 });
 
 describe('validateResources', () => {
-  it('fills defaults', () => expect(validateResources('resources', undefined, d)).toEqual(d));
-  it('keeps given values', () => expect(validateResources('r', { vcpus: 2, memoryMib: 64, diskBytes: 32 << 20 }, d)).toEqual({ vcpus: 2, memoryMib: 64, diskBytes: 32 << 20 }));
+  it('fills defaults (pids 0 stays 0: the supervisor applies its own)', () => expect(validateResources('resources', undefined, d)).toEqual({ ...d, pids: 0 }));
+  it('keeps given values', () => expect(validateResources('r', { vcpus: 2, memoryMib: 64, diskBytes: 32 << 20, pids: 16 }, d)).toEqual({ vcpus: 2, memoryMib: 64, diskBytes: 32 << 20, pids: 16 }));
   it.each([
     [{ vcpus: 65 }, /r\.vcpus/],
     [{ vcpus: -1 }, /r\.vcpus/],
     [{ memoryMib: 16 }, /r\.memory_mib/],
     [{ diskBytes: 1000 }, /r\.disk_bytes/],
     [{ diskBytes: (16 << 20) + 1 }, /r\.disk_bytes/],
+    [{ pids: 15 }, /r\.pids/],
+    [{ pids: 1_000_001 }, /r\.pids/],
+    [{ pids: 1.5 }, /r\.pids/],
   ])('refuses %j', (r, msg) => expect(() => validateResources('r', r, d)).toThrow(msg));
 });
 

@@ -74,6 +74,7 @@ export function validateResources(field: string, r: Partial<Resources> | undefin
   const vcpus = r?.vcpus ?? 0;
   const memoryMib = r?.memoryMib ?? 0;
   const diskBytes = r?.diskBytes ?? 0;
+  const pids = r?.pids ?? 0;
   if (!Number.isInteger(vcpus) || vcpus < 0 || vcpus > 64) throw new InvalidArgumentError(`${field}.vcpus: ${vcpus} is out of range 0..64`);
   if (!Number.isInteger(memoryMib) || (memoryMib !== 0 && (memoryMib < 32 || memoryMib > 65536))) {
     throw new InvalidArgumentError(`${field}.memory_mib: ${memoryMib} must be 0 or 32..65536`);
@@ -82,7 +83,9 @@ export function validateResources(field: string, r: Partial<Resources> | undefin
     throw new InvalidArgumentError(`${field}.disk_bytes: ${diskBytes} must be 0 or 16 MiB..1 TiB`);
   }
   if (diskBytes % 512 !== 0) throw new InvalidArgumentError(`${field}.disk_bytes: ${diskBytes} is not a multiple of 512`);
-  return { vcpus: vcpus || d.vcpus, memoryMib: memoryMib || d.memoryMib, diskBytes: diskBytes || d.diskBytes };
+  if (!Number.isInteger(pids) || (pids !== 0 && (pids < 16 || pids > 1_000_000))) throw new InvalidArgumentError(`${field}.pids: ${pids} must be 0 or 16..1000000`);
+  // pids 0 stays 0: the supervisor applies its node default (key defaultPids)
+  return { vcpus: vcpus || d.vcpus, memoryMib: memoryMib || d.memoryMib, diskBytes: diskBytes || d.diskBytes, pids };
 }
 
 /**

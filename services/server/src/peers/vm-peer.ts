@@ -64,7 +64,7 @@ export class VmPeer implements VmPort {
           { driveId: 'upper', path: a.upperPath, role: DriveRole.DRIVE_ROLE_ROOTFS_UPPER, readOnly: false },
           { driveId: 'workspace', path: a.workspacePath, role: DriveRole.DRIVE_ROLE_WORKSPACE, readOnly: false },
         ],
-        resources: { vcpus: a.resources.vcpus, memoryMib: a.resources.memoryMib, diskBytes: a.resources.diskBytes },
+        resources: { vcpus: a.resources.vcpus, memoryMib: a.resources.memoryMib, diskBytes: a.resources.diskBytes, pids: a.resources.pids },
         poddSocketDir: a.poddSocketDir,
         hostname: a.hostname,
         env: a.env,

@@ -124,6 +124,7 @@ export function decodeRecord(bytes: Uint8Array): SandboxRecord {
       vcpus: msg.resources?.vcpus ?? 0,
       memoryMib: msg.resources?.memoryMib ?? 0,
       diskBytes: msg.resources?.diskBytes ?? 0,
+      pids: msg.resources?.pids ?? 0,
     },
     requestId: msg.requestId,
     errorMessage: msg.errorMessage,

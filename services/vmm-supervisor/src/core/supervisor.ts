@@ -20,7 +20,7 @@ import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, VmDriver, VmRef } from './driver';
 import type { EffectiveResources, VmRecord, VmSpec, VmState } from './types';
 import { VM_RECORD_SCHEMA } from './types';
-import { canonicalSpec, checkHostPaths, validateVmSpec } from './validate';
+import { canonicalSpec, checkHostPaths, DEFAULT_PIDS, validateVmSpec } from './validate';
 import type { VmStore } from './vm-store';
 
 /** Node defaults applied to zero resource fields and zero stop timeouts. */
@@ -29,6 +29,8 @@ export interface SupervisorDefaults {
   vcpus: number;
   /** Memory limit in MiB when a spec says 0. */
   memoryMib: number;
+  /** pids limit when a spec says 0 (default 1024 if absent). */
+  pids?: number;
   /** SIGTERM -> SIGKILL wait in ms when a StopVm says 0 (also used by DeleteVm). */
   stopTimeoutMs: number;
 }
@@ -283,6 +285,7 @@ export class Supervisor {
     return {
       vcpus: spec.resources.vcpus || this.defaults.vcpus,
       memoryMib: spec.resources.memoryMib || this.defaults.memoryMib,
+      pids: spec.resources.pids || this.defaults.pids || DEFAULT_PIDS,
     };
   }
 

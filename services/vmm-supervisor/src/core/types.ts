@@ -34,6 +34,8 @@ export interface VmResources {
   memoryMib: number;
   /** Size of the workspace device in bytes (informational here; the device manager sizes it). */
   diskBytes: number;
+  /** Most tasks in the VM: 0 / undefined (rows of older releases) or 16..1000000; 0 = node default. */
+  pids?: number;
 }
 
 /** VmSpec is everything needed to start a VM. It never changes after CreateVm. */
@@ -64,6 +66,8 @@ export interface VmSpec {
 export interface EffectiveResources {
   vcpus: number;
   memoryMib: number;
+  /** cgroup pids.max of the VM. */
+  pids: number;
 }
 
 /** VmProcess identifies the VM's init process across pid reuse. */

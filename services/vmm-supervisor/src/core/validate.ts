@@ -20,6 +20,10 @@ export const MAX_VCPUS = 64;
 export const MIN_MEMORY_MIB = 32;
 /** Largest memory limit, MiB. */
 export const MAX_MEMORY_MIB = 65536;
+/** Range of a non-zero pids limit (Resources.pids), and the default of a spec that says 0. */
+export const MIN_PIDS = 16;
+export const MAX_PIDS = 1_000_000;
+export const DEFAULT_PIDS = 1024;
 
 const DRIVE_ID_RE = /^[a-z0-9-]{1,32}$/;
 const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
@@ -69,6 +73,10 @@ export function validateVmSpec(vmId: string, spec: VmSpec | undefined): asserts 
   if (!Number.isInteger(memoryMib) || (memoryMib !== 0 && (memoryMib < MIN_MEMORY_MIB || memoryMib > MAX_MEMORY_MIB))) {
     throw new InvalidArgumentError(`spec.resources.memory_mib: ${memoryMib} is not 0 or ${MIN_MEMORY_MIB}..${MAX_MEMORY_MIB}`);
   }
+  const pids = spec.resources.pids ?? 0;
+  if (!Number.isInteger(pids) || (pids !== 0 && (pids < MIN_PIDS || pids > MAX_PIDS))) {
+    throw new InvalidArgumentError(`spec.resources.pids: ${pids} is not 0 or ${MIN_PIDS}..${MAX_PIDS}`);
+  }
   if (spec.hostname !== '' && !HOSTNAME_RE.test(spec.hostname)) {
     throw new InvalidArgumentError(`spec.hostname: ${JSON.stringify(spec.hostname)} is not a valid hostname label`);
   }
@@ -103,7 +111,7 @@ export function canonicalSpec(spec: VmSpec): string {
   return JSON.stringify({
     templateRootfs: spec.templateRootfs,
     drives: spec.drives.map((d) => ({ driveId: d.driveId, path: d.path, role: d.role, readOnly: d.readOnly })),
-    resources: { vcpus: spec.resources.vcpus, memoryMib: spec.resources.memoryMib, diskBytes: spec.resources.diskBytes },
+    resources: { vcpus: spec.resources.vcpus, memoryMib: spec.resources.memoryMib, diskBytes: spec.resources.diskBytes, ...(spec.resources.pids ? { pids: spec.resources.pids } : {}) },
     poddSocketDir: spec.poddSocketDir,
     hostname: spec.hostname,
     env,

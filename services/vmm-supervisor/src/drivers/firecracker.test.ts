@@ -184,7 +184,7 @@ describe('FirecrackerDriver with a fake firecracker binary', () => {
   });
 
   test('create spawns a detached VMM, configures it over fc.sock, and records the API socket', async () => {
-    const s = await driver.create('vm-1', spec, { vcpus: 1, memoryMib: 128 });
+    const s = await driver.create('vm-1', spec, { vcpus: 1, memoryMib: 128, pids: 1024 });
     expect(s.apiSocket).toBe(path.join(dir, 'run', 'vms', 'vm-1', 'fc.sock'));
     expect(isSameProcess(s.process.pid, s.process.startTimeTicks)).toBe(true);
     // Own session and process group: survives the supervisor.
@@ -225,13 +225,13 @@ describe('FirecrackerDriver with a fake firecracker binary', () => {
   test('a guest that ignores Ctrl-Alt-Del gets SIGKILL after the timeout; a paused one at once', async () => {
     env.FAKE_FC_IGNORE_CAD = '1';
     try {
-      const a = await driver.create('vm-2', spec, { vcpus: 1, memoryMib: 128 });
+      const a = await driver.create('vm-2', spec, { vcpus: 1, memoryMib: 128, pids: 1024 });
       const t0 = Date.now();
       await driver.stop(ref('vm-2', a), 300);
       expect(Date.now() - t0).toBeGreaterThanOrEqual(300);
       expect((await driver.inspect(ref('vm-2', a))).state).toBe('stopped');
 
-      const b = await driver.create('vm-3', spec, { vcpus: 1, memoryMib: 128 });
+      const b = await driver.create('vm-3', spec, { vcpus: 1, memoryMib: 128, pids: 1024 });
       await driver.pause(ref('vm-3', b));
       await driver.stop(ref('vm-3', b), 10_000);
       expect(requests('vm-3').map((r) => r.body)).not.toContainEqual({ action_type: 'SendCtrlAltDel' });
@@ -244,7 +244,7 @@ describe('FirecrackerDriver with a fake firecracker binary', () => {
   test('a failed configuration step is undone: VMM killed, dir removed, error names the step', async () => {
     env.FAKE_FC_FAIL_PATH = '/vsock';
     try {
-      await expect(driver.create('vm-4', spec, { vcpus: 1, memoryMib: 128 })).rejects.toThrow(
+      await expect(driver.create('vm-4', spec, { vcpus: 1, memoryMib: 128, pids: 1024 })).rejects.toThrow(
         /create vm vm-4: configure and start over the API failed: firecracker API PUT \/vsock: HTTP 400: injected failure/,
       );
       expect(existsSync(driver.vmDir('vm-4'))).toBe(false);
@@ -256,7 +256,7 @@ describe('FirecrackerDriver with a fake firecracker binary', () => {
   });
 
   test('destroy of a VM the table forgot kills the VMM named in firecracker.pid', async () => {
-    const s = await driver.create('vm-5', spec, { vcpus: 1, memoryMib: 128 });
+    const s = await driver.create('vm-5', spec, { vcpus: 1, memoryMib: 128, pids: 1024 });
     await driver.destroy({ vmId: 'vm-5', process: { pid: 0, startTimeTicks: 0 }, apiSocket: '', binary: '' });
     expect(isSameProcess(s.process.pid, s.process.startTimeTicks) && processState(s.process.pid) !== 'Z').toBe(false);
     expect(existsSync(driver.vmDir('vm-5'))).toBe(false);

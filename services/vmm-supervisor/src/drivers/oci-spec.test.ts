@@ -1,3 +1,5 @@
+import { readFileSync } from 'node:fs';
+import { DEFAULT_SECCOMP_PROFILE, loadSeccompProfile } from './seccomp';
 import { buildEnv, buildOciSpec, DEFAULT_CAPABILITIES, FREEZE_PORT_MOUNT, SANDBOX_INIT } from './oci-spec';
 
 const base = {
@@ -7,7 +9,7 @@ const base = {
   workspacePath: '/run/sn/vms/vm-1/workspace',
   hostname: '',
   env: {},
-  resources: { vcpus: 2, memoryMib: 256 },
+  resources: { vcpus: 2, memoryMib: 256, pids: 1024 },
 };
 
 describe('buildOciSpec', () => {
@@ -57,9 +59,9 @@ describe('buildOciSpec', () => {
     expect(ro?.options).not.toContain('rw');
   });
 
-  test('own pid, ipc, uts, mount and network namespaces; runc default caps and masked paths', () => {
+  test('own pid, ipc, uts, mount, network and cgroup namespaces; runc default caps and masked paths', () => {
     const s = buildOciSpec(base);
-    expect(s.linux.namespaces.map((n) => n.type).sort()).toEqual(['ipc', 'mount', 'network', 'pid', 'uts']);
+    expect(s.linux.namespaces.map((n) => n.type).sort()).toEqual(['cgroup', 'ipc', 'mount', 'network', 'pid', 'uts']);
     expect(s.process.capabilities).toEqual({
       bounding: DEFAULT_CAPABILITIES,
       effective: DEFAULT_CAPABILITIES,
@@ -117,5 +119,68 @@ describe('podd socket handover', () => {
     const s = buildOciSpec({ ...base, poddListenFd: 3, env: { SANDNODE_PODD_LISTEN_FD: '7' } });
     expect(s.process.env.filter((e) => e.startsWith('SANDNODE_PODD_LISTEN_FD='))).toEqual(['SANDNODE_PODD_LISTEN_FD=3']);
     expect(buildEnv('vm-1', { SANDNODE_PODD_LISTEN_FD: '7' })).not.toContain('SANDNODE_PODD_LISTEN_FD=7');
+  });
+
+  test('pids limit from resources; the seccomp profile is written only when there is one', () => {
+    expect(buildOciSpec(base).linux.resources.pids).toEqual({ limit: 1024 });
+    expect(buildOciSpec(base).linux.seccomp).toBeUndefined();
+    const profile = loadSeccompProfile(DEFAULT_SECCOMP_PROFILE)!;
+    expect(buildOciSpec({ ...base, seccomp: profile }).linux.seccomp).toBe(profile);
+  });
+});
+
+describe('the shipped seccomp profile', () => {
+  const profile = loadSeccompProfile(DEFAULT_SECCOMP_PROFILE)!;
+  const allowed = new Set(profile.syscalls.filter((r) => r.action === 'SCMP_ACT_ALLOW' && !('args' in r)).flatMap((r) => r.names));
+  test('denies by default with EPERM, and names its source', () => {
+    expect(profile.defaultAction).toBe('SCMP_ACT_ERRNO');
+    expect(profile.defaultErrnoRet).toBe(1);
+    expect(profile).not.toHaveProperty('comment');
+    expect(JSON.parse(readFileSync(DEFAULT_SECCOMP_PROFILE, 'utf8')).comment.join(' ')).toMatch(/Docker/);
+  });
+  test.each([
+    'add_key',
+    'keyctl',
+    'request_key',
+    'unshare',
+    'setns',
+    'bpf',
+    'perf_event_open',
+    'userfaultfd',
+    'kexec_load',
+    'kexec_file_load',
+    'io_uring_setup',
+    'io_uring_enter',
+    'io_uring_register',
+    'mount',
+    'umount2',
+    'pivot_root',
+    'open_tree',
+    'move_mount',
+    'fsopen',
+    'fsconfig',
+    'fsmount',
+    'fspick',
+    'mount_setattr',
+    'init_module',
+    'finit_module',
+    'delete_module',
+    'reboot',
+    'swapon',
+    'clone3',
+  ])('%s is not allowed unconditionally', (name) => {
+    expect(allowed.has(name)).toBe(false);
+  });
+  test('what a shell, busybox and Node need is allowed; clone only without namespace flags; clone3 answers ENOSYS', () => {
+    for (const n of ['read', 'write', 'openat', 'execve', 'wait4', 'futex', 'epoll_pwait', 'mmap', 'rt_sigaction', 'socket', 'connect', 'accept4', 'prctl', 'getrandom', 'statx'])
+      expect(allowed.has(n)).toBe(true);
+    const clone = profile.syscalls.find((r) => r.names.includes('clone')) as unknown as { args: { value: number; op: string }[] };
+    expect(clone.args[0]).toMatchObject({ op: 'SCMP_CMP_MASKED_EQ', value: 0x7e020000 });
+    expect(profile.syscalls.find((r) => r.names.includes('clone3'))).toMatchObject({ action: 'SCMP_ACT_ERRNO', errnoRet: 38 });
+  });
+  test('a missing or malformed profile is a config error naming the key; "unconfined" is none', () => {
+    expect(loadSeccompProfile('unconfined')).toBeUndefined();
+    expect(() => loadSeccompProfile('/no/such/profile.json')).toThrow(/key "seccompProfile"/);
+    expect(() => loadSeccompProfile(__filename)).toThrow(/key "seccompProfile"/);
   });
 });

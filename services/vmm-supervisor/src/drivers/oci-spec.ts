@@ -44,6 +44,8 @@ export interface OciSpecInput {
   resources: EffectiveResources;
   /** cgroupsPath; default `/sandnode/<vmId>`. */
   cgroupsPath?: string;
+  /** `linux.seccomp` (seccomp.ts); undefined = none. */
+  seccomp?: Record<string, unknown>;
 }
 
 /** OciSpec is the subset of the OCI runtime spec this driver writes (a plain JSON object). */
@@ -55,7 +57,7 @@ export type OciSpec = Record<string, unknown> & {
   linux: Record<string, unknown> & {
     cgroupsPath: string;
     namespaces: { type: string }[];
-    resources: { memory: { limit: number }; cpu: { quota: number; period: number }; devices: unknown[] };
+    resources: { memory: { limit: number }; cpu: { quota: number; period: number }; pids: { limit: number }; devices: unknown[] };
     maskedPaths: string[];
     readonlyPaths: string[];
   };
@@ -123,9 +125,12 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
         devices: [{ allow: false, access: 'rwm' }],
         memory: { limit: input.resources.memoryMib * 1024 * 1024 },
         cpu: { quota: input.resources.vcpus * CPU_PERIOD_US, period: CPU_PERIOD_US },
+        pids: { limit: input.resources.pids },
       },
-      // A new network namespace with nothing configured has only loopback.
-      namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }],
+      // A new network namespace with nothing configured has only loopback; the cgroup
+      // namespace makes /proc/self/cgroup and /sys/fs/cgroup show only the sandbox's own subtree.
+      namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }],
+      ...(input.seccomp ? { seccomp: input.seccomp } : {}),
       maskedPaths: ['/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list', '/proc/timer_stats', '/proc/sched_debug', '/sys/firmware', '/proc/scsi'],
       readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],
     },

@@ -35,6 +35,7 @@ import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from
 import { failpoints, FAILPOINTS } from '../core/failpoints';
 import { mount, mountsUnder, unmountIfMounted } from './mounts';
 import { buildOciSpec } from './oci-spec';
+import type { SeccompProfile } from './seccomp';
 import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
 
@@ -65,6 +66,8 @@ export interface RuncDriverOptions {
   startTimeoutMs?: number;
   /** Longest a VM may take to be gone after SIGKILL, in ms (default {@link DEFAULT_KILL_WAIT_MS}). */
   killWaitMs?: number;
+  /** The OCI seccomp profile of new VMs (seccomp.ts); undefined = none ("unconfined"). */
+  seccomp?: SeccompProfile;
 }
 
 /** Status reported by `runc state`, or "absent" when runc has no such container. */
@@ -73,7 +76,7 @@ export type RuncStatus = 'created' | 'running' | 'paused' | 'stopped' | 'absent'
 /** RuncDriver implements VmDriver with runc. */
 export class RuncDriver implements VmDriver {
   readonly name = 'runc';
-  readonly features = [VMM_FEATURES.runc, VMM_FEATURES.poddSocketFd, VMM_FEATURES.versionedBinaries, VMM_FEATURES.freezePort, VMM_FEATURES.machineId] as const;
+  readonly features: readonly string[];
   private readonly runc: string;
   private readonly root: string;
   private readonly vmsDir: string;
@@ -84,6 +87,7 @@ export class RuncDriver implements VmDriver {
   private readonly fsfreeze: string | undefined;
   private readonly startTimeoutMs: number;
   private readonly killWaitMs: number;
+  private readonly seccomp: SeccompProfile | undefined;
   /** Freeze ports served now, by vm id. */
   private readonly ports = new Map<string, { freezer: VmFreezer; server: FreezePortServer | undefined }>();
 
@@ -96,6 +100,17 @@ export class RuncDriver implements VmDriver {
     this.fsfreeze = opts.fsfreezeBinary;
     this.startTimeoutMs = opts.startTimeoutMs ?? DEFAULT_RUNC_START_TIMEOUT_MS;
     this.killWaitMs = opts.killWaitMs ?? DEFAULT_KILL_WAIT_MS;
+    this.seccomp = opts.seccomp;
+    this.features = [
+      VMM_FEATURES.runc,
+      VMM_FEATURES.poddSocketFd,
+      VMM_FEATURES.versionedBinaries,
+      VMM_FEATURES.freezePort,
+      VMM_FEATURES.machineId,
+      VMM_FEATURES.pidsLimit,
+      VMM_FEATURES.cgroupNamespace,
+      ...(opts.seccomp ? [VMM_FEATURES.seccomp] : []),
+    ];
     mkdirSync(this.root, { recursive: true, mode: 0o700 });
     mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
   }
@@ -185,6 +200,7 @@ export class RuncDriver implements VmDriver {
         hostname: spec.hostname,
         env: spec.env,
         resources,
+        seccomp: this.seccomp,
       });
       writeFileSync(path.join(bundle, 'config.json'), `${JSON.stringify(oci, null, 2)}\n`, { mode: 0o600 });
 

@@ -4,6 +4,7 @@
  */
 import { existsSync } from 'node:fs';
 import { ConfigError } from '@sandnode/shared';
+import { DEFAULT_SECCOMP_PROFILE, loadSeccompProfile } from './seccomp';
 import type { Logger } from '@sandnode/shared';
 import type { VmDriver } from '../core/driver';
 import { FirecrackerDriver } from './firecracker';
@@ -21,6 +22,8 @@ export interface DriverConfig {
   kernelArgs: string;
   runcStartTimeoutMs: number;
   killWaitMs: number;
+  /** seccomp profile file or "unconfined" (runc); default the shipped profile */
+  seccompProfile?: string;
 }
 
 /** createDriver returns the configured driver; throws ConfigError naming a missing or bad key. */
@@ -35,6 +38,7 @@ export function createDriver(cfg: DriverConfig, log: Logger, serveFreezePort?: F
         serveFreezePort,
         startTimeoutMs: cfg.runcStartTimeoutMs,
         killWaitMs: cfg.killWaitMs,
+        seccomp: loadSeccompProfile(cfg.seccompProfile ?? DEFAULT_SECCOMP_PROFILE),
       });
     case 'firecracker': {
       if (!cfg.kernelImage) throw new ConfigError('key "kernelImage": required with driver "firecracker" (an uncompressed vmlinux)');

@@ -53,6 +53,7 @@ export function vmSpecFromProto(spec: PbVmSpec | undefined): VmSpec | undefined 
       vcpus: spec.resources?.vcpus ?? 0,
       memoryMib: spec.resources?.memoryMib ?? 0,
       diskBytes: spec.resources?.diskBytes ?? 0,
+      pids: spec.resources?.pids ?? 0,
     },
     poddSocketDir: spec.poddSocketDir,
     hostname: spec.hostname,
@@ -66,7 +67,7 @@ export function vmSpecToProto(spec: VmSpec): PbVmSpec {
   return {
     templateRootfs: spec.templateRootfs,
     drives: spec.drives.map((d) => ({ driveId: d.driveId, path: d.path, role: driveRoleToProto(d.role), readOnly: d.readOnly })),
-    resources: { vcpus: spec.resources.vcpus, memoryMib: spec.resources.memoryMib, diskBytes: spec.resources.diskBytes },
+    resources: { vcpus: spec.resources.vcpus, memoryMib: spec.resources.memoryMib, diskBytes: spec.resources.diskBytes, pids: spec.resources.pids ?? 0 },
     poddSocketDir: spec.poddSocketDir,
     hostname: spec.hostname,
     env: { ...spec.env },
