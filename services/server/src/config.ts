@@ -9,6 +9,7 @@ import { readFileSync } from 'node:fs';
 import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 import { DEFAULT_ADOPT_CONCURRENCY } from './core/adoption';
 import { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES } from './core/provision';
+import { DEFAULT_MAX_EXEC_STREAMS } from './core/guest-io';
 
 /** The service name used in env var names and logs. */
 export const SERVICE = 'server';
@@ -67,6 +68,8 @@ export const configSchema = z.object({
   defaultMemoryMib: z.coerce.number().int().min(32).max(65536).default(512),
   /** how long podd gets to answer after a VM starts, ms */
   poddReadyTimeoutMs: z.coerce.number().int().min(100).default(DEFAULT_PODD_READY_TIMEOUT_MS),
+  /** most Exec streams one sandbox may have running at once; one more is RESOURCE_EXHAUSTED */
+  maxExecStreamsPerSandbox: z.coerce.number().int().min(1).max(10_000).default(DEFAULT_MAX_EXEC_STREAMS),
   /** how often expired sandboxes are looked for, ms */
   reaperIntervalMs: z.coerce.number().int().min(100).default(1000),
   /** records checked at once during adoption */

@@ -84,6 +84,7 @@ export function wiring(cfg: ServerConfig, rootLog: Logger): NodeWiring {
         resourceDefaults: { vcpus: cfg.defaultVcpus, memoryMib: cfg.defaultMemoryMib, diskBytes: cfg.defaultDiskBytes },
         upperBytes: cfg.upperBytes,
         poddReadyTimeoutMs: cfg.poddReadyTimeoutMs,
+        maxExecStreamsPerSandbox: cfg.maxExecStreamsPerSandbox,
       });
       manager.gate.holdMs = DEFAULT_HOLD_MS;
       templates.inUse = (name) => manager.templateInUse(name);

@@ -6,6 +6,7 @@
  */
 import type { KeyedMutex, Logger } from '@sandnode/shared';
 import type { LifecycleGate } from './gate';
+import type { ExecStreams } from './guest-io';
 import type { RequestTracker } from './request-tracker';
 import type { Operation } from './transitions';
 import type { DevicePort, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
@@ -26,6 +27,8 @@ export interface CoreContext {
   readonly upperBytes: number;
   /** time podd gets to answer after a VM starts, ms */
   readonly poddReadyTimeoutMs: number;
+  /** Exec streams running per sandbox (guest-io.ts) */
+  readonly execStreams: ExecStreams;
   /** per-sandbox lock: operations on one sandbox are serialized */
   readonly locks: KeyedMutex;
   /** the handover gate every lifecycle operation enters */

@@ -16,7 +16,7 @@ import type { CoreContext, RecordOrigin } from './context';
 import { drainOne } from './drain';
 import { fork as forkSandbox, type ForkResult, type ForkSandboxArgs } from './fork';
 import { LifecycleGate } from './gate';
-import { exec as guestExec, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
+import { DEFAULT_MAX_EXEC_STREAMS, exec as guestExec, ExecStreams, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
 import { checkLiveness, expired, retryTeardowns } from './reaper';
 import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, newRecord, newSandboxId, teardown } from './provision';
 import { RequestTracker } from './request-tracker';
@@ -48,6 +48,8 @@ export interface SandboxManagerOptions {
   upperBytes?: number;
   /** time podd gets to answer after a VM starts, ms (default DEFAULT_PODD_READY_TIMEOUT_MS) */
   poddReadyTimeoutMs?: number;
+  /** most Exec streams running at once per sandbox (default DEFAULT_MAX_EXEC_STREAMS); one more is RESOURCE_EXHAUSTED */
+  maxExecStreamsPerSandbox?: number;
   /** longest host sync before a clone, ms (default DEFAULT_HOST_SYNC_TIMEOUT_MS) */
   hostSyncTimeoutMs?: number;
   /**
@@ -104,6 +106,7 @@ export class SandboxManager {
       runDir: o.runDir,
       upperBytes: o.upperBytes ?? DEFAULT_UPPER_BYTES,
       poddReadyTimeoutMs: o.poddReadyTimeoutMs ?? DEFAULT_PODD_READY_TIMEOUT_MS,
+      execStreams: new ExecStreams(o.maxExecStreamsPerSandbox ?? DEFAULT_MAX_EXEC_STREAMS),
       locks: this.locks,
       gate: this.gate,
       requests: this.requests,

@@ -3,7 +3,7 @@
  * record what they are asked (events) and answer as a test sets them up.
  */
 import { DeadlineExceededError } from '@sandnode/shared';
-import type { VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, TemplateCatalog, VmInfo, VmPort } from '../types';
+import type { ExecArgs, ExecEvent, VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, TemplateCatalog, VmInfo, VmPort } from '../types';
 
 export class Peers {
   events: string[] = [];
@@ -24,6 +24,8 @@ export class Peers {
   /** the freeze as the supervisor saw it (GetVmFreeze) */
   hostFreeze: VmFreezeInfo | undefined;
   readonly vms = new Map<string, VmInfo>();
+  /** podd Exec, when a test sets it */
+  exec: ((args: ExecArgs, signal: AbortSignal) => AsyncIterable<ExecEvent>) | undefined;
   /** called inside clone, while the parent is held */
   onClone: () => void = () => undefined;
   private nextPid = 1000;
@@ -98,8 +100,9 @@ export class Peers {
         if (this.hostFreeze?.frozen) this.hostFreeze = { ...this.hostFreeze, frozen: false, endedAtMs: Date.now(), endedBy: this.thawEndedBy };
         return { endedBy: this.thawEndedBy, frozenMs: 42 };
       },
-      exec: () => {
-        throw new Error('not used');
+      exec: (args, signal) => {
+        if (!this.exec) throw new Error('not used');
+        return this.exec(args, signal);
       },
       readFile: async () => {
         throw new Error('not used');
