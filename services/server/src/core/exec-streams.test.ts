@@ -57,7 +57,7 @@ describe('Exec streams per sandbox', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const args: ExecArgs = { argv: ['sleep', '60'], env: {}, cwd: '', stdin: new Uint8Array() };
+  const args: ExecArgs = { argv: ['sleep', '60'], env: {}, cwd: '', stdin: new Uint8Array(), timeoutMs: 0 };
   const create = async () => (await m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: '' })).sandboxId;
   /** open starts a stream and reads its first event; `ended` settles with the stream */
   const open = async (id: string, signal = new AbortController().signal): Promise<{ ended: Promise<void> }> => {
