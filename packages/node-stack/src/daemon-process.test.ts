@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { processStartTicks, processState } from '@sandnode/shared';
@@ -29,6 +29,18 @@ const logHas = (d: SpawnedDaemon, s: string) => (readFileSync(d.logPath).subarra
 const errors = { onExit: (c: number | string) => new Error(`exited ${c}`), onTimeout: () => new Error('timed out') };
 
 describe('spawnDaemon + waitForDaemon', () => {
+  it('the log is 0600 in a 0700 dir, also when an older release left it world-readable', async () => {
+    const logs = path.join(dir, 'logs');
+    mkdirSync(logs);
+    writeFileSync(path.join(logs, 'p.log'), 'old\n', { mode: 0o644 });
+    chmodSync(path.join(logs, 'p.log'), 0o644);
+    const d = daemon('p', 'console.log("up"); setInterval(() => {}, 1000);');
+    await waitForDaemon(d, () => logHas(d, 'up'), { timeoutMs: 10_000, ...errors });
+    expect(statSync(d.logPath).mode & 0o777).toBe(0o600);
+    const fresh = daemon('q', 'setInterval(() => {}, 1000);');
+    expect(statSync(fresh.logPath).mode & 0o777).toBe(0o600);
+  });
+
   it('returns what ready() found; the daemon keeps running detached, its output in its own part of the log', async () => {
     writeFileSync(path.join(dir, 'old.log'), '');
     const first = daemon('d', 'console.log("ready one"); setInterval(() => {}, 1000);');
