@@ -133,6 +133,8 @@ describeNode('wire fuzz: every RPC of every service on real processes', () => {
     return {
       sandbox_id: real ? sandboxId : none,
       source_sandbox_id: none,
+      parent_id: none,
+      cwd: '',
       vm_id: none,
       device_id: 'fuzz-none',
       source_device_id: 'fuzz-none-src',
