@@ -9,13 +9,20 @@
  * (health checks and reflection are never fenced). A
  * mutating call without the metadata counts as epoch 0: accepted only while no epoch was ever
  * seen (a node before its first server took the lease, or a test calling a service alone).
+ *
+ * A fence only goes up, so an epoch no server holds would fence every real server out for
+ * good (anyone who reaches the socket could send FenceEpoch(2^53-1), or any mutating call
+ * with that `sandnode-epoch`). With `leaseFile` set (the daemons set the node's
+ * `<stateDir>/server.lease`), a fence is raised only up to the epoch the lease's holder record
+ * names: the server writes that record (bumped epoch) before it raises any fence. A higher
+ * epoch is FAILED_PRECONDITION naming both epochs, and nothing changes.
  */
 import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { Metadata } from 'nice-grpc-common';
 import type { CallContext, ClientMiddleware, ClientMiddlewareCall, ServerMiddlewareCall, CallOptions } from 'nice-grpc-common';
 import { writeFileAtomic } from './durable';
-import { AbortedError, InvalidArgumentError } from './errors';
+import { AbortedError, FailedPreconditionError, InvalidArgumentError } from './errors';
 
 /** The metadata key that carries the epoch. */
 export const EPOCH_METADATA_KEY = 'sandnode-epoch';
@@ -28,6 +35,13 @@ export interface EpochFenceOptions {
    * so a bad request changes nothing.
    */
   handlerFenced?: readonly string[];
+  /**
+   * The node's server lease (`<stateDir>/server.lease`, see {@link serverLeasePath}). When
+   * set, an epoch above the one the lease's holder record names ({@link readLeaseEpoch}; 0
+   * when there is no record: no server ever took the lease) is refused with
+   * FAILED_PRECONDITION and changes nothing. Unset: any higher epoch is accepted (unit tests).
+   */
+  leaseFile?: string;
 }
 
 /**
@@ -35,15 +49,17 @@ export interface EpochFenceOptions {
  * fsync, rename, fsync dir) before a call that raised it is handled.
  */
 export class EpochFence {
-  private highest: number;
+  protected highest: number;
   private readonly file: string;
   private readonly handlerFenced: ReadonlySet<string>;
+  private readonly leaseFile: string | undefined;
 
   constructor(dir: string, opts: EpochFenceOptions = {}) {
     mkdirSync(dir, { recursive: true });
     this.file = path.join(dir, 'epoch');
     this.highest = readEpochFile(this.file);
     this.handlerFenced = new Set(opts.handlerFenced ?? []);
+    this.leaseFile = opts.leaseFile;
   }
 
   /** current is the highest epoch seen. */
@@ -67,12 +83,21 @@ export class EpochFence {
 
   /**
    * raise is the check and persist of admit for any caller: AbortedError (ABORTED, naming both
-   * epochs) when epoch is lower than the highest seen; a higher epoch is persisted (fsync)
-   * before it returns. Returns the highest epoch seen after the call.
+   * epochs) when epoch is lower than the highest seen; FailedPreconditionError (naming both
+   * epochs) when it is higher than the node's lease names (with `leaseFile`); a higher epoch
+   * is persisted (fsync) before it returns. Returns the highest epoch seen after the call.
    */
   raise(epoch: number, rpc: string): number {
     if (epoch < this.highest) {
       throw new AbortedError(`${rpc}: stale epoch ${epoch}; this node is at epoch ${this.highest} (another server took the lease)`);
+    }
+    if (epoch > this.highest && this.leaseFile !== undefined) {
+      const leased = readLeaseEpoch(this.leaseFile);
+      if (epoch > leased) {
+        throw new FailedPreconditionError(
+          `${rpc}: epoch ${epoch} is above epoch ${leased}, the highest the node's server lease names (${this.leaseFile}): no server holds it; the fence stays at ${this.highest}, nothing changed`,
+        );
+      }
     }
     if (epoch > this.highest) {
       writeFileAtomic(this.file, JSON.stringify({ epoch, updatedAtMs: Date.now() }));
@@ -95,6 +120,23 @@ export class EpochFence {
     }
     return this.raise(epoch, 'FenceEpoch');
   }
+}
+
+/** serverLeasePath is the node's server lease file: `<stateDir>/server.lease` (its holder record beside it, `.json`). */
+export function serverLeasePath(stateDir: string): string {
+  return path.join(path.resolve(stateDir), 'server.lease');
+}
+
+/**
+ * readLeaseEpoch reads the highest epoch the node's lease names: the holder records
+ * `<leaseFile>.json` (written atomically since 0.2.0) and `<leaseFile>` itself (what 0.1.0
+ * writes, and still written); 0 when neither holds a record. The server writes them before it
+ * raises any fence, so every epoch a real server fences with is at most this.
+ */
+export function readLeaseEpoch(leaseFile: string): number {
+  let best = 0;
+  for (const f of [`${leaseFile}.json`, leaseFile]) best = Math.max(best, readEpochFile(f));
+  return best;
 }
 
 /** readEpochFile reads a persisted epoch (`{"epoch":N}`); 0 when missing or unreadable. */

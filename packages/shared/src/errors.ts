@@ -65,10 +65,30 @@ export class InternalError extends SandnodeError {
  * (podd, ublk-manager) reach the caller unchanged.
  */
 export function toServerError(err: unknown): ServerError | undefined {
-  if (err instanceof ServerError) return err;
-  if (err instanceof SandnodeError) return new ServerError(err.code, err.message);
-  if (err instanceof ClientError) return new ServerError(err.code, err.details);
+  if (err instanceof ServerError) return Buffer.byteLength(err.details) > MAX_STATUS_DETAILS_BYTES ? new ServerError(err.code, boundDetails(err.details)) : err;
+  if (err instanceof SandnodeError) return new ServerError(err.code, boundDetails(err.message));
+  if (err instanceof ClientError) return new ServerError(err.code, boundDetails(err.details));
   return undefined;
+}
+
+/**
+ * The longest status message a sandnode component sends, in UTF-8 bytes. Messages name the
+ * bad input, and the input can be megabytes (a 300 KB path): sent whole, its `grpc-message`
+ * trailer (percent-encoded, up to 3 bytes per byte) passes the peer's header limit (grpc-js:
+ * 8 KiB) and the client kills the whole HTTP/2 connection ("Protocol error"), failing every
+ * other call on it. 1024 bytes stay below 3 KiB encoded.
+ */
+export const MAX_STATUS_DETAILS_BYTES = 1024;
+
+/** boundDetails cuts a status message to MAX_STATUS_DETAILS_BYTES, saying how much was cut. */
+export function boundDetails(details: string): string {
+  const b = Buffer.from(details);
+  if (b.length <= MAX_STATUS_DETAILS_BYTES) return details;
+  const keep = MAX_STATUS_DETAILS_BYTES - 40;
+  // cut on a character boundary: drop a partial UTF-8 sequence at the end
+  let end = keep;
+  while (end > 0 && (b[end]! & 0xc0) === 0x80) end--;
+  return `${b.subarray(0, end).toString()}... (${b.length - end} more bytes cut)`;
 }
 
 /** fromClientError maps a peer's `ClientError` back to the domain error class of its code. */

@@ -13,7 +13,7 @@ import type net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import type { CompatServiceDefinition, ServiceImplementation } from 'nice-grpc';
 import { composeServerMiddleware, type ServerMiddleware } from 'nice-grpc-common';
-import { UnimplementedError } from './errors';
+import { boundDetails, UnimplementedError } from './errors';
 /* eslint-disable @typescript-eslint/no-explicit-any */
 const defs = require('nice-grpc/lib/service-definitions') as {
   normalizeServiceDefinition(d: CompatServiceDefinition): Record<string, any>;
@@ -109,7 +109,7 @@ export class GrpcHost {
       const handler = make(m, bound, this.middleware);
       handlers[name] = (call: any, ...rest: any[]) => {
         if (isUndecodable(call.request)) {
-          const status = { code: grpc.status.INVALID_ARGUMENT, details: `${m.path}: the request is not a valid message of its type (${call.request[UNDECODABLE]}); nothing was done` };
+          const status = { code: grpc.status.INVALID_ARGUMENT, details: boundDetails(`${m.path}: the request is not a valid message of its type (${call.request[UNDECODABLE]}); nothing was done`) };
           if (typeof rest[0] === 'function') rest[0](status);
           else call.emit('error', status);
           return;

@@ -3,10 +3,10 @@
  * sockets) in temp dirs, and what a test needs to check it and clean up after it.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, processStartTicks, serverLeasePath, socketPath, unixAddress } from '@sandnode/shared';
 import { AdminServiceDefinition, type ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
@@ -210,7 +210,17 @@ export async function adminStatus(admin: string, timeoutMs = 2000): Promise<Leas
 
 /** leaseFile is the node's server lease. */
 export function leaseFile(dirs: StackDirs): string {
-  return path.join(path.resolve(dirs.stateDir), 'server.lease');
+  return serverLeasePath(dirs.stateDir);
+}
+
+/**
+ * writeLeaseRecord writes the holder record a server writes when it takes the node's lease
+ * (`<stateDir>/server.lease.json`, naming epoch): what vmm-supervisor and ublk-manager check
+ * before they raise their epoch fence. For tests that run those daemons without a server.
+ */
+export function writeLeaseRecord(stateDir: string, epoch: number): void {
+  mkdirSync(stateDir, { recursive: true });
+  writeFileSync(`${serverLeasePath(stateDir)}.json`, JSON.stringify({ pid: 0, admin: '', slot: '', version: 'test', epoch, sinceMs: Date.now() }), { mode: 0o600 });
 }
 
 /** holderStatus asks the active server (the one whose admin socket answers ACTIVE); undefined: none answers. */

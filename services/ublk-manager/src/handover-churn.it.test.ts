@@ -12,7 +12,7 @@ import Database from 'better-sqlite3';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { DeviceServiceDefinition, Filesystem, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { ClientError, Status } from 'nice-grpc-common';
-import { describeWith, expectCode } from '@sandnode/testkit';
+import { describeWith, expectCode, writeLeaseRecord } from '@sandnode/testkit';
 import { backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, loopsUnder, MIB, spawnDaemon, tempRoot, waitForLog, type Daemon, type Slot } from './__tests__/handover-harness';
 
 jest.setTimeout(180_000);
@@ -99,6 +99,7 @@ describeWith('ublk-manager handover during sandbox churn (loop driver, real proc
     tmp = tempRoot('ublk-churn');
     stateDir = path.join(tmp, 'state');
     runDir = path.join(tmp, 'run');
+    writeLeaseRecord(stateDir, epoch); // no server: its lease record names the epoch this suite uses
     await startSlot('a');
   }, 120_000);
 

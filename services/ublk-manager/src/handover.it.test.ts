@@ -19,7 +19,7 @@ import Database from 'better-sqlite3';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { DeviceServiceDefinition, Filesystem, HandoverResult, type Device } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { ClientError, Status } from 'nice-grpc-common';
-import { describeWith, expectCode } from '@sandnode/testkit';
+import { describeWith, expectCode, writeLeaseRecord } from '@sandnode/testkit';
 import { backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, httpGet, MIB, percentile, spawnDaemon, tempRoot, waitForLog, type Daemon, type Slot } from './__tests__/handover-harness';
 
 const N_DEVICES = 20;
@@ -115,6 +115,7 @@ describeWith('ublk-manager slots and device handover (loop driver, real processe
     runDir = path.join(tmp, 'run');
     mnt = path.join(tmp, 'mnt');
     mkdirSync(mnt);
+    writeLeaseRecord(stateDir, 5); // the highest epoch this suite fences with (no server: its lease record)
     await startSlot('a');
   }, 120_000);
 

@@ -14,7 +14,7 @@
 import { mkdirSync, realpathSync } from 'node:fs';
 import type http from 'node:http';
 import path from 'node:path';
-import { buildCommit, createLogger, parseDaemonArgs, UsageError, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION, UBLK_FEATURES, type Logger } from '@sandnode/shared';
+import { buildCommit, createLogger, parseDaemonArgs, UsageError, createServiceServer, runDaemon, serveMetrics, serverLeasePath, SUITE_VERSION, UBLK_FEATURES, type Logger } from '@sandnode/shared';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { loadUblkConfig, SERVICE, type UblkConfig } from './config';
 import { DeviceManager } from './core/device-manager';
@@ -138,7 +138,8 @@ async function start(argv: string[]): Promise<void> {
   await manager.adopt();
 
   // FenceEpoch fences itself with the request's epoch (after validating it); every other mutating call is fenced by the middleware.
-  const fence = new SharedEpochFence(managerDir(cfg.stateDir), { handlerFenced: [FENCE_EPOCH_PATH] });
+  // No epoch above the one the node's server lease names is accepted (a forged huge epoch would fence the real server out).
+  const fence = new SharedEpochFence(managerDir(cfg.stateDir), { handlerFenced: [FENCE_EPOCH_PATH], leaseFile: serverLeasePath(cfg.stateDir) });
   const server = createServiceServer({
     info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: features(driver) },
     log,

@@ -14,7 +14,7 @@ import { Status } from 'nice-grpc-common';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import { Capability, DeviceServiceDefinition, DeviceState, Filesystem, type CreateDeviceRequest } from '@sandnode/shared/proto/ublk/v1/ublk';
-import { describeWith, expectCode } from '@sandnode/testkit';
+import { describeWith, expectCode, writeLeaseRecord } from '@sandnode/testkit';
 import { backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, loopsUnder, MIB, ROOT, spawnDaemon as spawnMain, tempRoot, waitForLog, type Daemon, type Exit } from './__tests__/handover-harness';
 
 const MAX = 512 * MIB;
@@ -94,6 +94,7 @@ describeWith('ublk-manager daemon (loop driver)', DAEMON_PARTS, () => {
     execFileSync('mkfs.ext4', ['-q', '-F', srcImage]);
     execFileSync('debugfs', ['-w', '-R', `write ${path.join(ROOT, 'package.json')} hello`, srcImage], { stdio: 'ignore' });
     addr = `unix://${path.join(runDir, 'ublk-manager.sock')}`;
+    writeLeaseRecord(stateDir, 7); // the highest epoch this suite fences with (no server: its lease record)
     await startDaemon();
   }, 120_000);
 

@@ -5,10 +5,12 @@
  * Needs what the other vmm-supervisor integration tests need (VMM_PARTS: the daemon starts its runc driver).
  */
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
 import { Status } from 'nice-grpc-common';
 import { createSandnodeChannel, createServiceClient, VMM_FEATURES } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
-import { describeWith, expectCode } from '@sandnode/testkit';
+import { describeWith, expectCode, writeLeaseRecord } from '@sandnode/testkit';
 import { Fixture, MAIN_JS, VMM_PARTS } from './__tests__/fixture';
 
 describeWith('vmm-supervisor FenceEpoch (real daemon)', VMM_PARTS, () => {
@@ -17,6 +19,7 @@ describeWith('vmm-supervisor FenceEpoch (real daemon)', VMM_PARTS, () => {
   afterEach(() => fx.cleanup());
 
   test('raises the fence, persists it across a kill -9, and fences stale callers off', async () => {
+    writeLeaseRecord(fx.stateDir, 7); // the node's lease names epoch 7: fences up to 7 are accepted
     const d1 = await fx.start();
     const version = await createServiceClient(VersionServiceDefinition, createSandnodeChannel(fx.address)).getVersion({});
     expect(version.features).toContain(VMM_FEATURES.fenceEpoch);
@@ -35,6 +38,24 @@ describeWith('vmm-supervisor FenceEpoch (real daemon)', VMM_PARTS, () => {
     // The 0.2.0 announcement still raises the fence: a DeleteVm of an unknown id with the epoch.
     expect((await fx.client(7).deleteVm({ vmId: 'vm-none' })).existed).toBe(false);
     await expectCode(fx.client().fenceEpoch({ epoch: 6 }), Status.ABORTED, /this node is at epoch 7/);
+  });
+
+  test('refuses an epoch above the one the node lease names (FAILED_PRECONDITION, nothing changed): a forged huge epoch cannot fence the real server out', async () => {
+    writeLeaseRecord(fx.stateDir, 3);
+    await fx.start();
+    expect((await fx.client(3).fenceEpoch({ epoch: 3 })).epoch).toBe(3);
+    const huge = Number.MAX_SAFE_INTEGER;
+    await expectCode(fx.client(huge).fenceEpoch({ epoch: huge }), Status.FAILED_PRECONDITION, new RegExp(`epoch ${huge} is above epoch 3.*the fence stays at 3`));
+    await expectCode(fx.client().fenceEpoch({ epoch: 4 }), Status.FAILED_PRECONDITION, /epoch 4 is above epoch 3/);
+    // the same through the metadata of any mutating call: refused before the handler runs
+    await expectCode(fx.client(huge).deleteVm({ vmId: 'vm-none' }), Status.FAILED_PRECONDITION, /is above epoch 3/);
+    // nothing changed: the persisted fence is 3, and the real server's epoch still passes
+    expect(JSON.parse(readFileSync(path.join(fx.stateDir, 'vmm-supervisor', 'epoch'), 'utf8')).epoch).toBe(3);
+    expect((await fx.client(3).deleteVm({ vmId: 'vm-none' })).existed).toBe(false);
+    // the next server writes its lease record (epoch 4) before it fences: accepted
+    writeLeaseRecord(fx.stateDir, 4);
+    expect((await fx.client(4).fenceEpoch({ epoch: 4 })).epoch).toBe(4);
+    await expectCode(fx.client(3).deleteVm({ vmId: 'vm-none' }), Status.ABORTED, /stale epoch 3; this node is at epoch 4/);
   });
 
   test('--config without a value, an unknown argument and a bad failpoint exit 2 naming them', () => {

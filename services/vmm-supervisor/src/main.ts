@@ -121,7 +121,7 @@ async function main(): Promise<void> {
     'adoption done',
   );
 
-  const fence = vmmEpochFence(supervisorDir);
+  const fence = vmmEpochFence(supervisorDir, cfg.stateDir);
   const server = createServiceServer({
     info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: supervisor.features() },
     log,

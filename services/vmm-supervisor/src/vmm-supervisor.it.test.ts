@@ -11,7 +11,7 @@ import net from 'node:net';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { ClientError, Status } from 'nice-grpc-common';
-import { describeWith, expectCode, waitFor } from '@sandnode/testkit';
+import { describeWith, expectCode, waitFor, writeLeaseRecord } from '@sandnode/testkit';
 import { createSandnodeChannel, createServiceClient, isSameProcess, processStartTicks, processState } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import { DriveRole, VmState } from '@sandnode/shared/proto/vmm/v1/vmm';
@@ -90,6 +90,7 @@ describeWith('vmm-supervisor runc driver (integration)', VMM_PARTS, () => {
 
   beforeAll(async () => {
     fx = new Fixture();
+    writeLeaseRecord(fx.stateDir, 6); // the highest epoch this suite fences with (no server: its lease record)
     fx.buildRootfs();
     const upperA = fx.makeExt4Loop('upper-a');
     const wsA = fx.makeExt4Loop('ws-a');

@@ -3,6 +3,8 @@
  * the result. Errors are the typed domain errors of core; the shared server middleware maps
  * them to gRPC status codes (and fences mutating calls by epoch before they get here).
  */
+import { statSync } from 'node:fs';
+import path from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError, metadataEpoch, parseEpoch, UnavailableError, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
 import type { DeviceServiceImplementation } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { DeviceManager } from '../core/device-manager';
@@ -84,7 +86,8 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
      * (EpochFence.fenceEpoch; the fence middleware lets this method through so that a bad request
      * changes nothing) and returns the highest epoch seen after the call, persisted.
      * Codes: INVALID_ARGUMENT (0, or not the `sandnode-epoch` metadata when present), ABORTED
-     * (lower than the highest seen).
+     * (lower than the highest seen), FAILED_PRECONDITION (above the epoch the node's server
+     * lease names: no server holds it).
      */
     async fenceEpoch(req, context) {
       if (!opts.fence) throw new FailedPreconditionError('FenceEpoch: this ublk-manager runs without an epoch fence');
@@ -93,6 +96,7 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
     async handoverAll(req, context) {
       if (req.fromAddress === '') throw new InvalidArgumentError('from_address: must be set (the old slot, e.g. unix:///run/sandnode/ublk-manager-a.sock)');
       if (opts.selfAddress !== undefined && req.fromAddress === opts.selfAddress) throw new InvalidArgumentError(`from_address: ${req.fromAddress} is this slot`);
+      checkOldSlotAddress(req.fromAddress);
       if (handoverRunning) throw new UnavailableError('a HandoverAll is already running on this slot; try again when it ends');
       handoverRunning = true;
       try {
@@ -116,4 +120,21 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
       }
     },
   };
+}
+
+/**
+ * checkOldSlotAddress: the old slot runs on this node, so from_address is a unix socket
+ * ("unix:///abs/path.sock"); anything else (a TCP or DNS target) is INVALID_ARGUMENT and never
+ * dialled. A path with no socket is FAILED_PRECONDITION (no slot listens there). Nothing changed.
+ */
+function checkOldSlotAddress(address: string): void {
+  const p = address.startsWith('unix://') ? address.slice('unix://'.length) : '';
+  if (!path.isAbsolute(p)) throw new InvalidArgumentError(`from_address: ${JSON.stringify(address.slice(0, 200))} is not "unix://" and an absolute socket path; nothing changed`);
+  let isSocket = false;
+  try {
+    isSocket = statSync(p).isSocket();
+  } catch {
+    /* missing */
+  }
+  if (!isSocket) throw new FailedPreconditionError(`from_address: no socket at ${p.slice(0, 200)} (no ublk-manager slot listens there); nothing changed`);
 }

@@ -2,7 +2,7 @@
  * FenceEpoch through a real gRPC server (the shared server middleware, SharedEpochFence on a
  * temp state dir, the DeviceService handlers on fake devices), on a unix socket.
  */
-import { readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Status } from 'nice-grpc-common';
 import { createLogger, createSandnodeChannel, createServiceClient, createServiceServer, type ServiceServer } from '@sandnode/shared';
@@ -19,8 +19,9 @@ describe('FenceEpoch', () => {
   let address: string;
   const channels: { close(): void }[] = [];
 
-  async function start(): Promise<void> {
-    const fence = new SharedEpochFence(path.join(dir, 'state'), { handlerFenced: [FENCE_EPOCH_PATH] });
+  /** leaseFile: the node lease the fence checks (as main.ts passes it), or none (the old behaviour). */
+  async function start(leaseFile?: string): Promise<void> {
+    const fence = new SharedEpochFence(path.join(dir, 'state'), { handlerFenced: [FENCE_EPOCH_PATH], ...(leaseFile ? { leaseFile } : {}) });
     const log = createLogger('test', '0', 'silent');
     server = createServiceServer({ info: { component: 'ublk-manager', version: '0', commit: '', features: [] }, log, fence });
     server.add(DeviceServiceDefinition, deviceService(setup().manager, { fence }));
@@ -95,5 +96,33 @@ describe('FenceEpoch', () => {
     new SharedEpochFence(path.join(dir, 'state')).raise(30, 'test');
     await expectCode(client(25).fenceEpoch({ epoch: 25 }), Status.ABORTED, /stale epoch 25; this node is at epoch 30/);
     expect((await client().fenceEpoch({ epoch: 30 })).epoch).toBe(30);
+  });
+
+  it('with the node lease: an epoch above the lease record is FAILED_PRECONDITION naming both epochs and changes nothing; a slot catches up with the file without re-checking', async () => {
+    await stop();
+    const lease = path.join(dir, 'server.lease');
+    writeFileSync(`${lease}.json`, JSON.stringify({ epoch: 4 }));
+    await start(lease);
+    expect((await client(4).fenceEpoch({ epoch: 4 })).epoch).toBe(4);
+    const huge = Number.MAX_SAFE_INTEGER;
+    await expectCode(
+      client(huge).fenceEpoch({ epoch: huge }),
+      Status.FAILED_PRECONDITION,
+      new RegExp(`epoch ${huge} is above epoch 4, the highest the node's server lease names.*fence stays at 4, nothing changed`),
+    );
+    await expectCode(client(5).deleteDevice({ deviceId: 'nope' }), Status.FAILED_PRECONDITION, /epoch 5 is above epoch 4/);
+    expect(onDisk()).toBe(4);
+    expect((await client(4).deleteDevice({ deviceId: 'nope' })).existed).toBe(false);
+    // the lease file itself (what 0.1.0 writes) counts too; the higher of the two records wins
+    writeFileSync(lease, JSON.stringify({ epoch: 6 }));
+    expect((await client(6).fenceEpoch({ epoch: 6 })).epoch).toBe(6);
+    // another slot persisted 6; the lease record is gone (purged): catching up needs no lease check
+    rmSync(lease);
+    rmSync(`${lease}.json`);
+    await stop();
+    await start(lease);
+    await expectCode(client(5).deleteDevice({ deviceId: 'nope' }), Status.ABORTED, /this node is at epoch 6/);
+    expect((await client(6).deleteDevice({ deviceId: 'nope' })).existed).toBe(false);
+    await expectCode(client(7).fenceEpoch({ epoch: 7 }), Status.FAILED_PRECONDITION, /epoch 7 is above epoch 0/);
   });
 });

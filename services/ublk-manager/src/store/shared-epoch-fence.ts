@@ -33,7 +33,8 @@ export class SharedEpochFence extends EpochFence {
   override raise(epoch: number, rpc: string): number {
     return this.mutex.runSync(() => {
       const onDisk = readEpochFile(this.epochFile);
-      if (onDisk > this.current) super.raise(onDisk, `${rpc} (catching up with the epoch file)`);
+      // the file holds it already (another slot raised it, within the lease then): no re-check, no write
+      if (onDisk > this.highest) this.highest = onDisk;
       return super.raise(epoch, rpc);
     });
   }
