@@ -7,7 +7,8 @@
  * SandboxManager, public services) is built by the wiring main.ts passes in; the AdminService
  * handlers (rpc/admin-service.ts) call the public methods here.
  */
-import { mkdirSync, rmSync, statSync } from 'node:fs';
+import { closeSync, mkdirSync, rmSync, statSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import {
   adminSocketName,
@@ -32,10 +33,11 @@ import type { PoddPeers } from '../peers/podd-peer';
 import type { VmPeer } from '../peers/vm-peer';
 import { FlockLease } from '../store/flock-lease';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
+import { dupFds } from './fd-pass';
 import { failpoint } from './failpoints';
 import { OldSideHandover, type OldServer } from './hand-over';
 import { MetricsEndpoint } from './metrics-endpoint';
-import { bindListener, type OwnedListener } from './listeners';
+import { bindListener, openListeners, type ListenerSource, type OwnedListener } from './listeners';
 import { Roles, type Role } from './roles';
 import { removeStaleAdminSockets, SlotLock, slotLockFile } from './slot-lock';
 import { takeOver, type StandbyNode } from './takeover';
@@ -78,7 +80,10 @@ export class ServerNode implements StandbyNode, OldServer {
   private adminListener: { listener: OwnedListener; ino: number } | undefined;
   /** the slot's lock (slot-lock.ts), held from startAdmin until retiring or stop; undefined without a slot */
   private readonly slotLock: SlotLock | undefined;
+  /** the public listeners this server accepts on (none between a handover's send and its end) */
   private listeners: OwnedListener[] = [];
+  /** copies of the listening sockets while this server does not accept (a handover): reopened if it stays active */
+  private spares: { address: string; fd: number }[] | undefined;
   private reaper: NodeJS.Timeout | undefined;
   private standbyPoll: NodeJS.Timeout | undefined;
   private readonly oldSide = new OldSideHandover(this);
@@ -144,9 +149,11 @@ export class ServerNode implements StandbyNode, OldServer {
     await removeStaleAdminSockets(this.cfg.runDir, path.basename(this.adminPath), this.log);
     this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }) });
     this.adminServer.add(AdminServiceDefinition, admin);
-    const listener = await bindListener(this.adminAddress);
+    // the handler is attached before the socket accepts anything (listeners.ts)
+    const server = net.createServer();
+    this.adminServer.serveListener(server);
+    const listener = await bindListener(this.adminAddress, server);
     this.adminListener = { listener, ino: statSync(this.adminPath).ino };
-    this.adminServer.serveListener(listener.server);
   }
 
   private get adminPath(): string {
@@ -156,7 +163,7 @@ export class ServerNode implements StandbyNode, OldServer {
   /** start (after startAdmin): ACTIVE if the lease is free, else STANDBY that takes over if the active dies. */
   async start(): Promise<void> {
     if (this.lease.tryAcquire()) {
-      await this.becomeActive(await this.bindFresh(), 0);
+      await this.becomeActive(this.freshListeners(), 0);
       return;
     }
     this.log.info({ holder: FlockLease.readHolder(this.lease.file) }, 'lease held by another server: standby');
@@ -170,12 +177,10 @@ export class ServerNode implements StandbyNode, OldServer {
       if (!this.roles.is('STANDBY') || this.takingOver || !this.lease.tryAcquire()) return;
       clearInterval(this.standbyPoll);
       this.log.warn('the active server is gone: taking over');
-      this.bindFresh()
-        .then((l) => this.becomeActive(l, 0))
-        .catch((err: unknown) => {
-          this.log.fatal({ err }, 'failover failed');
-          this.exit(1);
-        });
+      this.becomeActive(this.freshListeners(), 0).catch((err: unknown) => {
+        this.log.fatal({ err }, 'failover failed');
+        this.exit(1);
+      });
     }, STANDBY_POLL_MS);
   }
 
@@ -197,17 +202,17 @@ export class ServerNode implements StandbyNode, OldServer {
     }
   }
 
-  /** bindFresh binds the public listeners (unix socket, and TCP when `listen` is set). */
-  async bindFresh(): Promise<OwnedListener[]> {
-    const addrs = [unixAddress(this.cfg.socket)];
-    if (this.cfg.listen) addrs.push(this.cfg.listen);
-    const out: OwnedListener[] = [];
-    for (const a of addrs) out.push(await bindListener(a));
-    return out;
+  /** freshListeners: the public listeners bound anew (unix socket, and TCP when `listen` is set). */
+  freshListeners(): ListenerSource {
+    return { fresh: this.cfg.listen ? [unixAddress(this.cfg.socket), this.cfg.listen] : [unixAddress(this.cfg.socket)] };
   }
 
-  /** becomeActive (holding the lease): epoch+1, raise the fences, adopt, sweep orphans, serve on listeners. */
-  async becomeActive(listeners: OwnedListener[], atLeastEpoch: number): Promise<AdoptionReport> {
+  /**
+   * becomeActive (holding the lease): epoch+1, raise the fences, adopt, sweep orphans, then
+   * accept on the listeners of source, with the handlers in place (a connection that arrives
+   * before waits in the socket's backlog: listeners.ts).
+   */
+  async becomeActive(source: ListenerSource, atLeastEpoch: number): Promise<AdoptionReport> {
     this.store?.close();
     const store = new SqliteRecordStore(path.join(this.cfg.stateDir, 'records.db'), this.log);
     this.store = store;
@@ -227,11 +232,12 @@ export class ServerNode implements StandbyNode, OldServer {
     if (!this.publicServer) {
       this.publicServer = createServiceServer({ info: this.info(), log });
       active.register(this.publicServer);
-      for (const l of listeners) this.publicServer.serveListener(l.server);
     }
+    const pub = this.publicServer;
+    const listeners = await openListeners(source, (s) => pub.serveListener(s));
     this.listeners = listeners;
-    await this.metrics.start();
     this.roles.to('ACTIVE', { newEpoch: true });
+    await this.metrics.start();
     this.startReaper();
     log.info({ listeners: listeners.map((l) => l.address), adopted: report.adopted.length, adoption_ms: report.durationMs, swept }, 'active');
     const tcp = listeners.find((l) => l.port > 0);
@@ -315,6 +321,29 @@ export class ServerNode implements StandbyNode, OldServer {
     clearInterval(this.reaper);
   }
 
+  /**
+   * keepListenerCopies (handover, while the sockets are sent): a copy of each listening socket,
+   * so that this server can accept again if the handover does not complete (OldServer).
+   */
+  async keepListenerCopies(): Promise<void> {
+    const fds = await dupFds(
+      path.join(this.cfg.runDir, `server-${process.pid}-dup.sock`),
+      this.listeners.map((l) => l.fd),
+    );
+    this.spares = this.listeners.map((l, i) => ({ address: l.address, fd: fds[i]! }));
+  }
+
+  /**
+   * stopAccepting (handover, the sockets sent): this server accepts no more connections (the
+   * listening sockets live on in the next server and in the copies); connections that arrive
+   * wait in the backlog until the next server accepts them. Those accepted before keep being
+   * served here until GOAWAY at retirement (OldServer).
+   */
+  stopAccepting(): void {
+    for (const l of this.listeners) l.server.close();
+    this.listeners = [];
+  }
+
   /** releaseMetrics frees the /metrics port for the next server (OldServer). */
   releaseMetrics(): void {
     this.metrics.close();
@@ -327,8 +356,14 @@ export class ServerNode implements StandbyNode, OldServer {
     await this.announceEpoch();
   }
 
-  /** resumeActive: ACTIVE again after a handover that did not complete (OldServer). */
-  resumeActive(o: { newEpoch?: boolean } = {}): void {
+  /** resumeActive: ACTIVE again after a handover that did not complete, accepting on the copies if it had stopped (OldServer). */
+  async resumeActive(o: { newEpoch?: boolean } = {}): Promise<void> {
+    const spares = this.spares;
+    this.spares = undefined;
+    if (spares && this.listeners.length === 0 && this.publicServer) {
+      const pub = this.publicServer;
+      this.listeners = await openListeners({ received: spares }, (s) => pub.serveListener(s));
+    } else for (const s of spares ?? []) closeFd(s.fd);
     void this.metrics.start();
     this.roles.to('ACTIVE', o);
     this.active?.manager.gate.open();
@@ -349,11 +384,10 @@ export class ServerNode implements StandbyNode, OldServer {
     });
   }
 
-  /** retire: stop accepting (the sockets live on in the new server), GOAWAY, let streams end, exit. */
+  /** retire: GOAWAY (accepting stopped at the handover: the sockets live on in the new server), let streams end, exit. */
   private async retire(): Promise<void> {
     this.log.info({ streams: this.streams }, 'retiring: GOAWAY; running streams continue');
-    // Stop accepting on our copies of the listeners (the unix path is kept, see listeners.ts;
-    // the sockets live on in the new server) and send GOAWAY at once on every connection:
+    // Send GOAWAY at once on every connection (accepting stopped at the handover):
     // clients open a new connection (accepted by the new server) for their next call; calls
     // and Exec streams already running here complete.
     const closed = this.publicServer?.shutdown(this.cfg.retireDrainMs);
@@ -397,6 +431,8 @@ export class ServerNode implements StandbyNode, OldServer {
 
   private closeAll(): void {
     clearInterval(this.reaper);
+    for (const s of this.spares ?? []) closeFd(s.fd);
+    this.spares = undefined;
     this.metrics.close();
     this.wiring.podd.closeAll();
     this.active?.vms.close();
@@ -410,6 +446,15 @@ export class ServerNode implements StandbyNode, OldServer {
       /* already gone */
     }
     this.slotLock?.release();
+  }
+}
+
+/** closeFd closes a raw fd (a listening socket's copy); an fd already closed is ignored. */
+function closeFd(fd: number): void {
+  try {
+    closeSync(fd);
+  } catch {
+    /* already closed */
   }
 }
 

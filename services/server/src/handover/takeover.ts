@@ -17,7 +17,7 @@ import type { AdoptionReport } from '../core/adoption';
 import { FlockLease } from '../store/flock-lease';
 import { failpoint } from './failpoints';
 import { receiveFds } from './fd-pass';
-import { adoptListener, type OwnedListener } from './listeners';
+import { sourceAddresses, type ListenerSource } from './listeners';
 
 /** Default hold time of lifecycle calls during a handover, ms (HandoverRequest.hold_timeout_ms 0). */
 export const DEFAULT_HOLD_MS = 2000;
@@ -35,10 +35,10 @@ export interface StandbyNode {
   readonly lease: FlockLease;
   /** the epoch after becomeActive */
   readonly epoch: number;
-  /** bindFresh binds the public listeners anew (failover without the old sockets). */
-  bindFresh(): Promise<OwnedListener[]>;
-  /** becomeActive takes the role ACTIVE on listeners with an epoch above atLeastEpoch. */
-  becomeActive(listeners: OwnedListener[], atLeastEpoch: number): Promise<AdoptionReport>;
+  /** freshListeners: the public listeners bound anew (failover without the old sockets). */
+  freshListeners(): ListenerSource;
+  /** becomeActive takes the role ACTIVE on the listeners of source with an epoch above atLeastEpoch. */
+  becomeActive(source: ListenerSource, atLeastEpoch: number): Promise<AdoptionReport>;
 }
 
 export interface TakeoverOptions {
@@ -97,7 +97,7 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
       if (!free) throw err;
       log.warn({ err, old_pid: holder.pid }, 'the old server died during the handover: taking over as failover');
       const got = await Promise.race([rx.message, sleep(DEAD_HOLDER_FD_WAIT_MS).then(() => undefined)]).catch(() => undefined);
-      const listeners = got ? await adoptReceived(got) : await node.bindFresh();
+      const listeners = got ? received(got) : node.freshListeners();
       const report = await node.becomeActive(listeners, holder.epoch);
       const failover = { token: '', epoch: holder.epoch, listeners: [], inFlightFinished: 0, holdStartedAtMs: holdStarted, oldPid: holder.pid, oldVersion: holder.version };
       return reportTakeover(node, failover, report, listeners, 0);
@@ -105,7 +105,7 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
     const msg = await rx.message;
     failpoint('takeover.after-fds');
     if (!(await lease.acquire(cfg.leaseAcquireTimeoutMs))) throw new UnavailableError(`the old server did not release the lease within ${cfg.leaseAcquireTimeoutMs} ms`);
-    const listeners = await adoptReceived(msg);
+    const listeners = received(msg);
     const report = await node.becomeActive(listeners, Number(res.epoch));
     servingAtMs = Date.now();
     failpoint('takeover.after-serve');
@@ -122,7 +122,7 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
   }
 }
 
-function reportTakeover(node: StandbyNode, res: HandoverResponse, report: AdoptionReport, listeners: OwnedListener[], servingAtMs: number): TakeoverResult {
+function reportTakeover(node: StandbyNode, res: HandoverResponse, report: AdoptionReport, listeners: ListenerSource, servingAtMs: number): TakeoverResult {
   const result: TakeoverResult = {
     takeover: true,
     oldPid: res.oldPid,
@@ -134,7 +134,7 @@ function reportTakeover(node: StandbyNode, res: HandoverResponse, report: Adopti
     holdWindowMs: (servingAtMs || Date.now()) - Number(res.holdStartedAtMs),
     adopted: report.adopted.length,
     adoptionMs: report.durationMs,
-    listeners: listeners.map((l) => l.address),
+    listeners: sourceAddresses(listeners),
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
   node.log.info(result, 'takeover finished');
@@ -147,11 +147,9 @@ function holderAlive(pid: number): boolean {
   return st !== undefined && st !== 'Z';
 }
 
-/** adoptReceived serves on every listening socket received from the old server. */
-async function adoptReceived(msg: { meta: { listeners: string[] }; fds: number[] }): Promise<OwnedListener[]> {
-  const out: OwnedListener[] = [];
-  for (const [i, fd] of msg.fds.entries()) out.push(await adoptListener(msg.meta.listeners[i] ?? `fd:${fd}`, fd));
-  return out;
+/** received: the listening sockets that came from the old server (becomeActive accepts on them once it serves). */
+function received(msg: { meta: { listeners: string[] }; fds: number[] }): ListenerSource {
+  return { received: msg.fds.map((fd, i) => ({ address: msg.meta.listeners[i] ?? `fd:${fd}`, fd })) };
 }
 
 function sleep(ms: number): Promise<void> {
