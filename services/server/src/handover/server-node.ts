@@ -65,6 +65,8 @@ export interface NodeWiring {
   podd: PoddPeers;
   /** activate builds the active parts on store; epoch() is the node's current epoch. */
   activate(a: { store: SqliteRecordStore; epoch: () => number; log: Logger; streams: { streams: number } }): ActiveParts;
+  /** onActive runs each time this server has become ACTIVE (main.ts: the settings file). */
+  onActive?(): void;
 }
 
 export class ServerNode implements StandbyNode, OldServer {
@@ -210,9 +212,10 @@ export class ServerNode implements StandbyNode, OldServer {
   /**
    * becomeActive (holding the lease): epoch+1, raise the fences, adopt, sweep orphans, then
    * accept on the listeners of source, with the handlers in place (a connection that arrives
-   * before waits in the socket's backlog: listeners.ts).
+   * before waits in the socket's backlog: listeners.ts). peerWaitMs: how long vmm-supervisor and
+   * ublk-manager get to answer, ms (an Error naming the one that did not).
    */
-  async becomeActive(source: ListenerSource, atLeastEpoch: number): Promise<AdoptionReport> {
+  async becomeActive(source: ListenerSource, atLeastEpoch: number, peerWaitMs = this.cfg.peerStartTimeoutMs): Promise<AdoptionReport> {
     this.store?.close();
     const store = new SqliteRecordStore(path.join(this.cfg.stateDir, 'records.db'), this.log);
     this.store = store;
@@ -223,8 +226,8 @@ export class ServerNode implements StandbyNode, OldServer {
     const active = this.wiring.activate({ store, epoch: () => this.epoch, log, streams: this });
     this.active = active;
     const { manager, vms, devices } = active;
-    await waitFor('vmm-supervisor', () => vms.features.get(), this.cfg.peerStartTimeoutMs);
-    await waitFor('ublk-manager', () => devices.features.get(), this.cfg.peerStartTimeoutMs);
+    await waitFor('vmm-supervisor', () => vms.features.get(), peerWaitMs);
+    await waitFor('ublk-manager', () => devices.features.get(), peerWaitMs);
     await this.announceEpoch();
     const report = await adoptAll({ store, vms, devices, podd: this.wiring.podd, manager, log, concurrency: this.cfg.adoptConcurrency });
     this.lastAdoption = report;
@@ -237,6 +240,7 @@ export class ServerNode implements StandbyNode, OldServer {
     const listeners = await openListeners(source, (s) => pub.serveListener(s));
     this.listeners = listeners;
     this.roles.to('ACTIVE', { newEpoch: true });
+    this.wiring.onActive?.();
     await this.metrics.start();
     this.startReaper();
     log.info({ listeners: listeners.map((l) => l.address), adopted: report.adopted.length, adoption_ms: report.durationMs, swept }, 'active');

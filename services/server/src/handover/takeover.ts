@@ -10,7 +10,7 @@
  * over as a failover would (with the sockets if they arrived, else fresh ones).
  */
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, FailedPreconditionError, processState, SUITE_VERSION, UnavailableError, type Logger, type TakeoverResult } from '@sandnode/shared';
+import { askVersion, createSandnodeChannel, createServiceClient, FailedPreconditionError, processState, SUITE_VERSION, UnavailableError, type Logger, type TakeoverResult } from '@sandnode/shared';
 import { AdminServiceDefinition, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ServerConfig } from '../config';
 import type { AdoptionReport } from '../core/adoption';
@@ -27,6 +27,8 @@ export const DEFAULT_FINISH_TIMEOUT_MS = 15_000;
 const DEAD_HOLDER_LEASE_WAIT_MS = 2000;
 /** How long the standby waits for sockets that may still be on their way from a dead old server, ms. */
 const DEAD_HOLDER_FD_WAIT_MS = 500;
+/** How long each peer (vmm-supervisor, ublk-manager) gets to answer the preflight, ms. */
+export const PEER_PREFLIGHT_TIMEOUT_MS = 2000;
 
 /** What the takeover needs of the ServerNode it runs in. */
 export interface StandbyNode {
@@ -38,7 +40,7 @@ export interface StandbyNode {
   /** freshListeners: the public listeners bound anew (failover without the old sockets). */
   freshListeners(): ListenerSource;
   /** becomeActive takes the role ACTIVE on the listeners of source with an epoch above atLeastEpoch. */
-  becomeActive(source: ListenerSource, atLeastEpoch: number): Promise<AdoptionReport>;
+  becomeActive(source: ListenerSource, atLeastEpoch: number, peerWaitMs?: number): Promise<AdoptionReport>;
 }
 
 export interface TakeoverOptions {
@@ -57,14 +59,21 @@ export interface TakeoverOptions {
 
 /**
  * takeOver runs the standby's side (file header) and returns what it did (also printed as one
- * JSON line on stdout for `sandnode upgrade server`). Errors: FAILED_PRECONDITION (no active
- * server holds the lease, or it refuses the handover), UNAVAILABLE (the active server does
- * not answer), and the errors of becoming active.
+ * JSON line on stdout for `sandnode upgrade server`). Before it asks for anything it checks
+ * that vmm-supervisor and ublk-manager answer (a server cannot become active without them). The
+ * wait for them once the lease is taken is bounded by a third of the finish timeout: a standby
+ * that cannot become active exits (freeing the lease) while the old server still waits for
+ * FinishHandover, so that one takes the lease back and stays active. Errors: FAILED_PRECONDITION
+ * (a peer does not answer, no active server holds the lease, or it refuses the handover),
+ * UNAVAILABLE (the active server does not answer), and the errors of becoming active.
  */
 export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<TakeoverResult> {
   const { cfg, log, lease } = node;
   const holder = FlockLease.readHolder(lease.file);
   if (!holder || !FlockLease.isHeld(lease.file)) throw new FailedPreconditionError('no active server holds the lease: start normally instead');
+  await checkPeers(cfg);
+  o.signal?.throwIfAborted();
+  const peerWaitMs = Math.min(cfg.peerStartTimeoutMs, Math.floor((o.finishTimeoutMs || DEFAULT_FINISH_TIMEOUT_MS) / 3));
   const ch = createSandnodeChannel(holder.admin);
   const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: cfg.handoverCallTimeoutMs, retryAttempts: 1 });
   let servingAtMs: number;
@@ -106,7 +115,7 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
     failpoint('takeover.after-fds');
     if (!(await lease.acquire(cfg.leaseAcquireTimeoutMs))) throw new UnavailableError(`the old server did not release the lease within ${cfg.leaseAcquireTimeoutMs} ms`);
     const listeners = received(msg);
-    const report = await node.becomeActive(listeners, Number(res.epoch));
+    const report = await node.becomeActive(listeners, Number(res.epoch), peerWaitMs);
     servingAtMs = Date.now();
     failpoint('takeover.after-serve');
     try {
@@ -139,6 +148,23 @@ function reportTakeover(node: StandbyNode, res: HandoverResponse, report: Adopti
   process.stdout.write(`${JSON.stringify(result)}\n`);
   node.log.info(result, 'takeover finished');
   return result;
+}
+
+/** checkPeers: FAILED_PRECONDITION naming each peer that does not answer GetVersion within PEER_PREFLIGHT_TIMEOUT_MS. */
+async function checkPeers(cfg: ServerConfig): Promise<void> {
+  const peers = [
+    { name: 'vmm-supervisor', address: cfg.vmmAddress },
+    { name: 'ublk-manager', address: cfg.ublkAddress },
+  ];
+  const down: string[] = [];
+  await Promise.all(
+    peers.map((p) =>
+      askVersion(p.address, { timeoutMs: PEER_PREFLIGHT_TIMEOUT_MS, retryAttempts: 1 }).catch((err: unknown) => {
+        down.push(`${p.name} does not answer at ${p.address} (${(err as Error).message.slice(0, 120)})`);
+      }),
+    ),
+  );
+  if (down.length) throw new FailedPreconditionError(`no handover: ${down.join('; ')}. Start it (sandnode up) and upgrade again; the old server stays active`);
 }
 
 /** holderAlive says whether a process with that pid exists (not a zombie). */
