@@ -10,13 +10,13 @@
  *   - shared: a new channel with grpc-js's default, process-wide subchannel pool (new channels
  *     share one connection; a connection that is never served stalls every channel on it);
  *   - open:   one channel opened before the first handover, a call every 10 ms.
- * No client retries: what fails here is what a plain gRPC user sees.
+ * No client retries (one attempt per call, deadline 8 s): what fails here is what a plain gRPC user sees.
  */
-import { socketPath, unixAddress } from '@sandnode/shared';
+import { createServiceClient, socketPath, unixAddress } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { upgradeServer } from '@sandnode/node-stack';
 import { describeNode, startNode, type TestNode } from '@sandnode/testkit';
-import { createChannel, createClient, type Channel } from 'nice-grpc';
+import { createChannel, type Channel } from 'nice-grpc';
 import { ClientError, Status } from 'nice-grpc-common';
 
 jest.setTimeout(300_000);
@@ -61,8 +61,9 @@ describeNode('fresh connections through server handovers', () => {
       const t = tally.get(name) ?? { calls: 0, failed: [] };
       tally.set(name, t);
       t.calls++;
-      const p = createClient(SandboxServiceDefinition, ch)
-        .listSandboxes({ pageSize: 1 }, { deadline: new Date(Date.now() + DEADLINE_MS) })
+      // the deadline, and no retry: one attempt per call
+      const p = createServiceClient(SandboxServiceDefinition, ch, { timeoutMs: DEADLINE_MS, retryAttempts: 0 })
+        .listSandboxes({ pageSize: 1 }, { retry: false })
         .then(
           () => undefined,
           (err: unknown) => {

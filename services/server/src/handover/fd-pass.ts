@@ -99,16 +99,3 @@ export function sendFds<T>(path: string, meta: T, fds: number[], timeoutMs = 500
     });
   });
 }
-
-/**
- * dupFds duplicates fds into this process (SCM_RIGHTS through a unix socket at path, which is
- * removed afterwards): the copies keep the sockets open after the originals' handles close.
- * Resolves with the new fds in the order of fds; rejects after timeoutMs (ms).
- */
-export async function dupFds(path: string, fds: number[], timeoutMs = 5000): Promise<number[]> {
-  const rx = receiveFds<Record<string, never>>(path, timeoutMs);
-  await rx.ready;
-  const [msg] = await Promise.all([rx.message, sendFds(path, {}, fds, timeoutMs)]);
-  if (msg.fds.length !== fds.length) throw new Error(`dupFds: ${msg.fds.length} of ${fds.length} fds arrived`);
-  return msg.fds;
-}

@@ -2,12 +2,14 @@
  * The old (active) server's side of AdminService.Handover:
  *
  *   ACTIVE -> HANDING_OVER: hold new lifecycle calls (gate), wait for running ones, flush the
- *   records, send the listening sockets to the standby's fd socket (keeping a copy), stop
- *   accepting (new connections wait in the backlog for the standby), free the /metrics port,
- *   release the lease, answer with a token; then a watchdog waits for FinishHandover:
- *     FinishHandover(token)                      -> RETIRING (GOAWAY, streams finish, exit)
+ *   records, send the listening sockets to the standby's fd socket, free the /metrics port,
+ *   release the lease, answer with a token; this server goes on accepting and serving (reads;
+ *   lifecycle calls are held) while the standby adopts. Then a watchdog waits for
+ *   FinishHandover, which the standby sends once it can serve and before it accepts:
+ *     FinishHandover(token)                      -> stop accepting at once (new connections wait
+ *                                                   in the backlog for the standby), RETIRING
+ *                                                   (GOAWAY, streams finish, exit)
  *     standby dead or no finish, lease free      -> lease retaken, epoch+1, fences raised, ACTIVE
- *                                                   (accepting again on the copies)
  *     no finish but the standby holds the lease  -> RETIRING
  *   A failure before the lease was released leaves this server ACTIVE (FAILED_PRECONDITION).
  */
@@ -39,12 +41,10 @@ export interface OldServer {
   pauseActive(): void;
   /** releaseMetrics frees the /metrics port (it goes to the next server with the lease) */
   releaseMetrics(): void;
-  /** keepListenerCopies: a copy of each listening socket (to accept again if the handover fails) */
-  keepListenerCopies(): Promise<void>;
   /** stopAccepting: accept no more connections (they wait in the backlog for the next server) */
   stopAccepting(): void;
-  /** resumeActive: ACTIVE again (accepting, gate open, reaper, metrics); newEpoch after a retaken lease */
-  resumeActive(o?: { newEpoch?: boolean }): Promise<void>;
+  /** resumeActive: ACTIVE again (gate open, reaper, metrics); newEpoch after a retaken lease */
+  resumeActive(o?: { newEpoch?: boolean }): void;
   /** retakeEpoch (holding the lease again): epoch+1, lease described, fences raised */
   retakeEpoch(): Promise<void>;
   /** beginRetire: RETIRING, then GOAWAY and exit */
@@ -91,23 +91,17 @@ export class OldSideHandover {
       await parts.gate.close();
       failpoint('handover.after-hold');
       parts.checkpoint();
-      await Promise.all([
-        sendFds(
-          req.fdSocket,
-          { listeners: parts.listeners.map((l) => l.address) },
-          parts.listeners.map((l) => l.fd),
-        ),
-        node.keepListenerCopies(),
-      ]);
+      await sendFds(
+        req.fdSocket,
+        { listeners: parts.listeners.map((l) => l.address) },
+        parts.listeners.map((l) => l.fd),
+      );
       failpoint('handover.after-send');
     } catch (err) {
       log.error({ err }, 'handover failed before the lease was released: staying active');
-      await node.resumeActive();
+      node.resumeActive();
       throw new FailedPreconditionError(`handover aborted, the old server stays active: ${(err as Error).message}`);
     }
-    // From here on only the next server accepts: a connection accepted here now would be held
-    // and then cut by the GOAWAY of the retirement. New connections wait in the backlog.
-    node.stopAccepting();
     const epoch = node.epoch;
     node.releaseMetrics();
     node.lease.release();
@@ -135,6 +129,8 @@ export class OldSideHandover {
   finish(token: string): { streamsRunning: number } {
     if (!this.running || token !== this.running.token) throw new FailedPreconditionError('finish_handover: no handover with that token is in progress');
     this.stop();
+    // before the answer: the standby accepts once it has it, and only one process may accept
+    this.node.stopAccepting();
     const streams = this.node.streams;
     this.node.beginRetire();
     return { streamsRunning: streams };
@@ -161,12 +157,12 @@ export class OldSideHandover {
     }
     log.error({ standby_alive: standbyAlive }, 'the standby did not finish the handover: taking the lease back');
     // raise the fences to the new epoch before lifecycle calls run again
-    node
-      .retakeEpoch()
-      .then(() => node.resumeActive({ newEpoch: true }))
-      .catch((err: unknown) => {
-        log.fatal({ err }, 'could not become active again after taking the lease back');
+    node.retakeEpoch().then(
+      () => node.resumeActive({ newEpoch: true }),
+      (err: unknown) => {
+        log.fatal({ err }, 'could not raise the epoch fences after taking the lease back');
         node.exit(1);
-      });
+      },
+    );
   }
 }

@@ -7,7 +7,7 @@
  * SandboxManager, public services) is built by the wiring main.ts passes in; the AdminService
  * handlers (rpc/admin-service.ts) call the public methods here.
  */
-import { closeSync, mkdirSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, rmSync, statSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import {
@@ -33,7 +33,6 @@ import type { PoddPeers } from '../peers/podd-peer';
 import type { VmPeer } from '../peers/vm-peer';
 import { FlockLease } from '../store/flock-lease';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
-import { dupFds } from './fd-pass';
 import { failpoint } from './failpoints';
 import { OldSideHandover, type OldServer } from './hand-over';
 import { MetricsEndpoint } from './metrics-endpoint';
@@ -82,10 +81,8 @@ export class ServerNode implements StandbyNode, OldServer {
   private adminListener: { listener: OwnedListener; ino: number } | undefined;
   /** the slot's lock (slot-lock.ts), held from startAdmin until retiring or stop; undefined without a slot */
   private readonly slotLock: SlotLock | undefined;
-  /** the public listeners this server accepts on (none between a handover's send and its end) */
+  /** the public listeners this server accepts on */
   private listeners: OwnedListener[] = [];
-  /** copies of the listening sockets while this server does not accept (a handover): reopened if it stays active */
-  private spares: { address: string; fd: number }[] | undefined;
   private reaper: NodeJS.Timeout | undefined;
   private standbyPoll: NodeJS.Timeout | undefined;
   private readonly oldSide = new OldSideHandover(this);
@@ -210,12 +207,14 @@ export class ServerNode implements StandbyNode, OldServer {
   }
 
   /**
-   * becomeActive (holding the lease): epoch+1, raise the fences, adopt, sweep orphans, then
-   * accept on the listeners of source, with the handlers in place (a connection that arrives
-   * before waits in the socket's backlog: listeners.ts). peerWaitMs: how long vmm-supervisor and
+   * becomeActive (holding the lease): epoch+1, raise the fences, adopt, sweep orphans, attach
+   * the handlers, run o.beforeServing (a takeover: FinishHandover, after which the old server
+   * accepts no more), then accept on the listeners of source (a connection that arrives before
+   * waits in the socket's backlog: listeners.ts). o.peerWaitMs: how long vmm-supervisor and
    * ublk-manager get to answer, ms (an Error naming the one that did not).
    */
-  async becomeActive(source: ListenerSource, atLeastEpoch: number, peerWaitMs = this.cfg.peerStartTimeoutMs): Promise<AdoptionReport> {
+  async becomeActive(source: ListenerSource, atLeastEpoch: number, o: { peerWaitMs?: number; beforeServing?: () => Promise<void> } = {}): Promise<AdoptionReport> {
+    const peerWaitMs = o.peerWaitMs ?? this.cfg.peerStartTimeoutMs;
     this.store?.close();
     const store = new SqliteRecordStore(path.join(this.cfg.stateDir, 'records.db'), this.log);
     this.store = store;
@@ -237,6 +236,7 @@ export class ServerNode implements StandbyNode, OldServer {
       active.register(this.publicServer);
     }
     const pub = this.publicServer;
+    await o.beforeServing?.();
     const listeners = await openListeners(source, (s) => pub.serveListener(s));
     this.listeners = listeners;
     this.roles.to('ACTIVE', { newEpoch: true });
@@ -326,22 +326,10 @@ export class ServerNode implements StandbyNode, OldServer {
   }
 
   /**
-   * keepListenerCopies (handover, while the sockets are sent): a copy of each listening socket,
-   * so that this server can accept again if the handover does not complete (OldServer).
-   */
-  async keepListenerCopies(): Promise<void> {
-    const fds = await dupFds(
-      path.join(this.cfg.runDir, `server-${process.pid}-dup.sock`),
-      this.listeners.map((l) => l.fd),
-    );
-    this.spares = this.listeners.map((l, i) => ({ address: l.address, fd: fds[i]! }));
-  }
-
-  /**
-   * stopAccepting (handover, the sockets sent): this server accepts no more connections (the
-   * listening sockets live on in the next server and in the copies); connections that arrive
-   * wait in the backlog until the next server accepts them. Those accepted before keep being
-   * served here until GOAWAY at retirement (OldServer).
+   * stopAccepting (FinishHandover: the next server is about to accept): this server accepts no
+   * more connections (the listening sockets live on in the next server); connections that
+   * arrive wait in the backlog until it accepts them. Those accepted before are served here
+   * until the GOAWAY of the retirement (OldServer).
    */
   stopAccepting(): void {
     for (const l of this.listeners) l.server.close();
@@ -360,14 +348,8 @@ export class ServerNode implements StandbyNode, OldServer {
     await this.announceEpoch();
   }
 
-  /** resumeActive: ACTIVE again after a handover that did not complete, accepting on the copies if it had stopped (OldServer). */
-  async resumeActive(o: { newEpoch?: boolean } = {}): Promise<void> {
-    const spares = this.spares;
-    this.spares = undefined;
-    if (spares && this.listeners.length === 0 && this.publicServer) {
-      const pub = this.publicServer;
-      this.listeners = await openListeners({ received: spares }, (s) => pub.serveListener(s));
-    } else for (const s of spares ?? []) closeFd(s.fd);
+  /** resumeActive: ACTIVE again after a handover that did not complete (it never stopped accepting) (OldServer). */
+  resumeActive(o: { newEpoch?: boolean } = {}): void {
     void this.metrics.start();
     this.roles.to('ACTIVE', o);
     this.active?.manager.gate.open();
@@ -388,10 +370,10 @@ export class ServerNode implements StandbyNode, OldServer {
     });
   }
 
-  /** retire: GOAWAY (accepting stopped at the handover: the sockets live on in the new server), let streams end, exit. */
+  /** retire: GOAWAY (accepting stopped at FinishHandover: the sockets live on in the new server), let streams end, exit. */
   private async retire(): Promise<void> {
     this.log.info({ streams: this.streams }, 'retiring: GOAWAY; running streams continue');
-    // Send GOAWAY at once on every connection (accepting stopped at the handover):
+    // Send GOAWAY at once on every connection (accepting stopped at FinishHandover):
     // clients open a new connection (accepted by the new server) for their next call; calls
     // and Exec streams already running here complete.
     const closed = this.publicServer?.shutdown(this.cfg.retireDrainMs);
@@ -435,8 +417,6 @@ export class ServerNode implements StandbyNode, OldServer {
 
   private closeAll(): void {
     clearInterval(this.reaper);
-    for (const s of this.spares ?? []) closeFd(s.fd);
-    this.spares = undefined;
     this.metrics.close();
     this.wiring.podd.closeAll();
     this.active?.vms.close();
@@ -450,15 +430,6 @@ export class ServerNode implements StandbyNode, OldServer {
       /* already gone */
     }
     this.slotLock?.release();
-  }
-}
-
-/** closeFd closes a raw fd (a listening socket's copy); an fd already closed is ignored. */
-function closeFd(fd: number): void {
-  try {
-    closeSync(fd);
-  } catch {
-    /* already closed */
   }
 }
 

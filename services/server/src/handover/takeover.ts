@@ -2,9 +2,10 @@
  * The standby's side of a handover (`sandnode upgrade server`, or AdminService.Takeover on a
  * running standby): take the node over from the active server without refusing a connection.
  *
- *   PrepareHandover (preflight) -> listen on the fd socket -> Handover on the active (it holds
- *   calls, sends its listening sockets, releases the lease) -> receive the sockets -> take the
- *   lease (epoch+1) -> become ACTIVE on those sockets (adopt, serve) -> FinishHandover
+ *   peers answer? -> PrepareHandover (preflight) -> listen on the fd socket -> Handover on the
+ *   active (it holds calls, sends its listening sockets, releases the lease, goes on accepting)
+ *   -> receive the sockets -> take the lease (epoch+1) -> adopt, handlers ready ->
+ *   FinishHandover (the old server stops accepting, retires) -> accept on those sockets
  *
  * If the active server dies during Handover and the lease is free, this server takes the node
  * over as a failover would (with the sockets if they arrived, else fresh ones).
@@ -40,7 +41,7 @@ export interface StandbyNode {
   /** freshListeners: the public listeners bound anew (failover without the old sockets). */
   freshListeners(): ListenerSource;
   /** becomeActive takes the role ACTIVE on the listeners of source with an epoch above atLeastEpoch. */
-  becomeActive(source: ListenerSource, atLeastEpoch: number, peerWaitMs?: number): Promise<AdoptionReport>;
+  becomeActive(source: ListenerSource, atLeastEpoch: number, o?: { peerWaitMs?: number; beforeServing?: () => Promise<void> }): Promise<AdoptionReport>;
 }
 
 export interface TakeoverOptions {
@@ -115,16 +116,22 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
     failpoint('takeover.after-fds');
     if (!(await lease.acquire(cfg.leaseAcquireTimeoutMs))) throw new UnavailableError(`the old server did not release the lease within ${cfg.leaseAcquireTimeoutMs} ms`);
     const listeners = received(msg);
-    const report = await node.becomeActive(listeners, Number(res.epoch), peerWaitMs);
+    // Ready to serve: FinishHandover makes the old server stop accepting (it answers after
+    // that), then this one accepts. Connections that arrive in between wait in the backlog.
+    const report = await node.becomeActive(listeners, Number(res.epoch), {
+      peerWaitMs,
+      beforeServing: async () => {
+        failpoint('takeover.after-serve');
+        try {
+          await admin.finishHandover({ token: res.token, newEpoch: node.epoch });
+        } catch (err) {
+          // We hold the lease and can serve: the old server retires on its own (its watchdog
+          // sees the lease taken) or is gone. Nothing to undo.
+          log.warn({ err }, 'FinishHandover failed; the old server retires by itself');
+        }
+      },
+    });
     servingAtMs = Date.now();
-    failpoint('takeover.after-serve');
-    try {
-      await admin.finishHandover({ token: res.token, newEpoch: node.epoch });
-    } catch (err) {
-      // We hold the lease and serve: the old server retires on its own (its watchdog sees the
-      // lease taken) or is gone. Nothing to undo.
-      log.warn({ err }, 'FinishHandover failed; the old server retires by itself');
-    }
     return reportTakeover(node, res, report, listeners, servingAtMs);
   } finally {
     ch.close();
