@@ -26,6 +26,28 @@ const OUTCOME_WAIT_MS = 3000;
 const SLOT_BUSY_WAIT_MS = 20_000;
 /** Exit code of a server whose slot another live server holds (services/server main.ts EXIT_SLOT_BUSY). */
 const SERVER_EXIT_SLOT_BUSY = 4;
+/**
+ * The config the active server runs with, written by each server that becomes active
+ * (services/server handover/settings-file.ts SETTINGS_FILE, in the run dir).
+ */
+export const SERVER_SETTINGS_FILE = 'server-settings.json';
+/** Server env vars that are not config keys and still go from the caller to the standby (test and ops hooks). */
+const PASSED_SERVER_ENV = ['SANDNODE_SERVER_FAILPOINTS'];
+
+/**
+ * standbyEnv is the environment of the standby: the node's settings file as its config (with
+ * the caller's SANDNODE_SERVER_* config variables left out, so that they cannot override the
+ * node's settings), or, when the active server wrote none (a build before 0.3.0), the caller's
+ * environment and listen address as before.
+ */
+function standbyEnv(dirs: StackDirs, callerEnv: NodeJS.ProcessEnv, slot: string): NodeJS.ProcessEnv {
+  const runDir = path.resolve(dirs.runDir);
+  const settings = path.join(runDir, SERVER_SETTINGS_FILE);
+  const own = { SANDNODE_SERVER_STATE_DIR: path.resolve(dirs.stateDir), SANDNODE_SERVER_RUN_DIR: runDir, SANDNODE_SERVER_SLOT: slot, SANDNODE_SERVER_TAKEOVER: 'true' };
+  if (!existsSync(settings)) return { ...callerEnv, SANDNODE_SERVER_LISTEN: dirs.listen, ...own };
+  const env = Object.fromEntries(Object.entries(callerEnv).filter(([k]) => !k.startsWith('SANDNODE_SERVER_') || PASSED_SERVER_ENV.includes(k)));
+  return { ...env, SANDNODE_SERVER_CONFIG: settings, ...own };
+}
 
 /**
  * The line a server started with SANDNODE_SERVER_TAKEOVER=true prints when the takeover ended
@@ -35,15 +57,16 @@ const SERVER_EXIT_SLOT_BUSY = 4;
 type TakeoverLine = TakeoverResult | { takeover: false; error: string; pid?: number; slotBusy?: boolean; holderPid?: number };
 
 /**
- * upgradeServer starts a server from buildDir in the slot the active server does not hold and
- * waits (up to timeoutMs, ms) for the takeover line it logs. Throws Error (saying which server
+ * upgradeServer starts a server from buildDir in the slot the active server does not hold, with
+ * the node's settings (the settings file the active server wrote, see standbyEnv), and waits (up to timeoutMs, ms) for the takeover line it logs. Throws Error (saying which server
  * is active afterwards, as the servers' GetLeaseStatus says) when a standby already runs, the
  * build has no server, another upgrade's standby holds the slot (it is taking over), the new
  * server fails or exits before it took the lease, or the time runs out (the new server is then
  * killed).
  */
 export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs = DEFAULT_UPGRADE_TIMEOUT_MS): Promise<TakeoverResult> {
-  // The new server gets the environment as it is at the call (taken before the first await).
+  // The new server gets the environment as it is at the call (taken before the first await),
+  // without the caller's server config variables when the node has a settings file.
   const callerEnv = { ...process.env };
   // A running standby would race the server started here for the lease: use it instead.
   const standbys = await findStandbys(dirs);
@@ -61,14 +84,7 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
     script,
     node: nodeFor(buildDir),
     logPath,
-    env: {
-      ...callerEnv,
-      SANDNODE_SERVER_STATE_DIR: path.resolve(dirs.stateDir),
-      SANDNODE_SERVER_RUN_DIR: path.resolve(dirs.runDir),
-      SANDNODE_SERVER_LISTEN: dirs.listen,
-      SANDNODE_SERVER_SLOT: slot,
-      SANDNODE_SERVER_TAKEOVER: 'true',
-    },
+    env: standbyEnv(dirs, callerEnv, slot),
   });
   // What the node looks like now, for the error: asked of every server, not guessed.
   const now = (waitMs: number) => nodeNow(dirs.runDir, holder.pid, waitMs);
@@ -87,7 +103,7 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
     // two upgrades at once: the other one's standby holds the slot and is taking over
     if (line.slotBusy)
       throw new Error(`another standby of slot ${slot}${line.holderPid ? ` (pid ${line.holderPid})` : ''} is taking over, so this upgrade started none; ${await now(SLOT_BUSY_WAIT_MS)}`);
-    throw new Error(`the new server failed before it took the lease: ${line.error}; ${await now(OUTCOME_WAIT_MS)}`);
+    throw new Error(`the new server did not take the node over: ${line.error}; ${await now(OUTCOME_WAIT_MS)}`);
   }
   writePidFile(dirs, 'server', line.newPid);
   return line;

@@ -22,14 +22,15 @@
  * peers, records, lease, admin socket path; then exit 0. Sandboxes are never touched by a
  * server stop. A stop that outlives drainDeadlineMs + drainMs + 5 s exits 1.
  */
-import { ConfigError, createLogger, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
+import { ConfigError, createLogger, loadConfig, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
-import { loadServerConfig, SERVICE, type ServerConfig } from './config';
+import { configSchema, loadServerConfig, SERVICE, type ServerConfig } from './config';
 import { SandboxManager } from './core/sandbox-manager';
 import { LocalTemplateCatalog } from './core/template-catalog';
 import { setServerFailpoints } from './handover/failpoints';
 import { ServerNode, type NodeWiring } from './handover/server-node';
+import { writeSettingsFile } from './handover/settings-file';
 import { SlotBusyError } from './handover/slot-lock';
 import { DEFAULT_HOLD_MS } from './handover/takeover';
 import { DevicePeer } from './peers/device-peer';
@@ -63,11 +64,23 @@ export function parseArgs(argv: string[]): { config?: string; help: boolean } {
   return { config, help };
 }
 
-/** wiring builds what an active server runs (see the file header). */
-export function wiring(cfg: ServerConfig, rootLog: Logger): NodeWiring {
+/**
+ * wiring builds what an active server runs (see the file header). settings (the config as
+ * loaded, before derived defaults) are written to the run dir's settings file whenever this
+ * server becomes active (handover/settings-file.ts); without them nothing is written.
+ */
+export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<string, unknown>): NodeWiring {
   const podd = new PoddPeers({ timeoutMs: cfg.poddCallTimeoutMs, retryAttempts: cfg.poddRetryAttempts, log: rootLog.child({ peer: 'podd' }) });
   return {
     podd,
+    onActive() {
+      if (!settings) return;
+      try {
+        writeSettingsFile(cfg.runDir, settings);
+      } catch (err) {
+        rootLog.error({ err }, 'could not write the settings file: an upgrade would start the standby from its caller environment');
+      }
+    },
     activate({ store, epoch, log, streams }) {
       const peer = { epoch, timeoutMs: cfg.peerCallTimeoutMs, retryAttempts: cfg.peerRetryAttempts };
       const vms = new VmPeer(cfg.vmmAddress, { ...peer, log: log.child({ peer: 'vmm-supervisor' }) });
@@ -101,6 +114,18 @@ export function wiring(cfg: ServerConfig, rootLog: Logger): NodeWiring {
   };
 }
 
+/**
+ * nodeSettings: what a standby of this node starts from (the settings file): the keys given
+ * (file + env) that differ from the defaults, and the dirs, absolute. Keys left at their
+ * default are not written, so an older build (a downgrade) is not handed keys it does not know.
+ */
+export function nodeSettings(given: Record<string, unknown>, cfg: ServerConfig): Record<string, unknown> {
+  const defaults = configSchema.parse({}) as Record<string, unknown>;
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(given)) if (JSON.stringify(v) !== JSON.stringify(defaults[k])) out[k] = v;
+  return { ...out, stateDir: cfg.stateDir, runDir: cfg.runDir };
+}
+
 /** usage prints msg and exits EXIT_USAGE. */
 function usage(msg: string): never {
   process.stderr.write(`sandnode-server: ${msg}\n`);
@@ -110,6 +135,7 @@ function usage(msg: string): never {
 async function main(argv: string[]): Promise<void> {
   let cfg: ServerConfig;
   let failpoints: string[];
+  let settings: Record<string, unknown>;
   try {
     const args = parseArgs(argv);
     if (args.help) {
@@ -117,6 +143,7 @@ async function main(argv: string[]): Promise<void> {
       return;
     }
     cfg = loadServerConfig({ file: args.config });
+    settings = nodeSettings(loadConfig(configSchema, { service: SERVICE, file: args.config }), cfg);
     failpoints = setServerFailpoints();
   } catch (err) {
     if (err instanceof UsageError || err instanceof ConfigError) usage(err.message);
@@ -124,7 +151,7 @@ async function main(argv: string[]): Promise<void> {
   }
   const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel).child({ slot: cfg.slot || undefined });
   if (failpoints.length > 0) log.warn({ failpoints }, 'failpoints set');
-  const node = new ServerNode(cfg, log, wiring(cfg, log));
+  const node = new ServerNode(cfg, log, wiring(cfg, log, settings));
   let stopping = false;
   const onSignal = (sig: NodeJS.Signals) => {
     if (stopping) process.exit(1);

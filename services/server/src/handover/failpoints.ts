@@ -16,7 +16,7 @@ export const HANDOVER_FAILPOINTS = [
   'handover.after-release', // old: lease released, before answering
   'takeover.after-fds', // new: listeners received, lease not taken
   'takeover.after-lease', // new: lease taken (epoch+1), before adoption
-  'takeover.after-serve', // new: serving, before FinishHandover
+  'takeover.after-serve', // new: ready to serve (adopted, handlers attached), before FinishHandover and accepting
 ] as const;
 
 /** The failpoints of ForkSandbox and ResetRootfs (crash tests of the server). */

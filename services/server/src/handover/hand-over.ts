@@ -3,8 +3,12 @@
  *
  *   ACTIVE -> HANDING_OVER: hold new lifecycle calls (gate), wait for running ones, flush the
  *   records, send the listening sockets to the standby's fd socket, free the /metrics port,
- *   release the lease, answer with a token; then a watchdog waits for FinishHandover:
- *     FinishHandover(token)                      -> RETIRING (GOAWAY, streams finish, exit)
+ *   release the lease, answer with a token; this server goes on accepting and serving (reads;
+ *   lifecycle calls are held) while the standby adopts. Then a watchdog waits for
+ *   FinishHandover, which the standby sends once it can serve and before it accepts:
+ *     FinishHandover(token)                      -> stop accepting at once (new connections wait
+ *                                                   in the backlog for the standby), RETIRING
+ *                                                   (GOAWAY, streams finish, exit)
  *     standby dead or no finish, lease free      -> lease retaken, epoch+1, fences raised, ACTIVE
  *     no finish but the standby holds the lease  -> RETIRING
  *   A failure before the lease was released leaves this server ACTIVE (FAILED_PRECONDITION).
@@ -37,6 +41,8 @@ export interface OldServer {
   pauseActive(): void;
   /** releaseMetrics frees the /metrics port (it goes to the next server with the lease) */
   releaseMetrics(): void;
+  /** stopAccepting: accept no more connections (they wait in the backlog for the next server) */
+  stopAccepting(): void;
   /** resumeActive: ACTIVE again (gate open, reaper, metrics); newEpoch after a retaken lease */
   resumeActive(o?: { newEpoch?: boolean }): void;
   /** retakeEpoch (holding the lease again): epoch+1, lease described, fences raised */
@@ -123,6 +129,8 @@ export class OldSideHandover {
   finish(token: string): { streamsRunning: number } {
     if (!this.running || token !== this.running.token) throw new FailedPreconditionError('finish_handover: no handover with that token is in progress');
     this.stop();
+    // before the answer: the standby accepts once it has it, and only one process may accept
+    this.node.stopAccepting();
     const streams = this.node.streams;
     this.node.beginRetire();
     return { streamsRunning: streams };

@@ -6,6 +6,13 @@
  * A unix listener is bound at a temporary name and hard-linked to its real name, so that
  * closing it in the old server (Node unlinks the bound path on close) removes only the
  * temporary name and the real one keeps pointing at the live socket.
+ *
+ * A process accepts a connection only once it serves it: Node accepts as soon as a net.Server
+ * listens, and a connection accepted before a 'connection' handler is attached is never served
+ * (its client waits for the HTTP/2 settings until its deadline). So the caller passes the
+ * net.Server with its handler attached (GrpcHost.serveListener) and the listening starts only
+ * then (openListeners); until that moment new connections wait in the kernel's backlog of the
+ * listening socket, which both servers of a handover share.
  */
 import { chmodSync, existsSync, linkSync, rmSync } from 'node:fs';
 import net from 'node:net';
@@ -26,9 +33,36 @@ function fdOf(server: net.Server): number {
   return fd;
 }
 
-/** bindListener binds address ("unix:///abs.sock" or "host:port"). */
-export async function bindListener(address: string): Promise<OwnedListener> {
-  const server = net.createServer({ pauseOnConnect: false });
+/**
+ * Where a server's public listeners come from: the listening sockets a handover passed on
+ * (address and fd each), or fresh binds of these addresses.
+ */
+export type ListenerSource = { received: { address: string; fd: number }[] } | { fresh: string[] };
+
+/** The addresses of a source, for reports. */
+export function sourceAddresses(src: ListenerSource): string[] {
+  return 'fresh' in src ? src.fresh : src.received.map((r) => r.address);
+}
+
+/**
+ * openListeners starts accepting on every listener of src, each on a net.Server that prepare
+ * has made ready to serve (its 'connection' handler attached) before it listens. Errors: those
+ * of bind (EADDRINUSE ...) and listen on a received fd.
+ */
+export async function openListeners(src: ListenerSource, prepare: (server: net.Server) => void): Promise<OwnedListener[]> {
+  const out: OwnedListener[] = [];
+  const ready = () => {
+    const s = net.createServer();
+    prepare(s);
+    return s;
+  };
+  if ('fresh' in src) for (const a of src.fresh) out.push(await bindListener(a, ready()));
+  else for (const r of src.received) out.push(await adoptListener(r.address, r.fd, ready()));
+  return out;
+}
+
+/** bindListener binds address ("unix:///abs.sock" or "host:port") with server (its handlers attached). */
+export async function bindListener(address: string, server = net.createServer()): Promise<OwnedListener> {
   if (address.startsWith('unix://')) {
     const p = address.slice('unix://'.length);
     const tmp = `${p}.${process.pid}.tmp`;
@@ -54,9 +88,8 @@ export async function bindListener(address: string): Promise<OwnedListener> {
   return { address: `${host}:${bound}`, server, fd: fdOf(server), port: bound };
 }
 
-/** adoptListener serves on a listening socket fd received from the previous server. */
-export async function adoptListener(address: string, fd: number): Promise<OwnedListener> {
-  const server = net.createServer();
+/** adoptListener listens with server (its handlers attached) on a listening socket fd received from the previous server. */
+export async function adoptListener(address: string, fd: number, server = net.createServer()): Promise<OwnedListener> {
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen({ fd }, () => resolve());

@@ -8,6 +8,7 @@
  * handlers (rpc/admin-service.ts) call the public methods here.
  */
 import { mkdirSync, rmSync, statSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import {
   adminSocketName,
@@ -35,7 +36,7 @@ import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { failpoint } from './failpoints';
 import { OldSideHandover, type OldServer } from './hand-over';
 import { MetricsEndpoint } from './metrics-endpoint';
-import { bindListener, type OwnedListener } from './listeners';
+import { bindListener, openListeners, type ListenerSource, type OwnedListener } from './listeners';
 import { Roles, type Role } from './roles';
 import { removeStaleAdminSockets, SlotLock, slotLockFile } from './slot-lock';
 import { takeOver, type StandbyNode } from './takeover';
@@ -63,6 +64,8 @@ export interface NodeWiring {
   podd: PoddPeers;
   /** activate builds the active parts on store; epoch() is the node's current epoch. */
   activate(a: { store: SqliteRecordStore; epoch: () => number; log: Logger; streams: { streams: number } }): ActiveParts;
+  /** onActive runs each time this server has become ACTIVE (main.ts: the settings file). */
+  onActive?(): void;
 }
 
 export class ServerNode implements StandbyNode, OldServer {
@@ -78,6 +81,7 @@ export class ServerNode implements StandbyNode, OldServer {
   private adminListener: { listener: OwnedListener; ino: number } | undefined;
   /** the slot's lock (slot-lock.ts), held from startAdmin until retiring or stop; undefined without a slot */
   private readonly slotLock: SlotLock | undefined;
+  /** the public listeners this server accepts on */
   private listeners: OwnedListener[] = [];
   private reaper: NodeJS.Timeout | undefined;
   private standbyPoll: NodeJS.Timeout | undefined;
@@ -144,9 +148,11 @@ export class ServerNode implements StandbyNode, OldServer {
     await removeStaleAdminSockets(this.cfg.runDir, path.basename(this.adminPath), this.log);
     this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }) });
     this.adminServer.add(AdminServiceDefinition, admin);
-    const listener = await bindListener(this.adminAddress);
+    // the handler is attached before the socket accepts anything (listeners.ts)
+    const server = net.createServer();
+    this.adminServer.serveListener(server);
+    const listener = await bindListener(this.adminAddress, server);
     this.adminListener = { listener, ino: statSync(this.adminPath).ino };
-    this.adminServer.serveListener(listener.server);
   }
 
   private get adminPath(): string {
@@ -156,7 +162,7 @@ export class ServerNode implements StandbyNode, OldServer {
   /** start (after startAdmin): ACTIVE if the lease is free, else STANDBY that takes over if the active dies. */
   async start(): Promise<void> {
     if (this.lease.tryAcquire()) {
-      await this.becomeActive(await this.bindFresh(), 0);
+      await this.becomeActive(this.freshListeners(), 0);
       return;
     }
     this.log.info({ holder: FlockLease.readHolder(this.lease.file) }, 'lease held by another server: standby');
@@ -170,12 +176,10 @@ export class ServerNode implements StandbyNode, OldServer {
       if (!this.roles.is('STANDBY') || this.takingOver || !this.lease.tryAcquire()) return;
       clearInterval(this.standbyPoll);
       this.log.warn('the active server is gone: taking over');
-      this.bindFresh()
-        .then((l) => this.becomeActive(l, 0))
-        .catch((err: unknown) => {
-          this.log.fatal({ err }, 'failover failed');
-          this.exit(1);
-        });
+      this.becomeActive(this.freshListeners(), 0).catch((err: unknown) => {
+        this.log.fatal({ err }, 'failover failed');
+        this.exit(1);
+      });
     }, STANDBY_POLL_MS);
   }
 
@@ -197,17 +201,20 @@ export class ServerNode implements StandbyNode, OldServer {
     }
   }
 
-  /** bindFresh binds the public listeners (unix socket, and TCP when `listen` is set). */
-  async bindFresh(): Promise<OwnedListener[]> {
-    const addrs = [unixAddress(this.cfg.socket)];
-    if (this.cfg.listen) addrs.push(this.cfg.listen);
-    const out: OwnedListener[] = [];
-    for (const a of addrs) out.push(await bindListener(a));
-    return out;
+  /** freshListeners: the public listeners bound anew (unix socket, and TCP when `listen` is set). */
+  freshListeners(): ListenerSource {
+    return { fresh: this.cfg.listen ? [unixAddress(this.cfg.socket), this.cfg.listen] : [unixAddress(this.cfg.socket)] };
   }
 
-  /** becomeActive (holding the lease): epoch+1, raise the fences, adopt, sweep orphans, serve on listeners. */
-  async becomeActive(listeners: OwnedListener[], atLeastEpoch: number): Promise<AdoptionReport> {
+  /**
+   * becomeActive (holding the lease): epoch+1, raise the fences, adopt, sweep orphans, attach
+   * the handlers, run o.beforeServing (a takeover: FinishHandover, after which the old server
+   * accepts no more), then accept on the listeners of source (a connection that arrives before
+   * waits in the socket's backlog: listeners.ts). o.peerWaitMs: how long vmm-supervisor and
+   * ublk-manager get to answer, ms (an Error naming the one that did not).
+   */
+  async becomeActive(source: ListenerSource, atLeastEpoch: number, o: { peerWaitMs?: number; beforeServing?: () => Promise<void> } = {}): Promise<AdoptionReport> {
+    const peerWaitMs = o.peerWaitMs ?? this.cfg.peerStartTimeoutMs;
     this.store?.close();
     const store = new SqliteRecordStore(path.join(this.cfg.stateDir, 'records.db'), this.log);
     this.store = store;
@@ -218,8 +225,8 @@ export class ServerNode implements StandbyNode, OldServer {
     const active = this.wiring.activate({ store, epoch: () => this.epoch, log, streams: this });
     this.active = active;
     const { manager, vms, devices } = active;
-    await waitFor('vmm-supervisor', () => vms.features.get(), this.cfg.peerStartTimeoutMs);
-    await waitFor('ublk-manager', () => devices.features.get(), this.cfg.peerStartTimeoutMs);
+    await waitFor('vmm-supervisor', () => vms.features.get(), peerWaitMs);
+    await waitFor('ublk-manager', () => devices.features.get(), peerWaitMs);
     await this.announceEpoch();
     const report = await adoptAll({ store, vms, devices, podd: this.wiring.podd, manager, log, concurrency: this.cfg.adoptConcurrency });
     this.lastAdoption = report;
@@ -227,11 +234,14 @@ export class ServerNode implements StandbyNode, OldServer {
     if (!this.publicServer) {
       this.publicServer = createServiceServer({ info: this.info(), log });
       active.register(this.publicServer);
-      for (const l of listeners) this.publicServer.serveListener(l.server);
     }
+    const pub = this.publicServer;
+    await o.beforeServing?.();
+    const listeners = await openListeners(source, (s) => pub.serveListener(s));
     this.listeners = listeners;
-    await this.metrics.start();
     this.roles.to('ACTIVE', { newEpoch: true });
+    this.wiring.onActive?.();
+    await this.metrics.start();
     this.startReaper();
     log.info({ listeners: listeners.map((l) => l.address), adopted: report.adopted.length, adoption_ms: report.durationMs, swept }, 'active');
     const tcp = listeners.find((l) => l.port > 0);
@@ -315,6 +325,17 @@ export class ServerNode implements StandbyNode, OldServer {
     clearInterval(this.reaper);
   }
 
+  /**
+   * stopAccepting (FinishHandover: the next server is about to accept): this server accepts no
+   * more connections (the listening sockets live on in the next server); connections that
+   * arrive wait in the backlog until it accepts them. Those accepted before are served here
+   * until the GOAWAY of the retirement (OldServer).
+   */
+  stopAccepting(): void {
+    for (const l of this.listeners) l.server.close();
+    this.listeners = [];
+  }
+
   /** releaseMetrics frees the /metrics port for the next server (OldServer). */
   releaseMetrics(): void {
     this.metrics.close();
@@ -327,7 +348,7 @@ export class ServerNode implements StandbyNode, OldServer {
     await this.announceEpoch();
   }
 
-  /** resumeActive: ACTIVE again after a handover that did not complete (OldServer). */
+  /** resumeActive: ACTIVE again after a handover that did not complete (it never stopped accepting) (OldServer). */
   resumeActive(o: { newEpoch?: boolean } = {}): void {
     void this.metrics.start();
     this.roles.to('ACTIVE', o);
@@ -349,11 +370,10 @@ export class ServerNode implements StandbyNode, OldServer {
     });
   }
 
-  /** retire: stop accepting (the sockets live on in the new server), GOAWAY, let streams end, exit. */
+  /** retire: GOAWAY (accepting stopped at FinishHandover: the sockets live on in the new server), let streams end, exit. */
   private async retire(): Promise<void> {
     this.log.info({ streams: this.streams }, 'retiring: GOAWAY; running streams continue');
-    // Stop accepting on our copies of the listeners (the unix path is kept, see listeners.ts;
-    // the sockets live on in the new server) and send GOAWAY at once on every connection:
+    // Send GOAWAY at once on every connection (accepting stopped at FinishHandover):
     // clients open a new connection (accepted by the new server) for their next call; calls
     // and Exec streams already running here complete.
     const closed = this.publicServer?.shutdown(this.cfg.retireDrainMs);

@@ -2,22 +2,23 @@
  * The standby's side of a handover (`sandnode upgrade server`, or AdminService.Takeover on a
  * running standby): take the node over from the active server without refusing a connection.
  *
- *   PrepareHandover (preflight) -> listen on the fd socket -> Handover on the active (it holds
- *   calls, sends its listening sockets, releases the lease) -> receive the sockets -> take the
- *   lease (epoch+1) -> become ACTIVE on those sockets (adopt, serve) -> FinishHandover
+ *   peers answer? -> PrepareHandover (preflight) -> listen on the fd socket -> Handover on the
+ *   active (it holds calls, sends its listening sockets, releases the lease, goes on accepting)
+ *   -> receive the sockets -> take the lease (epoch+1) -> adopt, handlers ready ->
+ *   FinishHandover (the old server stops accepting, retires) -> accept on those sockets
  *
  * If the active server dies during Handover and the lease is free, this server takes the node
  * over as a failover would (with the sockets if they arrived, else fresh ones).
  */
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, FailedPreconditionError, processState, SUITE_VERSION, UnavailableError, type Logger, type TakeoverResult } from '@sandnode/shared';
+import { askVersion, createSandnodeChannel, createServiceClient, FailedPreconditionError, processState, SUITE_VERSION, UnavailableError, type Logger, type TakeoverResult } from '@sandnode/shared';
 import { AdminServiceDefinition, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ServerConfig } from '../config';
 import type { AdoptionReport } from '../core/adoption';
 import { FlockLease } from '../store/flock-lease';
 import { failpoint } from './failpoints';
 import { receiveFds } from './fd-pass';
-import { adoptListener, type OwnedListener } from './listeners';
+import { sourceAddresses, type ListenerSource } from './listeners';
 
 /** Default hold time of lifecycle calls during a handover, ms (HandoverRequest.hold_timeout_ms 0). */
 export const DEFAULT_HOLD_MS = 2000;
@@ -27,6 +28,8 @@ export const DEFAULT_FINISH_TIMEOUT_MS = 15_000;
 const DEAD_HOLDER_LEASE_WAIT_MS = 2000;
 /** How long the standby waits for sockets that may still be on their way from a dead old server, ms. */
 const DEAD_HOLDER_FD_WAIT_MS = 500;
+/** How long each peer (vmm-supervisor, ublk-manager) gets to answer the preflight, ms. */
+export const PEER_PREFLIGHT_TIMEOUT_MS = 2000;
 
 /** What the takeover needs of the ServerNode it runs in. */
 export interface StandbyNode {
@@ -35,10 +38,10 @@ export interface StandbyNode {
   readonly lease: FlockLease;
   /** the epoch after becomeActive */
   readonly epoch: number;
-  /** bindFresh binds the public listeners anew (failover without the old sockets). */
-  bindFresh(): Promise<OwnedListener[]>;
-  /** becomeActive takes the role ACTIVE on listeners with an epoch above atLeastEpoch. */
-  becomeActive(listeners: OwnedListener[], atLeastEpoch: number): Promise<AdoptionReport>;
+  /** freshListeners: the public listeners bound anew (failover without the old sockets). */
+  freshListeners(): ListenerSource;
+  /** becomeActive takes the role ACTIVE on the listeners of source with an epoch above atLeastEpoch. */
+  becomeActive(source: ListenerSource, atLeastEpoch: number, o?: { peerWaitMs?: number; beforeServing?: () => Promise<void> }): Promise<AdoptionReport>;
 }
 
 export interface TakeoverOptions {
@@ -57,14 +60,21 @@ export interface TakeoverOptions {
 
 /**
  * takeOver runs the standby's side (file header) and returns what it did (also printed as one
- * JSON line on stdout for `sandnode upgrade server`). Errors: FAILED_PRECONDITION (no active
- * server holds the lease, or it refuses the handover), UNAVAILABLE (the active server does
- * not answer), and the errors of becoming active.
+ * JSON line on stdout for `sandnode upgrade server`). Before it asks for anything it checks
+ * that vmm-supervisor and ublk-manager answer (a server cannot become active without them). The
+ * wait for them once the lease is taken is bounded by a third of the finish timeout: a standby
+ * that cannot become active exits (freeing the lease) while the old server still waits for
+ * FinishHandover, so that one takes the lease back and stays active. Errors: FAILED_PRECONDITION
+ * (a peer does not answer, no active server holds the lease, or it refuses the handover),
+ * UNAVAILABLE (the active server does not answer), and the errors of becoming active.
  */
 export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<TakeoverResult> {
   const { cfg, log, lease } = node;
   const holder = FlockLease.readHolder(lease.file);
   if (!holder || !FlockLease.isHeld(lease.file)) throw new FailedPreconditionError('no active server holds the lease: start normally instead');
+  await checkPeers(cfg);
+  o.signal?.throwIfAborted();
+  const peerWaitMs = Math.min(cfg.peerStartTimeoutMs, Math.floor((o.finishTimeoutMs || DEFAULT_FINISH_TIMEOUT_MS) / 3));
   const ch = createSandnodeChannel(holder.admin);
   const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: cfg.handoverCallTimeoutMs, retryAttempts: 1 });
   let servingAtMs: number;
@@ -97,7 +107,7 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
       if (!free) throw err;
       log.warn({ err, old_pid: holder.pid }, 'the old server died during the handover: taking over as failover');
       const got = await Promise.race([rx.message, sleep(DEAD_HOLDER_FD_WAIT_MS).then(() => undefined)]).catch(() => undefined);
-      const listeners = got ? await adoptReceived(got) : await node.bindFresh();
+      const listeners = got ? received(got) : node.freshListeners();
       const report = await node.becomeActive(listeners, holder.epoch);
       const failover = { token: '', epoch: holder.epoch, listeners: [], inFlightFinished: 0, holdStartedAtMs: holdStarted, oldPid: holder.pid, oldVersion: holder.version };
       return reportTakeover(node, failover, report, listeners, 0);
@@ -105,24 +115,30 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
     const msg = await rx.message;
     failpoint('takeover.after-fds');
     if (!(await lease.acquire(cfg.leaseAcquireTimeoutMs))) throw new UnavailableError(`the old server did not release the lease within ${cfg.leaseAcquireTimeoutMs} ms`);
-    const listeners = await adoptReceived(msg);
-    const report = await node.becomeActive(listeners, Number(res.epoch));
+    const listeners = received(msg);
+    // Ready to serve: FinishHandover makes the old server stop accepting (it answers after
+    // that), then this one accepts. Connections that arrive in between wait in the backlog.
+    const report = await node.becomeActive(listeners, Number(res.epoch), {
+      peerWaitMs,
+      beforeServing: async () => {
+        failpoint('takeover.after-serve');
+        try {
+          await admin.finishHandover({ token: res.token, newEpoch: node.epoch });
+        } catch (err) {
+          // We hold the lease and can serve: the old server retires on its own (its watchdog
+          // sees the lease taken) or is gone. Nothing to undo.
+          log.warn({ err }, 'FinishHandover failed; the old server retires by itself');
+        }
+      },
+    });
     servingAtMs = Date.now();
-    failpoint('takeover.after-serve');
-    try {
-      await admin.finishHandover({ token: res.token, newEpoch: node.epoch });
-    } catch (err) {
-      // We hold the lease and serve: the old server retires on its own (its watchdog sees the
-      // lease taken) or is gone. Nothing to undo.
-      log.warn({ err }, 'FinishHandover failed; the old server retires by itself');
-    }
     return reportTakeover(node, res, report, listeners, servingAtMs);
   } finally {
     ch.close();
   }
 }
 
-function reportTakeover(node: StandbyNode, res: HandoverResponse, report: AdoptionReport, listeners: OwnedListener[], servingAtMs: number): TakeoverResult {
+function reportTakeover(node: StandbyNode, res: HandoverResponse, report: AdoptionReport, listeners: ListenerSource, servingAtMs: number): TakeoverResult {
   const result: TakeoverResult = {
     takeover: true,
     oldPid: res.oldPid,
@@ -134,11 +150,28 @@ function reportTakeover(node: StandbyNode, res: HandoverResponse, report: Adopti
     holdWindowMs: (servingAtMs || Date.now()) - Number(res.holdStartedAtMs),
     adopted: report.adopted.length,
     adoptionMs: report.durationMs,
-    listeners: listeners.map((l) => l.address),
+    listeners: sourceAddresses(listeners),
   };
   process.stdout.write(`${JSON.stringify(result)}\n`);
   node.log.info(result, 'takeover finished');
   return result;
+}
+
+/** checkPeers: FAILED_PRECONDITION naming each peer that does not answer GetVersion within PEER_PREFLIGHT_TIMEOUT_MS. */
+async function checkPeers(cfg: ServerConfig): Promise<void> {
+  const peers = [
+    { name: 'vmm-supervisor', address: cfg.vmmAddress },
+    { name: 'ublk-manager', address: cfg.ublkAddress },
+  ];
+  const down: string[] = [];
+  await Promise.all(
+    peers.map((p) =>
+      askVersion(p.address, { timeoutMs: PEER_PREFLIGHT_TIMEOUT_MS, retryAttempts: 1 }).catch((err: unknown) => {
+        down.push(`${p.name} does not answer at ${p.address} (${(err as Error).message.slice(0, 120)})`);
+      }),
+    ),
+  );
+  if (down.length) throw new FailedPreconditionError(`no handover: ${down.join('; ')}. Start it (sandnode up) and upgrade again; the old server stays active`);
 }
 
 /** holderAlive says whether a process with that pid exists (not a zombie). */
@@ -147,11 +180,9 @@ function holderAlive(pid: number): boolean {
   return st !== undefined && st !== 'Z';
 }
 
-/** adoptReceived serves on every listening socket received from the old server. */
-async function adoptReceived(msg: { meta: { listeners: string[] }; fds: number[] }): Promise<OwnedListener[]> {
-  const out: OwnedListener[] = [];
-  for (const [i, fd] of msg.fds.entries()) out.push(await adoptListener(msg.meta.listeners[i] ?? `fd:${fd}`, fd));
-  return out;
+/** received: the listening sockets that came from the old server (becomeActive accepts on them once it serves). */
+function received(msg: { meta: { listeners: string[] }; fds: number[] }): ListenerSource {
+  return { received: msg.fds.map((fd, i) => ({ address: msg.meta.listeners[i] ?? `fd:${fd}`, fd })) };
 }
 
 function sleep(ms: number): Promise<void> {
