@@ -209,7 +209,7 @@ export class ServerNode implements StandbyNode, OldServer {
   /** becomeActive (holding the lease): epoch+1, raise the fences, adopt, sweep orphans, serve on listeners. */
   async becomeActive(listeners: OwnedListener[], atLeastEpoch: number): Promise<AdoptionReport> {
     this.store?.close();
-    const store = new SqliteRecordStore(path.join(this.cfg.stateDir, 'records.db'), this.log);
+    const store = await SqliteRecordStore.open(path.join(this.cfg.stateDir, 'records.db'), this.log);
     this.store = store;
     this.epoch = store.bumpEpoch(atLeastEpoch);
     failpoint('takeover.after-lease');
