@@ -5,3 +5,4 @@ export * from './wait-for';
 export * from './temp-dir';
 export * from './daemon';
 export * from './node-fixture';
+export * from './sqlite-lock';

@@ -5,7 +5,6 @@
  * CreateSandbox answers UNAVAILABLE with `retry-after-ms` and changes nothing; once the lock is
  * gone, a create succeeds. The event loop's longest block is reported (not asserted: timing).
  */
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -17,7 +16,7 @@ import { HealthDefinition } from 'nice-grpc-server-health';
 const SERVING = 1;
 import { createLogger, createServiceServer, createServiceClient, gateWritesWhileBusy, RETRY_AFTER_MS_TRAILER, StoreBusyError, type ServiceServer } from '@sandnode/shared';
 import { SandboxServiceDefinition, type SandboxServiceClient } from '@sandnode/shared/proto/server/v1/sandbox';
-import { expectCode } from '@sandnode/testkit';
+import { expectCode, holdSqliteLock, type HeldSqliteLock } from '@sandnode/testkit';
 import { Peers, templates } from '../core/__tests__/fake-peers';
 import { SandboxManager } from '../core/sandbox-manager';
 import { SANDBOX_WRITES } from '../main';
@@ -26,45 +25,13 @@ import { SqliteRecordStore } from './sqlite-record-store';
 
 const log = createLogger('test', '0', 'silent');
 
-/**
- * lockDb starts `sqlite3 file` holding the write lock (readers go on: WAL); with exclusive, in
- * locking_mode=EXCLUSIVE, so that even readers are locked out. Resolves once it holds it.
- */
-async function lockDb(file: string, exclusive = false): Promise<ChildProcessWithoutNullStreams> {
-  const p = spawn('sqlite3', [file], { stdio: 'pipe' });
-  let out = '';
-  await new Promise<void>((resolve, reject) => {
-    p.on('error', reject);
-    p.on('exit', (code) => reject(new Error(`sqlite3 exited ${code}: ${out}`)));
-    p.stdout.on('data', (b: Buffer) => {
-      out += b.toString();
-      if (out.includes('locked')) resolve();
-    });
-    p.stderr.on('data', (b: Buffer) => {
-      out += b.toString();
-      reject(new Error(`sqlite3 could not take the lock: ${out}`));
-    });
-    // a write inside the transaction: the WAL write lock is held until ROLLBACK
-    if (exclusive) p.stdin.write('PRAGMA locking_mode = EXCLUSIVE;\n');
-    p.stdin.write("BEGIN EXCLUSIVE; INSERT INTO meta (key, value) VALUES ('held-by-test', '1'); SELECT 'locked';\n");
-  });
-  p.removeAllListeners('exit');
-  return p;
-}
-
-async function unlock(p: ChildProcessWithoutNullStreams): Promise<void> {
-  const gone = new Promise((r) => p.once('exit', r));
-  p.stdin.end('ROLLBACK;\n.quit\n');
-  await gone;
-}
-
 describe('records.db held by another process', () => {
   let dir: string;
   let store: SqliteRecordStore;
   let server: ServiceServer;
   let channel: Channel;
   let client: SandboxServiceClient;
-  let holder: ChildProcessWithoutNullStreams | undefined;
+  let holder: HeldSqliteLock | undefined;
 
   beforeEach(async () => {
     dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-busy-'));
@@ -90,7 +57,7 @@ describe('records.db held by another process', () => {
     client = createServiceClient(SandboxServiceDefinition, channel, { timeoutMs: 3000, retryAttempts: 1 });
   });
   afterEach(async () => {
-    if (holder && holder.exitCode === null) await unlock(holder);
+    await holder?.release();
     channel.close();
     await server.shutdown(100);
     store.close();
@@ -99,7 +66,7 @@ describe('records.db held by another process', () => {
 
   it('health and reads answer, a create is UNAVAILABLE with retry-after-ms and changes nothing, and succeeds once the lock is gone', async () => {
     const first = await client.createSandbox({ template: 'base' });
-    holder = await lockDb(path.join(dir, 'records.db'));
+    holder = await holdSqliteLock(path.join(dir, 'records.db'));
     const loop = monitorEventLoopDelay({ resolution: 1 });
     loop.enable();
     const t0 = Date.now();
@@ -123,7 +90,7 @@ describe('records.db held by another process', () => {
     // the measurement of the report (not a timed assertion)
     process.stderr.write(`sqlite-busy: event loop max block ${(loop.max / 1e6).toFixed(1)} ms, p99 ${(loop.percentile(99) / 1e6).toFixed(1)} ms over ${elapsed} ms with records.db locked\n`);
 
-    await unlock(holder);
+    await holder.release();
     const second = await client.createSandbox({ template: 'base' });
     expect(store.list()).toHaveLength(2);
     await client.deleteSandbox({ sandboxId: second.sandbox!.sandboxId });
@@ -133,21 +100,21 @@ describe('records.db held by another process', () => {
   it('a write that finds the lock held mid-call (after the gate) is StoreBusyError at once, not a stall', async () => {
     const { sandbox } = await client.createSandbox({ template: 'base' });
     const rec = store.get(sandbox!.sandboxId)!;
-    holder = await lockDb(path.join(dir, 'records.db'));
+    holder = await holdSqliteLock(path.join(dir, 'records.db'));
     const t0 = Date.now();
     expect(() => store.put({ ...rec, metadata: { changed: 'yes' } })).toThrow(StoreBusyError);
     expect(() => store.delete(rec.sandboxId)).toThrow(StoreBusyError);
     process.stderr.write(`sqlite-busy: a put and a delete on a locked DB returned after ${Date.now() - t0} ms\n`);
-    await unlock(holder);
+    await holder.release();
     expect(store.get(rec.sandboxId)?.metadata).toEqual({});
   });
 
   it('open waits asynchronously for a database locked even for readers, then answers StoreBusyError', async () => {
     const file = path.join(dir, 'other.db');
     (await SqliteRecordStore.open(file, log)).close();
-    holder = await lockDb(file, true);
+    holder = await holdSqliteLock(file, { exclusive: true });
     await expect(SqliteRecordStore.open(file, log, { maxWaitMs: 200 })).rejects.toThrow(StoreBusyError);
-    await unlock(holder);
+    await holder.release();
     (await SqliteRecordStore.open(file, log, { maxWaitMs: 200 })).close();
   });
 });
