@@ -6,3 +6,4 @@ export * from './temp-dir';
 export * from './daemon';
 export * from './node-fixture';
 export * from './sqlite-lock';
+export * from './fuzz-random';
