@@ -174,6 +174,7 @@ async function start(argv: string[]): Promise<void> {
         observeStall: (s, mode) => handoverStall.observe({ mode }, s),
         observeClone: (s, reflinked) => cloneCopy.observe({ reflinked: String(reflinked) }, s),
         fence,
+        quarantined: () => store.quarantined(),
       }),
       DEVICE_WRITES,
       store,

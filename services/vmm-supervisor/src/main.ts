@@ -138,7 +138,15 @@ async function main(): Promise<void> {
     log,
     fence,
   });
-  server.add(VmServiceDefinition, gateWritesWhileBusy(createVmService(supervisor, fence), VM_WRITES, store, { what: 'vm-table.db' }));
+  server.add(
+    VmServiceDefinition,
+    gateWritesWhileBusy(
+      createVmService(supervisor, fence, () => store.quarantined()),
+      VM_WRITES,
+      store,
+      { what: 'vm-table.db' },
+    ),
+  );
   let metrics: http.Server | undefined;
   if (cfg.metricsListen !== '') metrics = await serveMetrics(cfg.metricsListen);
   await server.listen([cfg.listen]);

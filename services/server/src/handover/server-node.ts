@@ -123,6 +123,11 @@ export class ServerNode implements StandbyNode, OldServer {
     return this.store?.list().length ?? 0;
   }
 
+  /** quarantinedRecords: the rows of records.db set aside as unservable, oldest first (none before this server opened the records). */
+  quarantinedRecords(): { key: string; reason: string; quarantinedAtMs: number }[] {
+    return this.store?.quarantinedRows() ?? [];
+  }
+
   /** Whether a handover runs on this server. */
   get handingOver(): boolean {
     return this.oldSide.inProgress;

@@ -135,6 +135,26 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
     this.db.exec('ROLLBACK');
   }
 
+  /**
+   * quarantinedRows lists the rows set aside, oldest first: key (as stored, may be no sandbox id),
+   * reason and when (Unix epoch ms; 0 for a row that could not be moved yet). Never throws: with
+   * the DB locked it answers what this process has seen.
+   */
+  quarantinedRows(): { key: string; reason: string; quarantinedAtMs: number }[] {
+    let rows: { key: string; reason: string; quarantinedAtMs: number }[] = [];
+    try {
+      rows = this.db
+        .prepare<[], { sandbox_id: string | null; reason: string; quarantined_at_ms: number }>('SELECT sandbox_id, reason, quarantined_at_ms FROM quarantine ORDER BY rowid')
+        .all()
+        .map((q) => ({ key: q.sandbox_id ?? '', reason: q.reason, quarantinedAtMs: q.quarantined_at_ms }));
+    } catch {
+      // a read-only store of a DB without the table, or a locked DB: what was seen
+    }
+    const seen = new Set(rows.map((r) => r.key));
+    for (const [key, reason] of this.quarantined) if (!seen.has(key)) rows.push({ key, reason, quarantinedAtMs: 0 });
+    return rows;
+  }
+
   /** put inserts or replaces the record keyed rec.sandboxId. Throws Error for an id that is not a sandbox id, StoreBusyError (UNAVAILABLE) when the DB is locked (nothing written either way). */
   put(rec: SandboxRecord): void {
     if (!this.stmts.put) throw new Error('record store is read-only');
