@@ -53,8 +53,9 @@ export function retryAfterMsOf(err: unknown): number | undefined {
   return err instanceof StoreBusyError ? err.retryAfterMs : undefined;
 }
 
-/** isSqliteBusy says whether err is better-sqlite3's SqliteError for a held lock (SQLITE_BUSY*, SQLITE_LOCKED*). */
+/** isSqliteBusy says whether err is better-sqlite3's SqliteError for a held lock (SQLITE_BUSY*, SQLITE_LOCKED*) or a StoreBusyError. */
 export function isSqliteBusy(err: unknown): boolean {
+  if (err instanceof StoreBusyError) return true;
   const code = (err as { code?: unknown } | null)?.code;
   return typeof code === 'string' && (code.startsWith('SQLITE_BUSY') || code.startsWith('SQLITE_LOCKED'));
 }

@@ -216,7 +216,7 @@ export class ServerNode implements StandbyNode, OldServer {
     this.store?.close();
     const store = await SqliteRecordStore.open(path.join(this.cfg.stateDir, 'records.db'), this.log);
     this.store = store;
-    this.epoch = store.bumpEpoch(atLeastEpoch);
+    this.epoch = await store.bumpEpochWhenFree(atLeastEpoch);
     failpoint('takeover.after-lease');
     this.describeLease();
     const log = this.log.child({ epoch: this.epoch });
@@ -327,7 +327,7 @@ export class ServerNode implements StandbyNode, OldServer {
 
   /** retakeEpoch (the lease taken back after a failed handover): epoch+1, lease described, fences raised (OldServer). */
   async retakeEpoch(): Promise<void> {
-    this.epoch = this.store!.bumpEpoch(this.epoch);
+    this.epoch = await this.store!.bumpEpochWhenFree(this.epoch);
     this.describeLease();
     await this.announceEpoch();
   }

@@ -137,4 +137,16 @@ describe('records.db held by another process', () => {
     await holder.release();
     (await SqliteRecordStore.open(file, log, { maxWaitMs: 200 })).close();
   });
+
+  it('the epoch bump of a takeover waits for the lock asynchronously: StoreBusyError when it stays, the bump once it goes', async () => {
+    const e0 = store.epoch();
+    holder = await holdSqliteLock(path.join(dir, 'records.db'));
+    expect(() => store.bumpEpoch()).toThrow(StoreBusyError);
+    await expect(store.bumpEpochWhenFree(0, 150)).rejects.toThrow(StoreBusyError);
+    expect(store.epoch()).toBe(e0);
+    const later = store.bumpEpochWhenFree(0, 10_000);
+    await new Promise((r) => setTimeout(r, 100));
+    await holder.release();
+    expect(await later).toBe(e0 + 1);
+  });
 });

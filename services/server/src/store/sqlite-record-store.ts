@@ -242,6 +242,15 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
     );
   }
 
+  /**
+   * bumpEpochWhenFree is bumpEpoch that waits (asynchronously, backoff, at most maxWaitMs,
+   * default DEFAULT_RECORDS_OPEN_WAIT_MS) while another process holds records.db locked, so a
+   * takeover neither fails at once nor holds the event loop. StoreBusyError when it stays locked.
+   */
+  bumpEpochWhenFree(atLeast = 0, maxWaitMs = DEFAULT_RECORDS_OPEN_WAIT_MS): Promise<number> {
+    return waitWhileBusy(() => this.bumpEpoch(atLeast), { what: 'records.db: epoch', maxWaitMs });
+  }
+
   /** checkpoint folds the WAL into the DB file (handover: the next server reads a clean file). */
   checkpoint(): void {
     this.db.pragma('wal_checkpoint(TRUNCATE)');
