@@ -66,6 +66,7 @@ export function features(driver: BlockDriver): string[] {
     UBLK_FEATURES.fenceEpoch,
     UBLK_FEATURES.foreignMountns,
     UBLK_FEATURES.clone,
+    UBLK_FEATURES.quarantineReport,
     ...driver.capabilities().map((c) => CAPABILITY_FEATURES[c]),
   ];
 }

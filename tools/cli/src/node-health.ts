@@ -4,7 +4,7 @@
  * (so an operator sees a peer fenced above the active server's epoch: every mutating call of
  * that server is then ABORTED).
  */
-import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, SERVER_FEATURES, UBLK_FEATURES, VMM_FEATURES } from '@sandnode/shared';
 import { AdminServiceDefinition } from '@sandnode/shared/proto/server/v1/admin';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
@@ -20,6 +20,9 @@ export interface QuarantineEntry {
   /** Unix epoch ms; 0 when unknown */
   quarantinedAtMs: number;
 }
+
+/** The feature a component lists when its answers carry the report (an older one answers empty fields). */
+const REPORT_FEATURE = { 'vmm-supervisor': VMM_FEATURES.quarantineReport, 'ublk-manager': UBLK_FEATURES.quarantineReport, server: SERVER_FEATURES.quarantineReport } as const;
 
 /** One component's part of the report; null fields: the component did not answer (down, or too old to say). */
 export interface ComponentHealth {
@@ -46,19 +49,20 @@ async function ask<T>(address: string, fn: (ch: ReturnType<typeof createSandnode
 /**
  * nodeHealth asks ublk-manager (ListDevices), vmm-supervisor (ListVms) and the active server's
  * admin socket (GetLeaseStatus) for their quarantined rows and fence epochs. Never throws: a
- * component that does not answer gets nulls. serverEpoch is the active server's lease epoch
- * (null: no active server), compared with each peer's fence.
+ * component that does not answer, or does not list the report's feature in `features` (its
+ * GetVersion features by name: an older release), gets nulls. serverEpoch is the active
+ * server's lease epoch (null: no active server), compared with each peer's fence.
  */
-export async function nodeHealth(dirs: StackDirs, serverAdmin: string | null, serverEpoch: number | null): Promise<ComponentHealth[]> {
+export async function nodeHealth(dirs: StackDirs, serverAdmin: string | null, serverEpoch: number | null, features: Record<string, string[]>): Promise<ComponentHealth[]> {
+  const reports = (c: keyof typeof REPORT_FEATURE) => features[c]?.includes(REPORT_FEATURE[c]) ?? false;
   const opts = { timeoutMs: STATUS_CALL_TIMEOUT_MS, retryAttempts: 1 };
   const rows = (q: { key: string; reason: string; quarantinedAtMs: number }[]) => q.map(({ key, reason, quarantinedAtMs }) => ({ key, reason, quarantinedAtMs }));
   const [vms, devices, lease] = await Promise.all([
-    ask(componentAddress(dirs, 'vmm-supervisor'), (ch) => createServiceClient(VmServiceDefinition, ch, opts).listVms({})),
-    ask(componentAddress(dirs, 'ublk-manager'), (ch) => createServiceClient(DeviceServiceDefinition, ch, opts).listDevices({})),
-    serverAdmin ? ask(serverAdmin, (ch) => createServiceClient(AdminServiceDefinition, ch, opts).getLeaseStatus({})) : Promise.resolve(undefined),
+    reports('vmm-supervisor') ? ask(componentAddress(dirs, 'vmm-supervisor'), (ch) => createServiceClient(VmServiceDefinition, ch, opts).listVms({})) : Promise.resolve(undefined),
+    reports('ublk-manager') ? ask(componentAddress(dirs, 'ublk-manager'), (ch) => createServiceClient(DeviceServiceDefinition, ch, opts).listDevices({})) : Promise.resolve(undefined),
+    serverAdmin && reports('server') ? ask(serverAdmin, (ch) => createServiceClient(AdminServiceDefinition, ch, opts).getLeaseStatus({})) : Promise.resolve(undefined),
   ]);
   const peer = (name: 'vmm-supervisor' | 'ublk-manager', r: { quarantined: { key: string; reason: string; quarantinedAtMs: number }[]; fenceEpoch: number } | undefined): ComponentHealth => {
-    // a peer of a release before these fields answers 0 / none
     const fenceEpoch = r ? r.fenceEpoch : null;
     return { name, quarantined: r ? rows(r.quarantined) : null, fenceEpoch, fencedAboveServer: fenceEpoch !== null && serverEpoch !== null && fenceEpoch > serverEpoch };
   };
@@ -76,7 +80,7 @@ export function healthLines(h: ComponentHealth[], serverEpoch: number | null): s
     }
   }
   for (const c of h) {
-    if (c.quarantined === null) out.push(`${c.name} quarantined rows: unknown (no answer)`);
+    if (c.quarantined === null) out.push(`${c.name} quarantined rows: unknown (down, or a release that does not report them)`);
     else if (c.quarantined.length === 0) out.push(`${c.name} quarantined rows: 0`);
     else {
       out.push(`${c.name} quarantined rows: ${c.quarantined.length} (not served; see its quarantine table)`);

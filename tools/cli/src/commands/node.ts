@@ -92,7 +92,7 @@ export function registerNodeCommands(program: Command): void {
         const active = await findActiveServer(d.runDir);
         const server = active ? { slot: active.slot, pid: active.holderPid, version: active.version } : null;
         const epoch = active?.epoch ?? null;
-        const health = await nodeHealth(d, active?.admin ?? null, epoch);
+        const health = await nodeHealth(d, active?.admin ?? null, epoch, Object.fromEntries(components.map((c) => [c.name, c.features])));
         const quarantine = Object.fromEntries(health.map((h) => [h.name, h.quarantined === null ? null : { count: h.quarantined.length, rows: h.quarantined }]));
         const fences = Object.fromEntries(health.filter((h) => h.name !== 'server').map((h) => [h.name, { epoch: h.fenceEpoch, aboveServer: h.fencedAboveServer }]));
         print(!!o.json, { components, sandboxes, epoch, server, fences, quarantine }, () =>
