@@ -40,6 +40,8 @@ export const VMM_FEATURES = {
   cgroupNamespace: 'vmm.cgroup-ns.v1',
   /** runc sandboxes run under the supervisor's seccomp profile (absent when configured "unconfined") */
   seccomp: 'vmm.seccomp.v1',
+  /** ListVmsResponse carries the quarantined rows of the VM table and the fence epoch (`sandnode status`) */
+  quarantineReport: 'vmm.quarantine-report.v1',
 } as const;
 
 /** Features of the ublk-manager (`ublk.*`). */
@@ -62,6 +64,8 @@ export const UBLK_FEATURES = {
   clone: 'ublk.clone',
   /** DeviceService.FenceEpoch: an explicit epoch announcement (before it, a DeleteDevice of an unknown id) */
   fenceEpoch: 'ublk.fence-epoch.v1',
+  /** ListDevicesResponse carries the quarantined rows of the slot's device table and the fence epoch (`sandnode status`) */
+  quarantineReport: 'ublk.quarantine-report.v1',
   /** the driver quiesces a device in place (ublk QUIESCE) */
   quiesce: 'ublk.quiesce',
   /** the driver recovers a device served by another process (ublk USER_RECOVERY) */
@@ -78,6 +82,8 @@ export const SERVER_FEATURES = {
   handover: 'server.handover.v1',
   drain: 'server.drain.v1',
   epoch: 'server.epoch.v1',
+  /** GetLeaseStatusResponse carries the quarantined rows of records.db (`sandnode status`) */
+  quarantineReport: 'server.quarantine-report.v1',
   /** AdminService.Takeover: a running standby takes the node over */
   takeover: 'server.takeover.v1',
   /** SandboxService.ForkSandbox */

@@ -20,3 +20,4 @@ export * from './server-api';
 export * from './features';
 export * from './failpoints';
 export * from './daemon-args';
+export * from './sqlite-busy';

@@ -22,6 +22,7 @@ import { versionService, type ComponentInfo } from './version';
 import { rpcDuration } from './metrics';
 import { DEADLINE_METADATA_KEY, GrpcHost } from './grpc-host';
 import { epochFenceMiddleware, type EpochFence } from './epoch-fence';
+import { RETRY_AFTER_MS_TRAILER, retryAfterMsOf } from './sqlite-busy';
 
 /** Largest gRPC message a sandnode component accepts or sends, in bytes (4 MiB). */
 export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
@@ -113,6 +114,8 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
       const mapped = toServerError(err);
       if (mapped) {
         code = mapped.code;
+        const retryAfterMs = retryAfterMsOf(err);
+        if (retryAfterMs !== undefined) context.trailer.set(RETRY_AFTER_MS_TRAILER, String(retryAfterMs));
         if (log.isLevelEnabled('debug')) child().debug({ code: Status[mapped.code], err: mapped.details }, 'rpc failed');
         throw mapped;
       }

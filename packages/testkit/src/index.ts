@@ -6,3 +6,5 @@ export * from './temp-dir';
 export * from './daemon';
 export * from './node-fixture';
 export * from './wire-fuzz';
+export * from './sqlite-lock';
+export * from './fuzz-random';

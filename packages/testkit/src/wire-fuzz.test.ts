@@ -1,4 +1,5 @@
-import { loadRpcs, MUTATIONS, mutate, Rng, seedMessage, varint, type MutationKind } from './wire-fuzz';
+import { seededRandom } from './fuzz-random';
+import { loadRpcs, MUTATIONS, mutate, seedMessage, varint, type MutationKind } from './wire-fuzz';
 
 describe('wire fuzz engine', () => {
   const rpcs = loadRpcs();
@@ -20,7 +21,7 @@ describe('wire fuzz engine', () => {
 
   it('is reproducible: the same seed gives the same cases, another seed others', () => {
     const run = (seed: number) => {
-      const rng = new Rng(seed);
+      const rng = seededRandom(seed);
       return rpcs.map((r) => {
         const valid = seedMessage(r.requestType, { sandbox_id: 'sb-00000000000000f1' }, rng);
         return mutate(rng.pick(Object.keys(MUTATIONS) as MutationKind[]), r.requestType, valid, rng).bytes.toString('hex');
@@ -31,7 +32,7 @@ describe('wire fuzz engine', () => {
   });
 
   it('makes every kind for every request type; seeds decode as their type', () => {
-    const rng = new Rng(1);
+    const rng = seededRandom(1);
     for (const r of rpcs) {
       const valid = seedMessage(r.requestType, {}, rng);
       expect(() => r.requestType.decode(valid)).not.toThrow();

@@ -10,6 +10,7 @@
 import { readFileSync } from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import * as protobuf from 'protobufjs';
+import type { Rng } from './fuzz-random';
 
 /** protobufjs's descriptor extension: the google.protobuf descriptor types, and Root.fromDescriptor. */
 const descriptor = require('protobufjs/ext/descriptor') as { FileDescriptorSet: { decode(b: Uint8Array): unknown } };
@@ -72,33 +73,6 @@ export function loadRpcs(file = descriptorPath()): FuzzRpc[] {
   return out;
 }
 
-/** Rng is a seeded PRNG (mulberry32): the same seed gives the same cases. */
-export class Rng {
-  private s: number;
-  constructor(seed: number) {
-    this.s = seed >>> 0;
-  }
-  /** next: uniform in [0, 1) */
-  next(): number {
-    let t = (this.s = (this.s + 0x6d2b79f5) >>> 0);
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-  /** int: uniform integer in [0, n) */
-  int(n: number): number {
-    return Math.floor(this.next() * n);
-  }
-  pick<T>(xs: readonly T[]): T {
-    return xs[this.int(xs.length)]!;
-  }
-  bytes(n: number): Buffer {
-    const b = Buffer.alloc(n);
-    for (let i = 0; i < n; i++) b[i] = this.int(256);
-    return b;
-  }
-}
-
 const snake = (s: string) => s.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
 /**
@@ -135,14 +109,14 @@ function scalarOrMessage(f: protobuf.Field, strings: Record<string, string>, rng
     case 'string':
       return strings[snake(f.name)] ?? 'fuzz';
     case 'bytes':
-      return rng.bytes(rng.int(8));
+      return rng.bytes(rng.below(8));
     case 'bool':
-      return rng.int(2) === 1;
+      return rng.below(2) === 1;
     case 'double':
     case 'float':
-      return rng.int(1000) / 10;
+      return rng.below(1000) / 10;
     default:
-      return rng.int(1000);
+      return rng.below(1000);
   }
 }
 
@@ -171,7 +145,7 @@ function wireTypeOf(f: protobuf.Field): number {
   return 0;
 }
 
-const payloadOf = (wt: number, rng: Rng): Buffer => (wt === 0 ? varint(rng.int(1 << 20)) : wt === 1 ? rng.bytes(8) : wt === 5 ? rng.bytes(4) : Buffer.concat([varint(3), Buffer.from('abc')]));
+const payloadOf = (wt: number, rng: Rng): Buffer => (wt === 0 ? varint(rng.below(1 << 20)) : wt === 1 ? rng.bytes(8) : wt === 5 ? rng.bytes(4) : Buffer.concat([varint(3), Buffer.from('abc')]));
 
 /** The deepest nesting a deep-nesting case builds (levels). */
 export const DEEP_NESTING_LEVELS = 100_000;
@@ -215,19 +189,19 @@ export type MutationKind = keyof typeof MUTATIONS;
 export function mutate(kind: MutationKind, type: protobuf.Type, seed: Buffer, rng: Rng): FuzzCase {
   const fields = type.fieldsArray;
   const someField = () => (fields.length ? rng.pick(fields) : undefined);
-  const unknownNo = () => 1000 + rng.int(536_870_000);
+  const unknownNo = () => 1000 + rng.below(536_870_000);
   let bytes: Buffer;
   switch (kind) {
     case 'random-bytes':
-      bytes = rng.bytes(rng.int(4) === 0 ? rng.int(4096) : rng.int(64));
+      bytes = rng.bytes(rng.below(4) === 0 ? rng.below(4096) : rng.below(64));
       break;
     case 'bit-flip': {
       bytes = Buffer.from(seed.length ? seed : rng.bytes(8));
-      for (let i = 1 + rng.int(8); i > 0; i--) bytes[rng.int(bytes.length)]! ^= 1 << rng.int(8);
+      for (let i = 1 + rng.below(8); i > 0; i--) bytes[rng.below(bytes.length)]! ^= 1 << rng.below(8);
       break;
     }
     case 'truncate':
-      bytes = seed.subarray(0, seed.length ? rng.int(seed.length) : 0);
+      bytes = seed.subarray(0, seed.length ? rng.below(seed.length) : 0);
       break;
     case 'wrong-wire-type': {
       const f = someField();
@@ -239,9 +213,9 @@ export function mutate(kind: MutationKind, type: protobuf.Type, seed: Buffer, rn
     case 'huge-length': {
       // a length-delimited field (known or unknown number) that claims far more than follows
       const f = fields.find((x) => wireTypeOf(x) === 2);
-      const no = f && rng.int(2) ? f.id : unknownNo();
+      const no = f && rng.below(2) ? f.id : unknownNo();
       const len = rng.pick([2n ** 31n, 2n ** 32n - 1n, 2n ** 63n, BigInt(seed.length + 100)]);
-      bytes = Buffer.concat([seed, tag(no, 2), varint(len), rng.bytes(rng.int(16))]);
+      bytes = Buffer.concat([seed, tag(no, 2), varint(len), rng.bytes(rng.below(16))]);
       break;
     }
     case 'overlong-varint':
@@ -249,7 +223,7 @@ export function mutate(kind: MutationKind, type: protobuf.Type, seed: Buffer, rn
       break;
     case 'unknown-fields': {
       const parts = [seed];
-      for (let i = 1 + rng.int(20); i > 0; i--) {
+      for (let i = 1 + rng.below(20); i > 0; i--) {
         const wt = rng.pick([0, 1, 2, 5]);
         parts.push(tag(unknownNo(), wt), payloadOf(wt, rng));
       }
@@ -312,7 +286,7 @@ export function mutate(kind: MutationKind, type: protobuf.Type, seed: Buffer, rn
       } else {
         // no message recurses: nest unknown groups (START_GROUP ... END_GROUP), which every parser must skip recursively
         const no = unknownNo();
-        const levels = rng.int(2) ? DEEP_NESTING_LEVELS : 100 + rng.int(1000);
+        const levels = rng.below(2) ? DEEP_NESTING_LEVELS : 100 + rng.below(1000);
         bytes = Buffer.concat([seed, repeat(tag(no, 3), levels), repeat(tag(no, 4), levels)]);
       }
       break;

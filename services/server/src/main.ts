@@ -22,7 +22,7 @@
  * peers, records, lease, admin socket path; then exit 0. Sandboxes are never touched by a
  * server stop. A stop that outlives drainDeadlineMs + drainMs + 5 s exits 1.
  */
-import { ConfigError, createLogger, loadConfig, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
+import { ConfigError, createLogger, gateWritesWhileBusy, loadConfig, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
 import { configSchema, loadServerConfig, SERVICE, type ServerConfig } from './config';
@@ -63,6 +63,13 @@ export function parseArgs(argv: string[]): { config?: string; help: boolean } {
   const { config, help } = parseDaemonArgs(argv, USAGE);
   return { config, help };
 }
+
+/**
+ * SANDBOX_WRITES: the SandboxService methods that write records.db. Each waits (asynchronously,
+ * inside its deadline) while another process holds the DB locked, then answers UNAVAILABLE with
+ * retry-after-ms without running (gateWritesWhileBusy); the other methods never wait for the lock.
+ */
+export const SANDBOX_WRITES = ['createSandbox', 'pauseSandbox', 'resumeSandbox', 'deleteSandbox', 'setTimeout', 'forkSandbox', 'resetRootfs'] as const;
 
 /**
  * wiring builds what an active server runs (see the file header). settings (the config as
@@ -106,7 +113,7 @@ export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<str
         vms,
         devices,
         register(server) {
-          server.add(SandboxServiceDefinition, sandboxService(manager, streams));
+          server.add(SandboxServiceDefinition, gateWritesWhileBusy(sandboxService(manager, streams), SANDBOX_WRITES, store, { what: 'records.db' }));
           server.add(TemplateServiceDefinition, templateService(templates));
         },
       };

@@ -14,7 +14,21 @@
 import { mkdirSync, realpathSync } from 'node:fs';
 import type http from 'node:http';
 import path from 'node:path';
-import { buildCommit, createLogger, parseDaemonArgs, UsageError, createServiceServer, runDaemon, serveMetrics, serverLeasePath, SUITE_VERSION, UBLK_FEATURES, type Logger } from '@sandnode/shared';
+import {
+  buildCommit,
+  createLogger,
+  gateWritesWhileBusy,
+  parseDaemonArgs,
+  UsageError,
+  createServiceServer,
+  runDaemon,
+  serveMetrics,
+  serverLeasePath,
+  SUITE_VERSION,
+  UBLK_FEATURES,
+  waitWhileBusy,
+  type Logger,
+} from '@sandnode/shared';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { loadUblkConfig, SERVICE, type UblkConfig } from './config';
 import { DeviceManager } from './core/device-manager';
@@ -53,6 +67,7 @@ export function features(driver: BlockDriver): string[] {
     UBLK_FEATURES.fenceEpoch,
     UBLK_FEATURES.foreignMountns,
     UBLK_FEATURES.clone,
+    UBLK_FEATURES.quarantineReport,
     ...driver.capabilities().map((c) => CAPABILITY_FEATURES[c]),
   ];
 }
@@ -62,6 +77,14 @@ export const FENCE_EPOCH_PATH = `/${DeviceServiceDefinition.fullName}/${DeviceSe
 
 /** Exit code for a bad command line or config. */
 export const EXIT_USAGE = 2;
+/**
+ * DEVICE_WRITES: the DeviceService methods that write devices.db. Each waits (asynchronously,
+ * inside its deadline) while another process holds the table locked, then answers UNAVAILABLE
+ * with retry-after-ms without running; reads, Quiesce/Resume and FenceEpoch never wait for it.
+ */
+export const DEVICE_WRITES = ['createDevice', 'deleteDevice', 'releaseDevice', 'recoverDevice', 'abortHandover', 'handoverAll', 'cloneDevice'] as const;
+/** Longest the start waits for a devices.db another process holds locked, in ms. */
+const DEVICE_DB_OPEN_WAIT_MS = 10_000;
 /** Exit code when another process of the same slot holds the slot lock. */
 export const EXIT_LOCKED = 3;
 
@@ -127,7 +150,8 @@ async function start(argv: string[]): Promise<void> {
   if (cfg.slot === '' && migrateLegacyTable(cfg.stateDir, dbFile)) log.warn({ to: dbFile }, 'moved the device table of release 0.0.1 (<stateDir>/ublk/devices.db) to the slot layout');
 
   const images = new FileImages(cfg.imagesDir, { mkfsTimeoutMs: cfg.mkfsTimeoutMs, cloneTimeoutMs: cfg.cloneTimeoutMs });
-  const store = new SqliteDeviceStore(dbFile, { log });
+  // another process holding devices.db locked is waited for asynchronously (never on the event loop)
+  const store = await waitWhileBusy(() => new SqliteDeviceStore(dbFile, { log }), { what: `${dbFile}: open`, maxWaitMs: DEVICE_DB_OPEN_WAIT_MS });
   const peers = new FileSlotPeers(cfg.stateDir, cfg.slot);
   const manager = new DeviceManager({ store, driver, images, log, peers, limits: { maxDeviceSizeBytes: cfg.maxDeviceSizeBytes }, releaseTimeoutMs: cfg.releaseTimeoutMs });
   // Takeover first: the devices of a slot that is not running are owned here (exactly one
@@ -147,12 +171,18 @@ async function start(argv: string[]): Promise<void> {
   });
   server.add(
     DeviceServiceDefinition,
-    deviceService(manager, {
-      selfAddress: cfg.listen,
-      observeStall: (s, mode) => handoverStall.observe({ mode }, s),
-      observeClone: (s, reflinked) => cloneCopy.observe({ reflinked: String(reflinked) }, s),
-      fence,
-    }),
+    gateWritesWhileBusy(
+      deviceService(manager, {
+        selfAddress: cfg.listen,
+        observeStall: (s, mode) => handoverStall.observe({ mode }, s),
+        observeClone: (s, reflinked) => cloneCopy.observe({ reflinked: String(reflinked) }, s),
+        fence,
+        quarantined: () => store.quarantined(),
+      }),
+      DEVICE_WRITES,
+      store,
+      { what: 'devices.db' },
+    ),
   );
   let metrics: http.Server | undefined;
   runDaemon({

@@ -12,7 +12,7 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import type http from 'node:http';
 import path from 'node:path';
-import { buildCommit, createLogger, parseDaemonArgs, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION } from '@sandnode/shared';
+import { buildCommit, createLogger, gateWritesWhileBusy, parseDaemonArgs, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION, waitWhileBusy } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { loadVmmConfig, SERVICE } from './config';
 import { vmmEpochFence } from './core/epoch';
@@ -32,6 +32,14 @@ export const EXIT_LOCKED = 3;
 
 /** Exit code of a usage or config error (the message names the argument or key). */
 export const EXIT_USAGE = 2;
+/**
+ * VM_WRITES: the VmService methods that write the VM table. Each waits (asynchronously, inside
+ * its deadline) while another process holds the table locked, then answers UNAVAILABLE with
+ * retry-after-ms without running; reads, GetVmFreeze and FenceEpoch never wait for it.
+ */
+export const VM_WRITES = ['createVm', 'pauseVm', 'resumeVm', 'stopVm', 'deleteVm'] as const;
+/** Longest the start waits for a VM table another process holds locked, in ms. */
+const VM_TABLE_OPEN_WAIT_MS = 10_000;
 
 /** The command line. */
 export const USAGE = 'usage: sandnode-vmm-supervisor [--config FILE]';
@@ -93,15 +101,20 @@ async function main(): Promise<void> {
   if (driver.name === 'firecracker' && !existsSync('/dev/kvm')) log.warn('/dev/kvm is missing: firecracker VMs cannot start on this host');
   if (driver.name === 'runc' && cfg.seccompProfile === SECCOMP_UNCONFINED) log.warn('seccompProfile is "unconfined": new sandboxes run without a seccomp filter');
 
-  const store = SqliteVmStore.forStateDir(cfg.stateDir, {
-    onQuarantine: (q) => {
-      quarantinedRows.inc();
-      log.warn(
-        { vm_id: q.vmId, rowid: q.rowid, reason: q.reason },
-        `VM table: row ${q.vmId ? `of vm ${q.vmId}` : `rowid ${q.rowid}`} cannot be read (${q.reason}); moved to the quarantine table, not served`,
-      );
-    },
-  });
+  // another process holding the VM table locked is waited for asynchronously (never on the event loop)
+  const store = await waitWhileBusy(
+    () =>
+      SqliteVmStore.forStateDir(cfg.stateDir, {
+        onQuarantine: (q) => {
+          quarantinedRows.inc();
+          log.warn(
+            { vm_id: q.vmId, rowid: q.rowid, reason: q.reason },
+            `VM table: row ${q.vmId ? `of vm ${q.vmId}` : `rowid ${q.rowid}`} cannot be read (${q.reason}); moved to the quarantine table, not served`,
+          );
+        },
+      }),
+    { what: 'vm-table.db: open', maxWaitMs: VM_TABLE_OPEN_WAIT_MS },
+  );
   // The gauge counts every row of the quarantine table (earlier starts' too).
   quarantinedRows.set(store.quarantined().length);
   if (store.quarantinedAtOpen.length) {
@@ -127,7 +140,15 @@ async function main(): Promise<void> {
     log,
     fence,
   });
-  server.add(VmServiceDefinition, createVmService(supervisor, fence));
+  server.add(
+    VmServiceDefinition,
+    gateWritesWhileBusy(
+      createVmService(supervisor, fence, () => store.quarantined()),
+      VM_WRITES,
+      store,
+      { what: 'vm-table.db' },
+    ),
+  );
   let metrics: http.Server | undefined;
   if (cfg.metricsListen !== '') metrics = await serveMetrics(cfg.metricsListen);
   await server.listen([cfg.listen]);

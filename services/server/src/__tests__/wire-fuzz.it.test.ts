@@ -36,12 +36,13 @@ import {
   MUTATIONS,
   mutate,
   rawClient,
-  Rng,
+  seededRandom,
   seedMessage,
   sendRaw,
   startNode,
   type FuzzRpc,
   type MutationKind,
+  type Rng,
   type TestNode,
 } from '@sandnode/testkit';
 
@@ -169,7 +170,7 @@ describeNode('wire fuzz: every RPC of every service on real processes', () => {
     const mine = rpcs.filter((r) => r.service === service);
     expect(mine.length).toBeGreaterThan(0);
     const seed = SEED ^ [...service].reduce((h, c) => (Math.imul(h, 31) + c.charCodeAt(0)) | 0, 0);
-    const rng = new Rng(seed);
+    const rng = seededRandom(seed);
     const epoch = (await holderStatus(node.dirs))!.epoch;
     const before = await snapshot();
     let client = rawClient(endpoints[service]!);

@@ -127,6 +127,11 @@ export class ServerNode implements StandbyNode, OldServer {
     return this.store?.list().length ?? 0;
   }
 
+  /** quarantinedRecords: the rows of records.db set aside as unservable, oldest first (none before this server opened the records). */
+  quarantinedRecords(): { key: string; reason: string; quarantinedAtMs: number }[] {
+    return this.store?.quarantinedRows() ?? [];
+  }
+
   /** Whether a handover runs on this server. */
   get handingOver(): boolean {
     return this.oldSide.inProgress;
@@ -216,9 +221,9 @@ export class ServerNode implements StandbyNode, OldServer {
   async becomeActive(source: ListenerSource, atLeastEpoch: number, o: { peerWaitMs?: number; beforeServing?: () => Promise<void> } = {}): Promise<AdoptionReport> {
     const peerWaitMs = o.peerWaitMs ?? this.cfg.peerStartTimeoutMs;
     this.store?.close();
-    const store = new SqliteRecordStore(path.join(this.cfg.stateDir, 'records.db'), this.log);
+    const store = await SqliteRecordStore.open(path.join(this.cfg.stateDir, 'records.db'), this.log);
     this.store = store;
-    this.epoch = store.bumpEpoch(atLeastEpoch);
+    this.epoch = await store.bumpEpochWhenFree(atLeastEpoch);
     failpoint('takeover.after-lease');
     this.describeLease();
     const log = this.log.child({ epoch: this.epoch });
@@ -343,7 +348,7 @@ export class ServerNode implements StandbyNode, OldServer {
 
   /** retakeEpoch (the lease taken back after a failed handover): epoch+1, lease described, fences raised (OldServer). */
   async retakeEpoch(): Promise<void> {
-    this.epoch = this.store!.bumpEpoch(this.epoch);
+    this.epoch = await this.store!.bumpEpochWhenFree(this.epoch);
     this.describeLease();
     await this.announceEpoch();
   }

@@ -26,6 +26,8 @@ export interface AdminPort {
   readonly handingOver: boolean;
   readonly manager: { gate: { inFlight: number } } | undefined;
   sandboxCount(): number;
+  /** The records.db rows this server cannot serve (ACTIVE), oldest first; none when absent. */
+  quarantinedRecords?(): { key: string; reason: string; quarantinedAtMs: number }[];
   handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number }): Promise<HandoverResponse>;
   finishHandover(token: string): { streamsRunning: number };
   takeover(opts: { holdMs?: number; finishTimeoutMs?: number; signal?: AbortSignal }): Promise<TakeoverResult>;
@@ -58,6 +60,7 @@ export function adminService(node: AdminPort): AdminServiceImplementation<Sandno
         slot: node.cfg.slot,
         version: SUITE_VERSION,
         sinceMs: node.roles.activeSinceMs,
+        quarantinedRecords: node.quarantinedRecords?.() ?? [],
       };
     },
     async prepareHandover() {

@@ -9,22 +9,44 @@
  * schema, a blob id other than the key, a key that is not a sandbox id) is moved at open to the
  * `quarantine` table with the reason and logged naming the id; it is never served (get answers
  * undefined, so GetSandbox says NOT_FOUND) and adoption never sees it.
+ *
+ * Lock contention (issue 11): the connection waits at most SQLITE_BUSY_TIMEOUT_MS (a few ms) for
+ * a lock another process holds, so the event loop is never held on the DB; a step that still
+ * finds the lock held throws StoreBusyError (UNAVAILABLE, retry-after-ms). The waiting is done
+ * asynchronously by {@link SqliteRecordStore.open} (at open) and by gateWritesWhileBusy with
+ * {@link SqliteRecordStore.probeWrite} (before a writing RPC runs).
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { SANDBOX_ID_RE, type Logger } from '@sandnode/shared';
+import { busyToUnavailable, SANDBOX_ID_RE, SQLITE_BUSY_TIMEOUT_MS, waitWhileBusy, type Logger, type WriteProbe } from '@sandnode/shared';
 import type { RecordStore, SandboxRecord } from '../core/types';
 import { decodeRecord, encodeRecord } from './record-codec';
 
-export class SqliteRecordStore implements RecordStore {
+/** Longest SqliteRecordStore.open waits for a database another process holds locked, in ms. */
+export const DEFAULT_RECORDS_OPEN_WAIT_MS = 10_000;
+
+export class SqliteRecordStore implements RecordStore, WriteProbe {
   private readonly db: Database.Database;
   private readonly stmts;
   /** Rows set aside (in the quarantine table, or unreadable in a read-only store): id -> reason. */
   readonly quarantined = new Map<string, string>();
   private readonly readOnly: boolean;
 
-  /** Opens (creating if needed) `<stateDir>/records.db`. readOnly opens without writing. */
+  /**
+   * open opens the store like the constructor, waiting asynchronously (backoff, at most
+   * maxWaitMs, default DEFAULT_RECORDS_OPEN_WAIT_MS) while another process holds the database
+   * locked. Throws StoreBusyError (UNAVAILABLE) when the lock stays held.
+   */
+  static open(file: string, log: Logger, opts: { readOnly?: boolean; maxWaitMs?: number } = {}): Promise<SqliteRecordStore> {
+    return waitWhileBusy(() => new SqliteRecordStore(file, log, opts.readOnly ?? false), { what: `${file}: open`, maxWaitMs: opts.maxWaitMs ?? DEFAULT_RECORDS_OPEN_WAIT_MS });
+  }
+
+  /**
+   * Opens (creating if needed) `<stateDir>/records.db`. readOnly opens without writing. Throws
+   * better-sqlite3's SQLITE_BUSY error (the database closed again) when another process holds
+   * it locked: use {@link SqliteRecordStore.open} to wait for it.
+   */
   constructor(
     file: string,
     private readonly log: Logger,
@@ -32,11 +54,12 @@ export class SqliteRecordStore implements RecordStore {
   ) {
     this.readOnly = readOnly;
     mkdirSync(path.dirname(file), { recursive: true });
-    this.db = new Database(file, { readonly: readOnly, fileMustExist: readOnly });
-    if (!readOnly) {
-      this.db.pragma('journal_mode = WAL');
-      this.db.pragma('synchronous = FULL');
-      this.db.exec(`
+    this.db = new Database(file, { readonly: readOnly, fileMustExist: readOnly, timeout: SQLITE_BUSY_TIMEOUT_MS });
+    try {
+      if (!readOnly) {
+        this.db.pragma('journal_mode = WAL');
+        this.db.pragma('synchronous = FULL');
+        this.db.exec(`
         CREATE TABLE IF NOT EXISTS records (
           sandbox_id TEXT PRIMARY KEY,
           state TEXT NOT NULL,
@@ -54,34 +77,37 @@ export class SqliteRecordStore implements RecordStore {
           record BLOB
         );
       `);
-    }
-    this.db.pragma('busy_timeout = 5000');
-    this.stmts = {
-      get: this.db.prepare<[string], { record: Buffer }>('SELECT record FROM records WHERE sandbox_id = ?'),
-      list: this.db.prepare<[], { sandbox_id: string; record: Buffer }>('SELECT sandbox_id, record FROM records ORDER BY sandbox_id'),
-      byRequest: this.db.prepare<[string], { sandbox_id: string; record: Buffer }>('SELECT sandbox_id, record FROM records WHERE request_id = ? LIMIT 1'),
-      put: readOnly
-        ? undefined
-        : this.db.prepare(
-            `INSERT INTO records (sandbox_id, state, request_id, updated_at_ms, record) VALUES (?, ?, ?, ?, ?)
+      }
+      this.stmts = {
+        get: this.db.prepare<[string], { record: Buffer }>('SELECT record FROM records WHERE sandbox_id = ?'),
+        list: this.db.prepare<[], { sandbox_id: string; record: Buffer }>('SELECT sandbox_id, record FROM records ORDER BY sandbox_id'),
+        byRequest: this.db.prepare<[string], { sandbox_id: string; record: Buffer }>('SELECT sandbox_id, record FROM records WHERE request_id = ? LIMIT 1'),
+        put: readOnly
+          ? undefined
+          : this.db.prepare(
+              `INSERT INTO records (sandbox_id, state, request_id, updated_at_ms, record) VALUES (?, ?, ?, ?, ?)
              ON CONFLICT(sandbox_id) DO UPDATE SET state = excluded.state, request_id = excluded.request_id,
              updated_at_ms = excluded.updated_at_ms, record = excluded.record`,
-          ),
-      del: readOnly ? undefined : this.db.prepare('DELETE FROM records WHERE sandbox_id = ?'),
-    };
-    if (!readOnly) this.quarantineBadRows();
+            ),
+        del: readOnly ? undefined : this.db.prepare('DELETE FROM records WHERE sandbox_id = ?'),
+      };
+      if (!readOnly) this.quarantineBadRows();
+    } catch (err) {
+      this.db.close();
+      throw err;
+    }
   }
 
   /** get returns the record keyed id; undefined when there is none or its row is set aside. */
   get(id: string): SandboxRecord | undefined {
-    const row = this.stmts.get.get(id);
+    const row = busyToUnavailable('records.db: read', () => this.stmts.get.get(id));
     return row ? this.readRow(id, row.record) : undefined;
   }
 
   /** list returns every servable record ordered by id (rows set aside are not in it). */
   list(): SandboxRecord[] {
     const out: SandboxRecord[] = [];
-    for (const row of this.stmts.list.all()) {
+    for (const row of busyToUnavailable('records.db: read', () => this.stmts.list.all())) {
       const rec = this.readRow(row.sandbox_id, row.record);
       if (rec) out.push(rec);
     }
@@ -89,7 +115,7 @@ export class SqliteRecordStore implements RecordStore {
   }
 
   findByRequestId(requestId: string): SandboxRecord | undefined {
-    const row = this.stmts.byRequest.get(requestId);
+    const row = busyToUnavailable('records.db: read', () => this.stmts.byRequest.get(requestId));
     return row ? this.readRow(row.sandbox_id, row.record) : undefined;
   }
 
@@ -98,17 +124,50 @@ export class SqliteRecordStore implements RecordStore {
     return [...this.quarantined.keys()].filter((id) => SANDBOX_ID_RE.test(id));
   }
 
-  /** put inserts or replaces the record keyed rec.sandboxId. Throws Error for an id that is not a sandbox id (nothing written). */
+  /**
+   * probeWrite takes and drops the write lock (BEGIN IMMEDIATE; ROLLBACK), changing nothing.
+   * Throws better-sqlite3's SQLITE_BUSY error when another connection holds it (after at most
+   * SQLITE_BUSY_TIMEOUT_MS). gateWritesWhileBusy calls it before a writing RPC.
+   */
+  probeWrite(): void {
+    if (this.readOnly) return;
+    this.db.exec('BEGIN IMMEDIATE');
+    this.db.exec('ROLLBACK');
+  }
+
+  /**
+   * quarantinedRows lists the rows set aside, oldest first: key (as stored, may be no sandbox id),
+   * reason and when (Unix epoch ms; 0 for a row that could not be moved yet). Never throws: with
+   * the DB locked it answers what this process has seen.
+   */
+  quarantinedRows(): { key: string; reason: string; quarantinedAtMs: number }[] {
+    let rows: { key: string; reason: string; quarantinedAtMs: number }[] = [];
+    try {
+      rows = this.db
+        .prepare<[], { sandbox_id: string | null; reason: string; quarantined_at_ms: number }>('SELECT sandbox_id, reason, quarantined_at_ms FROM quarantine ORDER BY rowid')
+        .all()
+        .map((q) => ({ key: q.sandbox_id ?? '', reason: q.reason, quarantinedAtMs: q.quarantined_at_ms }));
+    } catch {
+      // a read-only store of a DB without the table, or a locked DB: what was seen
+    }
+    const seen = new Set(rows.map((r) => r.key));
+    for (const [key, reason] of this.quarantined) if (!seen.has(key)) rows.push({ key, reason, quarantinedAtMs: 0 });
+    return rows;
+  }
+
+  /** put inserts or replaces the record keyed rec.sandboxId. Throws Error for an id that is not a sandbox id, StoreBusyError (UNAVAILABLE) when the DB is locked (nothing written either way). */
   put(rec: SandboxRecord): void {
     if (!this.stmts.put) throw new Error('record store is read-only');
     if (!SANDBOX_ID_RE.test(rec.sandboxId)) throw new Error(`runtime record: ${JSON.stringify(rec.sandboxId)} is not a sandbox id`);
     const bytes = encodeRecord(rec);
-    this.stmts.put.run(rec.sandboxId, rec.state, rec.requestId, rec.updatedAtMs, Buffer.from(bytes));
+    const put = this.stmts.put;
+    busyToUnavailable(`records.db: write of ${rec.sandboxId}`, () => put.run(rec.sandboxId, rec.state, rec.requestId, rec.updatedAtMs, Buffer.from(bytes)));
   }
 
   delete(id: string): void {
     if (!this.stmts.del) throw new Error('record store is read-only');
-    this.stmts.del.run(id);
+    const del = this.stmts.del;
+    busyToUnavailable(`records.db: delete of ${id}`, () => del.run(id));
   }
 
   /**
@@ -171,14 +230,25 @@ export class SqliteRecordStore implements RecordStore {
 
   /**
    * bumpEpoch sets the epoch to max(stored, atLeast) + 1 and persists it (fsync) before it
-   * returns. Only the lease holder calls it, at takeover.
+   * returns. Only the lease holder calls it, at takeover. StoreBusyError when the DB is locked.
    */
   bumpEpoch(atLeast = 0): number {
-    return this.db.transaction(() => {
-      const next = Math.max(this.epoch(), atLeast) + 1;
-      this.db.prepare("INSERT INTO meta (key, value) VALUES ('epoch', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value").run(String(next));
-      return next;
-    })();
+    return busyToUnavailable('records.db: epoch', () =>
+      this.db.transaction(() => {
+        const next = Math.max(this.epoch(), atLeast) + 1;
+        this.db.prepare("INSERT INTO meta (key, value) VALUES ('epoch', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value").run(String(next));
+        return next;
+      })(),
+    );
+  }
+
+  /**
+   * bumpEpochWhenFree is bumpEpoch that waits (asynchronously, backoff, at most maxWaitMs,
+   * default DEFAULT_RECORDS_OPEN_WAIT_MS) while another process holds records.db locked, so a
+   * takeover neither fails at once nor holds the event loop. StoreBusyError when it stays locked.
+   */
+  bumpEpochWhenFree(atLeast = 0, maxWaitMs = DEFAULT_RECORDS_OPEN_WAIT_MS): Promise<number> {
+    return waitWhileBusy(() => this.bumpEpoch(atLeast), { what: 'records.db: epoch', maxWaitMs });
   }
 
   /** checkpoint folds the WAL into the DB file (handover: the next server reads a clean file). */

@@ -5,9 +5,10 @@
  */
 import { statSync } from 'node:fs';
 import path from 'node:path';
-import { FailedPreconditionError, InvalidArgumentError, metadataEpoch, parseEpoch, UnavailableError, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, metadataEpoch, parseEpoch, readEpochFile, UnavailableError, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
 import type { DeviceServiceImplementation } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { DeviceManager } from '../core/device-manager';
+import type { QuarantinedRow } from '../core/store';
 import { handoverAll, type HandoverMode } from '../core/handover';
 import { capabilitiesToPb, cloneInputFromPb, cloneToPb, createInputFromPb, deviceToPb, handoverToPb } from './convert';
 import { connectOldSlot, HANDOVER_TO_METADATA_KEY } from './old-slot-client';
@@ -22,6 +23,8 @@ export interface DeviceServiceOptions {
   observeClone?: (copySeconds: number, reflinked: boolean) => void;
   /** The node's epoch fence (FenceEpoch raises it); without one FenceEpoch is FAILED_PRECONDITION. */
   fence?: EpochFence;
+  /** The rows of this slot's table set aside as unreadable (ListDevices reports them); none when absent. */
+  quarantined?: () => QuarantinedRow[];
 }
 
 /** deviceService implements sandnode.ublk.v1.DeviceService on a DeviceManager. */
@@ -57,7 +60,12 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
         if (!/^(a|b|default)$/.test(to) || to === manager.slot) throw new InvalidArgumentError(`metadata ${HANDOVER_TO_METADATA_KEY}: ${JSON.stringify(to)} is not another slot`);
         manager.beginRetiring(to);
       }
-      return { devices: (await manager.list()).map(deviceToPb) };
+      return {
+        devices: (await manager.list()).map(deviceToPb),
+        quarantined: (opts.quarantined?.() ?? []).map((q) => ({ key: q.deviceId, reason: q.reason, quarantinedAtMs: q.quarantinedAtMs })),
+        // the fence file is shared by both slots: the other one may have raised it
+        fenceEpoch: opts.fence ? Math.max(opts.fence.current, readEpochFile(opts.fence.epochFile)) : 0,
+      };
     },
     async deleteDevice(req) {
       return { existed: await manager.delete(req.deviceId) };

@@ -6,6 +6,7 @@
  */
 import { existsSync } from 'node:fs';
 import Database from 'better-sqlite3';
+import { busyToUnavailable, SQLITE_BUSY_TIMEOUT_MS, waitWhileBusy } from '@sandnode/shared';
 import type { DeviceStore, PeerRow, SlotPeers } from '../core/store';
 import { ALL_SLOTS, handoverLockPath, slotLockPath, slotName, type Slot } from './layout';
 import { FileMutex, tryLockPeer } from './locks';
@@ -43,7 +44,7 @@ export class FileSlotPeers implements SlotPeers {
         await fn(undefined);
         return true;
       }
-      const table = new SqliteDeviceStore(t.file);
+      const table = await waitWhileBusy(() => new SqliteDeviceStore(t.file), { what: `${t.file}: open` });
       try {
         await fn(table);
       } finally {
@@ -65,14 +66,15 @@ export class FileSlotPeers implements SlotPeers {
     const out: PeerRow[] = [];
     for (const o of this.tables) {
       if (!existsSync(o.file)) continue;
-      const db = new Database(o.file, { readonly: true, fileMustExist: true });
+      const db = busyToUnavailable(`${o.file}: open`, () => new Database(o.file, { readonly: true, fileMustExist: true, timeout: SQLITE_BUSY_TIMEOUT_MS }));
       try {
-        db.pragma('busy_timeout = 5000');
-        const r = db.prepare('SELECT * FROM devices WHERE device_id = ?').get(deviceId) as Row | undefined;
+        const r = busyToUnavailable(`${o.file}: read`, () => db.prepare('SELECT * FROM devices WHERE device_id = ?').get(deviceId) as Row | undefined);
         if (r) out.push({ slot: o.slot, record: fromRow(r) });
         // A row the other slot set aside: who owns the device is not ours to judge.
-        const hasQ = db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'quarantine'").get() !== undefined;
-        const q = hasQ ? (db.prepare('SELECT reason FROM quarantine WHERE device_id = ? LIMIT 1').get(deviceId) as { reason: string } | undefined) : undefined;
+        const hasQ = busyToUnavailable(`${o.file}: read`, () => db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'quarantine'").get() !== undefined);
+        const q = hasQ
+          ? busyToUnavailable(`${o.file}: read`, () => db.prepare('SELECT reason FROM quarantine WHERE device_id = ? LIMIT 1').get(deviceId) as { reason: string } | undefined)
+          : undefined;
         if (q) throw new Error(`slot ${o.slot}: the row of device ${deviceId} is quarantined (${q.reason}); its owner cannot be judged`);
       } finally {
         db.close();

@@ -26,11 +26,16 @@
  * Columns this version does not know (added by a newer release without a bump, as
  * `cloned_from` was) are kept as read in {@link DeviceRecord.extra} and written back when a
  * row is re-inserted (RecoverDevice, takeover), never replaced by a default.
+ *
+ * Lock contention (issue 11): the connection waits at most SQLITE_BUSY_TIMEOUT_MS for a lock
+ * another process holds (never the 5 s default that stalled the event loop); a step that still
+ * finds it held throws StoreBusyError (UNAVAILABLE, retry-after-ms). main.ts waits for the lock
+ * asynchronously at open and before each writing RPC (gateWritesWhileBusy + probeWrite).
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { FailedPreconditionError, RESOURCE_ID_RE, type Logger } from '@sandnode/shared';
+import { busyToUnavailable, FailedPreconditionError, isSqliteBusy, RESOURCE_ID_RE, SQLITE_BUSY_TIMEOUT_MS, type Logger, type WriteProbe } from '@sandnode/shared';
 import type { DeviceStore, QuarantinedRow, RecordChange } from '../core/store';
 import type { DeviceRecord, FilesystemKind, RecordState } from '../core/types';
 import { slotDir } from './layout';
@@ -124,7 +129,7 @@ type RawRow = Record<string, unknown> & { __rowid__: number };
 const SELECT_RAW = 'SELECT rowid AS __rowid__, * FROM devices';
 
 /** SqliteDeviceStore is the durable DeviceStore. */
-export class SqliteDeviceStore implements DeviceStore {
+export class SqliteDeviceStore implements DeviceStore, WriteProbe {
   private readonly db: Database.Database;
   private readonly log: Logger | undefined;
 
@@ -133,14 +138,24 @@ export class SqliteDeviceStore implements DeviceStore {
    * upgrades a schema-1 table (adds `handover_token`); adds the `cloned_from` column of 0.2.0
    * to a table that lacks it (no schema bump: 0.1.0 still reads it); creates the `quarantine`
    * table and moves every row this version cannot read into it (each logged at warn on log).
+   * Throws better-sqlite3's SQLITE_BUSY error (closed again) when another process holds the
+   * database locked: the caller waits with waitWhileBusy.
    */
   constructor(file: string, opts: { log?: Logger } = {}) {
     this.log = opts.log;
     mkdirSync(path.dirname(file), { recursive: true });
-    this.db = new Database(file);
+    this.db = new Database(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
+    try {
+      this.open(file);
+    } catch (err) {
+      this.db.close();
+      throw err;
+    }
+  }
+
+  private open(file: string): void {
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = FULL');
-    this.db.pragma('busy_timeout = 5000');
     const version = this.db.pragma('user_version', { simple: true }) as number;
     if (version > DEVICE_DB_SCHEMA) {
       this.db.close();
@@ -181,13 +196,13 @@ export class SqliteDeviceStore implements DeviceStore {
 
   /** get returns the row of deviceId or undefined (also when the row cannot be read: it is quarantined). */
   get(deviceId: string): DeviceRecord | undefined {
-    const r = this.db.prepare(`${SELECT_RAW} WHERE device_id = ?`).get(deviceId) as RawRow | undefined;
+    const r = busyToUnavailable('devices.db: read', () => this.db.prepare(`${SELECT_RAW} WHERE device_id = ?`).get(deviceId) as RawRow | undefined);
     return r ? this.good([r])[0] : undefined;
   }
 
   /** list returns every readable row ordered by device id (a row that cannot be read is quarantined, not returned). */
   list(): DeviceRecord[] {
-    return this.good(this.db.prepare(`${SELECT_RAW} ORDER BY device_id`).all() as RawRow[]);
+    return this.good(busyToUnavailable('devices.db: read', () => this.db.prepare(`${SELECT_RAW} ORDER BY device_id`).all() as RawRow[]));
   }
 
   /**
@@ -196,7 +211,7 @@ export class SqliteDeviceStore implements DeviceStore {
    * FailedPreconditionError when the id is quarantined (its image is not ours to reuse).
    */
   insert(r: DeviceRecord): void {
-    const q = this.db.prepare('SELECT reason FROM quarantine WHERE device_id = ? LIMIT 1').get(r.deviceId) as { reason: string } | undefined;
+    const q = busyToUnavailable('devices.db: read', () => this.db.prepare('SELECT reason FROM quarantine WHERE device_id = ? LIMIT 1').get(r.deviceId) as { reason: string } | undefined);
     if (q)
       throw new FailedPreconditionError(
         `device_id "${r.deviceId}": its row in ${this.db.name} is quarantined (${q.reason}); the id cannot be reused until an operator removes it from the quarantine table; nothing changed`,
@@ -228,7 +243,7 @@ export class SqliteDeviceStore implements DeviceStore {
       }
     }
     const names = cols.map((c) => `"${c.replaceAll('"', '""')}"`).join(', ');
-    this.db.prepare(`INSERT INTO devices (${names}) VALUES (${cols.map(() => '?').join(', ')})`).run(...vals);
+    busyToUnavailable(`devices.db: insert of ${r.deviceId}`, () => this.db.prepare(`INSERT INTO devices (${names}) VALUES (${cols.map(() => '?').join(', ')})`).run(...vals));
   }
 
   /** quarantined returns the quarantined rows, oldest first. */
@@ -270,24 +285,39 @@ export class SqliteDeviceStore implements DeviceStore {
         del.run(b.rowid);
       }
     });
-    move();
+    try {
+      move();
+    } catch (err) {
+      // still not served; moved on a later read or open
+      if (!isSqliteBusy(err)) throw err;
+      this.log?.warn({ devices: bad.map((b) => b.id) }, 'devices.db: rows this version cannot read are not served; the database is locked, they are moved to quarantine later');
+      return out;
+    }
     for (const b of bad) {
       this.log?.warn({ device_id: b.id, reason: b.reason, row: b.json }, 'devices.db: a row this version cannot read was quarantined; it is not served, and its image and device are left alone');
     }
     return out;
   }
 
-  /** update changes state, path and/or handover token (durable on return); throws when there is no row. */
+  /** update changes state, path and/or handover token (durable on return); throws when there is no row, StoreBusyError when the DB is locked. */
   update(deviceId: string, change: RecordChange, nowMs: number): void {
-    const res = this.db
-      .prepare('UPDATE devices SET state = COALESCE(?, state), path = COALESCE(?, path), handover_token = COALESCE(?, handover_token), updated_at_ms = ? WHERE device_id = ?')
-      .run(change.state ?? null, change.path ?? null, change.handoverToken ?? null, nowMs, deviceId);
+    const res = busyToUnavailable(`devices.db: update of ${deviceId}`, () =>
+      this.db
+        .prepare('UPDATE devices SET state = COALESCE(?, state), path = COALESCE(?, path), handover_token = COALESCE(?, handover_token), updated_at_ms = ? WHERE device_id = ?')
+        .run(change.state ?? null, change.path ?? null, change.handoverToken ?? null, nowMs, deviceId),
+    );
     if (res.changes !== 1) throw new Error(`devices.db: device ${deviceId} has no row`);
   }
 
   /** delete drops the row (durable on return). */
   delete(deviceId: string): boolean {
-    return this.db.prepare('DELETE FROM devices WHERE device_id = ?').run(deviceId).changes > 0;
+    return busyToUnavailable(`devices.db: delete of ${deviceId}`, () => this.db.prepare('DELETE FROM devices WHERE device_id = ?').run(deviceId).changes > 0);
+  }
+
+  /** probeWrite takes and drops the write lock, changing nothing; throws SQLITE_BUSY (after at most SQLITE_BUSY_TIMEOUT_MS) while another connection holds it. */
+  probeWrite(): void {
+    this.db.exec('BEGIN IMMEDIATE');
+    this.db.exec('ROLLBACK');
   }
 
   /** close closes the database. */

@@ -214,7 +214,7 @@ describe('Supervisor', () => {
   });
 
   test('features add adoption, the epoch fence, the freeze status and FenceEpoch to the driver features', () => {
-    expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1', 'vmm.epoch-fence.v1', 'vmm.freeze-status.v1', 'vmm.fence-epoch.v1']);
+    expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1', 'vmm.epoch-fence.v1', 'vmm.freeze-status.v1', 'vmm.fence-epoch.v1', 'vmm.quarantine-report.v1']);
   });
 });
 

@@ -90,7 +90,7 @@ export class Supervisor {
 
   /** Feature strings of the supervisor with its driver, for GetVersion (all from VMM_FEATURES). */
   features(): string[] {
-    return [...this.driver.features, VMM_FEATURES.adoption, VMM_FEATURES.epochFence, VMM_FEATURES.freezeStatus, VMM_FEATURES.fenceEpoch];
+    return [...this.driver.features, VMM_FEATURES.adoption, VMM_FEATURES.epochFence, VMM_FEATURES.freezeStatus, VMM_FEATURES.fenceEpoch, VMM_FEATURES.quarantineReport];
   }
 
   /**

@@ -2,7 +2,7 @@
  * Thin nice-grpc handlers of sandnode.vmm.v1.VmService: convert -> call the Supervisor ->
  * convert. Domain errors thrown by the core are mapped to gRPC codes by the shared middleware.
  */
-import { metadataEpoch, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
+import { metadataEpoch, readEpochFile, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
 import type { VmServiceImplementation } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { Supervisor } from '../core/supervisor';
 import { vmSpecFromProto, vmToProto } from './convert';
@@ -12,7 +12,12 @@ import { freezeEndToProto } from './freeze-port-service';
  * createVmService returns the VmService implementation backed by supervisor; FenceEpoch raises
  * fence (INVALID_ARGUMENT for epoch 0 or a metadata mismatch, ABORTED below the highest seen).
  */
-export function createVmService(supervisor: Supervisor, fence: EpochFence): VmServiceImplementation<SandnodeCallContext> {
+export function createVmService(
+  supervisor: Supervisor,
+  fence: EpochFence,
+  /** The VM-table rows set aside as unreadable (ListVms reports them); none when absent. */
+  quarantined: () => { vmId: string; reason: string; quarantinedAtMs: number }[] = () => [],
+): VmServiceImplementation<SandnodeCallContext> {
   return {
     async createVm(req, ctx) {
       ctx.log.debug({ vm_id: req.vmId }, 'CreateVm');
@@ -22,7 +27,11 @@ export function createVmService(supervisor: Supervisor, fence: EpochFence): VmSe
       return { vm: vmToProto(await supervisor.get(req.vmId)) };
     },
     async listVms() {
-      return { vms: (await supervisor.list()).map(vmToProto) };
+      return {
+        vms: (await supervisor.list()).map(vmToProto),
+        quarantined: quarantined().map((q) => ({ key: q.vmId, reason: q.reason, quarantinedAtMs: q.quarantinedAtMs })),
+        fenceEpoch: Math.max(fence.current, readEpochFile(fence.epochFile)),
+      };
     },
     async pauseVm(req) {
       return { vm: vmToProto(await supervisor.pause(req.vmId)) };

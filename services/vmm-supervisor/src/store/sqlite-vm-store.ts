@@ -7,10 +7,16 @@
  * see {@link parseVmRecord}) is never served: it is moved, in one transaction, to the
  * `quarantine` table of the same file (vm_id, raw, reason, quarantined_at_ms) and reported
  * through `onQuarantine`. Every row is checked when the store opens, and again whenever read.
+ *
+ * Lock contention (issue 11): the connection waits at most SQLITE_BUSY_TIMEOUT_MS for a lock
+ * another process holds (better-sqlite3's default, 5 s, stalled the event loop); a step that
+ * still finds it held throws StoreBusyError (UNAVAILABLE, retry-after-ms). main.ts waits for
+ * the lock asynchronously at open and before each writing RPC (gateWritesWhileBusy + probeWrite).
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
+import { busyToUnavailable, isSqliteBusy, SQLITE_BUSY_TIMEOUT_MS, type WriteProbe } from '@sandnode/shared';
 import type { VmRecord } from '../core/types';
 import type { VmStore } from '../core/vm-store';
 import { parseVmRecord } from './vm-record-check';
@@ -42,7 +48,7 @@ interface Row {
 }
 
 /** SqliteVmStore implements VmStore on a SQLite file. */
-export class SqliteVmStore implements VmStore {
+export class SqliteVmStore implements VmStore, WriteProbe {
   private readonly db: Database.Database;
   private readonly onQuarantine: (row: QuarantinedRow) => void;
   /** The rows moved to quarantine while opening (empty when every row was good). */
@@ -51,17 +57,24 @@ export class SqliteVmStore implements VmStore {
   /**
    * open creates the file (and its dir) if missing; `file` is an absolute or relative path.
    * Checks every row and moves the bad ones to quarantine (one transaction) before returning.
+   * Throws better-sqlite3's SQLITE_BUSY error (closed again) while another process holds the
+   * file locked: the caller waits with waitWhileBusy.
    */
   constructor(file: string, opts: SqliteVmStoreOptions = {}) {
     mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
-    this.db = new Database(file);
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma('synchronous = FULL');
-    this.db.exec('CREATE TABLE IF NOT EXISTS vms (vm_id TEXT PRIMARY KEY, record TEXT NOT NULL)');
-    this.db.exec('CREATE TABLE IF NOT EXISTS quarantine (vm_id TEXT NOT NULL, raw TEXT, reason TEXT NOT NULL, quarantined_at_ms INTEGER NOT NULL)');
+    this.db = new Database(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
     this.onQuarantine = opts.onQuarantine ?? (() => {});
     this.quarantinedAtOpen = [];
-    this.readRows(this.db.prepare('SELECT rowid, vm_id, record FROM vms').all() as Row[], this.quarantinedAtOpen);
+    try {
+      this.db.pragma('journal_mode = WAL');
+      this.db.pragma('synchronous = FULL');
+      this.db.exec('CREATE TABLE IF NOT EXISTS vms (vm_id TEXT PRIMARY KEY, record TEXT NOT NULL)');
+      this.db.exec('CREATE TABLE IF NOT EXISTS quarantine (vm_id TEXT NOT NULL, raw TEXT, reason TEXT NOT NULL, quarantined_at_ms INTEGER NOT NULL)');
+      this.readRows(this.db.prepare('SELECT rowid, vm_id, record FROM vms').all() as Row[], this.quarantinedAtOpen, true);
+    } catch (err) {
+      this.db.close();
+      throw err;
+    }
   }
 
   /** forStateDir opens the table at `<stateDir>/vmm-supervisor/vm-table.db`. */
@@ -70,17 +83,17 @@ export class SqliteVmStore implements VmStore {
   }
 
   get(vmId: string): VmRecord | undefined {
-    const row = this.db.prepare('SELECT rowid, vm_id, record FROM vms WHERE vm_id = ?').get(vmId) as Row | undefined;
+    const row = busyToUnavailable('vm-table.db: read', () => this.db.prepare('SELECT rowid, vm_id, record FROM vms WHERE vm_id = ?').get(vmId) as Row | undefined);
     return row ? this.readRows([row])[0] : undefined;
   }
 
   list(): VmRecord[] {
-    return this.readRows(this.db.prepare('SELECT rowid, vm_id, record FROM vms ORDER BY vm_id').all() as Row[]);
+    return this.readRows(busyToUnavailable('vm-table.db: read', () => this.db.prepare('SELECT rowid, vm_id, record FROM vms ORDER BY vm_id').all() as Row[]));
   }
 
   /** quarantined lists the quarantine table, oldest first. */
   quarantined(): (QuarantinedRow & { raw: string | null })[] {
-    const rows = this.db.prepare('SELECT rowid, vm_id, raw, reason, quarantined_at_ms FROM quarantine ORDER BY rowid').all() as {
+    const rows = busyToUnavailable('vm-table.db: read', () => this.db.prepare('SELECT rowid, vm_id, raw, reason, quarantined_at_ms FROM quarantine ORDER BY rowid').all()) as {
       rowid: number;
       vm_id: string;
       raw: string | null;
@@ -90,8 +103,12 @@ export class SqliteVmStore implements VmStore {
     return rows.map((r) => ({ vmId: r.vm_id, rowid: r.rowid, raw: r.raw, reason: r.reason, quarantinedAtMs: r.quarantined_at_ms }));
   }
 
-  /** readRows parses rows; the bad ones are moved to quarantine in one transaction (and pushed to `moved`). */
-  private readRows(rows: Row[], moved: QuarantinedRow[] = []): VmRecord[] {
+  /**
+   * readRows parses rows; the bad ones are moved to quarantine in one transaction (and pushed to
+   * `moved`). A locked file leaves them where they are (still not served; moved on a later read),
+   * except at open (atOpen), where the lock error is thrown so that the open is retried.
+   */
+  private readRows(rows: Row[], moved: QuarantinedRow[] = [], atOpen = false): VmRecord[] {
     const good: VmRecord[] = [];
     const bad: (QuarantinedRow & { raw: unknown })[] = [];
     const now = Date.now();
@@ -105,12 +122,17 @@ export class SqliteVmStore implements VmStore {
     if (bad.length === 0) return good;
     const insert = this.db.prepare('INSERT INTO quarantine (vm_id, raw, reason, quarantined_at_ms) VALUES (?, ?, ?, ?)');
     const remove = this.db.prepare('DELETE FROM vms WHERE rowid = ?');
-    this.db.transaction(() => {
-      for (const b of bad) {
-        insert.run(b.vmId, typeof b.raw === 'string' ? b.raw : b.raw == null ? null : String(b.raw), b.reason, b.quarantinedAtMs);
-        remove.run(b.rowid);
-      }
-    })();
+    try {
+      this.db.transaction(() => {
+        for (const b of bad) {
+          insert.run(b.vmId, typeof b.raw === 'string' ? b.raw : b.raw == null ? null : String(b.raw), b.reason, b.quarantinedAtMs);
+          remove.run(b.rowid);
+        }
+      })();
+    } catch (err) {
+      if (atOpen || !isSqliteBusy(err)) throw err;
+      return good;
+    }
     for (const { raw: _raw, ...q } of bad) {
       moved.push(q);
       this.onQuarantine(q);
@@ -118,14 +140,24 @@ export class SqliteVmStore implements VmStore {
     return good;
   }
 
+  /** put writes the record (durable on return), merged over the stored one. StoreBusyError (UNAVAILABLE) when the file is locked. */
   put(record: VmRecord): void {
     const old = this.get(record.vmId) as Record<string, unknown> | undefined;
     const merged = { ...(old ?? {}), ...record };
-    this.db.prepare('INSERT INTO vms (vm_id, record) VALUES (?, ?) ON CONFLICT(vm_id) DO UPDATE SET record = excluded.record').run(record.vmId, JSON.stringify(merged));
+    busyToUnavailable(`vm-table.db: write of ${record.vmId}`, () =>
+      this.db.prepare('INSERT INTO vms (vm_id, record) VALUES (?, ?) ON CONFLICT(vm_id) DO UPDATE SET record = excluded.record').run(record.vmId, JSON.stringify(merged)),
+    );
   }
 
+  /** delete drops the row (durable on return). StoreBusyError (UNAVAILABLE) when the file is locked. */
   delete(vmId: string): boolean {
-    return this.db.prepare('DELETE FROM vms WHERE vm_id = ?').run(vmId).changes > 0;
+    return busyToUnavailable(`vm-table.db: delete of ${vmId}`, () => this.db.prepare('DELETE FROM vms WHERE vm_id = ?').run(vmId).changes > 0);
+  }
+
+  /** probeWrite takes and drops the write lock, changing nothing; throws SQLITE_BUSY (after at most SQLITE_BUSY_TIMEOUT_MS) while another connection holds it. */
+  probeWrite(): void {
+    this.db.exec('BEGIN IMMEDIATE');
+    this.db.exec('ROLLBACK');
   }
 
   close(): void {

@@ -5,6 +5,7 @@ import { Option, type Command } from 'commander';
 import { COMPONENTS, DEFAULT_START_TIMEOUT_MS, findActiveServer, findRunning, getVersion, purgeNode, startStack, stopComponent, table } from '@sandnode/node-stack';
 import { dirsOf, wholeNumber } from '../options';
 import { action, print } from '../output';
+import { healthLines, nodeHealth } from '../node-health';
 import { listAllSandboxes, withServer } from '../server-calls';
 
 /** Options of a command that only knows --json. */
@@ -77,7 +78,7 @@ export function registerNodeCommands(program: Command): void {
 
   program
     .command('status')
-    .description('show the components (version, pid, features) and the number of sandboxes')
+    .description("show the components (version, pid, features), the number of sandboxes, each peer's fence epoch and every quarantined row (count and reason per component)")
     .option('--json', 'print JSON')
     .action(
       action(async (o: JsonOpts, cmd: Command) => {
@@ -91,7 +92,10 @@ export function registerNodeCommands(program: Command): void {
         const active = await findActiveServer(d.runDir);
         const server = active ? { slot: active.slot, pid: active.holderPid, version: active.version } : null;
         const epoch = active?.epoch ?? null;
-        print(!!o.json, { components, sandboxes, epoch, server }, () =>
+        const health = await nodeHealth(d, active?.admin ?? null, epoch, Object.fromEntries(components.map((c) => [c.name, c.features])));
+        const quarantine = Object.fromEntries(health.map((h) => [h.name, h.quarantined === null ? null : { count: h.quarantined.length, rows: h.quarantined }]));
+        const fences = Object.fromEntries(health.filter((h) => h.name !== 'server').map((h) => [h.name, { epoch: h.fenceEpoch, aboveServer: h.fencedAboveServer }]));
+        print(!!o.json, { components, sandboxes, epoch, server, fences, quarantine }, () =>
           [
             table(
               ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
@@ -99,6 +103,7 @@ export function registerNodeCommands(program: Command): void {
             ),
             `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
             `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : 'none'}`,
+            ...healthLines(health, epoch),
           ].join('\n'),
         );
       }),
