@@ -1,6 +1,6 @@
 /**
  * GetSandbox unary throughput through the server (section 3 of `npm run bench`), 64 calls in
- * flight, BENCH_GETSANDBOX_ROUNDS rounds (default 3) of BENCH_SECONDS (default 5) per client:
+ * flight, BENCH_GETSANDBOX_ROUNDS rounds (default 3) of BENCH_SECONDS (default 3) per client:
  * - the shared sandnode client (createServiceClient: retry + deadline middleware, what every
  *   component uses), one channel;
  * - the baseline: a lean nice-grpc client (no middleware) on one channel of its own.
@@ -51,7 +51,7 @@ function cpuMsOf(pid: number): number {
 
 /** benchGetSandbox runs the rounds against the server at address over ids; rows get the table line. */
 export async function benchGetSandbox(address: string, ids: string[], rows: (string | number)[][]): Promise<GetSandboxBench> {
-  const seconds = num('BENCH_SECONDS', 5);
+  const seconds = num('BENCH_SECONDS', 3);
   const roundsN = Math.max(1, num('BENCH_GETSANDBOX_ROUNDS', 3));
   const serverPid = (await askVersion(address)).pid;
   const round = async (kind: 'sandnode' | 'lean', secs = seconds): Promise<GetSandboxRound> => {
