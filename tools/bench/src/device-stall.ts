@@ -73,7 +73,7 @@ function deviceMounts(runDir: string): string[] {
 }
 
 /** startWriter forks the fsync writer on one file per mount and resolves once every file is open. */
-async function startWriter(mounts: string[]): Promise<{ stop(): Promise<WriterReport> }> {
+async function startWriter(mounts: string[]): Promise<{ stop(): Promise<WriterReport>; kill(): void }> {
   const child = fork(
     path.join(__dirname, 'fsync-writer.js'),
     mounts.map((m) => path.join(m, '.bench-fsync-writer')),
@@ -90,6 +90,10 @@ async function startWriter(mounts: string[]): Promise<{ stop(): Promise<WriterRe
       const report = Promise.race([new Promise<WriterReport>((resolve) => child.once('message', (m) => resolve(m as WriterReport))), exited]);
       child.send('stop');
       return report;
+    },
+    /** kill ends the writer at once (a round that failed), so that its files do not keep the mounts busy. */
+    kill() {
+      if (child.exitCode === null) child.kill('SIGKILL');
     },
   };
 }
@@ -113,16 +117,25 @@ export async function benchDeviceStall(root: string, rows: (string | number)[][]
       const mounts = deviceMounts(dirs.runDir);
       for (let i = 0; i < roundsN; i++) {
         const writer = await startWriter(mounts);
-        // quiet window first (the baseline), as long as the last handover took (1 s the first time)
-        const quietMs = Math.max(1000, Math.ceil(rounds.at(-1)?.totalMs ?? 0));
-        const q0 = performance.timeOrigin + performance.now();
-        await new Promise((r) => setTimeout(r, quietMs));
-        const h0 = performance.timeOrigin + performance.now();
-        const u = await upgradeUblkManager(dirs, '.');
-        const h1 = performance.timeOrigin + performance.now();
-        const report = await writer.stop();
+        let u: Awaited<ReturnType<typeof upgradeUblkManager>>;
+        let report: WriterReport;
+        let q0: number;
+        let h0: number;
+        let h1: number;
+        try {
+          // quiet window first (the baseline), twice as long as the last handover took (1 s at least)
+          const quietMs = Math.max(1000, 2 * Math.ceil(rounds.at(-1)?.totalMs ?? 0));
+          q0 = performance.timeOrigin + performance.now();
+          await new Promise((r) => setTimeout(r, quietMs));
+          h0 = performance.timeOrigin + performance.now();
+          u = await upgradeUblkManager(dirs, '.');
+          h1 = performance.timeOrigin + performance.now();
+          report = await writer.stop();
+        } finally {
+          writer.kill();
+        }
         const during = latencies(report, h0, h1);
-        const quiet = latencies(report, q0, q0 + (h1 - h0));
+        const quiet = latencies(report, q0, q0 + Math.min(h1 - h0, h0 - q0));
         const stalls = u.devices.map((d) => d.stallMs);
         rounds.push({
           devices: stalls.length,

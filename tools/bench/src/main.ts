@@ -55,6 +55,25 @@ function wantedSections(): Set<Section> {
   return new Set(names as Section[]);
 }
 
+/** Sections that failed: the bench goes on with the next one and exits 1 at the end. */
+const failedSections: string[] = [];
+
+/**
+ * section runs one section; when it fails (e.g. a fork that overran its freeze window on a
+ * loaded host) its error goes into the results and the table, and the bench goes on.
+ */
+async function section<T>(name: string, rows: (string | number)[][], fn: () => Promise<T>): Promise<T | { error: string }> {
+  try {
+    return await fn();
+  } catch (err) {
+    const error = (err as Error).message ?? String(err);
+    failedSections.push(name);
+    rows.push([name, `FAILED: ${error.slice(0, 160)}`, '-', '-']);
+    process.stderr.write(`bench: section ${name} failed: ${(err as Error).stack ?? error}\n`);
+    return { error };
+  }
+}
+
 async function execTrue(api: ServerApi, id: string): Promise<void> {
   for await (const _ of api.sandboxes.exec({ sandboxId: id, argv: ['true'] })) void _;
 }
@@ -99,10 +118,10 @@ async function benchFirstNode(root: string, want: Set<Section>, results: Record<
     }
 
     // 3. GetSandbox throughput (getsandbox.ts)
-    if (want.has('getsandbox')) results.getSandbox = await benchGetSandbox(address, ids, rows);
+    if (want.has('getsandbox')) results.getSandbox = await section('GetSandbox', rows, () => benchGetSandbox(address, ids, rows));
 
     // 3b. fork of a parent with 100 MB in /workspace (bench/fork.ts)
-    if (want.has('fork') && num('BENCH_FORKS', 20) > 0) results.fork = await benchFork(api, rows);
+    if (want.has('fork') && num('BENCH_FORKS', 20) > 0) results.fork = await section('fork', rows, () => benchFork(api, rows));
 
     // 4. adoption of N sandboxes after kill -9 of the server
     if (want.has('adoption')) {
@@ -156,20 +175,25 @@ async function main(): Promise<void> {
   const rows: (string | number)[][] = [];
   try {
     if (['create', 'exec', 'getsandbox', 'fork', 'adoption'].some((s) => want.has(s as Section))) await benchFirstNode(root, want, results, rows);
-    if (want.has('device') && num('BENCH_DEVICE_ROUNDS', 3) > 0) results.deviceHandover = await benchDeviceStall(root, rows);
-    if (want.has('live-upgrade')) results.liveUpgrade = await benchLiveUpgrade(root, rows);
+    if (want.has('device') && num('BENCH_DEVICE_ROUNDS', 3) > 0) results.deviceHandover = await section('device handover', rows, () => benchDeviceStall(root, rows));
+    if (want.has('live-upgrade')) results.liveUpgrade = await section('live upgrade', rows, () => benchLiveUpgrade(root, rows));
   } finally {
     rmSync(root, { recursive: true, force: true });
   }
   const load1 = os.loadavg();
   results.benchSeconds = Math.round((performance.now() - t0) / 1000);
   results.loadAverage1m = { start: r1(load0[0] ?? 0), end: r1(load1[0] ?? 0) };
+  results.failedSections = failedSections;
   // a run of some sections only does not overwrite the full run's results
   const out = writeBenchResults(want.size === SECTIONS.length ? 'foundation' : `foundation-${[...want].join('+')}`, results);
   const body = rows.map((r) => [...r, ...Array.from({ length: Math.max(0, 4 - r.length) }, () => '-')]);
   process.stdout.write(
     `${table(['MEASURE', 'RESULT', 'GOAL', 'SPREAD (min–max, n)'], body)}\n\nbench took ${results.benchSeconds} s; load average (1 min) ${load0[0]?.toFixed(2)} at the start, ${load1[0]?.toFixed(2)} at the end (${os.cpus().length} cpus)\nwritten to ${out}\n`,
   );
+  if (failedSections.length) {
+    process.stderr.write(`bench: failed sections: ${failedSections.join(', ')}\n`);
+    process.exitCode = 1;
+  }
 }
 
 main().catch((err: unknown) => {
