@@ -15,7 +15,7 @@ import { socketPath, unixAddress } from '@sandnode/shared';
 import { ForkMethod } from '@sandnode/shared/proto/server/v1/sandbox';
 import { connectServer, table, type ServerApi, COMPONENTS, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { percentile } from '@sandnode/node-stack';
-import { writeBenchResults } from './results';
+import { spreadOf, writeBenchResults, type Spread } from './results';
 
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
@@ -31,6 +31,9 @@ export interface ForkBench {
   cloneP50Ms: number;
   goalForkP50Ms: number;
   goalFreezeWindowP99Ms: number;
+  /** spread over the forks */
+  forkSpreadMs: Spread;
+  freezeWindowSpreadMs: Spread;
 }
 
 /** benchFork forks a parent with BENCH_FORK_MB in /workspace BENCH_FORKS times; rows get the table lines. */
@@ -66,9 +69,16 @@ export async function benchFork(api: ServerApi, rows: (string | number)[][]): Pr
       cloneP50Ms: r1(percentile(cloneMs, 50)),
       goalForkP50Ms: 300,
       goalFreezeWindowP99Ms: 50,
+      forkSpreadMs: spreadOf(forkMs),
+      freezeWindowSpreadMs: spreadOf(heldMs),
     };
-    rows.push([`fork (parent with ${mb} MB in /workspace, ${method}) p50 / p95`, `${res.forkP50Ms} / ${res.forkP95Ms} ms (clone p50 ${res.cloneP50Ms} ms)`, 'p50 <= 300 ms']);
-    rows.push(["parent's freeze window p50 / p99", `${res.freezeWindowP50Ms} / ${res.freezeWindowP99Ms} ms`, 'p99 <= 50 ms']);
+    rows.push([
+      `fork (parent with ${mb} MB in /workspace, ${method}) p50 / p95`,
+      `${res.forkP50Ms} / ${res.forkP95Ms} ms (clone p50 ${res.cloneP50Ms} ms)`,
+      'p50 <= 300 ms',
+      `${res.forkSpreadMs.text} ms`,
+    ]);
+    rows.push(["parent's freeze window p50 / p99", `${res.freezeWindowP50Ms} / ${res.freezeWindowP99Ms} ms`, 'p99 <= 50 ms', `${res.freezeWindowSpreadMs.text} ms`]);
     return res;
   } finally {
     await api.sandboxes.deleteSandbox({ sandboxId: parent });
@@ -96,7 +106,7 @@ async function main(): Promise<void> {
     rmSync(root, { recursive: true, force: true });
   }
   const out = writeBenchResults('fork', { date: new Date().toISOString(), host: { cpus: os.cpus().length, kernel: os.release() }, fork: result });
-  process.stdout.write(`${table(['MEASURE', 'RESULT', 'GOAL'], rows)}\n\nwritten to ${out}\n`);
+  process.stdout.write(`${table(['MEASURE', 'RESULT', 'GOAL', 'SPREAD (min–max, n)'], rows)}\n\nwritten to ${out}\n`);
 }
 
 if (require.main === module) {

@@ -10,3 +10,23 @@ export function writeBenchResults(name: string, results: unknown): string {
   writeFileSync(out, `${JSON.stringify(results, null, 2)}\n`);
   return out;
 }
+
+/** Spread of one figure over its repetitions (rounds or samples), same unit as the figure. */
+export interface Spread {
+  n: number;
+  min: number;
+  p50: number;
+  max: number;
+  /** "min–max (n=N)", what the table's SPREAD column shows */
+  text: string;
+}
+
+/** spreadOf summarises xs (NaN entries dropped); n=0 gives NaNs and text "-". */
+export function spreadOf(xs: readonly number[]): Spread {
+  const s = xs.filter((x) => !Number.isNaN(x)).sort((a, b) => a - b);
+  const r1 = (x: number) => Math.round(x * 10) / 10;
+  if (s.length === 0) return { n: 0, min: NaN, p50: NaN, max: NaN, text: '-' };
+  const min = r1(s[0] as number);
+  const max = r1(s[s.length - 1] as number);
+  return { n: s.length, min, p50: r1(s[Math.floor(s.length / 2)] as number), max, text: `${min}–${max} (n=${s.length})` };
+}

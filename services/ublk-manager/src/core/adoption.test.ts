@@ -1,3 +1,4 @@
+import { Adoption, RELEASE_SWEEP_DELAY_MS, RELEASE_SWEEP_MAX_DELAY_MS } from './adoption';
 import { DIR, row, setup, input } from './__tests__/fakes';
 
 describe('DeviceManager.adopt', () => {
@@ -53,5 +54,40 @@ describe('DeviceManager.adopt after a crashed clone', () => {
     expect(report.removedTemps).toEqual([`${DIR}/.gone.img.clone-2.tmp`]);
     expect(images.temps.size).toBe(0);
     expect(store.get('half')).toBeUndefined();
+  });
+});
+
+describe('the release sweep', () => {
+  afterEach(() => {
+    jest.useRealTimers();
+    jest.restoreAllMocks();
+  });
+
+  it('waits until releases stop coming (it does not run between two moves of a handover), at most RELEASE_SWEEP_MAX_DELAY_MS', async () => {
+    jest.useFakeTimers();
+    const { manager } = setup();
+    for (const id of ['a', 'b', 'c']) await manager.create(input({ deviceId: id }));
+    const converge = jest.spyOn(Adoption.prototype, 'converge');
+    const move = async (id: string) => {
+      await manager.quiesce(id, 0);
+      await manager.release(id);
+    };
+    await move('a');
+    jest.advanceTimersByTime(RELEASE_SWEEP_DELAY_MS * 0.6);
+    await move('b');
+    jest.advanceTimersByTime(RELEASE_SWEEP_DELAY_MS * 0.6);
+    expect(converge).not.toHaveBeenCalled();
+    jest.advanceTimersByTime(RELEASE_SWEEP_DELAY_MS * 0.5);
+    expect(converge).toHaveBeenCalledTimes(1);
+    await converge.mock.results[0]?.value;
+
+    // releases that never stop still get a sweep within RELEASE_SWEEP_MAX_DELAY_MS
+    converge.mockClear();
+    const adoption = (manager as unknown as { adoption: Adoption }).adoption;
+    for (let t = 0; t < RELEASE_SWEEP_MAX_DELAY_MS; t += RELEASE_SWEEP_DELAY_MS / 2) {
+      adoption.scheduleSweep();
+      jest.advanceTimersByTime(RELEASE_SWEEP_DELAY_MS / 2);
+    }
+    expect(converge).toHaveBeenCalledTimes(1);
   });
 });

@@ -36,10 +36,14 @@ export interface AdoptionReport {
 
 /** Delay between a release and the sweep that converges released rows, in ms. */
 export const RELEASE_SWEEP_DELAY_MS = 1000;
+/** Longest a sweep is pushed back by releases that keep coming (scheduleSweep), in ms. */
+export const RELEASE_SWEEP_MAX_DELAY_MS = 10_000;
 
 /** Adoption runs the start-time adoption and the release sweep on the DeviceManager's core. */
 export class Adoption {
   private sweepTimer: NodeJS.Timeout | undefined;
+  /** When the pending sweep was first scheduled (performance.now(), ms). */
+  private sweepFirstAt = 0;
 
   constructor(private readonly core: DeviceCore) {}
 
@@ -137,9 +141,22 @@ export class Adoption {
     return report;
   }
 
-  /** scheduleSweep runs converge() once soon, so released rows do not linger. */
+  /**
+   * scheduleSweep runs converge() once RELEASE_SWEEP_DELAY_MS after the last call, so released
+   * rows do not linger. Each call pushes the sweep back: while a HandoverAll releases device
+   * after device, the sweep (a peer-table read and an fsynced delete per released row, under
+   * the cross-slot lock that RecoverDevice needs too) waits until the releases stop instead of
+   * stalling the device being moved at that moment; never more than RELEASE_SWEEP_MAX_DELAY_MS
+   * after the first call.
+   */
   scheduleSweep(): void {
-    if (this.sweepTimer) return;
+    const now = performance.now();
+    if (this.sweepTimer) {
+      if (now - this.sweepFirstAt >= RELEASE_SWEEP_MAX_DELAY_MS - RELEASE_SWEEP_DELAY_MS) return;
+      clearTimeout(this.sweepTimer);
+    } else {
+      this.sweepFirstAt = now;
+    }
     this.sweepTimer = setTimeout(() => {
       this.sweepTimer = undefined;
       void this.converge({ takeBackAfterMs: this.core.releaseTimeoutMs }).catch((err: unknown) => this.core.log.error({ err }, 'release sweep failed'));

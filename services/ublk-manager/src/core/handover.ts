@@ -1,6 +1,7 @@
 /**
  * HandoverAll (new slot): moves devices from the old slot to this one, one at a time:
- * Quiesce(old) -> Release(old) -> Recover(self); any failure after the release runs
+ * Quiesce(old) -> Release(old) -> Recover(self), the release sent right behind the quiesce
+ * (sent again if it got there first); any failure after the release runs
  * AbortHandover(old) so the old slot takes the device back. A device the old slot no longer
  * has when its turn comes (deleted meanwhile: Quiesce NOT_FOUND) is skipped, not a failure.
  * After the listed devices, the old slot is listed again and devices that appeared meanwhile
@@ -11,7 +12,7 @@
  * No proto imports: the old slot is reached through the {@link OldSlot} port (rpc layer).
  */
 import { performance } from 'node:perf_hooks';
-import { NotFoundError, UnavailableError, type Logger } from '@sandnode/shared';
+import { FailedPreconditionError, NotFoundError, UnavailableError, type Logger } from '@sandnode/shared';
 import type { DeviceManager } from './device-manager';
 import { failpoint, failpointAsync } from './failpoints';
 import type { Device } from './types';
@@ -31,7 +32,10 @@ export interface OldSlot {
   quiesce(deviceId: string, holdMs: number, timeoutMs: number, signal?: AbortSignal): Promise<void>;
   /** resume ends a quiesce that did not lead to a release. */
   resume(deviceId: string, timeoutMs: number): Promise<void>;
-  /** release gives the device up; returns it and the handover token. */
+  /**
+   * release gives the device up; returns it and the handover token. FailedPreconditionError
+   * when the old slot refused it without changing anything (e.g. the device is not quiesced).
+   */
   release(deviceId: string, timeoutMs: number, signal?: AbortSignal): Promise<{ device: Device; token: string }>;
   /** abort gives a released device back to the old slot. */
   abort(deviceId: string, token: string, timeoutMs: number): Promise<void>;
@@ -122,24 +126,42 @@ export async function handoverAll(opts: {
     const deadline = start + bound;
     const left = () => Math.max(1, Math.round(deadline - performance.now()));
     let released: { device: Device; token: string } | undefined;
+    let quiescedAt: number;
     try {
+      // The release goes out right behind the quiesce, without waiting for its answer: one round
+      // trip less in the stall window. The old slot serves the two in order (the device's lock);
+      // a release that got there first changed nothing (FAILED_PRECONDITION: not quiesced) and
+      // is sent again once the quiesce answered.
+      const quiesce = old.quiesce(id, bound, left(), signal);
+      const early = old.release(id, left(), signal).then(
+        (r) => ({ r }),
+        (err: unknown) => ({ err }),
+      );
       try {
-        await old.quiesce(id, bound, left(), signal);
+        await quiesce;
+        quiescedAt = performance.now();
       } catch (err) {
-        if (err instanceof NotFoundError) {
+        const e = await early;
+        // A quiesce whose answer was lost but that took effect: the release got the device.
+        if ('r' in e) released = e.r;
+        if (err instanceof NotFoundError && !released) {
           // Deleted on the old slot since it was listed: it is simply not part of the move.
           dlog.info({ err }, 'handover: the old slot no longer has this device (deleted meanwhile); skipped');
           return;
         }
         throw err;
       }
-      released = await old.release(id, left(), signal);
+      const e = await early;
+      if ('r' in e) released = e.r;
+      else if (e.err instanceof FailedPreconditionError) released = await old.release(id, left(), signal);
+      else throw e.err;
+      const releasedAt = performance.now();
       failpoint('ublk.handover.after-release');
       await manager.recover({ deviceId: id, path: released.device.path, backingFile: released.device.backingFile }, released.token);
       const stallMs = performance.now() - start;
       opts.observe?.(stallMs / 1000, mode);
       results.push({ deviceId: id, result: 'moved', stallMs, error: '' });
-      dlog.info({ stall_ms: stallMs }, 'handover: device moved');
+      dlog.info({ stall_ms: stallMs, quiesce_ms: quiescedAt - start, release_ms: releasedAt - quiescedAt, recover_ms: performance.now() - releasedAt }, 'handover: device moved');
     } catch (err) {
       const why = msg(err);
       if (!released) {

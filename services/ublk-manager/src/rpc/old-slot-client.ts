@@ -4,7 +4,7 @@
  * the old slot fences it like any other call of the active server.
  */
 import { Metadata } from 'nice-grpc-common';
-import { createSandnodeChannel, createServiceClient, isCode, NotFoundError, PeerFeatures, requireFeature, Status, UBLK_FEATURES } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, FailedPreconditionError, isCode, NotFoundError, PeerFeatures, requireFeature, Status, UBLK_FEATURES } from '@sandnode/shared';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { OldSlot } from '../core/handover';
 import { deviceFromPb } from './convert';
@@ -60,7 +60,14 @@ export async function connectOldSlot(address: string, epoch: number, selfSlot: s
       await c.resumeDevice({ deviceId }, { deadline: timeoutMs });
     },
     async release(deviceId, timeoutMs, signal) {
-      const r = await c.releaseDevice({ deviceId }, { deadline: timeoutMs, signal });
+      let r;
+      try {
+        r = await c.releaseDevice({ deviceId }, { deadline: timeoutMs, signal });
+      } catch (err) {
+        // FAILED_PRECONDITION: refused, nothing changed (e.g. not quiesced yet); HandoverAll may send it again.
+        if (isCode(err, Status.FAILED_PRECONDITION)) throw new FailedPreconditionError((err as Error & { details?: string }).details ?? (err as Error).message);
+        throw err;
+      }
       return { device: deviceFromPb(r.device ?? ({} as never)), token: r.handoverToken };
     },
     async abort(deviceId, token, timeoutMs) {
