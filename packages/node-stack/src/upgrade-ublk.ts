@@ -6,7 +6,7 @@
  */
 import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
-import { UBLK_FEATURES, createSandnodeChannel, createServiceClient, hasFeature, missingFeature, socketPath, unixAddress } from '@sandnode/shared';
+import { UBLK_FEATURES, createSandnodeChannel, createServiceClient, hasFeature, missingFeature, niceWhileBooting, socketPath, unixAddress } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { mainScript, nodeFor, versionAt, writePidFile, type StackDirs } from './components';
@@ -86,6 +86,8 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
         SANDNODE_UBLK_MANAGER_LISTEN: unixAddress(newSock),
       },
     });
+    // it boots niced, so the old slot keeps its CPU for the I/O it serves; HandoverAll raises it back
+    niceWhileBooting(spawned.pid);
     fresh = await waitForDaemon(
       spawned,
       async () => {

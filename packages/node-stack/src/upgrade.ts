@@ -7,7 +7,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, type TakeoverResult } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, niceWhileBooting, type TakeoverResult } from '@sandnode/shared';
 import { AdminServiceDefinition } from '@sandnode/shared/proto/server/v1/admin';
 import { mainScript, nodeFor, versionAt, writePidFile, type StackDirs } from './components';
 import { spawnDaemon, waitForDaemon } from './daemon-process';
@@ -86,6 +86,8 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
     logPath,
     env: standbyEnv(dirs, callerEnv, slot),
   });
+  // it boots niced, so the active server keeps its CPU; it takes 0 again when it starts the handover
+  niceWhileBooting(child.pid);
   // What the node looks like now, for the error: asked of every server, not guessed.
   const now = (waitMs: number) => nodeNow(dirs.runDir, holder.pid, waitMs);
   const line = await waitForDaemon(child, () => takeoverLine(logPath, child.logStart, child.pid), {

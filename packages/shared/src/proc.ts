@@ -4,6 +4,7 @@
  */
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import os from 'node:os';
 import { InternalError } from './errors';
 
 /**
@@ -77,5 +78,39 @@ export class CommandError extends InternalError {
     readonly exitCode: number,
   ) {
     super(message);
+  }
+}
+
+/**
+ * Niceness of a new daemon while it boots beside the one it replaces (`upgrade server`,
+ * `upgrade ublk-manager`): on a small node the new process's start-up (module loading, JIT)
+ * would take CPU from the daemon still serving, which shows as a gap in its answers. The new
+ * daemon returns to 0 (restoreNormalPriority) the moment it starts the handover itself.
+ */
+export const STANDBY_BOOT_NICE = 10;
+
+/** niceWhileBooting lowers pid's priority to STANDBY_BOOT_NICE; false when the OS refused (then nothing changed). */
+export function niceWhileBooting(pid: number): boolean {
+  try {
+    os.setPriority(pid, STANDBY_BOOT_NICE);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * restoreNormalPriority sets this process's niceness back to 0 when it is above (raising a
+ * priority needs root / CAP_SYS_NICE); returns the niceness it had, or undefined when the OS
+ * refused (the handover then runs niced, slower but correct).
+ */
+export function restoreNormalPriority(): number | undefined {
+  const was = os.getPriority();
+  if (was <= 0) return was;
+  try {
+    os.setPriority(0);
+    return was;
+  } catch {
+    return undefined;
   }
 }

@@ -11,7 +11,18 @@
  * over as a failover would (with the sockets if they arrived, else fresh ones).
  */
 import path from 'node:path';
-import { askVersion, createSandnodeChannel, createServiceClient, FailedPreconditionError, processState, SUITE_VERSION, UnavailableError, type Logger, type TakeoverResult } from '@sandnode/shared';
+import {
+  askVersion,
+  createSandnodeChannel,
+  createServiceClient,
+  FailedPreconditionError,
+  processState,
+  restoreNormalPriority,
+  SUITE_VERSION,
+  UnavailableError,
+  type Logger,
+  type TakeoverResult,
+} from '@sandnode/shared';
 import { AdminServiceDefinition, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ServerConfig } from '../config';
 import type { AdoptionReport } from '../core/adoption';
@@ -85,6 +96,8 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
     const rx = receiveFds<{ listeners: string[] }>(fdPath, cfg.handoverFdTimeoutMs);
     await rx.ready;
     o.signal?.throwIfAborted();
+    // booted niced beside the active server (upgradeServer): from here on this process is the one that must be fast
+    if (restoreNormalPriority() === undefined) log.warn('could not raise this standby back to niceness 0: the handover runs niced');
     const holdStarted = Date.now();
     let res: HandoverResponse;
     try {

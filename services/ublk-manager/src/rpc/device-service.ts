@@ -5,7 +5,17 @@
  */
 import { statSync } from 'node:fs';
 import path from 'node:path';
-import { FailedPreconditionError, InvalidArgumentError, metadataEpoch, parseEpoch, readEpochFile, UnavailableError, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
+import {
+  FailedPreconditionError,
+  InvalidArgumentError,
+  metadataEpoch,
+  parseEpoch,
+  readEpochFile,
+  restoreNormalPriority,
+  UnavailableError,
+  type EpochFence,
+  type SandnodeCallContext,
+} from '@sandnode/shared';
 import type { DeviceServiceImplementation } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { DeviceManager } from '../core/device-manager';
 import type { QuarantinedRow } from '../core/store';
@@ -107,6 +117,8 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
       checkOldSlotAddress(req.fromAddress);
       if (handoverRunning) throw new UnavailableError('a HandoverAll is already running on this slot; try again when it ends');
       handoverRunning = true;
+      // a new slot booted niced beside the old one (upgradeUblk): from here on it must be fast
+      restoreNormalPriority();
       try {
         const old = await connectOldSlot(req.fromAddress, parseEpoch(context.metadata), manager.slot, context.signal);
         try {
