@@ -18,8 +18,9 @@
  *     min(its start + sandboxTimeoutMs, deadline - R), then reported FAILED naming the step it was in
  *     (lock, freeze, stop, record); it goes on in the background and its record says how it ended
  *     (a freeze that ends after the report is undone, so "keeps running" stays true)
- *   device manager: its pid asked, SIGTERM, its exit waited for; SIGKILL 100 ms before the deadline
- *     (a call or an idle client connection can hold its graceful stop), its exit waited for
+ *   device manager: its pid asked, SIGTERM, its exit waited for; SIGKILL after TERM_GRACE_MS or 100 ms
+ *     before the deadline, whichever is first (a call or a client's stream can hold its graceful
+ *     stop), its exit waited for
  *
  * The defaults (DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_DRAIN_CONCURRENCY) live in @sandnode/shared,
  * so the AdminService handler, the SIGTERM drain and the CLI agree on them.
@@ -43,6 +44,8 @@ const RESERVE_MAX_MS = 2_000;
 const EXIT_POLL_MS = 10;
 /** How long before the deadline a device manager that ignored SIGTERM gets SIGKILL, ms (at most half the time left). */
 const KILL_MARGIN_MS = 100;
+/** Longest a device manager gets to exit on SIGTERM before SIGKILL, however long the deadline, ms. */
+export const TERM_GRACE_MS = 2_000;
 
 /** How one sandbox came out of a drain. */
 export interface DrainedSandbox {
@@ -254,7 +257,7 @@ async function stopDeviceManager(d: DrainDeps, deadline: number): Promise<{ stop
   // SIGTERM first; a stop that a call or an idle client connection holds (its graceful stop
   // waits for them) gets SIGKILL shortly before the deadline: the ublk-manager survives kill -9
   // by design (devices stay attached; the next one adopts its table)
-  const killAt = deadline - Math.min(KILL_MARGIN_MS, Math.floor((deadline - Date.now()) / 2));
+  const killAt = Math.min(Date.now() + TERM_GRACE_MS, deadline - Math.min(KILL_MARGIN_MS, Math.floor((deadline - Date.now()) / 2)));
   try {
     kill(pid, 'SIGTERM');
   } catch (err) {
