@@ -74,3 +74,16 @@ export async function unmountIfMounted(dir: string): Promise<void> {
     }
   }
 }
+
+/**
+ * unmountAllIfMounted unmounts the dirs that are mount points, in the order given (a mount
+ * stacked on a later one first), with one `umount` for all of them (one process, not one per
+ * dir); what stays mounted (busy) then goes through {@link unmountIfMounted}'s retries.
+ * Throws InternalError when one stays busy.
+ */
+export async function unmountAllIfMounted(dirs: string[]): Promise<void> {
+  const mounted = new Set(mountPoints());
+  const targets = dirs.map((d) => path.resolve(d)).filter((d) => mounted.has(d));
+  if (targets.length > 1) await run('umount', targets).catch(() => undefined); // each one left is retried below, with its error
+  for (const d of targets) await unmountIfMounted(d);
+}
