@@ -1,10 +1,11 @@
 /**
- * Host mount helpers: mount/umount through the host commands, mount points read from
- * /proc/self/mountinfo.
+ * Host mount helpers: mount/umount through the host commands (run in a command helper, see
+ * command-runner.ts), mount points read from /proc/self/mountinfo.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { CommandError, InternalError, run } from '@sandnode/shared';
+import { CommandError, InternalError } from '@sandnode/shared';
+import { runCommand as run } from './command-runner';
 
 /** How many times an EBUSY unmount is retried, and the pause between tries in ms. */
 export const DEFAULT_UMOUNT_RETRIES = 20;

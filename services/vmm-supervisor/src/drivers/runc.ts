@@ -30,6 +30,7 @@ import { HostStepError } from '../core/host-error';
 import type { EffectiveResources, VmSpec } from '../core/types';
 import type { FreezeStatus } from '../core/freeze';
 import { resolveExecutable } from './binary';
+import { runCommand } from './command-runner';
 import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from './podd-socket';
 import { failpoints, FAILPOINTS } from '../core/failpoints';
 import { mount, mountsUnder, unmountAllIfMounted } from './mounts';
@@ -407,9 +408,9 @@ export class RuncDriver implements VmDriver {
     }
   }
 
-  /** exec runs `<runc> --root <root> args...`. */
+  /** exec runs `<runc> --root <root> args...` (in a command helper: see command-runner.ts). */
   private exec(runc: string, args: string[]) {
-    return run(runc, ['--root', this.root, ...args]);
+    return runCommand(runc, ['--root', this.root, ...args]);
   }
 
   /**
