@@ -24,6 +24,7 @@ export {
 export { spawnDaemon, stopProcess, tail, waitForDaemon, type DaemonSpec, type SpawnedDaemon, type StopProcessOptions, type WaitForDaemonOptions } from './daemon-process';
 export { ACTIVE_POLL_MS, DEFAULT_ACTIVE_WAIT_MS, DEFAULT_LEASE_STATUS_TIMEOUT_MS, adminSockets, findActiveServer, listServers, serverStatus, waitForActiveServer, type ServerStatus } from './lease';
 export { loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, type PurgeReport } from './purge';
+export { missingComponents, startWhatResumeNeeds } from './resume-needs';
 export { sandboxJson, stateName, type SandboxJson } from './sandbox-json';
 export { DEFAULT_START_TIMEOUT_MS, DEFAULT_STOP_TIMEOUT_MS, killComponent, startComponent, startStack, stopComponent, type StackOps, type StartedComponent, type StartOptions } from './stack';
 export { percentile } from './stats';

@@ -9,7 +9,7 @@ import { Metadata, Status } from 'nice-grpc-common';
 import type { CallContext, ServerMiddlewareCall } from 'nice-grpc-common';
 import { createLogger } from './logger';
 import { SandboxServiceDefinition } from './gen/sandnode/server/v1/sandbox';
-import { createServiceServer, deadlineMiddleware, type ServiceServer } from './server';
+import { createServiceServer, deadlineMiddleware, reflectionFor, type ServiceServer } from './server';
 import { DEADLINE_METADATA_KEY } from './grpc-host';
 
 const log = createLogger('test', '0', 'silent');
@@ -127,5 +127,13 @@ describe('createServiceServer deadline middleware', () => {
     // a valid request still reaches the handler
     expect((await rawCall(port, GET, {})).status).toBe(Status.OK);
     expect(calls.getSandbox).toBe(1);
+  });
+});
+
+describe('reflectionFor', () => {
+  it('parses the descriptor set once per set of service names (the vmm-supervisor runs one server per VM)', () => {
+    const a = reflectionFor(['sandnode.common.v1.VersionService', 'sandnode.vmm.v1.FreezePortService']);
+    expect(reflectionFor(['sandnode.common.v1.VersionService', 'sandnode.vmm.v1.FreezePortService'])).toBe(a);
+    expect(reflectionFor(['sandnode.common.v1.VersionService'])).not.toBe(a);
   });
 });

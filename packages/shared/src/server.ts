@@ -88,6 +88,21 @@ function loadDescriptorSet(): Uint8Array {
   return existsSync(p) ? new Uint8Array(readFileSync(p)) : new Uint8Array();
 }
 
+/**
+ * The reflection services made so far, by their service names: parsing the descriptor set
+ * costs ~5 MB of heap per server, and the vmm-supervisor runs one small server per VM (its
+ * freeze port). A bigger heap makes every child process start (fork) of the daemon slower.
+ */
+const reflections = new Map<string, ReturnType<typeof ServerReflection>>();
+
+/** reflectionFor is the ServerReflection service for names (full service names), made once per process and names. */
+export function reflectionFor(names: string[]): ReturnType<typeof ServerReflection> {
+  const key = names.join('\n');
+  let r = reflections.get(key);
+  if (!r) reflections.set(key, (r = ServerReflection(loadDescriptorSet(), [...names])));
+  return r;
+}
+
 /** createServiceServer builds a component server with the common middleware and services. */
 export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
   const { info, log } = opts;
@@ -141,7 +156,7 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
   let reflectionAdded = false;
   const addReflection = () => {
     if (!reflectionAdded) {
-      host.add(ServerReflectionService, ServerReflection(loadDescriptorSet(), names));
+      host.add(ServerReflectionService, reflectionFor(names));
       reflectionAdded = true;
     }
   };

@@ -26,6 +26,7 @@ import { acquireStateLock, StateLockHeldError } from './state-lock';
 import { DriverBinaries } from './store/driver-binaries';
 import { SqliteVmStore } from './store/sqlite-vm-store';
 import { SECCOMP_UNCONFINED } from './drivers/seccomp';
+import { closeCommands } from './drivers/command-runner';
 
 /** Exit code when another supervisor holds the state dir. */
 export const EXIT_LOCKED = 3;
@@ -159,6 +160,7 @@ async function main(): Promise<void> {
     onStop: async () => {
       if (metrics) await new Promise<void>((r) => metrics?.close(() => r()));
       await driver.close?.();
+      closeCommands();
       store.close();
     },
   });

@@ -6,7 +6,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
-import { DeadlineExceededError, FailedPreconditionError, sandboxDir, unixAddress } from '@sandnode/shared';
+import { DeadlineExceededError, FailedPreconditionError, isCode, sandboxDir, Status, unixAddress } from '@sandnode/shared';
 import type { CoreContext, RecordOrigin } from './context';
 import { INITIAL_STATE, transition } from './transitions';
 import { RECORD_SCHEMA, type SandboxRecord } from './types';
@@ -117,13 +117,21 @@ export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortS
 
 /**
  * coldStart boots a DRAINED sandbox again on its own disks (their current paths from the
- * ublk-manager). FailedPreconditionError when a device is not attached or missing.
+ * ublk-manager). FailedPreconditionError when a device is not attached or missing, or when the
+ * ublk-manager does not answer (UNAVAILABLE: a drain stopped it; the message says what to run).
  */
 export async function coldStart(c: CoreContext, rec: SandboxRecord): Promise<SandboxRecord> {
   const paths: Partial<Record<'rootfs-upper' | 'workspace', string>> = {};
   for (const d of rec.devices) {
-    const live = await c.devices.get(d.deviceId);
-    if (!live?.attached) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: device ${d.deviceId} is not attached (is ublk-manager running?)`);
+    const live = await c.devices.get(d.deviceId).catch((err: unknown) => {
+      // a drain stops the ublk-manager: say what to run rather than a bare UNAVAILABLE
+      if (isCode(err, Status.UNAVAILABLE))
+        throw new FailedPreconditionError(
+          `sandbox ${rec.sandboxId} is DRAINED and its disks need the ublk-manager, which does not answer (a drain stops it): start it with \`sandnode up\` (\`sandnode sandbox resume\` on the node starts it), then resume`,
+        );
+      throw err;
+    });
+    if (!live?.attached) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: device ${d.deviceId} is not attached (is ublk-manager running? \`sandnode up\` starts it)`);
     d.path = live.path;
     paths[d.role] = live.path;
   }

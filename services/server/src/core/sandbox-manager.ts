@@ -13,7 +13,7 @@
  */
 import { FailedPreconditionError, InvalidArgumentError, KeyedMutex, NotFoundError, requireSandboxId, run, SANDBOX_ID_RE, type Logger } from '@sandnode/shared';
 import type { CoreContext, RecordOrigin } from './context';
-import { drainOne } from './drain';
+import { drainOne, type DrainProgress } from './drain';
 import { fork as forkSandbox, type ForkResult, type ForkSandboxArgs } from './fork';
 import { LifecycleGate } from './gate';
 import { DEFAULT_MAX_EXEC_STREAMS, exec as guestExec, ExecStreams, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
@@ -272,8 +272,8 @@ export class SandboxManager {
   }
 
   /** drainOne persists a live sandbox for a node drain: see drain.ts. */
-  drainOne(id: string): Promise<void> {
-    return drainOne(this.ctx, id);
+  drainOne(id: string, progress?: DrainProgress): Promise<void> {
+    return drainOne(this.ctx, id, progress);
   }
 
   /** fork: see fork.ts. */

@@ -46,7 +46,7 @@ describe('AdminService handlers', () => {
       },
       drain: async (o) => {
         calls.push(`drain ${o.deadlineMs} ${o.concurrency}`);
-        return { sandboxes: [], durationMs: 0, deviceManagerStopped: true };
+        return { sandboxes: [], durationMs: 0, deviceManagerStopped: true, deviceManagerError: '' };
       },
     };
   });

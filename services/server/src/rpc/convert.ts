@@ -64,5 +64,6 @@ export function drainReportToPb(r: DrainReport): DrainResponse {
     })),
     durationMs: r.durationMs,
     deviceManagerStopped: r.deviceManagerStopped,
+    deviceManagerError: r.deviceManagerError,
   };
 }

@@ -1,10 +1,11 @@
 /**
- * Host mount helpers: mount/umount through the host commands, mount points read from
- * /proc/self/mountinfo.
+ * Host mount helpers: mount/umount through the host commands (run in a command helper, see
+ * command-runner.ts), mount points read from /proc/self/mountinfo.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { CommandError, InternalError, run } from '@sandnode/shared';
+import { CommandError, InternalError } from '@sandnode/shared';
+import { runCommand as run } from './command-runner';
 
 /** How many times an EBUSY unmount is retried, and the pause between tries in ms. */
 export const DEFAULT_UMOUNT_RETRIES = 20;
@@ -73,4 +74,17 @@ export async function unmountIfMounted(dir: string): Promise<void> {
       await new Promise((r) => setTimeout(r, UMOUNT_RETRY_DELAY_MS));
     }
   }
+}
+
+/**
+ * unmountAllIfMounted unmounts the dirs that are mount points, in the order given (a mount
+ * stacked on a later one first), with one `umount` for all of them (one process, not one per
+ * dir); what stays mounted (busy) then goes through {@link unmountIfMounted}'s retries.
+ * Throws InternalError when one stays busy.
+ */
+export async function unmountAllIfMounted(dirs: string[]): Promise<void> {
+  const mounted = new Set(mountPoints());
+  const targets = dirs.map((d) => path.resolve(d)).filter((d) => mounted.has(d));
+  if (targets.length > 1) await run('umount', targets).catch(() => undefined); // each one left is retried below, with its error
+  for (const d of targets) await unmountIfMounted(d);
 }

@@ -1,7 +1,9 @@
 /**
  * `sandnode drain [--deadline-ms MS] [--concurrency N]`: pause and persist every live sandbox,
  * then stop the device manager (pod deletion, node shutdown; deploy/prestop.sh runs it). Exits
- * 1 unless every sandbox was PRESERVED.
+ * 1 (and says "drain partial": which sandboxes were not preserved, at which step and why, and
+ * whether the device manager was stopped) unless every sandbox was PRESERVED and the device
+ * manager stopped.
  */
 import type { Command } from 'commander';
 import { table, waitForActiveServer } from '@sandnode/node-stack';
@@ -29,16 +31,24 @@ export function registerDrainCommand(program: Command): void {
           const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: o.deadlineMs + DRAIN_CALL_MARGIN_MS });
           const r = await admin.drain({ deadlineMs: o.deadlineMs, concurrency: o.concurrency });
           const rows = r.sandboxes.map((s) => ({ id: s.sandboxId, outcome: DrainOutcome[s.outcome].replace('DRAIN_OUTCOME_', ''), resume: s.resumeMethod, ms: s.ms, error: s.error }));
-          print(!!o.json, { sandboxes: rows, durationMs: r.durationMs, deviceManagerStopped: r.deviceManagerStopped }, () =>
+          const notPreserved = rows.filter((x) => x.outcome !== 'PRESERVED');
+          const partial = notPreserved.length > 0 || !r.deviceManagerStopped;
+          const json = { sandboxes: rows, durationMs: r.durationMs, deviceManagerStopped: r.deviceManagerStopped, deviceManagerError: r.deviceManagerError, partial };
+          print(!!o.json, json, () =>
             [
               table(
                 ['ID', 'OUTCOME', 'RESUME', 'MS', 'ERROR'],
                 rows.map((x) => [x.id, x.outcome, x.resume, x.ms, x.error]),
               ),
-              `drained in ${r.durationMs} ms; device manager stopped: ${r.deviceManagerStopped}`,
+              `drained in ${r.durationMs} ms; device manager stopped: ${r.deviceManagerStopped}${r.deviceManagerError ? ` (${r.deviceManagerError})` : ''}`,
+              ...(partial
+                ? [
+                    `drain partial: ${notPreserved.length} of ${rows.length} sandboxes not preserved${notPreserved.length ? ` (${notPreserved.map((x) => x.id).join(', ')})` : ''}${r.deviceManagerStopped ? '' : '; device manager not stopped'}`,
+                  ]
+                : []),
             ].join('\n'),
           );
-          if (rows.some((x) => x.outcome !== 'PRESERVED')) process.exitCode = EXIT_FAILURE;
+          if (partial) process.exitCode = EXIT_FAILURE;
         } finally {
           ch.close();
         }

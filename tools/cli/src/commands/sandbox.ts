@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
-import { sandboxJson, table, type SandboxJson } from '@sandnode/node-stack';
+import { sandboxJson, startWhatResumeNeeds, table, type SandboxJson } from '@sandnode/node-stack';
 import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { dirsOf, keyValue, oneOf, wholeNumber } from '../options';
 import { action, print } from '../output';
@@ -107,20 +107,33 @@ export function registerSandboxCommands(program: Command): Command {
       }),
     );
 
-  for (const [name, verb] of [
-    ['pause', 'pauseSandbox'],
-    ['resume', 'resumeSandbox'],
-  ] as const) {
-    sandbox
-      .command(`${name} <id>`)
-      .option('--json', 'print JSON')
-      .action(
-        action(async (id: string, o: JsonOpts, cmd: Command) => {
-          const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes[verb]({ sandboxId: id }))).sandbox!);
-          print(!!o.json, s, () => oneLine(s));
-        }),
-      );
-  }
+  sandbox
+    .command('pause <id>')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (id: string, o: JsonOpts, cmd: Command) => {
+        const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes.pauseSandbox({ sandboxId: id }))).sandbox!);
+        print(!!o.json, s, () => oneLine(s));
+      }),
+    );
+
+  sandbox
+    .command('resume <id>')
+    .description(
+      'thaw a PAUSED sandbox, or boot a DRAINED one again on its disks; on this node it first starts the daemons that are not running (a drain stops the ublk-manager), so no `up` is needed after a drain',
+    )
+    .option('--json', 'print JSON')
+    .action(
+      action(async (id: string, o: JsonOpts, cmd: Command) => {
+        const d = dirsOf(cmd);
+        // only the local node's daemons: with --address the server may be another machine's
+        if (cmd.optsWithGlobals<{ address?: string }>().address === undefined) {
+          for (const c of await startWhatResumeNeeds(d)) process.stderr.write(`sandnode: started ${c.name} (pid ${c.pid}) for the resume: it was not running (a drain stops the ublk-manager)\n`);
+        }
+        const s = sandboxJson((await withServer(d.address, (api) => api.sandboxes.resumeSandbox({ sandboxId: id }))).sandbox!);
+        print(!!o.json, s, () => oneLine(s));
+      }),
+    );
 
   sandbox
     .command('fork <id>')
