@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createLogger, ResourceExhaustedError } from '@sandnode/shared';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
-import { Peers, templates } from './__tests__/fake-peers';
+import { managerOptions, Peers } from './__tests__/fake-peers';
 import { SandboxManager } from './sandbox-manager';
 import type { ExecArgs, ExecEvent } from './types';
 
@@ -38,19 +38,7 @@ describe('Exec streams per sandbox', () => {
       });
       yield { kind: 'exit', exitCode: 0, signal: '' };
     };
-    m = new SandboxManager({
-      store,
-      vms: peers.vmPort,
-      devices: peers.devicePort,
-      podd: peers.podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      poddReadyTimeoutMs: 5000,
-      syncHost: async () => undefined,
-      maxExecStreamsPerSandbox: 3,
-    });
+    m = new SandboxManager(managerOptions(peers, store, dir, { maxExecStreamsPerSandbox: 3 }));
   });
   afterEach(() => {
     store.close();

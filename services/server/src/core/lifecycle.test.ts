@@ -14,7 +14,7 @@ import { RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { adoptAll } from './adoption';
 import { sweepOrphans } from './orphan-sweep';
-import { Peers, templates } from './__tests__/fake-peers';
+import { managerOptions, Peers } from './__tests__/fake-peers';
 import { SandboxManager } from './sandbox-manager';
 import type { SandboxRecord } from './types';
 
@@ -30,18 +30,7 @@ describe('SandboxManager lifecycle', () => {
     dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-lifecycle-'));
     store = new SqliteRecordStore(path.join(dir, 'records.db'), log);
     peers = new Peers();
-    m = new SandboxManager({
-      store,
-      vms: peers.vmPort,
-      devices: peers.devicePort,
-      podd: peers.podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      poddReadyTimeoutMs: 5000,
-      syncHost: async () => undefined,
-    });
+    m = new SandboxManager(managerOptions(peers, store, dir));
   });
   afterEach(() => {
     store.close();

@@ -17,7 +17,7 @@ const SERVING = 1;
 import { createLogger, createServiceServer, createServiceClient, gateWritesWhileBusy, RETRY_AFTER_MS_TRAILER, StoreBusyError, type ServiceServer } from '@sandnode/shared';
 import { SandboxServiceDefinition, type SandboxServiceClient } from '@sandnode/shared/proto/server/v1/sandbox';
 import { expectCode, holdSqliteLock, type HeldSqliteLock } from '@sandnode/testkit';
-import { Peers, templates } from '../core/__tests__/fake-peers';
+import { managerOptions, Peers } from '../core/__tests__/fake-peers';
 import { SandboxManager } from '../core/sandbox-manager';
 import { SANDBOX_WRITES } from '../main';
 import { sandboxService } from '../rpc/sandbox-service';
@@ -39,18 +39,7 @@ describe('records.db held by another process', () => {
     dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-busy-'));
     store = await SqliteRecordStore.open(path.join(dir, 'records.db'), log);
     const peers = new Peers();
-    const m = new SandboxManager({
-      store,
-      vms: peers.vmPort,
-      devices: peers.devicePort,
-      podd: peers.podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      poddReadyTimeoutMs: 5000,
-      syncHost: async () => undefined,
-    });
+    const m = new SandboxManager(managerOptions(peers, store, dir));
     server = createServiceServer({ info: { component: 'server', version: '0.0.0', commit: 'test', features: [] }, log });
     // times each write-lock probe: the event loop's block on the DB itself
     const probe = store.probeWrite.bind(store);

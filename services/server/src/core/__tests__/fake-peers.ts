@@ -2,8 +2,10 @@
  * Scripted peers for the core's unit tests: a device manager, a supervisor and podds that
  * record what they are asked (events) and answer as a test sets them up.
  */
-import { DeadlineExceededError } from '@sandnode/shared';
-import type { ExecArgs, ExecEvent, VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, TemplateCatalog, VmInfo, VmPort } from '../types';
+import path from 'node:path';
+import { createLogger, DeadlineExceededError } from '@sandnode/shared';
+import type { SandboxManagerOptions } from '../sandbox-manager';
+import type { ExecArgs, ExecEvent, VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, RecordStore, TemplateCatalog, VmInfo, VmPort } from '../types';
 
 export class Peers {
   events: string[] = [];
@@ -123,3 +125,23 @@ export const templates: TemplateCatalog = {
     throw new Error('not used');
   },
 };
+
+/**
+ * managerOptions: the SandboxManager of a core unit test, on these peers and store, with the
+ * node's test defaults (1 vcpu, 512 MiB, 1 MiB disk, podd 5 s, no host sync); extra overrides.
+ */
+export function managerOptions(peers: Peers, store: RecordStore, dir: string, extra: Partial<SandboxManagerOptions> = {}): SandboxManagerOptions {
+  return {
+    store,
+    vms: peers.vmPort,
+    devices: peers.devicePort,
+    podd: peers.podd,
+    templates,
+    log: createLogger('test', '0', 'silent'),
+    runDir: path.join(dir, 'run'),
+    resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
+    poddReadyTimeoutMs: 5000,
+    syncHost: async () => undefined,
+    ...extra,
+  };
+}
