@@ -34,11 +34,40 @@ export interface SandnodeCallContext {
   log: Logger;
 }
 
+/**
+ * Connection limits of every sandnode gRPC server (issue 10 §5: connections that only sent the
+ * HTTP/2 preface were held forever, one connection could open any number of streams). grpc-js
+ * server options: `grpc.max_concurrent_streams` (SETTINGS_MAX_CONCURRENT_STREAMS, RFC 9113
+ * §6.5.2), `grpc.max_connection_idle_ms` (GOAWAY to a connection with no call for that long;
+ * gRPC A9 "Server-side Connection Management"), `grpc.keepalive_time_ms` /
+ * `grpc.keepalive_timeout_ms` (pings find peers that vanished; gRPC A8).
+ */
+export interface ServerLimits {
+  /** streams one connection may have open at once */
+  maxConcurrentStreams: number;
+  /** a connection without a call for this long is sent GOAWAY and closed, ms */
+  maxConnectionIdleMs: number;
+  /** a ping after this long without traffic, ms */
+  keepaliveTimeMs: number;
+  /** the connection is closed when a ping is not answered within this, ms */
+  keepaliveTimeoutMs: number;
+}
+
+/** The limits unless a component says otherwise. */
+export const DEFAULT_SERVER_LIMITS: ServerLimits = {
+  maxConcurrentStreams: 256,
+  maxConnectionIdleMs: 300_000,
+  keepaliveTimeMs: 60_000,
+  keepaliveTimeoutMs: 20_000,
+};
+
 export interface ServiceServerOptions {
   info: ComponentInfo;
   log: Logger;
   /** epoch fence for mutating calls (vmm-supervisor, ublk-manager) */
   fence?: EpochFence;
+  /** connection limits (default DEFAULT_SERVER_LIMITS) */
+  limits?: Partial<ServerLimits>;
 }
 
 /** ServiceServer is a running component server. */
@@ -142,10 +171,15 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
     }
   }
 
+  const limits = { ...DEFAULT_SERVER_LIMITS, ...opts.limits };
   const host = new GrpcHost({
     options: {
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
       'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+      'grpc.max_concurrent_streams': limits.maxConcurrentStreams,
+      'grpc.max_connection_idle_ms': limits.maxConnectionIdleMs,
+      'grpc.keepalive_time_ms': limits.keepaliveTimeMs,
+      'grpc.keepalive_timeout_ms': limits.keepaliveTimeoutMs,
     },
     // deadline before the fence: a call that is already late must not even raise the epoch
     middleware: opts.fence ? [errorAndLog, deadlineMiddleware, epochFenceMiddleware(opts.fence)] : [errorAndLog, deadlineMiddleware],
