@@ -1,0 +1,115 @@
+/**
+ * snapshot gathers a {@link NodeSnapshot}: the servers' lease status, the records, the VMs,
+ * containers, devices, loop devices, dirs and daemon processes of one node, each asked the way
+ * an operator's tool asks (the stable sockets, runc, /sys, /proc).
+ */
+import { spawnSync } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { createSandnodeChannel, createServiceClient, processStartTicks, processState, socketPath, unixAddress } from '@sandnode/shared';
+import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { DeviceServiceDefinition, DeviceState } from '@sandnode/shared/proto/ublk/v1/ublk';
+import { VmServiceDefinition, VmState } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { adminSockets, listServers, sandnodeProcesses, type ServerApi, type StackDirs } from '@sandnode/node-stack';
+import type { NodeSnapshot } from './invariants';
+
+/** Time each question of a snapshot may take, ms. */
+export const SNAPSHOT_CALL_TIMEOUT_MS = 5000;
+
+/** name strips an enum value's prefix ("SANDBOX_STATE_RUNNING" -> "RUNNING"; unknown values "UNKNOWN_<n>"). */
+function name(e: Record<number, string>, v: number, prefix: string): string {
+  return (e[v] ?? `UNKNOWN_${v}`).replace(prefix, '');
+}
+
+/** why is a failed question's reason in one line. */
+function why(err: unknown): string {
+  return String((err as Error).message ?? err).split('\n')[0] ?? '';
+}
+
+/** snapshot asks the node at dirs (the server through api) what it looks like now. */
+export async function snapshot(dirs: StackDirs, api: ServerApi): Promise<NodeSnapshot> {
+  const runDir = path.resolve(dirs.runDir);
+  const stateDir = path.resolve(dirs.stateDir);
+  const s: NodeSnapshot = {
+    servers: [],
+    adminSockets: [],
+    activeStartMs: 0,
+    records: [],
+    vms: [],
+    containers: [],
+    devices: [],
+    loopBackingFiles: [],
+    dirs: [],
+    processes: [],
+    alivePids: [],
+    unreachable: [],
+  };
+  s.adminSockets = adminSockets(runDir).map((p) => ({ path: p, mtimeMs: statSync(p, { throwIfNoEntry: false })?.mtimeMs ?? 0 }));
+  s.servers = (await listServers(runDir)).map((x) => ({ admin: x.admin, role: x.role, holderPid: x.holderPid }));
+  const active = s.servers.filter((x) => x.role === 'ACTIVE');
+  s.activeStartMs = active.length === 1 ? processStartMs(active[0]!.holderPid) : 0;
+  try {
+    const list = await api.sandboxes.listSandboxes({ pageSize: 1000 }, { deadline: new Date(Date.now() + SNAPSHOT_CALL_TIMEOUT_MS) });
+    s.records = list.sandboxes.map((x) => ({ id: x.sandboxId, state: name(SandboxState, x.state, 'SANDBOX_STATE_'), pid: x.pid, metadata: x.metadata }));
+  } catch (err) {
+    s.unreachable.push(`server: ListSandboxes: ${why(err)}`);
+  }
+  const vch = createSandnodeChannel(unixAddress(socketPath(runDir, 'vmm-supervisor')));
+  const dch = createSandnodeChannel(unixAddress(socketPath(runDir, 'ublk-manager')));
+  try {
+    try {
+      const vms = await createServiceClient(VmServiceDefinition, vch, { timeoutMs: SNAPSHOT_CALL_TIMEOUT_MS, retryAttempts: 2 }).listVms({});
+      s.vms = vms.vms.map((v) => ({ vmId: v.vmId, pid: v.pid, state: name(VmState, v.state, 'VM_STATE_') }));
+    } catch (err) {
+      s.unreachable.push(`vmm-supervisor: ListVms: ${why(err)}`);
+    }
+    try {
+      const devs = await createServiceClient(DeviceServiceDefinition, dch, { timeoutMs: SNAPSHOT_CALL_TIMEOUT_MS, retryAttempts: 2 }).listDevices({});
+      s.devices = devs.devices.map((d) => ({ deviceId: d.deviceId, backingFile: d.backingFile, state: name(DeviceState, d.state, 'DEVICE_STATE_') }));
+    } catch (err) {
+      s.unreachable.push(`ublk-manager: ListDevices: ${why(err)}`);
+    }
+  } finally {
+    vch.close();
+    dch.close();
+  }
+  const runc = spawnSync('runc', ['--root', path.join(runDir, 'runc'), 'list', '--format', 'json'], { encoding: 'utf8' });
+  if (runc.status === 0) s.containers = ((JSON.parse(runc.stdout || '[]') as { id: string }[] | null) ?? []).map((c) => c.id).sort();
+  s.loopBackingFiles = loopBackingFilesBelow(stateDir);
+  const sbDir = path.join(runDir, 'sandboxes');
+  s.dirs = existsSync(sbDir) ? readdirSync(sbDir).sort() : [];
+  s.processes = sandnodeProcesses(runDir).map((p) => ({ pid: p.pid, component: /services\/(vmm-supervisor|ublk-manager|server)\/dist/.exec(p.cmd)?.[1] ?? '?' }));
+  s.alivePids = s.records.map((r) => r.pid).filter((pid) => pid > 0 && isAlive(pid));
+  return s;
+}
+
+/** Clock ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux). */
+const USER_HZ = 100;
+
+/** processStartMs is when pid started, Unix epoch ms (boot time + its start ticks); 0 when it is gone. */
+function processStartMs(pid: number): number {
+  const ticks = processStartTicks(pid);
+  const btime = /^btime (\d+)$/m.exec(readFileSync('/proc/stat', 'utf8'))?.[1];
+  return ticks === undefined || !btime ? 0 : Number(btime) * 1000 + (ticks * 1000) / USER_HZ;
+}
+
+/** isAlive: pid is a live process (not a zombie). */
+function isAlive(pid: number): boolean {
+  return processStartTicks(pid) !== undefined && processState(pid) !== 'Z';
+}
+
+/** loopBackingFilesBelow lists the backing files of attached loop devices below root (from /sys/block). */
+function loopBackingFilesBelow(root: string): string[] {
+  const out: string[] = [];
+  for (const n of readdirSync('/sys/block').filter((x) => x.startsWith('loop'))) {
+    try {
+      const b = readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8')
+        .trim()
+        .replace(/ \(deleted\)$/, '');
+      if (b.startsWith(`${root}/`)) out.push(b);
+    } catch {
+      /* not attached */
+    }
+  }
+  return out.sort();
+}
