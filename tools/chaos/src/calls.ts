@@ -1,7 +1,8 @@
 /**
  * The chaos run's calls to the node as a user makes them, each counted by outcome: unary calls
  * with a deadline, and exec streams whose every byte is checked against what the command was
- * given (stdin echoed by `cat`) or is known to write (`head -c` of a repeated line).
+ * given (stdin, written to /workspace with fsync and read back) or is known to write (`head -c`
+ * of a repeated line).
  */
 import { createHash } from 'node:crypto';
 import { ClientError, Status } from 'nice-grpc-common';
@@ -85,7 +86,7 @@ export interface StreamResult {
   ms: number;
 }
 
-/** expectedStdout is what the exec of a writes on stdout: its stdin echoed, or `head -c` of `chaos<seed>\n` repeated. */
+/** expectedStdout is what the exec of a writes on stdout: its stdin read back, or `head -c` of `chaos<seed>\n` repeated. */
 export function expectedStdout(a: Action): Buffer {
   if (a.stdin) return payload(a.payloadSeed, a.bytes);
   const line = Buffer.from(`chaos${a.payloadSeed}\n`);
@@ -101,7 +102,8 @@ export function expectedStdout(a: Action): Buffer {
  */
 export async function execStream(log: CallLog, api: ServerApi, id: string, a: Action): Promise<StreamResult> {
   const want = expectedStdout(a);
-  const argv = a.stdin ? ['cat'] : ['sh', '-c', `yes chaos${a.payloadSeed} | head -c ${a.bytes}`];
+  // stdin goes through /workspace (written with fsync, so that its device must serve I/O) and back
+  const argv = a.stdin ? ['sh', '-c', 'dd of=/workspace/chaos.bin bs=64k conv=fsync 2>/dev/null && cat /workspace/chaos.bin'] : ['sh', '-c', `yes chaos${a.payloadSeed} | head -c ${a.bytes}`];
   const t0 = Date.now();
   const ac = new AbortController();
   let hung = false;

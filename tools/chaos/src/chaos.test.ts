@@ -10,7 +10,7 @@ const B = 'sb-00000000000000b2';
 function healthy(): NodeSnapshot {
   return {
     servers: [{ admin: 'unix:///run/server-a-admin.sock', role: 'ACTIVE', holderPid: 10 }],
-    adminSockets: [{ path: '/run/server-a-admin.sock', mtimeMs: 2000 }],
+    adminSockets: [{ path: '/run/server-a-admin.sock', staleSinceMs: 0 }],
     activeStartMs: 1000,
     records: [{ id: A, state: 'RUNNING', pid: 100, metadata: {} }],
     vms: [{ vmId: A, pid: 100, state: 'RUNNING' }],
@@ -70,7 +70,7 @@ describe('checkInvariants', () => {
   test.each<[string, (s: NodeSnapshot) => void, RegExp]>([
     ['no active server', (s) => (s.servers[0]!.role = 'RETIRING'), /0 active servers/],
     ['two active servers', (s) => s.servers.push({ admin: 'unix:///run/server-b-admin.sock', role: 'ACTIVE', holderPid: 11 }), /2 active servers/],
-    ['a stale admin socket older than the active server', (s) => s.adminSockets.push({ path: '/run/server-99-admin.sock', mtimeMs: 900 }), /orphan socket \/run\/server-99-admin.sock/],
+    ['an admin socket already dead when the active server started', (s) => s.adminSockets.push({ path: '/run/server-99-admin.sock', staleSinceMs: 900 }), /orphan socket \/run\/server-99-admin.sock/],
     ['a second server process', (s) => s.processes.push({ pid: 11, component: 'server' }), /2 server processes/],
     ['no ublk-manager process', (s) => (s.processes = s.processes.filter((p) => p.component !== 'ublk-manager')), /0 ublk-manager processes/],
     ['a record CREATING', (s) => (s.records[0]!.state = 'CREATING'), /is CREATING \(not a resting state\)/],
@@ -93,9 +93,9 @@ describe('checkInvariants', () => {
     expect(v.some((x) => want.test(x))).toBe(true);
   });
 
-  test('the admin socket of a standby that died after the active server started is not (yet) an orphan', () => {
+  test('the admin socket of a server that died after the active one started is not (yet) an orphan: the next start removes it', () => {
     const s = healthy();
-    s.adminSockets.push({ path: '/run/server-b-admin.sock', mtimeMs: 1500 });
+    s.adminSockets.push({ path: '/run/server-b-admin.sock', staleSinceMs: 1500 });
     expect(checkInvariants(s, runningA)).toEqual([]);
   });
 

@@ -10,8 +10,8 @@
 export interface NodeSnapshot {
   /** the servers whose admin socket answered GetLeaseStatus */
   servers: { admin: string; role: string; holderPid: number }[];
-  /** every admin socket file in the run dir: absolute path and when it was bound (mtime, Unix epoch ms) */
-  adminSockets: { path: string; mtimeMs: number }[];
+  /** every admin socket file in the run dir: absolute path and since when the run sees nobody answer on it (Unix epoch ms; 0: a server answers) */
+  adminSockets: { path: string; staleSinceMs: number }[];
   /** when the active server's process started, Unix epoch ms (0: no active server) */
   activeStartMs: number;
   /** the server's records (ListSandboxes) */
@@ -67,10 +67,10 @@ export function checkInvariants(s: NodeSnapshot, expected: readonly Expectation[
   if (active.length !== 1) out.push(`${active.length} active servers (${s.servers.map((x) => `${x.admin}: ${x.role}`).join(', ') || 'none answers'})`);
   const answering = new Set(s.servers.map((x) => x.admin.replace(/^unix:\/\//, '')));
   // a server removes the admin sockets of servers gone before it at its start (slot-lock.ts): one
-  // that nobody answers on and is older than the active server is left over; a younger one is of
-  // a standby that died after it (removed at the next server start)
+  // that was dead already when the active server started is left over; one of a server that died
+  // after that start waits for the next start
   for (const sock of s.adminSockets) {
-    if (!answering.has(sock.path) && sock.mtimeMs < s.activeStartMs) out.push(`orphan socket ${sock.path} (no server answers on it; older than the active server)`);
+    if (!answering.has(sock.path) && sock.staleSinceMs > 0 && sock.staleSinceMs < s.activeStartMs) out.push(`orphan socket ${sock.path} (nobody answers on it since before the active server started)`);
   }
   // one process per daemon
   for (const d of DAEMONS) {

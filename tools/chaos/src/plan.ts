@@ -59,7 +59,7 @@ export interface Action {
   pick: number;
   /** exec: bytes the command writes to stdout (stdin: bytes sent and echoed back) */
   bytes: number;
-  /** exec: send `bytes` on stdin to `cat` (true) or let `head -c` write them (false) */
+  /** exec: send `bytes` on stdin, written to /workspace and read back (true), or let `head -c` write them (false) */
   stdin: boolean;
   /** seed of the exec's payload (its bytes are derived from it) */
   payloadSeed: number;

@@ -34,6 +34,7 @@ export function formatReport(r: ChaosReport): string {
     ['calls ok / total', `${r.calls.ok} / ${r.calls.total}`],
     ['calls failed by code', kv(r.calls.failedByCode)],
     ['exec streams ok / failed, bytes', `${r.streams.ok} / ${r.streams.failed}, ${r.streams.bytes}`],
+    ['forks ABORTED twice (freeze window)', r.forksAborted],
     ['duration', `${Math.round(r.durationMs / 1000)} s`],
     ['result', r.ok ? 'PASS' : 'FAIL'],
   ];

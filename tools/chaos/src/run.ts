@@ -70,6 +70,7 @@ export interface ChaosReport {
   convergeMs: { faults: number; p50: number; max: number; boundMs: number };
   calls: { total: number; ok: number; failedByCode: Record<string, number> };
   streams: StepFigures['streams'];
+  forksAborted: number;
   durationMs: number;
 }
 
@@ -88,6 +89,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     handovers: { server: { ok: 0, failed: 0 }, ublk: { ok: 0, failed: 0 } },
     failpoints: { armed: 0, fired: 0, notFired: [] },
     streams: { ok: 0, failed: 0, bytes: 0 },
+    forksAborted: 0,
   };
   const report: ChaosReport = {
     seed: opts.seed,
@@ -103,9 +105,11 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     convergeMs: { faults: 0, p50: 0, max: 0, boundMs: convergeMs },
     calls: { total: 0, ok: 0, failedByCode: {} },
     streams: figures.streams,
+    forksAborted: 0,
     durationMs: 0,
   };
   const converged: number[] = [];
+  const staleSince = new Map<string, number>();
   const done: string[] = [];
   let api: ServerApi | undefined;
   try {
@@ -118,7 +122,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
       const s0 = Date.now();
       for (;;) {
         if (operator) await startStack(dirs, { timeoutMs: UP_TIMEOUT_MS }).catch((err: Error) => log(`  up: ${err.message.split('\n')[0]}`));
-        const snap = await snapshot(dirs, ctx.api);
+        const snap = await snapshot(dirs, ctx.api, staleSince);
         report.invariantChecks++;
         const v = [...ctx.model.adopt(snap), ...checkInvariants(snap, ctx.model.expectations())];
         if (!v.length) {
@@ -175,6 +179,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
   const t = calls.totals();
   report.calls = { total: t.calls, ok: t.ok, failedByCode: calls.failedByCode() };
   report.convergeMs = { faults: converged.length, p50: Math.round(percentile(converged, 50) || 0), max: Math.max(0, ...converged), boundMs: convergeMs };
+  report.forksAborted = figures.forksAborted;
   report.durationMs = Date.now() - t0;
   return report;
 }

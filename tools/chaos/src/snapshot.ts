@@ -4,7 +4,7 @@
  * an operator's tool asks (the stable sockets, runc, /sys, /proc).
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, processStartTicks, processState, socketPath, unixAddress } from '@sandnode/shared';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
@@ -26,8 +26,12 @@ function why(err: unknown): string {
   return String((err as Error).message ?? err).split('\n')[0] ?? '';
 }
 
-/** snapshot asks the node at dirs (the server through api) what it looks like now. */
-export async function snapshot(dirs: StackDirs, api: ServerApi): Promise<NodeSnapshot> {
+/**
+ * snapshot asks the node at dirs (the server through api) what it looks like now. staleSince
+ * keeps, from one snapshot to the next, since when nobody answers on each admin socket (by path
+ * and inode, ms).
+ */
+export async function snapshot(dirs: StackDirs, api: ServerApi, staleSince: Map<string, number>): Promise<NodeSnapshot> {
   const runDir = path.resolve(dirs.runDir);
   const stateDir = path.resolve(dirs.stateDir);
   const s: NodeSnapshot = {
@@ -44,8 +48,19 @@ export async function snapshot(dirs: StackDirs, api: ServerApi): Promise<NodeSna
     alivePids: [],
     unreachable: [],
   };
-  s.adminSockets = adminSockets(runDir).map((p) => ({ path: p, mtimeMs: statSync(p, { throwIfNoEntry: false })?.mtimeMs ?? 0 }));
+  const t0 = Date.now();
+  const socks = adminSockets(runDir);
   s.servers = (await listServers(runDir)).map((x) => ({ admin: x.admin, role: x.role, holderPid: x.holderPid }));
+  const answering = new Set(s.servers.map((x) => x.admin.replace(/^unix:\/\//, '')));
+  // keyed by path and inode: a socket bound again by a new server is another socket
+  const keys = new Map(socks.map((p) => [p, `${p}#${lstatSync(p, { throwIfNoEntry: false })?.ino ?? 0}`]));
+  const live = new Set(keys.values());
+  for (const k of [...staleSince.keys()]) if (!live.has(k)) staleSince.delete(k);
+  for (const [p, k] of keys) {
+    if (answering.has(p)) staleSince.delete(k);
+    else if (!staleSince.has(k)) staleSince.set(k, t0);
+  }
+  s.adminSockets = socks.map((p) => ({ path: p, staleSinceMs: answering.has(p) ? 0 : (staleSince.get(keys.get(p)!) ?? 0) }));
   const active = s.servers.filter((x) => x.role === 'ACTIVE');
   s.activeStartMs = active.length === 1 ? processStartMs(active[0]!.holderPid) : 0;
   try {
