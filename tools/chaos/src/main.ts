@@ -2,8 +2,9 @@
 /**
  * `npm run chaos -- --seed N --steps M [--out FILE]`: a chaos run of a whole node (run.ts). The
  * seed is printed first; the figures go to stdout and, as JSON, to FILE (default
- * bench/results/chaos.json). Exit 0 when every invariant held, 1 at the first violation (its
- * step, the actions so far and what was violated are printed), 2 for bad arguments.
+ * bench/results/chaos.json); a failed run keeps the daemons' logs beside it (FILE-logs-seedN/).
+ * Exit 0 when every invariant held, 1 at the first violation (its step, the actions so far and
+ * what was violated are printed), 2 for bad arguments.
  */
 import { Command, InvalidArgumentError } from 'commander';
 import { DEFAULT_CONVERGE_MS, runChaos } from './run';
@@ -28,7 +29,8 @@ async function main(): Promise<void> {
   const o = program.opts<{ seed?: number; steps: number; out: string; convergeMs: number; quiet?: boolean }>();
   const seed = o.seed ?? Date.now() % 0x7fffffff;
   process.stdout.write(`chaos: seed ${seed}, ${o.steps} steps\n`);
-  const r = await runChaos({ seed, steps: o.steps, convergeMs: o.convergeMs, log: o.quiet ? undefined : (l) => process.stdout.write(`${l}\n`) });
+  const logsDir = `${o.out.replace(/\.json$/, '')}-logs-seed${seed}`;
+  const r = await runChaos({ seed, steps: o.steps, convergeMs: o.convergeMs, logsDir, log: o.quiet ? undefined : (l) => process.stdout.write(`${l}\n`) });
   const file = writeReport(r, o.out);
   process.stdout.write(`${formatReport(r)}\n\nwritten to ${file}\n`);
   process.exit(r.ok ? 0 : 1);

@@ -41,6 +41,7 @@ export function formatReport(r: ChaosReport): string {
   const out = [table(['CHAOS', 'VALUE'], rows)];
   if (r.failure) {
     out.push(`\nFAILED at step ${r.failure.step}: ${r.failure.action}`, 'violated:', ...r.failure.violations.map((v) => `  - ${v}`), 'actions so far:', ...r.failure.actions.map((a) => `  ${a}`));
+    if (r.failure.logs) out.push(`the daemons' logs: ${r.failure.logs}`);
     out.push(`reproduce: npm run chaos -- --seed ${r.seed} --steps ${r.failure.step}`);
   }
   return out.join('\n');

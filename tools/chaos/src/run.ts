@@ -6,7 +6,7 @@
  * applied and the node must converge within a bound. Ends at the first violation, with the
  * step, the actions so far and what was violated; cleans up the node in every case.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { socketPath, unixAddress } from '@sandnode/shared';
@@ -41,6 +41,8 @@ export interface ChaosOptions {
   quietSettleMs?: number;
   /** the dir the node's dirs are made in (default: a new temp dir, removed at the end) */
   root?: string;
+  /** where the daemons' logs are copied when the run fails (default: not kept) */
+  logsDir?: string;
 }
 
 /** The first violation of a run. */
@@ -51,6 +53,8 @@ export interface ChaosFailure {
   violations: string[];
   /** every action up to and including the failing one */
   actions: string[];
+  /** where the daemons' logs were copied (opts.logsDir), when they were */
+  logs?: string;
 }
 
 /** What a run did (bench/results/chaos.json). */
@@ -173,6 +177,14 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
           };
   } finally {
     api?.close();
+    if (!report.ok && report.failure && opts.logsDir) {
+      try {
+        cpSync(path.join(dirs.runDir, 'logs'), opts.logsDir, { recursive: true });
+        report.failure.logs = path.resolve(opts.logsDir);
+      } catch (err) {
+        log(`chaos: could not keep the logs: ${(err as Error).message}`);
+      }
+    }
     await cleanUp(dirs).catch((err: Error) => log(`chaos: clean-up: ${err.message}`));
     if (!opts.root) rmSync(root, { recursive: true, force: true });
   }
