@@ -124,6 +124,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     const ctx: StepContext = { dirs, api, calls, model: new Model(), figures, seed: opts.seed };
     const settle = async (bound: number, operator: boolean) => {
       const s0 = Date.now();
+      let failed = 0;
       for (;;) {
         if (operator) await startStack(dirs, { timeoutMs: UP_TIMEOUT_MS }).catch((err: Error) => log(`  up: ${err.message.split('\n')[0]}`));
         const snap = await snapshot(dirs, ctx.api, staleSince);
@@ -134,6 +135,8 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
           return { ms: Date.now() - s0, violations: [] };
         }
         report.transientViolations++;
+        // what the node still lacked at the first check, for the log
+        if (failed++ === 0) log(`  settling: ${v.slice(0, 3).join('; ')}${v.length > 3 ? ` (+${v.length - 3} more)` : ''}`);
         if (Date.now() - s0 > bound) return { ms: Date.now() - s0, violations: v };
         await new Promise((r) => setTimeout(r, SETTLE_POLL_MS));
       }

@@ -7,7 +7,7 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { MAX_FREEZE_MS, processState } from '@sandnode/shared';
-import { killComponent, upgradeServer, upgradeUblkManager, type Component, type ServerApi, type StackDirs } from '@sandnode/node-stack';
+import { killComponent, upgradeServer, upgradeUblkManager, waitForActiveServer, type Component, type ServerApi, type StackDirs } from '@sandnode/node-stack';
 import { call, execStream, type CallLog, type StreamResult } from './calls';
 import { REQUEST_KEY, type Model } from './model';
 import type { Action, HandoverFailpoint, PlannedKill } from './plan';
@@ -72,6 +72,9 @@ function retiredIn(ctx: StepContext, kind: string, pid: number): boolean {
   }
   return false;
 }
+
+/** How long a failed upgrade's claim that the old server stays active may take to be true, ms. */
+const CLAIM_WAIT_MS = 3000;
 
 /** The env var of each service's failpoints. */
 const FAILPOINT_ENV: Record<HandoverFailpoint['service'], string> = { server: 'SANDNODE_SERVER_FAILPOINTS', 'ublk-manager': 'SANDNODE_UBLK_MANAGER_FAILPOINTS' };
@@ -241,6 +244,13 @@ async function handover(
     else ctx.figures.failpoints.notFired.push(`step ${a.step} ${fp.service}:${fp.name}`);
     res.fault = true;
   } else if (!r.ok && !a.kill) res.violations.push(`${kind} failed without a fault: ${r.message}`);
+  // what a failed upgrade says about the node must be true (with no kill of ours racing it)
+  const stays = /the old server \(pid (\d+)\) stays active/.exec(r.ok || a.kill ? '' : r.message);
+  if (stays) {
+    const active = await waitForActiveServer(ctx.dirs.runDir, CLAIM_WAIT_MS).catch(() => undefined);
+    if (active?.holderPid !== Number(stays[1]))
+      res.violations.push(`${kind} said "the old server (pid ${stays[1]}) stays active", but ${active ? `pid ${active.holderPid} is` : 'no server is'} active`);
+  }
   if (!r.ok && a.kill) res.fault = true;
   const s = stream ? await stream : undefined;
   if (s) {
