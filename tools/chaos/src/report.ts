@@ -31,6 +31,7 @@ export function formatReport(r: ChaosReport): string {
     ['handover failpoints armed / fired', `${r.failpoints.armed} / ${r.failpoints.fired}${r.failpoints.notFired.length ? ` (not fired: ${r.failpoints.notFired.join(', ')})` : ''}`],
     ['invariant checks (transient violations)', `${r.invariantChecks} (${r.transientViolations})`],
     ['convergence after a fault p50 / max', `${r.convergeMs.p50} / ${r.convergeMs.max} ms over ${r.convergeMs.faults} faults (bound ${r.convergeMs.boundMs} ms)`],
+    ['the client answered again after a fault p50 / max', `${r.clientBackMs.p50} / ${r.clientBackMs.max} ms`],
     ['calls ok / total', `${r.calls.ok} / ${r.calls.total}`],
     ['calls failed by code', kv(r.calls.failedByCode)],
     ['exec streams ok / failed, bytes', `${r.streams.ok} / ${r.streams.failed}, ${r.streams.bytes}`],

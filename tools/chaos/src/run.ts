@@ -2,7 +2,7 @@
  * runChaos: a real node (every component a process on unix sockets, in temp dirs), a seeded
  * plan of actions (plan.ts) run against it one step at a time, kill -9 of components at random
  * points and inside handover steps (failpoints), and the invariants (invariants.ts) checked
- * after every step. After a fault the operator's remedy (`up`: node-stack startStack) is
+ * after every step. After a fault the operator's remedy (`sandnode up`, as its own process) is
  * applied and the node must converge within a bound. Ends at the first violation, with the
  * step, the actions so far and what was violated; cleans up the node in every case.
  */
@@ -10,8 +10,9 @@ import { cpSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { socketPath, unixAddress } from '@sandnode/shared';
-import { COMPONENTS, connectServer, percentile, purgeNode, sandnodeProcesses, startStack, stopComponent, stopProcess, type Component, type ServerApi, type StackDirs } from '@sandnode/node-stack';
+import { COMPONENTS, percentile, purgeNode, sandnodeProcesses, startStack, stopComponent, stopProcess, type Component, type ServerApi, type StackDirs } from '@sandnode/node-stack';
 import { CallLog } from './calls';
+import { connectApi, operatorUp } from './client';
 import { checkInvariants } from './invariants';
 import { Model } from './model';
 import { describeAction, planActions, type Action } from './plan';
@@ -75,6 +76,8 @@ export interface ChaosReport {
   calls: { total: number; ok: number; failedByCode: Record<string, number> };
   streams: StepFigures['streams'];
   forksAborted: number;
+  /** how long after a fault the run's long-lived client (one channel for the whole run) answered again, ms */
+  clientBackMs: { p50: number; max: number };
   durationMs: number;
 }
 
@@ -110,28 +113,34 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
     calls: { total: 0, ok: 0, failedByCode: {} },
     streams: figures.streams,
     forksAborted: 0,
+    clientBackMs: { p50: 0, max: 0 },
     durationMs: 0,
   };
   const converged: number[] = [];
   const staleSince = new Map<string, number>();
+  const clientBackMs: number[] = [];
   const done: string[] = [];
   let api: ServerApi | undefined;
   try {
     log(`chaos: node in ${root}`);
     await startStack(dirs);
-    api = connectServer(unixAddress(socketPath(dirs.runDir, 'server')));
+    api = connectApi(unixAddress(socketPath(dirs.runDir, 'server')));
     await api.templates.buildTemplate({ name: 'base', replace: false });
     const ctx: StepContext = { dirs, api, calls, model: new Model(), figures, seed: opts.seed };
     const settle = async (bound: number, operator: boolean) => {
       const s0 = Date.now();
       let failed = 0;
       for (;;) {
-        if (operator) await startStack(dirs, { timeoutMs: UP_TIMEOUT_MS }).catch((err: Error) => log(`  up: ${err.message.split('\n')[0]}`));
-        const snap = await snapshot(dirs, ctx.api, staleSince);
+        if (operator) await operatorUp(dirs, UP_TIMEOUT_MS).catch((err: Error) => log(`  up: ${err.message.split('\n')[0]}`));
+        const snap = await snapshot(dirs, staleSince);
         report.invariantChecks++;
         const v = [...ctx.model.adopt(snap), ...checkInvariants(snap, ctx.model.expectations())];
         if (!v.length) {
           ctx.model.settle(snap);
+          // and the run's own long-lived client (a user's) reaches the server again
+          const back = await clientBack(ctx.api, s0 + bound);
+          if (back) return { ms: Date.now() - s0, violations: [back] };
+          if (operator) clientBackMs.push(Date.now() - s0);
           return { ms: Date.now() - s0, violations: [] };
         }
         report.transientViolations++;
@@ -195,8 +204,30 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
   report.calls = { total: t.calls, ok: t.ok, failedByCode: calls.failedByCode() };
   report.convergeMs = { faults: converged.length, p50: Math.round(percentile(converged, 50) || 0), max: Math.max(0, ...converged), boundMs: convergeMs };
   report.forksAborted = figures.forksAborted;
+  report.clientBackMs = { p50: Math.round(percentile(clientBackMs, 50) || 0), max: Math.max(0, ...clientBackMs) };
   report.durationMs = Date.now() - t0;
   return report;
+}
+
+/** Deadline of one call of {@link clientBack}, ms. */
+const CLIENT_PROBE_MS = 2000;
+
+/**
+ * clientBack waits until the run's long-lived client answers ListSandboxes (until endMs, epoch
+ * ms); undefined when it does, else the violation.
+ */
+async function clientBack(api: ServerApi, endMs: number): Promise<string | undefined> {
+  let last: string;
+  for (;;) {
+    try {
+      await api.sandboxes.listSandboxes({ pageSize: 1 }, { deadline: new Date(Date.now() + CLIENT_PROBE_MS), retry: false });
+      return undefined;
+    } catch (err) {
+      last = String((err as Error).message).split('\n')[0] ?? '';
+    }
+    if (Date.now() > endMs) return `the run's client (one channel since the start) does not reach the server, which answers on a new channel: ${last}`;
+    await new Promise((r) => setTimeout(r, SETTLE_POLL_MS));
+  }
 }
 
 /** A violation that ends the run. */

@@ -6,11 +6,12 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, lstatSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, processStartTicks, processState, socketPath, unixAddress } from '@sandnode/shared';
+import { createServiceClient, processStartTicks, processState, socketPath, unixAddress } from '@sandnode/shared';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { DeviceServiceDefinition, DeviceState } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { VmServiceDefinition, VmState } from '@sandnode/shared/proto/vmm/v1/vmm';
-import { adminSockets, listServers, sandnodeProcesses, type ServerApi, type StackDirs } from '@sandnode/node-stack';
+import { adminSockets, listServers, sandnodeProcesses, type StackDirs } from '@sandnode/node-stack';
+import { connectApi, localChannel } from './client';
 import type { NodeSnapshot } from './invariants';
 
 /** Time each question of a snapshot may take, ms. */
@@ -27,11 +28,12 @@ function why(err: unknown): string {
 }
 
 /**
- * snapshot asks the node at dirs (the server through api) what it looks like now. staleSince
+ * snapshot asks the node at dirs what it looks like now, each daemon on a channel of its own
+ * (never the workload's: a stuck client must not pass for a server that does not answer). staleSince
  * keeps, from one snapshot to the next, since when nobody answers on each admin socket (by path
  * and inode, ms).
  */
-export async function snapshot(dirs: StackDirs, api: ServerApi, staleSince: Map<string, number>): Promise<NodeSnapshot> {
+export async function snapshot(dirs: StackDirs, staleSince: Map<string, number>): Promise<NodeSnapshot> {
   const runDir = path.resolve(dirs.runDir);
   const stateDir = path.resolve(dirs.stateDir);
   const s: NodeSnapshot = {
@@ -63,14 +65,17 @@ export async function snapshot(dirs: StackDirs, api: ServerApi, staleSince: Map<
   s.adminSockets = socks.map((p) => ({ path: p, staleSinceMs: answering.has(p) ? 0 : (staleSince.get(keys.get(p)!) ?? 0) }));
   const active = s.servers.filter((x) => x.role === 'ACTIVE');
   s.activeStartMs = active.length === 1 ? processStartMs(active[0]!.holderPid) : 0;
+  const api = connectApi(unixAddress(socketPath(runDir, 'server')), { retryAttempts: 2 });
   try {
     const list = await api.sandboxes.listSandboxes({ pageSize: 1000 }, { deadline: new Date(Date.now() + SNAPSHOT_CALL_TIMEOUT_MS) });
     s.records = list.sandboxes.map((x) => ({ id: x.sandboxId, state: name(SandboxState, x.state, 'SANDBOX_STATE_'), pid: x.pid, metadata: x.metadata }));
   } catch (err) {
     s.unreachable.push(`server: ListSandboxes: ${why(err)}`);
+  } finally {
+    api.close();
   }
-  const vch = createSandnodeChannel(unixAddress(socketPath(runDir, 'vmm-supervisor')));
-  const dch = createSandnodeChannel(unixAddress(socketPath(runDir, 'ublk-manager')));
+  const vch = localChannel(unixAddress(socketPath(runDir, 'vmm-supervisor')));
+  const dch = localChannel(unixAddress(socketPath(runDir, 'ublk-manager')));
   try {
     try {
       const vms = await createServiceClient(VmServiceDefinition, vch, { timeoutMs: SNAPSHOT_CALL_TIMEOUT_MS, retryAttempts: 2 }).listVms({});
