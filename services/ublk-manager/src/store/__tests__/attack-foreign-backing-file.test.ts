@@ -19,7 +19,7 @@ import { useTempDir } from '@sandnode/testkit';
 import { FakeDriver } from '../../core/__tests__/fakes';
 import { DeviceManager } from '../../core/device-manager';
 import { FileImages } from '../../drivers/images';
-import { deviceDbPath, SqliteDeviceStore } from '../sqlite-device-store';
+import { deviceDbPath, MAX_DEVICE_ROW_BYTES, SqliteDeviceStore } from '../sqlite-device-store';
 
 const log = createLogger('test', '0', 'silent');
 const RAW_INSERT = `INSERT INTO devices (device_id, state, size_bytes, source_image, filesystem, read_only, backing_file, path, created_at_ms, updated_at_ms)
@@ -61,6 +61,29 @@ describe('device rows naming a file that is not their own image', () => {
       expect(driver.calls.filter((c) => c.startsWith('attach'))).toEqual([]);
       expect(driver.devices.get('/dev/loop0')?.backingFile).toBe(goodImage);
       expect(store.get('good-a')?.backingFile).toBe(goodImage);
+    } finally {
+      store.close();
+    }
+  });
+
+  it('a row over the size bound is quarantined with a short reason', () => {
+    const root = tempDir();
+    const imagesDir = path.join(root, 'state', 'images');
+    mkdirSync(imagesDir, { recursive: true });
+    const file = deviceDbPath(path.join(root, 'state'));
+    new SqliteDeviceStore(file).close();
+    const db = new Database(file);
+    db.prepare(RAW_INSERT).run('huge', 'ready', 8, '/x/'.repeat(2 * 1024 * 1024), 'ext4', 0, path.join(imagesDir, 'huge.img'), '');
+    db.prepare(RAW_INSERT).run('huge-state', 'x'.repeat(MAX_DEVICE_ROW_BYTES - 500), 8, '', 'ext4', 0, path.join(imagesDir, 'huge-state.img'), '');
+    db.prepare(RAW_INSERT).run('fine', 'ready', 8, '/tmp/src.img', 'ext4', 0, path.join(imagesDir, 'fine.img'), '/dev/loop1');
+    db.close();
+    const store = new SqliteDeviceStore(file, { log });
+    try {
+      expect(store.list().map((r) => r.deviceId)).toEqual(['fine']);
+      const q = store.quarantined();
+      expect(q.map((x) => x.deviceId).sort()).toEqual(['huge', 'huge-state']);
+      expect(q.find((x) => x.deviceId === 'huge')?.reason).toMatch(/over the 16384-byte bound/);
+      expect(q.every((x) => x.reason.length < 1024)).toBe(true);
     } finally {
       store.close();
     }
