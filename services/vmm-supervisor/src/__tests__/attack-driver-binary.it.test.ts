@@ -10,7 +10,8 @@
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { describeWith } from '@sandnode/testkit';
-import { SqliteVmStore } from '../store/sqlite-vm-store';
+import Database from 'better-sqlite3';
+import { SqliteVmStore, VM_TABLE_FILE } from '../store/sqlite-vm-store';
 import type { VmRecord } from '../core/types';
 import { Fixture, VMM_PARTS } from './fixture';
 
@@ -39,9 +40,11 @@ describeWith('vmm-supervisor: a VM row naming a driver binary outside its store 
       apiSocket: '',
       driverBinary: evil,
     };
-    const store = SqliteVmStore.forStateDir(fx.stateDir);
-    store.put(row);
-    store.close();
+    // planted straight into the file, as an attacker would (the store's put refuses such a row)
+    SqliteVmStore.forStateDir(fx.stateDir).close();
+    const db = new Database(path.join(fx.stateDir, VM_TABLE_FILE));
+    db.prepare('INSERT INTO vms (vm_id, record) VALUES (?, ?)').run(row.vmId, JSON.stringify(row));
+    db.close();
 
     await fx.start();
     await fx.client().listVms({});

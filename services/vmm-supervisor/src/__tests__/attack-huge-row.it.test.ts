@@ -8,7 +8,8 @@
  */
 import path from 'node:path';
 import { describeWith } from '@sandnode/testkit';
-import { SqliteVmStore } from '../store/sqlite-vm-store';
+import Database from 'better-sqlite3';
+import { SqliteVmStore, VM_TABLE_FILE } from '../store/sqlite-vm-store';
 import type { VmRecord } from '../core/types';
 import { Fixture, VMM_PARTS } from './fixture';
 
@@ -33,11 +34,17 @@ describeWith('vmm-supervisor: a 5 MB VM-table row (real daemon)', VMM_PARTS, () 
     });
     const store = SqliteVmStore.forStateDir(fx.stateDir);
     store.put(row('vm-good', {}));
-    store.put(row('vm-huge', { A: 'x'.repeat(5 * 1024 * 1024) }));
     store.close();
+    // planted straight into the file, as an attacker would (the store's put refuses such a row)
+    const db = new Database(path.join(fx.stateDir, VM_TABLE_FILE));
+    db.prepare('INSERT INTO vms (vm_id, record) VALUES (?, ?)').run('vm-huge', JSON.stringify(row('vm-huge', { A: 'x'.repeat(5 * 1024 * 1024) })));
+    db.close();
 
     await fx.start();
-    const vms = (await fx.client().listVms({})).vms.map((v) => v.vmId);
+    const res = await fx.client().listVms({});
+    const vms = res.vms.map((v) => v.vmId);
     expect(vms).toContain('vm-good');
+    expect(vms).not.toContain('vm-huge');
+    expect(res.quarantined.map((q) => q.key)).toEqual(['vm-huge']);
   });
 });
