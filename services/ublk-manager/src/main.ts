@@ -151,8 +151,8 @@ async function start(argv: string[]): Promise<void> {
 
   const images = new FileImages(cfg.imagesDir, { mkfsTimeoutMs: cfg.mkfsTimeoutMs, cloneTimeoutMs: cfg.cloneTimeoutMs });
   // another process holding devices.db locked is waited for asynchronously (never on the event loop)
-  const store = await waitWhileBusy(() => new SqliteDeviceStore(dbFile, { log }), { what: `${dbFile}: open`, maxWaitMs: DEVICE_DB_OPEN_WAIT_MS });
-  const peers = new FileSlotPeers(cfg.stateDir, cfg.slot);
+  const store = await waitWhileBusy(() => new SqliteDeviceStore(dbFile, { log, imagesDir: images.dir }), { what: `${dbFile}: open`, maxWaitMs: DEVICE_DB_OPEN_WAIT_MS });
+  const peers = new FileSlotPeers(cfg.stateDir, cfg.slot, images.dir);
   const manager = new DeviceManager({ store, driver, images, log, peers, limits: { maxDeviceSizeBytes: cfg.maxDeviceSizeBytes }, releaseTimeoutMs: cfg.releaseTimeoutMs });
   // Takeover first: the devices of a slot that is not running are owned here (exactly one
   // running owner per device). Then crash convergence: released rows are dropped (another

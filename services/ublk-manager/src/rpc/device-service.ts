@@ -38,6 +38,20 @@ export interface DeviceServiceOptions {
 }
 
 /** deviceService implements sandnode.ublk.v1.DeviceService on a DeviceManager. */
+/** How many quarantined rows ListDevices reports at most (the newest), and the longest key and reason it sends, in characters. */
+export const MAX_LISTED_QUARANTINED = 1000;
+const MAX_LISTED_KEY_CHARS = 128;
+const MAX_LISTED_REASON_CHARS = 600;
+
+/**
+ * listedQuarantine is what ListDevices reports of the quarantine table: the newest
+ * MAX_LISTED_QUARANTINED rows, oldest first, keys and reasons cut, so that the list stays far
+ * below the 4 MiB message limit (~1000 x 750 bytes) whatever rows were planted.
+ */
+function listedQuarantine(rows: QuarantinedRow[]): { key: string; reason: string; quarantinedAtMs: number }[] {
+  return rows.slice(-MAX_LISTED_QUARANTINED).map((q) => ({ key: q.deviceId.slice(0, MAX_LISTED_KEY_CHARS), reason: q.reason.slice(0, MAX_LISTED_REASON_CHARS), quarantinedAtMs: q.quarantinedAtMs }));
+}
+
 export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions = {}): DeviceServiceImplementation<SandnodeCallContext> {
   let handoverRunning = false;
   return {
@@ -72,7 +86,7 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
       }
       return {
         devices: (await manager.list()).map(deviceToPb),
-        quarantined: (opts.quarantined?.() ?? []).map((q) => ({ key: q.deviceId, reason: q.reason, quarantinedAtMs: q.quarantinedAtMs })),
+        quarantined: listedQuarantine(opts.quarantined?.() ?? []),
         // the fence file is shared by both slots: the other one may have raised it
         fenceEpoch: opts.fence ? Math.max(opts.fence.current, readEpochFile(opts.fence.epochFile)) : 0,
       };

@@ -83,7 +83,7 @@ describe('devices.db fuzz at open', () => {
     const r = seededRandom(seed);
     const file = deviceDbPath(tmp());
     const withExtra = r.chance(0.5);
-    const s0 = new SqliteDeviceStore(file);
+    const s0 = new SqliteDeviceStore(file, { imagesDir: '/images' });
     s0.close();
     const goods = Array.from({ length: r.int(1, 5) }, (_, i) => good(`dev-g${i}-${r.int(0, 999)}`, r));
     const bads = Array.from({ length: r.int(1, 10) }, (_, i) => badRow(r, { ...toRow(good(`dev-b${i}-${r.int(0, 999)}`, r)) }));
@@ -101,14 +101,14 @@ describe('devices.db fuzz at open', () => {
     db.close();
 
     let s!: SqliteDeviceStore;
-    expect(() => (s = new SqliteDeviceStore(file))).not.toThrow();
+    expect(() => (s = new SqliteDeviceStore(file, { imagesDir: '/images' }))).not.toThrow();
     const want = goods.map((g) => (withExtra ? { ...g, extra: { future: 'f' } } : g)).sort((a, b) => (a.deviceId < b.deviceId ? -1 : 1));
     expect({ seed, list: s.list() }).toEqual({ seed, list: want });
     const held = new Map(s.quarantined().map((q) => [q.deviceId, q.reason]));
     for (const b of bads) {
       const id = String(b.device_id);
       if (goods.some((g) => g.deviceId === id)) continue;
-      expect({ seed, id, why: checkRow(b) !== undefined }).toEqual({ seed, id, why: true });
+      expect({ seed, id, why: checkRow(b, '/images') !== undefined }).toEqual({ seed, id, why: true });
       expect({ seed, id, served: s.get(id) !== undefined, reason: (held.get(id) ?? '').length > 0 }).toEqual({ seed, id, served: false, reason: true });
       if (RESOURCE_ID_RE.test(id)) expect(() => s.insert(good(id, r))).toThrow(/quarantined/);
     }
@@ -116,7 +116,7 @@ describe('devices.db fuzz at open', () => {
     const fresh = good(`dev-new-${seed}`, r);
     s.insert(fresh);
     s.close();
-    const again = new SqliteDeviceStore(file);
+    const again = new SqliteDeviceStore(file, { imagesDir: '/images' });
     expect(again.list().map((d) => d.deviceId)).toEqual([...want.map((d) => d.deviceId), fresh.deviceId].sort());
     expect(again.quarantined().length).toBe(held.size);
     again.close();

@@ -35,7 +35,7 @@ describe('SqliteDeviceStore: rows this version cannot read', () => {
   let file: string;
   beforeEach(() => {
     file = deviceDbPath(tempDir());
-    const s = new SqliteDeviceStore(file);
+    const s = new SqliteDeviceStore(file, { imagesDir: '/images' });
     s.insert(rec('good-a'));
     s.insert(rec('good-b', { state: 'creating' }));
     s.close();
@@ -51,7 +51,7 @@ describe('SqliteDeviceStore: rows this version cannot read', () => {
     db.close();
 
     const { log, lines } = capture();
-    const s = new SqliteDeviceStore(file, { log });
+    const s = new SqliteDeviceStore(file, { log, imagesDir: '/images' });
     expect(s.list().map((r) => r.deviceId)).toEqual(['good-a', 'good-b']);
     expect(s.get('newer-state')).toBeUndefined();
     expect(s.get('good-a')).toEqual(rec('good-a'));
@@ -85,7 +85,7 @@ describe('SqliteDeviceStore: rows this version cannot read', () => {
 
   it('a row that goes bad while running is quarantined by list/get, which never throw for it', () => {
     const { log } = capture();
-    const s = new SqliteDeviceStore(file, { log });
+    const s = new SqliteDeviceStore(file, { log, imagesDir: '/images' });
     const db = new Database(file);
     db.prepare(RAW_INSERT).run('late', 'frozen', 1 << 20, '', 'ext4', 0, '/images/late.img', '', 10, 10);
     db.prepare(RAW_INSERT).run('late-get', 'ready', 1 << 20, '', 'zfs', 0, '/images/late-get.img', '', 10, 10);
@@ -108,7 +108,7 @@ describe('SqliteDeviceStore: rows this version cannot read', () => {
     db0.prepare(RAW_INSERT).run('texty', 'ready', 'big', '', 'ext4', 0, '/images/texty.img', '', 10, 10);
     db0.prepare(RAW_INSERT).run(null, 'ready', 1, '', 'ext4', 0, '/images/none.img', '', 10, 10);
     db0.close();
-    const s = new SqliteDeviceStore(file);
+    const s = new SqliteDeviceStore(file, { imagesDir: '/images' });
     expect(s.list().map((r) => r.deviceId)).toEqual(['ok']);
     expect(
       s
@@ -125,7 +125,7 @@ describe('SqliteDeviceStore: rows this version cannot read', () => {
     db.exec('ALTER TABLE devices ADD COLUMN role INTEGER NOT NULL DEFAULT 0');
     db.prepare('UPDATE devices SET role = 9 WHERE device_id = ?').run('good-a');
     db.close();
-    const s = new SqliteDeviceStore(file);
+    const s = new SqliteDeviceStore(file, { imagesDir: '/images' });
     const a = s.get('good-a')!;
     expect(a.extra).toEqual({ role: 9 });
     expect(s.get('good-b')!.extra).toEqual({ role: 0 });
@@ -137,12 +137,12 @@ describe('SqliteDeviceStore: rows this version cannot read', () => {
     s.insert({ ...moved, state: 'ready', path: '/dev/loop2', updatedAtMs: 30 });
     // ... and into another slot's table that has the column too
     const other = deviceDbPath(tempDir(), 'b');
-    const o = new SqliteDeviceStore(other);
+    const o = new SqliteDeviceStore(other, { imagesDir: '/images' });
     o.close();
     const odb = new Database(other);
     odb.exec('ALTER TABLE devices ADD COLUMN role INTEGER NOT NULL DEFAULT 0');
     odb.close();
-    const o2 = new SqliteDeviceStore(other);
+    const o2 = new SqliteDeviceStore(other, { imagesDir: '/images' });
     o2.insert(s.get('good-a')!);
     expect(o2.get('good-a')).toMatchObject({ state: 'ready', path: '/dev/loop2', extra: { role: 9 } });
     o2.close();

@@ -10,7 +10,7 @@ import { busyToUnavailable, SQLITE_BUSY_TIMEOUT_MS, waitWhileBusy } from '@sandn
 import type { DeviceStore, PeerRow, SlotPeers } from '../core/store';
 import { ALL_SLOTS, handoverLockPath, slotLockPath, slotName, type Slot } from './layout';
 import { FileMutex, tryLockPeer } from './locks';
-import { deviceDbPath, fromRow, SqliteDeviceStore, type Row } from './sqlite-device-store';
+import { deviceDbPath, fromRow, imagesDirOf, SqliteDeviceStore, type Row } from './sqlite-device-store';
 
 /** FileSlotPeers implements SlotPeers on `<stateDir>/ublk-manager/<slot>/devices.db`. */
 export class FileSlotPeers implements SlotPeers {
@@ -18,8 +18,11 @@ export class FileSlotPeers implements SlotPeers {
   private readonly mutex: FileMutex;
   private readonly tables: { slot: string; file: string; lock: string }[];
   readonly others: readonly string[];
+  private readonly imagesDir: string | undefined;
 
-  constructor(stateDir: string, slot: Slot) {
+  /** imagesDir: the images dir (absolute, symlinks resolved); default `<stateDir>/images` (see imagesDirOf). */
+  constructor(stateDir: string, slot: Slot, imagesDir?: string) {
+    this.imagesDir = imagesDir;
     this.self = slotName(slot);
     this.mutex = new FileMutex(handoverLockPath(stateDir));
     this.tables = ALL_SLOTS.filter((s) => s !== slot).map((s) => ({ slot: slotName(s), file: deviceDbPath(stateDir, s), lock: slotLockPath(stateDir, s) }));
@@ -44,7 +47,7 @@ export class FileSlotPeers implements SlotPeers {
         await fn(undefined);
         return true;
       }
-      const table = await waitWhileBusy(() => new SqliteDeviceStore(t.file), { what: `${t.file}: open` });
+      const table = await waitWhileBusy(() => new SqliteDeviceStore(t.file, { imagesDir: this.imagesDir }), { what: `${t.file}: open` });
       try {
         await fn(table);
       } finally {
@@ -69,7 +72,7 @@ export class FileSlotPeers implements SlotPeers {
       const db = busyToUnavailable(`${o.file}: open`, () => new Database(o.file, { readonly: true, fileMustExist: true, timeout: SQLITE_BUSY_TIMEOUT_MS }));
       try {
         const r = busyToUnavailable(`${o.file}: read`, () => db.prepare('SELECT * FROM devices WHERE device_id = ?').get(deviceId) as Row | undefined);
-        if (r) out.push({ slot: o.slot, record: fromRow(r) });
+        if (r) out.push({ slot: o.slot, record: fromRow(r, this.imagesDir ?? imagesDirOf(o.file)) });
         // A row the other slot set aside: who owns the device is not ours to judge.
         const hasQ = busyToUnavailable(`${o.file}: read`, () => db.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'quarantine'").get() !== undefined);
         const q = hasQ

@@ -34,7 +34,7 @@ describe('devices.db held by another process', () => {
 
   test('reads go on, writes are StoreBusyError, a gated write does not run, and all succeed after the lock goes', async () => {
     const file = deviceDbPath(tmp());
-    const store = new SqliteDeviceStore(file);
+    const store = new SqliteDeviceStore(file, { imagesDir: '/images' });
     store.insert(rec('dev-a'));
     holder = await holdSqliteLock(file);
     const loop = monitorEventLoopDelay({ resolution: 1 });
@@ -46,7 +46,16 @@ describe('devices.db held by another process', () => {
     let ran = 0;
     const write = async (_req: unknown, _ctx: unknown) => ++ran;
     const impl = gateWritesWhileBusy(
-      { createDevice: write, deleteDevice: write, releaseDevice: write, recoverDevice: write, abortHandover: write, handoverAll: write, cloneDevice: write, quiesceDevice: async (_req: unknown, _ctx: unknown) => 'no db' },
+      {
+        createDevice: write,
+        deleteDevice: write,
+        releaseDevice: write,
+        recoverDevice: write,
+        abortHandover: write,
+        handoverAll: write,
+        cloneDevice: write,
+        quiesceDevice: async (_req: unknown, _ctx: unknown) => 'no db',
+      },
       DEVICE_WRITES,
       store,
       { what: 'devices.db', maxWaitMs: 200 },
@@ -70,10 +79,10 @@ describe('devices.db held by another process', () => {
 
   test('an open of a table locked even for readers waits asynchronously, then is StoreBusyError; it opens once the lock goes', async () => {
     const file = deviceDbPath(tmp());
-    new SqliteDeviceStore(file).close();
+    new SqliteDeviceStore(file, { imagesDir: '/images' }).close();
     holder = await holdSqliteLock(file, { exclusive: true });
-    await expect(waitWhileBusy(() => new SqliteDeviceStore(file), { what: 'open', maxWaitMs: 200 })).rejects.toThrow(StoreBusyError);
+    await expect(waitWhileBusy(() => new SqliteDeviceStore(file, { imagesDir: '/images' }), { what: 'open', maxWaitMs: 200 })).rejects.toThrow(StoreBusyError);
     await holder.release();
-    (await waitWhileBusy(() => new SqliteDeviceStore(file), { what: 'open', maxWaitMs: 200 })).close();
+    (await waitWhileBusy(() => new SqliteDeviceStore(file, { imagesDir: '/images' }), { what: 'open', maxWaitMs: 200 })).close();
   });
 });

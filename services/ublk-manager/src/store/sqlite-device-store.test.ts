@@ -69,20 +69,20 @@ describe('SqliteDeviceStore', () => {
     expect(deviceDbPath(dir, 'a')).toBe(path.join(dir, 'ublk-manager', 'a', 'devices.db'));
     const file = deviceDbPath(dir);
     expect(file).toBe(path.join(dir, 'ublk-manager', 'default', 'devices.db'));
-    const s = new SqliteDeviceStore(file);
+    const s = new SqliteDeviceStore(file, { imagesDir: '/images' });
     s.close();
     const db = new Database(file);
     expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
     expect(db.pragma('user_version', { simple: true })).toBe(DEVICE_DB_SCHEMA);
     db.close();
-    const s2 = new SqliteDeviceStore(file);
+    const s2 = new SqliteDeviceStore(file, { imagesDir: '/images' });
     expect((s2 as unknown as { db: Database.Database }).db.pragma('synchronous', { simple: true })).toBe(2);
     s2.close();
   });
 
   it('inserts, updates, lists by id, deletes, and survives reopening', () => {
     const file = deviceDbPath(dir);
-    const s = new SqliteDeviceStore(file);
+    const s = new SqliteDeviceStore(file, { imagesDir: '/images' });
     s.insert(rec('b'));
     s.insert(rec('a', { sourceImage: '/tpl/x.img', filesystem: 'inherited', readOnly: true }));
     expect(() => s.insert(rec('a'))).toThrow();
@@ -90,7 +90,7 @@ describe('SqliteDeviceStore', () => {
     s.update('b', { path: '/dev/loop4' }, 30);
     expect(() => s.update('zz', { state: 'ready' }, 1)).toThrow(/no row/);
     s.close();
-    const r = new SqliteDeviceStore(file);
+    const r = new SqliteDeviceStore(file, { imagesDir: '/images' });
     expect(r.list().map((x) => x.deviceId)).toEqual(['a', 'b']);
     expect(r.get('a')).toEqual(rec('a', { sourceImage: '/tpl/x.img', filesystem: 'inherited', readOnly: true }));
     expect(r.get('b')).toEqual(rec('b', { state: 'ready', path: '/dev/loop4', updatedAtMs: 30 }));
@@ -103,7 +103,7 @@ describe('SqliteDeviceStore', () => {
   it('keeps cloned_from; adds the column to a table without it (no schema bump) and keeps its rows', () => {
     const file = deviceDbPath(dir);
     // A table as release 0.1.0 creates it (schema 2, no cloned_from).
-    new SqliteDeviceStore(file).close();
+    new SqliteDeviceStore(file, { imagesDir: '/images' }).close();
     const db = new Database(file);
     db.exec('ALTER TABLE devices DROP COLUMN cloned_from');
     db.prepare(
@@ -111,7 +111,7 @@ describe('SqliteDeviceStore', () => {
        VALUES ('old', 'ready', 1048576, '', 'ext4', 0, '/images/old.img', '', 10, 10, '')`,
     ).run();
     db.close();
-    const s = new SqliteDeviceStore(file);
+    const s = new SqliteDeviceStore(file, { imagesDir: '/images' });
     expect(s.get('old')).toEqual(rec('old', { state: 'ready' }));
     s.insert(rec('kid', { state: 'ready', clonedFrom: 'old' }));
     s.update('kid', { path: '/dev/loop9' }, 11);
@@ -125,7 +125,7 @@ describe('SqliteDeviceStore', () => {
   describeWith('with release 0.1.0', [RELEASE_010], () => {
     it('a table written by this version is read and written by release 0.1.0, and vice versa, keeping cloned_from', () => {
       const file = deviceDbPath(dir);
-      const s = new SqliteDeviceStore(file);
+      const s = new SqliteDeviceStore(file, { imagesDir: '/images' });
       s.insert(rec('parent', { state: 'ready' }));
       s.insert(rec('kid', { state: 'ready', clonedFrom: 'parent', path: '/dev/loop1' }));
       s.close();
@@ -142,14 +142,14 @@ describe('SqliteDeviceStore', () => {
       expect(seen.ids).toEqual(['kid', 'parent']);
       expect(seen.kid).toMatchObject({ state: 'ready', path: '/dev/loop1' });
       // This version reads what 0.1.0 wrote; the clone's cloned_from survived 0.1.0's update.
-      const n = new SqliteDeviceStore(file);
+      const n = new SqliteDeviceStore(file, { imagesDir: '/images' });
       expect(n.get('kid')).toMatchObject({ clonedFrom: 'parent', path: '/dev/loop2', updatedAtMs: 50 });
       expect(n.get('by-old')).toEqual(rec('by-old', { state: 'ready' }));
       n.close();
       // A table first made by 0.1.0 is opened by this version (column added), then by 0.1.0 again.
       const file2 = deviceDbPath(dir, 'b');
       withOld(`const o2 = new S(${JSON.stringify(file2)}); o2.insert(${JSON.stringify(rec('x', { state: 'ready' }))}); o2.close();`);
-      const n2 = new SqliteDeviceStore(file2);
+      const n2 = new SqliteDeviceStore(file2, { imagesDir: '/images' });
       n2.insert(rec('y', { state: 'ready', clonedFrom: 'x' }));
       n2.close();
       expect(withOld(`const o3 = new S(${JSON.stringify(file2)}); const ids = o3.list().map((r) => r.deviceId); o3.close(); return ids;`)).toEqual(['x', 'y']);
@@ -158,10 +158,10 @@ describe('SqliteDeviceStore', () => {
 
   it('refuses a database of a newer schema, naming both versions', () => {
     const file = deviceDbPath(dir);
-    new SqliteDeviceStore(file).close();
+    new SqliteDeviceStore(file, { imagesDir: '/images' }).close();
     const db = new Database(file);
     db.pragma(`user_version = ${DEVICE_DB_SCHEMA + 1}`);
     db.close();
-    expect(() => new SqliteDeviceStore(file)).toThrow(new RegExp(`schema ${DEVICE_DB_SCHEMA + 1} .*\\(${DEVICE_DB_SCHEMA}\\)`));
+    expect(() => new SqliteDeviceStore(file, { imagesDir: '/images' })).toThrow(new RegExp(`schema ${DEVICE_DB_SCHEMA + 1} .*\\(${DEVICE_DB_SCHEMA}\\)`));
   });
 });

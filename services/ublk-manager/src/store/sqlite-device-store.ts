@@ -32,7 +32,7 @@
  * finds it held throws StoreBusyError (UNAVAILABLE, retry-after-ms). main.ts waits for the lock
  * asynchronously at open and before each writing RPC (gateWritesWhileBusy + probeWrite).
  */
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { busyToUnavailable, FailedPreconditionError, isSqliteBusy, RESOURCE_ID_RE, SQLITE_BUSY_TIMEOUT_MS, type Logger, type WriteProbe } from '@sandnode/shared';
@@ -85,16 +85,53 @@ const KNOWN_COLUMNS = new Set([
 const isInt = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
 /**
- * checkRow says why this version cannot read a row (unknown state or filesystem, a missing or
- * mistyped field, an id that is not RESOURCE_ID_RE), or undefined when it can.
+ * Largest row, in bytes of its JSON (all columns). A real row is a few hundred bytes (its
+ * longest fields are two paths, each at most PATH_MAX = 4096 bytes); the bound keeps a planted
+ * row from filling ListDevices (no paging): 4 MiB / 16 KiB = 256 rows of the largest size still
+ * fit one 4 MiB message, and real rows fit ~10000.
  */
-export function checkRow(r: Record<string, unknown>): string | undefined {
+export const MAX_DEVICE_ROW_BYTES = 16 * 1024;
+/** Longest quarantine reason kept, in characters (a reason quotes the bad value). */
+export const MAX_REASON_CHARS = 512;
+
+/** shortReason cuts a reason to MAX_REASON_CHARS. */
+function shortReason(reason: string): string {
+  return reason.length <= MAX_REASON_CHARS ? reason : `${reason.slice(0, MAX_REASON_CHARS)}... (${reason.length} chars)`;
+}
+
+/**
+ * imagesDirOf is the images dir of the layout a table at `file` belongs to:
+ * `<stateDir>/images` for `<stateDir>/ublk-manager/<slot>/devices.db` (see layout.ts), with
+ * symlinks resolved when it exists (as FileImages names its files).
+ */
+export function imagesDirOf(file: string): string {
+  const dir = path.resolve(path.dirname(file), '..', '..', 'images');
+  try {
+    return realpathSync(dir);
+  } catch {
+    return dir;
+  }
+}
+
+/**
+ * checkRow says why this version cannot read a row (unknown state or filesystem, a missing or
+ * mistyped field, an id that is not RESOURCE_ID_RE, a row over MAX_DEVICE_ROW_BYTES), or
+ * undefined when it can. The row's backing_file must be the row's own image,
+ * `<imagesDir>/<device_id>.img` (imagesDir absolute, symlinks resolved): a row naming any other
+ * file (outside the images dir, or another device's image) is refused, so nothing ever
+ * attaches or unlinks a file a row merely names.
+ */
+export function checkRow(r: Record<string, unknown>, imagesDir: string): string | undefined {
+  const size = Buffer.byteLength(JSON.stringify(r));
+  if (size > MAX_DEVICE_ROW_BYTES) return `row is ${size} bytes, over the ${MAX_DEVICE_ROW_BYTES}-byte bound of a device row`;
   if (typeof r.device_id !== 'string' || !RESOURCE_ID_RE.test(r.device_id)) return `device_id ${JSON.stringify(r.device_id ?? null)} is not a device id`;
   if (typeof r.state !== 'string' || !STATES.includes(r.state as RecordState)) return `unknown state ${JSON.stringify(r.state ?? null)}`;
   if (typeof r.filesystem !== 'string' || !FILESYSTEMS.includes(r.filesystem as FilesystemKind)) return `unknown filesystem ${JSON.stringify(r.filesystem ?? null)}`;
   for (const f of ['size_bytes', 'created_at_ms', 'updated_at_ms']) if (!isInt(r[f])) return `${f} ${JSON.stringify(r[f] ?? null)} is not a non-negative integer`;
   if (r.read_only !== 0 && r.read_only !== 1) return `read_only ${JSON.stringify(r.read_only ?? null)} is not 0 or 1`;
   if (typeof r.backing_file !== 'string' || !path.isAbsolute(r.backing_file)) return `backing_file ${JSON.stringify(r.backing_file ?? null)} is not an absolute path`;
+  const own = path.join(imagesDir, `${r.device_id}.img`);
+  if (r.backing_file !== own) return `backing_file ${JSON.stringify(r.backing_file)} is not this device's image ${own}`;
   for (const f of ['source_image', 'path']) if (typeof r[f] !== 'string') return `${f} is missing or not text`;
   // absent in older tables (read as '')
   for (const f of ['handover_token', 'cloned_from']) if (r[f] !== undefined && r[f] !== null && typeof r[f] !== 'string') return `${f} is not text`;
@@ -102,9 +139,9 @@ export function checkRow(r: Record<string, unknown>): string | undefined {
 }
 
 /** fromRow maps a table row to a record; throws (naming the row and the reason) on a row {@link checkRow} refuses. */
-export function fromRow(r: Row): DeviceRecord {
-  const bad = checkRow(r as unknown as Record<string, unknown>);
-  if (bad) throw new Error(`devices.db: row ${JSON.stringify((r as { device_id?: unknown }).device_id ?? null)} cannot be read: ${bad}`);
+export function fromRow(r: Row, imagesDir: string): DeviceRecord {
+  const bad = checkRow(r as unknown as Record<string, unknown>, imagesDir);
+  if (bad) throw new Error(`devices.db: row ${JSON.stringify(String((r as { device_id?: unknown }).device_id ?? null).slice(0, 64))} cannot be read: ${shortReason(bad)}`);
   const extra: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(r)) if (!KNOWN_COLUMNS.has(k)) extra[k] = v;
   return {
@@ -132,17 +169,22 @@ const SELECT_RAW = 'SELECT rowid AS __rowid__, * FROM devices';
 export class SqliteDeviceStore implements DeviceStore, WriteProbe {
   private readonly db: Database.Database;
   private readonly log: Logger | undefined;
+  /** The images dir rows must name their own image in (see {@link checkRow}). */
+  readonly imagesDir: string;
 
   /**
    * open creates the directory and the database if needed, checks the schema version and
    * upgrades a schema-1 table (adds `handover_token`); adds the `cloned_from` column of 0.2.0
    * to a table that lacks it (no schema bump: 0.1.0 still reads it); creates the `quarantine`
    * table and moves every row this version cannot read into it (each logged at warn on log).
+   * opts.imagesDir is the dir of the images (absolute, symlinks resolved, as FileImages.dir);
+   * default {@link imagesDirOf}(file), the `<stateDir>/images` of the layout.
    * Throws better-sqlite3's SQLITE_BUSY error (closed again) when another process holds the
    * database locked: the caller waits with waitWhileBusy.
    */
-  constructor(file: string, opts: { log?: Logger } = {}) {
+  constructor(file: string, opts: { log?: Logger; imagesDir?: string } = {}) {
     this.log = opts.log;
+    this.imagesDir = opts.imagesDir ?? imagesDirOf(file);
     mkdirSync(path.dirname(file), { recursive: true });
     this.db = new Database(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
     try {
@@ -271,9 +313,9 @@ export class SqliteDeviceStore implements DeviceStore, WriteProbe {
     const out: DeviceRecord[] = [];
     const bad: { rowid: number; id: string; json: string; reason: string }[] = [];
     for (const { __rowid__: rowid, ...row } of rows) {
-      const reason = checkRow(row);
-      if (reason === undefined) out.push(fromRow(row as unknown as Row));
-      else bad.push({ rowid, id: typeof row.device_id === 'string' ? row.device_id : String(row.device_id ?? ''), json: JSON.stringify(row), reason });
+      const reason = checkRow(row, this.imagesDir);
+      if (reason === undefined) out.push(fromRow(row as unknown as Row, this.imagesDir));
+      else bad.push({ rowid, id: typeof row.device_id === 'string' ? row.device_id : String(row.device_id ?? ''), json: JSON.stringify(row), reason: shortReason(reason) });
     }
     if (bad.length === 0) return out;
     const now = Date.now();
@@ -294,7 +336,10 @@ export class SqliteDeviceStore implements DeviceStore, WriteProbe {
       return out;
     }
     for (const b of bad) {
-      this.log?.warn({ device_id: b.id, reason: b.reason, row: b.json }, 'devices.db: a row this version cannot read was quarantined; it is not served, and its image and device are left alone');
+      this.log?.warn(
+        { device_id: b.id, reason: b.reason, row: b.json.length <= 2048 ? b.json : `${b.json.slice(0, 2048)}... (${b.json.length} chars)` },
+        'devices.db: a row this version cannot read was quarantined; it is not served, and its image and device are left alone',
+      );
     }
     return out;
   }

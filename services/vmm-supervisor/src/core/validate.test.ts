@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError } from '@sandnode/shared';
 import type { VmSpec } from './types';
-import { canonicalSpec, checkHostPaths, MAX_PODD_SOCKET_DIR_BYTES, validateVmSpec } from './validate';
+import { canonicalSpec, checkHostPaths, MAX_PODD_SOCKET_DIR_BYTES, MAX_VM_ENV_BYTES, validateVmSpec } from './validate';
 import { useTempDir } from '@sandnode/testkit';
 
 const spec = (over: Partial<VmSpec> = {}): VmSpec => ({
@@ -81,6 +81,14 @@ describe('validateVmSpec', () => {
     invalid('vm-1', spec({ hostname: 'bad_host' }), 'spec.hostname');
     invalid('vm-1', spec({ env: { 'A=B': 'x' } }), 'spec.env');
     invalid('vm-1', spec({ env: { A: 'x\0y' } }), 'spec.env');
+  });
+
+  test('issue 11: env and paths are bounded so that the row stays under the store bound', () => {
+    expect(() => validateVmSpec('vm-1', spec({ env: { A: 'x'.repeat(MAX_VM_ENV_BYTES - 3) } }))).not.toThrow();
+    invalid('vm-1', spec({ env: { A: 'x'.repeat(MAX_VM_ENV_BYTES - 2) } }), 'spec.env');
+    invalid('vm-1', spec({ env: { A: 'x'.repeat(5 * 1024 * 1024) } }), 'spec.env');
+    invalid('vm-1', spec({ templateRootfs: `/${'t'.repeat(5000)}` }), 'spec.template_rootfs');
+    invalid('vm-1', spec({ drives: [{ driveId: 'upper', path: `/${'d'.repeat(5000)}`, role: 'rootfs-upper', readOnly: false }] }), 'spec.drives[0].path');
   });
 });
 

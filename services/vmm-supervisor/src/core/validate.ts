@@ -25,6 +25,14 @@ export const MIN_PIDS = 16;
 export const MAX_PIDS = 1_000_000;
 export const DEFAULT_PIDS = 1024;
 
+/**
+ * Most bytes spec.env may carry, each entry counted as `KEY=VALUE` with its NUL (32 KiB; the
+ * server sets one variable). Keeps the VM's row under the store's MAX_VM_ROW_BYTES (64 KiB).
+ */
+export const MAX_VM_ENV_BYTES = 32 * 1024;
+
+/** Longest host path a spec may name, in bytes (Linux PATH_MAX). */
+const PATH_MAX = 4096;
 const DRIVE_ID_RE = /^[a-z0-9-]{1,32}$/;
 const HOSTNAME_RE = /^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$/;
 const ENV_KEY_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -43,7 +51,8 @@ export function validateVmSpec(vmId: string, spec: VmSpec | undefined): asserts 
   spec.drives.forEach((d, i) => {
     const f = `spec.drives[${i}]`;
     if (!DRIVE_ID_RE.test(d.driveId)) throw new InvalidArgumentError(`${f}.drive_id: ${JSON.stringify(d.driveId)} is not [a-z0-9-]{1,32}`);
-    if (!path.isAbsolute(d.path)) throw new InvalidArgumentError(`${f}.path: ${JSON.stringify(d.path)} must be an absolute path`);
+    if (!path.isAbsolute(d.path)) throw new InvalidArgumentError(`${f}.path: ${JSON.stringify(d.path.slice(0, 200))} must be an absolute path`);
+    if (Buffer.byteLength(d.path) > PATH_MAX) throw new InvalidArgumentError(`${f}.path: longer than ${PATH_MAX} bytes`);
     if (d.role === 'rootfs-upper') {
       uppers++;
       if (d.readOnly) throw new InvalidArgumentError(`${f}.read_only: the rootfs upper drive must be writable`);
@@ -80,10 +89,13 @@ export function validateVmSpec(vmId: string, spec: VmSpec | undefined): asserts 
   if (spec.hostname !== '' && !HOSTNAME_RE.test(spec.hostname)) {
     throw new InvalidArgumentError(`spec.hostname: ${JSON.stringify(spec.hostname)} is not a valid hostname label`);
   }
+  let envBytes = 0;
   for (const [k, v] of Object.entries(spec.env)) {
-    if (!ENV_KEY_RE.test(k)) throw new InvalidArgumentError(`spec.env: key ${JSON.stringify(k)} is not a valid variable name`);
-    if (v.includes('\0')) throw new InvalidArgumentError(`spec.env[${k}]: value contains a NUL byte`);
+    if (!ENV_KEY_RE.test(k)) throw new InvalidArgumentError(`spec.env: key ${JSON.stringify(k.slice(0, 80))} is not a valid variable name`);
+    if (v.includes('\0')) throw new InvalidArgumentError(`spec.env[${k.slice(0, 80)}]: value contains a NUL byte`);
+    envBytes += Buffer.byteLength(k) + Buffer.byteLength(v) + 2;
   }
+  if (envBytes > MAX_VM_ENV_BYTES) throw new InvalidArgumentError(`spec.env: ${envBytes} bytes as KEY=VALUE entries, at most ${MAX_VM_ENV_BYTES}`);
   validateMachineId(spec.machineId);
 }
 
@@ -102,7 +114,8 @@ export function checkHostPaths(spec: VmSpec): void {
 
 function requireAbsolute(field: string, p: string): void {
   if (!p) throw new InvalidArgumentError(`${field}: required`);
-  if (!path.isAbsolute(p)) throw new InvalidArgumentError(`${field}: ${JSON.stringify(p)} must be an absolute path`);
+  if (!path.isAbsolute(p)) throw new InvalidArgumentError(`${field}: ${JSON.stringify(p.slice(0, 200))} must be an absolute path`);
+  if (Buffer.byteLength(p) > PATH_MAX) throw new InvalidArgumentError(`${field}: longer than ${PATH_MAX} bytes`);
 }
 
 /** canonicalSpec is a stable string of spec (env keys sorted) to compare two CreateVm calls. */

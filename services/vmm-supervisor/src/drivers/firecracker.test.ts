@@ -1,6 +1,7 @@
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
+import net from 'node:net';
 import path from 'node:path';
 import { createLogger, isSameProcess, processState } from '@sandnode/shared';
 import type { VmRef } from '../core/driver';
@@ -220,6 +221,26 @@ describe('FirecrackerDriver with a fake firecracker binary', () => {
     expect((await driver.inspect(vm)).state).toBe('stopped');
     await driver.destroy(vm);
     expect(existsSync(driver.vmDir('vm-1'))).toBe(false);
+  });
+
+  test('issue 11: the API socket a row names is never connected to; the VM is driven on its own fc.sock', async () => {
+    const s = await driver.create('vm-9', spec, { vcpus: 1, memoryMib: 128, pids: 1024 });
+    const foreign = path.join(dir, 'foreign.sock');
+    let connections = 0;
+    const srv = net.createServer((c) => {
+      connections++;
+      c.destroy();
+    });
+    await new Promise<void>((resolve) => srv.listen(foreign, resolve));
+    try {
+      const vm = ref('vm-9', { process: s.process, apiSocket: foreign });
+      await driver.pause(vm);
+      expect(await driver.inspect(vm)).toEqual({ state: 'paused', process: s.process });
+      await driver.destroy(vm);
+      expect(connections).toBe(0);
+    } finally {
+      await new Promise<void>((resolve) => srv.close(() => resolve()));
+    }
   });
 
   test('a guest that ignores Ctrl-Alt-Del gets SIGKILL after the timeout; a paused one at once', async () => {

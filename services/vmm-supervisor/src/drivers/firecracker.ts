@@ -196,8 +196,9 @@ export class FirecrackerDriver implements VmDriver {
     rmSync(this.vmDir(vm.vmId), { recursive: true, force: true });
   }
 
+  /** api talks to vm's VMM on its own socket, `<vmDir>/fc.sock`: never on a path a VM-table row names (a row could name any socket on the host). */
   private api(vm: VmRef): FirecrackerApi {
-    return new FirecrackerApi(vm.apiSocket || this.apiSocketPath(vm.vmId));
+    return new FirecrackerApi(this.apiSocketPath(vm.vmId));
   }
 
   /** processOf is the VMM of vm: the recorded one, else the one in firecracker.pid (a half-done or forgotten VM). */

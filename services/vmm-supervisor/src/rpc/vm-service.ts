@@ -8,6 +8,9 @@ import type { Supervisor } from '../core/supervisor';
 import { vmSpecFromProto, vmToProto } from './convert';
 import { freezeEndToProto } from './freeze-port-service';
 
+/** How many quarantined rows ListVms reports at most (the newest; keys cut to 128 and reasons to 600 characters), far below the 4 MiB message limit. */
+export const MAX_LISTED_QUARANTINED = 1000;
+
 /**
  * createVmService returns the VmService implementation backed by supervisor; FenceEpoch raises
  * fence (INVALID_ARGUMENT for epoch 0 or a metadata mismatch, ABORTED below the highest seen).
@@ -29,7 +32,9 @@ export function createVmService(
     async listVms() {
       return {
         vms: (await supervisor.list()).map(vmToProto),
-        quarantined: quarantined().map((q) => ({ key: q.vmId, reason: q.reason, quarantinedAtMs: q.quarantinedAtMs })),
+        quarantined: quarantined()
+          .slice(-MAX_LISTED_QUARANTINED)
+          .map((q) => ({ key: q.vmId.slice(0, 128), reason: q.reason.slice(0, 600), quarantinedAtMs: q.quarantinedAtMs })),
         fenceEpoch: Math.max(fence.current, readEpochFile(fence.epochFile)),
       };
     },

@@ -2,8 +2,10 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { VmRecord } from '../core/types';
 import { SqliteVmStore, VM_TABLE_FILE, type QuarantinedRow } from './sqlite-vm-store';
+import { MAX_VM_ROW_BYTES } from './vm-record-check';
 import { useTempDir } from '@sandnode/testkit';
 
+const BIN = '/state/vmm-supervisor/bin';
 const rec = (vmId: string, over: Partial<VmRecord> = {}): VmRecord => ({
   schema: 1,
   vmId,
@@ -23,11 +25,11 @@ describe('SqliteVmStore', () => {
   const tmp = useTempDir('vmm-store');
   test('put/get/list/delete survive a reopen, ordered by id', () => {
     const dir = tmp();
-    const s = SqliteVmStore.forStateDir(dir);
+    const s = SqliteVmStore.forStateDir(dir, { binDir: BIN });
     s.put(rec('vm-b'));
     s.put(rec('vm-a', { state: 'paused' }));
     s.close();
-    const t = SqliteVmStore.forStateDir(dir);
+    const t = SqliteVmStore.forStateDir(dir, { binDir: BIN });
     expect(t.list().map((r) => [r.vmId, r.state])).toEqual([
       ['vm-a', 'paused'],
       ['vm-b', 'running'],
@@ -41,13 +43,13 @@ describe('SqliteVmStore', () => {
 
   test('fields written by a newer release survive a read-modify-write', () => {
     const dir = tmp();
-    const s = SqliteVmStore.forStateDir(dir);
+    const s = SqliteVmStore.forStateDir(dir, { binDir: BIN });
     s.put(rec('vm-a'));
     s.close();
     const db = new Database(path.join(dir, VM_TABLE_FILE));
     db.prepare('UPDATE vms SET record = json_set(record, ?, ?) WHERE vm_id = ?').run('$.futureField', 'kept', 'vm-a');
     db.close();
-    const t = SqliteVmStore.forStateDir(dir);
+    const t = SqliteVmStore.forStateDir(dir, { binDir: BIN });
     t.put({ ...t.get('vm-a')!, state: 'stopped' });
     expect((t.get('vm-a') as unknown as Record<string, unknown>).futureField).toBe('kept');
     expect(t.get('vm-a')?.state).toBe('stopped');
@@ -56,7 +58,7 @@ describe('SqliteVmStore', () => {
 
   /** seed writes good rows through the store, then raw rows straight into the file. */
   const seed = (dir: string, raw: [string | null, string][]) => {
-    const s = SqliteVmStore.forStateDir(dir);
+    const s = SqliteVmStore.forStateDir(dir, { binDir: BIN });
     s.put(rec('vm-a'));
     s.put(rec('vm-z', { state: 'stopped', pid: 0, startTimeTicks: 0 }));
     s.close();
@@ -79,7 +81,7 @@ describe('SqliteVmStore', () => {
       [null, good],
     ]);
     const seen: QuarantinedRow[] = [];
-    const s = SqliteVmStore.forStateDir(dir, { onQuarantine: (q) => seen.push(q) });
+    const s = SqliteVmStore.forStateDir(dir, { binDir: BIN, onQuarantine: (q) => seen.push(q) });
     expect(s.list().map((r) => r.vmId)).toEqual(['vm-a', 'vm-c', 'vm-z']);
     expect(s.get('vm-c')).toEqual(rec('vm-c'));
     const reasons = Object.fromEntries(s.quarantined().map((q) => [q.vmId || `rowid ${q.rowid}`, q.reason]));
@@ -101,7 +103,7 @@ describe('SqliteVmStore', () => {
 
     // Reopening finds nothing more to set aside and keeps the quarantine.
     const again: QuarantinedRow[] = [];
-    const t = SqliteVmStore.forStateDir(dir, { onQuarantine: (q) => again.push(q) });
+    const t = SqliteVmStore.forStateDir(dir, { binDir: BIN, onQuarantine: (q) => again.push(q) });
     expect(again).toEqual([]);
     expect(t.quarantined()).toHaveLength(7);
     expect(t.list().map((r) => r.vmId)).toEqual(['vm-a', 'vm-c', 'vm-z']);
@@ -111,7 +113,7 @@ describe('SqliteVmStore', () => {
   test('a row damaged while open is quarantined on read, not returned', () => {
     const dir = tmp();
     const seen: QuarantinedRow[] = [];
-    const s = SqliteVmStore.forStateDir(dir, { onQuarantine: (q) => seen.push(q) });
+    const s = SqliteVmStore.forStateDir(dir, { binDir: BIN, onQuarantine: (q) => seen.push(q) });
     s.put(rec('vm-a'));
     s.put(rec('vm-b'));
     const db = new Database(path.join(dir, VM_TABLE_FILE));
@@ -128,9 +130,45 @@ describe('SqliteVmStore', () => {
     const old = rec('vm-old') as unknown as Record<string, unknown>;
     delete old.driverBinary;
     seed(dir, [['vm-old', JSON.stringify(old)]]);
-    const s = SqliteVmStore.forStateDir(dir);
+    const s = SqliteVmStore.forStateDir(dir, { binDir: BIN });
     expect(s.get('vm-old')).toEqual(rec('vm-old', { driverBinary: '' }));
     expect(s.quarantined()).toEqual([]);
+    s.close();
+  });
+
+  test('issue 11: rows naming a foreign driver binary, duplicating a key or over the size bound are quarantined, never served', () => {
+    const dir = tmp();
+    const good = JSON.stringify(rec('vm-c'));
+    seed(dir, [
+      ['vm-evilbin', JSON.stringify(rec('vm-evilbin', { driverBinary: '/tmp/atk/evilbin' }))],
+      ['vm-dotdot', JSON.stringify(rec('vm-dotdot', { driverBinary: `${BIN}/../../../tmp/evil` }))],
+      ['vm-flat', JSON.stringify(rec('vm-flat', { driverBinary: `${BIN}/runc` }))],
+      // the last "state" wins in JSON.parse: the row is ambiguous
+      ['vm-dup', good.replace('"vmId":"vm-c"', '"vmId":"vm-dup"').replace('"state":"running"', '"state":"stopped","state":"running"')],
+      ['vm-huge', JSON.stringify(rec('vm-huge', { spec: { ...rec('x').spec, env: { A: 'x'.repeat(5 * 1024 * 1024) } } }))],
+      ['vm-c', good],
+    ]);
+    const s = SqliteVmStore.forStateDir(dir, { binDir: BIN });
+    expect(s.list().map((r) => r.vmId)).toEqual(['vm-a', 'vm-c', 'vm-z']);
+    const reasons = Object.fromEntries(s.quarantined().map((q) => [q.vmId, q.reason]));
+    expect(reasons).toEqual({
+      'vm-evilbin': `driverBinary "/tmp/atk/evilbin" is not a copy in ${BIN}`,
+      'vm-dotdot': expect.stringMatching(/^driverBinary .* is not a copy in /),
+      'vm-flat': expect.stringMatching(/^driverBinary .* is not a copy in /),
+      'vm-dup': expect.stringMatching(/^record is not in the form this store writes \(a duplicated key/),
+      'vm-huge': expect.stringMatching(/over the 65536-byte bound/),
+    });
+    s.close();
+  });
+
+  test('issue 11: put refuses a row the store would not read back (nothing written)', () => {
+    const dir = tmp();
+    const s = SqliteVmStore.forStateDir(dir, { binDir: BIN });
+    expect(() => s.put(rec('vm-a', { driverBinary: '/usr/bin/runc' }))).toThrow(/would not be readable/);
+    expect(() => s.put(rec('vm-b', { spec: { ...rec('x').spec, env: { A: 'x'.repeat(MAX_VM_ROW_BYTES) } } }))).toThrow(/would not be readable/);
+    expect(s.list()).toEqual([]);
+    s.put(rec('vm-c', { driverBinary: '' }));
+    expect(s.get('vm-c')?.driverBinary).toBe('');
     s.close();
   });
 });

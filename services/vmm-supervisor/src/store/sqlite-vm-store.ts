@@ -16,10 +16,10 @@
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { busyToUnavailable, isSqliteBusy, SQLITE_BUSY_TIMEOUT_MS, type WriteProbe } from '@sandnode/shared';
+import { busyToUnavailable, InternalError, isSqliteBusy, SQLITE_BUSY_TIMEOUT_MS, type WriteProbe } from '@sandnode/shared';
 import type { VmRecord } from '../core/types';
 import type { VmStore } from '../core/vm-store';
-import { parseVmRecord } from './vm-record-check';
+import { parseVmRecord, type VmRowContext } from './vm-record-check';
 
 /** File name of the VM table inside the state dir. */
 export const VM_TABLE_FILE = 'vmm-supervisor/vm-table.db';
@@ -36,10 +36,18 @@ export interface QuarantinedRow {
   quarantinedAtMs: number;
 }
 
-/** SqliteVmStoreOptions: onQuarantine is called once for every row moved to quarantine. */
+/**
+ * SqliteVmStoreOptions: onQuarantine is called once for every row moved to quarantine; binDir
+ * is the dir of the driver binaries a row may name (default `bin` next to the file, i.e.
+ * `<stateDir>/vmm-supervisor/bin` for forStateDir, the DriverBinaries dir).
+ */
 export interface SqliteVmStoreOptions {
   onQuarantine?: (row: QuarantinedRow) => void;
+  binDir?: string;
 }
+
+/** Longest quarantine reason kept, in characters (a reason may quote the bad value). */
+const MAX_REASON_CHARS = 512;
 
 interface Row {
   rowid: number;
@@ -51,6 +59,7 @@ interface Row {
 export class SqliteVmStore implements VmStore, WriteProbe {
   private readonly db: Database.Database;
   private readonly onQuarantine: (row: QuarantinedRow) => void;
+  private readonly ctx: VmRowContext;
   /** The rows moved to quarantine while opening (empty when every row was good). */
   readonly quarantinedAtOpen: QuarantinedRow[];
 
@@ -64,6 +73,7 @@ export class SqliteVmStore implements VmStore, WriteProbe {
     mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
     this.db = new Database(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
     this.onQuarantine = opts.onQuarantine ?? (() => {});
+    this.ctx = { binDir: path.resolve(opts.binDir ?? path.join(path.dirname(path.resolve(file)), 'bin')) };
     this.quarantinedAtOpen = [];
     try {
       this.db.pragma('journal_mode = WAL');
@@ -114,9 +124,11 @@ export class SqliteVmStore implements VmStore, WriteProbe {
     const now = Date.now();
     for (const row of rows) {
       try {
-        good.push(parseVmRecord(row.record, row.vm_id ?? ''));
+        good.push(parseVmRecord(row.record, row.vm_id ?? '', this.ctx));
       } catch (err) {
-        bad.push({ vmId: row.vm_id ?? '', rowid: row.rowid, raw: row.record, reason: (err as Error).message, quarantinedAtMs: now });
+        const msg = (err as Error).message;
+        const reason = msg.length <= MAX_REASON_CHARS ? msg : `${msg.slice(0, MAX_REASON_CHARS)}... (${msg.length} chars)`;
+        bad.push({ vmId: row.vm_id ?? '', rowid: row.rowid, raw: row.record, reason, quarantinedAtMs: now });
       }
     }
     if (bad.length === 0) return good;
@@ -140,12 +152,23 @@ export class SqliteVmStore implements VmStore, WriteProbe {
     return good;
   }
 
-  /** put writes the record (durable on return), merged over the stored one. StoreBusyError (UNAVAILABLE) when the file is locked. */
+  /**
+   * put writes the record (durable on return), merged over the stored one. StoreBusyError
+   * (UNAVAILABLE) when the file is locked; InternalError (nothing written) when the row would be
+   * one this store refuses to read (see parseVmRecord: too large, a driver binary outside the
+   * binary dir...): such a row is never written.
+   */
   put(record: VmRecord): void {
     const old = this.get(record.vmId) as Record<string, unknown> | undefined;
     const merged = { ...(old ?? {}), ...record };
+    const text = JSON.stringify(merged);
+    try {
+      parseVmRecord(text, record.vmId, this.ctx);
+    } catch (err) {
+      throw new InternalError(`vm-table.db: the row of ${record.vmId} would not be readable (${(err as Error).message.slice(0, MAX_REASON_CHARS)}); nothing written`);
+    }
     busyToUnavailable(`vm-table.db: write of ${record.vmId}`, () =>
-      this.db.prepare('INSERT INTO vms (vm_id, record) VALUES (?, ?) ON CONFLICT(vm_id) DO UPDATE SET record = excluded.record').run(record.vmId, JSON.stringify(merged)),
+      this.db.prepare('INSERT INTO vms (vm_id, record) VALUES (?, ?) ON CONFLICT(vm_id) DO UPDATE SET record = excluded.record').run(record.vmId, text),
     );
   }
 

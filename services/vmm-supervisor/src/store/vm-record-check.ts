@@ -2,8 +2,17 @@
  * parseVmRecord: one stored VM-table row (JSON text) to a {@link VmRecord}, checked field by
  * field, so that a damaged row is set aside by the store instead of reaching adoption or the wire.
  */
+import path from 'node:path';
 import { RESOURCE_ID_RE } from '@sandnode/shared';
 import { VM_RECORD_SCHEMA, type VmRecord } from '../core/types';
+
+/**
+ * Largest VM-table row, in bytes of its JSON. A real row is 1-2 KB (CreateVm bounds the env,
+ * see MAX_VM_ENV_BYTES, and the paths it stores must exist, so each is under PATH_MAX); the
+ * bound keeps one planted row from making ListVms (no paging) exceed grpc-js's 4 MiB message
+ * limit: 64 rows of the largest size, or thousands of real rows, fit one message.
+ */
+export const MAX_VM_ROW_BYTES = 64 * 1024;
 
 /** BadVmRowError says why a stored row cannot be read; `message` is the reason kept in quarantine. */
 export class BadVmRowError extends Error {}
@@ -30,16 +39,40 @@ function count(o: Obj, key: string, at: string): void {
   need(typeof v === 'number' && Number.isSafeInteger(v) && v >= 0, `${at}${key} is not a non-negative integer`);
 }
 
+/** What a row is checked against: the dir of the supervisor's own driver binaries (`<stateDir>/vmm-supervisor/bin`, absolute). */
+export interface VmRowContext {
+  binDir: string;
+}
+
+/**
+ * inBinDir says whether p is a copy inside binDir as DriverBinaries.install makes them,
+ * `<binDir>/<driver>-<version>/<name>`: absolute, normalized (no "." or ".." part), exactly two
+ * parts below binDir. Lexical: binDir is written only by the supervisor (no sandbox can plant a
+ * symlink there).
+ */
+export function inBinDir(p: string, binDir: string): boolean {
+  if (!path.isAbsolute(p) || path.normalize(p) !== p) return false;
+  const rel = path.relative(binDir, p);
+  const parts = rel.split(path.sep);
+  return !path.isAbsolute(rel) && parts.length === 2 && parts.every((x) => x !== '' && x !== '.' && x !== '..');
+}
+
 /**
  * parseVmRecord parses `raw` (the row's JSON) stored under `vmId` (the key column) and checks
  * every field this release reads: schema 1..{@link VM_RECORD_SCHEMA} (a newer one is refused,
  * its meaning is unknown), vmId a resource id equal to the key, state one of the four, counts
  * non-negative integers, strings strings, spec with drives/resources/env of the right shape.
  * Fields this release does not know are kept. `driverBinary` and `spec.machineId` may be missing
- * (rows of older releases). Throws {@link BadVmRowError} naming the first bad field.
+ * (rows of older releases). Also refused: a row over {@link MAX_VM_ROW_BYTES}; a row that is not
+ * exactly the JSON.stringify form this store writes (a duplicated key, which JSON.parse would
+ * silently resolve to its last value, or text edited by hand: its meaning is ambiguous); a
+ * non-empty `driverBinary` that is not a copy in ctx.binDir ({@link inBinDir}: the supervisor
+ * runs it as root). Throws {@link BadVmRowError} naming the first bad field.
  */
-export function parseVmRecord(raw: unknown, vmId: string): VmRecord {
+export function parseVmRecord(raw: unknown, vmId: string, ctx: VmRowContext): VmRecord {
   need(typeof raw === 'string', `record is not text (${typeof raw})`);
+  const size = Buffer.byteLength(raw as string);
+  need(size <= MAX_VM_ROW_BYTES, `record is ${size} bytes, over the ${MAX_VM_ROW_BYTES}-byte bound of a VM row`);
   let v: unknown;
   try {
     v = JSON.parse(raw as string);
@@ -47,6 +80,7 @@ export function parseVmRecord(raw: unknown, vmId: string): VmRecord {
     throw new BadVmRowError(`record is not JSON: ${(err as Error).message}`);
   }
   need(isObj(v), 'record is not a JSON object');
+  need(JSON.stringify(v) === raw, 'record is not in the form this store writes (a duplicated key, whitespace or a non-canonical number or escape): its meaning is ambiguous');
   const r = v as Obj;
   need(typeof r.schema === 'number' && Number.isInteger(r.schema) && r.schema >= 1, 'schema is missing or not a positive integer');
   need((r.schema as number) <= VM_RECORD_SCHEMA, `schema ${r.schema as number} is newer than this release reads (${VM_RECORD_SCHEMA})`);
@@ -60,6 +94,7 @@ export function parseVmRecord(raw: unknown, vmId: string): VmRecord {
   for (const k of ['driver', 'driverVersion', 'apiSocket']) str(r, k, '');
   if (r.driverBinary === undefined) r.driverBinary = '';
   str(r, 'driverBinary', '');
+  need(r.driverBinary === '' || inBinDir(r.driverBinary as string, ctx.binDir), `driverBinary ${JSON.stringify(r.driverBinary)} is not a copy in ${ctx.binDir}`);
   need(isObj(r.spec), 'spec is not an object');
   const s = r.spec as Obj;
   for (const k of ['templateRootfs', 'poddSocketDir', 'hostname']) str(s, k, 'spec.');
