@@ -6,7 +6,7 @@
  */
 import { existsSync, lstatSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
-import { UBLK_FEATURES, createSandnodeChannel, createServiceClient, hasFeature, missingFeature, niceWhileBooting, socketPath, unixAddress } from '@sandnode/shared';
+import { UBLK_FEATURES, createSandnodeChannel, readLeaseEpoch, serverLeasePath, createServiceClient, hasFeature, missingFeature, niceWhileBooting, socketPath, unixAddress } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { mainScript, nodeFor, versionAt, writePidFile, type StackDirs } from './components';
@@ -112,9 +112,11 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
     throw new Error(`${why}; the new slot ${newSlot} was stopped and the old slot keeps its devices`);
   };
   if (!hasFeature(fresh, UBLK_FEATURES.handover)) await giveUp(missingFeature(fresh, UBLK_FEATURES.handover));
-  // The move is a mutating call on both slots: it carries the node's current epoch (the
-  // active server's, from its GetLeaseStatus), like every call the server makes.
-  const epoch = (await findActiveServer(dirs.runDir))?.epoch ?? 0;
+  // The move is a mutating call on both slots: it carries the node's current epoch, like every
+  // call the server makes: the active server's (its GetLeaseStatus), or with no server running
+  // the last one's, from the lease record (0 made it ABORTED "stale epoch 0" on a node that had
+  // one: the chaos run, seed 1).
+  const epoch = (await findActiveServer(dirs.runDir))?.epoch ?? readLeaseEpoch(serverLeasePath(dirs.stateDir));
   const ch = createSandnodeChannel(unixAddress(newSock));
   let res;
   try {

@@ -55,4 +55,18 @@ describeNode('upgrade ublk-manager (device handover) from the CLI', () => {
     }
     await api.sandboxes.deleteSandbox({ sandboxId: extra.sandboxId });
   });
+
+  it('moves the devices with no server running, at the epoch of the lease record (it answered ABORTED "stale epoch 0")', async () => {
+    const api = node.reconnect();
+    const sb = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
+    api.close();
+    await stopComponent(node.dirs, 'server');
+    const moved = await upgradeUblkManager(node.dirs, '.');
+    expect(moved.devices.filter((d) => d.deviceId.startsWith(sb.sandboxId)).map((d) => d.result)).toEqual(['MOVED', 'MOVED']);
+    await startComponent(node.dirs, 'server');
+    const again = node.reconnect();
+    const g = (await again.sandboxes.getSandbox({ sandboxId: sb.sandboxId })).sandbox!;
+    expect([g.state, g.pid]).toEqual([SandboxState.SANDBOX_STATE_RUNNING, sb.pid]);
+    await again.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
+  });
 });
