@@ -12,7 +12,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createLogger, type SandnodeCallContext } from '@sandnode/shared';
+import { createLogger } from '@sandnode/shared';
 import { ListSandboxesResponse } from '@sandnode/shared/proto/server/v1/sandbox';
 import { Peers, templates } from '../../core/__tests__/fake-peers';
 import { SandboxManager } from '../../core/sandbox-manager';
@@ -56,13 +56,13 @@ describe('ListSandboxes with many sandboxes that carry the most metadata CreateS
     for (let i = 0; i < 210; i++) ids.push((await m.create({ template: 'base', timeoutSeconds: 0, metadata, resources: undefined, requestId: '' })).sandboxId);
 
     const svc = sandboxService(m);
-    const ctx = { signal: new AbortController().signal } as unknown as SandnodeCallContext;
+    const ctx = { signal: new AbortController().signal } as unknown as Parameters<typeof svc.listSandboxes>[1];
     const seen: string[] = [];
     let token = '';
     for (let pages = 0; pages < 1000; pages++) {
       const page = await svc.listSandboxes({ states: [], metadata: {}, pageSize: 1000, pageToken: token }, ctx);
       expect(ListSandboxesResponse.encode(ListSandboxesResponse.fromPartial(page)).finish().length).toBeLessThanOrEqual(GRPC_MAX_MESSAGE_BYTES);
-      seen.push(...(page.sandboxes ?? []).map((s) => s.sandboxId));
+      seen.push(...(page.sandboxes ?? []).map((s) => s.sandboxId ?? ''));
       token = page.nextPageToken ?? '';
       if (!token) break;
     }
