@@ -9,7 +9,7 @@ import { mkdir, rm } from 'node:fs/promises';
 import { DeadlineExceededError, FailedPreconditionError, isCode, sandboxDir, Status, unixAddress } from '@sandnode/shared';
 import type { CoreContext, RecordOrigin } from './context';
 import { INITIAL_STATE, transition } from './transitions';
-import { RECORD_SCHEMA, type SandboxRecord } from './types';
+import { RECORD_SCHEMA, type DeviceRole, type SandboxRecord } from './types';
 
 /** The env var that tells a fork child's init and podd its parent's sandbox id. */
 export const FORKED_FROM_ENV = 'SANDNODE_FORKED_FROM';
@@ -121,7 +121,7 @@ export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortS
  * ublk-manager does not answer (UNAVAILABLE: a drain stopped it; the message says what to run).
  */
 export async function coldStart(c: CoreContext, rec: SandboxRecord): Promise<SandboxRecord> {
-  const paths: Partial<Record<'rootfs-upper' | 'workspace', string>> = {};
+  const paths: Partial<Record<DeviceRole, string>> = {};
   for (const d of rec.devices) {
     const live = await c.devices.get(d.deviceId).catch((err: unknown) => {
       // a drain stops the ublk-manager: say what to run rather than a bare UNAVAILABLE
@@ -143,15 +143,39 @@ export async function coldStart(c: CoreContext, rec: SandboxRecord): Promise<San
 
 /**
  * teardown removes VM, devices, runtime dir and finally the record (marked DELETING first,
- * so a crash in between is finished by adoption). Idempotent: a retry after a peer outage
- * finishes it.
+ * so a crash in between is finished by adoption). A part another record also names (a copied
+ * or replayed row listing a live sandbox's VM or devices) is left to that record: a teardown
+ * removes only what rec alone owns. Idempotent: a retry after a peer outage finishes it.
  */
 export async function teardown(c: CoreContext, rec: SandboxRecord): Promise<void> {
   transition(rec, 'DELETING');
   c.touch(rec);
-  await c.vms.delete(rec.vm?.vmId ?? rec.sandboxId);
-  c.podd.forget(rec.poddAddress);
-  for (const d of ownedDeviceIds(rec)) await c.devices.delete(d);
+  const others = othersParts(c, rec);
+  const vmId = rec.vm?.vmId ?? rec.sandboxId;
+  const shared: string[] = [];
+  if (others.vms.has(vmId)) shared.push(`vm ${vmId}`);
+  else await c.vms.delete(vmId);
+  if (!others.podd.has(rec.poddAddress)) c.podd.forget(rec.poddAddress);
+  for (const d of ownedDeviceIds(rec)) {
+    if (others.devices.has(d)) shared.push(`device ${d}`);
+    else await c.devices.delete(d);
+  }
+  if (shared.length) c.log.error({ sandbox_id: rec.sandboxId, kept: shared }, 'teardown: left parts another record names');
   await rm(sandboxDir(c.runDir, rec.sandboxId), { recursive: true, force: true });
   c.store.delete(rec.sandboxId);
+}
+
+/**
+ * othersParts are the VM ids, device ids and podd addresses that records other than rec own,
+ * of those rec names (only the records that mention one are read, see RecordStore.mentioning).
+ */
+function othersParts(c: Pick<CoreContext, 'store'>, rec: SandboxRecord): { vms: Set<string>; devices: Set<string>; podd: Set<string> } {
+  const needles = [rec.vm?.vmId ?? rec.sandboxId, ...ownedDeviceIds(rec), rec.poddAddress];
+  const others = c.store.mentioning ? c.store.mentioning(needles, rec.sandboxId) : c.store.list().filter((r) => r.sandboxId !== rec.sandboxId);
+  const held = (c.store.quarantinedIds?.() ?? []).filter((id) => id !== rec.sandboxId);
+  return {
+    vms: new Set([...others.map((r) => r.vm?.vmId ?? r.sandboxId), ...held]),
+    devices: new Set([...others.flatMap(ownedDeviceIds), ...held.flatMap((id) => [`${id}-upper`, `${id}-ws`])]),
+    podd: new Set(others.map((r) => r.poddAddress)),
+  };
 }

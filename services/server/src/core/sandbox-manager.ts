@@ -34,6 +34,11 @@ export const DEFAULT_HOST_SYNC_TIMEOUT_MS = 120_000;
 export const DEFAULT_PAGE_SIZE = 100;
 /** Largest ListSandboxes page size. */
 export const MAX_PAGE_SIZE = 1000;
+/**
+ * Most bytes of sandboxes a ListSandboxes page carries (2 MiB, half gRPC's 4 MiB message limit;
+ * a record is at most MAX_RECORD_BYTES, 1 MiB, so a page with one sandbox always fits).
+ */
+export const MAX_PAGE_BYTES = 2 * 1024 * 1024;
 
 export interface SandboxManagerOptions {
   store: RecordStore;
@@ -74,6 +79,10 @@ export interface ListSandboxesArgs {
   metadata: Record<string, string>;
   pageSize: number;
   pageToken: string;
+  /** the encoded size of a record in the answer, bytes (the rpc layer's); none: pages are cut by count only */
+  sizeOf?: (r: SandboxRecord) => number;
+  /** most bytes of records (by sizeOf) a page holds (default MAX_PAGE_BYTES) */
+  maxPageBytes?: number;
 }
 
 export class SandboxManager {
@@ -129,7 +138,11 @@ export class SandboxManager {
 
   /**
    * list filters and pages the records (ordered by id). A states filter never matches a record
-   * whose state is UNKNOWN (unknown to this version). The page token is the last id, base64url. Errors: INVALID_ARGUMENT (page_size above MAX_PAGE_SIZE, a foreign token).
+   * whose state is UNKNOWN (unknown to this version). A page holds at most page_size records
+   * and, when args.sizeOf is given, stops before their sizes (bytes) would pass args.maxPageBytes
+   * (default MAX_PAGE_BYTES; the first record always fits); nextPageToken (the last id,
+   * base64url) is set when matches remain. Errors: INVALID_ARGUMENT (page_size above
+   * MAX_PAGE_SIZE, a foreign token).
    */
   list(args: ListSandboxesArgs): { sandboxes: SandboxRecord[]; nextPageToken: string } {
     if (args.pageSize > MAX_PAGE_SIZE) throw new InvalidArgumentError(`page_size: ${args.pageSize} is above ${MAX_PAGE_SIZE}`);
@@ -147,9 +160,18 @@ export class SandboxManager {
       // not even one naming a value this version does not know; an unfiltered list shows it
       .filter((r) => args.states.length === 0 || (r.state !== 'UNKNOWN' && args.states.includes(r.state)))
       .filter((r) => mdFilter.every(([k, v]) => r.metadata[k] === v));
-    const page = matches.slice(0, size);
+    const maxBytes = args.maxPageBytes ?? MAX_PAGE_BYTES;
+    const page: SandboxRecord[] = [];
+    let bytes = 0;
+    for (const r of matches) {
+      if (page.length >= size) break;
+      const n = args.sizeOf ? args.sizeOf(r) : 0;
+      if (page.length > 0 && bytes + n > maxBytes) break;
+      page.push(r);
+      bytes += n;
+    }
     const last = page[page.length - 1];
-    const nextPageToken = matches.length > size && last ? Buffer.from(last.sandboxId).toString('base64url') : '';
+    const nextPageToken = matches.length > page.length && last ? Buffer.from(last.sandboxId).toString('base64url') : '';
     return { sandboxes: page, nextPageToken };
   }
 

@@ -21,7 +21,12 @@ export interface Resources {
   pids: number;
 }
 
-export type DeviceRole = 'rootfs-upper' | 'workspace';
+/**
+ * What a device is to its sandbox. 'other' is a role this version cannot name (a newer
+ * server's): the device is kept in the record (its stored role survives a rewrite, see
+ * store/record-codec.ts) and torn down with the sandbox, but never booted on.
+ */
+export type DeviceRole = 'rootfs-upper' | 'workspace' | 'other';
 
 /** One device of a sandbox as recorded. */
 export interface DeviceRef {
@@ -99,6 +104,11 @@ export interface RecordStore {
   put(rec: SandboxRecord): void;
   /** delete removes the record; durable on return. */
   delete(id: string): void;
+  /**
+   * mentioning returns the records other than exceptId whose stored bytes contain one of
+   * needles: a superset of those listing one of those ids (callers check the fields). Absent: callers filter list().
+   */
+  mentioning?(needles: string[], exceptId: string): SandboxRecord[];
   /** quarantinedIds lists the sandbox ids of rows set aside as unservable (their parts are not orphans). */
   quarantinedIds?(): string[];
   close(): void;

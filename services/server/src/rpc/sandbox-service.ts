@@ -3,9 +3,24 @@
  * mapped to gRPC codes by the shared middleware.
  */
 import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from '@sandnode/shared';
-import type { ExecResponse, SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
+import { Sandbox, type ExecResponse, type SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { SandboxManager } from '../core/sandbox-manager';
 import { forkMethodToPb, sandboxToPb, statesFromPb } from './convert';
+
+/** listedBytes is what one sandbox adds to a ListSandboxesResponse, bytes: its encoding, the field tag and the length prefix. */
+function listedBytes(s: Sandbox): number {
+  const n = Sandbox.encode(s).finish().length;
+  return 1 + varintBytes(n) + n;
+}
+
+function varintBytes(n: number): number {
+  let k = 1;
+  while (n >= 0x80) {
+    n = Math.floor(n / 0x80);
+    k++;
+  }
+  return k;
+}
 
 /** counters.streams counts running Exec streams (a retiring server relays them to the end). */
 export function sandboxService(m: SandboxManager, counters: { streams: number } = { streams: 0 }): SandboxServiceImplementation<SandnodeCallContext> {
@@ -27,7 +42,8 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
       return { sandbox: sandboxToPb(m.get(req.sandboxId)) };
     },
     async listSandboxes(req) {
-      const page = m.list({ states: statesFromPb(req.states), metadata: req.metadata, pageSize: req.pageSize, pageToken: req.pageToken });
+      // a page is cut by bytes too (MAX_PAGE_BYTES), so it always fits a gRPC message
+      const page = m.list({ states: statesFromPb(req.states), metadata: req.metadata, pageSize: req.pageSize, pageToken: req.pageToken, sizeOf: (r) => listedBytes(sandboxToPb(r)) });
       return { sandboxes: page.sandboxes.map(sandboxToPb), nextPageToken: page.nextPageToken };
     },
     async pauseSandbox(req, ctx) {

@@ -30,10 +30,18 @@ export function stateFromPb(s: PbState | number): SandboxState {
   return 'UNKNOWN';
 }
 
-function roleFromPb(r: PbRole): DeviceRole | undefined {
+/** roleFromPb maps the proto enum; a value this version cannot name (0, or a newer one) is 'other'. */
+function roleFromPb(r: PbRole): DeviceRole {
   if (r === PbRole.DEVICE_ROLE_ROOTFS_UPPER) return 'rootfs-upper';
   if (r === PbRole.DEVICE_ROLE_WORKSPACE) return 'workspace';
-  return undefined;
+  return 'other';
+}
+
+/** roleToPb maps a domain role; 'other' keeps the stored value (old), so a newer server's role survives. */
+function roleToPb(r: DeviceRole, old: PbRole | undefined): PbRole {
+  if (r === 'rootfs-upper') return PbRole.DEVICE_ROLE_ROOTFS_UPPER;
+  if (r === 'workspace') return PbRole.DEVICE_ROLE_WORKSPACE;
+  return old ?? PbRole.DEVICE_ROLE_UNSPECIFIED;
 }
 
 /** encodeRecord returns the bytes to persist for rec. */
@@ -55,7 +63,7 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
       return {
         ...(old ?? {}),
         deviceId: d.deviceId,
-        role: d.role === 'rootfs-upper' ? PbRole.DEVICE_ROLE_ROOTFS_UPPER : PbRole.DEVICE_ROLE_WORKSPACE,
+        role: roleToPb(d.role, old?.role),
         path: d.path,
         backingFile: d.backingFile,
         sizeBytes: d.sizeBytes,
@@ -111,10 +119,9 @@ export function decodeRecord(bytes: Uint8Array): SandboxRecord {
           apiSocket: msg.vm.apiSocket,
         }
       : undefined,
-    devices: msg.devices.flatMap((d) => {
-      const role = roleFromPb(d.role);
-      return role ? [{ deviceId: d.deviceId, role, path: d.path, backingFile: d.backingFile, sizeBytes: d.sizeBytes }] : [];
-    }),
+    // every device is kept, also one of a role this version cannot name: a rewrite keeps it
+    // and a teardown deletes it
+    devices: msg.devices.map((d) => ({ deviceId: d.deviceId, role: roleFromPb(d.role), path: d.path, backingFile: d.backingFile, sizeBytes: d.sizeBytes })),
     poddAddress: msg.poddAddress,
     createdAtMs: msg.createdAtMs,
     updatedAtMs: msg.updatedAtMs,

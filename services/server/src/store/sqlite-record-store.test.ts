@@ -1,6 +1,7 @@
 /**
  * SqliteRecordStore on a real SQLite file: rows that cannot be served (garbage, truncated, a
- * newer schema, a blob id other than the key, a key that is not a sandbox id) are moved to the
+ * newer schema, a blob id other than the key, a key that is not a sandbox id, a VM or device id
+ * that is not an id, a blob over 1 MiB, a copy of another sandbox's parts) are moved to the
  * quarantine table at open with the reason, never served and never thrown; the good rows are.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -8,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { createLogger } from '@sandnode/shared';
-import { RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
+import { RuntimeRecord, type DeepPartial } from '@sandnode/shared/proto/server/v1/record';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { SqliteRecordStore } from './sqlite-record-store';
 
@@ -16,7 +17,7 @@ const log = createLogger('test', '0', 'silent');
 const GOOD = 'sb-00000000000000a1';
 const BAD = 'sb-00000000000000b2';
 
-function bytes(fields: Partial<RuntimeRecord>): Buffer {
+function bytes(fields: DeepPartial<RuntimeRecord>): Buffer {
   return Buffer.from(RuntimeRecord.encode(RuntimeRecord.fromPartial({ schema: 1, state: SandboxState.SANDBOX_STATE_RUNNING, template: 'base', ...fields })).finish());
 }
 
@@ -53,6 +54,14 @@ describe('SqliteRecordStore', () => {
     ['a JSON {} text', () => '{}', /not protobuf bytes/],
     ['an empty blob (no id)', () => Buffer.alloc(0), /carries sandbox id "", not its row key/],
     ['a blob naming another id (a duplicate of GOOD)', () => bytes({ sandboxId: GOOD }), /carries sandbox id "sb-00000000000000a1", not its row key/],
+    ['a 5 MB blob', () => bytes({ sandboxId: BAD, metadata: { big: 'x'.repeat(5 << 20) } }), /is 5242\d{3} bytes, more than 1048576/],
+    ['a VM id with path characters', () => bytes({ sandboxId: BAD, vm: { vmId: '../../../x', pid: 1 } }), /VM id "..\/..\/..\/x" is not an id/],
+    [
+      'a device id with path characters',
+      () => bytes({ sandboxId: BAD, devices: [{ deviceId: '../../x', role: 1, path: '/dev/sda', backingFile: '/etc/passwd', sizeBytes: 1 }] }),
+      /device id "..\/..\/x" is not an id/,
+    ],
+    ['a reset upper id in upper case', () => bytes({ sandboxId: BAD, resetUpperDeviceId: 'UPPER_CASE' }), /reset_upper_device_id "UPPER_CASE" is not an id/],
   ];
   it.each(bad)('sets aside a row holding %s at open; serves the good row; never throws', (_what, make, reason) => {
     rawRow(BAD, make());
@@ -94,6 +103,45 @@ describe('SqliteRecordStore', () => {
     const rec = s.get(GOOD)!;
     expect(() => s.put({ ...rec, sandboxId: `${GOOD} ` })).toThrow(/is not a sandbox id/);
     expect(s.list().map((r) => r.sandboxId)).toEqual([GOOD]);
+    s.close();
+  });
+
+  it('put refuses a record that would be set aside when read (a bad part id, over 1 MiB) and writes nothing', () => {
+    const s = new SqliteRecordStore(file, log);
+    const rec = s.get(GOOD)!;
+    expect(() => s.put({ ...rec, resetUpperDeviceId: 'UPPER_CASE' })).toThrow(/reset_upper_device_id "UPPER_CASE" is not an id/);
+    expect(() => s.put({ ...rec, metadata: { big: 'x'.repeat(2 << 20) } })).toThrow(/more than 1048576/);
+    expect(s.get(GOOD)).toMatchObject({ resetUpperDeviceId: '', metadata: {} });
+    s.close();
+  });
+
+  it("sets aside at open a copy of another sandbox's record (its VM and devices), keeps the original", () => {
+    const parts = (id: string) => ({
+      vm: { vmId: id, pid: 7 },
+      devices: [
+        { deviceId: `${id}-upper`, role: 1, path: '/dev/loop1', backingFile: '/i/u', sizeBytes: 1 },
+        { deviceId: `${id}-ws`, role: 2, path: '/dev/loop2', backingFile: '/i/w', sizeBytes: 1 },
+      ],
+    });
+    const first = new SqliteRecordStore(file, log);
+    first.delete(GOOD);
+    first.close();
+    rawRow(GOOD, bytes({ sandboxId: GOOD, ...parts(GOOD) }));
+    rawRow(BAD, bytes({ sandboxId: BAD, state: SandboxState.SANDBOX_STATE_CREATING, ...parts(GOOD) }));
+    const s = new SqliteRecordStore(file, log);
+    expect(s.list().map((r) => r.sandboxId)).toEqual([GOOD]);
+    expect(s.quarantined.get(BAD)).toBe(`it lists vm ${GOOD} of sandbox ${GOOD}`);
+    s.close();
+    expect(quarantineRows()).toEqual([{ sandbox_id: BAD, reason: `it lists vm ${GOOD} of sandbox ${GOOD}` }]);
+  });
+
+  it('mentioning finds the records that list an id (not the one excepted), ignoring empty needles', () => {
+    rawRow(BAD, bytes({ sandboxId: BAD, devices: [{ deviceId: `${GOOD}-ws`, role: 2 }] }));
+    const s = new SqliteRecordStore(file, log);
+    expect(s.mentioning([`${GOOD}-ws`, ''], GOOD).map((r) => r.sandboxId)).toEqual([BAD]);
+    expect(s.mentioning([`${GOOD}-ws`], BAD).map((r) => r.sandboxId)).toEqual([]);
+    expect(s.mentioning([GOOD], '').map((r) => r.sandboxId)).toEqual([GOOD, BAD]);
+    expect(s.mentioning([''], '')).toEqual([]);
     s.close();
   });
 

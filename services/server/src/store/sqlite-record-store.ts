@@ -6,7 +6,8 @@
  * The row key (sandbox_id, PRIMARY KEY) is the id the blob carries: put() writes both from one
  * value and every read checks they agree, so one id is one row and a listed record is always
  * deletable by the id it shows. A row that cannot be served (blob that does not decode, a newer
- * schema, a blob id other than the key, a key that is not a sandbox id) is moved at open to the
+ * schema, a blob id other than the key, a key that is not a sandbox id, a VM or device id that is
+ * not a resource id, a blob over MAX_RECORD_BYTES) is moved at open to the
  * `quarantine` table with the reason and logged naming the id; it is never served (get answers
  * undefined, so GetSandbox says NOT_FOUND) and adoption never sees it.
  *
@@ -19,9 +20,17 @@
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { busyToUnavailable, SANDBOX_ID_RE, SQLITE_BUSY_TIMEOUT_MS, waitWhileBusy, type Logger, type WriteProbe } from '@sandnode/shared';
+import { busyToUnavailable, RESOURCE_ID_RE, SANDBOX_ID_RE, SQLITE_BUSY_TIMEOUT_MS, waitWhileBusy, type Logger, type WriteProbe } from '@sandnode/shared';
 import type { RecordStore, SandboxRecord } from '../core/types';
 import { decodeRecord, encodeRecord } from './record-codec';
+
+/**
+ * Largest record blob served, bytes (1 MiB). The largest record CreateSandbox can make is about
+ * 25 KB (64 metadata entries of 63 + 256 bytes); a bigger row is set aside, so that one
+ * sandbox always fits a ListSandboxes page (server.v1 pages are cut at 2 MiB, gRPC's message
+ * limit is 4 MiB).
+ */
+export const MAX_RECORD_BYTES = 1024 * 1024;
 
 /** Longest SqliteRecordStore.open waits for a database another process holds locked, in ms. */
 export const DEFAULT_RECORDS_OPEN_WAIT_MS = 10_000;
@@ -114,6 +123,24 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
     return out;
   }
 
+  /**
+   * mentioning returns the servable records, other than the one keyed exceptId, whose stored
+   * bytes contain one of needles (UTF-8; empty ones are ignored): every record that lists one
+   * of those ids is among them (a mention elsewhere, in metadata say, only adds a candidate the
+   * caller's check drops). The byte search runs in SQLite, so only candidates are decoded.
+   */
+  mentioning(needles: string[], exceptId: string): SandboxRecord[] {
+    const set = [...new Set(needles.filter((n) => n !== ''))];
+    // a blob holding a needle holds every part of it: search for the shortest ones only
+    const bufs = set.filter((n) => !set.some((m) => m !== n && n.includes(m))).map((n) => Buffer.from(n, 'utf8'));
+    if (bufs.length === 0) return [];
+    const where = bufs.map(() => 'instr(record, ?) > 0').join(' OR ');
+    const rows = busyToUnavailable('records.db: read', () =>
+      this.db.prepare<unknown[], { sandbox_id: string; record: Buffer }>(`SELECT sandbox_id, record FROM records WHERE sandbox_id != ? AND (${where}) ORDER BY sandbox_id`).all(exceptId, ...bufs),
+    );
+    return rows.flatMap((row) => this.readRow(row.sandbox_id, row.record) ?? []);
+  }
+
   findByRequestId(requestId: string): SandboxRecord | undefined {
     const row = busyToUnavailable('records.db: read', () => this.stmts.byRequest.get(requestId));
     return row ? this.readRow(row.sandbox_id, row.record) : undefined;
@@ -155,11 +182,18 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
     return rows;
   }
 
-  /** put inserts or replaces the record keyed rec.sandboxId. Throws Error for an id that is not a sandbox id, StoreBusyError (UNAVAILABLE) when the DB is locked (nothing written either way). */
+  /**
+   * put inserts or replaces the record keyed rec.sandboxId. Throws Error for an id that is not a
+   * sandbox id or a record that would be set aside when read (a bad part id, over
+   * MAX_RECORD_BYTES), StoreBusyError (UNAVAILABLE) when the DB is locked (nothing written either way).
+   */
   put(rec: SandboxRecord): void {
     if (!this.stmts.put) throw new Error('record store is read-only');
     if (!SANDBOX_ID_RE.test(rec.sandboxId)) throw new Error(`runtime record: ${JSON.stringify(rec.sandboxId)} is not a sandbox id`);
+    const bad = partIdProblem(rec);
+    if (bad) throw new Error(`runtime record ${rec.sandboxId}: ${bad}`);
     const bytes = encodeRecord(rec);
+    if (bytes.length > MAX_RECORD_BYTES) throw new Error(`runtime record ${rec.sandboxId}: ${bytes.length} bytes, more than ${MAX_RECORD_BYTES}`);
     const put = this.stmts.put;
     busyToUnavailable(`records.db: write of ${rec.sandboxId}`, () => put.run(rec.sandboxId, rec.state, rec.requestId, rec.updatedAtMs, Buffer.from(bytes)));
   }
@@ -177,6 +211,12 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
   private readRow(key: string, blob: unknown): SandboxRecord | undefined {
     const why = this.rowProblem(key, blob);
     if (typeof why !== 'string') return why;
+    this.setAside(key, why);
+    return undefined;
+  }
+
+  /** setAside records why the row keyed key is not served and moves it to quarantine when writable. */
+  private setAside(key: string, why: string): void {
     if (!this.quarantined.has(key)) this.log.error({ sandbox_id: key, reason: why }, 'runtime record set aside: not served');
     this.quarantined.set(key, why);
     if (!this.readOnly) {
@@ -187,13 +227,13 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
         this.log.warn({ sandbox_id: key, err }, 'could not move a runtime record to quarantine');
       }
     }
-    return undefined;
   }
 
   /** rowProblem gives the decoded record, or the reason the row cannot be served. */
   private rowProblem(key: string, blob: unknown): SandboxRecord | string {
     if (!SANDBOX_ID_RE.test(key)) return `row key ${JSON.stringify(key)} is not a sandbox id`;
     if (!(blob instanceof Uint8Array)) return `record is ${typeof blob}, not protobuf bytes`;
+    if (blob.length > MAX_RECORD_BYTES) return `record is ${blob.length} bytes, more than ${MAX_RECORD_BYTES}`;
     let rec: SandboxRecord;
     try {
       rec = decodeRecord(blob);
@@ -201,13 +241,18 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
       return `record does not decode: ${(err as Error).message}`;
     }
     if (rec.sandboxId !== key) return `record carries sandbox id ${JSON.stringify(rec.sandboxId)}, not its row key`;
-    return rec;
+    return partIdProblem(rec) ?? rec;
   }
 
   /** quarantineBadRows sets aside, at open, every row rowProblem rejects (the rest are left as they are). */
   private quarantineBadRows(): void {
     const rows = this.db.prepare<[], { sandbox_id: string; record: unknown }>('SELECT sandbox_id, record FROM records').all();
-    for (const row of rows) this.readRow(row.sandbox_id, row.record);
+    const good: SandboxRecord[] = [];
+    for (const row of rows) {
+      const rec = this.readRow(row.sandbox_id, row.record);
+      if (rec) good.push(rec);
+    }
+    for (const [id, why] of borrowedParts(good)) this.setAside(id, why);
     const held = this.db.prepare<[], { sandbox_id: string; reason: string }>('SELECT sandbox_id, reason FROM quarantine ORDER BY rowid').all();
     for (const q of held) if (!this.quarantined.has(q.sandbox_id)) this.quarantined.set(q.sandbox_id, q.reason);
   }
@@ -259,4 +304,47 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
   close(): void {
     this.db.close();
   }
+}
+
+/**
+ * partIdProblem names the first id of a part (VM, device, a reset's fresh upper) the record
+ * carries that is not a resource id (RESOURCE_ID_RE, what the supervisor and ublk-manager
+ * accept): such a record could never be torn down. undefined when all are ids.
+ */
+function partIdProblem(rec: SandboxRecord): string | undefined {
+  const bad = (id: string) => !RESOURCE_ID_RE.test(id);
+  if (rec.vm && bad(rec.vm.vmId)) return `its VM id ${JSON.stringify(rec.vm.vmId.slice(0, 80))} is not an id`;
+  for (const d of rec.devices) if (bad(d.deviceId)) return `its device id ${JSON.stringify(d.deviceId.slice(0, 80))} is not an id`;
+  if (rec.resetUpperDeviceId && bad(rec.resetUpperDeviceId)) return `its reset_upper_device_id ${JSON.stringify(rec.resetUpperDeviceId.slice(0, 80))} is not an id`;
+  return undefined;
+}
+
+/**
+ * borrowedParts finds the records that list a VM or device another record also lists and that
+ * is named after that other sandbox (`<id>` for a VM, `<id>-...` for a device: how this server
+ * names the parts it makes), such as a copied or replayed row: sandbox id -> reason. Such a
+ * record would act on (pause, tear down) the other sandbox's parts, so it is set aside. Parts
+ * named after none of the records that list them are left to the teardown's own check.
+ */
+export function borrowedParts(recs: SandboxRecord[]): Map<string, string> {
+  const claims = new Map<string, string[]>();
+  const claim = (part: string, id: string) => {
+    const ids = claims.get(part) ?? [];
+    if (!ids.includes(id)) ids.push(id);
+    claims.set(part, ids);
+  };
+  for (const r of recs) {
+    if (r.vm) claim(`vm ${r.vm.vmId}`, r.sandboxId);
+    for (const d of r.devices) claim(`device ${d.deviceId}`, r.sandboxId);
+    if (r.resetUpperDeviceId) claim(`device ${r.resetUpperDeviceId}`, r.sandboxId);
+  }
+  const out = new Map<string, string>();
+  for (const [part, ids] of claims) {
+    if (ids.length < 2) continue;
+    const name = part.slice(part.indexOf(' ') + 1);
+    const owner = ids.find((id) => name === id || name.startsWith(`${id}-`));
+    if (!owner) continue;
+    for (const id of ids) if (id !== owner && !out.has(id)) out.set(id, `it lists ${part} of sandbox ${owner}`);
+  }
+  return out;
 }
