@@ -14,7 +14,7 @@ import { RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { COMPONENTS, componentAddress, killComponent, startComponent } from '@sandnode/node-stack';
-import { describeNode, execCollect, expectCode, startNode, type TestNode } from '@sandnode/testkit';
+import { describeNode, execCollect, expectCode, startNode, writeLeaseRecord, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(240_000);
 
@@ -131,6 +131,9 @@ describeNode('a node whose three stores hold garbage rows at start', () => {
   // last: it fences the active server out of vmm-supervisor
   it('status shows a peer fenced above the active server epoch', async () => {
     const before = JSON.parse(node.cli(['status', '--json']).stdout) as { epoch: number };
+    // a peer takes a fence only up to the epoch the lease record names (a forged epoch is
+    // refused): as after a standby that took epoch+5 and died before it served
+    writeLeaseRecord(node.dirs.stateDir, before.epoch + 5);
     const ch = createSandnodeChannel(componentAddress(node.dirs, 'vmm-supervisor'));
     try {
       await createServiceClient(VmServiceDefinition, ch, { retryAttempts: 1 }).fenceEpoch({ epoch: before.epoch + 5 });
