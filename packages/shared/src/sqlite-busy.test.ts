@@ -104,7 +104,11 @@ describe('sqlite busy helpers', () => {
         if (busyProbes-- > 0) throw busy();
       },
     };
-    const impl = (maxWaitMs: number) => gateWritesWhileBusy({ write: async (_req: unknown, _ctx: unknown) => ran.push('write'), read: async (_req: unknown, _ctx: unknown) => ran.push('read') }, ['write'], store, { what: 'db', maxWaitMs });
+    const impl = (maxWaitMs: number) =>
+      gateWritesWhileBusy({ write: async (_req: unknown, _ctx: unknown) => ran.push('write'), read: async (_req: unknown, _ctx: unknown) => ran.push('read') }, ['write'], store, {
+        what: 'db',
+        maxWaitMs,
+      });
     await expect(impl(50).write({}, ctx(Date.now() + 5000))).rejects.toThrow(/^db: write: the database is locked/);
     expect(ran).toEqual([]);
     const before = probes;

@@ -44,7 +44,14 @@ describe('VM table held by another process', () => {
     expect(() => store.delete('vm-a')).toThrow(StoreBusyError);
     let ran = 0;
     const impl = gateWritesWhileBusy(
-      { createVm: async (_req: unknown, _ctx: unknown) => ++ran, pauseVm: async (_req: unknown, _ctx: unknown) => ++ran, resumeVm: async (_req: unknown, _ctx: unknown) => ++ran, stopVm: async (_req: unknown, _ctx: unknown) => ++ran, deleteVm: async (_req: unknown, _ctx: unknown) => ++ran, getVm: async (_req: unknown, _ctx: unknown) => 'read' },
+      {
+        createVm: async (_req: unknown, _ctx: unknown) => ++ran,
+        pauseVm: async (_req: unknown, _ctx: unknown) => ++ran,
+        resumeVm: async (_req: unknown, _ctx: unknown) => ++ran,
+        stopVm: async (_req: unknown, _ctx: unknown) => ++ran,
+        deleteVm: async (_req: unknown, _ctx: unknown) => ++ran,
+        getVm: async (_req: unknown, _ctx: unknown) => 'read',
+      },
       VM_WRITES,
       store,
       { what: 'vm-table.db', maxWaitMs: 200 },
