@@ -22,7 +22,7 @@ import { bytesEqual, compareMessage, getField, sameShape, show } from './compare
 import { enumValue, populate, shortName, unpopulated, variantLabel, variantsOf, NESTED_UNKNOWN_FIELD, type Marker } from './populate';
 import { referenceDecode, referenceEncode } from './reference';
 import { isReserved, sameType, type Codec, type FieldInfo, type MessageInfo, type Schema } from './schema';
-import { isNestedMarker, scanUnknown, unknownTail } from './unknown-fields';
+import { isNestedMarker, keptInsideUnknown, scanUnknown, unknownTail } from './unknown-fields';
 import { UNKNOWN_ENUM_VALUE, type WireEnumResult, type WireMessageResult } from './types';
 
 function attempt<R>(what: string, errs: string[], fn: () => R): R | undefined {
@@ -117,7 +117,8 @@ export function unknownCheck(w: Schema, r: Schema, name: string, res: WireMessag
           const want = tail.filter((x) => bytesEqual(x.bytes, t.bytes)).length;
           if (top.filter((x) => bytesEqual(x.raw, t.bytes)).length < want) errs.push(`unknown field ${t.what} (${Buffer.from(t.bytes).toString('hex')}) lost on re-encode`);
         }
-        for (const mk of markers) if (!found.some((x) => isNestedMarker(x, mk.payload))) errs.push(`unknown field ${NESTED_UNKNOWN_FIELD} inside ${mk.path} lost on re-encode`);
+        for (const mk of markers)
+          if (!found.some((x) => isNestedMarker(x, mk.payload)) && !keptInsideUnknown(found, mk.payload)) errs.push(`unknown field ${NESTED_UNKNOWN_FIELD} inside ${mk.path} lost on re-encode`);
         const back = attempt(`decode of the re-encoding by ${w.build.label}`, errs, () => codecOf(w, wm).decode(out));
         if (exp && back) compareMessage({ s: w, m: wm }, { s: w, m: wm }, exp, back, shortName(wm), errs);
       }

@@ -74,3 +74,13 @@ export function scanUnknown(s: Schema, m: MessageInfo, bytes: Uint8Array, depth 
 export function isNestedMarker(u: FoundUnknown, payload: Uint8Array): boolean {
   return u.depth > 0 && u.field === NESTED_UNKNOWN_FIELD && !!u.payload && Buffer.from(u.payload).equals(Buffer.from(payload));
 }
+
+/**
+ * keptInsideUnknown says whether the marker payload survives inside an unknown length-delimited
+ * field the reader kept whole: a message-typed field the reader's schema does not have (a field
+ * a newer release added) is one unknown field to it, so the marker inside is carried as bytes,
+ * not found as a nested unknown field.
+ */
+export function keptInsideUnknown(found: FoundUnknown[], payload: Uint8Array): boolean {
+  return found.some((u) => u.wireType === 2 && Buffer.from(u.raw).includes(Buffer.from(payload)));
+}
