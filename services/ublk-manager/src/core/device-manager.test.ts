@@ -1,5 +1,6 @@
 import { createLogger, AlreadyExistsError, CommandError, FailedPreconditionError, InternalError, InvalidArgumentError, NotFoundError, ResourceExhaustedError } from '@sandnode/shared';
-import { DeviceManager } from './device-manager';
+import { DeviceManager, EXCLUSIVE_SETTLE_MS } from './device-manager';
+import { EXCLUSIVE_USE } from './driver';
 import { MemoryDeviceStore } from './memory-store';
 import { MIB } from './types';
 import { DIR, FakeImages, input, LookupDriver, row, setup } from './__tests__/fakes';
@@ -177,6 +178,22 @@ describe('DeviceManager.delete', () => {
     expect((err as Error).message).toContain('mounted at /mnt/x');
     expect(driver.devices.has(d.path)).toBe(true);
     expect(images.files.size).toBe(1);
+    expect(store.get('dev-a')?.state).toBe('ready');
+  });
+
+  it('waits a moment for an exclusive claim without a mount to go (a container that just exited), not for a mount', async () => {
+    const { store, driver, manager } = setup();
+    const d = await manager.create(input());
+    driver.busy.set(d.path, `${EXCLUSIVE_USE} (open with O_EXCL failed: EBUSY)`);
+    setTimeout(() => driver.busy.delete(d.path), 150);
+    expect(await manager.delete('dev-a')).toBe(true);
+    expect(store.get('dev-a')).toBeUndefined();
+    // a claim that stays: FAILED_PRECONDITION after the bound, nothing changed
+    const e = await manager.create(input());
+    driver.busy.set(e.path, `${EXCLUSIVE_USE} (open with O_EXCL failed: EBUSY)`);
+    const t0 = Date.now();
+    await expect(manager.delete('dev-a')).rejects.toBeInstanceOf(FailedPreconditionError);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(EXCLUSIVE_SETTLE_MS - 100);
     expect(store.get('dev-a')?.state).toBe('ready');
   });
 

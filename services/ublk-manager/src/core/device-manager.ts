@@ -23,8 +23,13 @@ import { DeviceClone, type CloneInput, type CloneOutcome } from './clone';
 import { DeviceCore, type DeviceManagerOptions } from './device-core';
 import { DeviceHandover, type RecoverInput } from './device-handover';
 import { SlotTakeover, type TakeoverReport } from './slot-takeover';
+import { EXCLUSIVE_USE } from './driver';
 import type { AttachedDevice, Device, DeviceRecord, DeviceSpec, DriverCapability, DriverName } from './types';
 import { describeSpec, sameSpec, validateCloneSize, validateCreateInput, validateDeviceId, type CreateDeviceInput } from './validate';
+
+/** Longest DeleteDevice waits for an exclusive claim without a mount to go away, ms. */
+export const EXCLUSIVE_SETTLE_MS = 2000;
+const EXCLUSIVE_SETTLE_POLL_MS = 50;
 
 export { explain } from './explain';
 export { DEFAULT_RELEASE_TIMEOUT_MS, type DeviceManagerOptions } from './device-core';
@@ -143,6 +148,22 @@ export class DeviceManager {
    * or held; nothing changed), InternalError (detach or removal failed: a retry, or the next
    * start, finishes the delete).
    */
+  /**
+   * settledBusyReason is busyReason, waiting up to EXCLUSIVE_SETTLE_MS while the only reason is
+   * an exclusive claim with no mount or holder behind it: when a sandbox's container has just
+   * exited, the kernel drops its last reference to the filesystem on the device a moment later
+   * (deferred fput / mount namespace teardown), and a DeleteSandbox right after DeleteVm met
+   * EBUSY in about 1 of 12 deletes (the chaos run). A mount or a holder is answered at once.
+   */
+  private async settledBusyReason(devPath: string): Promise<string | undefined> {
+    let why = await this.core.driver.busyReason(devPath);
+    for (const t0 = Date.now(); why?.startsWith(EXCLUSIVE_USE) && Date.now() - t0 < EXCLUSIVE_SETTLE_MS;) {
+      await new Promise((r) => setTimeout(r, EXCLUSIVE_SETTLE_POLL_MS));
+      why = await this.core.driver.busyReason(devPath);
+    }
+    return why;
+  }
+
   async delete(deviceId: string): Promise<boolean> {
     validateDeviceId(deviceId);
     await this.core.refuseIfRetiring('DeleteDevice', deviceId);
@@ -153,7 +174,7 @@ export class DeviceManager {
       this.core.refuseDuringHandover(deviceId, rec, 'DeleteDevice');
       const attached = await this.core.attachedTo(rec.backingFile);
       for (const a of attached) {
-        const why = await this.core.driver.busyReason(a.path);
+        const why = await this.settledBusyReason(a.path);
         if (why) throw new FailedPreconditionError(`device_id "${deviceId}": ${a.path} is ${why}; nothing changed`);
       }
       this.core.store.update(deviceId, { state: 'deleting' }, this.core.now());

@@ -5,6 +5,9 @@
 import type { AttachedDevice, DriverCapability, DriverName } from './types';
 
 /** Options of {@link BlockDriver.attach}. */
+/** How busyReason words an exclusive claim with no mount or holder behind it (the loop driver's O_EXCL probe). */
+export const EXCLUSIVE_USE = 'in exclusive use';
+
 export interface AttachOptions {
   /** Attach read-only. */
   readOnly: boolean;

@@ -25,7 +25,7 @@ import { closeSync, constants as fsc, fdatasync, fsync, openSync, readFileSync, 
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { CommandError, FailedPreconditionError, InternalError, ResourceExhaustedError, run, type Logger } from '@sandnode/shared';
-import type { AttachOptions, BlockDriver } from '../core/driver';
+import { EXCLUSIVE_USE, type AttachOptions, type BlockDriver } from '../core/driver';
 import type { AttachedDevice, DriverCapability } from '../core/types';
 import type { RunFn } from './images';
 
@@ -352,7 +352,7 @@ export class LoopDriver implements BlockDriver {
       const fh = await fs.open(path.join(this.devRoot, name), fsc.O_RDONLY | fsc.O_EXCL | fsc.O_NONBLOCK);
       await fh.close();
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'EBUSY') return 'in exclusive use (open with O_EXCL failed: EBUSY)';
+      if ((err as NodeJS.ErrnoException).code === 'EBUSY') return `${EXCLUSIVE_USE} (open with O_EXCL failed: EBUSY)`;
     }
     return undefined;
   }
