@@ -43,5 +43,6 @@ describe('bindListener on a path a dead server or an operator left behind', () =
     mkdirSync(p);
     await expect(bindListener(`unix://${p}`)).rejects.toThrow();
     expect(readdirSync(tempDir())).toEqual(['server-a-admin.sock']);
+    expect(made.filter((s) => s.listening)).toHaveLength(0);
   });
 });
