@@ -36,7 +36,7 @@ describeNode('upgrade server while the vmm-supervisor is down', () => {
     process.kill(vmm.pid, 'SIGKILL');
     await waitFor('the vmm-supervisor to be gone', () => !isAlive(vmm.pid));
     await upgradeServer(node.dirs, '.', 120_000).catch((err: Error) => err);
-    expect(await findActiveServer(node.dirs.runDir).then((s) => s?.pid ?? 'none')).not.toBe('none');
+    expect(await findActiveServer(node.dirs.runDir).then((s) => s?.holderPid ?? 'none')).not.toBe('none');
     await expect(node.api.sandboxes.listSandboxes({})).resolves.toBeDefined();
   });
 });
