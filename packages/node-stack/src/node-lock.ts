@@ -20,6 +20,8 @@ export function nodeLockFile(runDir: string): string {
 
 /** tryLock: the fd holding an exclusive flock on file, or undefined when another process holds it. */
 function tryLock(file: string): number | undefined {
+  // (again each time: a `down --purge` that held the lock may have removed the run dir)
+  mkdirSync(path.dirname(file), { recursive: true });
   const fd = openSync(file, 'a+', 0o600);
   try {
     fsExt.flockSync(fd, 'exnb');
@@ -48,7 +50,6 @@ function holderOf(file: string): string {
  * pass through. The lock is released when fn settles.
  */
 export async function withNodeLock<T>(runDir: string, waitMs: number, fn: () => Promise<T>): Promise<T> {
-  mkdirSync(path.resolve(runDir), { recursive: true });
   const file = nodeLockFile(runDir);
   const deadline = Date.now() + waitMs;
   let fd = tryLock(file);
