@@ -32,6 +32,12 @@ function lockWaitMs(startTimeoutMs: number): number {
   return COMPONENTS.length * (startTimeoutMs + DEFAULT_STOP_TIMEOUT_MS);
 }
 
+/** noActiveServer: what status says when no admin socket answers ACTIVE, naming a server process that runs all the same. */
+function noActiveServer(components: { name: string; pid: number | null }[]): string {
+  const pid = components.find((c) => c.name === 'server')?.pid;
+  return pid ? `none answers on an admin socket, but server pid ${pid} runs: its admin socket is missing or not answering (it binds a removed one again within seconds; else see its log)` : 'none';
+}
+
 /** registerNodeCommands adds up, down and status to program. */
 export function registerNodeCommands(program: Command): void {
   program
@@ -117,7 +123,7 @@ export function registerNodeCommands(program: Command): void {
               components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', c.pid ?? '-', c.features.join(',')]),
             ),
             `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
-            `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : 'none'}`,
+            `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : noActiveServer(components)}`,
             ...healthLines(health, epoch),
           ].join('\n'),
         );
