@@ -23,7 +23,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { CommandError, InternalError, isSameProcess, processStartTicks, run, VMM_FEATURES } from '@sandnode/shared';
+import { CommandError, FailedPreconditionError, InternalError, isSameProcess, processStartTicks, run, VMM_FEATURES } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
 import { HostStepError } from '../core/host-error';
@@ -38,6 +38,9 @@ import { buildOciSpec } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
 import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
+
+/** What the driver mounts in each VM dir (`<vmDir>/<name>`), in unmount order. */
+const VM_MOUNTS = ['workspace', 'rootfs', 'upper-dev'];
 
 /** Default of the longest a `runc run -d` may take before it is killed, in ms (config `runcStartTimeoutMs`). */
 export const DEFAULT_RUNC_START_TIMEOUT_MS = 30_000;
@@ -278,13 +281,19 @@ export class RuncDriver implements VmDriver {
     const { vmId } = vm;
     const runc = this.bin(vm);
     const dir = this.vmDir(vmId);
+    // a mount of someone else below the VM dir (a tmpfs at <dir>/workspace/mine) would make
+    // our unmounts fail after the container is gone: refuse first, with nothing done
+    const foreign = mountsUnder(dir).filter((m) => !VM_MOUNTS.includes(path.relative(dir, m)));
+    if (foreign.length) {
+      throw new FailedPreconditionError(`destroy vm ${vmId}: ${foreign.join(', ')} is mounted below ${dir} and sandnode did not mount it: unmount it and delete again; nothing was done`);
+    }
     await this.closeFreezePort(vmId);
     const st = await this.state(vmId, runc);
     if (st.status !== 'absent') {
       if (st.status === 'paused') await this.killAll(runc, vmId);
       await this.exec(runc, ['delete', '--force', vmId]);
     }
-    for (const sub of ['workspace', 'rootfs', 'upper-dev']) await unmountIfMounted(path.join(dir, sub));
+    for (const sub of VM_MOUNTS) await unmountIfMounted(path.join(dir, sub));
     const left = mountsUnder(dir);
     if (left.length) throw new InternalError(`destroy vm ${vmId}: mounts left under ${dir}: ${left.join(', ')}`);
     await rm(dir, { recursive: true, force: true });
