@@ -143,9 +143,9 @@ export interface StackOps {
  * lock, node-lock.ts, around it). When one fails it undoes this call: the processes this call
  * started are stopped in reverse order, each only while its pid file still names it (those that
  * ran before the call, or replaced one since, are left alone), and it throws Error with the
- * failure and what was undone. Undoing the vmm-supervisor is right too: one this call started did not run before,
- * and stopping it only stops the daemon (the sandboxes' containers keep running and the next
- * `up` adopts them, as after `down`), so the node is back where it was.
+ * failure and what was undone. Undoing the vmm-supervisor is right too: one this call started
+ * did not run before, and stopping it only stops the daemon (the sandboxes' containers keep
+ * running and the next `up` adopts them, as after `down`), so the node is back where it was.
  */
 export async function startStack(dirs: StackDirs, opts: StartOptions = {}, ops?: StackOps): Promise<StartedComponent[]> {
   const o: StackOps = ops ?? { start: (c) => startComponent(dirs, c, opts), stop: async (c, pid) => findRunning(dirs, c)?.pid === pid && (await stopComponent(dirs, c)) };

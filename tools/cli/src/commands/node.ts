@@ -75,7 +75,10 @@ export function registerNodeCommands(program: Command): void {
         const down = async () => {
           const deleted: string[] = [];
           // NOT_FOUND on a delete: gone already (counted as deleted); any other failure stops down before it stops anything
-          if (o.purge && findRunning(d, 'server')) deleted.push(...Object.values(await withServer(d.address, deleteAllSandboxes)).flat());
+          if (o.purge && findRunning(d, 'server')) {
+            const r = await withServer(d.address, deleteAllSandboxes);
+            deleted.push(...r.deleted, ...r.gone);
+          }
           const stopped: string[] = [];
           for (const c of [...COMPONENTS].reverse()) if (await stopComponent(d, c)) stopped.push(c);
           return { deleted, stopped, purge: o.purge ? await purgeNode(d) : undefined };
