@@ -23,6 +23,7 @@ export {
 } from './components';
 export { spawnDaemon, stopProcess, tail, waitForDaemon, type DaemonSpec, type SpawnedDaemon, type StopProcessOptions, type WaitForDaemonOptions } from './daemon-process';
 export { ACTIVE_POLL_MS, DEFAULT_ACTIVE_WAIT_MS, DEFAULT_LEASE_STATUS_TIMEOUT_MS, adminSockets, findActiveServer, listServers, serverStatus, waitForActiveServer, type ServerStatus } from './lease';
+export { NODE_LOCK_POLL_MS, nodeLockFile, withNodeLock } from './node-lock';
 export { loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, type PurgeReport } from './purge';
 export { missingComponents, startWhatResumeNeeds } from './resume-needs';
 export { sandboxJson, stateName, type SandboxJson } from './sandbox-json';

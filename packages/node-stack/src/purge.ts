@@ -86,8 +86,10 @@ function realDir(d: string): string {
  * <runDir>/runc, the mounts sandnode made there ({@link classifyMounts}; deepest first), loop
  * devices whose backing file is a sandnode image, then both dirs. A mount it did not make (a
  * tmpfs the user mounted at <stateDir>/mine) is never unmounted nor entered: the dirs leading
- * to it stay, everything else is removed, and `kept` says so. Only for `down --purge`, after
- * the daemons stopped.
+ * to it stay, everything else is removed, and `kept` says so. A mount of sandnode with such a
+ * mount below it stays mounted too (a lazy unmount would detach the user's mount with it), and
+ * a busy one is detached lazily only while nothing is mounted below it. Only for
+ * `down --purge`, after the daemons stopped.
  */
 export async function purgeNode(dirs: StackDirs): Promise<PurgeReport> {
   const runDir = realDir(dirs.runDir);
@@ -110,8 +112,19 @@ export async function purgeNode(dirs: StackDirs): Promise<PurgeReport> {
   /** mount points not to enter: foreign ones and ours that would not unmount */
   const blocked = foreign.map((m) => ({ at: m.mountPoint, why: `a ${m.fsType} mount sandnode did not make (from ${m.source})` }));
   for (const m of ours) {
+    // a lazy unmount detaches the whole subtree: never with a mount of someone else below it
+    const below = foreign.filter((f) => f.mountPoint !== m && isAtOrBelow(f.mountPoint, m)).map((f) => f.mountPoint);
+    if (below.length) {
+      blocked.push({ at: m, why: `a sandnode mount left mounted because ${below.join(', ')} below it is not sandnode's` });
+      continue;
+    }
     try {
-      await run('umount', [m]).catch(() => run('umount', ['-l', m]));
+      await run('umount', [m]).catch(async (err: unknown) => {
+        // busy: detach lazily only when nothing is mounted below it any more (a mount that appeared since is kept)
+        const now = mountsBelow([m]).filter((mp) => mp !== m);
+        if (now.length) throw new Error(`${(err as Error).message.split('\n')[0]}; not detached lazily: ${now.join(', ')} is mounted below it`, { cause: err });
+        return run('umount', ['-l', m]);
+      });
       report.mounts.push(m);
     } catch (err) {
       blocked.push({ at: m, why: `a sandnode mount that would not unmount (${(err as Error).message.split('\n')[0]})` });

@@ -86,7 +86,7 @@ describe('startStack', () => {
           if (c === fail) throw new Error(`${c} exploded`);
           return { pid: pid[c], started: !before.includes(c) };
         },
-        stop: async (c: Component) => {
+        stop: async (c: Component, _pid: number) => {
           log.push(`stop ${c}`);
           return true;
         },
@@ -104,6 +104,16 @@ describe('startStack', () => {
     const f = fakeOps('server', ['vmm-supervisor']);
     await expect(startStack(dirs, {}, f.ops)).rejects.toThrow(/^server exploded\nup undone: stopped ublk-manager pid 22\nleft running \(they ran before this up\): vmm-supervisor pid 11$/);
     expect(f.log).toEqual(['start vmm-supervisor', 'start ublk-manager', 'start server', 'stop ublk-manager']);
+  });
+
+  it('leaves alone a component this call started whose pid file names another process since', async () => {
+    const f = fakeOps('server', []);
+    f.ops.stop = async (c: Component, pid: number) => {
+      f.log.push(`stop ${c} ${pid}`);
+      return c !== 'vmm-supervisor';
+    };
+    await expect(startStack(dirs, {}, f.ops)).rejects.toThrow(/^server exploded\nup undone: stopped ublk-manager pid 22; vmm-supervisor pid 11 had already exited or been replaced: left alone$/);
+    expect(f.log).toEqual(['start vmm-supervisor', 'start ublk-manager', 'start server', 'stop ublk-manager 22', 'stop vmm-supervisor 11']);
   });
 
   it('returns every component when all start', async () => {

@@ -134,19 +134,21 @@ export interface StartedComponent {
 /** The start and stop {@link startStack} uses (tests pass their own). */
 export interface StackOps {
   start(c: Component): Promise<{ pid: number; started: boolean }>;
-  stop(c: Component): Promise<boolean>;
+  /** stop the component when it is still process pid (the one this call started); false: it is not (left alone) */
+  stop(c: Component, pid: number): Promise<boolean>;
 }
 
 /**
- * startStack starts the components in COMPONENTS order (`sandnode up`). When one fails it
- * undoes this call: the components this call started are stopped in reverse order (those that
- * ran before the call are left alone), and it throws Error with the failure and what was
- * undone. Undoing the vmm-supervisor is right too: one this call started did not run before,
- * and stopping it only stops the daemon (the sandboxes' containers keep running and the next
- * `up` adopts them, as after `down`), so the node is back where it was.
+ * startStack starts the components in COMPONENTS order (`sandnode up`; the CLI holds the node
+ * lock, node-lock.ts, around it). When one fails it undoes this call: the processes this call
+ * started are stopped in reverse order, each only while its pid file still names it (those that
+ * ran before the call, or replaced one since, are left alone), and it throws Error with the
+ * failure and what was undone. Undoing the vmm-supervisor is right too: one this call started
+ * did not run before, and stopping it only stops the daemon (the sandboxes' containers keep
+ * running and the next `up` adopts them, as after `down`), so the node is back where it was.
  */
 export async function startStack(dirs: StackDirs, opts: StartOptions = {}, ops?: StackOps): Promise<StartedComponent[]> {
-  const o: StackOps = ops ?? { start: (c) => startComponent(dirs, c, opts), stop: (c) => stopComponent(dirs, c) };
+  const o: StackOps = ops ?? { start: (c) => startComponent(dirs, c, opts), stop: async (c, pid) => findRunning(dirs, c)?.pid === pid && (await stopComponent(dirs, c)) };
   const out: StartedComponent[] = [];
   for (const c of COMPONENTS) {
     const t0 = Date.now();
@@ -156,8 +158,8 @@ export async function startStack(dirs: StackDirs, opts: StartOptions = {}, ops?:
     } catch (err) {
       const undone: string[] = [];
       for (const s of out.filter((x) => x.started).reverse()) {
-        const ok = await o.stop(s.name).catch((e: Error) => `${s.name} pid ${s.pid} could not be stopped: ${e.message}`);
-        undone.push(typeof ok === 'string' ? ok : `stopped ${s.name} pid ${s.pid}`);
+        const ok = await o.stop(s.name, s.pid).catch((e: Error) => `${s.name} pid ${s.pid} could not be stopped: ${e.message}`);
+        undone.push(typeof ok === 'string' ? ok : ok ? `stopped ${s.name} pid ${s.pid}` : `${s.name} pid ${s.pid} had already exited or been replaced: left alone`);
       }
       const kept = out.filter((x) => !x.started).map((x) => `${x.name} pid ${x.pid}`);
       throw new Error(

@@ -10,11 +10,13 @@
  *                                                   in the backlog for the standby), RETIRING
  *                                                   (GOAWAY, streams finish, exit)
  *     standby dead or no finish, lease free      -> lease retaken, epoch+1, fences raised, ACTIVE
+ *                                                   (ACTIVE also when a peer does not answer;
+ *                                                   exit when a peer knows a higher epoch)
  *     no finish but the standby holds the lease  -> RETIRING
  *   A failure before the lease was released leaves this server ACTIVE (FAILED_PRECONDITION).
  */
 import { randomBytes } from 'node:crypto';
-import { FailedPreconditionError, processStartTicks, SUITE_VERSION, type Logger } from '@sandnode/shared';
+import { FailedPreconditionError, isCode, processStartTicks, Status, SUITE_VERSION, type Logger } from '@sandnode/shared';
 import type { HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { LifecycleGate } from '../core/gate';
 import type { FlockLease } from '../store/flock-lease';
@@ -157,12 +159,28 @@ export class OldSideHandover {
     }
     log.error({ standby_alive: standbyAlive }, 'the standby did not finish the handover: taking the lease back');
     // raise the fences to the new epoch before lifecycle calls run again
+    const before = node.epoch;
     node.retakeEpoch().then(
       () => node.resumeActive({ newEpoch: true }),
       (err: unknown) => {
-        log.fatal({ err }, 'could not raise the epoch fences after taking the lease back');
-        node.exit(1);
+        if (node.epoch === before || higherEpochExists(err)) {
+          log.fatal({ err }, 'could not take the epoch back (or a peer knows a higher one: another server is active): exiting');
+          node.exit(1);
+          return;
+        }
+        // A peer that does not answer (the vmm-supervisor killed during the upgrade): stay
+        // active all the same, or the node has no server at all. No server of a higher epoch
+        // runs (the lease is ours; the standby is gone), and every mutating call carries the
+        // epoch, so the peer's fence rises with the first one once it is back.
+        log.error({ err }, 'could not raise the epoch fences after taking the lease back (a peer does not answer): active again; its calls fail until it is back');
+        node.resumeActive({ newEpoch: true });
       },
     );
   }
+}
+
+/** higherEpochExists: err (or one of its causes) is ABORTED, a peer's fence saying a server with a higher epoch exists. */
+export function higherEpochExists(err: unknown): boolean {
+  for (let e: unknown = err; e instanceof Error; e = e.cause) if (isCode(e, Status.ABORTED)) return true;
+  return false;
 }

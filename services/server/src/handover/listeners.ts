@@ -14,7 +14,7 @@
  * then (openListeners); until that moment new connections wait in the kernel's backlog of the
  * listening socket, which both servers of a handover share.
  */
-import { chmodSync, existsSync, linkSync, rmSync } from 'node:fs';
+import { chmodSync, linkSync, lstatSync, rmSync } from 'node:fs';
 import net from 'node:net';
 
 export interface OwnedListener {
@@ -61,29 +61,44 @@ export async function openListeners(src: ListenerSource, prepare: (server: net.S
   return out;
 }
 
-/** bindListener binds address ("unix:///abs.sock" or "host:port") with server (its handlers attached). */
+/**
+ * bindListener binds address ("unix:///abs.sock" or "host:port") with server (its handlers
+ * attached). A unix path already taken by a socket (a dead server's leftover) or a symlink (never
+ * followed) is replaced; anything else there (a directory, a file) is refused with an Error naming
+ * the path. On every failure the temporary name is removed and server is closed. Errors: those
+ * of bind and listen (EADDRINUSE ...).
+ */
 export async function bindListener(address: string, server = net.createServer()): Promise<OwnedListener> {
   if (address.startsWith('unix://')) {
     const p = address.slice('unix://'.length);
     const tmp = `${p}.${process.pid}.tmp`;
-    rmSync(tmp, { force: true });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(tmp, () => resolve());
-    });
-    chmodSync(tmp, 0o600);
-    if (existsSync(p)) rmSync(p, { force: true }); // stale socket of a dead server
-    linkSync(tmp, p);
-    rmSync(tmp, { force: true });
+    try {
+      rmSync(tmp, { force: true });
+      await listen(server, tmp);
+      chmodSync(tmp, 0o600);
+      const there = lstatSync(p, { throwIfNoEntry: false });
+      if (there && !there.isSocket() && !there.isSymbolicLink()) {
+        throw new Error(`cannot bind ${p}: a ${there.isDirectory() ? 'directory' : 'file that is not a socket'} is there; remove it and start again`);
+      }
+      if (there) rmSync(p, { force: true }); // a dead server's socket, or a symlink (removed, not followed)
+      linkSync(tmp, p);
+      rmSync(tmp, { force: true });
+    } catch (err) {
+      rmSync(tmp, { force: true });
+      await closeServer(server);
+      throw err;
+    }
     return { address, server, fd: fdOf(server), port: 0 };
   }
   const idx = address.lastIndexOf(':');
   const host = address.slice(0, idx);
   const port = Number(address.slice(idx + 1));
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen({ host, port, exclusive: true }, () => resolve());
-  });
+  try {
+    await listen(server, { host, port, exclusive: true });
+  } catch (err) {
+    await closeServer(server);
+    throw err;
+  }
   const bound = (server.address() as net.AddressInfo).port;
   return { address: `${host}:${bound}`, server, fd: fdOf(server), port: bound };
 }
@@ -97,4 +112,16 @@ export async function adoptListener(address: string, fd: number, server = net.cr
   const a = server.address();
   const port = a && typeof a === 'object' ? a.port : 0;
   return { address, server, fd, port };
+}
+
+function listen(server: net.Server, where: string | net.ListenOptions): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(where, () => resolve());
+  });
+}
+
+/** closeServer closes server if it listens (a failed bind leaves no listener behind). */
+function closeServer(server: net.Server): Promise<void> {
+  return new Promise<void>((resolve) => (server.listening ? server.close(() => resolve()) : resolve()));
 }

@@ -8,7 +8,7 @@
  * handlers (rpc/admin-service.ts) call the public methods here.
  */
 import { mkdirSync, rmSync, statSync } from 'node:fs';
-import net from 'node:net';
+import type net from 'node:net';
 import path from 'node:path';
 import {
   adminSocketName,
@@ -36,7 +36,8 @@ import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { failpoint } from './failpoints';
 import { OldSideHandover, type OldServer } from './hand-over';
 import { MetricsEndpoint } from './metrics-endpoint';
-import { bindListener, openListeners, type ListenerSource, type OwnedListener } from './listeners';
+import { ADMIN_SOCKET_CHECK_MS, bindAdminSocket, checkAdminSocket, type AdminSocketBinding } from './admin-socket';
+import { openListeners, type ListenerSource, type OwnedListener } from './listeners';
 import { Roles, type Role } from './roles';
 import { removeStaleAdminSockets, SlotLock, slotLockFile } from './slot-lock';
 import { takeOver, type StandbyNode } from './takeover';
@@ -78,7 +79,9 @@ export class ServerNode implements StandbyNode, OldServer {
   private publicServer: ServiceServer | undefined;
   private adminServer: ServiceServer | undefined;
   /** the admin socket we bound, and its inode (to remove the path only while it is ours) */
-  private adminListener: { listener: OwnedListener; ino: number } | undefined;
+  private adminListener: AdminSocketBinding | undefined;
+  /** the admin socket path check (admin-socket.ts); undefined once closed */
+  private adminWatch: NodeJS.Timeout | undefined;
   /** the slot's lock (slot-lock.ts), held from startAdmin until retiring or stop; undefined without a slot */
   private readonly slotLock: SlotLock | undefined;
   /** the public listeners this server accepts on */
@@ -146,7 +149,9 @@ export class ServerNode implements StandbyNode, OldServer {
    *
    * Before it binds, a server of a slot takes the slot's lock (slot-lock.ts): a second server
    * of the same slot gets SlotBusyError and leaves the socket alone. Then the admin sockets of
-   * servers that are gone are removed. Errors: SlotBusyError (main.ts: exit EXIT_SLOT_BUSY).
+   * servers that are gone are removed. Afterwards the path is checked every
+   * ADMIN_SOCKET_CHECK_MS and bound again if it was removed (admin-socket.ts). Errors:
+   * SlotBusyError (main.ts: exit EXIT_SLOT_BUSY).
    */
   async startAdmin(admin: AdminServiceImplementation): Promise<void> {
     if (this.slotLock) await this.slotLock.acquire(this.cfg.slot);
@@ -154,10 +159,33 @@ export class ServerNode implements StandbyNode, OldServer {
     this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }) });
     this.adminServer.add(AdminServiceDefinition, admin);
     // the handler is attached before the socket accepts anything (listeners.ts)
-    const server = net.createServer();
-    this.adminServer.serveListener(server);
-    const listener = await bindListener(this.adminAddress, server);
-    this.adminListener = { listener, ino: statSync(this.adminPath).ino };
+    const serve = (server: net.Server) => this.adminServer?.serveListener(server);
+    this.adminListener = await bindAdminSocket(this.adminAddress, serve);
+    this.watchAdminSocket(serve);
+  }
+
+  /** watchAdminSocket binds the admin socket anew when its path is removed or replaced by a dead one (admin-socket.ts), every ADMIN_SOCKET_CHECK_MS until closeAll. */
+  private watchAdminSocket(serve: (server: net.Server) => void): void {
+    let checking = false;
+    this.adminWatch = setInterval(() => {
+      const bound = this.adminListener;
+      if (checking || !bound) return;
+      checking = true;
+      checkAdminSocket(bound, serve)
+        .then((r) => {
+          if (this.adminWatch === undefined) {
+            // closed meanwhile: a socket bound now is not to stay
+            if (r.state === 'rebound') r.bound.listener.server.close();
+            return;
+          }
+          this.adminListener = r.bound;
+          if (r.state === 'rebound') this.log.warn({ admin: this.adminAddress }, 'the admin socket path was removed or replaced by a dead socket: bound it again');
+          if (r.state === 'foreign') this.log.error({ admin: this.adminAddress }, 'another live socket is at this server admin socket path: left alone; this server cannot be found by the CLI');
+        })
+        .catch((err: unknown) => this.log.error({ err, admin: this.adminAddress }, 'could not bind the admin socket again'))
+        .finally(() => (checking = false));
+    }, ADMIN_SOCKET_CHECK_MS);
+    this.adminWatch.unref();
   }
 
   private get adminPath(): string {
@@ -422,6 +450,8 @@ export class ServerNode implements StandbyNode, OldServer {
 
   private closeAll(): void {
     clearInterval(this.reaper);
+    clearInterval(this.adminWatch);
+    this.adminWatch = undefined;
     this.metrics.close();
     this.wiring.podd.closeAll();
     this.active?.vms.close();

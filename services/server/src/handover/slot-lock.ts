@@ -92,7 +92,7 @@ export class SlotLock {
 }
 
 /** connectRefused says whether a unix socket path refuses connections (nobody listens); false when it accepts or for any other error. */
-function connectRefused(p: string): Promise<boolean> {
+export function connectRefused(p: string): Promise<boolean> {
   return new Promise((resolve) => {
     const s = net.connect(p);
     const done = (v: boolean) => {

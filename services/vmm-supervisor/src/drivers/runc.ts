@@ -23,7 +23,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { CommandError, InternalError, isSameProcess, processStartTicks, processState, run, VMM_FEATURES } from '@sandnode/shared';
+import { CommandError, FailedPreconditionError, InternalError, isSameProcess, processStartTicks, processState, run, VMM_FEATURES } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
 import { HostStepError } from '../core/host-error';
@@ -39,6 +39,9 @@ import { buildOciSpec } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
 import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
+
+/** What the driver mounts in each VM dir (`<vmDir>/<name>`), in unmount order. */
+const VM_MOUNTS = ['workspace', 'rootfs', 'upper-dev'];
 
 /** Default of the longest a `runc run -d` may take before it is killed, in ms (config `runcStartTimeoutMs`). */
 export const DEFAULT_RUNC_START_TIMEOUT_MS = 30_000;
@@ -286,6 +289,12 @@ export class RuncDriver implements VmDriver {
     const { vmId } = vm;
     const runc = this.bin(vm);
     const dir = this.vmDir(vmId);
+    // a mount of someone else below the VM dir (a tmpfs at <dir>/workspace/mine) would make
+    // our unmounts fail after the container is gone: refuse first, with nothing done
+    const foreign = mountsUnder(dir).filter((m) => !VM_MOUNTS.includes(path.relative(dir, m)));
+    if (foreign.length) {
+      throw new FailedPreconditionError(`destroy vm ${vmId}: ${foreign.join(', ')} is mounted below ${dir} and sandnode did not mount it: unmount it and delete again; nothing was done`);
+    }
     await this.closeFreezePort(vmId);
     // A VM whose init is known and gone is stopped (neither paused nor running): no need to
     // ask runc (each runc call is a process start, the bulk of a drain's CPU time).
@@ -296,7 +305,7 @@ export class RuncDriver implements VmDriver {
         if (!(err instanceof CommandError && /does not exist/i.test(err.stderr))) throw err;
       });
     }
-    await unmountAllIfMounted(['workspace', 'rootfs', 'upper-dev'].map((sub) => path.join(dir, sub)));
+    await unmountAllIfMounted(VM_MOUNTS.map((sub) => path.join(dir, sub)));
     const left = mountsUnder(dir);
     if (left.length) throw new InternalError(`destroy vm ${vmId}: mounts left under ${dir}: ${left.join(', ')}`);
     await rm(dir, { recursive: true, force: true });

@@ -1,16 +1,41 @@
 /**
  * `sandnode up | down [--purge] | status`: the node's daemons as a whole.
  */
+import { existsSync } from 'node:fs';
 import { Option, type Command } from 'commander';
-import { COMPONENTS, DEFAULT_START_TIMEOUT_MS, findActiveServer, findRunning, getVersion, purgeNode, startStack, stopComponent, table } from '@sandnode/node-stack';
+import {
+  COMPONENTS,
+  DEFAULT_START_TIMEOUT_MS,
+  DEFAULT_STOP_TIMEOUT_MS,
+  findActiveServer,
+  findRunning,
+  getVersion,
+  purgeNode,
+  startStack,
+  stopComponent,
+  table,
+  withNodeLock,
+} from '@sandnode/node-stack';
 import { dirsOf, wholeNumber } from '../options';
 import { action, print } from '../output';
 import { healthLines, nodeHealth } from '../node-health';
+import { deleteAllSandboxes } from '../purge-sandboxes';
 import { listAllSandboxes, withServer } from '../server-calls';
 
 /** Options of a command that only knows --json. */
 interface JsonOpts {
   json?: boolean;
+}
+
+/** How long `up` / `down` wait for another one on the node to finish, ms: as long as that one may take to start (and undo) every component. */
+function lockWaitMs(startTimeoutMs: number): number {
+  return COMPONENTS.length * (startTimeoutMs + DEFAULT_STOP_TIMEOUT_MS);
+}
+
+/** noActiveServer: what status says when no admin socket answers ACTIVE, naming a server process that runs all the same. */
+function noActiveServer(components: { name: string; pid: number | null }[]): string {
+  const pid = components.find((c) => c.name === 'server')?.pid;
+  return pid ? `none answers on an admin socket, but server pid ${pid} runs: its admin socket is missing or not answering (it binds a removed one again within seconds; else see its log)` : 'none';
 }
 
 /** registerNodeCommands adds up, down and status to program. */
@@ -27,8 +52,9 @@ export function registerNodeCommands(program: Command): void {
     .option('--json', 'print JSON')
     .action(
       action(async (o: JsonOpts & { startTimeoutMs: number }, cmd: Command) => {
-        // a failure stops what this up started and says so (startStack)
-        const out = await startStack(dirsOf(cmd), { timeoutMs: o.startTimeoutMs });
+        // one up or down at a time (node lock); a failure stops what this up started and says so (startStack)
+        const d = dirsOf(cmd);
+        const out = await withNodeLock(d.runDir, lockWaitMs(o.startTimeoutMs), () => startStack(d, { timeoutMs: o.startTimeoutMs }));
         print(!!o.json, { components: out }, () =>
           table(
             ['COMPONENT', 'PID', 'ACTION', 'MS'],
@@ -46,21 +72,19 @@ export function registerNodeCommands(program: Command): void {
     .action(
       action(async (o: JsonOpts & { purge?: boolean }, cmd: Command) => {
         const d = dirsOf(cmd);
-        const deleted: string[] = [];
-        if (o.purge && findRunning(d, 'server')) {
-          await withServer(d.address, async (api) => {
-            const all = await listAllSandboxes(api);
-            await Promise.all(
-              all.map(async (s) => {
-                await api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
-                deleted.push(s.sandboxId);
-              }),
-            );
-          });
-        }
-        const stopped: string[] = [];
-        for (const c of [...COMPONENTS].reverse()) if (await stopComponent(d, c)) stopped.push(c);
-        const purge = o.purge ? await purgeNode(d) : undefined;
+        const down = async () => {
+          const deleted: string[] = [];
+          // NOT_FOUND on a delete: gone already (counted as deleted); any other failure stops down before it stops anything
+          if (o.purge && findRunning(d, 'server')) {
+            const r = await withServer(d.address, deleteAllSandboxes);
+            deleted.push(...r.deleted, ...r.gone);
+          }
+          const stopped: string[] = [];
+          for (const c of [...COMPONENTS].reverse()) if (await stopComponent(d, c)) stopped.push(c);
+          return { deleted, stopped, purge: o.purge ? await purgeNode(d) : undefined };
+        };
+        // one up or down at a time (node lock); a node without a run dir has nothing to lock
+        const { deleted, stopped, purge } = existsSync(d.runDir) ? await withNodeLock(d.runDir, lockWaitMs(DEFAULT_START_TIMEOUT_MS), down) : await down();
         print(!!o.json, { stopped, deleted, purge }, () =>
           [
             `stopped: ${stopped.join(', ') || 'nothing was running'}`,
@@ -102,7 +126,7 @@ export function registerNodeCommands(program: Command): void {
               components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', c.pid ?? '-', c.features.join(',')]),
             ),
             `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
-            `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : 'none'}`,
+            `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : noActiveServer(components)}`,
             ...healthLines(health, epoch),
           ].join('\n'),
         );
