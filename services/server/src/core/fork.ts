@@ -36,7 +36,8 @@ export interface ForkResult extends ParentHold {
 /**
  * fork validates args and forks (or joins / answers a repeated request_id). signal: the caller
  * went away; it stops the wait to enter the handover gate and, for a fork without request_id
- * (no retry can join it), the wait for the child's podd (the child is torn down). Errors:
+ * (no retry can join it), undoes the child if it fires at any point of its boot up to the
+ * commit to RUNNING (bootVm; the child is torn down, the parent stays as it was). Errors:
  * INVALID_ARGUMENT, NOT_FOUND (parent), FAILED_PRECONDITION (parent not RUNNING or PAUSED, a
  * ublk-manager without "ublk.clone", request_id of a child that is gone), ABORTED (the freeze
  * ran out or was ended early), and the peers'.

@@ -33,19 +33,74 @@ describe('a create without request_id whose caller goes away during a podd Healt
     rmSync(dir, { recursive: true, force: true });
   });
 
+  /** podd whose Health calls wait for the test (when held) and are counted */
+  let answerHealth: (ok: boolean) => void = () => undefined;
+  let healthCalls = 0;
+  let holdHealth = true;
+  const heldPodd = (): PoddConnector => ({
+    ...peers.podd,
+    connect: (address) => ({
+      ...peers.podd.connect(address),
+      health: () => {
+        healthCalls++;
+        return holdHealth ? new Promise<boolean>((resolve) => (answerHealth = resolve)) : Promise.resolve(true);
+      },
+    }),
+  });
+  beforeEach(() => {
+    healthCalls = 0;
+    holdHealth = true;
+  });
+
+  const manager = (podd: PoddConnector) =>
+    new SandboxManager({
+      store,
+      vms: peers.vmPort,
+      devices: peers.devicePort,
+      podd,
+      templates,
+      log,
+      runDir: path.join(dir, 'run'),
+      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
+      poddReadyTimeoutMs: 5000,
+      syncHost: async () => undefined,
+    });
+
+  it('with a request_id it is kept RUNNING (a retry joins it)', async () => {
+    const m = manager(heldPodd());
+    const ac = new AbortController();
+    const p = m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'r-1' }, ac.signal);
+    await waitFor('the first podd Health call', () => healthCalls === 1);
+    ac.abort(new Error('caller went away'));
+    const retry = m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'r-1' });
+    answerHealth(true);
+    const [first, again] = await Promise.all([p, retry]);
+    expect(again.sandboxId).toBe(first.sandboxId);
+    expect(store.list().map((r) => r.state)).toEqual(['RUNNING']);
+  });
+
+  it("a fork without request_id whose caller goes away during the child's Health call is torn down, the parent stays", async () => {
+    holdHealth = false;
+    const m = manager(heldPodd());
+    const parent = await m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: '' });
+    holdHealth = true;
+    healthCalls = 0;
+    const ac = new AbortController();
+    const outcome = m.fork({ parentId: parent.sandboxId, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '' }, ac.signal).then(
+      () => 'resolved',
+      (err: Error) => err.message,
+    );
+    await waitFor("the child's first podd Health call", () => healthCalls === 1);
+    ac.abort(new Error('caller went away'));
+    answerHealth(true);
+    expect(await outcome).toBe('caller went away');
+    expect(store.list().map((r) => `${r.sandboxId} ${r.state}`)).toEqual([`${parent.sandboxId} RUNNING`]);
+    expect([...peers.vms.keys()]).toEqual([parent.sandboxId]);
+    expect([...peers.devices.keys()].sort()).toEqual([`${parent.sandboxId}-upper`, `${parent.sandboxId}-ws`]);
+  });
+
   it('is torn down, not left RUNNING', async () => {
-    let answerHealth: (ok: boolean) => void = () => undefined;
-    let healthCalls = 0;
-    const podd: PoddConnector = {
-      ...peers.podd,
-      connect: (address) => ({
-        ...peers.podd.connect(address),
-        health: () => {
-          healthCalls++;
-          return new Promise<boolean>((resolve) => (answerHealth = resolve));
-        },
-      }),
-    };
+    const podd = heldPodd();
     const m = new SandboxManager({
       store,
       vms: peers.vmPort,
