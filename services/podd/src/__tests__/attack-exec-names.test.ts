@@ -11,7 +11,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { InvalidArgumentError } from '@sandnode/shared';
-import { ExecRunner, type ExecEvent, type ExecSpec } from '../core/exec';
+import { ExecRunner, spawnError, type ExecEvent, type ExecSpec } from '../core/exec';
 
 async function collect(runner: ExecRunner, spec: ExecSpec): Promise<ExecEvent[]> {
   const out: ExecEvent[] = [];
@@ -45,5 +45,13 @@ describe('podd exec: names too long for the kernel', () => {
     );
     expect(err).toBeInstanceOf(InvalidArgumentError);
     expect(Buffer.byteLength(err!.message)).toBeLessThanOrEqual(MAX_MESSAGE_BYTES);
+  });
+});
+
+describe('podd exec: spawn errors of a name too long for the kernel', () => {
+  it('ENAMETOOLONG (a PATH directory + argv[0] longer than PATH_MAX) is INVALID_ARGUMENT naming argv[0]', () => {
+    const err = spawnError(Object.assign(new Error('spawn ENAMETOOLONG'), { code: 'ENAMETOOLONG' }), 'tool');
+    expect(err).toBeInstanceOf(InvalidArgumentError);
+    expect((err as Error).message).toMatch(/^argv\[0\]: "tool": .*ENAMETOOLONG/);
   });
 });
