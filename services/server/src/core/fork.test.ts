@@ -189,7 +189,7 @@ describe('ForkSandbox negotiation', () => {
 
   it('a ublk-manager gone during the clone (UNAVAILABLE): UNAVAILABLE naming ublk-manager, not the freeze advice; the parent thawed or resumed, no child', async () => {
     // what DevicePeer.clone answers when the manager is gone (also once its retries met the deadline)
-    const gone = () => new UnavailableError('ublk-manager is unavailable: CloneDevice failed until its deadline (last: No connection established)');
+    const gone = () => new UnavailableError('ublk-manager CloneDevice: UNAVAILABLE until the deadline (the manager is gone or restarting; the server log has the last error)');
     const vmsBefore = [...peers.vms.keys()];
     const devicesBefore = [...peers.devices.keys()];
     const expectUnavailable = async () => {

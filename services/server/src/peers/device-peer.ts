@@ -33,6 +33,7 @@ export class DevicePeer implements DevicePort {
   readonly channel: Channel;
   readonly client: ServiceClient<typeof DeviceServiceDefinition>;
   readonly features: PeerFeatures;
+  private readonly log: Logger | undefined;
 
   /** address is "unix:///abs/ublk-manager.sock". */
   constructor(address: string, o: PeerOptions = {}) {
@@ -43,6 +44,7 @@ export class DevicePeer implements DevicePort {
       retryAttempts: o.retryAttempts ?? DEFAULT_PEER_RETRY_ATTEMPTS,
     });
     this.client = withMappedErrors(client, 'ublk-manager', o.log);
+    this.log = o.log;
     this.features = new PeerFeatures(this.channel, 'ublk-manager');
   }
   /**
@@ -66,7 +68,7 @@ export class DevicePeer implements DevicePort {
    * clone is CloneDevice (retried on UNAVAILABLE) with deadlineMs (ms from now; default the
    * call timeout). A ublk-manager that is gone (killed mid-clone, not restarted) answers every
    * retry UNAVAILABLE until the deadline ends them: that is UnavailableError (UNAVAILABLE, naming
-   * ublk-manager and its last error), not the deadline's DEADLINE_EXCEEDED, which stays for a
+   * ublk-manager; the last error goes to the log), not the deadline's DEADLINE_EXCEEDED, which stays for a
    * manager that answered nothing in time.
    */
   async clone(deviceId: string, sourceId: string, sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice> {
@@ -76,7 +78,11 @@ export class DevicePeer implements DevicePort {
       const res = await this.client.cloneDevice({ deviceId, sourceDeviceId: sourceId, sourceQuiesced, readOnly: false }, { ...(deadlineMs ? { deadline: deadlineMs } : {}), onRetryableError });
       return { ...toInfo(res.device), cloneMs: res.cloneMs, reflinked: res.reflinked };
     } catch (err) {
-      if (unavailable && isCode(err, Status.DEADLINE_EXCEEDED)) throw new UnavailableError(`ublk-manager is unavailable: CloneDevice failed until its deadline (last: ${unavailable.details})`);
+      if (unavailable && isCode(err, Status.DEADLINE_EXCEEDED)) {
+        // the last error's text is grpc-js's (socket paths): for the log, not for a public caller
+        this.log?.warn({ err: unavailable, device_id: deviceId }, 'CloneDevice: ublk-manager unavailable until the deadline');
+        throw new UnavailableError('ublk-manager CloneDevice: UNAVAILABLE until the deadline (the manager is gone or restarting; the server log has the last error)');
+      }
       throw err;
     }
   }
