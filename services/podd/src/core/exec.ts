@@ -11,7 +11,7 @@ import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { DeadlineExceededError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
-import { MAX_EXEC_ARGS_BYTES, MAX_EXEC_STRING_BYTES, MAX_STDIN_BYTES } from './limits';
+import { MAX_EXEC_ARGS_BYTES, MAX_EXEC_STRING_BYTES, MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_QUOTED_CHARS, MAX_STDIN_BYTES } from './limits';
 
 /** ExecSpec is one command to run (domain form of ExecRequest). */
 export interface ExecSpec {
@@ -76,14 +76,35 @@ export function defaultBaseEnv(): Record<string, string> {
   return env;
 }
 
+/** quote is JSON of s cut to MAX_QUOTED_CHARS characters, for an error message that names a bad value. */
+export function quote(s: string): string {
+  return s.length > MAX_QUOTED_CHARS ? `${JSON.stringify(s.slice(0, MAX_QUOTED_CHARS))}... (${Buffer.byteLength(s)} bytes)` : JSON.stringify(s);
+}
+
+/**
+ * pathTooLong says why the kernel would refuse p with ENAMETOOLONG (longer than MAX_PATH_BYTES,
+ * or a component longer than MAX_NAME_BYTES), or undefined when it would not.
+ */
+export function pathTooLong(p: string): string | undefined {
+  const n = Buffer.byteLength(p);
+  if (n > MAX_PATH_BYTES) return `${n} bytes, at most ${MAX_PATH_BYTES} (PATH_MAX)`;
+  const long = p.split('/').find((part) => Buffer.byteLength(part) > MAX_NAME_BYTES);
+  if (long !== undefined) return `has a ${Buffer.byteLength(long)}-byte name, at most ${MAX_NAME_BYTES} per name (NAME_MAX)`;
+  return undefined;
+}
+
 /**
  * validateExecSpec checks a spec without touching the system; throws InvalidArgumentError
  * naming the bad field (`argv`, `env`, `cwd`, `stdin`, `timeout_ms`) and, for sizes, the limit
- * (MAX_EXEC_STRING_BYTES per entry, MAX_EXEC_ARGS_BYTES for argv + env together).
+ * (MAX_EXEC_STRING_BYTES per entry, MAX_EXEC_ARGS_BYTES for argv + env together, argv[0] and
+ * cwd at most MAX_PATH_BYTES with names of at most MAX_NAME_BYTES). Messages quote at most
+ * MAX_QUOTED_CHARS characters of a bad value.
  */
 export function validateExecSpec(spec: ExecSpec): void {
   if (spec.argv.length === 0) throw new InvalidArgumentError('argv: must not be empty');
   if (!spec.argv[0]) throw new InvalidArgumentError('argv: argv[0] must not be empty');
+  const argv0Long = pathTooLong(spec.argv[0]);
+  if (argv0Long) throw new InvalidArgumentError(`argv: argv[0] ${quote(spec.argv[0])} ${argv0Long}`);
   let total = 0;
   spec.argv.forEach((a, i) => {
     if (a.includes('\0')) throw new InvalidArgumentError(`argv: argv[${i}] contains a NUL byte`);
@@ -100,8 +121,10 @@ export function validateExecSpec(spec: ExecSpec): void {
   }
   if (total > MAX_EXEC_ARGS_BYTES) throw new InvalidArgumentError(`argv + env: ${total} bytes, at most ${MAX_EXEC_ARGS_BYTES} together`);
   if (spec.cwd && (!path.isAbsolute(spec.cwd) || spec.cwd.includes('\0'))) {
-    throw new InvalidArgumentError(`cwd: must be an absolute path, got ${JSON.stringify(spec.cwd)}`);
+    throw new InvalidArgumentError(`cwd: must be an absolute path, got ${quote(spec.cwd)}`);
   }
+  const cwdLong = spec.cwd ? pathTooLong(spec.cwd) : undefined;
+  if (cwdLong) throw new InvalidArgumentError(`cwd: ${quote(spec.cwd!)} ${cwdLong}`);
   if ((spec.stdin?.length ?? 0) > MAX_STDIN_BYTES) {
     throw new InvalidArgumentError(`stdin: ${spec.stdin?.length} bytes is above the limit of ${MAX_STDIN_BYTES}`);
   }
@@ -302,15 +325,17 @@ async function checkCwd(cwd: string): Promise<void> {
   try {
     st = await stat(cwd);
   } catch (e) {
-    throw new InvalidArgumentError(`cwd: ${cwd}: ${(e as NodeJS.ErrnoException).code ?? 'cannot stat'}`);
+    throw new InvalidArgumentError(`cwd: ${quote(cwd)}: ${(e as NodeJS.ErrnoException).code ?? 'cannot stat'}`);
   }
-  if (!st.isDirectory()) throw new InvalidArgumentError(`cwd: ${cwd} is not a directory`);
+  if (!st.isDirectory()) throw new InvalidArgumentError(`cwd: ${quote(cwd)} is not a directory`);
 }
 
-/** spawnError maps a spawn failure to a domain error. */
-function spawnError(err: unknown, argv0: string): unknown {
+/** spawnError maps a spawn failure (errno code) to a domain error: NOT_FOUND (ENOENT), INVALID_ARGUMENT (E2BIG, ENAMETOOLONG), FAILED_PRECONDITION (EACCES, ENOEXEC, EISDIR); others pass. */
+export function spawnError(err: unknown, argv0: string): unknown {
   const code = (err as NodeJS.ErrnoException).code;
   if (code === 'ENOENT') return new NotFoundError(`argv[0]: ${argv0}: command not found`);
+  // argv[0] passed validateExecSpec, but a PATH directory + argv[0], or a symlink, may still be too long
+  if (code === 'ENAMETOOLONG') return new InvalidArgumentError(`argv[0]: ${quote(argv0)}: a path on the way to it is too long for the kernel (ENAMETOOLONG)`);
   if (code === 'E2BIG') {
     return new InvalidArgumentError(
       `argv + env: too long for the kernel (E2BIG) together with podd's environment; each entry at most ${MAX_EXEC_STRING_BYTES} bytes, all at most ${MAX_EXEC_ARGS_BYTES}`,

@@ -2,8 +2,10 @@
  * Deadlines and exec limits on a real node (issue 11 section 1): a CreateSandbox whose
  * `grpc-timeout` ran out before it was handled creates nothing (no record, VM, container or
  * device), and an Exec argument the kernel would refuse (E2BIG) is INVALID_ARGUMENT naming the
- * field and the limit. The late creates go over raw HTTP/2, so the server really receives a
- * `grpc-timeout` of 1n / 1u / 1m (a grpc-js client may fail such a call without sending it).
+ * field and the limit (also a command name or path, or cwd, longer than NAME_MAX / PATH_MAX).
+ * A create whose deadline runs out while it runs is undone. The late creates go over raw
+ * HTTP/2, so the server really receives a `grpc-timeout` of 1n / 1u / 1m or the ms given (a
+ * grpc-js client may fail such a call without sending it).
  */
 import http2 from 'node:http2';
 import net from 'node:net';
@@ -104,6 +106,38 @@ describeNode('deadlines and exec limits on a real node', () => {
   it('CreateSandbox through the sandnode client with a deadline 1 ms away creates nothing', async () => {
     await expectCode(node.api.sandboxes.createSandbox({ template: 'base' }, { deadline: new Date(Date.now() + 1) }), Status.DEADLINE_EXCEEDED);
     await nothing();
+  });
+
+  it('CreateSandbox whose grpc-timeout runs out during the create (any step, also a podd Health call in flight) leaves nothing; one that answered OK is kept', async () => {
+    // how long a create takes on this node, so that the deadlines below fall inside one
+    const t0 = Date.now();
+    expect(await rawCall(socket, CREATE, body, {})).toBe(Status.OK);
+    const createMs = Date.now() - t0;
+    await Promise.all((await node.api.sandboxes.listSandboxes({})).sandboxes.map((x) => node.api.sandboxes.deleteSandbox({ sandboxId: x.sandboxId })));
+    const answers: number[] = [];
+    for (const f of [0.4, 0.55, 0.7, 0.8, 0.9, 1, 1.1, 1.25, 1.4, 1.6, 1.8, 2.2]) {
+      answers.push(await rawCall(socket, CREATE, body, { 'grpc-timeout': `${Math.max(1, Math.round(createMs * f))}m` }));
+    }
+    expect(answers.every((c) => c === Status.OK || c === Status.DEADLINE_EXCEEDED)).toBe(true);
+    const ok = answers.filter((c) => c === Status.OK).length;
+    // every create that did not answer OK is undone: exactly the OK ones remain, RUNNING
+    await waitFor('the late creates to be torn down', async () => (await node.api.sandboxes.listSandboxes({})).sandboxes.length === ok, 60_000, 200);
+    await new Promise((r) => setTimeout(r, 1000)); // none shows up late either
+    const left = (await node.api.sandboxes.listSandboxes({})).sandboxes;
+    expect({ left: left.length, states: [...new Set(left.map((x) => x.state))] }).toEqual({ left: ok, states: ok ? [SandboxState.SANDBOX_STATE_RUNNING] : [] });
+    await Promise.all(left.map((x) => node.api.sandboxes.deleteSandbox({ sandboxId: x.sandboxId })));
+    await nothing();
+  });
+
+  it('Exec of a command name or path longer than NAME_MAX / PATH_MAX, or a 100 KiB cwd, answers INVALID_ARGUMENT naming the field; the sandbox runs on', async () => {
+    const id = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId;
+    await expectCode(execCollect(node.api, id, ['x'.repeat(256)]), Status.INVALID_ARGUMENT, /^argv\[0\]: .* has a 256-byte name, at most 255 per name \(NAME_MAX\)$/);
+    await expectCode(execCollect(node.api, id, ['/a'.repeat(2500)]), Status.INVALID_ARGUMENT, /^argv\[0\]: .* 5000 bytes, at most 4095 \(PATH_MAX\)$/);
+    await expectCode(execCollect(node.api, id, ['true'], { cwd: `/${'d'.repeat(100 * 1024)}` }), Status.INVALID_ARGUMENT, /^cwd: .* 102401 bytes, at most 4095 \(PATH_MAX\)$/);
+    // a name of 255 bytes is only not found
+    await expectCode(execCollect(node.api, id, ['x'.repeat(255)]), Status.NOT_FOUND);
+    expect(await execCollect(node.api, id, ['true'])).toMatchObject({ exitCode: 0 });
+    await node.api.sandboxes.deleteSandbox({ sandboxId: id });
   });
 
   it('Exec with a 200 KB argument or env value answers INVALID_ARGUMENT naming the field and the limit; the sandbox runs on', async () => {

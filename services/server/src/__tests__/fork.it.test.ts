@@ -1,7 +1,8 @@
 /**
  * ForkSandbox and ResetRootfs on a real node: runc containers on loop devices, podd's bounded
  * quiesce through the supervisor's freeze port, CloneDevice in the ublk-manager, SQLite
- * records; every service a separate process on unix sockets.
+ * records; every service a separate process on unix sockets. Also a ublk-manager killed in the
+ * middle of a clone (its failpoint ublk.clone.after-copy).
  */
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -13,7 +14,7 @@ import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { PoddServiceDefinition, ThawEndedBy } from '@sandnode/shared/proto/podd/v1/podd';
 import type { ServerApi } from '@sandnode/shared';
-import { startComponent } from '@sandnode/node-stack';
+import { sandnodeProcesses, startComponent } from '@sandnode/node-stack';
 import { describeNode, execCollect, expectCode, holderStatus, inventory, killProcesses, orphans, serverProcesses, startNode, waitFor, withEnv, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
@@ -391,5 +392,36 @@ describeNode('a server killed mid-fork or mid-reset', () => {
     expect(await sh(node.api, s.sandboxId, 'cat /workspace/keep.txt')).toBe('kept\n');
     await expectNoOrphans(node);
     await node.api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
+  });
+
+  /** restartUblkManager SIGKILLs the ublk-manager and starts it again with env (its devices stay attached). */
+  async function restartUblkManager(env: Record<string, string>): Promise<void> {
+    const pids = sandnodeProcesses(node.dirs.runDir)
+      .filter((p) => /services\/ublk-manager\/dist\/main\.js/.test(p.cmd))
+      .map((p) => p.pid);
+    await killProcesses(pids, 0);
+    await withEnv(env, () => startComponent(node.dirs, 'ublk-manager', { timeoutMs: 60_000 }));
+  }
+
+  it('the ublk-manager killed mid-clone: UNAVAILABLE naming ublk-manager (not the freeze advice), the parent thawed, the child undone once it is back', async () => {
+    const parent = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
+    await restartUblkManager({ SANDNODE_UBLK_MANAGER_FAILPOINTS: 'ublk.clone.after-copy=kill' });
+    try {
+      const err = await node.api.sandboxes.forkSandbox({ parentId: parent.sandboxId, maxFreezeMs: 1500 }).catch((e: unknown) => e);
+      expect(err).toMatchObject({ code: Status.UNAVAILABLE });
+      expect((err as Error).message).toMatch(/ublk-manager is unavailable/);
+      expect((err as Error).message).not.toMatch(/freeze|\.sock/);
+      // thawed: a write completes (it would block while frozen)
+      await sh(node.api, parent.sandboxId, 'echo thawed > /workspace/after-ublk.txt; sync');
+    } finally {
+      await restartUblkManager({ SANDNODE_UBLK_MANAGER_FAILPOINTS: '' });
+    }
+    // the child's teardown is finished by the reaper once the manager is back
+    await waitFor('the half-made child to be torn down', async () => (await node.api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes.length === 1, 60_000, 200);
+    const list = (await node.api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
+    expect(list.map((x) => [x.sandboxId, x.state])).toEqual([[parent.sandboxId, SandboxState.SANDBOX_STATE_RUNNING]]);
+    await waitFor('no orphaned device or dir', async () => orphans(await inventory(node.dirs), [parent.sandboxId], [parent.sandboxId]).length === 0, 30_000, 200).catch(() => undefined);
+    await expectNoOrphans(node);
+    await node.api.sandboxes.deleteSandbox({ sandboxId: parent.sandboxId });
   });
 });

@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { AbortedError, CommandError, FailedPreconditionError, InternalError, UnavailableError, UnimplementedError, createLogger } from '@sandnode/shared';
+import { AbortedError, CommandError, DeadlineExceededError, FailedPreconditionError, InternalError, UnavailableError, UnimplementedError, createLogger } from '@sandnode/shared';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { adoptAll } from './adoption';
 import { SandboxManager, type SandboxManagerOptions } from './sandbox-manager';
@@ -185,6 +185,40 @@ describe('ForkSandbox negotiation', () => {
     await expect(m.fork({ parentId: other.sandboxId, ...rq })).rejects.toThrow(/not a fork of/);
     await expect(m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'rq-1' })).rejects.toThrow(/a fork of/);
     expect(childIds().filter((id) => id !== other.sandboxId)).toEqual([a.child.sandboxId]);
+  });
+
+  it('a ublk-manager gone during the clone (UNAVAILABLE): UNAVAILABLE naming ublk-manager, not the freeze advice; the parent thawed or resumed, no child', async () => {
+    // what DevicePeer.clone answers when the manager is gone (also once its retries met the deadline)
+    const gone = () => new UnavailableError('ublk-manager CloneDevice: UNAVAILABLE until the deadline (the manager is gone or restarting; the server log has the last error)');
+    const vmsBefore = [...peers.vms.keys()];
+    const devicesBefore = [...peers.devices.keys()];
+    const expectUnavailable = async () => {
+      const err = await fork(100).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(UnavailableError);
+      expect((err as Error).message).toMatch(
+        new RegExp(`^fork of ${parent.sandboxId}: ublk-manager is unavailable, the clone failed \\(.*\\); the fork was undone .*retry once ublk-manager is back$`),
+      );
+      expect((err as Error).message).not.toMatch(/freeze/);
+      expect(childIds()).toEqual([]);
+      expect([...peers.vms.keys()]).toEqual(vmsBefore);
+      expect([...peers.devices.keys()]).toEqual(devicesBefore);
+      expect(store.get(parent.sandboxId)!).toMatchObject({ state: 'RUNNING', forkPausedAtMs: 0 });
+    };
+    // quiesce: both clones fail, the parent is thawed
+    peers.cloneFails = gone;
+    await expectUnavailable();
+    expect(peers.events.at(-1)).toBe('thaw t1');
+    // one clone ran into the window, the other saw the manager gone: the manager is the cause
+    peers.events = [];
+    peers.cloneFails = (src) => (src.endsWith('-upper') ? new DeadlineExceededError('Deadline exceeded') : gone());
+    await expectUnavailable();
+    expect(peers.events.at(-1)).toBe('thaw t1');
+    // pause (a podd without podd.quiesce): the parent is resumed
+    peers.poddFeatures = [];
+    peers.events = [];
+    peers.cloneFails = gone;
+    await expectUnavailable();
+    expect(peers.events.at(-1)).toBe(`resume ${parent.sandboxId}`);
   });
 
   it('a failed clone still thaws (quiesce) or resumes (pause) the parent and leaves no child', async () => {

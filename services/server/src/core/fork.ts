@@ -8,7 +8,7 @@
  * adoption (CREATING -> torn down, a parent paused for the fork -> resumed, a parent frozen ->
  * thawed by podd's watchdog).
  */
-import { FailedPreconditionError, InvalidArgumentError, requireFeature, requireSandboxId, UBLK_FEATURES, type Logger } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, isCode, requireFeature, requireSandboxId, Status, UBLK_FEATURES, UnavailableError, type Logger } from '@sandnode/shared';
 import { failpoint } from '../handover/failpoints';
 import type { CoreContext } from './context';
 import { holdParent, type ParentHold } from './parent-hold';
@@ -36,10 +36,12 @@ export interface ForkResult extends ParentHold {
 /**
  * fork validates args and forks (or joins / answers a repeated request_id). signal: the caller
  * went away; it stops the wait to enter the handover gate and, for a fork without request_id
- * (no retry can join it), the wait for the child's podd (the child is torn down). Errors:
+ * (no retry can join it), undoes the child if it fires at any point of its boot up to the
+ * commit to RUNNING (bootVm; the child is torn down, the parent stays as it was). Errors:
  * INVALID_ARGUMENT, NOT_FOUND (parent), FAILED_PRECONDITION (parent not RUNNING or PAUSED, a
  * ublk-manager without "ublk.clone", request_id of a child that is gone), ABORTED (the freeze
- * ran out or was ended early), and the peers'.
+ * ran out or was ended early), UNAVAILABLE naming ublk-manager (it went away during the clone;
+ * the child is undone), and the peers'.
  */
 export async function fork(c: CoreContext, args: ForkSandboxArgs, signal?: AbortSignal): Promise<ForkResult> {
   requireSandboxId('parent_id', args.parentId);
@@ -115,9 +117,22 @@ async function forkNow(
 }
 
 /**
+ * ublkUnavailable is the answer to a fork whose clone failed because the ublk-manager is gone
+ * (UNAVAILABLE): retry once it is back. Not the freeze advice (a larger max_freeze_ms would not
+ * help); the fork undoes the child and the parent is released as it was held.
+ */
+function ublkUnavailable(parentId: string, err: unknown): UnavailableError {
+  return new UnavailableError(
+    `fork of ${parentId}: ublk-manager is unavailable, the clone failed (${(err as Error).message}); the fork was undone and the parent left as it was; retry once ublk-manager is back`,
+  );
+}
+
+/**
  * cloneParent holds the parent still, clones its upper and workspace into the child's record
  * (not yet persisted) and releases the parent. Throws AbortedError when the freeze ran out
- * before the clones finished (they may be torn).
+ * before the clones finished (they may be torn), UnavailableError naming ublk-manager when a
+ * clone failed UNAVAILABLE (the manager is gone: DevicePeer.clone also reports its retries
+ * that ran into the deadline so).
  */
 function cloneParent(c: CoreContext, parent: SandboxRecord, child: SandboxRecord, maxFreezeMs: number, log: Logger): Promise<ParentHold> {
   const sources = (['rootfs-upper', 'workspace'] as const).map((role) => {
@@ -134,8 +149,11 @@ function cloneParent(c: CoreContext, parent: SandboxRecord, child: SandboxRecord
     settled.forEach((r, i) => {
       if (r.status === 'fulfilled') child.devices.push({ deviceId: r.value.deviceId, role: sources[i]!.role, path: r.value.path, backingFile: r.value.backingFile, sizeBytes: r.value.sizeBytes });
     });
-    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-    if (failed) throw failed.reason;
+    const failures = settled.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as unknown);
+    // the device manager gone is the cause, whatever the other clone said (a deadline, say)
+    const gone = failures.find((e) => isCode(e, Status.UNAVAILABLE));
+    if (gone) throw ublkUnavailable(parent.sandboxId, gone);
+    if (failures.length) throw failures[0];
     failpoint('fork.after-clone');
     return c.now() - t;
   };

@@ -7,7 +7,7 @@
 import { InvalidArgumentError, ResourceExhaustedError } from '@sandnode/shared';
 import type { CoreContext } from './context';
 import type { ExecArgs, ExecEvent } from './types';
-import { MAX_FILE_CHUNK_BYTES, validateArgv, validateChunk, workspacePath } from './validate';
+import { MAX_FILE_CHUNK_BYTES, validateArgv, validateChunk, validateCwd, workspacePath } from './validate';
 
 /** The working directory of an Exec that names none. */
 export const DEFAULT_EXEC_CWD = '/workspace';
@@ -46,12 +46,13 @@ export class ExecStreams {
 
 /**
  * exec runs a command through the sandbox's podd; signal ends it (the caller went away).
- * Errors: INVALID_ARGUMENT (argv, stdin size), NOT_FOUND, FAILED_PRECONDITION (not RUNNING),
+ * Errors: INVALID_ARGUMENT (argv, cwd, stdin size), NOT_FOUND, FAILED_PRECONDITION (not RUNNING),
  * RESOURCE_EXHAUSTED (the sandbox has maxExecStreamsPerSandbox streams running),
  * and podd's (see SandboxService.Exec).
  */
 export function exec(c: CoreContext, id: string, args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent> {
   validateArgv('argv', args.argv, args.env);
+  validateCwd('cwd', args.cwd);
   validateChunk('stdin', args.stdin.length);
   const rec = c.requireState(id, 'Exec');
   const release = c.execStreams.enter(id);

@@ -66,20 +66,41 @@ export function newRecord(c: Pick<CoreContext, 'now' | 'runDir'>, id: string, fr
 }
 
 /**
+ * untilAborted settles as p does, or rejects with signal.reason as soon as signal aborts
+ * (p then runs on unobserved); without a signal it is p.
+ */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
+  if (!signal) return p;
+  if (signal.aborted) return Promise.reject(signal.reason as Error);
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason as Error);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+/**
  * waitForPodd polls podd Health until it answers. DeadlineExceededError (DEADLINE_EXCEEDED:
  * the sandbox did not come up in time; nothing is wrong with the request) after
- * c.poddReadyTimeoutMs; signal.reason when signal aborts first.
+ * c.poddReadyTimeoutMs; signal.reason as soon as signal aborts, also during a Health call or
+ * the pause between two.
  */
 async function waitForPodd(c: CoreContext, rec: SandboxRecord, signal?: AbortSignal): Promise<void> {
   const client = c.podd.connect(rec.poddAddress);
   const deadline = c.now() + c.poddReadyTimeoutMs;
   for (;;) {
     signal?.throwIfAborted();
-    if (await client.health(PODD_HEALTH_CALL_MS).catch(() => false)) return;
+    if (
+      await untilAborted(
+        client.health(PODD_HEALTH_CALL_MS).catch(() => false),
+        signal,
+      )
+    )
+      return;
     if (c.now() > deadline) {
       throw new DeadlineExceededError(`sandbox ${rec.sandboxId}: podd did not answer at ${rec.poddAddress} within ${c.poddReadyTimeoutMs} ms`);
     }
-    await new Promise((r) => setTimeout(r, PODD_READY_POLL_MS));
+    await untilAborted(new Promise((r) => setTimeout(r, PODD_READY_POLL_MS)), signal);
   }
 }
 
@@ -87,8 +108,11 @@ async function waitForPodd(c: CoreContext, rec: SandboxRecord, signal?: AbortSig
  * bootVm starts rec's VM on the devices in its record (their paths must be current), records
  * the VM, waits for podd and persists RUNNING (from CREATING or DRAINED). The VM id is the
  * recorded one (or the sandbox id), its hostname the sandbox id, its /etc/machine-id the
- * record's; a fork child also gets env SANDNODE_FORKED_FROM=<parent id>. signal stops the
- * wait for podd (the caller tears the sandbox down).
+ * record's; a fork child also gets env SANDNODE_FORKED_FROM=<parent id>. signal (the caller
+ * went away) is looked at before every step and after the last one: once it fired, bootVm
+ * throws signal.reason and does not persist RUNNING (the caller tears the sandbox down). The
+ * last look and the RUNNING commit run in one synchronous stretch, so a caller of bootVm that
+ * answers without another await answers only a boot whose caller was still there.
  */
 export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortSignal): Promise<void> {
   const upper = rec.devices.find((d) => d.role === 'rootfs-upper');
@@ -96,6 +120,7 @@ export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortS
   if (!upper || !ws) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: its record lacks a device`);
   const dir = sandboxDir(c.runDir, rec.sandboxId);
   await mkdir(dir, { recursive: true, mode: 0o700 });
+  signal?.throwIfAborted();
   const vm = await c.vms.create({
     vmId: rec.vm?.vmId ?? rec.sandboxId,
     templateRootfs: rec.templateRootfs,
@@ -110,6 +135,8 @@ export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortS
   rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket };
   c.touch(rec);
   await waitForPodd(c, rec, signal);
+  // no await from here to the return: the caller cannot go away between this look and RUNNING
+  signal?.throwIfAborted();
   transition(rec, 'RUNNING');
   rec.resumeMethod = '';
   c.touch(rec);

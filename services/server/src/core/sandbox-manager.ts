@@ -178,7 +178,9 @@ export class SandboxManager {
   /**
    * create makes devices and a VM from a template and waits for podd. Returns the RUNNING
    * record. signal (the caller went away) stops the wait to enter the handover gate and, for a
-   * create without request_id (no retry can join it), the wait for podd. Errors:
+   * create without request_id (no retry can join it), undoes the create at whatever step it is
+   * (devices, VM, the wait for podd, the commit to RUNNING: nobody could learn its id); with a
+   * request_id the create goes on and a retry joins it. Errors:
    * INVALID_ARGUMENT, NOT_FOUND (template), DEADLINE_EXCEEDED (podd did not answer within
    * poddReadyTimeoutMs), FAILED_PRECONDITION (request_id of a sandbox that is gone), and those
    * of the peers; on failure everything made is torn down and the record removed.
@@ -231,14 +233,19 @@ export class SandboxManager {
     const log = this.o.log.child({ sandbox_id: id });
     const rec = newRecord(this.ctx, id, origin, metadata, timeoutSeconds, requestId);
     return this.locks.run(id, async () => {
+      signal?.throwIfAborted(); // nothing made yet
       this.o.store.put(rec);
       const t0 = this.now();
       try {
         const upper = await this.devices.createEmpty(`${id}-upper`, this.ctx.upperBytes);
         rec.devices.push({ deviceId: upper.deviceId, role: 'rootfs-upper', path: upper.path, backingFile: upper.backingFile, sizeBytes: upper.sizeBytes });
+        signal?.throwIfAborted();
         const ws = await this.devices.createEmpty(`${id}-ws`, origin.resources.diskBytes);
         rec.devices.push({ deviceId: ws.deviceId, role: 'workspace', path: ws.path, backingFile: ws.backingFile, sizeBytes: ws.sizeBytes });
         this.touch(rec);
+        // bootVm looks at signal after every step and commits RUNNING only if the caller is
+        // still there; from its return to the answer there is no await, so the caller cannot
+        // go away unseen in between
         await bootVm(this.ctx, rec, signal);
         log.info({ pid: rec.vm?.pid, template: origin.template, ms: this.now() - t0 }, 'sandbox created');
         return rec;

@@ -25,6 +25,12 @@ export const MAX_EXEC_STRING_BYTES = 128 * 1024 - 1;
  * (1 MiB: half the kernel's usual ARG_MAX of 2 MiB, which podd's own environment shares).
  */
 export const MAX_EXEC_ARGS_BYTES = 1024 * 1024;
+/** Longest path the kernel takes, in bytes (PATH_MAX 4096 less the NUL): argv[0] and an Exec's cwd. */
+export const MAX_PATH_BYTES = 4095;
+/** Longest file name (one path component), in bytes (NAME_MAX): of argv[0] and an Exec's cwd. */
+export const MAX_NAME_BYTES = 255;
+/** Most characters of a bad value quoted back in an error message (the value may be megabytes). */
+const MAX_QUOTED_CHARS = 80;
 const METADATA_KEY_RE = /^[A-Za-z0-9._/-]{1,63}$/;
 const REQUEST_ID_RE = /^[A-Za-z0-9._-]{1,64}$/;
 const MIB = 1024 * 1024;
@@ -106,15 +112,48 @@ export function workspacePath(field: string, p: string): string {
   return abs;
 }
 
+/** quote is JSON of s cut to MAX_QUOTED_CHARS characters, for an error message that names a bad value. */
+function quote(s: string): string {
+  return s.length > MAX_QUOTED_CHARS ? `${JSON.stringify(s.slice(0, MAX_QUOTED_CHARS))}... (${Buffer.byteLength(s)} bytes)` : JSON.stringify(s);
+}
+
 /**
- * validateArgv checks an Exec command line and its env: at most MAX_ARGV entries, no NUL, each
- * argv entry and each "KEY=VALUE" at most MAX_EXEC_STRING_BYTES, all of them (with a NUL each)
- * at most MAX_EXEC_ARGS_BYTES. Throws InvalidArgumentError naming the field and the limit.
+ * pathTooLong says why the kernel would refuse p with ENAMETOOLONG (longer than MAX_PATH_BYTES,
+ * or a component longer than MAX_NAME_BYTES), or undefined when it would not.
+ */
+function pathTooLong(p: string): string | undefined {
+  const n = Buffer.byteLength(p);
+  if (n > MAX_PATH_BYTES) return `${n} bytes, at most ${MAX_PATH_BYTES} (PATH_MAX)`;
+  const long = p.split('/').find((part) => Buffer.byteLength(part) > MAX_NAME_BYTES);
+  if (long !== undefined) return `has a ${Buffer.byteLength(long)}-byte name, at most ${MAX_NAME_BYTES} per name (NAME_MAX)`;
+  return undefined;
+}
+
+/**
+ * validateCwd checks an Exec's working directory (empty: the default): no NUL, at most
+ * MAX_PATH_BYTES, names of at most MAX_NAME_BYTES. Throws InvalidArgumentError naming the
+ * field and quoting at most MAX_QUOTED_CHARS characters of the value; returns cwd.
+ */
+export function validateCwd(field: string, cwd: string): string {
+  if (cwd.includes('\0')) throw new InvalidArgumentError(`${field}: contains a NUL byte`);
+  const long = pathTooLong(cwd);
+  if (long) throw new InvalidArgumentError(`${field}: ${quote(cwd)} ${long}`);
+  return cwd;
+}
+
+/**
+ * validateArgv checks an Exec command line and its env: at most MAX_ARGV entries, no NUL,
+ * argv[0] at most MAX_PATH_BYTES with names of at most MAX_NAME_BYTES (longer ones the kernel
+ * refuses with ENAMETOOLONG), each argv entry and each "KEY=VALUE" at most
+ * MAX_EXEC_STRING_BYTES, all of them (with a NUL each) at most MAX_EXEC_ARGS_BYTES. Throws
+ * InvalidArgumentError naming the field and the limit.
  */
 export function validateArgv(field: string, argv: string[], env: Record<string, string> = {}): string[] {
   if (argv.length === 0) throw new InvalidArgumentError(`${field}: must not be empty`);
   if (argv.length > MAX_ARGV) throw new InvalidArgumentError(`${field}: ${argv.length} arguments, at most ${MAX_ARGV}`);
   if (!argv[0]) throw new InvalidArgumentError(`${field}[0]: must not be empty`);
+  const long = pathTooLong(argv[0]);
+  if (long) throw new InvalidArgumentError(`${field}[0]: ${quote(argv[0])} ${long}`);
   if (argv.some((a) => a.includes('\0'))) throw new InvalidArgumentError(`${field}: an argument contains a NUL byte`);
   let total = 0;
   argv.forEach((a, i) => {

@@ -4,9 +4,9 @@
  * `retryAttempts` times on UNAVAILABLE (`peerRetryAttempts`), and errors are mapped
  * (peer-errors.ts: the manager's INTERNAL text stays in the server log).
  */
-import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, UBLK_FEATURES, type Logger, type ServiceClient } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, UBLK_FEATURES, UnavailableError, type Logger, type ServiceClient } from '@sandnode/shared';
 import { DeviceServiceDefinition, DeviceState, Filesystem, type Device } from '@sandnode/shared/proto/ublk/v1/ublk';
-import type { Channel } from 'nice-grpc';
+import type { Channel, ClientError } from 'nice-grpc';
 import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
 import type { ClonedDevice, DeviceInfo, DevicePort, PeerVersion } from '../core/types';
 import { announceEpoch, EPOCH_PROBE_ID } from './epoch-announce';
@@ -33,6 +33,7 @@ export class DevicePeer implements DevicePort {
   readonly channel: Channel;
   readonly client: ServiceClient<typeof DeviceServiceDefinition>;
   readonly features: PeerFeatures;
+  private readonly log: Logger | undefined;
 
   /** address is "unix:///abs/ublk-manager.sock". */
   constructor(address: string, o: PeerOptions = {}) {
@@ -43,6 +44,7 @@ export class DevicePeer implements DevicePort {
       retryAttempts: o.retryAttempts ?? DEFAULT_PEER_RETRY_ATTEMPTS,
     });
     this.client = withMappedErrors(client, 'ublk-manager', o.log);
+    this.log = o.log;
     this.features = new PeerFeatures(this.channel, 'ublk-manager');
   }
   /**
@@ -62,9 +64,27 @@ export class DevicePeer implements DevicePort {
     return toInfo(res.device);
   }
 
+  /**
+   * clone is CloneDevice (retried on UNAVAILABLE) with deadlineMs (ms from now; default the
+   * call timeout). A ublk-manager that is gone (killed mid-clone, not restarted) answers every
+   * retry UNAVAILABLE until the deadline ends them: that is UnavailableError (UNAVAILABLE, naming
+   * ublk-manager; the last error goes to the log), not the deadline's DEADLINE_EXCEEDED, which stays for a
+   * manager that answered nothing in time.
+   */
   async clone(deviceId: string, sourceId: string, sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice> {
-    const res = await this.client.cloneDevice({ deviceId, sourceDeviceId: sourceId, sourceQuiesced, readOnly: false }, deadlineMs ? { deadline: deadlineMs } : {});
-    return { ...toInfo(res.device), cloneMs: res.cloneMs, reflinked: res.reflinked };
+    let unavailable: ClientError | undefined;
+    const onRetryableError = (err: ClientError) => void (unavailable = err.code === Status.UNAVAILABLE ? err : undefined);
+    try {
+      const res = await this.client.cloneDevice({ deviceId, sourceDeviceId: sourceId, sourceQuiesced, readOnly: false }, { ...(deadlineMs ? { deadline: deadlineMs } : {}), onRetryableError });
+      return { ...toInfo(res.device), cloneMs: res.cloneMs, reflinked: res.reflinked };
+    } catch (err) {
+      if (unavailable && isCode(err, Status.DEADLINE_EXCEEDED)) {
+        // the last error's text is grpc-js's (socket paths): for the log, not for a public caller
+        this.log?.warn({ err: unavailable, device_id: deviceId }, 'CloneDevice: ublk-manager unavailable until the deadline');
+        throw new UnavailableError('ublk-manager CloneDevice: UNAVAILABLE until the deadline (the manager is gone or restarting; the server log has the last error)');
+      }
+      throw err;
+    }
   }
 
   async version(): Promise<PeerVersion> {

@@ -15,6 +15,8 @@ export class Peers {
   /** what podd Health answers */
   poddHealthy = true;
   failClone = false;
+  /** what a clone of source device src throws, when set (undefined: it succeeds) */
+  cloneFails: ((src: string) => Error | undefined) | undefined;
   /**
    * how long a clone takes, ms; a clone given a shorter deadline fails at it with what the
    * nice-grpc deadline middleware throws (mapped): DEADLINE_EXCEEDED "Deadline exceeded"
@@ -46,6 +48,8 @@ export class Peers {
       this.events.push(`clone ${src} quiesced=${quiesced}`);
       this.onClone();
       if (this.failClone) throw new Error('disk full');
+      const fails = this.cloneFails?.(src);
+      if (fails) throw fails;
       if (this.cloneTakesMs) {
         const late = deadlineMs !== undefined && deadlineMs < this.cloneTakesMs;
         await new Promise((r) => setTimeout(r, late ? deadlineMs : this.cloneTakesMs));
