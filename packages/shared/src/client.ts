@@ -36,10 +36,6 @@ export function createSandnodeChannel(address: string): Channel {
     // instead of grpc's default backoff of up to 120 s.
     'grpc.initial_reconnect_backoff_ms': 100,
     'grpc.max_reconnect_backoff_ms': 1000,
-    // Each channel its own subchannels: grpc-js shares them process-wide by default, so one
-    // connection cut by a kill -9 of the peer kept every new channel of this process to that
-    // address failing for ~20 s (the chaos run, seed 3) while a fresh process got answers at once.
-    'grpc.use_local_subchannel_pool': 1,
   });
 }
 
