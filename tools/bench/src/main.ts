@@ -19,8 +19,9 @@
  * the host's load average at the start and the end (other work on the host moves the figures).
  * Sizes can be lowered with BENCH_CREATES, BENCH_EXECS, BENCH_ADOPT, BENCH_SECONDS (per
  * GetSandbox round), BENCH_GETSANDBOX_ROUNDS, BENCH_HANDOVERS, BENCH_DRAIN, BENCH_FORKS (0 skips
- * the fork section), BENCH_FORK_MB, BENCH_DEVICE_ROUNDS, BENCH_DEVICE_SANDBOXES.
- * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade;
+ * the fork section), BENCH_FORK_MB, BENCH_DEVICE_ROUNDS, BENCH_DEVICE_SANDBOXES,
+ * BENCH_CHAOS_SEED / BENCH_CHAOS_STEPS (a longer chaos run than CI's; 0 steps skips it).
+ * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos;
  * default all) runs only those (create runs whenever a section of the first node does: they
  * need its sandboxes) and writes bench/results/foundation-<a>+<b>.json instead;
  * BENCH_SKIP_LIVE_UPGRADE=1 skips live-upgrade.ts.
@@ -33,6 +34,7 @@ import { socketPath, unixAddress, mapLimit } from '@sandnode/shared';
 import { connectServer, table, type ServerApi, COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { benchFork } from './fork';
 import { spreadOf, writeBenchResults } from './results';
+import { runChaos, type ChaosReport } from '@sandnode/chaos';
 import { benchLiveUpgrade } from './live-upgrade';
 import { benchDeviceStall } from './device-stall';
 import { benchGetSandbox } from './getsandbox';
@@ -43,7 +45,7 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /** The sections BENCH_SECTIONS may name. */
-const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade'] as const;
+const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos'] as const;
 type Section = (typeof SECTIONS)[number];
 
 function wantedSections(): Set<Section> {
@@ -161,6 +163,19 @@ async function benchFirstNode(root: string, want: Set<Section>, results: Record<
   }
 }
 
+/**
+ * benchChaos runs a longer chaos run than CI's (BENCH_CHAOS_SEED, default 11; BENCH_CHAOS_STEPS,
+ * default 300) and puts its figures in the table; a violation fails the section.
+ */
+async function benchChaos(rows: (string | number)[][]): Promise<ChaosReport> {
+  const r = await runChaos({ seed: num('BENCH_CHAOS_SEED', 11), steps: num('BENCH_CHAOS_STEPS', 300) });
+  const kills = Object.values(r.kills).reduce((a, b) => a + b, 0);
+  rows.push([`chaos seed ${r.seed}: steps / kills / invariant checks`, `${r.stepsRun} / ${kills} / ${r.invariantChecks}`, 'no violation', r.ok ? 'ok' : `FAILED at step ${r.failure?.step}`]);
+  rows.push(['chaos: convergence after a fault p50 / max', `${r.convergeMs.p50} / ${r.convergeMs.max} ms`, `<= ${r.convergeMs.boundMs} ms`, `${r.convergeMs.faults} faults`]);
+  if (!r.ok) throw new Error(`chaos seed ${r.seed} failed at step ${r.failure?.step} (${r.failure?.action}): ${r.failure?.violations.join('; ')}`);
+  return r;
+}
+
 async function main(): Promise<void> {
   const want = wantedSections();
   if (process.env.BENCH_SKIP_LIVE_UPGRADE === '1') want.delete('live-upgrade');
@@ -177,6 +192,7 @@ async function main(): Promise<void> {
     if (['create', 'exec', 'getsandbox', 'fork', 'adoption'].some((s) => want.has(s as Section))) await benchFirstNode(root, want, results, rows);
     if (want.has('device') && num('BENCH_DEVICE_ROUNDS', 3) > 0) results.deviceHandover = await section('device handover', rows, () => benchDeviceStall(root, rows));
     if (want.has('live-upgrade')) results.liveUpgrade = await section('live upgrade', rows, () => benchLiveUpgrade(root, rows));
+    if (want.has('chaos') && num('BENCH_CHAOS_STEPS', 300) > 0) results.chaos = await section('chaos', rows, () => benchChaos(rows));
   } finally {
     rmSync(root, { recursive: true, force: true });
   }
