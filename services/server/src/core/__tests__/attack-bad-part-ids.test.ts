@@ -17,7 +17,7 @@ import Database from 'better-sqlite3';
 import { SqliteRecordStore } from '../../store/sqlite-record-store';
 import { SandboxManager } from '../sandbox-manager';
 import type { DevicePort, VmPort } from '../types';
-import { Peers, templates } from './fake-peers';
+import { managerOptions, Peers } from './fake-peers';
 
 const log = createLogger('test', '0', 'silent');
 
@@ -53,18 +53,7 @@ describe.each([
     const peers = new Peers();
     const vms: VmPort = { ...peers.vmPort, delete: async (id) => (checked(id, 'vm_id'), peers.vmPort.delete(id)) };
     const devices: DevicePort = { ...peers.devicePort, delete: async (id) => (checked(id, 'device_id'), peers.devicePort.delete(id)) };
-    const m = new SandboxManager({
-      store,
-      vms,
-      devices,
-      podd: peers.podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      poddReadyTimeoutMs: 5000,
-      syncHost: async () => undefined,
-    });
+    const m = new SandboxManager(managerOptions(peers, store, dir, { vms: vms, devices: devices }));
     const listed = () => m.list({ states: [], metadata: {}, pageSize: 0, pageToken: '' }).sandboxes.map((r) => `${r.sandboxId} ${r.state}`);
     if (listed().length) await m.delete('sb-8888888888888888').catch(() => undefined);
     expect(listed()).toEqual([]);

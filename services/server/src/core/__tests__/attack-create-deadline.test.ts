@@ -14,7 +14,7 @@ import { waitFor } from '@sandnode/testkit';
 import { SqliteRecordStore } from '../../store/sqlite-record-store';
 import { SandboxManager } from '../sandbox-manager';
 import type { PoddConnector } from '../types';
-import { Peers, templates } from './fake-peers';
+import { managerOptions, Peers } from './fake-peers';
 
 const log = createLogger('test', '0', 'silent');
 
@@ -52,19 +52,7 @@ describe('a create without request_id whose caller goes away during a podd Healt
     holdHealth = true;
   });
 
-  const manager = (podd: PoddConnector) =>
-    new SandboxManager({
-      store,
-      vms: peers.vmPort,
-      devices: peers.devicePort,
-      podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      poddReadyTimeoutMs: 5000,
-      syncHost: async () => undefined,
-    });
+  const manager = (podd: PoddConnector) => new SandboxManager(managerOptions(peers, store, dir, { podd }));
 
   it('with a request_id it is kept RUNNING (a retry joins it)', async () => {
     const m = manager(heldPodd());
@@ -101,18 +89,7 @@ describe('a create without request_id whose caller goes away during a podd Healt
 
   it('is torn down, not left RUNNING', async () => {
     const podd = heldPodd();
-    const m = new SandboxManager({
-      store,
-      vms: peers.vmPort,
-      devices: peers.devicePort,
-      podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      poddReadyTimeoutMs: 5000,
-      syncHost: async () => undefined,
-    });
+    const m = new SandboxManager(managerOptions(peers, store, dir, { podd }));
     const ac = new AbortController();
     const p = m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: '' }, ac.signal);
     const outcome = p.then(

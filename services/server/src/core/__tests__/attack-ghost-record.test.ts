@@ -15,7 +15,7 @@ import { SqliteRecordStore } from '../../store/sqlite-record-store';
 import { adoptAll } from '../adoption';
 import { SandboxManager } from '../sandbox-manager';
 import type { SandboxRecord } from '../types';
-import { Peers, templates } from './fake-peers';
+import { managerOptions, Peers } from './fake-peers';
 
 const log = createLogger('test', '0', 'silent');
 
@@ -29,18 +29,7 @@ describe.each(['CREATING', 'DELETING'] as const)('a %s record that lists the VM 
     dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-attack-ghost-'));
     store = new SqliteRecordStore(path.join(dir, 'records.db'), log);
     peers = new Peers();
-    m = new SandboxManager({
-      store,
-      vms: peers.vmPort,
-      devices: peers.devicePort,
-      podd: peers.podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      poddReadyTimeoutMs: 5000,
-      syncHost: async () => undefined,
-    });
+    m = new SandboxManager(managerOptions(peers, store, dir));
   });
   afterEach(() => {
     store.close();

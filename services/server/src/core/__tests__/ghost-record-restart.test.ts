@@ -11,7 +11,7 @@ import { createLogger } from '@sandnode/shared';
 import { SqliteRecordStore } from '../../store/sqlite-record-store';
 import { adoptAll } from '../adoption';
 import { SandboxManager } from '../sandbox-manager';
-import { Peers, templates } from './fake-peers';
+import { managerOptions, Peers } from './fake-peers';
 
 const log = createLogger('test', '0', 'silent');
 const GHOST = 'sb-eeeeeeeeeeeeeeee';
@@ -22,19 +22,7 @@ describe('a RUNNING copy of a live sandbox record', () => {
   let store: SqliteRecordStore;
   let peers: Peers;
 
-  const manager = (s: SqliteRecordStore) =>
-    new SandboxManager({
-      store: s,
-      vms: peers.vmPort,
-      devices: peers.devicePort,
-      podd: peers.podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      poddReadyTimeoutMs: 5000,
-      syncHost: async () => undefined,
-    });
+  const manager = (s: SqliteRecordStore) => new SandboxManager(managerOptions(peers, s, dir));
 
   beforeEach(() => {
     dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-ghost-'));

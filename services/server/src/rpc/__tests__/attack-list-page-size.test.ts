@@ -14,7 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createLogger } from '@sandnode/shared';
 import { ListSandboxesResponse } from '@sandnode/shared/proto/server/v1/sandbox';
-import { Peers, templates } from '../../core/__tests__/fake-peers';
+import { managerOptions, Peers } from '../../core/__tests__/fake-peers';
 import { SandboxManager } from '../../core/sandbox-manager';
 import { SqliteRecordStore } from '../../store/sqlite-record-store';
 import { sandboxService } from '../sandbox-service';
@@ -38,18 +38,7 @@ describe('ListSandboxes with many sandboxes that carry the most metadata CreateS
 
   it('answers pages that fit a gRPC message and together name every sandbox', async () => {
     const peers = new Peers();
-    const m = new SandboxManager({
-      store,
-      vms: peers.vmPort,
-      devices: peers.devicePort,
-      podd: peers.podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      poddReadyTimeoutMs: 5000,
-      syncHost: async () => undefined,
-    });
+    const m = new SandboxManager(managerOptions(peers, store, dir));
     const metadata: Record<string, string> = {};
     for (let i = 0; i < 64; i++) metadata[`k${String(i).padStart(2, '0')}-${'k'.repeat(59)}`] = 'v'.repeat(256);
     const ids: string[] = [];

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { createLogger } from '@sandnode/shared';
-import { Peers, templates } from '../../core/__tests__/fake-peers';
+import { managerOptions, Peers } from '../../core/__tests__/fake-peers';
 import { SandboxManager } from '../../core/sandbox-manager';
 import { SqliteRecordStore } from '../../store/sqlite-record-store';
 
@@ -23,17 +23,7 @@ describe('ListSandboxes pages cut by bytes', () => {
     dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-list-bytes-'));
     store = new SqliteRecordStore(path.join(dir, 'records.db'), log);
     const peers = new Peers();
-    m = new SandboxManager({
-      store,
-      vms: peers.vmPort,
-      devices: peers.devicePort,
-      podd: peers.podd,
-      templates,
-      log,
-      runDir: path.join(dir, 'run'),
-      resourceDefaults: { vcpus: 1, memoryMib: 512, diskBytes: 1 << 20 },
-      syncHost: async () => undefined,
-    });
+    m = new SandboxManager(managerOptions(peers, store, dir));
     for (let i = 0; i < 5; i++) ids.push((await m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: '' })).sandboxId);
     ids.sort();
   });
