@@ -92,6 +92,13 @@ describeNode('drain with a sandbox stuck in D state', () => {
     // gone (this jest process reaps it once spawnSync returns: until then it is a zombie)
     await waitFor('ublk-manager to be gone', () => !findRunning(node.dirs, 'ublk-manager'), 10_000, 20);
 
+    // a create on the drained node (ublk-manager stopped) is refused at once and makes nothing
+    const before = (await node.reconnect().sandboxes.listSandboxes({})).sandboxes.map((s) => s.sandboxId).sort();
+    const made = node.cli(['sandbox', 'create', '--template', 'base', '--json']);
+    expect(made.status).not.toBe(0);
+    expect(made.stderr).toMatch(/FAILED_PRECONDITION.*the ublk-manager does not answer.*sandnode up/s);
+    expect((await node.reconnect().sandboxes.listSandboxes({})).sandboxes.map((s) => s.sandboxId).sort()).toEqual(before);
+
     // no `up`: resume starts the ublk-manager the drain stopped, then boots the sandbox on its disks
     const res = node.cli(['sandbox', 'resume', other, '--json']);
     expect({ status: res.status, stderr: res.stderr }).toEqual({ status: 0, stderr: expect.stringContaining('started ublk-manager') });

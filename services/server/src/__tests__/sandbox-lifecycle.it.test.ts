@@ -135,14 +135,17 @@ describeNode('sandbox lifecycle on a real node', () => {
     await expect(api.sandboxes.getSandbox({ sandboxId: s.sandboxId })).rejects.toMatchObject({ code: Status.NOT_FOUND });
   });
 
-  it('finishes the teardown of a create that failed while ublk-manager was down, once it is back', async () => {
+  it('refuses a create while ublk-manager is down (FAILED_PRECONDITION, nothing made) and creates again once it is back', async () => {
     const { api } = node;
     const before = (await api.sandboxes.listSandboxes({})).sandboxes.map((s) => s.sandboxId);
     await killComponent(node.dirs, 'ublk-manager');
-    await expect(api.sandboxes.createSandbox({ template: 'base', requestId: 'while-ublk-down' })).rejects.toMatchObject({ code: Status.UNAVAILABLE });
+    await expect(api.sandboxes.createSandbox({ template: 'base', requestId: 'while-ublk-down' })).rejects.toMatchObject({
+      code: Status.FAILED_PRECONDITION,
+      details: expect.stringMatching(/ublk-manager does not answer.*sandnode up.*nothing was created/),
+    });
     await startComponent(node.dirs, 'ublk-manager');
     await waitFor(
-      'the failed create to be torn down',
+      'no record of the refused create',
       async () => {
         const left = (await api.sandboxes.listSandboxes({})).sandboxes.map((s) => s.sandboxId).filter((id) => !before.includes(id));
         if (left.length) throw new Error(`records left: ${left.join(', ')}`); // named in the timeout

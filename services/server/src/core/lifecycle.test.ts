@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createLogger, FailedPreconditionError } from '@sandnode/shared';
+import { createLogger, FailedPreconditionError, UnavailableError } from '@sandnode/shared';
 import { waitFor } from '@sandnode/testkit';
 import Database from 'better-sqlite3';
 import { RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
@@ -139,5 +139,15 @@ describe('SandboxManager lifecycle', () => {
     expect(await m.checkLiveness()).toEqual([id]);
     expect(store.get(id)).toMatchObject({ state: 'ERROR', errorMessage: expect.stringMatching(/is gone/) });
     await expect(m.resume(id)).rejects.toThrow(/is ERROR; ResumeSandbox needs PAUSED or DRAINED/);
+  });
+
+  it('a create while the ublk-manager does not answer (a drained node) fails FAILED_PRECONDITION at once and leaves no record', async () => {
+    peers.devicePort.version = async () => {
+      throw new UnavailableError('connect ENOENT /run/sandnode/ublk-manager.sock');
+    };
+    await expect(create()).rejects.toThrow(new FailedPreconditionError('CreateSandbox: the ublk-manager does not answer (a drain stops it): start it with `sandnode up`; nothing was created'));
+    expect(store.list()).toEqual([]);
+    expect(peers.devices.size).toBe(0);
+    expect(peers.vms.size).toBe(0);
   });
 });

@@ -143,6 +143,22 @@ export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortS
 }
 
 /**
+ * requireDeviceManager asks the ublk-manager for its version before anything of a new sandbox
+ * is made, so that a create on a drained node (a drain stops the ublk-manager) fails at once
+ * with what to run and leaves nothing: it waited out the peer's retries, was retried by the
+ * client and left a DELETING record per attempt (6 of them for one `sandbox create`).
+ * Errors: FAILED_PRECONDITION when it does not answer; others as DevicePort.version.
+ */
+export async function requireDeviceManager(c: CoreContext, what: string): Promise<void> {
+  try {
+    await c.devices.version();
+  } catch (err) {
+    if (isCode(err, Status.UNAVAILABLE)) throw new FailedPreconditionError(`${what}: the ublk-manager does not answer (a drain stops it): start it with \`sandnode up\`; nothing was created`);
+    throw err;
+  }
+}
+
+/**
  * coldStart boots a DRAINED sandbox again on its own disks (their current paths from the
  * ublk-manager). FailedPreconditionError when a device is not attached or missing, or when the
  * ublk-manager does not answer (UNAVAILABLE: a drain stopped it; the message says what to run).

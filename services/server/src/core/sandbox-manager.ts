@@ -18,7 +18,7 @@ import { fork as forkSandbox, type ForkResult, type ForkSandboxArgs } from './fo
 import { LifecycleGate } from './gate';
 import { DEFAULT_MAX_EXEC_STREAMS, exec as guestExec, ExecStreams, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
 import { checkLiveness, expired, retryTeardowns } from './reaper';
-import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, newRecord, newSandboxId, teardown } from './provision';
+import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, newRecord, newSandboxId, requireDeviceManager, teardown } from './provision';
 import { RequestTracker } from './request-tracker';
 import { resetRootfs, switchUpper } from './reset-rootfs';
 import { requireState, transition, type Operation } from './transitions';
@@ -234,6 +234,8 @@ export class SandboxManager {
     const rec = newRecord(this.ctx, id, origin, metadata, timeoutSeconds, requestId);
     return this.locks.run(id, async () => {
       signal?.throwIfAborted(); // nothing made yet
+      await requireDeviceManager(this.ctx, 'CreateSandbox');
+      signal?.throwIfAborted();
       this.o.store.put(rec);
       const t0 = this.now();
       try {
