@@ -9,13 +9,11 @@
  * removeStaleAdminSockets removes the admin sockets of servers that are gone (killed servers
  * leave theirs behind), never a live one.
  */
-import { closeSync, ftruncateSync, lstatSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { ftruncateSync, lstatSync, readdirSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { ADMIN_SOCKET_RE, processState, type Logger } from '@sandnode/shared';
-import { tryFlock } from '../store/flock-lease';
-
-const fsExt = require('fs-ext') as { flockSync(fd: number, flags: 'exnb' | 'un'): void };
+import { releaseFlock, tryFlock } from '../store/flock-lease';
 
 /** How long a server of a slot retries a busy slot lock before it gives up, ms (another server's stale-socket probe holds it for microseconds). */
 export const SLOT_LOCK_RETRY_MS = 300;
@@ -82,12 +80,9 @@ export class SlotLock {
   /** release unlocks (the file stays: its inode is the lock). */
   release(): void {
     if (this.fd === undefined) return;
-    try {
-      fsExt.flockSync(this.fd, 'un');
-    } finally {
-      closeSync(this.fd);
-      this.fd = undefined;
-    }
+    const fd = this.fd;
+    this.fd = undefined;
+    releaseFlock(fd);
   }
 }
 

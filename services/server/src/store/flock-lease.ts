@@ -26,6 +26,15 @@ export function tryFlock(file: string): number | undefined {
   }
 }
 
+/** releaseFlock unlocks and closes an fd tryFlock returned (closing alone would drop the lock too; unlocking first says so). */
+export function releaseFlock(fd: number): void {
+  try {
+    fsExt.flockSync(fd, 'un');
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /** What the lease file says about its holder. */
 export interface LeaseHolder {
   pid: number;
@@ -89,12 +98,9 @@ export class FlockLease {
   /** release unlocks (the kernel does the same if the process dies). */
   release(): void {
     if (this.fd === undefined) return;
-    try {
-      fsExt.flockSync(this.fd, 'un');
-    } finally {
-      closeSync(this.fd);
-      this.fd = undefined;
-    }
+    const fd = this.fd;
+    this.fd = undefined;
+    releaseFlock(fd);
   }
 
   /** readHolder returns what the lease file says (it may name a dead holder). */
