@@ -19,6 +19,8 @@ describe('classifyMounts', () => {
         m('/n/run/vms/sb-1/upper-dev', 'ext4', '/dev/loop3'),
         m('/n/run/vms/sb-1/rootfs', 'overlay', 'overlay'),
         m('/n/run/vms/sb-1/workspace', 'ext4', '/dev/loop4'),
+        m('/n/run/vm-tmpfs/sb-1/guest', 'tmpfs', 'tmpfs'),
+        m('/n/run/vm-tmpfs/sb-1/console', 'tmpfs', 'tmpfs'),
         m('/n/state/tmp-check/x', 'ext4', '/dev/loop4'),
         m('/', 'ext4', '/dev/sda1'),
         m('/n/runner', 'tmpfs', 'tmpfs'),
@@ -26,7 +28,7 @@ describe('classifyMounts', () => {
       dirs,
       loops,
     );
-    expect(r.ours).toEqual(['/n/run/vms/sb-1/upper-dev', '/n/run/vms/sb-1/workspace', '/n/run/vms/sb-1/rootfs', '/n/state/tmp-check/x']);
+    expect(r.ours).toEqual(['/n/run/vm-tmpfs/sb-1/console', '/n/run/vm-tmpfs/sb-1/guest', '/n/run/vms/sb-1/upper-dev', '/n/run/vms/sb-1/workspace', '/n/run/vms/sb-1/rootfs', '/n/state/tmp-check/x']);
     expect(r.foreign).toEqual([]);
   });
 
@@ -40,6 +42,9 @@ describe('classifyMounts', () => {
       m('/n/run/vms/sb-1/rootfs/mnt', 'tmpfs', 'tmpfs'),
       m('/n/run/vms/sb-1/cache', 'tmpfs', 'tmpfs'),
       m('/n/run/rootfs', 'tmpfs', 'tmpfs'),
+      m('/n/run/vm-tmpfs/sb-1/guest/x', 'tmpfs', 'tmpfs'),
+      m('/n/run/vm-tmpfs/sb-1/guest', 'ext4', '/dev/loop7'),
+      m('/n/run/vm-tmpfs/sb-1/cache', 'tmpfs', 'tmpfs'),
     ];
     const r = classifyMounts([...foreign, m('/n/run/vms/sb-1/rootfs', 'overlay', 'overlay')], dirs, loops);
     expect(r.ours).toEqual(['/n/run/vms/sb-1/rootfs']);

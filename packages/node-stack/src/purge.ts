@@ -37,11 +37,13 @@ export interface MountEntry {
 
 /** What the supervisor's runc driver mounts in each VM dir, `<runDir>/vms/<vmId>/<name>`. */
 const VM_MOUNT_NAMES: ReadonlySet<string> = new Set(['upper-dev', 'rootfs', 'workspace']);
+/** The runc driver's per-VM tmpfs mounts, `<runDir>/vm-tmpfs/<vmId>/<name>` (guest run dir, console log). */
+const VM_TMPFS_NAMES: ReadonlySet<string> = new Set(['guest', 'console']);
 
 /**
  * classifyMounts decides which mounts at or below runDir/stateDir sandnode made (`ours`,
  * deepest first): the supervisor's per-VM mounts (`<runDir>/vms/<vmId>/upper-dev|rootfs|workspace`)
- * and any mount of a loop device whose backing file is a sandnode image
+ * and their tmpfs (`<runDir>/vm-tmpfs/<vmId>/guest|console`, type tmpfs) and any mount of a loop device whose backing file is a sandnode image
  * (`<stateDir>/images/<id>.img`; loopBacking maps "/dev/loopN" to its backing file). Every
  * other mount there is `foreign` (the user's): purge never unmounts it. Pure.
  */
@@ -49,12 +51,16 @@ export function classifyMounts(mounts: MountEntry[], dirs: { runDir: string; sta
   const runDir = path.resolve(dirs.runDir);
   const stateDir = path.resolve(dirs.stateDir);
   const vmsDir = path.join(runDir, 'vms');
+  const tmpfsDir = path.join(runDir, 'vm-tmpfs');
   const ours: string[] = [];
   const foreign: MountEntry[] = [];
   for (const m of mounts) {
     if (!isAtOrBelow(m.mountPoint, runDir) && !isAtOrBelow(m.mountPoint, stateDir)) continue;
     const rel = path.relative(vmsDir, m.mountPoint).split(path.sep);
-    const vmMount = rel.length === 2 && rel[0] !== '..' && rel[0] !== '' && VM_MOUNT_NAMES.has(rel[1]!);
+    const relT = path.relative(tmpfsDir, m.mountPoint).split(path.sep);
+    const vmMount =
+      (rel.length === 2 && rel[0] !== '..' && rel[0] !== '' && VM_MOUNT_NAMES.has(rel[1]!)) ||
+      (m.fsType === 'tmpfs' && relT.length === 2 && relT[0] !== '..' && relT[0] !== '' && VM_TMPFS_NAMES.has(relT[1]!));
     const backing = loopBacking.get(m.source);
     if (vmMount || (backing !== undefined && isSandnodeImage(backing, stateDir))) ours.push(m.mountPoint);
     else foreign.push(m);

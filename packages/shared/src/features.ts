@@ -40,6 +40,12 @@ export const VMM_FEATURES = {
   cgroupNamespace: 'vmm.cgroup-ns.v1',
   /** runc sandboxes run under the supervisor's seccomp profile (absent when configured "unconfined") */
   seccomp: 'vmm.seccomp.v1',
+  /** runc sandboxes get /run/sandnode on a size-limited tmpfs of their own (config guestRunDirBytes), never the host's disk */
+  guestTmpfs: 'vmm.guest-tmpfs.v1',
+  /** the stdout/stderr of a runc sandbox's init go to a console log the supervisor keeps bounded (config consoleLogBytes) */
+  consoleCap: 'vmm.console-cap.v1',
+  /** Vm.isolation names the isolation each VM got at its create (the feature strings above that applied) */
+  vmIsolation: 'vmm.vm-isolation.v1',
   /** ListVmsResponse carries the quarantined rows of the VM table and the fence epoch (`sandnode status`) */
   quarantineReport: 'vmm.quarantine-report.v1',
 } as const;

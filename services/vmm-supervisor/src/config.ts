@@ -6,6 +6,8 @@ import path from 'node:path';
 import { DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 import { DEFAULT_KILL_WAIT_MS, DEFAULT_RUNC_START_TIMEOUT_MS } from './drivers/runc';
 import { DEFAULT_SECCOMP_PROFILE } from './drivers/seccomp';
+import { DEFAULT_CONSOLE_LOG_BYTES } from './drivers/console-log';
+import { DEFAULT_GUEST_RUN_DIR_BYTES } from './drivers/vm-tmpfs';
 
 /** Kernel command line of firecracker VMs unless `kernelArgs` says otherwise. */
 export const DEFAULT_KERNEL_ARGS = 'console=ttyS0 reboot=k panic=1 pci=off';
@@ -52,6 +54,20 @@ export const configSchema = z.object({
   seccompProfile: z.string().min(1).default(DEFAULT_SECCOMP_PROFILE),
   /** Most processes (tasks) in a VM whose spec says 0 (cgroup pids.max). */
   defaultPids: z.coerce.number().int().min(16).max(1_000_000).default(1024),
+  /** Size of each runc VM's guest run dir (/run/sandnode, a tmpfs of its own), in bytes: 64 KiB..1 GiB. */
+  guestRunDirBytes: z.coerce
+    .number()
+    .int()
+    .min(65_536)
+    .max(1024 * 1024 * 1024)
+    .default(DEFAULT_GUEST_RUN_DIR_BYTES),
+  /** Most bytes of a runc VM's console output (init's stdout/stderr) the host keeps: 64 KiB..64 MiB. */
+  consoleLogBytes: z.coerce
+    .number()
+    .int()
+    .min(65_536)
+    .max(64 * 1024 * 1024)
+    .default(DEFAULT_CONSOLE_LOG_BYTES),
   /** Prometheus `/metrics` on "host:port"; "" disables. */
   metricsListen: z
     .string()
@@ -84,6 +100,10 @@ export interface VmmConfig {
   seccompProfile: string;
   /** Default pids limit of a VM. */
   defaultPids: number;
+  /** Size of a VM's guest run dir tmpfs, bytes. */
+  guestRunDirBytes: number;
+  /** Cap of a VM's console log, bytes. */
+  consoleLogBytes: number;
 }
 
 /** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */

@@ -36,6 +36,11 @@ export interface StartedVm {
   process: VmProcess;
   /** Host path of the VMM API socket; empty when the driver has none. */
   apiSocket: string;
+  /**
+   * The isolation the VM got, as VMM_FEATURES strings (runc: drivers/isolation.ts), recorded
+   * with the VM; undefined = the driver names none.
+   */
+  isolation?: string[];
 }
 
 /** VmDriver is one VM backend. Every method may throw a SandnodeError (InternalError when a host command fails). */

@@ -42,7 +42,7 @@ class FakeDriver implements VmDriver {
     if (this.failCreate) throw new InternalError('create vm: runc run failed');
     const proc = { pid: this.nextPid++, startTimeTicks: 42 };
     this.host.set(vmId, { state: 'running', proc });
-    return { process: proc, apiSocket: '' };
+    return { process: proc, apiSocket: '', isolation: ['vmm.pids-limit.v1'] };
   }
   async inspect(ref: VmRef): Promise<LiveStatus> {
     const { vmId, process: expected } = ref;
@@ -95,8 +95,9 @@ describe('Supervisor', () => {
     const { store, driver, sup } = setup();
     await sup.adopt();
     const vm = await sup.create('vm-1', spec);
-    expect(vm).toMatchObject({ vmId: 'vm-1', state: 'running', pid: 1000, startTimeTicks: 42, driver: 'fake', driverVersion: '9.9.9' });
+    expect(vm).toMatchObject({ vmId: 'vm-1', state: 'running', pid: 1000, startTimeTicks: 42, driver: 'fake', driverVersion: '9.9.9', isolation: ['vmm.pids-limit.v1'] });
     expect(store.get('vm-1')?.state).toBe('running');
+    expect(store.get('vm-1')?.isolation).toEqual(['vmm.pids-limit.v1']);
     expect(driver.calls).toEqual(['create vm-1 1/512']);
   });
 
@@ -214,7 +215,7 @@ describe('Supervisor', () => {
   });
 
   test('features add adoption, the epoch fence, the freeze status and FenceEpoch to the driver features', () => {
-    expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1', 'vmm.epoch-fence.v1', 'vmm.freeze-status.v1', 'vmm.fence-epoch.v1', 'vmm.quarantine-report.v1']);
+    expect(setup().sup.features()).toEqual(['vmm.fake', 'vmm.adoption.v1', 'vmm.epoch-fence.v1', 'vmm.freeze-status.v1', 'vmm.fence-epoch.v1', 'vmm.quarantine-report.v1', 'vmm.vm-isolation.v1']);
   });
 });
 

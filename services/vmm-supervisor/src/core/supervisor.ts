@@ -90,7 +90,7 @@ export class Supervisor {
 
   /** Feature strings of the supervisor with its driver, for GetVersion (all from VMM_FEATURES). */
   features(): string[] {
-    return [...this.driver.features, VMM_FEATURES.adoption, VMM_FEATURES.epochFence, VMM_FEATURES.freezeStatus, VMM_FEATURES.fenceEpoch, VMM_FEATURES.quarantineReport];
+    return [...this.driver.features, VMM_FEATURES.adoption, VMM_FEATURES.epochFence, VMM_FEATURES.freezeStatus, VMM_FEATURES.fenceEpoch, VMM_FEATURES.quarantineReport, VMM_FEATURES.vmIsolation];
   }
 
   /**
@@ -203,7 +203,7 @@ export class Supervisor {
       try {
         const started = await this.driver.create(vmId, spec, this.effectiveResources(spec));
         const { pid, startTimeTicks } = started.process;
-        const running: VmRecord = { ...rec, state: 'running', pid, startTimeTicks, apiSocket: started.apiSocket };
+        const running: VmRecord = { ...rec, state: 'running', pid, startTimeTicks, apiSocket: started.apiSocket, isolation: [...(started.isolation ?? [])] };
         this.store.put(running);
         log.info({ pid, binary: rec.driverBinary }, 'vm created');
         return running;

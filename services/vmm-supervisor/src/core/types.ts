@@ -110,4 +110,9 @@ export interface VmRecord {
    * rows written before this field existed (the driver's current binary is used for them).
    */
   driverBinary: string;
+  /**
+   * The isolation the VM got at its create, as VMM_FEATURES strings (e.g. "vmm.seccomp.v1"),
+   * sorted. Absent in rows written before this field existed: unknown, reported as none.
+   */
+  isolation?: string[];
 }

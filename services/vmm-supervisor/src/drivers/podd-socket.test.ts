@@ -1,4 +1,4 @@
-import { lstatSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs';
+import { lstatSync, mkdirSync, readdirSync, readFileSync, readlinkSync, symlinkSync, writeFileSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import net from 'node:net';
 import path from 'node:path';
@@ -23,6 +23,18 @@ describe('podd socket', () => {
     expect(guest).toBe(path.join(dir, 'guest'));
     expect(lstatSync(guest).isDirectory()).toBe(true);
     expect(readdirSync(dir).sort()).toEqual(['.keep', 'guest']);
+  });
+
+  test('preparePoddDirs with a guest mount makes guest/ a symlink to it; a dir an older VM left there (with a planted symlink) is removed, not followed', () => {
+    const root = tmp();
+    const [dir, outside, mountDir] = ['podd', 'outside', 'tmpfs-guest'].map((d) => path.join(root, d)) as [string, string, string];
+    for (const d of [dir, outside, mountDir]) mkdirSync(d);
+    writeFileSync(path.join(outside, 'victim'), 'host file');
+    mkdirSync(path.join(dir, 'guest'));
+    symlinkSync(outside, path.join(dir, 'guest', 'evil'));
+    expect(preparePoddDirs(dir, mountDir)).toBe(mountDir);
+    expect(readlinkSync(path.join(dir, 'guest'))).toBe(mountDir);
+    expect(readFileSync(path.join(outside, 'victim'), 'utf8')).toBe('host file');
   });
 
   test('bind -> publish: podd.sock is a 0600 socket whose listener is the handed-out fd; our copy closed, temp name gone', async () => {

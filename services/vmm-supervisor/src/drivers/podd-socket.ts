@@ -2,7 +2,8 @@
  * The podd socket of a VM, bound on the host by the supervisor (never by the sandbox):
  *
  *   <podd_socket_dir>/podd.sock   the listening unix socket (0600); its fd is handed to the VM
- *   <podd_socket_dir>/guest/      the only part of the dir the VM sees (runc: /run/sandnode)
+ *   <podd_socket_dir>/guest/      the only part of the dir the VM sees (runc: /run/sandnode; a
+ *                                 symlink to the VM's guest run dir tmpfs, see vm-tmpfs.ts)
  *
  * The sandbox cannot see, replace or redirect `podd.sock`: it holds an fd of the socket, not
  * a path. The supervisor binds a hidden temp name, hands the fd to the VM, then links the
@@ -10,7 +11,7 @@
  * connection is ever accepted by the supervisor itself.
  */
 import { randomBytes } from 'node:crypto';
-import { chmodSync, linkSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync, unlinkSync } from 'node:fs';
+import { chmodSync, linkSync, lstatSync, mkdirSync, readdirSync, renameSync, rmSync, symlinkSync, unlinkSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 
@@ -43,23 +44,31 @@ export interface PoddSocket {
 }
 
 /**
- * preparePoddDirs creates podd_socket_dir (0755) and its guest/ sub dir and returns the guest
- * dir. Anything but a real directory at guest/ (e.g. a symlink) is removed first.
+ * preparePoddDirs creates podd_socket_dir (0755) and returns the guest dir: without guestMount
+ * its guest/ sub dir (a real directory; anything else there, e.g. a symlink, is removed
+ * first); with guestMount (the VM's guest run dir tmpfs, vm-tmpfs.ts) guest/ becomes a symlink
+ * to it, replacing whatever was there (a sandbox-written dir of an older VM is removed, never
+ * followed), and guestMount is returned.
  */
-export function preparePoddDirs(poddSocketDir: string): string {
+export function preparePoddDirs(poddSocketDir: string, guestMount?: string): string {
   mkdirSync(poddSocketDir, { recursive: true, mode: 0o755 });
   const guest = path.join(poddSocketDir, PODD_GUEST_DIR);
-  try {
-    if (!lstatSync(guest).isDirectory()) rmSync(guest, { force: true });
-  } catch {
-    /* missing */
+  if (guestMount !== undefined) {
+    rmSync(guest, { recursive: true, force: true });
+    symlinkSync(guestMount, guest);
+  } else {
+    try {
+      if (!lstatSync(guest).isDirectory()) rmSync(guest, { force: true });
+    } catch {
+      /* missing */
+    }
+    mkdirSync(guest, { recursive: true, mode: 0o755 });
   }
-  mkdirSync(guest, { recursive: true, mode: 0o755 });
   // Temp names left by a supervisor killed between bind and publish.
   for (const name of readdirSync(poddSocketDir)) {
     if (TMP_NAME_RE.test(name) || TMP_FINAL_RE.test(name)) rmSync(path.join(poddSocketDir, name), { force: true });
   }
-  return guest;
+  return guestMount ?? guest;
 }
 
 /**

@@ -6,7 +6,7 @@
  *   rootfs/      overlay: lowerdir = template rootfs, upperdir/workdir on upper-dev
  *   workspace/   the workspace drive (ext4), bind-mounted at /workspace
  *   bundle/      config.json (OCI spec) and init.pid
- *   console.log  stdio of runc and of the container (a file, never a pipe)
+ *   console.log  stdio of runc and of the container in VMs of 0.2.0 (a file on the host disk)
  *   freeze-port/ the VM's FreezePortService socket freeze.sock, read-only at /run/sandnode-freeze
  *   freeze-state.json  the VM's current or latest filesystem freeze (see freeze-port.ts)
  *
@@ -15,6 +15,11 @@
  * survives a kill -9 of it. podd's listening socket is bound on the host at
  * `<podd_socket_dir>/podd.sock` and handed in as fd 3 (`--preserve-fds 1`); only
  * `<podd_socket_dir>/guest` is mounted (at /run/sandnode).
+ *
+ * Two small tmpfs of the VM live in `<runDir>/vm-tmpfs/<id>/` (vm-tmpfs.ts): guest/, the
+ * guest run dir at /run/sandnode (`<podd_socket_dir>/guest` links to it), and console/, whose
+ * console.log gets the stdio of runc and of the container (a file, never a pipe; kept under
+ * its cap by console-log.ts).
  *
  * Every call on an existing VM uses the runc binary recorded for it (a versioned copy), so a
  * host runc upgrade never changes the binary that manages a running container.
@@ -37,6 +42,9 @@ import { failpoints, FAILPOINTS } from '../core/failpoints';
 import { mount, mountsUnder, unmountAllIfMounted } from './mounts';
 import { buildOciSpec } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
+import { CONSOLE_LOG_FILE, consoleTail, ConsoleWatch, DEFAULT_CONSOLE_LOG_BYTES } from './console-log';
+import { runcIsolation } from './isolation';
+import { DEFAULT_GUEST_RUN_DIR_BYTES, mountVmTmpfs, removeVmTmpfs, vmTmpfsPaths } from './vm-tmpfs';
 import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
 
@@ -79,6 +87,10 @@ export interface RuncDriverOptions {
   killWaitMs?: number;
   /** The OCI seccomp profile of new VMs (seccomp.ts); undefined = none ("unconfined"). */
   seccomp?: SeccompProfile;
+  /** Size of a VM's guest run dir tmpfs (/run/sandnode), in bytes (default {@link DEFAULT_GUEST_RUN_DIR_BYTES}). */
+  guestRunDirBytes?: number;
+  /** Cap of a VM's console log, in bytes (default {@link DEFAULT_CONSOLE_LOG_BYTES}). */
+  consoleLogBytes?: number;
 }
 
 /** Status reported by `runc state`, or "absent" when runc has no such container. */
@@ -99,6 +111,11 @@ export class RuncDriver implements VmDriver {
   private readonly startTimeoutMs: number;
   private readonly killWaitMs: number;
   private readonly seccomp: SeccompProfile | undefined;
+  private readonly runDir: string;
+  private readonly guestRunDirBytes: number;
+  private readonly consoleLogBytes: number;
+  /** Console logs kept under their cap now, by vm id. */
+  private readonly consoles = new Map<string, ConsoleWatch>();
   /** Freeze ports served now, by vm id. */
   private readonly ports = new Map<string, { freezer: VmFreezer; server: FreezePortServer | undefined }>();
 
@@ -112,15 +129,16 @@ export class RuncDriver implements VmDriver {
     this.startTimeoutMs = opts.startTimeoutMs ?? DEFAULT_RUNC_START_TIMEOUT_MS;
     this.killWaitMs = opts.killWaitMs ?? DEFAULT_KILL_WAIT_MS;
     this.seccomp = opts.seccomp;
+    this.runDir = path.resolve(opts.runDir);
+    this.guestRunDirBytes = opts.guestRunDirBytes ?? DEFAULT_GUEST_RUN_DIR_BYTES;
+    this.consoleLogBytes = opts.consoleLogBytes ?? DEFAULT_CONSOLE_LOG_BYTES;
     this.features = [
       VMM_FEATURES.runc,
       VMM_FEATURES.poddSocketFd,
       VMM_FEATURES.versionedBinaries,
       VMM_FEATURES.freezePort,
       VMM_FEATURES.machineId,
-      VMM_FEATURES.pidsLimit,
-      VMM_FEATURES.cgroupNamespace,
-      ...(opts.seccomp ? [VMM_FEATURES.seccomp] : []),
+      ...runcIsolation({ seccomp: opts.seccomp !== undefined }),
     ];
     mkdirSync(this.root, { recursive: true, mode: 0o700 });
     mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
@@ -172,8 +190,12 @@ export class RuncDriver implements VmDriver {
       if (existsSync(dir)) await this.destroy({ vmId, binary: runc, process: { pid: 0, startTimeTicks: 0 }, apiSocket: '' }); // leftovers of an earlier failed attempt
       await mkdir(dir, { recursive: true, mode: 0o700 });
       for (const d of [upperDev, rootfs, bundle]) await mkdir(d, { recursive: true });
+      step = 'mount guest run dir and console tmpfs';
+      const tmpfs = vmTmpfsPaths(this.runDir, vmId);
+      await mountVmTmpfs(tmpfs, { guestBytes: this.guestRunDirBytes, consoleBytes: this.consoleLogBytes });
+      const consoleLog = path.join(tmpfs.console, CONSOLE_LOG_FILE);
       step = `prepare podd socket dir ${spec.poddSocketDir}`;
-      const guestDir = preparePoddDirs(spec.poddSocketDir);
+      const guestDir = preparePoddDirs(spec.poddSocketDir, tmpfs.guest);
 
       step = `mount rootfs upper drive ${upper.path}`;
       await mount(upper.path, upperDev, 'ext4', SANDBOX_FS_HOST_OPTIONS);
@@ -219,7 +241,8 @@ export class RuncDriver implements VmDriver {
       podd = await bindPoddSocket(spec.poddSocketDir);
 
       step = 'runc run';
-      await this.runDetached(runc, vmId, bundle, pidFile, path.join(dir, 'console.log'), podd.fd);
+      await this.runDetached(runc, vmId, bundle, pidFile, consoleLog, podd.fd);
+      this.watchConsole(vmId);
       // The container holds the socket now: publish its name and drop our copy.
       step = 'publish podd socket';
       podd.publish();
@@ -227,8 +250,8 @@ export class RuncDriver implements VmDriver {
       step = 'read init pid';
       const pid = Number(readFileSync(pidFile, 'utf8').trim());
       const startTimeTicks = processStartTicks(pid);
-      if (startTimeTicks === undefined) throw new InternalError(`init pid ${pid} is not alive (see ${path.join(dir, 'console.log')})`);
-      return { process: { pid, startTimeTicks }, apiSocket: '' };
+      if (startTimeTicks === undefined) throw new InternalError(`init pid ${pid} is not alive: ${consoleTail(consoleLog, 5)}`);
+      return { process: { pid, startTimeTicks }, apiSocket: '', isolation: runcIsolation({ seccomp: this.seccomp !== undefined }) };
     } catch (err) {
       podd?.discard();
       const why = err instanceof Error ? err.message : String(err);
@@ -296,6 +319,8 @@ export class RuncDriver implements VmDriver {
       throw new FailedPreconditionError(`destroy vm ${vmId}: ${foreign.join(', ')} is mounted below ${dir} and sandnode did not mount it: unmount it and delete again; nothing was done`);
     }
     await this.closeFreezePort(vmId);
+    this.consoles.get(vmId)?.close();
+    this.consoles.delete(vmId);
     // A VM whose init is known and gone is stopped (neither paused nor running): no need to
     // ask runc (each runc call is a process start, the bulk of a drain's CPU time).
     const st = vm.process.pid > 0 && !isAlive(vm.process.pid, vm.process.startTimeTicks) ? { status: 'stopped' as const } : await this.state(vmId, runc);
@@ -309,6 +334,9 @@ export class RuncDriver implements VmDriver {
     const left = mountsUnder(dir);
     if (left.length) throw new InternalError(`destroy vm ${vmId}: mounts left under ${dir}: ${left.join(', ')}`);
     await rm(dir, { recursive: true, force: true });
+    await removeVmTmpfs(vmTmpfsPaths(this.runDir, vmId)).catch((err: unknown) => {
+      throw new InternalError(`destroy vm ${vmId}: ${(err as Error).message}`);
+    });
   }
 
   /**
@@ -318,6 +346,7 @@ export class RuncDriver implements VmDriver {
    * have no freeze-port dir and get no port.
    */
   async adopt(vm: VmRef, live: boolean): Promise<void> {
+    if (live) this.watchConsole(vm.vmId);
     if (!existsSync(path.join(this.vmDir(vm.vmId), FREEZE_PORT_DIR))) return;
     const freezer = this.freezerOf(vm.vmId, this.bin(vm));
     await freezer.recover();
@@ -334,7 +363,19 @@ export class RuncDriver implements VmDriver {
    * to their watchdogs.
    */
   async close(): Promise<void> {
+    for (const c of this.consoles.values()) c.close();
+    this.consoles.clear();
     this.log.info({ ports: this.ports.size }, 'freeze ports left bound for the next supervisor');
+  }
+
+  /**
+   * watchConsole keeps vmId's console log (VMs made with a console tmpfs; not those of 0.2.0)
+   * under its cap while this supervisor runs.
+   */
+  private watchConsole(vmId: string): void {
+    const file = path.join(vmTmpfsPaths(this.runDir, vmId).console, CONSOLE_LOG_FILE);
+    if (this.consoles.has(vmId) || !existsSync(file)) return;
+    this.consoles.set(vmId, new ConsoleWatch(file, this.consoleLogBytes, this.log.child({ vm_id: vmId })));
   }
 
   /** freezeStatus is the VM's freeze record as its freeze port's freezer saw it (undefined: no port). */
@@ -461,7 +502,7 @@ export class RuncDriver implements VmDriver {
       child.once('exit', (code, signal) => {
         clearTimeout(timer);
         if (code === 0) return resolve();
-        reject(new InternalError(`runc run exited ${code ?? signal}: ${lastLines(consoleLog, 5)}`));
+        reject(new InternalError(`runc run exited ${code ?? signal}: ${consoleTail(consoleLog, 5)}`));
       });
     });
   }
@@ -496,13 +537,5 @@ export function writeMachineId(upper: string, id: string): boolean {
   } finally {
     if (etc !== undefined) closeSync(etc);
     closeSync(root);
-  }
-}
-
-function lastLines(file: string, n: number): string {
-  try {
-    return readFileSync(file, 'utf8').trim().split('\n').slice(-n).join(' | ');
-  } catch {
-    return '(no console.log)';
   }
 }

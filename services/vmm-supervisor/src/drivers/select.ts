@@ -24,6 +24,10 @@ export interface DriverConfig {
   killWaitMs: number;
   /** seccomp profile file or "unconfined" (runc); default the shipped profile */
   seccompProfile?: string;
+  /** size of a runc VM's guest run dir tmpfs, bytes (default 16 MiB) */
+  guestRunDirBytes?: number;
+  /** cap of a runc VM's console log, bytes (default 1 MiB) */
+  consoleLogBytes?: number;
 }
 
 /** createDriver returns the configured driver; throws ConfigError naming a missing or bad key. */
@@ -39,6 +43,8 @@ export function createDriver(cfg: DriverConfig, log: Logger, serveFreezePort?: F
         startTimeoutMs: cfg.runcStartTimeoutMs,
         killWaitMs: cfg.killWaitMs,
         seccomp: loadSeccompProfile(cfg.seccompProfile ?? DEFAULT_SECCOMP_PROFILE),
+        guestRunDirBytes: cfg.guestRunDirBytes,
+        consoleLogBytes: cfg.consoleLogBytes,
       });
     case 'firecracker': {
       if (!cfg.kernelImage) throw new ConfigError('key "kernelImage": required with driver "firecracker" (an uncompressed vmlinux)');

@@ -88,5 +88,6 @@ export function vmToProto(rec: VmRecord): PbVm {
     spec: vmSpecToProto(rec.spec),
     createdAtMs: rec.createdAtMs,
     apiSocket: rec.apiSocket,
+    isolation: [...(rec.isolation ?? [])],
   };
 }

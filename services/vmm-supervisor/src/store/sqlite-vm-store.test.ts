@@ -136,6 +136,21 @@ describe('SqliteVmStore', () => {
     s.close();
   });
 
+  test('issue 10: a row keeps the isolation its VM got across a reopen; a row without it (older release) reads as unknown; a non-list is quarantined', () => {
+    const dir = tmp();
+    const iso = ['vmm.cgroup-ns.v1', 'vmm.seccomp.v1'];
+    seed(dir, [
+      ['vm-new', JSON.stringify(rec('vm-new', { isolation: iso }))],
+      ['vm-old', JSON.stringify(rec('vm-old'))],
+      ['vm-bad', JSON.stringify({ ...rec('vm-bad'), isolation: 'vmm.seccomp.v1' })],
+    ]);
+    const s = SqliteVmStore.forStateDir(dir, { binDir: BIN });
+    expect(s.get('vm-new')?.isolation).toEqual(iso);
+    expect(s.get('vm-old')?.isolation).toBeUndefined();
+    expect(s.quarantined().map((q) => [q.vmId, q.reason])).toEqual([['vm-bad', 'isolation is not an array of strings']]);
+    s.close();
+  });
+
   test('issue 11: rows naming a foreign driver binary, duplicating a key or over the size bound are quarantined, never served', () => {
     const dir = tmp();
     const good = JSON.stringify(rec('vm-c'));

@@ -62,7 +62,7 @@ export function inBinDir(p: string, binDir: string): boolean {
  * every field this release reads: schema 1..{@link VM_RECORD_SCHEMA} (a newer one is refused,
  * its meaning is unknown), vmId a resource id equal to the key, state one of the four, counts
  * non-negative integers, strings strings, spec with drives/resources/env of the right shape.
- * Fields this release does not know are kept. `driverBinary` and `spec.machineId` may be missing
+ * Fields this release does not know are kept. `driverBinary`, `isolation` and `spec.machineId` may be missing
  * (rows of older releases). Also refused: a row over {@link MAX_VM_ROW_BYTES}; a row that is not
  * exactly the JSON.stringify form this store writes (a duplicated key, which JSON.parse would
  * silently resolve to its last value, or text edited by hand: its meaning is ambiguous); a
@@ -95,6 +95,7 @@ export function parseVmRecord(raw: unknown, vmId: string, ctx: VmRowContext): Vm
   if (r.driverBinary === undefined) r.driverBinary = '';
   str(r, 'driverBinary', '');
   need(r.driverBinary === '' || inBinDir(r.driverBinary as string, ctx.binDir), `driverBinary ${JSON.stringify(r.driverBinary)} is not a copy in ${ctx.binDir}`);
+  if (r.isolation !== undefined) need(Array.isArray(r.isolation) && r.isolation.every((x) => typeof x === 'string'), 'isolation is not an array of strings');
   need(isObj(r.spec), 'spec is not an object');
   const s = r.spec as Obj;
   for (const k of ['templateRootfs', 'poddSocketDir', 'hostname']) str(s, k, 'spec.');

@@ -1,0 +1,23 @@
+/**
+ * The isolation a runc VM gets, named by the feature strings of VMM_FEATURES: computed here and
+ * nowhere else, so that GetVersion's features and each VM's recorded `isolation` (Vm.isolation,
+ * kept with its row from its create on) never disagree.
+ */
+import { VMM_FEATURES } from '@sandnode/shared';
+
+/** What the runc driver was configured to apply to a new VM. */
+export interface RuncIsolationInput {
+  /** a seccomp profile is set (config seccompProfile is not "unconfined") */
+  seccomp: boolean;
+}
+
+/**
+ * runcIsolation lists the isolation feature strings a VM created now gets, sorted:
+ * vmm.cgroup-ns.v1, vmm.console-cap.v1, vmm.guest-tmpfs.v1, vmm.pids-limit.v1, and
+ * vmm.seccomp.v1 when a profile is used. Pure.
+ */
+export function runcIsolation(input: RuncIsolationInput): string[] {
+  const out: string[] = [VMM_FEATURES.cgroupNamespace, VMM_FEATURES.pidsLimit, VMM_FEATURES.guestTmpfs, VMM_FEATURES.consoleCap];
+  if (input.seccomp) out.push(VMM_FEATURES.seccomp);
+  return out.sort();
+}
