@@ -26,7 +26,7 @@ export { ACTIVE_POLL_MS, DEFAULT_ACTIVE_WAIT_MS, DEFAULT_LEASE_STATUS_TIMEOUT_MS
 export { NODE_LOCK_POLL_MS, nodeLockFile, withNodeLock } from './node-lock';
 export { loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, type PurgeReport } from './purge';
 export { missingComponents, startWhatResumeNeeds } from './resume-needs';
-export { sandboxJson, stateName, type SandboxJson } from './sandbox-json';
+export { isolationText, sandboxJson, stateName, type SandboxJson } from './sandbox-json';
 export { DEFAULT_START_TIMEOUT_MS, DEFAULT_STOP_TIMEOUT_MS, killComponent, startComponent, startStack, stopComponent, type StackOps, type StartedComponent, type StartOptions } from './stack';
 export { percentile } from './stats';
 export { table } from './table';

@@ -31,6 +31,18 @@ export interface SandboxJson {
   rootfs_generation: number;
   /** the parent's id for a fork child, else "" */
   forked_from: string;
+  /**
+   * the isolation the vmm-supervisor applied at its VM's create (feature strings, sorted); []
+   * when it named none (a 0.2.0 supervisor: no seccomp, cgroup namespace or pids limit) or the
+   * sandbox has no VM (DRAINED)
+   */
+  isolation: string[];
+}
+
+/** isolationText is how the CLI shows a sandbox's isolation: "seccomp,cgroup-ns,..." or why there is none. */
+export function isolationText(isolation: string[]): string {
+  if (!isolation.length) return 'none named (no VM, or created by a vmm-supervisor without vmm.vm-isolation.v1, e.g. 0.2.0)';
+  return isolation.map((f) => f.replace(/^vmm\./, '').replace(/\.v\d+$/, '')).join(',');
 }
 
 /** stateName gives "RUNNING" for SANDBOX_STATE_RUNNING; "UNKNOWN" for a number it does not know. */
@@ -56,5 +68,6 @@ export function sandboxJson(s: Sandbox): SandboxJson {
     error: s.errorMessage,
     rootfs_generation: s.rootfsGeneration || 1,
     forked_from: s.forkedFrom,
+    isolation: [...s.isolation],
   };
 }

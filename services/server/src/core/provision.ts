@@ -132,7 +132,7 @@ export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortS
     env: rec.forkedFrom ? { [FORKED_FROM_ENV]: rec.forkedFrom } : {},
     machineId: rec.machineId,
   });
-  rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket };
+  rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket, isolation: [...(vm.isolation ?? [])] };
   c.touch(rec);
   await waitForPodd(c, rec, signal);
   // no await from here to the return: the caller cannot go away between this look and RUNNING

@@ -48,6 +48,11 @@ export interface VmRef {
   startTimeTicks: number;
   driverVersion: string;
   apiSocket: string;
+  /**
+   * isolation the supervisor applied at the VM's create (feature strings, vmm Vm.isolation);
+   * [] or absent when it named none (a 0.2.0 supervisor) or in records of older servers
+   */
+  isolation?: string[];
 }
 
 /**
@@ -123,6 +128,8 @@ export interface VmInfo {
   driver: string;
   driverVersion: string;
   apiSocket: string;
+  /** isolation applied at the VM's create (feature strings); [] or absent = none named (0.2.0 supervisor) */
+  isolation?: string[];
 }
 
 /** VmFreezeInfo is a VM's freeze as the supervisor (not the sandbox) saw it; times are Unix epoch ms. */

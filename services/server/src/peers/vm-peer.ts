@@ -24,7 +24,7 @@ function toInfo(vm: Vm | undefined): VmInfo {
           : vm.state === VmState.VM_STATE_CREATING
             ? 'CREATING'
             : 'UNKNOWN';
-  return { vmId: vm.vmId, state, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driver: vm.driver, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket };
+  return { vmId: vm.vmId, state, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driver: vm.driver, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket, isolation: [...vm.isolation] };
 }
 
 export class VmPeer implements VmPort {

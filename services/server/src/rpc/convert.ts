@@ -25,6 +25,8 @@ export function sandboxToPb(r: SandboxRecord): Sandbox {
     errorMessage: r.errorMessage,
     rootfsGeneration: r.rootfsGeneration || 1,
     forkedFrom: r.forkedFrom,
+    // what the supervisor applied at the current VM's create; a drained sandbox has no VM
+    isolation: r.state === 'DRAINED' || !r.vm ? [] : [...(r.vm.isolation ?? [])],
   };
 }
 

@@ -3,6 +3,7 @@ import { FailedPreconditionError } from '@sandnode/shared';
 import { RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { decodeRecord, encodeRecord } from './record-codec';
+import { sandboxToPb } from '../rpc/convert';
 
 function newerWriterBytes(schema: number): Uint8Array {
   const known = RuntimeRecord.encode(
@@ -40,6 +41,20 @@ describe('runtime record codec', () => {
     const again = decodeRecord(out);
     expect(again.state).toBe('PAUSED');
     expect(again.metadata).toEqual({ a: 'b', c: 'd' });
+  });
+
+  it('issue 10: keeps the isolation of the VM; a record of an older server (no isolation) shows none in the public view, so does a DRAINED one', () => {
+    const old = decodeRecord(
+      RuntimeRecord.encode(
+        RuntimeRecord.fromPartial({ schema: 1, sandboxId: 'sb-0123456789abcdef', state: SandboxState.SANDBOX_STATE_RUNNING, vm: { vmId: 'sb-0123456789abcdef', driver: 'runc', pid: 7 } }),
+      ).finish(),
+    );
+    expect(sandboxToPb(old).isolation).toEqual([]);
+    old.vm!.isolation = ['vmm.cgroup-ns.v1', 'vmm.seccomp.v1'];
+    const again = decodeRecord(encodeRecord(old));
+    expect(again.vm?.isolation).toEqual(['vmm.cgroup-ns.v1', 'vmm.seccomp.v1']);
+    expect(sandboxToPb(again).isolation).toEqual(['vmm.cgroup-ns.v1', 'vmm.seccomp.v1']);
+    expect(sandboxToPb({ ...again, state: 'DRAINED' }).isolation).toEqual([]);
   });
 
   it('refuses a schema newer than it reads, naming both', () => {

@@ -57,7 +57,7 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
     template: rec.template,
     templatePoddVersion: rec.templatePoddVersion,
     templateRootfs: rec.templateRootfs,
-    vm: rec.vm ? { ...(base.vm ?? {}), ...rec.vm } : undefined,
+    vm: rec.vm ? { ...(base.vm ?? {}), ...rec.vm, isolation: rec.vm.isolation ?? base.vm?.isolation ?? [] } : undefined,
     devices: rec.devices.map((d) => {
       const old = base.devices.find((o) => o.deviceId === d.deviceId);
       return {
@@ -117,6 +117,7 @@ export function decodeRecord(bytes: Uint8Array): SandboxRecord {
           startTimeTicks: msg.vm.startTimeTicks,
           driverVersion: msg.vm.driverVersion,
           apiSocket: msg.vm.apiSocket,
+          isolation: [...msg.vm.isolation],
         }
       : undefined,
     // every device is kept, also one of a role this version cannot name: a rewrite keeps it

@@ -10,6 +10,7 @@ import {
   findActiveServer,
   findRunning,
   getVersion,
+  isolationText,
   purgeNode,
   startStack,
   stopComponent,
@@ -17,6 +18,7 @@ import {
   withNodeLock,
 } from '@sandnode/node-stack';
 import { dirsOf, wholeNumber } from '../options';
+import { isolationGroups } from '../isolation-groups';
 import { action, print } from '../output';
 import { healthLines, nodeHealth } from '../node-health';
 import { deleteAllSandboxes } from '../purge-sandboxes';
@@ -112,20 +114,23 @@ export function registerNodeCommands(program: Command): void {
           const v = await getVersion(d, c);
           components.push({ name: c, version: v?.version ?? null, pid: v?.pid ?? findRunning(d, c)?.pid ?? null, features: v?.features ?? [], up: !!v });
         }
-        const sandboxes = components.find((c) => c.name === 'server')?.up ? await withServer(d.address, async (api) => (await listAllSandboxes(api)).length) : null;
+        const all = components.find((c) => c.name === 'server')?.up ? await withServer(d.address, (api) => listAllSandboxes(api)) : null;
+        const sandboxes = all?.length ?? null;
+        const isolation = all ? isolationGroups(all) : null;
         const active = await findActiveServer(d.runDir);
         const server = active ? { slot: active.slot, pid: active.holderPid, version: active.version } : null;
         const epoch = active?.epoch ?? null;
         const health = await nodeHealth(d, active?.admin ?? null, epoch, Object.fromEntries(components.map((c) => [c.name, c.features])));
         const quarantine = Object.fromEntries(health.map((h) => [h.name, h.quarantined === null ? null : { count: h.quarantined.length, rows: h.quarantined }]));
         const fences = Object.fromEntries(health.filter((h) => h.name !== 'server').map((h) => [h.name, { epoch: h.fenceEpoch, aboveServer: h.fencedAboveServer }]));
-        print(!!o.json, { components, sandboxes, epoch, server, fences, quarantine }, () =>
+        print(!!o.json, { components, sandboxes, isolation, epoch, server, fences, quarantine }, () =>
           [
             table(
               ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
               components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', c.pid ?? '-', c.features.join(',')]),
             ),
             `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
+            ...(isolation ?? []).map((g) => `  isolation ${isolationText(g.isolation)}: ${g.sandboxes.length} (${g.sandboxes.join(', ')})`),
             `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : noActiveServer(components)}`,
             ...healthLines(health, epoch),
           ].join('\n'),

@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
-import { sandboxJson, startWhatResumeNeeds, table, type SandboxJson } from '@sandnode/node-stack';
+import { isolationText, sandboxJson, startWhatResumeNeeds, table, type SandboxJson } from '@sandnode/node-stack';
 import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { dirsOf, keyValue, oneOf, wholeNumber } from '../options';
 import { action, print } from '../output';
@@ -101,7 +101,7 @@ export function registerSandboxCommands(program: Command): Command {
         const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!);
         print(!!o.json, s, () =>
           Object.entries(s)
-            .map(([k, v]) => `${k.padEnd(13)} ${typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`)
+            .map(([k, v]) => `${k.padEnd(13)} ${k === 'isolation' ? isolationText(s.isolation) : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`)
             .join('\n'),
         );
       }),
