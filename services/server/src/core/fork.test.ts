@@ -172,6 +172,35 @@ describe('ForkSandbox negotiation', () => {
     expect(childIds()).toEqual([]);
   });
 
+  it('issue 10: a podd the sandbox replaced claims a freeze it never made (any token, a huge window): ABORTED, no child; the clone never gets more than 5000 ms', async () => {
+    let deadline = 0;
+    peers.onClone = (d?: number) => {
+      deadline = d ?? 0;
+    };
+    for (const token of ['', 'made-up', 'f'.repeat(32)]) {
+      peers.lyingQuiesce = { token, maxFreezeMs: 4_000_000_000, syncMs: 0, freezeMs: 0 };
+      peers.thawEndedBy = 'caller';
+      const err = await fork().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(AbortedError);
+      expect((err as Error).message).toMatch(/replaced by another freeze, or never made/);
+      expect(deadline).toBeLessThanOrEqual(5000);
+      expect(childIds()).toEqual([]);
+      expect(store.get(parent.sandboxId)!.state).toBe('RUNNING');
+    }
+    // the token of an earlier freeze that the sandbox ended itself: not this fork's window
+    peers.hostFreeze = { token: 'old', frozen: false, frozenAtMs: Date.now() - 100, endedAtMs: Date.now() - 50, endedBy: 'caller' };
+    peers.lyingQuiesce = { token: 'old', maxFreezeMs: 1500, syncMs: 0, freezeMs: 0 };
+    await expect(fork()).rejects.toThrow(/ended \d+ ms before the clone finished/);
+    expect(childIds()).toEqual([]);
+  });
+
+  it('issue 10: a supervisor that cannot confirm a freeze (no vmm.freeze-status.v1): the parent is paused, whatever podd lists', async () => {
+    peers.noFreezeStatus = true;
+    const r = await fork();
+    expect(r.method).toBe('pause');
+    expect(peers.events.some((e) => e.startsWith('quiesce'))).toBe(false);
+  });
+
   it('a request_id names one call: a concurrent fork of another parent or a create with it is INVALID_ARGUMENT', async () => {
     const other = await m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: '' });
     const rq = { metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: 'rq-1' };

@@ -66,6 +66,9 @@ export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreez
   const podd = c.podd.connect(parent.poddAddress);
   const poddVersion = { component: 'podd', ...(await podd.version()) };
   if (!hasFeature(poddVersion, PODD_FEATURES.quiesce)) return pauseAndClone(c, parent, vmId, cloneAll, missingFeature(poddVersion, PODD_FEATURES.quiesce), log);
+  // podd and its answers are the sandbox's: a freeze counts only if the supervisor can confirm
+  // it afterwards (vmm.freeze-status.v1); without that, hold the parent by pausing it
+  if ((await c.vms.freezeStatus(vmId)) === undefined) return pauseAndClone(c, parent, vmId, cloneAll, 'the vmm-supervisor cannot confirm a freeze (no vmm.freeze-status.v1)', log);
 
   const tCall = c.now();
   let freeze: PoddFreeze;
@@ -80,6 +83,8 @@ export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreez
     if (isCode(err, Status.UNAVAILABLE)) return pauseAndClone(c, parent, vmId, cloneAll, `podd Quiesce failed: ${(err as Error).message}`, log);
     throw err;
   }
+  // the window podd names is the sandbox's word: never longer than what was asked, nor the longest freeze
+  freeze = { ...freeze, maxFreezeMs: Math.min(freeze.maxFreezeMs, maxFreezeMs > 0 ? maxFreezeMs : MAX_FREEZE_MS, MAX_FREEZE_MS) };
   let cloneMs = 0;
   let cloneErr: unknown;
   try {
@@ -108,17 +113,17 @@ export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreez
   if (cloneErr) throw cloneErr;
   // podd runs inside the sandbox, and so can anything that reaches the freeze port: ask the
   // supervisor whether this freeze really held until the clones were done
+  // (freeze tokens are random: podd cannot name a freeze that began after its answer)
   const host = await c.vms.freezeStatus(vmId);
-  if (host) {
-    const early =
-      host.token !== freeze.token
-        ? 'was replaced by another freeze'
-        : !host.frozen && host.endedBy === 'caller' && host.endedAtMs < cloneEnd
-          ? `ended ${cloneEnd - host.endedAtMs} ms before the clone finished`
-          : '';
-    if (early) throw new AbortedError(`fork of ${parent.sandboxId}: the parent's freeze ${early} (thawed from inside the sandbox?); the clones may be torn, retry`);
-    if (host.endedBy === 'watchdog') endedBy = 'watchdog';
-  }
+  const early = !host
+    ? 'cannot be confirmed by the vmm-supervisor (it lost vmm.freeze-status.v1 during the fork)'
+    : !freeze.token || host.token !== freeze.token
+      ? 'was replaced by another freeze, or never made'
+      : !host.frozen && host.endedBy !== 'watchdog' && host.endedAtMs < cloneEnd
+        ? `ended ${cloneEnd - host.endedAtMs} ms before the clone finished`
+        : '';
+  if (early) throw new AbortedError(`fork of ${parent.sandboxId}: the parent's freeze ${early} (thawed from inside the sandbox?); the clones may be torn, retry`);
+  if (host?.endedBy === 'watchdog') endedBy = 'watchdog';
   if (endedBy === 'watchdog') {
     throw new AbortedError(`fork of ${parent.sandboxId}: the parent's ${freeze.maxFreezeMs} ms freeze ran out before the clone finished (${cloneMs} ms); ${freezeAdvice(freeze.maxFreezeMs)}`);
   }

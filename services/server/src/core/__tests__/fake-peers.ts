@@ -26,12 +26,16 @@ export class Peers {
   quiesceError: Error | undefined;
   readonly devices = new Map<string, DeviceInfo>();
   /** the freeze as the supervisor saw it (GetVmFreeze) */
-  hostFreeze: VmFreezeInfo | undefined;
+  hostFreeze: VmFreezeInfo = { token: '', frozen: false, frozenAtMs: 0, endedAtMs: 0, endedBy: 'unknown' };
+  /** the supervisor lacks vmm.freeze-status.v1 (freezeStatus answers undefined) */
+  noFreezeStatus = false;
+  /** a podd the sandbox replaced: Quiesce answers this and freezes nothing */
+  lyingQuiesce: { token: string; maxFreezeMs: number; syncMs: number; freezeMs: number } | undefined;
   readonly vms = new Map<string, VmInfo>();
   /** podd Exec, when a test sets it */
   exec: ((args: ExecArgs, signal: AbortSignal) => AsyncIterable<ExecEvent>) | undefined;
   /** called inside clone, while the parent is held */
-  onClone: () => void = () => undefined;
+  onClone: (deadlineMs?: number) => void = () => undefined;
   private nextPid = 1000;
 
   deviceInfo(id: string): DeviceInfo {
@@ -46,7 +50,7 @@ export class Peers {
     },
     clone: async (id, src, quiesced, deadlineMs): Promise<ClonedDevice> => {
       this.events.push(`clone ${src} quiesced=${quiesced}`);
-      this.onClone();
+      this.onClone(deadlineMs);
       if (this.failClone) throw new Error('disk full');
       const fails = this.cloneFails?.(src);
       if (fails) throw fails;
@@ -88,7 +92,7 @@ export class Peers {
     delete: async (id) => {
       this.vms.delete(id);
     },
-    freezeStatus: async () => this.hostFreeze,
+    freezeStatus: async () => (this.noFreezeStatus ? undefined : this.hostFreeze),
   };
 
   readonly podd: PoddConnector = {
@@ -98,12 +102,13 @@ export class Peers {
       quiesce: async (max) => {
         this.events.push(`quiesce ${address.split('/').at(-2)} ${max}`);
         if (this.quiesceError) throw this.quiesceError;
+        if (this.lyingQuiesce) return this.lyingQuiesce;
         this.hostFreeze = { token: 't1', frozen: true, frozenAtMs: Date.now(), endedAtMs: 0, endedBy: 'unknown' };
         return { token: 't1', maxFreezeMs: max, syncMs: 1, freezeMs: 1 };
       },
       thaw: async (token) => {
         this.events.push(`thaw ${token}`);
-        if (this.hostFreeze?.frozen) this.hostFreeze = { ...this.hostFreeze, frozen: false, endedAtMs: Date.now(), endedBy: this.thawEndedBy };
+        if (this.hostFreeze.frozen) this.hostFreeze = { ...this.hostFreeze, frozen: false, endedAtMs: Date.now(), endedBy: this.thawEndedBy };
         return { endedBy: this.thawEndedBy, frozenMs: 42 };
       },
       exec: (args, signal) => {
