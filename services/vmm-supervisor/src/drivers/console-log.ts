@@ -7,7 +7,8 @@
  *   (the writer gets an error, never a signal and never a block) and the host's disk is never
  *   written;
  * - the supervisor keeps the latest output: when the file passes 3/4 of the cap it is cut to
- *   its last half (inotify, and a check every CONSOLE_CHECK_MS), so a flood leaves its tail;
+ *   its last half (on inotify, at most every CONSOLE_TRIM_GAP_MS, and every CONSOLE_CHECK_MS),
+ *   so a flood leaves (roughly) its tail;
  * - nothing needs a reader: unlike a pipe, a file whose supervisor was killed gives its writers
  *   no SIGPIPE and no full buffer. While no supervisor runs, the log fills up to the cap and
  *   later writes fail with ENOSPC; the next supervisor (adoption) cuts it again.
@@ -24,6 +25,8 @@ export const CONSOLE_LOG_FILE = 'console.log';
 export const DEFAULT_CONSOLE_LOG_BYTES = 1024 * 1024;
 /** How often a watched console log is checked besides its inotify events, in ms. */
 export const CONSOLE_CHECK_MS = 1000;
+/** Least time between two trims of one console log prompted by its writes, in ms. */
+export const CONSOLE_TRIM_GAP_MS = 50;
 /** Most bytes read from the end of a console log to quote its last lines. */
 export const CONSOLE_TAIL_BYTES = 64 * 1024;
 
@@ -77,13 +80,17 @@ export function consoleTail(file: string, n: number): string {
 }
 
 /**
- * ConsoleWatch keeps one VM's console log under its cap while this supervisor runs: a trim
- * on every inotify event of the file (at most one per tick) and every CONSOLE_CHECK_MS.
+ * ConsoleWatch keeps one VM's console log under its cap while this supervisor runs. The first
+ * inotify event of the file closes the watch and schedules a trim CONSOLE_TRIM_GAP_MS after
+ * the previous one; the trim arms a new watch. A flood of writes thus costs the supervisor at
+ * most one event and one trim per gap, never one callback per write. A timer checks every
+ * CONSOLE_CHECK_MS as well (a missed event, a failed watch).
  */
 export class ConsoleWatch {
   private watcher: FSWatcher | undefined;
   private readonly timer: NodeJS.Timeout;
-  private pending = false;
+  private pending: NodeJS.Timeout | undefined;
+  private lastCheckMs = 0;
   private closed = false;
   /** Bytes dropped so far by this watch. */
   dropped = 0;
@@ -93,12 +100,6 @@ export class ConsoleWatch {
     private readonly capBytes: number,
     private readonly log: Logger,
   ) {
-    try {
-      this.watcher = watch(file, { persistent: false }, () => this.schedule());
-      this.watcher.on('error', () => this.watcher?.close());
-    } catch (err) {
-      this.log.warn({ err, file }, 'console log: no inotify watch; checked by timer only');
-    }
     this.timer = setInterval(() => this.check(), CONSOLE_CHECK_MS);
     this.timer.unref();
     this.check();
@@ -108,24 +109,45 @@ export class ConsoleWatch {
   close(): void {
     this.closed = true;
     clearInterval(this.timer);
+    if (this.pending) clearTimeout(this.pending);
     this.watcher?.close();
+    this.watcher = undefined;
   }
 
-  private schedule(): void {
+  private arm(): void {
+    if (this.closed || this.watcher) return;
+    try {
+      this.watcher = watch(this.file, { persistent: false }, () => this.onEvent());
+      this.watcher.on('error', () => this.disarm());
+    } catch (err) {
+      this.log.debug({ err, file: this.file }, 'console log: no inotify watch now; the timer checks it');
+    }
+  }
+
+  private disarm(): void {
+    this.watcher?.close();
+    this.watcher = undefined;
+  }
+
+  private onEvent(): void {
+    this.disarm();
     if (this.pending || this.closed) return;
-    this.pending = true;
-    setImmediate(() => {
-      this.pending = false;
+    const wait = Math.max(0, this.lastCheckMs + CONSOLE_TRIM_GAP_MS - Date.now());
+    this.pending = setTimeout(() => {
+      this.pending = undefined;
       this.check();
-    });
+    }, wait);
+    this.pending.unref();
   }
 
   private check(): void {
     if (this.closed) return;
+    this.lastCheckMs = Date.now();
     try {
       this.dropped += trimConsole(this.file, this.capBytes);
     } catch (err) {
       this.log.warn({ err, file: this.file }, 'console log: trim failed');
     }
+    this.arm();
   }
 }
