@@ -118,6 +118,24 @@ describeNode('what a hostile sandbox can do with /run/sandnode, its console and 
     expect(s.isolation).toEqual(['vmm.cgroup-ns.v1', 'vmm.console-cap.v1', 'vmm.guest-tmpfs.v1', 'vmm.pids-limit.v1', 'vmm.seccomp.v1']);
     const listed = (await node.api.sandboxes.listSandboxes({})).sandboxes.find((x) => x.sandboxId === id)!;
     expect(listed.isolation).toEqual(s.isolation);
+    // and the CLI shows it: sandbox get, status (grouped)
+    const get = node.cli(['sandbox', 'get', id]);
+    expect(get.stdout).toMatch(/^isolation\s+cgroup-ns,console-cap,guest-tmpfs,pids-limit,seccomp$/m);
+    const st = JSON.parse(node.cli(['status', '--json']).stdout) as { isolation: { isolation: string[]; sandboxes: string[] }[] };
+    expect(st.isolation).toEqual([{ isolation: s.isolation, sandboxes: [id] }]);
+  });
+
+  it('a fork child gets a /run/sandnode of its own (a fresh tmpfs), gone with it', async () => {
+    await run(node.api, id, 'echo parent > /run/sandnode/mine');
+    const child = (await node.api.sandboxes.forkSandbox({ parentId: id, maxFreezeMs: 2000 })).sandbox!;
+    const childMount = path.join(node.dirs.runDir, 'vm-tmpfs', child.sandboxId, 'guest');
+    expect(statfsSync(childMount).type).toBe(TMPFS_MAGIC);
+    expect((await run(node.api, child.sandboxId, 'ls /run/sandnode/mine 2>&1; true')).stdout).toMatch(/No such file/);
+    expect(child.isolation).toEqual((await node.api.sandboxes.getSandbox({ sandboxId: id })).sandbox!.isolation);
+    await node.api.sandboxes.deleteSandbox({ sandboxId: child.sandboxId });
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(child.sandboxId);
+    expect(existsSync(path.join(node.dirs.runDir, 'vm-tmpfs', child.sandboxId))).toBe(false);
+    await run(node.api, id, 'rm /run/sandnode/mine');
   });
 
   it('fills /run/sandnode until ENOSPC: it stops at the tmpfs size, on the host a tmpfs (nosuid,nodev,noexec), never the disk; the node serves', async () => {
