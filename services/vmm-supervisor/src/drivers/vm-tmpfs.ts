@@ -82,8 +82,8 @@ export async function mountVmTmpfs(t: VmTmpfs, sizes: { guestBytes: number; cons
   await removeVmTmpfs(t);
   mkdirSync(t.guest, { recursive: true, mode: 0o700 });
   mkdirSync(t.console, { recursive: true, mode: 0o700 });
-  await mount('tmpfs', t.guest, 'tmpfs', guestTmpfsOptions(sizes.guestBytes, owner));
-  await mount('tmpfs', t.console, 'tmpfs', consoleTmpfsOptions(sizes.consoleBytes));
+  // two mount processes at once (a create waits for both)
+  await Promise.all([mount('tmpfs', t.guest, 'tmpfs', guestTmpfsOptions(sizes.guestBytes, owner)), mount('tmpfs', t.console, 'tmpfs', consoleTmpfsOptions(sizes.consoleBytes))]);
 }
 
 /**
