@@ -40,6 +40,11 @@ export const VMM_FEATURES = {
   cgroupNamespace: 'vmm.cgroup-ns.v1',
   /** runc sandboxes run under the supervisor's seccomp profile (absent when configured "unconfined") */
   seccomp: 'vmm.seccomp.v1',
+  /**
+   * runc sandboxes run in a user namespace: uid/gid 0 inside is an unprivileged host id of the
+   * supervisor's node-wide range (config `usernsRange`; absent when configured "")
+   */
+  userns: 'vmm.userns.v1',
   /** ListVmsResponse carries the quarantined rows of the VM table and the fence epoch (`sandnode status`) */
   quarantineReport: 'vmm.quarantine-report.v1',
 } as const;

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 import { DEFAULT_KILL_WAIT_MS, DEFAULT_RUNC_START_TIMEOUT_MS } from './drivers/runc';
 import { DEFAULT_SECCOMP_PROFILE } from './drivers/seccomp';
+import { DEFAULT_USERNS_RANGE, parseUsernsRange, type UsernsRange } from './drivers/userns';
 
 /** Kernel command line of firecracker VMs unless `kernelArgs` says otherwise. */
 export const DEFAULT_KERNEL_ARGS = 'console=ttyS0 reboot=k panic=1 pci=off';
@@ -52,6 +53,11 @@ export const configSchema = z.object({
   seccompProfile: z.string().min(1).default(DEFAULT_SECCOMP_PROFILE),
   /** Most processes (tasks) in a VM whose spec says 0 (cgroup pids.max). */
   defaultPids: z.coerce.number().int().min(16).max(1_000_000).default(1024),
+  /**
+   * User namespace of runc sandboxes: "<hostId>:<size>" maps host ids hostId..hostId+size-1 to
+   * 0..size-1 inside every sandbox (one node-wide range); "" = none (uid 0 inside is host root).
+   */
+  usernsRange: z.string().default(DEFAULT_USERNS_RANGE),
   /** Prometheus `/metrics` on "host:port"; "" disables. */
   metricsListen: z
     .string()
@@ -84,6 +90,8 @@ export interface VmmConfig {
   seccompProfile: string;
   /** Default pids limit of a VM. */
   defaultPids: number;
+  /** The user namespace range of runc sandboxes; undefined = none (`usernsRange` ""). */
+  usernsRange: UsernsRange | undefined;
 }
 
 /** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */
@@ -97,5 +105,6 @@ export function loadVmmConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } =
     listen: c.listen ?? unixAddress(socketPath(runDir, 'vmm-supervisor')),
     runcRoot: path.resolve(c.runcRoot ?? path.join(runDir, 'runc')),
     kernelImage: c.kernelImage === undefined ? undefined : path.resolve(c.kernelImage),
+    usernsRange: parseUsernsRange(c.usernsRange),
   };
 }
