@@ -9,7 +9,7 @@ import { readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { killComponent, startComponent } from '@sandnode/node-stack';
 import type { ServerApi } from '@sandnode/shared';
-import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
@@ -115,7 +115,10 @@ describeNode('root inside a runc sandbox is not host root (user namespace)', () 
 
   it('a fork child keeps the mapping and can write the files its parent made', async () => {
     await sh(node.api, id, 'mkdir -p /opt/forked && echo parent > /opt/forked/f && chmod 600 /opt/forked/f');
-    const child = (await node.api.sandboxes.forkSandbox({ parentId: id, maxFreezeMs: 1000 })).sandbox!;
+    const forked = await node.api.sandboxes.forkSandbox({ parentId: id, maxFreezeMs: 1000 });
+    // its podd (host uid 100000) reached the freeze port: the parent was frozen, not paused
+    expect(ForkMethod[forked.method]).toBe('FORK_METHOD_QUIESCE');
+    const child = forked.sandbox!;
     expect(child.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
     expect((await sh(node.api, child.sandboxId, 'cat /proc/self/uid_map')).trim().split(/\s+/).map(Number)).toEqual([0, HOST_ROOT_OF_RANGE, 65536]);
     expect(await sh(node.api, child.sandboxId, 'echo child >> /opt/forked/f && cat /opt/forked/f && echo w > /workspace/child.txt && cat /workspace/made.txt')).toBe('parent\nchild\nmade\n');

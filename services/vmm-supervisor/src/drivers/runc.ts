@@ -191,7 +191,8 @@ export class RuncDriver implements VmDriver {
       for (const d of [upperDev, rootfs, bundle]) await mkdir(d, { recursive: true });
       step = `prepare podd socket dir ${spec.poddSocketDir}`;
       const guestDir = preparePoddDirs(spec.poddSocketDir);
-      if (this.userns) lchownIntoRange(guestDir, this.userns); // podd writes its log there
+      // podd writes its log there (a log of a boot without the namespace is host root's: shifted too)
+      if (this.userns) this.ownTree(vmId, 'guest dir', guestDir, this.userns);
 
       step = `mount rootfs upper drive ${upper.path}`;
       await mount(upper.path, upperDev, 'ext4', SANDBOX_FS_HOST_OPTIONS);
