@@ -35,6 +35,13 @@ describe('loadVmmConfig', () => {
     expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: '127.0.0.1:9465' } }).metricsListen).toBe('127.0.0.1:9465');
     expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: '9465' } })).toThrow(/metricsListen.*host:port/);
   });
+
+  test('usernsRange: on by default (host 100000.. = 0.. inside), "" turns it off, a bad range is refused naming the key', () => {
+    expect(loadVmmConfig({ env: {} }).usernsRange).toEqual({ hostId: 100000, size: 65536 });
+    expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_USERNS_RANGE: '' } }).usernsRange).toBeUndefined();
+    expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_USERNS_RANGE: '200000:65536' } }).usernsRange).toEqual({ hostId: 200000, size: 65536 });
+    expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_USERNS_RANGE: '10:10' } })).toThrow(/usernsRange/);
+  });
 });
 
 describe('createDriver', () => {

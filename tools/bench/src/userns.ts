@@ -6,7 +6,7 @@
  * latency), runs BENCH_USERNS_EXECS `true` execs over them (exec round trip) and deletes them.
  * A warm-up create in each mode comes first, so the one-time copy of the template into the
  * range (reported apart, from the supervisor's log) is not in the p50. BENCH_USERNS_ROUNDS
- * (default 2) rounds per mode.
+ * (default 3) rounds per mode.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -91,7 +91,7 @@ function summary(range: string, createMs: number[], execMs: number[]): UsernsMod
 /** benchUserns measures create and exec p50 with the user namespace off and on in alternating rounds; rows get the table lines. */
 export async function benchUserns(root: string, rows: (string | number)[][]): Promise<UsernsBench> {
   const dirs: StackDirs = { stateDir: path.join(root, 'userns-state'), runDir: path.join(root, 'userns-run'), listen: '' };
-  const rounds = Math.max(1, num('BENCH_USERNS_ROUNDS', 2));
+  const rounds = Math.max(1, num('BENCH_USERNS_ROUNDS', 3));
   const creates = Math.max(1, num('BENCH_USERNS_CREATES', 10));
   const execs = Math.max(1, num('BENCH_USERNS_EXECS', 50));
   const modes = { off: '', on: '100000:65536' } as const;
@@ -134,8 +134,18 @@ export async function benchUserns(root: string, rows: (string | number)[][]): Pr
       execP50DeltaMs: r1(on.execP50Ms - off.execP50Ms),
       templateCopyMs: templateCopyMs(dirs),
     };
-    rows.push([`create p50 with user namespace (baseline: without)`, `${on.createP50Ms} ms (without: ${off.createP50Ms} ms; +${r.createP50DeltaMs})`, 'cost of isolation', `${on.createSpreadMs.text} / ${off.createSpreadMs.text} ms`]);
-    rows.push([`exec p50 with user namespace (baseline: without)`, `${on.execP50Ms} ms (without: ${off.execP50Ms} ms; +${r.execP50DeltaMs})`, 'cost of isolation', `${on.execSpreadMs.text} / ${off.execSpreadMs.text} ms`]);
+    rows.push([
+      `create p50 with user namespace (baseline: without)`,
+      `${on.createP50Ms} ms (without: ${off.createP50Ms} ms; +${r.createP50DeltaMs})`,
+      'cost of isolation',
+      `${on.createSpreadMs.text} / ${off.createSpreadMs.text} ms`,
+    ]);
+    rows.push([
+      `exec p50 with user namespace (baseline: without)`,
+      `${on.execP50Ms} ms (without: ${off.execP50Ms} ms; +${r.execP50DeltaMs})`,
+      'cost of isolation',
+      `${on.execSpreadMs.text} / ${off.execSpreadMs.text} ms`,
+    ]);
     rows.push(['template copy into the range (once per template build)', `${r.templateCopyMs ?? '?'} ms`, '-', 'one run']);
     return r;
   } finally {

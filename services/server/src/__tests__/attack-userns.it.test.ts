@@ -85,9 +85,10 @@ describeNode('root inside a runc sandbox is not host root (user namespace)', () 
     expect([st.uid, st.gid]).toEqual([HOST_ROOT_OF_RANGE, HOST_ROOT_OF_RANGE]);
   });
 
-  it('cannot reach what the host owns: a host-root file on a path it can see is not writable', async () => {
-    // the freeze port dir is the host's (root:<range gid> 0710), bound read-only
-    const r = await execCollect(node.api, id, ['sh', '-c', 'touch /run/sandnode-freeze/x; ls -ln /run/sandnode-freeze']);
+  it('a host dir it can see (its freeze port dir, bound read-only) is not its own and not writable', async () => {
+    // host root's dir appears owned by the overflow uid 65534 (unmapped), its group 100000 as 0
+    expect((await sh(node.api, id, 'stat -c %u:%g /run/sandnode-freeze')).trim()).toBe('65534:0');
+    const r = await execCollect(node.api, id, ['sh', '-c', 'touch /run/sandnode-freeze/x || chmod 777 /run/sandnode-freeze']);
     expect(r.exitCode).not.toBe(0);
   });
 
@@ -130,7 +131,9 @@ describeNode('root inside a runc sandbox is not host root (user namespace)', () 
     const s = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
     await sh(node.api, s.sandboxId, 'echo before > /workspace/kept && echo junk > /etc/junk');
     await node.api.sandboxes.resetRootfs({ sandboxId: s.sandboxId });
-    expect(await sh(node.api, s.sandboxId, 'test ! -e /etc/junk && cat /proc/self/uid_map | tr -s " " && echo y > /etc/after && cat /workspace/kept && echo more >> /workspace/kept')).toBe(` 0 ${HOST_ROOT_OF_RANGE} 65536\nbefore\n`);
+    expect(await sh(node.api, s.sandboxId, 'test ! -e /etc/junk && cat /proc/self/uid_map | tr -s " " && echo y > /etc/after && cat /workspace/kept && echo more >> /workspace/kept')).toBe(
+      ` 0 ${HOST_ROOT_OF_RANGE} 65536\nbefore\n`,
+    );
     await node.api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
   });
 

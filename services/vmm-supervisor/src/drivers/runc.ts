@@ -16,11 +16,16 @@
  * `<podd_socket_dir>/podd.sock` and handed in as fd 3 (`--preserve-fds 1`); only
  * `<podd_socket_dir>/guest` is mounted (at /run/sandnode).
  *
+ * With a user namespace range (config `usernsRange`, userns.ts) the container's root is the
+ * range's host root: the overlay's lower is a copy of the template owned in the range, the
+ * upper dir, workspace and guest dir are made the range's before the VM starts, and the host
+ * dirs on the way (`vms/`, the VM dir, freeze-port/) are root:<range gid> 0710.
+ *
  * Every call on an existing VM uses the runc binary recorded for it (a versioned copy), so a
  * host runc upgrade never changes the binary that manages a running container.
  */
 import { spawn } from 'node:child_process';
-import { chmodSync, chownSync, closeSync, existsSync, fchownSync, fstatSync, mkdirSync, openSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, fchownSync, fstatSync, mkdirSync, openSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { CommandError, FailedPreconditionError, InternalError, isSameProcess, processStartTicks, processState, run, VMM_FEATURES } from '@sandnode/shared';
@@ -39,7 +44,7 @@ import { buildOciSpec } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
 import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
-import { ensureTreeInRange, inRange, lchownIntoRange, ShiftedTemplates, type UsernsRange } from './userns';
+import { ensureTreeInRange, inRange, lchownIntoRange, makeTraversable, openToRange, ShiftedTemplates, type UsernsRange } from './userns';
 
 /** What the driver mounts in each VM dir (`<vmDir>/<name>`), in unmount order. */
 const VM_MOUNTS = ['workspace', 'rootfs', 'upper-dev'];
@@ -397,7 +402,7 @@ export class RuncDriver implements VmDriver {
     }
     if (this.userns && server) {
       // podd connects as the range's root: connect(2) needs write permission on the socket
-      openToRange(path.dirname(freezer.socketPath), this.userns);
+      openToRange(path.dirname(freezer.socketPath), this.userns, 0o750); // it may list its own port dir (read-only)
       lchownIntoRange(freezer.socketPath, this.userns);
     }
     this.ports.set(vmId, { freezer, server });
@@ -558,24 +563,4 @@ function lastLines(file: string, n: number): string {
   } catch {
     return '(no console.log)';
   }
-}
-
-/**
- * makeTraversable adds search permission for others (o+x, never read) to dir and each of its
- * ancestors that lacks it, as Docker does to its root dir under userns-remap: runc's init runs
- * as the range's root and resolves the container's rootfs path itself.
- */
-function makeTraversable(dir: string, log: Logger): void {
-  for (let d = path.resolve(dir); d !== path.dirname(d); d = path.dirname(d)) {
-    const mode = statSync(d).mode & 0o7777;
-    if (mode & 0o001) continue;
-    chmodSync(d, mode | 0o001);
-    log.info({ dir: d, mode: (mode | 0o001).toString(8) }, 'made traversable (o+x) for sandboxes in a user namespace');
-  }
-}
-
-/** openToRange makes a host dir (not the sandbox's) root:<range root gid> 0710: the range's root may pass, not list. */
-function openToRange(dir: string, r: UsernsRange): void {
-  chownSync(dir, 0, r.hostId);
-  chmodSync(dir, 0o710);
 }

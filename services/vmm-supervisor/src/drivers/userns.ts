@@ -17,6 +17,8 @@
  */
 import { createHash } from 'node:crypto';
 import {
+  chmodSync,
+  chownSync,
   closeSync,
   constants as fsc,
   fchmodSync,
@@ -183,6 +185,29 @@ export function ensureTreeInRange(root: string, r: UsernsRange): ShiftReport | u
   if (inRange(st.uid, r)) return { entries: 1, changed: 0, left: 0 };
   if (st.uid >= r.size) return undefined;
   return shiftTreeIntoRange(root, r);
+}
+
+/**
+ * makeTraversable adds search permission for others (o+x, never read) to dir and each of its
+ * ancestors that lacks it, as Docker does to its root dir under userns-remap: runc's init runs
+ * as the range's root and resolves the container's rootfs path itself.
+ */
+export function makeTraversable(dir: string, log: Logger): void {
+  for (let d = path.resolve(dir); d !== path.dirname(d); d = path.dirname(d)) {
+    const mode = statSync(d).mode & 0o7777;
+    if (mode & 0o001) continue;
+    chmodSync(d, mode | 0o001);
+    log.info({ dir: d, mode: (mode | 0o001).toString(8) }, 'made traversable (o+x) for sandboxes in a user namespace');
+  }
+}
+
+/**
+ * openToRange makes a host dir (not the sandbox's) root:<range root gid> with mode (default
+ * 0710: the range's root may pass, not list; 0750 lets it list too).
+ */
+export function openToRange(dir: string, r: UsernsRange, mode = 0o710): void {
+  chownSync(dir, 0, r.hostId);
+  chmodSync(dir, mode);
 }
 
 /** lchownIntoRange makes the host-made entry at p (not followed) owned by the range's root (hostId:hostId). */
