@@ -5,12 +5,13 @@
  * its own files; fork, reset, drain/resume and a kill -9 of the supervisor keep the mapping.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync, statSync } from 'node:fs';
+import { lstatSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
-import { killComponent, startComponent } from '@sandnode/node-stack';
+import { killComponent, startComponent, stopComponent } from '@sandnode/node-stack';
 import type { ServerApi } from '@sandnode/shared';
 import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
+import { describeNode, execCollect, startNode, withEnv, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
 
@@ -38,10 +39,17 @@ function hostUids(id: string): number[][] {
   return out;
 }
 
+/** The supervisor's env key of `usernsRange`. */
+const USERNS_ENV = 'SANDNODE_VMM_SUPERVISOR_USERNS_RANGE';
+
 describeNode('root inside a runc sandbox is not host root (user namespace)', () => {
   let node: TestNode;
   let id: string;
   const vmDir = (sandboxId: string) => path.join(node.dirs.runDir, 'vms', sandboxId);
+  const restartSupervisor = async () => {
+    await stopComponent(node.dirs, 'vmm-supervisor');
+    await startComponent(node.dirs, 'vmm-supervisor');
+  };
   beforeAll(async () => {
     node = await startNode();
     id = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId;
@@ -115,14 +123,16 @@ describeNode('root inside a runc sandbox is not host root (user namespace)', () 
   });
 
   it('a fork child keeps the mapping and can write the files its parent made', async () => {
-    await sh(node.api, id, 'mkdir -p /opt/forked && echo parent > /opt/forked/f && chmod 600 /opt/forked/f');
+    await sh(node.api, id, 'mkdir -p /opt/forked && echo parent > /opt/forked/f && chmod 600 /opt/forked/f && echo made > /workspace/made.txt && chmod 600 /workspace/made.txt');
     const forked = await node.api.sandboxes.forkSandbox({ parentId: id, maxFreezeMs: 1000 });
     // its podd (host uid 100000) reached the freeze port: the parent was frozen, not paused
     expect(ForkMethod[forked.method]).toBe('FORK_METHOD_QUIESCE');
     const child = forked.sandbox!;
     expect(child.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
     expect((await sh(node.api, child.sandboxId, 'cat /proc/self/uid_map')).trim().split(/\s+/).map(Number)).toEqual([0, HOST_ROOT_OF_RANGE, 65536]);
-    expect(await sh(node.api, child.sandboxId, 'echo child >> /opt/forked/f && cat /opt/forked/f && echo w > /workspace/child.txt && cat /workspace/made.txt')).toBe('parent\nchild\nmade\n');
+    expect(
+      await sh(node.api, child.sandboxId, 'echo child >> /opt/forked/f && cat /opt/forked/f && echo w > /workspace/child.txt && echo more >> /workspace/made.txt && cat /workspace/made.txt'),
+    ).toBe('parent\nchild\nmade\nmore\n');
     for (const [u] of hostUids(child.sandboxId)) expect(u).toBe(HOST_ROOT_OF_RANGE);
     await node.api.sandboxes.deleteSandbox({ sandboxId: child.sandboxId });
   });
@@ -147,6 +157,44 @@ describeNode('root inside a runc sandbox is not host root (user namespace)', () 
     const fresh = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
     expect(await sh(node.api, fresh.sandboxId, 'id -u && echo z > /etc/z && cat /proc/self/uid_map | tr -s " "')).toBe(`0\n 0 ${HOST_ROOT_OF_RANGE} 65536\n`);
     await node.api.sandboxes.deleteSandbox({ sandboxId: fresh.sandboxId });
+  });
+
+  it('a sandbox made without the namespace, its tree full of symlinks to host files, is shifted into the range when it boots with it; the host files keep their owner', async () => {
+    const victim = mkdtempSync(path.join(os.tmpdir(), 'sandnode-userns-victim-'));
+    try {
+      writeFileSync(path.join(victim, 'shadow'), 'host\n');
+      const owners = () => [victim, path.join(victim, 'shadow')].map((p) => `${statSync(p).uid}:${statSync(p).gid}`);
+      await withEnv({ [USERNS_ENV]: '' }, () => restartSupervisor());
+      const legacy = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
+      expect((await sh(node.api, legacy.sandboxId, 'cat /proc/self/uid_map')).trim().split(/\s+/).map(Number)).toEqual([0, 0, 4294967295]);
+      await sh(
+        node.api,
+        legacy.sandboxId,
+        [
+          `ln -s ${victim}/shadow /workspace/to-shadow`,
+          `ln -s ${victim} /workspace/to-dir`,
+          `ln -s ${victim} /etc/to-dir`,
+          `ln -s ${victim}/shadow /etc/shadow-link`,
+          'mkdir -p /opt/legacy && echo old > /opt/legacy/f && echo old > /workspace/legacy.txt',
+        ].join(' && '),
+      );
+      const drained = node.cli(['drain', '--deadline-ms', '20000', '--json']);
+      expect(drained.status).toBe(0);
+      await restartSupervisor(); // with the default range
+      await startComponent(node.dirs, 'ublk-manager');
+      for (const sb of (await node.api.sandboxes.listSandboxes({})).sandboxes) await node.api.sandboxes.resumeSandbox({ sandboxId: sb.sandboxId });
+      expect(owners()).toEqual(['0:0', '0:0']);
+      expect(readFileSync(path.join(victim, 'shadow'), 'utf8')).toBe('host\n');
+      // its own tree is the range's now, and root inside writes its old files
+      expect(lstatSync(path.join(vmDir(legacy.sandboxId), 'workspace', 'to-shadow')).uid).toBe(HOST_ROOT_OF_RANGE);
+      expect(
+        await sh(node.api, legacy.sandboxId, 'echo new >> /opt/legacy/f && echo new >> /workspace/legacy.txt && cat /opt/legacy/f /workspace/legacy.txt && cat /proc/self/uid_map | tr -s " "'),
+      ).toBe(`old\nnew\nold\nnew\n 0 ${HOST_ROOT_OF_RANGE} 65536\n`);
+      await node.api.sandboxes.deleteSandbox({ sandboxId: legacy.sandboxId });
+      expect(owners()).toEqual(['0:0', '0:0']);
+    } finally {
+      rmSync(victim, { recursive: true, force: true });
+    }
   });
 
   it('a drained sandbox resumes with the mapping and its own files still writable', async () => {
