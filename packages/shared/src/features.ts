@@ -46,6 +46,11 @@ export const VMM_FEATURES = {
   consoleCap: 'vmm.console-cap.v1',
   /** Vm.isolation names the isolation each VM got at its create (the feature strings above that applied) */
   vmIsolation: 'vmm.vm-isolation.v1',
+  /**
+   * runc sandboxes run in a user namespace: uid/gid 0 inside is an unprivileged host id of the
+   * supervisor's node-wide range (config `usernsRange`; absent when configured "")
+   */
+  userns: 'vmm.userns.v1',
   /** ListVmsResponse carries the quarantined rows of the VM table and the fence epoch (`sandnode status`) */
   quarantineReport: 'vmm.quarantine-report.v1',
 } as const;

@@ -1,4 +1,4 @@
-import { writeFileSync, rmSync } from 'node:fs';
+import { rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ConfigError, createLogger } from '@sandnode/shared';
 import { DEFAULT_KERNEL_ARGS, loadVmmConfig } from './config';
@@ -35,6 +35,13 @@ describe('loadVmmConfig', () => {
     expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: '127.0.0.1:9465' } }).metricsListen).toBe('127.0.0.1:9465');
     expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: '9465' } })).toThrow(/metricsListen.*host:port/);
   });
+
+  test('usernsRange: on by default (host 100000.. = 0.. inside), "" turns it off, a bad range is refused naming the key', () => {
+    expect(loadVmmConfig({ env: {} }).usernsRange).toEqual({ hostId: 100000, size: 65536 });
+    expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_USERNS_RANGE: '' } }).usernsRange).toBeUndefined();
+    expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_USERNS_RANGE: '200000:65536' } }).usernsRange).toEqual({ hostId: 200000, size: 65536 });
+    expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_USERNS_RANGE: '10:10' } })).toThrow(/usernsRange/);
+  });
 });
 
 describe('createDriver', () => {
@@ -57,8 +64,18 @@ describe('createDriver', () => {
   });
 
   test('a driver binary that is not in PATH is a ConfigError naming the key', () => {
-    const c = loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_RUNC_BINARY: 'no-such-runc-binary', SANDNODE_VMM_SUPERVISOR_RUN_DIR: tmp } });
+    const c = loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_RUNC_BINARY: 'no-such-runc-binary', SANDNODE_VMM_SUPERVISOR_RUN_DIR: tmp, SANDNODE_VMM_SUPERVISOR_USERNS_RANGE: '' } });
     expect(() => createDriver(c, log).configuredBinary()).toThrow(/key "runcBinary": "no-such-runc-binary" was not found in PATH/);
+  });
+
+  (process.getuid?.() === 0 ? test : test.skip)('the runc driver lists vmm.userns.v1 only with a usernsRange; its vms dir is then root:<range gid> 0710', () => {
+    const off = createDriver(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_RUN_DIR: path.join(tmp, 'off'), SANDNODE_VMM_SUPERVISOR_USERNS_RANGE: '' } }), log);
+    expect(off.features).not.toContain('vmm.userns.v1');
+    expect(statSync(path.join(tmp, 'off', 'vms')).mode & 0o7777).toBe(0o700);
+    const on = createDriver(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_RUN_DIR: path.join(tmp, 'on') } }), log);
+    expect(on.features).toContain('vmm.userns.v1');
+    const st = statSync(path.join(tmp, 'on', 'vms'));
+    expect([st.uid, st.gid, st.mode & 0o7777]).toEqual([0, 100000, 0o710]);
   });
 });
 

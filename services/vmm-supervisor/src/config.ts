@@ -8,6 +8,7 @@ import { DEFAULT_KILL_WAIT_MS, DEFAULT_RUNC_START_TIMEOUT_MS } from './drivers/r
 import { DEFAULT_SECCOMP_PROFILE } from './drivers/seccomp';
 import { DEFAULT_CONSOLE_LOG_BYTES } from './drivers/console-log';
 import { DEFAULT_GUEST_RUN_DIR_BYTES } from './drivers/vm-tmpfs';
+import { DEFAULT_USERNS_RANGE, parseUsernsRange, type UsernsRange } from './drivers/userns';
 
 /** Kernel command line of firecracker VMs unless `kernelArgs` says otherwise. */
 export const DEFAULT_KERNEL_ARGS = 'console=ttyS0 reboot=k panic=1 pci=off';
@@ -68,6 +69,11 @@ export const configSchema = z.object({
     .min(65_536)
     .max(64 * 1024 * 1024)
     .default(DEFAULT_CONSOLE_LOG_BYTES),
+  /**
+   * User namespace of runc sandboxes: "<hostId>:<size>" maps host ids hostId..hostId+size-1 to
+   * 0..size-1 inside every sandbox (one node-wide range); "" = none (uid 0 inside is host root).
+   */
+  usernsRange: z.string().default(DEFAULT_USERNS_RANGE),
   /** Prometheus `/metrics` on "host:port"; "" disables. */
   metricsListen: z
     .string()
@@ -104,6 +110,8 @@ export interface VmmConfig {
   guestRunDirBytes: number;
   /** Cap of a VM's console log, bytes. */
   consoleLogBytes: number;
+  /** The user namespace range of runc sandboxes; undefined = none (`usernsRange` ""). */
+  usernsRange: UsernsRange | undefined;
 }
 
 /** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */
@@ -117,5 +125,6 @@ export function loadVmmConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } =
     listen: c.listen ?? unixAddress(socketPath(runDir, 'vmm-supervisor')),
     runcRoot: path.resolve(c.runcRoot ?? path.join(runDir, 'runc')),
     kernelImage: c.kernelImage === undefined ? undefined : path.resolve(c.kernelImage),
+    usernsRange: parseUsernsRange(c.usernsRange),
   };
 }

@@ -10,7 +10,7 @@
  * mkdir(2), unlink(2) and O_CREAT | O_EXCL never follow a final symlink, so they are safe on
  * `<fd>/<name>` as they are. (libuv opens every fd O_CLOEXEC.)
  */
-import { closeSync, constants as fsc, fchmodSync, fsyncSync, mkdirSync, openSync, unlinkSync, writeSync } from 'node:fs';
+import { closeSync, constants as fsc, fchmodSync, fchownSync, fsyncSync, mkdirSync, openSync, unlinkSync, writeSync } from 'node:fs';
 
 /** UnsafePathError: a component beneath the root is a symlink or not a directory; nothing was written. */
 export class UnsafePathError extends Error {
@@ -73,12 +73,12 @@ export function ensureDirNoFollow(dirFd: number, name: string, mode: number): nu
 
 /**
  * replaceFileNoFollow replaces `<dirFd>/<name>` by a new regular file with data and mode
- * (fsync'd): unlinks what is there (a symlink is unlinked, not followed; a hardlink only loses
+ * (fsync'd; owned by owner when given): unlinks what is there (a symlink is unlinked, not followed; a hardlink only loses
  * this name) and creates the file with O_CREAT | O_EXCL | O_NOFOLLOW, so a name planted between
  * the two steps fails the call (EEXIST) instead of being written through.
  * Errors: UnsafePathError (a directory is there), fs errors.
  */
-export function replaceFileNoFollow(dirFd: number, name: string, data: string | Uint8Array, mode: number): void {
+export function replaceFileNoFollow(dirFd: number, name: string, data: string | Uint8Array, mode: number, owner?: { uid: number; gid: number }): void {
   checkName(name);
   try {
     unlinkSync(at(dirFd, name));
@@ -91,7 +91,8 @@ export function replaceFileNoFollow(dirFd: number, name: string, data: string | 
   try {
     const buf = typeof data === 'string' ? Buffer.from(data) : data;
     for (let off = 0; off < buf.length;) off += writeSync(fd, buf, off, buf.length - off);
-    fchmodSync(fd, mode); // the umask may have cut mode at create
+    if (owner) fchownSync(fd, owner.uid, owner.gid);
+    fchmodSync(fd, mode); // the umask may have cut mode at create (and chown clears setuid bits)
     fsyncSync(fd);
   } finally {
     closeSync(fd);

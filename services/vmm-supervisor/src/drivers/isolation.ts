@@ -9,15 +9,18 @@ import { VMM_FEATURES } from '@sandnode/shared';
 export interface RuncIsolationInput {
   /** a seccomp profile is set (config seccompProfile is not "unconfined") */
   seccomp: boolean;
+  /** a user namespace range is set (config usernsRange is not "") */
+  userns: boolean;
 }
 
 /**
  * runcIsolation lists the isolation feature strings a VM created now gets, sorted:
  * vmm.cgroup-ns.v1, vmm.console-cap.v1, vmm.guest-tmpfs.v1, vmm.pids-limit.v1, and
- * vmm.seccomp.v1 when a profile is used. Pure.
+ * vmm.seccomp.v1 when a profile is used, vmm.userns.v1 when a user namespace range is. Pure.
  */
 export function runcIsolation(input: RuncIsolationInput): string[] {
   const out: string[] = [VMM_FEATURES.cgroupNamespace, VMM_FEATURES.pidsLimit, VMM_FEATURES.guestTmpfs, VMM_FEATURES.consoleCap];
   if (input.seccomp) out.push(VMM_FEATURES.seccomp);
+  if (input.userns) out.push(VMM_FEATURES.userns);
   return out.sort();
 }

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { DEFAULT_SECCOMP_PROFILE, loadSeccompProfile } from './seccomp';
-import { buildEnv, buildOciSpec, DEFAULT_CAPABILITIES, FREEZE_PORT_MOUNT, SANDBOX_INIT } from './oci-spec';
+import { buildEnv, buildOciSpec, DEFAULT_CAPABILITIES, FREEZE_PORT_MOUNT, SANDBOX_INIT, USERNS_CAPABILITIES } from './oci-spec';
 
 const base = {
   vmId: 'vm-1',
@@ -182,5 +182,33 @@ describe('the shipped seccomp profile', () => {
     expect(loadSeccompProfile('unconfined')).toBeUndefined();
     expect(() => loadSeccompProfile('/no/such/profile.json')).toThrow(/key "seccompProfile"/);
     expect(() => loadSeccompProfile(__filename)).toThrow(/key "seccompProfile"/);
+  });
+});
+
+describe('buildOciSpec with a user namespace', () => {
+  const range = { hostId: 100000, size: 65536 };
+
+  test('without a range: no user namespace, no id maps, runc default capabilities (0.2.0 isolation)', () => {
+    const s = buildOciSpec(base);
+    expect(s.linux.namespaces.map((n) => n.type)).not.toContain('user');
+    expect(s.linux.uidMappings).toBeUndefined();
+    expect(s.linux.gidMappings).toBeUndefined();
+    expect(s.process.capabilities.effective).toEqual(DEFAULT_CAPABILITIES);
+  });
+
+  test('with a range: a user namespace mapping 0..size-1 to the range, for uids and gids', () => {
+    const s = buildOciSpec({ ...base, userns: range });
+    expect(s.linux.namespaces.map((n) => n.type)).toEqual(['pid', 'network', 'ipc', 'uts', 'mount', 'cgroup', 'user']);
+    expect(s.linux.uidMappings).toEqual([{ containerID: 0, hostID: 100000, size: 65536 }]);
+    expect(s.linux.gidMappings).toEqual([{ containerID: 0, hostID: 100000, size: 65536 }]);
+    expect(s.process.user).toEqual({ uid: 0, gid: 0 });
+  });
+
+  test('with a range: Docker default capabilities less mknod and net_raw, in every set; no_new_privs stays', () => {
+    const s = buildOciSpec({ ...base, userns: range });
+    for (const set of ['bounding', 'effective', 'permitted', 'ambient']) expect(s.process.capabilities[set]).toEqual(USERNS_CAPABILITIES);
+    expect(USERNS_CAPABILITIES).toEqual(expect.arrayContaining(['CAP_CHOWN', 'CAP_DAC_OVERRIDE', 'CAP_FOWNER', 'CAP_SETUID', 'CAP_SETGID']));
+    for (const c of ['CAP_SYS_ADMIN', 'CAP_MKNOD', 'CAP_NET_RAW', 'CAP_NET_ADMIN', 'CAP_SYS_PTRACE', 'CAP_SYS_MODULE']) expect(USERNS_CAPABILITIES).not.toContain(c);
+    expect(s.process.noNewPrivileges).toBe(true);
   });
 });

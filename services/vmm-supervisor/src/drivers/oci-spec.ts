@@ -3,9 +3,13 @@
  * mount and network namespaces (loopback only), the defaults of `runc spec` for capabilities,
  * mounts and masked paths, podd's guest dir at /run/sandnode and the workspace at /workspace.
  * podd's listening socket is not mounted: it arrives as an inherited fd (see podd-socket.ts).
+ * With a user namespace range (userns.ts) the init also gets a user namespace whose 0..size-1
+ * are the range's host ids, and Docker's default capabilities, which then act only on the
+ * range's files.
  */
 import type { EffectiveResources } from '../core/types';
 import { PODD_LISTEN_FD_ENV } from './podd-socket';
+import type { UsernsRange } from './userns';
 
 /** The init every template ships at this path; it starts and respawns podd. */
 export const SANDBOX_INIT = '/sbin/sandnode-init';
@@ -17,8 +21,29 @@ export const FREEZE_PORT_MOUNT = '/run/sandnode-freeze';
 export const WORKSPACE_MOUNT = '/workspace';
 /** CFS period used for the CPU quota, in microseconds (100 ms). */
 export const CPU_PERIOD_US = 100_000;
-/** The capability set `runc spec` gives a container. */
+/** The capability set `runc spec` gives a container (the set of a sandbox without a user namespace). */
 export const DEFAULT_CAPABILITIES = ['CAP_AUDIT_WRITE', 'CAP_KILL', 'CAP_NET_BIND_SERVICE'];
+/**
+ * The capability set of a sandbox in a user namespace: Docker's documented default set less
+ * CAP_MKNOD and CAP_NET_RAW, so root inside can do to its own files what root in a container
+ * does (chown, override modes, setuid to another user, chroot). In a user namespace each of
+ * these acts only on ids mapped into it: a host file (its owner outside the range) stays out of
+ * reach.
+ */
+export const USERNS_CAPABILITIES = [
+  'CAP_AUDIT_WRITE',
+  'CAP_CHOWN',
+  'CAP_DAC_OVERRIDE',
+  'CAP_FOWNER',
+  'CAP_FSETID',
+  'CAP_KILL',
+  'CAP_NET_BIND_SERVICE',
+  'CAP_SETFCAP',
+  'CAP_SETGID',
+  'CAP_SETPCAP',
+  'CAP_SETUID',
+  'CAP_SYS_CHROOT',
+];
 
 const BASE_PATH = '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin';
 
@@ -46,6 +71,8 @@ export interface OciSpecInput {
   cgroupsPath?: string;
   /** `linux.seccomp` (seccomp.ts); undefined = none. */
   seccomp?: Record<string, unknown>;
+  /** A user namespace mapping 0..size-1 inside to the range's host ids (uid and gid); undefined = none. */
+  userns?: UsernsRange;
 }
 
 /** OciSpec is the subset of the OCI runtime spec this driver writes (a plain JSON object). */
@@ -81,7 +108,10 @@ export function buildEnv(vmId: string, extra: Record<string, string>, poddListen
 
 /** buildOciSpec returns the config.json object of a VM. Pure: no host access. */
 export function buildOciSpec(input: OciSpecInput): OciSpec {
-  const caps = [...DEFAULT_CAPABILITIES];
+  const caps = [...(input.userns ? USERNS_CAPABILITIES : DEFAULT_CAPABILITIES)];
+  const namespaces = [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }];
+  if (input.userns) namespaces.push({ type: 'user' });
+  const idMap = input.userns ? [{ containerID: 0, hostID: input.userns.hostId, size: input.userns.size }] : undefined;
   const mounts: OciSpec['mounts'] = [
     { destination: '/proc', type: 'proc', source: 'proc' },
     { destination: '/dev', type: 'tmpfs', source: 'tmpfs', options: ['nosuid', 'strictatime', 'mode=755', 'size=65536k'] },
@@ -129,7 +159,9 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
       },
       // A new network namespace with nothing configured has only loopback; the cgroup
       // namespace makes /proc/self/cgroup and /sys/fs/cgroup show only the sandbox's own subtree.
-      namespaces: [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }],
+      // with a user namespace runc sets its maps before the other namespaces are made, so they belong to it
+      namespaces,
+      ...(idMap ? { uidMappings: idMap, gidMappings: idMap } : {}),
       ...(input.seccomp ? { seccomp: input.seccomp } : {}),
       maskedPaths: ['/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list', '/proc/timer_stats', '/proc/sched_debug', '/sys/firmware', '/proc/scsi'],
       readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],

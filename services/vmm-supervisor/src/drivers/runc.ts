@@ -20,12 +20,16 @@
  * guest run dir at /run/sandnode (`<podd_socket_dir>/guest` links to it), and console/, whose
  * console.log gets the stdio of runc and of the container (a file, never a pipe; kept under
  * its cap by console-log.ts).
+ * With a user namespace range (config `usernsRange`, userns.ts) the container's root is the
+ * range's host root: the overlay's lower is a copy of the template owned in the range, the
+ * upper dir, workspace and guest dir are made the range's before the VM starts, and the host
+ * dirs on the way (`vms/`, the VM dir, freeze-port/) are root:<range gid> 0710.
  *
  * Every call on an existing VM uses the runc binary recorded for it (a versioned copy), so a
  * host runc upgrade never changes the binary that manages a running container.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, existsSync, fchownSync, fstatSync, mkdirSync, openSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import { CommandError, FailedPreconditionError, InternalError, isSameProcess, processStartTicks, processState, run, VMM_FEATURES } from '@sandnode/shared';
@@ -47,6 +51,7 @@ import { runcIsolation } from './isolation';
 import { DEFAULT_GUEST_RUN_DIR_BYTES, mountVmTmpfs, removeVmTmpfs, vmTmpfsPaths } from './vm-tmpfs';
 import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
+import { ensureTreeInRange, inRange, lchownIntoRange, makeTraversable, openToRange, ShiftedTemplates, type UsernsRange } from './userns';
 
 /** What the driver mounts in each VM dir (`<vmDir>/<name>`), in unmount order. */
 const VM_MOUNTS = ['workspace', 'rootfs', 'upper-dev'];
@@ -91,6 +96,11 @@ export interface RuncDriverOptions {
   guestRunDirBytes?: number;
   /** Cap of a VM's console log, in bytes (default {@link DEFAULT_CONSOLE_LOG_BYTES}). */
   consoleLogBytes?: number;
+  /**
+   * The user namespace of new VMs (userns.ts): the node-wide range and the dir of the template
+   * copies owned in it; undefined = none (root inside is host root).
+   */
+  userns?: { range: UsernsRange; templatesDir: string };
 }
 
 /** Status reported by `runc state`, or "absent" when runc has no such container. */
@@ -116,6 +126,8 @@ export class RuncDriver implements VmDriver {
   private readonly consoleLogBytes: number;
   /** Console logs kept under their cap now, by vm id. */
   private readonly consoles = new Map<string, ConsoleWatch>();
+  private readonly userns: UsernsRange | undefined;
+  private readonly shiftedTemplates: ShiftedTemplates | undefined;
   /** Freeze ports served now, by vm id. */
   private readonly ports = new Map<string, { freezer: VmFreezer; server: FreezePortServer | undefined }>();
 
@@ -132,16 +144,23 @@ export class RuncDriver implements VmDriver {
     this.runDir = path.resolve(opts.runDir);
     this.guestRunDirBytes = opts.guestRunDirBytes ?? DEFAULT_GUEST_RUN_DIR_BYTES;
     this.consoleLogBytes = opts.consoleLogBytes ?? DEFAULT_CONSOLE_LOG_BYTES;
+    this.userns = opts.userns?.range;
+    this.shiftedTemplates = opts.userns ? new ShiftedTemplates(opts.userns.templatesDir, opts.userns.range, this.log) : undefined;
     this.features = [
       VMM_FEATURES.runc,
       VMM_FEATURES.poddSocketFd,
       VMM_FEATURES.versionedBinaries,
       VMM_FEATURES.freezePort,
       VMM_FEATURES.machineId,
-      ...runcIsolation({ seccomp: opts.seccomp !== undefined }),
+      ...runcIsolation({ seccomp: opts.seccomp !== undefined, userns: opts.userns !== undefined }),
     ];
     mkdirSync(this.root, { recursive: true, mode: 0o700 });
     mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
+    if (this.userns) {
+      // runc's init, as the range's root, walks to <vmDir>/rootfs: every dir on the way must let it pass
+      makeTraversable(path.dirname(this.vmsDir), this.log);
+      openToRange(this.vmsDir, this.userns);
+    }
   }
 
   /** vmDir is the host dir of one VM. */
@@ -189,30 +208,49 @@ export class RuncDriver implements VmDriver {
     try {
       if (existsSync(dir)) await this.destroy({ vmId, binary: runc, process: { pid: 0, startTimeTicks: 0 }, apiSocket: '' }); // leftovers of an earlier failed attempt
       await mkdir(dir, { recursive: true, mode: 0o700 });
+      if (this.userns) openToRange(dir, this.userns);
       for (const d of [upperDev, rootfs, bundle]) await mkdir(d, { recursive: true });
       step = 'mount guest run dir and console tmpfs';
       const tmpfs = vmTmpfsPaths(this.runDir, vmId);
       await mountVmTmpfs(tmpfs, { guestBytes: this.guestRunDirBytes, consoleBytes: this.consoleLogBytes });
+      if (this.userns) {
+        // runc's init, as the range's root, binds guest/ at /run/sandnode: the dirs on the way must let it pass
+        openToRange(path.dirname(tmpfs.dir), this.userns);
+        openToRange(tmpfs.dir, this.userns);
+      }
       const consoleLog = path.join(tmpfs.console, CONSOLE_LOG_FILE);
       step = `prepare podd socket dir ${spec.poddSocketDir}`;
       const guestDir = preparePoddDirs(spec.poddSocketDir, tmpfs.guest);
+      // podd writes its log there (a log of a boot without the namespace is host root's: shifted too)
+      if (this.userns) this.ownTree(vmId, 'guest dir', guestDir, this.userns);
 
       step = `mount rootfs upper drive ${upper.path}`;
       await mount(upper.path, upperDev, 'ext4', SANDBOX_FS_HOST_OPTIONS);
       await mkdir(path.join(upperDev, 'upper'), { recursive: true, mode: 0o755 });
       await mkdir(path.join(upperDev, 'work'), { recursive: true, mode: 0o755 });
+      if (this.userns) {
+        step = 'own the upper dir in the user namespace range';
+        this.ownTree(vmId, 'upper', path.join(upperDev, 'upper'), this.userns);
+      }
       if (spec.machineId) {
         step = 'write /etc/machine-id';
-        if (!writeMachineId(path.join(upperDev, 'upper'), spec.machineId)) this.log.warn({ vm_id: vmId }, 'the sandbox replaced its /etc (symlink or not a directory): machine-id left as it is');
+        if (!writeMachineId(path.join(upperDev, 'upper'), spec.machineId, this.userns))
+          this.log.warn({ vm_id: vmId }, 'the sandbox replaced its /etc (symlink or not a directory): machine-id left as it is');
       }
 
+      step = 'template rootfs of the user namespace range';
+      const lower = this.shiftedTemplates ? await this.shiftedTemplates.rootfsFor(spec.templateRootfs) : spec.templateRootfs;
       step = 'mount overlay rootfs';
-      await mount('overlay', rootfs, 'overlay', [`lowerdir=${spec.templateRootfs}`, `upperdir=${path.join(upperDev, 'upper')}`, `workdir=${path.join(upperDev, 'work')}`]);
+      await mount('overlay', rootfs, 'overlay', [`lowerdir=${lower}`, `upperdir=${path.join(upperDev, 'upper')}`, `workdir=${path.join(upperDev, 'work')}`]);
 
       if (ws) {
         step = `mount workspace drive ${ws.path}`;
         await mkdir(workspace, { recursive: true });
         await mount(ws.path, workspace, 'ext4', ws.readOnly ? ['ro', ...SANDBOX_FS_HOST_OPTIONS] : SANDBOX_FS_HOST_OPTIONS);
+        if (this.userns && !ws.readOnly) {
+          step = 'own the workspace in the user namespace range';
+          this.ownTree(vmId, 'workspace', workspace, this.userns);
+        }
       }
 
       failpoints.hit(FAILPOINTS.createAfterMounts);
@@ -234,6 +272,7 @@ export class RuncDriver implements VmDriver {
         env: spec.env,
         resources,
         seccomp: this.seccomp,
+        userns: this.userns,
       });
       writeFileSync(path.join(bundle, 'config.json'), `${JSON.stringify(oci, null, 2)}\n`, { mode: 0o600 });
 
@@ -251,7 +290,7 @@ export class RuncDriver implements VmDriver {
       const pid = Number(readFileSync(pidFile, 'utf8').trim());
       const startTimeTicks = processStartTicks(pid);
       if (startTimeTicks === undefined) throw new InternalError(`init pid ${pid} is not alive: ${consoleTail(consoleLog, 5)}`);
-      return { process: { pid, startTimeTicks }, apiSocket: '', isolation: runcIsolation({ seccomp: this.seccomp !== undefined }) };
+      return { process: { pid, startTimeTicks }, apiSocket: '', isolation: runcIsolation({ seccomp: this.seccomp !== undefined, userns: this.userns !== undefined }) };
     } catch (err) {
       podd?.discard();
       const why = err instanceof Error ? err.message : String(err);
@@ -405,6 +444,11 @@ export class RuncDriver implements VmDriver {
     } else if (this.serveFreezePort) {
       server = await this.serveFreezePort(vmId, freezer.socketPath, freezer);
     }
+    if (this.userns && server) {
+      // podd connects as the range's root: connect(2) needs write permission on the socket
+      openToRange(path.dirname(freezer.socketPath), this.userns, 0o750); // it may list its own port dir (read-only)
+      lchownIntoRange(freezer.socketPath, this.userns);
+    }
     this.ports.set(vmId, { freezer, server });
   }
 
@@ -418,6 +462,19 @@ export class RuncDriver implements VmDriver {
       this.ports.delete(vmId);
       await port?.server?.close();
     }
+  }
+
+  /**
+   * ownTree makes a sandbox's upper dir or workspace the range's before the VM starts
+   * (userns.ts ensureTreeInRange): a fresh drive's root, or the whole tree of a drive used
+   * without the user namespace; a tree of another range (the config changed) is left and logged.
+   */
+  private ownTree(vmId: string, what: string, root: string, r: UsernsRange): void {
+    const t0 = Date.now();
+    const rep = ensureTreeInRange(root, r);
+    if (!rep) this.log.warn({ vm_id: vmId, tree: what, owner: statSync(root).uid }, `the ${what} is owned outside the user namespace range (another usernsRange?): left as it is`);
+    else if (rep.changed > 1)
+      this.log.info({ vm_id: vmId, tree: what, entries: rep.entries, changed: rep.changed, left: rep.left, ms: Date.now() - t0 }, `${what} shifted into the user namespace range`);
   }
 
   /** state runs `runc state` (with runc, default the current binary) and returns its status and pid ("absent" when unknown to runc). */
@@ -522,14 +579,18 @@ export const SANDBOX_FS_HOST_OPTIONS = ['noatime', 'nosuid', 'nodev'];
  * The upper dir holds what the sandbox wrote (a fork child's or a drained sandbox's): `etc` or
  * `machine-id` may be a symlink it planted to any host path, so the walk never follows one
  * (beneath.ts). Returns false, having written nothing, when `etc` is a symlink or not a
- * directory (the sandbox replaced its own /etc; it keeps the machine id it had).
+ * directory (the sandbox replaced its own /etc; it keeps the machine id it had). With userns,
+ * `etc` (when not already the range's) and `machine-id` are owned by the range's root.
  */
-export function writeMachineId(upper: string, id: string): boolean {
+export function writeMachineId(upper: string, id: string, userns?: UsernsRange): boolean {
   const root = openRootDir(upper);
   let etc: number | undefined;
   try {
     etc = ensureDirNoFollow(root, 'etc', 0o755);
-    replaceFileNoFollow(etc, 'machine-id', `${id}\n`, 0o444);
+    const owner = userns ? { uid: userns.hostId, gid: userns.hostId } : undefined;
+    // an /etc the host just made is host root's: the sandbox's root must own it to write there
+    if (userns && !inRange(fstatSync(etc).uid, userns)) fchownSync(etc, userns.hostId, userns.hostId);
+    replaceFileNoFollow(etc, 'machine-id', `${id}\n`, 0o444, owner);
     return true;
   } catch (err) {
     if (err instanceof UnsafePathError) return false;

@@ -3,12 +3,14 @@
  * (needs `kernelImage`; its binary and /dev/kvm are checked when the supervisor starts).
  */
 import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { ConfigError } from '@sandnode/shared';
 import { DEFAULT_SECCOMP_PROFILE, loadSeccompProfile } from './seccomp';
 import type { Logger } from '@sandnode/shared';
 import type { VmDriver } from '../core/driver';
 import { FirecrackerDriver } from './firecracker';
 import { RuncDriver } from './runc';
+import { USERNS_TEMPLATES_DIR, type UsernsRange } from './userns';
 import type { FreezePortServe } from '../rpc/freeze-port-service';
 
 /** What createDriver needs from the config. */
@@ -28,6 +30,10 @@ export interface DriverConfig {
   guestRunDirBytes?: number;
   /** cap of a runc VM's console log, bytes (default 1 MiB) */
   consoleLogBytes?: number;
+  /** user namespace range of runc sandboxes; undefined = none */
+  usernsRange?: UsernsRange;
+  /** state dir (runc: shifted template copies in `<stateDir>/vmm-supervisor/userns-templates`); default runDir */
+  stateDir?: string;
 }
 
 /** createDriver returns the configured driver; throws ConfigError naming a missing or bad key. */
@@ -45,6 +51,7 @@ export function createDriver(cfg: DriverConfig, log: Logger, serveFreezePort?: F
         seccomp: loadSeccompProfile(cfg.seccompProfile ?? DEFAULT_SECCOMP_PROFILE),
         guestRunDirBytes: cfg.guestRunDirBytes,
         consoleLogBytes: cfg.consoleLogBytes,
+        userns: cfg.usernsRange ? { range: cfg.usernsRange, templatesDir: path.join(cfg.stateDir ?? cfg.runDir, 'vmm-supervisor', USERNS_TEMPLATES_DIR) } : undefined,
       });
     case 'firecracker': {
       if (!cfg.kernelImage) throw new ConfigError('key "kernelImage": required with driver "firecracker" (an uncompressed vmlinux)');
