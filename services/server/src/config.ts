@@ -47,6 +47,8 @@ export const configSchema = z.object({
   listen: z.string().default('127.0.0.1:7070'),
   /** public gRPC on a unix socket; default <runDir>/server.sock */
   socket: z.string().default(''),
+  /** group (name or gid) whose members may call the public unix socket besides root (socket chgrp'ed, 0660); empty: root only */
+  socketGroup: z.string().default(''),
   /** vmm-supervisor address; default unix://<runDir>/vmm-supervisor.sock */
   vmmAddress: z.string().default(''),
   /** ublk-manager address; default unix://<runDir>/ublk-manager.sock */

@@ -38,6 +38,7 @@ import { OldSideHandover, type OldServer } from './hand-over';
 import { MetricsEndpoint } from './metrics-endpoint';
 import { ADMIN_SOCKET_CHECK_MS, bindAdminSocket, checkAdminSocket, type AdminSocketBinding } from './admin-socket';
 import { openListeners, type ListenerSource, type OwnedListener } from './listeners';
+import { ADMIN_POLICY, publicPolicy, shareSocket } from './api-access';
 import { Roles, type Role } from './roles';
 import { removeStaleAdminSockets, SlotLock, slotLockFile } from './slot-lock';
 import { takeOver, type StandbyNode } from './takeover';
@@ -156,7 +157,7 @@ export class ServerNode implements StandbyNode, OldServer {
   async startAdmin(admin: AdminServiceImplementation): Promise<void> {
     if (this.slotLock) await this.slotLock.acquire(this.cfg.slot);
     await removeStaleAdminSockets(this.cfg.runDir, path.basename(this.adminPath), this.log);
-    this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }) });
+    this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }), auth: ADMIN_POLICY });
     this.adminServer.add(AdminServiceDefinition, admin);
     // the handler is attached before the socket accepts anything (listeners.ts)
     const serve = (server: net.Server) => this.adminServer?.serveListener(server);
@@ -265,13 +266,14 @@ export class ServerNode implements StandbyNode, OldServer {
     this.lastAdoption = report;
     const swept = await sweepOrphans({ store, vms, devices, runDir: this.cfg.runDir, log });
     if (!this.publicServer) {
-      this.publicServer = createServiceServer({ info: this.info(), log });
+      this.publicServer = createServiceServer({ info: this.info(), log, auth: publicPolicy(this.cfg.socketGroup) });
       active.register(this.publicServer);
     }
     const pub = this.publicServer;
     await o.beforeServing?.();
     const listeners = await openListeners(source, (s) => pub.serveListener(s));
     this.listeners = listeners;
+    if ('fresh' in source) shareSocket(this.cfg.socket, this.cfg.socketGroup);
     this.roles.to('ACTIVE', { newEpoch: true });
     this.wiring.onActive?.();
     await this.metrics.start();
