@@ -43,8 +43,8 @@ export const configSchema = z.object({
   stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
   /** runtime dir: sockets, sandboxes/<id>/podd.sock */
   runDir: z.string().min(1).default(DEFAULT_RUN_DIR),
-  /** public gRPC on TCP, "host:port"; empty disables it */
-  listen: z.string().default('127.0.0.1:7070'),
+  /** public gRPC on TCP, "host:port"; empty (the default) disables it: the unix socket is the API */
+  listen: z.string().default(''),
   /** public gRPC on a unix socket; default <runDir>/server.sock */
   socket: z.string().default(''),
   /** group (name or gid) whose members may call the public unix socket besides root (socket chgrp'ed, 0660); empty: root only */

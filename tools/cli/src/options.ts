@@ -7,8 +7,8 @@ import { InvalidArgumentError, Option, type Command } from 'commander';
 import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, socketPath, unixAddress } from '@sandnode/shared';
 import type { StackDirs } from '@sandnode/node-stack';
 
-/** Default TCP listen address of the server that `up` starts ("" disables TCP). */
-export const DEFAULT_LISTEN = '127.0.0.1:7070';
+/** Default TCP listen address of the server that `up` starts: none (the unix socket is the API; docs/security.md). */
+export const DEFAULT_LISTEN = '';
 
 /** The global options as commander parses them. */
 interface GlobalOpts {
@@ -23,7 +23,7 @@ export function addGlobalOptions(program: Command): Command {
   return program
     .addOption(new Option('--state-dir <dir>', 'state dir (records, images, templates)').env('SANDNODE_STATE_DIR').default(DEFAULT_STATE_DIR))
     .addOption(new Option('--run-dir <dir>', 'runtime dir (sockets, sandbox dirs)').env('SANDNODE_RUN_DIR').default(DEFAULT_RUN_DIR))
-    .addOption(new Option('--listen <host:port>', 'server TCP listen address for `up` ("" disables)').env('SANDNODE_LISTEN').default(DEFAULT_LISTEN))
+    .addOption(new Option('--listen <host:port>', 'server TCP listen address for `up` (default none: the unix socket only)').env('SANDNODE_LISTEN').default(DEFAULT_LISTEN))
     .addOption(new Option('--address <addr>', 'server address (default: its unix socket in the runtime dir)').env('SANDNODE_ADDRESS'));
 }
 
