@@ -17,9 +17,10 @@
  * A server without a policy (the default) serves everyone who can reach its socket: the file
  * mode (0600, root) is then the only check.
  */
+import { readFileSync } from 'node:fs';
 import type net from 'node:net';
 import tls from 'node:tls';
-import type * as grpc from '@grpc/grpc-js';
+import * as grpc from '@grpc/grpc-js';
 import type { CallContext, ServerMiddlewareCall } from 'nice-grpc';
 import { SandnodeError, Status } from './errors';
 import { peerCred } from './peer-cred';
@@ -64,8 +65,6 @@ export interface AuthPolicy {
    * token is accepted (TCP plaintext callers are then all UNAUTHENTICATED).
    */
   verifyToken?: (secret: string) => TokenIdentity;
-  /** plaintext TCP callers are let through unchecked, as admins (the 0.2.0 behaviour of the server's TCP listener, until it requires credentials) */
-  openTcp?: boolean;
 }
 
 const peers = new WeakMap<object, Peer>();
@@ -152,7 +151,6 @@ export function identify(policy: AuthPolicy, context: CallContext, rpc: string):
   const secret = bearerOf(context);
   if (secret === undefined) {
     if (peer.transport === 'tls') return { who: `client certificate "${peer.subject}"`, role: 'admin' };
-    if (policy.openTcp) return { who: peer.address, role: 'admin' };
     throw new UnauthenticatedError(`${rpc}: a TCP caller needs "authorization: Bearer <token>" (sandnode token create) or a client certificate; nothing was done`);
   }
   if (!policy.verifyToken) throw new UnauthenticatedError(`${rpc}: this server accepts no tokens; nothing was done`);
@@ -170,4 +168,21 @@ export function authMiddleware(policy: AuthPolicy) {
     }
     return yield* call.next(call.request, context);
   };
+}
+
+/**
+ * serverTlsCredentials: mutual-TLS credentials of a TCP listener from PEM files (ca: the CA its
+ * clients' certificates must chain to; cert/key: the listener's pair). A client without a
+ * certificate the CA signed fails the handshake (its calls are UNAVAILABLE). Errors: an Error
+ * naming the config key whose file cannot be read.
+ */
+export function serverTlsCredentials(files: { tlsCa: string; tlsCert: string; tlsKey: string }): grpc.ServerCredentials {
+  const read = (key: keyof typeof files) => {
+    try {
+      return readFileSync(files[key]);
+    } catch (err) {
+      throw new Error(`${key}: cannot read ${files[key]} (${(err as Error).message})`, { cause: err });
+    }
+  };
+  return grpc.ServerCredentials.createSsl(read('tlsCa'), [{ private_key: read('tlsKey'), cert_chain: read('tlsCert') }], true);
 }

@@ -23,3 +23,4 @@ export * from './daemon-args';
 export * from './sqlite-busy';
 export * from './peer-cred';
 export * from './connection-auth';
+export * from './client-auth';

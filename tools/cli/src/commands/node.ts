@@ -76,7 +76,7 @@ export function registerNodeCommands(program: Command): void {
           const deleted: string[] = [];
           // NOT_FOUND on a delete: gone already (counted as deleted); any other failure stops down before it stops anything
           if (o.purge && findRunning(d, 'server')) {
-            const r = await withServer(d.address, deleteAllSandboxes);
+            const r = await withServer(d, deleteAllSandboxes);
             deleted.push(...r.deleted, ...r.gone);
           }
           const stopped: string[] = [];
@@ -112,7 +112,7 @@ export function registerNodeCommands(program: Command): void {
           const v = await getVersion(d, c);
           components.push({ name: c, version: v?.version ?? null, pid: v?.pid ?? findRunning(d, c)?.pid ?? null, features: v?.features ?? [], up: !!v });
         }
-        const sandboxes = components.find((c) => c.name === 'server')?.up ? await withServer(d.address, async (api) => (await listAllSandboxes(api)).length) : null;
+        const sandboxes = components.find((c) => c.name === 'server')?.up ? await withServer(d, async (api) => (await listAllSandboxes(api)).length) : null;
         const active = await findActiveServer(d.runDir);
         const server = active ? { slot: active.slot, pid: active.holderPid, version: active.version } : null;
         const epoch = active?.epoch ?? null;
