@@ -21,6 +21,7 @@ import { Namespace } from 'kubernetes-models/v1/Namespace';
 import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import { configSchema as ublkConfigSchema, loadUblkConfig } from '@sandnode/ublk-manager';
@@ -123,6 +124,7 @@ const MODELS: Record<string, new (data: never) => { validate(): void }> = {
   'v1/ServiceAccount': ServiceAccount,
   'v1/ConfigMap': ConfigMap,
   'apps/v1/DaemonSet': DaemonSet,
+  'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
 };
 
 function validateResource(r: Resource): void {
@@ -171,8 +173,14 @@ function configPathOf(c: IContainer): string {
 describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
   const rs = RENDERS[which]!();
 
-  test('renders the namespace, service account, config map and daemon set', () => {
-    expect(rs.map((r) => `${r.kind}/${r.metadata.name}`).sort()).toEqual(['ConfigMap/sandnode-config', 'DaemonSet/sandnode', 'Namespace/sandnode', 'ServiceAccount/sandnode']);
+  test('renders the namespace, service account, config map, daemon set and network policy', () => {
+    expect(rs.map((r) => `${r.kind}/${r.metadata.name}`).sort()).toEqual([
+      'ConfigMap/sandnode-config',
+      'DaemonSet/sandnode',
+      'Namespace/sandnode',
+      'NetworkPolicy/sandnode-api',
+      'ServiceAccount/sandnode',
+    ]);
     for (const r of rs) if (r.kind !== 'Namespace') expect(r.metadata.namespace).toBe('sandnode');
   });
 
@@ -279,6 +287,40 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
     expect(ports).toEqual([{ c: 'server-a', name: 'grpc', containerPort: 7070, protocol: 'TCP' }]);
     const data = configMapData(rs);
     for (const f of ['server-a.json', 'server-b.json']) expect((JSON.parse(data[f]!) as { listen: string }).listen).toBe('0.0.0.0:7070');
+  });
+
+  test('API access (issue 10 §4): the TCP port needs mutual TLS from the mounted Secret, and only labelled client pods may reach it', () => {
+    const { pod, byName } = daemonSet(rs);
+    const data = configMapData(rs);
+    const vol = (pod.volumes ?? []).find((v) => v.name === 'api-tls');
+    expect(vol?.secret).toMatchObject({ secretName: 'sandnode-api-tls', defaultMode: 0o400 });
+    for (const slot of ['a', 'b']) {
+      const c = byName.get(`server-${slot}`)!;
+      const mount = c.volumeMounts?.find((m) => m.name === 'api-tls');
+      expect(mount).toMatchObject({ mountPath: '/etc/sandnode-tls', readOnly: true });
+      const cfg = JSON.parse(data[`server-${slot}.json`]!) as Record<string, string>;
+      expect(cfg).toMatchObject({ tlsCa: '/etc/sandnode-tls/ca.crt', tlsCert: '/etc/sandnode-tls/tls.crt', tlsKey: '/etc/sandnode-tls/tls.key' });
+    }
+    // no other container sees the key
+    for (const c of byName.values()) if (!SERVER_SLOTS.includes(c.name)) expect(c.volumeMounts?.some((m) => m.name === 'api-tls')).toBe(false);
+    const nps = rs.filter((r) => r.kind === 'NetworkPolicy');
+    expect(nps).toHaveLength(1);
+    const np = nps[0]!.spec as { podSelector: { matchLabels: Record<string, string> }; policyTypes: string[]; ingress: { from: unknown[]; ports: unknown[] }[] };
+    const labels = (daemonSet(rs).ds.spec as { template: { metadata: { labels: Record<string, string> } } }).template.metadata.labels;
+    for (const [k, v] of Object.entries(np.podSelector.matchLabels)) expect(labels[k]).toBe(v);
+    expect(np.policyTypes).toEqual(['Ingress']);
+    expect(np.ingress).toEqual([{ from: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'sandnode.io/api-client': 'true' } } }], ports: [{ port: 7070, protocol: 'TCP' }] }]);
+  });
+
+  test('seccomp RuntimeDefault for the pod; the unprivileged servers drop every capability but the file and signal ones', () => {
+    const { pod, byName } = daemonSet(rs);
+    expect(pod.securityContext?.seccompProfile).toEqual({ type: 'RuntimeDefault' });
+    for (const name of SERVER_SLOTS) {
+      const sc = byName.get(name)!.securityContext!;
+      expect(sc).toMatchObject({ privileged: false, allowPrivilegeEscalation: false, seccompProfile: { type: 'RuntimeDefault' } });
+      expect(sc.capabilities?.drop).toEqual(['ALL']);
+      expect(sc.capabilities?.add).toEqual(['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL']);
+    }
   });
 
   test('each slot config names its slot and its own sockets', () => {
