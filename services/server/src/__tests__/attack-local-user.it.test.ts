@@ -5,7 +5,7 @@
  * server, its admin socket and the vmm-supervisor answer PERMISSION_DENIED naming uid 65534
  * (peer credentials), and nothing of the service runs. Root is served meanwhile.
  */
-import { chmodSync, readdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { socketPath, unixAddress } from '@sandnode/shared';
@@ -86,5 +86,47 @@ c.makeUnaryRequest(process.argv[3], (b) => b, (b) => b, Buffer.alloc(0), { deadl
       for (const s of [serverSock, adminSock, vmmSock]) chmodSync(s, 0o600);
     }
     expect((await adminStatus(unixAddress(adminSock)))?.epoch).toBeGreaterThan(0);
+  });
+});
+
+describeNode('server socketGroup: members of the group may call the public socket, nobody else', () => {
+  let node: TestNode;
+  let call: string;
+  let connect: string;
+  const GROUP_GID = 65534; // "nogroup" on Debian
+  beforeAll(async () => {
+    node = await startNode({ buildTemplate: false, env: { server: { SANDNODE_SERVER_SOCKET_GROUP: String(GROUP_GID) } } });
+    const root = path.dirname(node.dirs.runDir);
+    for (const d of [root, node.dirs.runDir]) chmodSync(d, 0o755);
+    call = path.join(root, 'call.js');
+    connect = path.join(root, 'connect.js');
+    writeFileSync(
+      call,
+      `const grpc = require(${JSON.stringify(require.resolve('@grpc/grpc-js'))});
+const c = new grpc.Client(process.argv[2], grpc.credentials.createInsecure());
+c.makeUnaryRequest(process.argv[3], (b) => b, (b) => b, Buffer.alloc(0), { deadline: Date.now() + 20000 }, (err) => { console.log(err ? err.code + ' ' + err.details : '0 ok'); c.close(); });`,
+    );
+    writeFileSync(connect, `require('net').connect(process.argv[2]).on('connect', function () { console.log('connected'); this.end(); }).on('error', (e) => console.log(e.code));`);
+  });
+  afterAll(async () => {
+    await node?.stop();
+  });
+
+  it('the socket is root:<group> 0660; a member is served, a non-member gets EACCES, the admin socket stays root only', async () => {
+    const sock = socketPath(node.dirs.runDir, 'server');
+    const st = statSync(sock);
+    expect({ mode: st.mode & 0o777, uid: st.uid, gid: st.gid }).toEqual({ mode: 0o660, uid: 0, gid: GROUP_GID });
+    const as = (gid: number, script: string, args: string[]) =>
+      new Promise<string>((resolve, reject) => {
+        const p = spawn(process.execPath, [script, ...args], { uid: NOBODY, gid, stdio: ['ignore', 'pipe', 'inherit'] });
+        let out = '';
+        p.stdout.on('data', (d: Buffer) => (out += d.toString()));
+        p.on('error', reject);
+        p.on('close', () => resolve(out.trim()));
+      });
+    expect(await as(GROUP_GID, call, [unixAddress(sock), '/sandnode.server.v1.SandboxService/ListSandboxes'])).toBe('0 ok');
+    expect(await as(1, connect, [sock])).toBe('EACCES'); // gid 1 (daemon): not in the group
+    const admin = readdirSync(node.dirs.runDir).find((n) => /^server-.*-admin\.sock$/.test(n))!;
+    expect(await as(GROUP_GID, connect, [path.join(node.dirs.runDir, admin)])).toBe('EACCES');
   });
 });
