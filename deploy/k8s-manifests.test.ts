@@ -21,6 +21,7 @@ import { Namespace } from 'kubernetes-models/v1/Namespace';
 import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import { configSchema as ublkConfigSchema, loadUblkConfig } from '@sandnode/ublk-manager';
@@ -123,6 +124,7 @@ const MODELS: Record<string, new (data: never) => { validate(): void }> = {
   'v1/ServiceAccount': ServiceAccount,
   'v1/ConfigMap': ConfigMap,
   'apps/v1/DaemonSet': DaemonSet,
+  'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
 };
 
 function validateResource(r: Resource): void {
@@ -152,6 +154,8 @@ function envOf(c: IContainer, name: string): string | undefined {
 
 const CONTAINERS = ['vmm', 'server-a', 'server-b', 'ublk-a', 'ublk-b'];
 const SERVER_SLOTS = ['server-a', 'server-b'];
+/** The servers' TLS files (server keys tlsCa/tlsCert/tlsKey), set by env: see the daemon set. */
+const TLS_ENV = ['SANDNODE_SERVER_TLS_CA', 'SANDNODE_SERVER_TLS_CERT', 'SANDNODE_SERVER_TLS_KEY'];
 
 function configMapData(rs: Resource[]): Record<string, string> {
   const cm = rs.find((r) => r.kind === 'ConfigMap' && r.metadata.name === 'sandnode-config');
@@ -171,8 +175,14 @@ function configPathOf(c: IContainer): string {
 describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
   const rs = RENDERS[which]!();
 
-  test('renders the namespace, service account, config map and daemon set', () => {
-    expect(rs.map((r) => `${r.kind}/${r.metadata.name}`).sort()).toEqual(['ConfigMap/sandnode-config', 'DaemonSet/sandnode', 'Namespace/sandnode', 'ServiceAccount/sandnode']);
+  test('renders the namespace, service account, config map, daemon set and network policy', () => {
+    expect(rs.map((r) => `${r.kind}/${r.metadata.name}`).sort()).toEqual([
+      'ConfigMap/sandnode-config',
+      'DaemonSet/sandnode',
+      'Namespace/sandnode',
+      'NetworkPolicy/sandnode-api',
+      'ServiceAccount/sandnode',
+    ]);
     for (const r of rs) if (r.kind !== 'Namespace') expect(r.metadata.namespace).toBe('sandnode');
   });
 
@@ -231,8 +241,11 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
       const file = configPathOf(c);
       expect(path.dirname(file)).toBe('/etc/sandnode');
       expect(data[path.basename(file)]).toBeDefined();
-      // the only env vars are the pre-stop hook's, never a daemon key (SANDNODE_<SERVICE>_*)
-      for (const e of c.env ?? []) expect(['SANDNODE_PRESTOP_DEADLINE_S', 'SANDNODE_GRACE_PERIOD_S', 'SANDNODE_RUN_DIR', 'SANDNODE_STATE_DIR']).toContain(e.name);
+      // the only env vars are the pre-stop hook's, never a daemon key (SANDNODE_<SERVICE>_*),
+      // but the servers' TLS file paths (fixed for the pod's life; the config files must stay
+      // loadable by the previous release during a rollout, which refuses unknown keys)
+      const allowed = ['SANDNODE_PRESTOP_DEADLINE_S', 'SANDNODE_GRACE_PERIOD_S', 'SANDNODE_RUN_DIR', 'SANDNODE_STATE_DIR', ...(SERVER_SLOTS.includes(c.name) ? TLS_ENV : [])];
+      for (const e of c.env ?? []) expect(allowed).toContain(e.name);
       expect(c.envFrom).toBeUndefined();
     }
     expect(configPathOf(byName.get('server-a')!)).toBe('/etc/sandnode/server-a.json');
@@ -279,6 +292,41 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
     expect(ports).toEqual([{ c: 'server-a', name: 'grpc', containerPort: 7070, protocol: 'TCP' }]);
     const data = configMapData(rs);
     for (const f of ['server-a.json', 'server-b.json']) expect((JSON.parse(data[f]!) as { listen: string }).listen).toBe('0.0.0.0:7070');
+  });
+
+  test('API access (issue 10 §4): the TCP port needs mutual TLS from the mounted Secret, and only labelled client pods may reach it', () => {
+    const { pod, byName } = daemonSet(rs);
+    const data = configMapData(rs);
+    const vol = (pod.volumes ?? []).find((v) => v.name === 'api-tls');
+    expect(vol?.secret).toMatchObject({ secretName: 'sandnode-api-tls', defaultMode: 0o400, optional: true });
+    for (const slot of ['a', 'b']) {
+      const c = byName.get(`server-${slot}`)!;
+      const mount = c.volumeMounts?.find((m) => m.name === 'api-tls');
+      expect(mount).toMatchObject({ mountPath: '/etc/sandnode-tls', readOnly: true });
+      expect(TLS_ENV.map((k) => envOf(c, k))).toEqual(['/etc/sandnode-tls/ca.crt', '/etc/sandnode-tls/tls.crt', '/etc/sandnode-tls/tls.key']);
+      // not in the config file: the previous release refuses keys it does not know
+      expect(Object.keys(JSON.parse(data[`server-${slot}.json`]!) as object).filter((k) => k.startsWith('tls'))).toEqual([]);
+    }
+    // no other container sees the key
+    for (const c of byName.values()) if (!SERVER_SLOTS.includes(c.name)) expect(c.volumeMounts?.some((m) => m.name === 'api-tls')).toBe(false);
+    const nps = rs.filter((r) => r.kind === 'NetworkPolicy');
+    expect(nps).toHaveLength(1);
+    const np = nps[0]!.spec as { podSelector: { matchLabels: Record<string, string> }; policyTypes: string[]; ingress: { from: unknown[]; ports: unknown[] }[] };
+    const labels = (daemonSet(rs).ds.spec as { template: { metadata: { labels: Record<string, string> } } }).template.metadata.labels;
+    for (const [k, v] of Object.entries(np.podSelector.matchLabels)) expect(labels[k]).toBe(v);
+    expect(np.policyTypes).toEqual(['Ingress']);
+    expect(np.ingress).toEqual([{ from: [{ namespaceSelector: {}, podSelector: { matchLabels: { 'sandnode.io/api-client': 'true' } } }], ports: [{ port: 7070, protocol: 'TCP' }] }]);
+  });
+
+  test('seccomp RuntimeDefault for the pod; the unprivileged servers drop every capability but the file and signal ones', () => {
+    const { pod, byName } = daemonSet(rs);
+    expect(pod.securityContext?.seccompProfile).toEqual({ type: 'RuntimeDefault' });
+    for (const name of SERVER_SLOTS) {
+      const sc = byName.get(name)!.securityContext!;
+      expect(sc).toMatchObject({ privileged: false, allowPrivilegeEscalation: false, seccompProfile: { type: 'RuntimeDefault' } });
+      expect(sc.capabilities?.drop).toEqual(['ALL']);
+      expect(sc.capabilities?.add).toEqual(['CHOWN', 'DAC_OVERRIDE', 'FOWNER', 'FSETID', 'KILL']);
+    }
   });
 
   test('each slot config names its slot and its own sockets', () => {
@@ -346,9 +394,18 @@ describe('config files load with the daemons own config loaders', () => {
     return p;
   }
 
-  test.each(['a', 'b'])('server-%s.json', (slot) => {
-    const c = loadServerConfig({ file: write(`server-${slot}.json`, 'server', serverConfigSchema.shape), env: {} });
-    expect(c).toMatchObject({ stateDir: '/var/lib/sandnode', runDir: '/run/sandnode', listen: '0.0.0.0:7070', vmmAddress: 'unix:///run/sandnode/vmm-supervisor.sock' });
+  test.each(['a', 'b'])('server-%s.json (with the container TLS env; without it the pod-network listener is refused)', (slot) => {
+    const file = write(`server-${slot}.json`, 'server', serverConfigSchema.shape);
+    const c = daemonSet(RENDERS['overlays/example']!()).byName.get(`server-${slot}`)!;
+    const env = Object.fromEntries(TLS_ENV.map((k) => [k, envOf(c, k)!]));
+    expect(loadServerConfig({ file, env })).toMatchObject({
+      stateDir: '/var/lib/sandnode',
+      runDir: '/run/sandnode',
+      listen: '0.0.0.0:7070',
+      tlsCert: '/etc/sandnode-tls/tls.crt',
+      vmmAddress: 'unix:///run/sandnode/vmm-supervisor.sock',
+    });
+    expect(() => loadServerConfig({ file, env: {} })).toThrow(/^listen: 0.0.0.0:7070 is not a loopback address/);
   });
   test.each(['a', 'b'])('ublk-manager-%s.json', (slot) => {
     const c = loadUblkConfig({ file: write(`ublk-manager-${slot}.json`, 'ublk-manager', ublkConfigSchema.shape), env: {} });

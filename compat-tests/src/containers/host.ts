@@ -19,14 +19,15 @@ export interface ShResult {
 
 /**
  * sh runs a host command without blocking the event loop. Never throws: a missing binary is
- * status 127, a kill at timeoutMs (default 300 s) status 128 with the signal in stderr.
+ * status 127, a kill at timeoutMs (default 300 s) status 128 with the signal in stderr. cwd: the
+ * working dir (default this process's).
  */
-export function sh(cmd: string, args: string[], opts: { input?: string; timeoutMs?: number } = {}): Promise<ShResult> {
+export function sh(cmd: string, args: string[], opts: { input?: string; timeoutMs?: number; cwd?: string } = {}): Promise<ShResult> {
   const t0 = Date.now();
   return new Promise((resolve) => {
     let child;
     try {
-      child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+      child = spawn(cmd, args, { stdio: ['pipe', 'pipe', 'pipe'], cwd: opts.cwd });
     } catch (err) {
       resolve({ status: 127, stdout: '', stderr: (err as Error).message, ms: 0 });
       return;
@@ -46,6 +47,25 @@ export function sh(cmd: string, args: string[], opts: { input?: string; timeoutM
   });
 }
 
+/** The server's TCP TLS Secret of deploy/k8s (keys ca.crt, tls.crt, tls.key). */
+const API_TLS_SECRET = 'sandnode-api-tls';
+
+/** makeApiTls fills dir with a throwaway CA (ca.crt) and a server pair it signs (tls.crt, tls.key), as the operator's Secret would hold; openssl. */
+async function makeApiTls(dir: string): Promise<void> {
+  mkdirSync(dir, { recursive: true });
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  const steps: string[][] = [
+    ['req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '2', '-subj', '/CN=sandnode compat CA'],
+    ['req', '-new', ...ec, '-keyout', 'tls.key', '-out', 'tls.csr', '-subj', '/CN=localhost'],
+    ['x509', '-req', '-in', 'tls.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'tls.crt', '-days', '2'],
+  ];
+  for (const args of steps) {
+    const r = await sh('openssl', args, { cwd: dir });
+    if (r.status !== 0) throw new Error(`openssl ${args[0]} for the TLS Secret failed: ${r.stderr.trim()}`);
+  }
+  for (const f of ['ca.key', 'tls.csr', 'ca.srl']) rmSync(path.join(dir, f), { force: true });
+}
+
 /**
  * preparePodHost makes the host dirs of the pod's volumes below a new dir of workDir: the
  * ConfigMap's files, the remapped hostPath dirs, the emptyDir as its own shared mount (rshared
@@ -57,6 +77,10 @@ export async function preparePodHost(layout: PodLayout, workDir: string): Promis
   mkdirSync(host.configDir, { recursive: true });
   for (const [f, text] of Object.entries(layout.configFiles)) writeFileSync(path.join(host.configDir, f), text);
   for (const d of Object.values(host.remapped)) mkdirSync(d, { recursive: true });
+  for (const [name, d] of Object.entries(host.secretDirs)) {
+    if (name !== API_TLS_SECRET) throw new Error(`Secret ${name}: only ${API_TLS_SECRET} is made by the container mode`);
+    await makeApiTls(d);
+  }
   for (const d of host.emptyDirs) {
     mkdirSync(d, { recursive: true });
     let r = await sh('mount', ['--bind', d, d]);

@@ -22,10 +22,11 @@ describe('planPodHost', () => {
     expect(host.volumeDirs.dev).toBe('/dev');
     expect(host.remapped).toEqual({ '/var/lib/sandnode': path.join(root, 'hostpath', 'state') });
     expect(host.emptyDirs).toEqual([path.join(root, 'emptydir', 'run')]);
+    expect(host.secretDirs).toEqual({ 'sandnode-api-tls': path.join(root, 'secret', 'api-tls') });
     expect(hostDirOf(layout, host, 'server-b', '/run/sandnode')).toBe(path.join(root, 'emptydir', 'run'));
   });
   it('refuses a volume kind it does not translate and a ConfigMap that is not in configmap.yaml', () => {
-    expect(() => planPodHost({ ...layout, volumes: [{ name: 'x' }] }, root, 'r')).toThrow(/only configMap, hostPath and emptyDir/);
+    expect(() => planPodHost({ ...layout, volumes: [{ name: 'x' }] }, root, 'r')).toThrow(/only configMap, secret, hostPath and emptyDir/);
     expect(() => planPodHost({ ...layout, volumes: [{ name: 'x', configMap: { name: 'other' } }] }, root, 'r')).toThrow(/ConfigMap other is not in configmap.yaml/);
   });
   it('hostDirOf names the container that mounts nothing at a path', () => {

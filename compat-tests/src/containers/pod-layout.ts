@@ -19,6 +19,8 @@
  *   emptyDir volume          a host dir of this run, made a shared mount (host.ts) so that
  *   mountPropagation         Bidirectional -> `rshared`, HostToContainer -> `rslave`,
  *                            none -> `rprivate`
+ *   secret volume            a host dir of this run; the TLS Secret (sandnode-api-tls) gets a
+ *                            throwaway CA + server pair made at prepare time (host.ts)
  *   hostPath /dev            the host's /dev (loop devices must appear after start)
  *   other hostPath           remapped to a dir of this run (never the host's real state dir)
  *   startupProbe exec        the wait strategy: the probe's argv run in the container until it
@@ -49,6 +51,7 @@ export interface K8sVolume {
   configMap?: { name: string };
   hostPath?: { path: string; type?: string };
   emptyDir?: Record<string, unknown>;
+  secret?: { secretName: string };
 }
 
 /** PodLayout is the DaemonSet's pod template plus the ConfigMap's files. */
@@ -86,6 +89,8 @@ export interface PodHost {
   configDir: string;
   /** volume name -> host dir */
   volumeDirs: Record<string, string>;
+  /** secret volume host dirs, by Secret name (host.ts fills the TLS one) */
+  secretDirs: Record<string, string>;
   /** emptyDir host dirs (each must become a shared mount before a container binds it) */
   emptyDirs: string[];
   /** hostPath volumes that were remapped (path in the manifest -> host dir used) */
@@ -98,7 +103,7 @@ export interface PodHost {
  * the one in configmap.yaml.
  */
 export function planPodHost(layout: PodLayout, root: string, runId: string): PodHost {
-  const host: PodHost = { runId, root, configDir: path.join(root, 'config'), volumeDirs: {}, emptyDirs: [], remapped: {} };
+  const host: PodHost = { runId, root, configDir: path.join(root, 'config'), volumeDirs: {}, secretDirs: {}, emptyDirs: [], remapped: {} };
   for (const v of layout.volumes) {
     if (v.configMap) {
       if (v.configMap.name !== layout.configMapName) throw new Error(`volume ${v.name}: ConfigMap ${v.configMap.name} is not in configmap.yaml`);
@@ -110,12 +115,16 @@ export function planPodHost(layout: PodLayout, root: string, runId: string): Pod
         host.volumeDirs[v.name] = d;
         host.remapped[v.hostPath.path] = d;
       }
+    } else if (v.secret) {
+      const d = path.join(root, 'secret', v.name);
+      host.volumeDirs[v.name] = d;
+      host.secretDirs[v.secret.secretName] = d;
     } else if (v.emptyDir) {
       const d = path.join(root, 'emptydir', v.name);
       host.volumeDirs[v.name] = d;
       host.emptyDirs.push(d);
     } else {
-      throw new Error(`volume ${v.name}: only configMap, hostPath and emptyDir are translated`);
+      throw new Error(`volume ${v.name}: only configMap, secret, hostPath and emptyDir are translated`);
     }
   }
   return host;

@@ -22,7 +22,7 @@ export interface StackDirs {
   stateDir: string;
   /** the runtime dir (sockets, pid files, logs, sandbox dirs) */
   runDir: string;
-  /** the server's TCP listen address ("127.0.0.1:7070"; "" disables TCP) */
+  /** the server's TCP listen address ("127.0.0.1:7070"; "": none, the default) */
   listen: string;
 }
 

@@ -16,6 +16,7 @@ import { hasFeature, requireFeature } from './features';
 import { VersionServiceDefinition, type GetVersionResponse } from './gen/sandnode/common/v1/version';
 import { MAX_MESSAGE_BYTES } from './server';
 import { epochClientMiddleware } from './epoch-fence';
+import { bearerMiddleware, channelCredentials, type ClientAuth } from './client-auth';
 
 /** Default deadline of a unary call, in ms. */
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
@@ -27,9 +28,9 @@ export const DEFAULT_RETRY_BASE_DELAY_MS = 50;
 export type SandnodeCallOptions = DeadlineOptions & RetryOptions;
 export type ServiceClient<D extends CompatServiceDefinition> = Client<D, SandnodeCallOptions>;
 
-/** createSandnodeChannel opens a channel to "unix:///abs.sock" or "host:port". */
-export function createSandnodeChannel(address: string): Channel {
-  return createChannel(address, undefined, {
+/** createSandnodeChannel opens a channel to "unix:///abs.sock" or "host:port" (TLS when auth names a CA: client-auth.ts). */
+export function createSandnodeChannel(address: string, auth?: ClientAuth): Channel {
+  return createChannel(address, channelCredentials(auth), {
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
     // Peers on a node restart in well under a second (upgrades, slot moves): reconnect fast
@@ -46,6 +47,8 @@ export interface ServiceClientOptions {
   retryAttempts?: number;
   /** The caller's epoch, sent as `sandnode-epoch` on every call (the active server's). */
   epoch?: () => number;
+  /** a bearer token sent on every call (client-auth.ts) */
+  token?: string;
 }
 
 const factory = createClientFactory().use(retryMiddleware).use(deadlineMiddleware);
@@ -95,7 +98,8 @@ export function createServiceClient<D extends CompatServiceDefinition>(def: D, c
   }
   const keyed = requestIdMethods(def);
   const f0 = keyed.size > 0 ? factory.use(requestIdRetryMiddleware(keyed)) : factory;
-  const f = opts.epoch ? f0.use(epochClientMiddleware(opts.epoch)) : f0;
+  const f1 = opts.epoch ? f0.use(epochClientMiddleware(opts.epoch)) : f0;
+  const f = opts.token ? f1.use(bearerMiddleware(opts.token)) : f1;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
   return f.create(def, channel, defaults as any) as ServiceClient<D>;
 }

@@ -14,6 +14,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { CompatServiceDefinition, ServiceImplementation } from 'nice-grpc';
 import { composeServerMiddleware, type ServerMiddleware } from 'nice-grpc-common';
 import { boundDetails, UnimplementedError } from './errors';
+import { stampPeer } from './connection-auth';
 /* eslint-disable @typescript-eslint/no-explicit-any */
 const defs = require('nice-grpc/lib/service-definitions') as {
   normalizeServiceDefinition(d: CompatServiceDefinition): Record<string, any>;
@@ -59,6 +60,8 @@ function decodeOrMark(deserialize: (b: Buffer) => unknown): (b: Buffer) => unkno
   };
 }
 
+const INSECURE = grpc.ServerCredentials.createInsecure();
+
 export interface GrpcHostOptions {
   /** grpc-js server options (message size limits ...). */
   options: grpc.ServerOptions;
@@ -69,7 +72,8 @@ export interface GrpcHostOptions {
 /** GrpcHost serves registered services on bound addresses and on injected listeners. */
 export class GrpcHost {
   readonly server: grpc.Server;
-  private injector: ReturnType<grpc.Server['createConnectionInjector']> | undefined;
+  /** one injector per credentials (insecure for unix sockets, TLS for a TCP listener with certificates) */
+  private readonly injectors = new Map<grpc.ServerCredentials, ReturnType<grpc.Server['createConnectionInjector']>>();
   private readonly listeners = new Set<net.Server>();
   private readonly middleware: ServerMiddleware<any, any> | undefined;
 
@@ -115,6 +119,7 @@ export class GrpcHost {
           return;
         }
         stampDeadline(call);
+        stampPeer(call);
         return handler(call, ...rest);
       };
     }
@@ -124,17 +129,18 @@ export class GrpcHost {
   /** bind listens on a gRPC address ("unix:///abs.sock" or "host:port"); returns the port. */
   bind(address: string): Promise<number> {
     return new Promise((resolve, reject) => {
-      this.server.bindAsync(address, grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port)));
+      this.server.bindAsync(address, INSECURE, (err, port) => (err ? reject(err) : resolve(port)));
     });
   }
 
   /**
    * serveListener serves gRPC on connections accepted by a listening net.Server we own (e.g.
-   * `net.createServer().listen({ fd })`). Returns the net.Server.
+   * `net.createServer().listen({ fd })`), with creds (default insecure: plaintext HTTP/2; TLS
+   * credentials make each connection a TLS one first). Returns the net.Server.
    */
-  serveListener(listener: net.Server): net.Server {
-    if (!this.injector) this.injector = this.server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
-    const injector = this.injector;
+  serveListener(listener: net.Server, creds: grpc.ServerCredentials = INSECURE): net.Server {
+    let injector = this.injectors.get(creds);
+    if (!injector) this.injectors.set(creds, (injector = this.server.createConnectionInjector(creds)));
     listener.on('connection', (socket: net.Socket) => injector.injectConnection(socket));
     this.listeners.add(listener);
     return listener;

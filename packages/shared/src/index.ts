@@ -21,3 +21,6 @@ export * from './features';
 export * from './failpoints';
 export * from './daemon-args';
 export * from './sqlite-busy';
+export * from './peer-cred';
+export * from './connection-auth';
+export * from './client-auth';

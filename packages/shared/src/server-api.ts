@@ -4,6 +4,7 @@
  */
 import type { Channel } from 'nice-grpc';
 import { createSandnodeChannel, createServiceClient, type ServiceClient } from './client';
+import type { ClientAuth } from './client-auth';
 import { SandboxServiceDefinition } from './gen/sandnode/server/v1/sandbox';
 import { TemplateServiceDefinition } from './gen/sandnode/server/v1/template';
 
@@ -16,14 +17,15 @@ export interface ServerApi {
 
 /**
  * connectServerApi opens the server API at address ("unix:///abs.sock" or "host:port"); unary
- * calls get a deadline of timeoutMs, streams none.
+ * calls get a deadline of timeoutMs, streams none. auth: TLS files and a bearer token for a TCP
+ * listener (client-auth.ts).
  */
-export function connectServerApi(address: string, timeoutMs = 120_000): ServerApi {
-  const channel = createSandnodeChannel(address);
+export function connectServerApi(address: string, timeoutMs = 120_000, auth: ClientAuth = {}): ServerApi {
+  const channel = createSandnodeChannel(address, auth);
   return {
     channel,
-    sandboxes: createServiceClient(SandboxServiceDefinition, channel, { timeoutMs }),
-    templates: createServiceClient(TemplateServiceDefinition, channel, { timeoutMs }),
+    sandboxes: createServiceClient(SandboxServiceDefinition, channel, { timeoutMs, token: auth.token }),
+    templates: createServiceClient(TemplateServiceDefinition, channel, { timeoutMs, token: auth.token }),
     close: () => channel.close(),
   };
 }

@@ -10,6 +10,7 @@
 import { chmodSync, existsSync, readFileSync, unlinkSync } from 'node:fs';
 import path from 'node:path';
 import type net from 'node:net';
+import type * as grpc from '@grpc/grpc-js';
 import { ServerError, Status } from 'nice-grpc';
 import type { CallContext, ServerMiddlewareCall, ServiceImplementation, CompatServiceDefinition } from 'nice-grpc';
 import { HealthDefinition, HealthServiceImpl, HealthState } from 'nice-grpc-server-health';
@@ -22,6 +23,7 @@ import { versionService, type ComponentInfo } from './version';
 import { rpcDuration } from './metrics';
 import { DEADLINE_METADATA_KEY, GrpcHost } from './grpc-host';
 import { epochFenceMiddleware, type EpochFence } from './epoch-fence';
+import { authMiddleware, type AuthPolicy } from './connection-auth';
 import { RETRY_AFTER_MS_TRAILER, retryAfterMsOf } from './sqlite-busy';
 
 /** Largest gRPC message a sandnode component accepts or sends, in bytes (4 MiB). */
@@ -68,6 +70,8 @@ export interface ServiceServerOptions {
   fence?: EpochFence;
   /** connection limits (default DEFAULT_SERVER_LIMITS) */
   limits?: Partial<ServerLimits>;
+  /** who may call (connection-auth.ts); undefined: whoever can reach the socket */
+  auth?: AuthPolicy;
 }
 
 /** ServiceServer is a running component server. */
@@ -80,8 +84,8 @@ export interface ServiceServer {
   setServing(serving: boolean): void;
   /** shutdown runs the shutdown order; resolves when the server is closed. */
   shutdown(drainMs?: number): Promise<void>;
-  /** serveListener serves gRPC on connections accepted by a listening net.Server we own. */
-  serveListener(listener: net.Server): void;
+  /** serveListener serves gRPC on connections accepted by a listening net.Server we own (creds: default insecure). */
+  serveListener(listener: net.Server, creds?: grpc.ServerCredentials): void;
   /** The grpc-js host (for handover: injected listeners, stop accepting). */
   readonly host: GrpcHost;
 }
@@ -182,7 +186,8 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
       'grpc.keepalive_timeout_ms': limits.keepaliveTimeoutMs,
     },
     // deadline before the fence: a call that is already late must not even raise the epoch
-    middleware: opts.fence ? [errorAndLog, deadlineMiddleware, epochFenceMiddleware(opts.fence)] : [errorAndLog, deadlineMiddleware],
+    // auth first after error mapping: nothing runs for a caller that is refused
+    middleware: [errorAndLog, ...(opts.auth ? [authMiddleware(opts.auth)] : []), deadlineMiddleware, ...(opts.fence ? [epochFenceMiddleware(opts.fence)] : [])],
   });
   host.add(VersionServiceDefinition, versionService(info));
   host.add(HealthDefinition, HealthServiceImpl(health));
@@ -218,9 +223,9 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
       this.setServing(true);
       return ports;
     },
-    serveListener(listener) {
+    serveListener(listener, creds) {
       addReflection();
-      host.serveListener(listener);
+      host.serveListener(listener, creds);
       this.setServing(true);
     },
     setServing(serving) {

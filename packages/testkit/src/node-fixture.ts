@@ -34,6 +34,8 @@ export interface TestNode {
    * from the servers' ready lines in <runDir>/logs/server*.log (a handover keeps the port).
    */
   tcpAddress(): string;
+  /** tcpToken is the secret of an admin bearer token for the TCP listener (made once per node with `sandnode token create`). */
+  tcpToken(): string;
   stop(): Promise<void>;
 }
 
@@ -124,6 +126,7 @@ export async function startNode(
     throw err;
   }
   const address = unixAddress(socketPath(dirs.runDir, 'server'));
+  let token: string | undefined;
   const node: TestNode = {
     dirs,
     address,
@@ -143,6 +146,14 @@ export async function startNode(
     },
     tcpAddress() {
       return `127.0.0.1:${readyPort(dirs.runDir)}`;
+    },
+    tcpToken() {
+      if (!token) {
+        const r = node.cli(['token', 'create', '--name', 'testkit', '--json']);
+        if (r.status !== 0) throw new Error(`sandnode token create failed (${r.status}): ${r.stderr}`);
+        token = (JSON.parse(r.stdout) as { secret: string }).secret;
+      }
+      return token;
     },
     async stop() {
       node.api.close();

@@ -6,7 +6,19 @@
  */
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
-import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import {
+  ConfigError,
+  DEFAULT_DRAIN_CONCURRENCY,
+  DEFAULT_DRAIN_DEADLINE_MS,
+  DEFAULT_RUN_DIR,
+  DEFAULT_STATE_DIR,
+  LOG_LEVELS,
+  configBool,
+  loadConfig,
+  socketPath,
+  unixAddress,
+  z,
+} from '@sandnode/shared';
 import { DEFAULT_ADOPT_CONCURRENCY } from './core/adoption';
 import { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES } from './core/provision';
 import { DEFAULT_MAX_EXEC_STREAMS } from './core/guest-io';
@@ -43,10 +55,18 @@ export const configSchema = z.object({
   stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
   /** runtime dir: sockets, sandboxes/<id>/podd.sock */
   runDir: z.string().min(1).default(DEFAULT_RUN_DIR),
-  /** public gRPC on TCP, "host:port"; empty disables it */
-  listen: z.string().default('127.0.0.1:7070'),
+  /** public gRPC on TCP, "host:port"; empty (the default) disables it: the unix socket is the API. Needs TLS (tlsCa/tlsCert/tlsKey) unless the host is loopback, then bearer tokens */
+  listen: z.string().default(''),
+  /** PEM file of the CA whose client certificates the TCP listener accepts (mutual TLS); with tlsCert and tlsKey */
+  tlsCa: z.string().default(''),
+  /** PEM file of the TCP listener's certificate */
+  tlsCert: z.string().default(''),
+  /** PEM file of the TCP listener's private key */
+  tlsKey: z.string().default(''),
   /** public gRPC on a unix socket; default <runDir>/server.sock */
   socket: z.string().default(''),
+  /** group (name or gid) whose members may call the public unix socket besides root (socket chgrp'ed, 0660); empty: root only */
+  socketGroup: z.string().default(''),
   /** vmm-supervisor address; default unix://<runDir>/vmm-supervisor.sock */
   vmmAddress: z.string().default(''),
   /** ublk-manager address; default unix://<runDir>/ublk-manager.sock */
@@ -112,6 +132,31 @@ export const configSchema = z.object({
   leaseAcquireTimeoutMs: ms(100).default(DEFAULT_LEASE_ACQUIRE_TIMEOUT_MS),
 });
 
+/** isLoopback: whether a listen host only takes connections from this machine (127.0.0.0/8, ::1, localhost). */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(h);
+}
+
+/**
+ * checkTcpAuth refuses a TCP listener that could be called without credentials (issue 10 §4):
+ * the TLS keys go together (ConfigError naming the missing one), and without them `listen`
+ * must be a loopback host (plaintext, bearer tokens only). ConfigError naming the key.
+ */
+export function checkTcpAuth(c: { listen: string; tlsCa: string; tlsCert: string; tlsKey: string }): void {
+  const tls = { tlsCa: c.tlsCa, tlsCert: c.tlsCert, tlsKey: c.tlsKey };
+  const set = Object.entries(tls).filter(([, v]) => v);
+  if (set.length > 0 && set.length < 3) {
+    const missing = Object.keys(tls).filter((k) => !tls[k as keyof typeof tls]);
+    throw new ConfigError(`${missing[0]}: the TCP listener's TLS needs tlsCa, tlsCert and tlsKey together (missing: ${missing.join(', ')})`);
+  }
+  if (!c.listen || set.length === 3) return;
+  const idx = c.listen.lastIndexOf(':');
+  const host = idx > 0 ? c.listen.slice(0, idx) : '';
+  if (!isLoopback(host))
+    throw new ConfigError(`listen: ${c.listen} is not a loopback address: a TCP listener on another host needs mutual TLS (set tlsCa, tlsCert and tlsKey; sandnode certs init makes a pair)`);
+}
+
 /** The config with every derived default filled in (absolute paths, addresses). */
 export type ServerConfig = z.infer<typeof configSchema> & {
   socket: string;
@@ -133,6 +178,7 @@ export type ServerConfig = z.infer<typeof configSchema> & {
  */
 export function loadServerConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; overrides?: Record<string, unknown> } = {}): ServerConfig {
   const c = loadConfig(configSchema, { service: SERVICE, ...opts });
+  checkTcpAuth(c);
   const stateDir = path.resolve(c.stateDir);
   const runDir = path.resolve(c.runDir);
   const poddPkgDir = path.dirname(require.resolve('@sandnode/podd/package.json'));

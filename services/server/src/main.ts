@@ -26,6 +26,7 @@ import { ConfigError, createLogger, gateWritesWhileBusy, loadConfig, parseDaemon
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
 import { configSchema, loadServerConfig, SERVICE, type ServerConfig } from './config';
+import { checkApiAccess } from './handover/api-access';
 import { SandboxManager } from './core/sandbox-manager';
 import { LocalTemplateCatalog } from './core/template-catalog';
 import { setServerFailpoints } from './handover/failpoints';
@@ -150,6 +151,7 @@ async function main(argv: string[]): Promise<void> {
       return;
     }
     cfg = loadServerConfig({ file: args.config });
+    checkApiAccess(cfg);
     settings = nodeSettings(loadConfig(configSchema, { service: SERVICE, file: args.config }), cfg);
     failpoints = setServerFailpoints();
   } catch (err) {

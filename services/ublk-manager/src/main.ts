@@ -168,6 +168,8 @@ async function start(argv: string[]): Promise<void> {
     info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: features(driver) },
     log,
     fence,
+    // root only on its unix socket (peer credentials): the server is its only caller
+    ...(cfg.listen.startsWith('unix://') ? { auth: {} } : {}),
   });
   server.add(
     DeviceServiceDefinition,

@@ -140,6 +140,8 @@ async function main(): Promise<void> {
     info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: supervisor.features() },
     log,
     fence,
+    // root only on its unix socket (peer credentials): the server is its only caller
+    ...(cfg.listen.startsWith('unix://') ? { auth: {} } : {}),
   });
   server.add(
     VmServiceDefinition,

@@ -10,7 +10,7 @@
  */
 import { createSandnodeChannel, createServiceClient, mapLimit, socketPath, unixAddress } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
-import { AdminServiceDefinition } from '@sandnode/shared/proto/server/v1/admin';
+import { AdminServiceDefinition, TokenRole } from '@sandnode/shared/proto/server/v1/admin';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import { createChannel } from 'nice-grpc';
@@ -27,10 +27,20 @@ function serverPort(dirs: StackDirs): number {
   throw new Error('no ready line');
 }
 
+/** benchToken makes an admin bearer token for the TCP load (AdminService on the active server's admin socket); returns its secret. */
+async function benchToken(dirs: StackDirs): Promise<string> {
+  const ch = createSandnodeChannel((await waitForActiveServer(dirs.runDir)).admin);
+  try {
+    return (await createServiceClient(AdminServiceDefinition, ch).createToken({ name: `bench-${Date.now()}`, role: TokenRole.TOKEN_ROLE_ADMIN, ttlMs: 0 })).secret;
+  } finally {
+    ch.close();
+  }
+}
+
 /** load runs GetSandbox in a loop (8 in flight, no retries) and records outcomes. */
-function startLoad(address: string, id: string) {
+function startLoad(address: string, id: string, token: string) {
   const ch = createSandnodeChannel(address);
-  const client = createServiceClient(SandboxServiceDefinition, ch, { timeoutMs: 2000, retryAttempts: 1 });
+  const client = createServiceClient(SandboxServiceDefinition, ch, { timeoutMs: 2000, retryAttempts: 1, token });
   const st = { ok: 0, refused: 0, failed: 0, okTimes: [] as number[], stop: false };
   const loops = Array.from({ length: 8 }, async () => {
     while (!st.stop) {
@@ -61,13 +71,13 @@ function startLoad(address: string, id: string) {
  * makes one GetSandbox on it (deadline 8 s, no retries): calls records each call's start and
  * latency (ms), failed counts those that were not answered.
  */
-function startFreshLoad(address: string, id: string) {
+function startFreshLoad(address: string, id: string, token: string) {
   const st = { calls: [] as { at: number; ms: number }[], failed: 0, errors: new Map<string, number>() };
   const pending = new Set<Promise<void>>();
   const timer = setInterval(() => {
     const ch = createChannel(address, undefined, { 'grpc.use_local_subchannel_pool': 1 });
     const t0 = performance.now();
-    const p = createServiceClient(SandboxServiceDefinition, ch, { timeoutMs: 8000, retryAttempts: 0 })
+    const p = createServiceClient(SandboxServiceDefinition, ch, { timeoutMs: 8000, retryAttempts: 0, token })
       .getSandbox({ sandboxId: id }, { retry: false })
       .then(
         () => void st.calls.push({ at: t0, ms: performance.now() - t0 }),
@@ -119,6 +129,7 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     await api.templates.buildTemplate({ name: 'base', replace: false });
     const id = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId;
     const tcp = `127.0.0.1:${serverPort(dirs)}`;
+    const token = await benchToken(dirs); // TCP needs a bearer token (docs/security.md)
 
     // (a) handover vs naive restart. Handovers in BENCH_HANDOVER_REPS repetitions of
     // BENCH_HANDOVERS each, under two loads at once: 8 loops of GetSandbox on one open channel
@@ -129,8 +140,8 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     // show comes from the host (CPU contention), not from the handover.
     const rounds = num('BENCH_HANDOVERS', 10);
     const reps = num('BENCH_HANDOVER_REPS', 3);
-    const load = startLoad(tcp, id);
-    const fresh = startFreshLoad(tcp, id);
+    const load = startLoad(tcp, id, token);
+    const fresh = startFreshLoad(tcp, id, token);
     await new Promise((r) => setTimeout(r, 500));
     const perRep: { gapP50Ms: number; gapP99Ms: number; freshP50Ms: number; freshP99Ms: number; holdWindowP99Ms: number; idleGapP99Ms: number; idleFreshP99Ms: number }[] = [];
     const hGaps: number[] = [];
@@ -199,7 +210,7 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     // the naive restart: same load, stop (SIGTERM) then start on the same port
     const port = serverPort(dirs);
     dirs.listen = `127.0.0.1:${port}`;
-    const load2 = startLoad(tcp, id);
+    const load2 = startLoad(tcp, id, token);
     await new Promise((r) => setTimeout(r, 500));
     const rGaps: number[] = [];
     for (let i = 0; i < Math.min(rounds, 5); i++) {

@@ -9,6 +9,8 @@
  *                    set-timeout ID SECONDS
  *   sandnode upgrade server | ublk-manager (--from-build DIR | --standby)
  *   sandnode drain [--deadline-ms MS] [--concurrency N]
+ *   sandnode certs init [--dir D] [--force]
+ *   sandnode token create --name N [--role admin|read] [--ttl-ms MS] | token list | token revoke NAME|ID
  *   sandnode demo
  *
  * Exit codes (output.ts): 0 ok; 1 failure (the gRPC status is printed); 2 usage error;
@@ -17,12 +19,14 @@
  * This file only composes the program: each command group is a file under commands/.
  */
 import { Command } from 'commander';
+import { registerCertsCommands } from './commands/certs';
 import { registerDemoCommand } from './commands/demo';
 import { registerDrainCommand } from './commands/drain';
 import { registerNodeCommands } from './commands/node';
 import { registerSandboxCommands } from './commands/sandbox';
 import { registerExecCommand } from './commands/sandbox-exec';
 import { registerTemplateCommands } from './commands/template';
+import { registerTokenCommands } from './commands/token';
 import { registerUpgradeCommands } from './commands/upgrade';
 import { registerVersionCommand } from './commands/version';
 import { addGlobalOptions } from './options';
@@ -36,6 +40,8 @@ registerTemplateCommands(program);
 registerExecCommand(registerSandboxCommands(program));
 registerUpgradeCommands(program);
 registerDrainCommand(program);
+registerTokenCommands(program);
+registerCertsCommands(program);
 registerDemoCommand(program);
 installUsageErrors(program);
 

@@ -4,11 +4,11 @@
  */
 import path from 'node:path';
 import { InvalidArgumentError, Option, type Command } from 'commander';
-import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, socketPath, unixAddress } from '@sandnode/shared';
+import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, socketPath, unixAddress, type ClientAuth } from '@sandnode/shared';
 import type { StackDirs } from '@sandnode/node-stack';
 
-/** Default TCP listen address of the server that `up` starts ("" disables TCP). */
-export const DEFAULT_LISTEN = '127.0.0.1:7070';
+/** Default TCP listen address of the server that `up` starts: none (the unix socket is the API; docs/security.md). */
+export const DEFAULT_LISTEN = '';
 
 /** The global options as commander parses them. */
 interface GlobalOpts {
@@ -16,21 +16,31 @@ interface GlobalOpts {
   runDir: string;
   listen: string;
   address?: string;
+  token?: string;
+  tlsCa?: string;
+  tlsCert?: string;
+  tlsKey?: string;
 }
 
-/** addGlobalOptions gives program the options every command reads: --state-dir, --run-dir, --listen, --address (each with its env var). */
+/** addGlobalOptions gives program the options every command reads: --state-dir, --run-dir, --listen, --address, --token, --tls-ca/--tls-cert/--tls-key (each with its env var). */
 export function addGlobalOptions(program: Command): Command {
   return program
     .addOption(new Option('--state-dir <dir>', 'state dir (records, images, templates)').env('SANDNODE_STATE_DIR').default(DEFAULT_STATE_DIR))
     .addOption(new Option('--run-dir <dir>', 'runtime dir (sockets, sandbox dirs)').env('SANDNODE_RUN_DIR').default(DEFAULT_RUN_DIR))
-    .addOption(new Option('--listen <host:port>', 'server TCP listen address for `up` ("" disables)').env('SANDNODE_LISTEN').default(DEFAULT_LISTEN))
-    .addOption(new Option('--address <addr>', 'server address (default: its unix socket in the runtime dir)').env('SANDNODE_ADDRESS'));
+    .addOption(new Option('--listen <host:port>', 'server TCP listen address for `up` (default none: the unix socket only)').env('SANDNODE_LISTEN').default(DEFAULT_LISTEN))
+    .addOption(new Option('--address <addr>', 'server address (default: its unix socket in the runtime dir)').env('SANDNODE_ADDRESS'))
+    .addOption(new Option('--token <secret>', 'bearer token for a TCP --address (sandnode token create)').env('SANDNODE_TOKEN'))
+    .addOption(new Option('--tls-ca <file>', 'CA of the server certificate: TLS to a TCP --address').env('SANDNODE_TLS_CA'))
+    .addOption(new Option('--tls-cert <file>', 'client certificate for mutual TLS').env('SANDNODE_TLS_CERT'))
+    .addOption(new Option('--tls-key <file>', 'client key for mutual TLS').env('SANDNODE_TLS_KEY'));
 }
 
 /** The node a command talks to: the stack's dirs (absolute) and the server's gRPC address. */
 export interface CliDirs extends StackDirs {
   /** the server's public API address: --address, else "unix://<runDir>/server.sock" */
   address: string;
+  /** credentials for a TCP address (--token, --tls-*) */
+  auth: ClientAuth;
 }
 
 /** dirsOf reads the global options as cmd (any command of the program) sees them. */
@@ -41,6 +51,7 @@ export function dirsOf(cmd: Command): CliDirs {
     runDir: path.resolve(o.runDir),
     listen: o.listen,
     address: o.address ?? unixAddress(socketPath(o.runDir, 'server')),
+    auth: { token: o.token, tlsCa: o.tlsCa, tlsCert: o.tlsCert, tlsKey: o.tlsKey },
   };
 }
 

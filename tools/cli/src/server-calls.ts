@@ -4,13 +4,14 @@
  */
 import { connectServer, type ServerApi } from '@sandnode/node-stack';
 import type { ListSandboxesRequest, Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import type { ClientAuth } from '@sandnode/shared';
 
 /** Sandboxes per ListSandboxes page the CLI asks for (the API's maximum). */
 export const LIST_PAGE_SIZE = 1000;
 
-/** withServer connects to the server's public API at address, runs fn and closes the connection however fn ends. */
-export async function withServer<T>(address: string, fn: (api: ServerApi) => Promise<T>): Promise<T> {
-  const api = connectServer(address);
+/** withServer connects to the server's public API at target.address (with target.auth: --token, --tls-*), runs fn and closes the connection however fn ends. */
+export async function withServer<T>(target: { address: string; auth?: ClientAuth }, fn: (api: ServerApi) => Promise<T>): Promise<T> {
+  const api = connectServer(target.address, undefined, target.auth);
   try {
     return await fn(api);
   } finally {

@@ -55,6 +55,7 @@ describeNode('fresh connections through server handovers', () => {
 
   it(`answers every call of a new connection every ${PACE_MS} ms through ${HANDOVERS} handovers (TCP and unix)`, async () => {
     const targets = { tcp: node.tcpAddress(), unix: unixAddress(socketPath(node.dirs.runDir, 'server')) };
+    const token = node.tcpToken(); // TCP needs a bearer token (docs/security.md)
     const tally = new Map<string, Tally>();
     const pending = new Set<Promise<void>>();
     const call = (name: string, ch: Channel, closeAfter: boolean) => {
@@ -62,7 +63,7 @@ describeNode('fresh connections through server handovers', () => {
       tally.set(name, t);
       t.calls++;
       // the deadline, and no retry: one attempt per call
-      const p = createServiceClient(SandboxServiceDefinition, ch, { timeoutMs: DEADLINE_MS, retryAttempts: 0 })
+      const p = createServiceClient(SandboxServiceDefinition, ch, { timeoutMs: DEADLINE_MS, retryAttempts: 0, token: name.startsWith('tcp') ? token : undefined })
         .listSandboxes({ pageSize: 1 }, { retry: false })
         .then(
           () => undefined,

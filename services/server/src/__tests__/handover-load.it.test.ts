@@ -67,7 +67,7 @@ describeNode('server handover under load', () => {
     const tcp = node.tcpAddress();
     const port = Number(tcp.split(':')[1]);
     const unixPath = socketPath(node.dirs.runDir, 'server');
-    const client = connectServer(tcp, 60_000);
+    const client = connectServer(tcp, 60_000, { token: node.tcpToken() });
     const stats: LoadStats = {
       ok: 0,
       retried: 0,
@@ -129,7 +129,7 @@ describeNode('server handover under load', () => {
     // --- new connections all the time: a fresh channel per call, raw connects ---------------
     const freshTimer = setInterval(() => {
       if (!loadOn) return;
-      const api = connectServer(tcp, 60_000);
+      const api = connectServer(tcp, 60_000, { token: node.tcpToken() });
       stats.freshChannels++;
       track(
         api.sandboxes
@@ -212,7 +212,7 @@ describeNode('server handover under load', () => {
       if (h === 1) {
         // time for the first server to stop accepting after FinishHandover (no call shows when it has)
         await new Promise((r) => setTimeout(r, 300));
-        stream2Client = connectServer(tcp, 60_000);
+        stream2Client = connectServer(tcp, 60_000, { token: node.tcpToken() });
         stream2 = collectStream(stream2Client, sandboxes[1]!.sandboxId);
       }
       console.log(

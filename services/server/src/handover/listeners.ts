@@ -46,18 +46,18 @@ export function sourceAddresses(src: ListenerSource): string[] {
 
 /**
  * openListeners starts accepting on every listener of src, each on a net.Server that prepare
- * has made ready to serve (its 'connection' handler attached) before it listens. Errors: those
- * of bind (EADDRINUSE ...) and listen on a received fd.
+ * has made ready to serve (its 'connection' handler attached, for its address: TLS or not)
+ * before it listens. Errors: those of bind (EADDRINUSE ...) and listen on a received fd.
  */
-export async function openListeners(src: ListenerSource, prepare: (server: net.Server) => void): Promise<OwnedListener[]> {
+export async function openListeners(src: ListenerSource, prepare: (server: net.Server, address: string) => void): Promise<OwnedListener[]> {
   const out: OwnedListener[] = [];
-  const ready = () => {
+  const ready = (address: string) => {
     const s = net.createServer();
-    prepare(s);
+    prepare(s, address);
     return s;
   };
-  if ('fresh' in src) for (const a of src.fresh) out.push(await bindListener(a, ready()));
-  else for (const r of src.received) out.push(await adoptListener(r.address, r.fd, ready()));
+  if ('fresh' in src) for (const a of src.fresh) out.push(await bindListener(a, ready(a)));
+  else for (const r of src.received) out.push(await adoptListener(r.address, r.fd, ready(r.address)));
   return out;
 }
 

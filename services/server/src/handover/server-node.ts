@@ -21,6 +21,8 @@ import {
   type Logger,
   type ServiceServer,
   type TakeoverResult,
+  type TokenIdentity,
+  UnauthenticatedError,
 } from '@sandnode/shared';
 import { AdminServiceDefinition, type AdminServiceImplementation, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ServerConfig } from '../config';
@@ -38,6 +40,7 @@ import { OldSideHandover, type OldServer } from './hand-over';
 import { MetricsEndpoint } from './metrics-endpoint';
 import { ADMIN_SOCKET_CHECK_MS, bindAdminSocket, checkAdminSocket, type AdminSocketBinding } from './admin-socket';
 import { openListeners, type ListenerSource, type OwnedListener } from './listeners';
+import { ADMIN_POLICY, publicPolicy, shareSocket, tcpCredentials } from './api-access';
 import { Roles, type Role } from './roles';
 import { removeStaleAdminSockets, SlotLock, slotLockFile } from './slot-lock';
 import { takeOver, type StandbyNode } from './takeover';
@@ -135,6 +138,12 @@ export class ServerNode implements StandbyNode, OldServer {
     return this.store?.quarantinedRows() ?? [];
   }
 
+  /** tokens: the API tokens in records.db (sqlite-token-store.ts). Errors: FAILED_PRECONDITION unless ACTIVE. */
+  tokens() {
+    if (!this.roles.is('ACTIVE') || !this.store) throw new FailedPreconditionError(`tokens are kept by the ACTIVE server; this one is ${this.role}`);
+    return this.store.tokens();
+  }
+
   /** Whether a handover runs on this server. */
   get handingOver(): boolean {
     return this.oldSide.inProgress;
@@ -156,7 +165,7 @@ export class ServerNode implements StandbyNode, OldServer {
   async startAdmin(admin: AdminServiceImplementation): Promise<void> {
     if (this.slotLock) await this.slotLock.acquire(this.cfg.slot);
     await removeStaleAdminSockets(this.cfg.runDir, path.basename(this.adminPath), this.log);
-    this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }) });
+    this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }), auth: ADMIN_POLICY });
     this.adminServer.add(AdminServiceDefinition, admin);
     // the handler is attached before the socket accepts anything (listeners.ts)
     const serve = (server: net.Server) => this.adminServer?.serveListener(server);
@@ -265,13 +274,15 @@ export class ServerNode implements StandbyNode, OldServer {
     this.lastAdoption = report;
     const swept = await sweepOrphans({ store, vms, devices, runDir: this.cfg.runDir, log });
     if (!this.publicServer) {
-      this.publicServer = createServiceServer({ info: this.info(), log });
+      this.publicServer = createServiceServer({ info: this.info(), log, auth: publicPolicy(this.cfg.socketGroup, (secret) => this.verifyToken(secret)) });
       active.register(this.publicServer);
     }
     const pub = this.publicServer;
     await o.beforeServing?.();
-    const listeners = await openListeners(source, (s) => pub.serveListener(s));
+    const tcpCreds = tcpCredentials(this.cfg);
+    const listeners = await openListeners(source, (s, address) => pub.serveListener(s, address.startsWith('unix://') ? undefined : tcpCreds));
     this.listeners = listeners;
+    if ('fresh' in source) shareSocket(this.cfg.socket, this.cfg.socketGroup);
     this.roles.to('ACTIVE', { newEpoch: true });
     this.wiring.onActive?.();
     await this.metrics.start();
@@ -280,6 +291,12 @@ export class ServerNode implements StandbyNode, OldServer {
     const tcp = listeners.find((l) => l.port > 0);
     process.stdout.write(`${JSON.stringify({ ready: true, epoch: this.epoch, port: tcp?.port ?? 0, socket: this.cfg.socket, adopted: report.adopted.length, adoptionMs: report.durationMs })}\n`);
     return report;
+  }
+
+  /** verifyToken checks a bearer secret against records.db on every call (UNAUTHENTICATED when unknown, revoked or expired). */
+  private verifyToken(secret: string): TokenIdentity {
+    if (!this.store) throw new UnauthenticatedError('this server has no records open; nothing was done');
+    return this.store.tokens().verify(secret);
   }
 
   private describeLease(): void {

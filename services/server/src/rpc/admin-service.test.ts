@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError, Status } from '@sandnode/shared';
-import { ServerRole } from '@sandnode/shared/proto/server/v1/admin';
+import { ServerRole, TokenRole } from '@sandnode/shared/proto/server/v1/admin';
 import { FlockLease } from '../store/flock-lease';
 import type { Role } from '../handover/roles';
 import { adminService, roleToPb, type AdminPort } from './admin-service';
@@ -93,5 +93,40 @@ describe('AdminService handlers', () => {
     await a.drain({ deadlineMs: 5000, concurrency: 3 }, ctx);
     await expect(a.drain({ deadlineMs: 0, concurrency: 257 }, ctx)).rejects.toMatchObject({ code: Status.INVALID_ARGUMENT, message: 'concurrency: at most 256, got 257' });
     expect(calls).toEqual(['drain 20000 8', 'drain 5000 3']);
+  });
+});
+
+/** The token RPCs (issue 10 §4): roles mapped both ways, an unspecified role refused before the store is touched, no store is FAILED_PRECONDITION. */
+describe('AdminService token handlers', () => {
+  it('maps roles, refuses TOKEN_ROLE_UNSPECIFIED, and says FAILED_PRECONDITION without a store', async () => {
+    const made: unknown[] = [];
+    const t = { id: 'tok_0000000000000001', name: 'n', role: 'read' as const, createdAtMs: 1, expiresAtMs: 0, revokedAtMs: 0 };
+    const base = {
+      role: 'ACTIVE' as Role,
+      epoch: 1,
+      roles: { activeSinceMs: 0 },
+      lease: {} as FlockLease,
+      cfg: { slot: '' },
+      handingOver: false,
+      manager: undefined,
+      sandboxCount: () => 0,
+    } as unknown as AdminPort;
+    const svc = adminService({
+      ...base,
+      tokens: () => ({
+        create: (r) => (made.push(r), { token: t, secret: 'sn_x' }),
+        list: () => [t],
+        revoke: () => ({ ...t, revokedAtMs: 5 }),
+      }),
+    } as AdminPort);
+    const ctx = {} as never;
+    const r = await svc.createToken({ name: 'n', role: TokenRole.TOKEN_ROLE_READ, ttlMs: 0 }, ctx);
+    expect(made).toEqual([{ name: 'n', role: 'read', ttlMs: 0 }]);
+    expect(r).toMatchObject({ secret: 'sn_x', token: { role: TokenRole.TOKEN_ROLE_READ } });
+    await expect(svc.createToken({ name: 'n', role: TokenRole.TOKEN_ROLE_UNSPECIFIED, ttlMs: 0 }, ctx)).rejects.toBeInstanceOf(InvalidArgumentError);
+    expect(made).toHaveLength(1);
+    expect((await svc.listTokens({}, ctx)).tokens.map((x) => x.name)).toEqual(['n']);
+    expect((await svc.revokeToken({ nameOrId: 'n' }, ctx)).token?.revokedAtMs).toBe(5);
+    await expect(adminService(base).listTokens({}, ctx)).rejects.toMatchObject({ code: Status.FAILED_PRECONDITION });
   });
 });

@@ -5,8 +5,9 @@
  * FAILED_PRECONDITION (wrong role, no such handover).
  */
 import path from 'node:path';
-import { InvalidArgumentError, SUITE_VERSION, type SandnodeCallContext, type TakeoverResult } from '@sandnode/shared';
-import { ServerRole, type AdminServiceImplementation, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
+import { FailedPreconditionError, InvalidArgumentError, SUITE_VERSION, type SandnodeCallContext, type TakeoverResult } from '@sandnode/shared';
+import { ServerRole, TokenRole, type AdminServiceImplementation, type ApiToken, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
+import type { ApiTokenInfo, SqliteTokenStore } from '../store/sqlite-token-store';
 import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS } from '../config';
 import type { DrainReport } from '../core/drain';
 import { drainReportToPb } from './convert';
@@ -32,6 +33,25 @@ export interface AdminPort {
   finishHandover(token: string): { streamsRunning: number };
   takeover(opts: { holdMs?: number; finishTimeoutMs?: number; signal?: AbortSignal }): Promise<TakeoverResult>;
   drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal }): Promise<DrainReport>;
+  /** The API tokens (ACTIVE only; FailedPreconditionError otherwise). */
+  tokens?(): Pick<SqliteTokenStore, 'create' | 'list' | 'revoke'>;
+}
+
+/** tokenToPb converts a token (no secret). */
+function tokenToPb(t: ApiTokenInfo): ApiToken {
+  return {
+    id: t.id,
+    name: t.name,
+    role: t.role === 'admin' ? TokenRole.TOKEN_ROLE_ADMIN : TokenRole.TOKEN_ROLE_READ,
+    createdAtMs: t.createdAtMs,
+    expiresAtMs: t.expiresAtMs,
+    revokedAtMs: t.revokedAtMs,
+  };
+}
+
+function tokensOf(node: AdminPort): Pick<SqliteTokenStore, 'create' | 'list' | 'revoke'> {
+  if (!node.tokens) throw new FailedPreconditionError('this server keeps no tokens');
+  return node.tokens();
 }
 
 /** roleToPb maps a role to its proto enum. */
@@ -95,6 +115,18 @@ export function adminService(node: AdminPort): AdminServiceImplementation<Sandno
       if (req.concurrency > MAX_DRAIN_CONCURRENCY) throw new InvalidArgumentError(`concurrency: at most ${MAX_DRAIN_CONCURRENCY}, got ${req.concurrency}`);
       // 0 means the shared defaults (DEFAULT_DRAIN_DEADLINE_MS / DEFAULT_DRAIN_CONCURRENCY)
       return drainReportToPb(await node.drain({ deadlineMs: req.deadlineMs || DEFAULT_DRAIN_DEADLINE_MS, concurrency: req.concurrency || DEFAULT_DRAIN_CONCURRENCY, signal: ctx.signal }));
+    },
+    async createToken(req) {
+      const role = req.role === TokenRole.TOKEN_ROLE_ADMIN ? 'admin' : req.role === TokenRole.TOKEN_ROLE_READ ? 'read' : undefined;
+      if (!role) throw new InvalidArgumentError('role: must be TOKEN_ROLE_ADMIN or TOKEN_ROLE_READ; nothing was made');
+      const r = tokensOf(node).create({ name: req.name, role, ttlMs: req.ttlMs });
+      return { token: tokenToPb(r.token), secret: r.secret };
+    },
+    async listTokens() {
+      return { tokens: tokensOf(node).list().map(tokenToPb) };
+    },
+    async revokeToken(req) {
+      return { token: tokenToPb(tokensOf(node).revoke(req.nameOrId)) };
     },
   };
 }

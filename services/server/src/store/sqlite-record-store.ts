@@ -23,6 +23,7 @@ import Database from 'better-sqlite3';
 import { busyToUnavailable, RESOURCE_ID_RE, SANDBOX_ID_RE, SQLITE_BUSY_TIMEOUT_MS, waitWhileBusy, type Logger, type WriteProbe } from '@sandnode/shared';
 import type { RecordStore, SandboxRecord } from '../core/types';
 import { decodeRecord, encodeRecord } from './record-codec';
+import { SqliteTokenStore } from './sqlite-token-store';
 
 /**
  * Largest record blob served, bytes (1 MiB). The largest record CreateSandbox can make is about
@@ -41,6 +42,7 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
   /** Rows set aside (in the quarantine table, or unreadable in a read-only store): id -> reason. */
   readonly quarantined = new Map<string, string>();
   private readonly readOnly: boolean;
+  private tokenStore: SqliteTokenStore | undefined;
 
   /**
    * open opens the store like the constructor, waiting asynchronously (backoff, at most
@@ -101,6 +103,8 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
         del: readOnly ? undefined : this.db.prepare('DELETE FROM records WHERE sandbox_id = ?'),
       };
       if (!readOnly) this.quarantineBadRows();
+      // the tokens table is made (and its bad rows set aside) at open too
+      if (!readOnly) this.tokens();
     } catch (err) {
       this.db.close();
       throw err;
@@ -265,6 +269,15 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
         .run(reason, Date.now(), key);
       this.db.prepare('DELETE FROM records WHERE sandbox_id IS ?').run(key);
     })();
+  }
+
+  /**
+   * tokens: the API tokens in this database (sqlite-token-store.ts; the table is made on first
+   * use, its bad rows are set aside like records). Throws on a read-only store.
+   */
+  tokens(): SqliteTokenStore {
+    if (this.readOnly) throw new Error('record store is read-only');
+    return (this.tokenStore ??= new SqliteTokenStore(this.db, this.log, (key, why) => this.quarantined.set(key, why)));
   }
 
   /** epoch is the node's current epoch (0 before the first takeover). */

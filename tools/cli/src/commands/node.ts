@@ -78,7 +78,7 @@ export function registerNodeCommands(program: Command): void {
           const deleted: string[] = [];
           // NOT_FOUND on a delete: gone already (counted as deleted); any other failure stops down before it stops anything
           if (o.purge && findRunning(d, 'server')) {
-            const r = await withServer(d.address, deleteAllSandboxes);
+            const r = await withServer(d, deleteAllSandboxes);
             deleted.push(...r.deleted, ...r.gone);
           }
           const stopped: string[] = [];
@@ -114,7 +114,7 @@ export function registerNodeCommands(program: Command): void {
           const v = await getVersion(d, c);
           components.push({ name: c, version: v?.version ?? null, pid: v?.pid ?? findRunning(d, c)?.pid ?? null, features: v?.features ?? [], up: !!v });
         }
-        const all = components.find((c) => c.name === 'server')?.up ? await withServer(d.address, (api) => listAllSandboxes(api)) : null;
+        const all = components.find((c) => c.name === 'server')?.up ? await withServer(d, (api) => listAllSandboxes(api)) : null;
         const sandboxes = all?.length ?? null;
         const isolation = all ? isolationGroups(all) : null;
         const active = await findActiveServer(d.runDir);

@@ -28,7 +28,7 @@ export function registerExecCommand(sandbox: Command): void {
       action(async (id: string, argv: string[], o: { cwd: string; env: Record<string, string>; timeoutMs: number; stdin?: boolean }, cmd: Command) => {
         // a stream that ends without an exit event (the sandbox went away) is a failure
         let code = EXIT_FAILURE;
-        await withServer(dirsOf(cmd).address, async (api) => {
+        await withServer(dirsOf(cmd), async (api) => {
           const stdin = o.stdin ? await readStdin() : Buffer.alloc(0);
           for await (const ev of api.sandboxes.exec({ sandboxId: id, argv, env: o.env, cwd: o.cwd, stdin, timeoutMs: o.timeoutMs })) {
             const e = ev.event;

@@ -61,7 +61,7 @@ export function registerSandboxCommands(program: Command): Command {
     .option('--json', 'print JSON')
     .action(
       action(async (o: JsonOpts & { template: string; timeout: number; metadata: Record<string, string>; vcpus: number; memoryMib: number; diskBytes: number; requestId?: string }, cmd: Command) => {
-        const r = await withServer(dirsOf(cmd).address, (api) =>
+        const r = await withServer(dirsOf(cmd), (api) =>
           api.sandboxes.createSandbox({
             template: o.template,
             timeoutSeconds: o.timeout,
@@ -83,7 +83,7 @@ export function registerSandboxCommands(program: Command): Command {
     .action(
       action(async (o: JsonOpts & { state?: string; metadata: Record<string, string> }, cmd: Command) => {
         const states = o.state ? [SandboxState[`SANDBOX_STATE_${o.state}` as keyof typeof SandboxState]] : [];
-        const all = (await withServer(dirsOf(cmd).address, (api) => listAllSandboxes(api, { states, metadata: o.metadata }))).map(sandboxJson);
+        const all = (await withServer(dirsOf(cmd), (api) => listAllSandboxes(api, { states, metadata: o.metadata }))).map(sandboxJson);
         print(!!o.json, all, () =>
           table(
             ['ID', 'STATE', 'PID', 'TEMPLATE', 'CREATED'],
@@ -98,7 +98,7 @@ export function registerSandboxCommands(program: Command): Command {
     .option('--json', 'print JSON')
     .action(
       action(async (id: string, o: JsonOpts, cmd: Command) => {
-        const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!);
+        const s = sandboxJson((await withServer(dirsOf(cmd), (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!);
         print(!!o.json, s, () =>
           Object.entries(s)
             .map(([k, v]) => `${k.padEnd(13)} ${k === 'isolation' ? isolationText(s.isolation) : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`)
@@ -112,7 +112,7 @@ export function registerSandboxCommands(program: Command): Command {
     .option('--json', 'print JSON')
     .action(
       action(async (id: string, o: JsonOpts, cmd: Command) => {
-        const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes.pauseSandbox({ sandboxId: id }))).sandbox!);
+        const s = sandboxJson((await withServer(dirsOf(cmd), (api) => api.sandboxes.pauseSandbox({ sandboxId: id }))).sandbox!);
         print(!!o.json, s, () => oneLine(s));
       }),
     );
@@ -130,7 +130,7 @@ export function registerSandboxCommands(program: Command): Command {
         if (cmd.optsWithGlobals<{ address?: string }>().address === undefined) {
           for (const c of await startWhatResumeNeeds(d)) process.stderr.write(`sandnode: started ${c.name} (pid ${c.pid}) for the resume: it was not running (a drain stops the ublk-manager)\n`);
         }
-        const s = sandboxJson((await withServer(d.address, (api) => api.sandboxes.resumeSandbox({ sandboxId: id }))).sandbox!);
+        const s = sandboxJson((await withServer(d, (api) => api.sandboxes.resumeSandbox({ sandboxId: id }))).sandbox!);
         print(!!o.json, s, () => oneLine(s));
       }),
     );
@@ -145,7 +145,7 @@ export function registerSandboxCommands(program: Command): Command {
     .option('--json', 'print JSON')
     .action(
       action(async (id: string, o: JsonOpts & { metadata: Record<string, string>; timeout: number; maxFreezeMs: number; requestId?: string }, cmd: Command) => {
-        const r = await withServer(dirsOf(cmd).address, (api) =>
+        const r = await withServer(dirsOf(cmd), (api) =>
           api.sandboxes.forkSandbox({ parentId: id, metadata: o.metadata, timeoutSeconds: o.timeout, maxFreezeMs: o.maxFreezeMs, requestId: requestIdOr(o.requestId) }),
         );
         const s = sandboxJson(r.sandbox!);
@@ -161,7 +161,7 @@ export function registerSandboxCommands(program: Command): Command {
     .option('--json', 'print JSON')
     .action(
       action(async (id: string, o: JsonOpts, cmd: Command) => {
-        const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes.resetRootfs({ sandboxId: id }))).sandbox!);
+        const s = sandboxJson((await withServer(dirsOf(cmd), (api) => api.sandboxes.resetRootfs({ sandboxId: id }))).sandbox!);
         print(!!o.json, s, () => `${oneLine(s)} rootfs generation ${s.rootfs_generation}`);
       }),
     );
@@ -171,7 +171,7 @@ export function registerSandboxCommands(program: Command): Command {
     .option('--json', 'print JSON')
     .action(
       action(async (ids: string[], o: JsonOpts, cmd: Command) => {
-        await withServer(dirsOf(cmd).address, async (api) => {
+        await withServer(dirsOf(cmd), async (api) => {
           for (const id of ids) await api.sandboxes.deleteSandbox({ sandboxId: id });
         });
         print(!!o.json, { deleted: ids }, () => ids.map((id) => `${id} deleted`).join('\n'));
@@ -185,7 +185,7 @@ export function registerSandboxCommands(program: Command): Command {
     .option('--json', 'print JSON')
     .action(
       action(async (id: string, seconds: number, o: JsonOpts, cmd: Command) => {
-        const s = sandboxJson((await withServer(dirsOf(cmd).address, (api) => api.sandboxes.setTimeout({ sandboxId: id, timeoutSeconds: seconds }))).sandbox!);
+        const s = sandboxJson((await withServer(dirsOf(cmd), (api) => api.sandboxes.setTimeout({ sandboxId: id, timeoutSeconds: seconds }))).sandbox!);
         print(!!o.json, s, () => `${s.id} expires ${s.expires_at ?? 'never'}`);
       }),
     );

@@ -25,7 +25,7 @@ export function registerTemplateCommands(program: Command): void {
     .action(
       action(async (name: string | undefined, o: { replace?: boolean; json?: boolean }, cmd: Command) => {
         const n = name ?? DEFAULT_TEMPLATE;
-        await withServer(dirsOf(cmd).address, async (api) => {
+        await withServer(dirsOf(cmd), async (api) => {
           try {
             const t = (await api.templates.buildTemplate({ name: n, replace: !!o.replace })).template!;
             print(!!o.json, t, () => `built template ${t.name} (podd ${t.poddVersion}, ${(t.sizeBytes / MIB).toFixed(1)} MiB) in ${t.buildMs} ms at ${t.rootfsPath}`);
@@ -42,7 +42,7 @@ export function registerTemplateCommands(program: Command): void {
     .option('--json', 'print JSON')
     .action(
       action(async (o: { json?: boolean }, cmd: Command) => {
-        const r = await withServer(dirsOf(cmd).address, (api) => api.templates.listTemplates({}));
+        const r = await withServer(dirsOf(cmd), (api) => api.templates.listTemplates({}));
         print(!!o.json, r.templates, () =>
           table(
             ['NAME', 'PODD', 'SIZE MIB', 'CREATED'],
