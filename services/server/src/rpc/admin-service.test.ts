@@ -125,7 +125,7 @@ describe('AdminService token handlers', () => {
     expect(r).toMatchObject({ secret: 'sn_x', token: { role: TokenRole.TOKEN_ROLE_READ } });
     await expect(svc.createToken({ name: 'n', role: TokenRole.TOKEN_ROLE_UNSPECIFIED, ttlMs: 0 }, ctx)).rejects.toBeInstanceOf(InvalidArgumentError);
     expect(made).toHaveLength(1);
-    expect((await svc.listTokens({}, ctx)).tokens.map((x) => x.name)).toEqual(['n']);
+    expect(((await svc.listTokens({}, ctx)).tokens ?? []).map((x) => x?.name)).toEqual(['n']);
     expect((await svc.revokeToken({ nameOrId: 'n' }, ctx)).token?.revokedAtMs).toBe(5);
     await expect(adminService(base).listTokens({}, ctx)).rejects.toMatchObject({ code: Status.FAILED_PRECONDITION });
   });
