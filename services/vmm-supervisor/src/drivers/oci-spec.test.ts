@@ -47,7 +47,7 @@ describe('buildOciSpec', () => {
       destination: '/run/sandnode',
       type: 'bind',
       source: base.poddGuestDir,
-      options: ['rbind', 'rw', 'nosuid', 'nodev'],
+      options: ['rbind', 'rw', 'nosuid', 'nodev', 'noexec'],
     });
     expect(s.mounts.find((m) => m.destination === '/workspace')?.source).toBe(base.workspacePath);
   });

@@ -120,7 +120,8 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
     { destination: '/dev/mqueue', type: 'mqueue', source: 'mqueue', options: ['nosuid', 'noexec', 'nodev'] },
     { destination: '/sys', type: 'sysfs', source: 'sysfs', options: ['nosuid', 'noexec', 'nodev', 'ro'] },
     { destination: '/sys/fs/cgroup', type: 'cgroup', source: 'cgroup', options: ['nosuid', 'noexec', 'nodev', 'relatime', 'ro'] },
-    { destination: PODD_SOCKET_MOUNT, type: 'bind', source: input.poddGuestDir, options: ['rbind', 'rw', 'nosuid', 'nodev'] },
+    // noexec as its tmpfs is mounted (vm-tmpfs.ts): in a user namespace a bind may not drop a flag of its source
+    { destination: PODD_SOCKET_MOUNT, type: 'bind', source: input.poddGuestDir, options: ['rbind', 'rw', 'nosuid', 'nodev', 'noexec'] },
   ];
   if (input.freezePortDir !== undefined) {
     // connect(2) to a socket on a read-only mount works; the VM cannot replace the socket.
