@@ -6,6 +6,8 @@ import path from 'node:path';
 import { DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 import { DEFAULT_KILL_WAIT_MS, DEFAULT_RUNC_START_TIMEOUT_MS } from './drivers/runc';
 import { DEFAULT_SECCOMP_PROFILE } from './drivers/seccomp';
+import { DEFAULT_FREEZE_RATE_BURST, DEFAULT_FREEZE_RATE_PER_SECOND } from './core/freeze-gate';
+import { FREEZE_PORT_IDLE_MS, FREEZE_PORT_MAX_CONNECTIONS, FREEZE_PORT_MAX_MESSAGE_BYTES } from './rpc/freeze-port-service';
 
 /** Kernel command line of firecracker VMs unless `kernelArgs` says otherwise. */
 export const DEFAULT_KERNEL_ARGS = 'console=ttyS0 reboot=k panic=1 pci=off';
@@ -52,6 +54,16 @@ export const configSchema = z.object({
   seccompProfile: z.string().min(1).default(DEFAULT_SECCOMP_PROFILE),
   /** Most processes (tasks) in a VM whose spec says 0 (cgroup pids.max). */
   defaultPids: z.coerce.number().int().min(16).max(1_000_000).default(1024),
+  /** Connections one VM's freeze port holds at once (the one above is closed at once). */
+  freezePortMaxConnections: z.coerce.number().int().min(1).max(64).default(FREEZE_PORT_MAX_CONNECTIONS),
+  /** Largest message the freeze port accepts, bytes (a larger one is RESOURCE_EXHAUSTED at its header). */
+  freezePortMaxMessageBytes: z.coerce.number().int().min(256).max(65_536).default(FREEZE_PORT_MAX_MESSAGE_BYTES),
+  /** A freeze-port connection without a call is closed after this, ms. */
+  freezePortIdleMs: z.coerce.number().int().min(100).max(600_000).default(FREEZE_PORT_IDLE_MS),
+  /** Unarmed freezes one VM may make at once (while the lease holder does not arm freezes). */
+  freezeRateBurst: z.coerce.number().int().min(1).max(100_000).default(DEFAULT_FREEZE_RATE_BURST),
+  /** Unarmed freezes per second one VM gets back. */
+  freezeRatePerSecond: z.coerce.number().min(0.001).max(100_000).default(DEFAULT_FREEZE_RATE_PER_SECOND),
   /** Prometheus `/metrics` on "host:port"; "" disables. */
   metricsListen: z
     .string()
@@ -84,6 +96,11 @@ export interface VmmConfig {
   seccompProfile: string;
   /** Default pids limit of a VM. */
   defaultPids: number;
+  freezePortMaxConnections: number;
+  freezePortMaxMessageBytes: number;
+  freezePortIdleMs: number;
+  freezeRateBurst: number;
+  freezeRatePerSecond: number;
 }
 
 /** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */

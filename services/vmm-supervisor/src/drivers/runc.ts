@@ -37,7 +37,7 @@ import { failpoints, FAILPOINTS } from '../core/failpoints';
 import { mount, mountsUnder, unmountAllIfMounted } from './mounts';
 import { buildOciSpec } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
-import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
+import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, vmCgroupRunning, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
 
 /** What the driver mounts in each VM dir (`<vmDir>/<name>`), in unmount order. */
@@ -71,8 +71,6 @@ export interface RuncDriverOptions {
    * it VMs get the freeze-port dir and mount but nothing serves it (unit tests).
    */
   serveFreezePort?: FreezePortServe;
-  /** fsfreeze(8) binary; default "fsfreeze" from PATH. */
-  fsfreezeBinary?: string;
   /** Longest a `runc run -d` may take, in ms (default {@link DEFAULT_RUNC_START_TIMEOUT_MS}). */
   startTimeoutMs?: number;
   /** Longest a VM may take to be gone after SIGKILL, in ms (default {@link DEFAULT_KILL_WAIT_MS}). */
@@ -95,7 +93,6 @@ export class RuncDriver implements VmDriver {
   private cachedVersion: string | undefined;
   private current: string | undefined;
   private readonly serveFreezePort: FreezePortServe | undefined;
-  private readonly fsfreeze: string | undefined;
   private readonly startTimeoutMs: number;
   private readonly killWaitMs: number;
   private readonly seccomp: SeccompProfile | undefined;
@@ -108,7 +105,6 @@ export class RuncDriver implements VmDriver {
     this.vmsDir = path.join(path.resolve(opts.runDir), 'vms');
     this.log = opts.log;
     this.serveFreezePort = opts.serveFreezePort;
-    this.fsfreeze = opts.fsfreezeBinary;
     this.startTimeoutMs = opts.startTimeoutMs ?? DEFAULT_RUNC_START_TIMEOUT_MS;
     this.killWaitMs = opts.killWaitMs ?? DEFAULT_KILL_WAIT_MS;
     this.seccomp = opts.seccomp;
@@ -349,8 +345,8 @@ export class RuncDriver implements VmDriver {
         vmId,
         vmDir: this.vmDir(vmId),
         log: this.log,
-        fsfreeze: this.fsfreeze,
-        isRunning: async () => (await this.state(vmId, runc)).status === 'running',
+        // from the VM's cgroup (no process start per freeze); runc state where it cannot tell
+        isRunning: async () => vmCgroupRunning(`/sandnode/${vmId}`) ?? (await this.state(vmId, runc)).status === 'running',
       })
     );
   }
