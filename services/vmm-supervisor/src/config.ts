@@ -7,7 +7,7 @@ import { DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadC
 import { DEFAULT_KILL_WAIT_MS, DEFAULT_RUNC_START_TIMEOUT_MS } from './drivers/runc';
 import { DEFAULT_SECCOMP_PROFILE } from './drivers/seccomp';
 import { DEFAULT_FREEZE_RATE_BURST, DEFAULT_FREEZE_RATE_PER_SECOND } from './core/freeze-gate';
-import { FREEZE_PORT_IDLE_MS, FREEZE_PORT_MAX_CONNECTIONS, FREEZE_PORT_MAX_MESSAGE_BYTES } from './rpc/freeze-port-service';
+import { FREEZE_PORT_HANDSHAKE_MS, FREEZE_PORT_IDLE_MS, FREEZE_PORT_MAX_CONNECTIONS, FREEZE_PORT_MAX_MESSAGE_BYTES } from './rpc/freeze-port-service';
 
 /** Kernel command line of firecracker VMs unless `kernelArgs` says otherwise. */
 export const DEFAULT_KERNEL_ARGS = 'console=ttyS0 reboot=k panic=1 pci=off';
@@ -58,6 +58,8 @@ export const configSchema = z.object({
   freezePortMaxConnections: z.coerce.number().int().min(1).max(64).default(FREEZE_PORT_MAX_CONNECTIONS),
   /** Largest message the freeze port accepts, bytes (a larger one is RESOURCE_EXHAUSTED at its header). */
   freezePortMaxMessageBytes: z.coerce.number().int().min(256).max(65_536).default(FREEZE_PORT_MAX_MESSAGE_BYTES),
+  /** A freeze-port connection that has sent no byte is closed after this, ms. */
+  freezePortHandshakeMs: z.coerce.number().int().min(50).max(600_000).default(FREEZE_PORT_HANDSHAKE_MS),
   /** A freeze-port connection without a call is closed after this, ms. */
   freezePortIdleMs: z.coerce.number().int().min(100).max(600_000).default(FREEZE_PORT_IDLE_MS),
   /** Unarmed freezes one VM may make at once (while the lease holder does not arm freezes). */
@@ -99,6 +101,7 @@ export interface VmmConfig {
   freezePortMaxConnections: number;
   freezePortMaxMessageBytes: number;
   freezePortIdleMs: number;
+  freezePortHandshakeMs: number;
   freezeRateBurst: number;
   freezeRatePerSecond: number;
 }

@@ -216,6 +216,8 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
   test('the supervisor is SIGKILLed mid-freeze: the watchdog still thaws in time; the restarted supervisor serves the port again and reports WATCHDOG', async () => {
     const f = await armed(port).freezeFilesystems({ maxFreezeMs: 1000 });
     const begin = f.deadlineUnixMs - f.maxFreezeMs;
+    const watchdogPid = () => (JSON.parse(readFileSync(path.join(fx.runDir, 'freeze-watchdog', 'watchdog.json'), 'utf8')) as { pid: number }).pid;
+    const wd = watchdogPid();
     await daemon.kill('SIGKILL');
     const w = startWriter(wsFile('d'));
     const end = await w.done;
@@ -229,6 +231,8 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
     // The re-served port works.
     const g = await armed(again).freezeFilesystems({ maxFreezeMs: 2000 });
     expect((await again.thawFilesystems({ freezeToken: g.freezeToken })).endedBy).toBe(FreezeEndedBy.FREEZE_ENDED_BY_CALLER);
+    // the restarted supervisor found the node's watchdog again: no second one was started
+    expect(watchdogPid()).toBe(wd);
     port = again;
   });
 

@@ -98,7 +98,16 @@ async function main(): Promise<void> {
   });
   let driver;
   try {
-    driver = createDriver(cfg, log, freezePortServer(log, gate, { maxConnections: cfg.freezePortMaxConnections, maxMessageBytes: cfg.freezePortMaxMessageBytes, idleMs: cfg.freezePortIdleMs }));
+    driver = createDriver(
+      cfg,
+      log,
+      freezePortServer(log, gate, {
+        maxConnections: cfg.freezePortMaxConnections,
+        maxMessageBytes: cfg.freezePortMaxMessageBytes,
+        idleMs: cfg.freezePortIdleMs,
+        handshakeMs: cfg.freezePortHandshakeMs,
+      }),
+    );
   } catch (err) {
     log.fatal({ err }, `cannot start: ${(err as Error).message}`);
     process.exit(EXIT_USAGE);

@@ -26,6 +26,8 @@ export const FREEZE_PORT_MAX_CONNECTIONS = 4;
 export const FREEZE_PORT_MAX_MESSAGE_BYTES = 4096;
 /** A connection without a call is sent GOAWAY and closed after this, ms (also the time to the first call; config `freezePortIdleMs`). */
 export const FREEZE_PORT_IDLE_MS = 10_000;
+/** A connection that has sent no byte (not even the HTTP/2 preface) after this is closed, ms (config `freezePortHandshakeMs`). */
+export const FREEZE_PORT_HANDSHAKE_MS = 2000;
 /** Streams one connection may have open at once. */
 export const FREEZE_PORT_MAX_STREAMS = 1;
 /** A connection is closed after this long however busy, ms (then {@link FREEZE_PORT_MAX_AGE_GRACE_MS} for a running call). */
@@ -43,10 +45,17 @@ export interface FreezePortLimits {
   maxMessageBytes: number;
   /** Idle time of a connection without a call, ms (default {@link FREEZE_PORT_IDLE_MS}). */
   idleMs: number;
+  /** Time to the first byte of a connection, ms (default {@link FREEZE_PORT_HANDSHAKE_MS}). */
+  handshakeMs: number;
 }
 
 /** The freeze port's limits unless configured. */
-export const DEFAULT_FREEZE_PORT_LIMITS: FreezePortLimits = { maxConnections: FREEZE_PORT_MAX_CONNECTIONS, maxMessageBytes: FREEZE_PORT_MAX_MESSAGE_BYTES, idleMs: FREEZE_PORT_IDLE_MS };
+export const DEFAULT_FREEZE_PORT_LIMITS: FreezePortLimits = {
+  maxConnections: FREEZE_PORT_MAX_CONNECTIONS,
+  maxMessageBytes: FREEZE_PORT_MAX_MESSAGE_BYTES,
+  idleMs: FREEZE_PORT_IDLE_MS,
+  handshakeMs: FREEZE_PORT_HANDSHAKE_MS,
+};
 
 /** freezeEndToProto maps how a freeze ended to the wire (undefined = UNSPECIFIED: still holds / none). */
 export function freezeEndToProto(end: FreezeEnd | undefined): FreezeEndedBy {
@@ -136,6 +145,15 @@ export function freezePortServer(log: Logger, gate?: FreezeGate, limits: FreezeP
     if (existsSync(socketPath)) unlinkSync(socketPath); // a stale socket of a killed supervisor
     const listener = net.createServer();
     listener.maxConnections = limits.maxConnections;
+    // gRPC's idle limit closes a connection without a call only once nghttp2 got the preface:
+    // one that sends nothing at all is closed here (registered before serveListener's handler)
+    listener.on('connection', (socket: net.Socket) => {
+      const t = setTimeout(() => {
+        if (socket.bytesRead === 0) socket.destroy();
+      }, limits.handshakeMs);
+      t.unref();
+      socket.once('close', () => clearTimeout(t));
+    });
     await new Promise<void>((resolve, reject) => {
       listener.once('error', reject);
       listener.listen(socketPath, () => {
