@@ -21,7 +21,7 @@
  * GetSandbox round), BENCH_GETSANDBOX_ROUNDS, BENCH_HANDOVERS, BENCH_DRAIN, BENCH_FORKS (0 skips
  * the fork section), BENCH_FORK_MB, BENCH_DEVICE_ROUNDS, BENCH_DEVICE_SANDBOXES,
  * BENCH_CHAOS_SEED / BENCH_CHAOS_STEPS (a longer chaos run than CI's; 0 steps skips it).
- * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos;
+ * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, freeze-port;
  * default all) runs only those (create runs whenever a section of the first node does: they
  * need its sandboxes) and writes bench/results/foundation-<a>+<b>.json instead;
  * BENCH_SKIP_LIVE_UPGRADE=1 skips live-upgrade.ts.
@@ -38,6 +38,7 @@ import { runChaos, type ChaosReport } from '@sandnode/chaos';
 import { benchLiveUpgrade } from './live-upgrade';
 import { benchDeviceStall } from './device-stall';
 import { benchGetSandbox } from './getsandbox';
+import { benchFreezePort } from './freeze-port';
 import { percentile } from '@sandnode/node-stack';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
@@ -45,7 +46,7 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /** The sections BENCH_SECTIONS may name. */
-const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos'] as const;
+const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'freeze-port'] as const;
 type Section = (typeof SECTIONS)[number];
 
 function wantedSections(): Set<Section> {
@@ -193,6 +194,7 @@ async function main(): Promise<void> {
     if (want.has('device') && num('BENCH_DEVICE_ROUNDS', 3) > 0) results.deviceHandover = await section('device handover', rows, () => benchDeviceStall(root, rows));
     if (want.has('live-upgrade')) results.liveUpgrade = await section('live upgrade', rows, () => benchLiveUpgrade(root, rows));
     if (want.has('chaos') && num('BENCH_CHAOS_STEPS', 300) > 0) results.chaos = await section('chaos', rows, () => benchChaos(rows));
+    if (want.has('freeze-port')) results.freezePort = await section('freeze port', rows, () => benchFreezePort(root, rows));
   } finally {
     rmSync(root, { recursive: true, force: true });
   }
