@@ -53,6 +53,12 @@ export const VMM_FEATURES = {
   userns: 'vmm.userns.v1',
   /** ListVmsResponse carries the quarantined rows of the VM table and the fence epoch (`sandnode status`) */
   quarantineReport: 'vmm.quarantine-report.v1',
+  /**
+   * VmService.ArmFreeze / DisarmFreeze and FenceEpochRequest.require_freeze_arm: a freeze port
+   * accepts a freeze only while armed (once the lease holder arms), with per-connection and
+   * per-VM limits
+   */
+  freezeArm: 'vmm.freeze-arm.v1',
 } as const;
 
 /** Features of the ublk-manager (`ublk.*`). */

@@ -72,6 +72,12 @@ export interface ServiceServerOptions {
   limits?: Partial<ServerLimits>;
   /** who may call (connection-auth.ts); undefined: whoever can reach the socket */
   auth?: AuthPolicy;
+  /**
+   * grpc-js server options applied over the ones derived from the defaults and limits: a
+   * component's own stricter settings (e.g. the vmm-supervisor's freeze port: a 4 KiB receive
+   * limit, `grpc-node.max_session_memory`, `grpc.max_connection_age_ms`).
+   */
+  grpcOptions?: Record<string, number>;
 }
 
 /** ServiceServer is a running component server. */
@@ -184,6 +190,7 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
       'grpc.max_connection_idle_ms': limits.maxConnectionIdleMs,
       'grpc.keepalive_time_ms': limits.keepaliveTimeMs,
       'grpc.keepalive_timeout_ms': limits.keepaliveTimeoutMs,
+      ...opts.grpcOptions,
     },
     // deadline before the fence: a call that is already late must not even raise the epoch
     // auth first after error mapping: nothing runs for a caller that is refused

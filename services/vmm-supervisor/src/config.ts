@@ -9,6 +9,8 @@ import { DEFAULT_SECCOMP_PROFILE } from './drivers/seccomp';
 import { DEFAULT_CONSOLE_LOG_BYTES } from './drivers/console-log';
 import { DEFAULT_GUEST_RUN_DIR_BYTES } from './drivers/vm-tmpfs';
 import { DEFAULT_USERNS_RANGE, parseUsernsRange, type UsernsRange } from './drivers/userns';
+import { DEFAULT_FREEZE_RATE_BURST, DEFAULT_FREEZE_RATE_PER_SECOND } from './core/freeze-gate';
+import { FREEZE_PORT_HANDSHAKE_MS, FREEZE_PORT_IDLE_MS, FREEZE_PORT_MAX_CONNECTIONS, FREEZE_PORT_MAX_MESSAGE_BYTES } from './rpc/freeze-port-service';
 
 /** Kernel command line of firecracker VMs unless `kernelArgs` says otherwise. */
 export const DEFAULT_KERNEL_ARGS = 'console=ttyS0 reboot=k panic=1 pci=off';
@@ -74,6 +76,18 @@ export const configSchema = z.object({
    * 0..size-1 inside every sandbox (one node-wide range); "" = none (uid 0 inside is host root).
    */
   usernsRange: z.string().default(DEFAULT_USERNS_RANGE),
+  /** Connections one VM's freeze port holds at once (the one above is closed at once). */
+  freezePortMaxConnections: z.coerce.number().int().min(1).max(64).default(FREEZE_PORT_MAX_CONNECTIONS),
+  /** Largest message the freeze port accepts, bytes (a larger one is RESOURCE_EXHAUSTED at its header). */
+  freezePortMaxMessageBytes: z.coerce.number().int().min(256).max(65_536).default(FREEZE_PORT_MAX_MESSAGE_BYTES),
+  /** A freeze-port connection that has sent no byte is closed after this, ms. */
+  freezePortHandshakeMs: z.coerce.number().int().min(50).max(600_000).default(FREEZE_PORT_HANDSHAKE_MS),
+  /** A freeze-port connection without a call is closed after this, ms. */
+  freezePortIdleMs: z.coerce.number().int().min(100).max(600_000).default(FREEZE_PORT_IDLE_MS),
+  /** Unarmed freezes one VM may make at once (while the lease holder does not arm freezes). */
+  freezeRateBurst: z.coerce.number().int().min(1).max(100_000).default(DEFAULT_FREEZE_RATE_BURST),
+  /** Unarmed freezes per second one VM gets back. */
+  freezeRatePerSecond: z.coerce.number().min(0.001).max(100_000).default(DEFAULT_FREEZE_RATE_PER_SECOND),
   /** Prometheus `/metrics` on "host:port"; "" disables. */
   metricsListen: z
     .string()
@@ -112,6 +126,12 @@ export interface VmmConfig {
   consoleLogBytes: number;
   /** The user namespace range of runc sandboxes; undefined = none (`usernsRange` ""). */
   usernsRange: UsernsRange | undefined;
+  freezePortMaxConnections: number;
+  freezePortMaxMessageBytes: number;
+  freezePortIdleMs: number;
+  freezePortHandshakeMs: number;
+  freezeRateBurst: number;
+  freezeRatePerSecond: number;
 }
 
 /** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */

@@ -40,6 +40,17 @@ describeWith('vmm-supervisor FenceEpoch (real daemon)', VMM_PARTS, () => {
     await expectCode(fx.client().fenceEpoch({ epoch: 6 }), Status.ABORTED, /this node is at epoch 7/);
   });
 
+  test('ArmFreeze and DisarmFreeze are fenced like every mutating call; FenceEpoch with require_freeze_arm records the arming epoch', async () => {
+    writeLeaseRecord(fx.stateDir, 7);
+    await fx.start();
+    expect((await fx.client(5).fenceEpoch({ epoch: 5, requireFreezeArm: true })).epoch).toBe(5);
+    expect(JSON.parse(readFileSync(path.join(fx.stateDir, 'vmm-supervisor', 'freeze-arm-epoch'), 'utf8'))).toEqual({ epoch: 5 });
+    await expectCode(fx.client(4).armFreeze({ vmId: 'vm-none', windowMs: 0 }), Status.ABORTED, /stale epoch 4/);
+    await expectCode(fx.client(4).disarmFreeze({ vmId: 'vm-none' }), Status.ABORTED, /stale epoch 4/);
+    await expectCode(fx.client(5).armFreeze({ vmId: 'vm-none', windowMs: 0 }), Status.NOT_FOUND);
+    expect((await fx.client(5).disarmFreeze({ vmId: 'vm-none' })).wasArmed).toBe(false);
+  });
+
   test('refuses an epoch above the one the node lease names (FAILED_PRECONDITION, nothing changed): a forged huge epoch cannot fence the real server out', async () => {
     writeLeaseRecord(fx.stateDir, 3);
     await fx.start();

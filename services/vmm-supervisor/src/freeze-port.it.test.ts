@@ -61,6 +61,18 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
     await fx?.cleanup();
   });
 
+  /**
+   * armed(p) is p after VmService.ArmFreeze of vm-f, as the server arms a fork's parent: its
+   * first FreezeFilesystems is let in (the rate limit and the arming rule are
+   * freeze-port-abuse.it.test.ts's).
+   */
+  const armed = (p: typeof port) => ({
+    freezeFilesystems: async (req: { maxFreezeMs: number }) => {
+      await fx.client().armFreeze({ vmId: 'vm-f', windowMs: 0 });
+      return p.freezeFilesystems(req);
+    },
+  });
+
   const upperFile = (n: string) => path.join(vmDir, 'upper-dev', n);
   const wsFile = (n: string) => path.join(vmDir, 'workspace', n);
 
@@ -117,7 +129,7 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
   });
 
   test('GetVmFreeze reports the freeze as the supervisor saw it (token, times, who ended it)', async () => {
-    const f = await port.freezeFilesystems({ maxFreezeMs: 3000 });
+    const f = await armed(port).freezeFilesystems({ maxFreezeMs: 3000 });
     const held = await fx.client().getVmFreeze({ vmId: 'vm-f' });
     expect(held).toMatchObject({ freezeToken: f.freezeToken, frozen: true, endedAtUnixMs: 0, maxFreezeMs: 3000 });
     const t = await port.thawFilesystems({ freezeToken: f.freezeToken });
@@ -128,7 +140,7 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
   });
 
   test('frozen: host writers block until Thaw; Thaw ends it early (CALLER) with frozen_ms', async () => {
-    const f = await port.freezeFilesystems({ maxFreezeMs: 5000 });
+    const f = await armed(port).freezeFilesystems({ maxFreezeMs: 5000 });
     expect(f.maxFreezeMs).toBe(5000);
     expect(f.filesystems).toEqual(['/', '/workspace']);
     expect(f.freezeToken).toMatch(/^[0-9a-f]{32}$/);
@@ -153,9 +165,9 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
   });
 
   test('bad tokens: empty is INVALID_ARGUMENT; a stale token is FAILED_PRECONDITION and the later freeze stays frozen', async () => {
-    const a = await port.freezeFilesystems({ maxFreezeMs: 3000 });
+    const a = await armed(port).freezeFilesystems({ maxFreezeMs: 3000 });
     await port.thawFilesystems({ freezeToken: a.freezeToken });
-    const b = await port.freezeFilesystems({ maxFreezeMs: 3000 });
+    const b = await armed(port).freezeFilesystems({ maxFreezeMs: 3000 });
     try {
       await expectCode(port.thawFilesystems({ freezeToken: '' }), Status.INVALID_ARGUMENT);
       await expectCode(port.thawFilesystems({ freezeToken: a.freezeToken }), Status.FAILED_PRECONDITION);
@@ -165,7 +177,7 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
       expect(w.exited()).toBe(false);
       expect(await port.getFilesystemFreeze({})).toMatchObject({ frozen: true, freezeToken: b.freezeToken });
       // One freeze at a time.
-      await expectCode(port.freezeFilesystems({ maxFreezeMs: 100 }), Status.FAILED_PRECONDITION);
+      await expectCode(armed(port).freezeFilesystems({ maxFreezeMs: 100 }), Status.FAILED_PRECONDITION);
       expect((await port.thawFilesystems({ freezeToken: b.freezeToken })).endedBy).toBe(FreezeEndedBy.FREEZE_ENDED_BY_CALLER);
       await w.done;
     } finally {
@@ -179,7 +191,7 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
       [1, 100],
       [60_000, 5000],
     ] as const) {
-      const f = await port.freezeFilesystems({ maxFreezeMs: req });
+      const f = await armed(port).freezeFilesystems({ maxFreezeMs: req });
       expect(f.maxFreezeMs).toBe(want);
       const t = await port.thawFilesystems({ freezeToken: f.freezeToken });
       expect(t.endedBy).not.toBe(FreezeEndedBy.FREEZE_ENDED_BY_UNSPECIFIED);
@@ -187,7 +199,7 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
   });
 
   test('nobody calls Thaw: the watchdog thaws within max_freeze_ms + 100 ms', async () => {
-    const f = await port.freezeFilesystems({ maxFreezeMs: 400 });
+    const f = await armed(port).freezeFilesystems({ maxFreezeMs: 400 });
     const begin = f.deadlineUnixMs - f.maxFreezeMs; // wall clock just before the watchdog and the first FIFREEZE
     const w1 = startWriter(upperFile('c'));
     const w2 = startWriter(wsFile('c'));
@@ -202,8 +214,10 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
   });
 
   test('the supervisor is SIGKILLed mid-freeze: the watchdog still thaws in time; the restarted supervisor serves the port again and reports WATCHDOG', async () => {
-    const f = await port.freezeFilesystems({ maxFreezeMs: 1000 });
+    const f = await armed(port).freezeFilesystems({ maxFreezeMs: 1000 });
     const begin = f.deadlineUnixMs - f.maxFreezeMs;
+    const watchdogPid = () => (JSON.parse(readFileSync(path.join(fx.runDir, 'freeze-watchdog', 'watchdog.json'), 'utf8')) as { pid: number }).pid;
+    const wd = watchdogPid();
     await daemon.kill('SIGKILL');
     const w = startWriter(wsFile('d'));
     const end = await w.done;
@@ -215,13 +229,15 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
     expect(st).toMatchObject({ frozen: false, freezeToken: f.freezeToken, endedBy: FreezeEndedBy.FREEZE_ENDED_BY_WATCHDOG });
     expect(st.frozenMs).toBeLessThanOrEqual(1000 + WINDOW_SLACK_MS);
     // The re-served port works.
-    const g = await again.freezeFilesystems({ maxFreezeMs: 2000 });
+    const g = await armed(again).freezeFilesystems({ maxFreezeMs: 2000 });
     expect((await again.thawFilesystems({ freezeToken: g.freezeToken })).endedBy).toBe(FreezeEndedBy.FREEZE_ENDED_BY_CALLER);
+    // the restarted supervisor found the node's watchdog again: no second one was started
+    expect(watchdogPid()).toBe(wd);
     port = again;
   });
 
   test('StopVm of a VM with an active freeze thaws first (ended by CALLER); blocked writers complete', async () => {
-    const f = await port.freezeFilesystems({ maxFreezeMs: 5000 });
+    const f = await armed(port).freezeFilesystems({ maxFreezeMs: 5000 });
     const w = startWriter(wsFile('stop'));
     await sleep(100); // time the writer would need to finish were the freeze not holding
     expect(w.exited()).toBe(false);
@@ -235,7 +251,7 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
   test('DeleteVm of a VM with an active freeze thaws first and removes everything', async () => {
     await fx.client().deleteVm({ vmId: 'vm-f' });
     await fx.client().createVm({ vmId: 'vm-f', spec });
-    await port.freezeFilesystems({ maxFreezeMs: 5000 });
+    await armed(port).freezeFilesystems({ maxFreezeMs: 5000 });
     const w = startWriter(wsFile('e'));
     const t0 = Date.now();
     expect((await fx.client().deleteVm({ vmId: 'vm-f' })).existed).toBe(true);

@@ -12,11 +12,25 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import type http from 'node:http';
 import path from 'node:path';
-import { buildCommit, createLogger, gateWritesWhileBusy, parseDaemonArgs, createServiceServer, runDaemon, serveMetrics, SUITE_VERSION, waitWhileBusy } from '@sandnode/shared';
+import {
+  buildCommit,
+  createLogger,
+  gateWritesWhileBusy,
+  parseDaemonArgs,
+  createServiceServer,
+  readEpochFile,
+  runDaemon,
+  serveMetrics,
+  SUITE_VERSION,
+  VMM_FEATURES,
+  waitWhileBusy,
+  type EpochFence,
+} from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { loadVmmConfig, SERVICE } from './config';
 import { vmmEpochFence } from './core/epoch';
 import { failpoints } from './core/failpoints';
+import { FreezeGate } from './core/freeze-gate';
 import { Supervisor } from './core/supervisor';
 import { createDriver } from './drivers/select';
 import { createVmService } from './rpc/vm-service';
@@ -72,15 +86,33 @@ async function main(): Promise<void> {
   }
   const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel);
   if (failpoints.list().length) log.warn({ failpoints: failpoints.list() }, 'failpoints are active (tests only)');
+  // the fence is made once the state dir is locked; freezes asked before (adoption serves the
+  // ports) see the persisted epoch
+  const made: { fence?: EpochFence } = {};
+  const supervisorDir = path.join(cfg.stateDir, SERVICE);
+  const gate = new FreezeGate({
+    dir: supervisorDir,
+    currentEpoch: () => made.fence?.current ?? readEpochFile(path.join(supervisorDir, 'epoch')),
+    rateBurst: cfg.freezeRateBurst,
+    ratePerSecond: cfg.freezeRatePerSecond,
+  });
   let driver;
   try {
-    driver = createDriver(cfg, log, freezePortServer(log));
+    driver = createDriver(
+      cfg,
+      log,
+      freezePortServer(log, gate, {
+        maxConnections: cfg.freezePortMaxConnections,
+        maxMessageBytes: cfg.freezePortMaxMessageBytes,
+        idleMs: cfg.freezePortIdleMs,
+        handshakeMs: cfg.freezePortHandshakeMs,
+      }),
+    );
   } catch (err) {
     log.fatal({ err }, `cannot start: ${(err as Error).message}`);
     process.exit(EXIT_USAGE);
   }
   mkdirSync(cfg.stateDir, { recursive: true, mode: 0o700 });
-  const supervisorDir = path.join(cfg.stateDir, SERVICE);
   try {
     // Held until the process exits; the kernel releases it even on kill -9.
     acquireStateLock(supervisorDir);
@@ -136,6 +168,7 @@ async function main(): Promise<void> {
   );
 
   const fence = vmmEpochFence(supervisorDir, cfg.stateDir);
+  made.fence = fence;
   const server = createServiceServer({
     info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: supervisor.features() },
     log,
@@ -146,7 +179,7 @@ async function main(): Promise<void> {
   server.add(
     VmServiceDefinition,
     gateWritesWhileBusy(
-      createVmService(supervisor, fence, () => store.quarantined()),
+      createVmService(supervisor, fence, () => store.quarantined(), driver.features.includes(VMM_FEATURES.freezePort) ? gate : undefined),
       VM_WRITES,
       store,
       { what: 'vm-table.db' },

@@ -146,6 +146,26 @@ describeNode('ForkSandbox and ResetRootfs on a real node', () => {
     await expectNoOrphans(node);
   });
 
+  it('a sandbox cannot freeze itself: FreezeFilesystems from inside on its freeze port is FAILED_PRECONDITION (the server arms only its forks), it stays writable, and a fork after it still quiesces', async () => {
+    const { api } = node;
+    const id = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId;
+    // a raw gRPC call from a process in the sandbox: FreezeFilesystems { max_freeze_ms: 2000 }
+    const attack =
+      "const h=require('http2'),net=require('net');const c=h.connect('http://x',{createConnection:()=>net.connect('/run/sandnode-freeze/freeze.sock')});" +
+      "const s=c.request({':method':'POST',':path':'/sandnode.vmm.v1.FreezePortService/FreezeFilesystems','content-type':'application/grpc',te:'trailers'});" +
+      "let st='none';const t=(x)=>{if(x['grpc-status']!==undefined)st=x['grpc-status']};s.on('response',t);s.on('trailers',t);s.on('data',()=>{});" +
+      "s.on('close',()=>{console.log(st);c.close()});s.end(Buffer.from([0,0,0,0,3,8,0xd0,0x0f]));";
+    const r = await execCollect(api, id, ['node', '-e', attack]);
+    expect({ exitCode: r.exitCode, status: r.stdout.trim() }).toEqual({ exitCode: 0, status: String(Status.FAILED_PRECONDITION) });
+    // nothing is frozen: a write inside finishes
+    expect(await sh(api, id, 'echo still-writable > /workspace/w.txt && cat /workspace/w.txt')).toBe('still-writable\n');
+    const f = await api.sandboxes.forkSandbox({ parentId: id, maxFreezeMs: 1000 });
+    expect(f.method).toBe(ForkMethod.FORK_METHOD_QUIESCE);
+    expect((await readAll(api, f.sandbox!.sandboxId, 'w.txt')).toString()).toBe('still-writable\n');
+    await api.sandboxes.deleteSandbox({ sandboxId: f.sandbox!.sandboxId });
+    await api.sandboxes.deleteSandbox({ sandboxId: id });
+  });
+
   it('forks a PAUSED sandbox as it is; the parent stays PAUSED and frozen', async () => {
     const { api } = node;
     const parent = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!;

@@ -81,6 +81,17 @@ describe('ForkSandbox negotiation', () => {
     expect(store.get(p)!.forkPausedAtMs).toBe(0);
   });
 
+  it('a supervisor with vmm.freeze-arm.v1: the parent is armed for its one freeze right before Quiesce (window = max_freeze_ms + 10 s), disarmed when nothing was frozen', async () => {
+    peers.armFreezes = true;
+    const p = parent.sandboxId;
+    await fork();
+    expect(peers.events).toEqual([`arm ${p} 11500`, `quiesce ${p} 1500`, `clone ${p}-upper quiesced=true`, `clone ${p}-ws quiesced=true`, 'thaw t1']);
+    peers.events = [];
+    peers.quiesceError = new UnavailableError('freeze port not reachable');
+    expect((await fork()).method).toBe('pause');
+    expect(peers.events.slice(0, 4)).toEqual([`arm ${p} 11500`, `quiesce ${p} 1500`, `disarm ${p}`, `pause ${p}`]);
+  });
+
   it('a podd whose freeze port is unreachable (UNAVAILABLE: nothing frozen) falls back to pause', async () => {
     peers.quiesceError = new UnavailableError('freeze port not reachable');
     const r = await fork();

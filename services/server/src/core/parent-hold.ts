@@ -2,9 +2,11 @@
  * Holding a fork's parent still while its devices are cloned, so that the clones are one
  * point in time (see SandboxService.ForkSandbox):
  * - PAUSED parent: nothing to hold; the host's dirty pages are synced to its devices first.
- * - RUNNING parent whose podd lists "podd.quiesce": podd freezes its filesystems for at most
- *   max_freeze_ms, the clones run inside that window, podd thaws, and the supervisor confirms
- *   that the freeze really held until the clones were done.
+ * - RUNNING parent whose podd lists "podd.quiesce": the supervisor arms the VM's freeze port
+ *   for one freeze (ArmFreeze, when it lists "vmm.freeze-arm.v1": its ports refuse unarmed
+ *   freezes), podd freezes its filesystems for at most max_freeze_ms, the clones run inside
+ *   that window, podd thaws, and the supervisor confirms that the freeze really held until the
+ *   clones were done.
  * - otherwise (an older template's podd, or a freeze port that is not reachable): pause the
  *   VM, sync, clone, resume; the parent's record is marked (fork_paused_at_ms) meanwhile, so
  *   that adoption resumes it if this server dies before the resume.
@@ -70,11 +72,15 @@ export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreez
   // it afterwards (vmm.freeze-status.v1); without that, hold the parent by pausing it
   if ((await c.vms.freezeStatus(vmId)) === undefined) return pauseAndClone(c, parent, vmId, cloneAll, 'the vmm-supervisor cannot confirm a freeze (no vmm.freeze-status.v1)', log);
 
+  // the freeze port lets in one freeze only while armed: arm it for this one
+  const armed = (await c.vms.armFreeze?.(vmId, maxFreezeMs + ARM_MARGIN_MS)) ?? false;
   const tCall = c.now();
   let freeze: PoddFreeze;
   try {
     freeze = await podd.quiesce(maxFreezeMs);
   } catch (err) {
+    // nothing was frozen by this fork: do not leave the port armed for the sandbox
+    if (armed) await c.vms.disarmFreeze?.(vmId).catch((e: unknown) => log.warn({ err: e }, 'DisarmFreeze failed; the arm expires by itself'));
     // UNAVAILABLE is a documented runtime condition, not a missing feature: podd lists
     // "podd.quiesce" when the host's freeze port existed at its start, and answers UNAVAILABLE
     // when it cannot reach that port now (e.g. a supervisor rolled back to a release without
@@ -129,6 +135,12 @@ export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreez
   }
   return { method: 'quiesce', parentHeldMs: frozenMs, cloneMs };
 }
+
+/**
+ * Time an arm gives podd beyond the freeze window, ms: its sync before the freeze (as the
+ * Quiesce deadline's margin).
+ */
+export const ARM_MARGIN_MS = 10_000;
 
 /** freezeAdvice is what a fork whose clone outlasted a maxFreezeMs window should do instead. */
 function freezeAdvice(maxFreezeMs: number): string {

@@ -166,6 +166,14 @@ export interface VmPort {
    * (vmm GetVmFreeze); undefined when the supervisor cannot tell (no "vmm.freeze-status.v1").
    */
   freezeStatus(vmId: string): Promise<VmFreezeInfo | undefined>;
+  /**
+   * armFreeze lets vmId's freeze port accept one freeze within windowMs (vmm ArmFreeze); false
+   * when the supervisor has no arming (no "vmm.freeze-arm.v1": it accepts unarmed freezes).
+   * Absent in ports without a freeze port (test fakes): nothing is armed.
+   */
+  armFreeze?(vmId: string, windowMs: number): Promise<boolean>;
+  /** disarmFreeze ends vmId's unused arm (vmm DisarmFreeze). */
+  disarmFreeze?(vmId: string): Promise<void>;
   delete(vmId: string): Promise<void>;
 }
 

@@ -49,10 +49,30 @@ export class VmPeer implements VmPort {
    * when the supervisor lists "vmm.fence-epoch.v1" (asked afresh: a restarted or rolled-back
    * supervisor may have other features), else the 0.2.0 announcement, a DeleteVm of an id no
    * sandbox can have, which carries the epoch like every mutating call. ABORTED when a higher
-   * epoch exists.
+   * epoch exists. The FenceEpoch says that this server arms every freeze it needs
+   * (require_freeze_arm; a supervisor without "vmm.freeze-arm.v1" ignores the field).
    */
   async fenceEpoch(epoch: number): Promise<string> {
-    return announceEpoch(this.features, VMM_FEATURES.fenceEpoch, () => this.client.fenceEpoch({ epoch }), { name: 'DeleteVm', call: () => this.client.deleteVm({ vmId: EPOCH_PROBE_ID }) });
+    return announceEpoch(this.features, VMM_FEATURES.fenceEpoch, () => this.client.fenceEpoch({ epoch, requireFreezeArm: true }), {
+      name: 'DeleteVm',
+      call: () => this.client.deleteVm({ vmId: EPOCH_PROBE_ID }),
+    });
+  }
+
+  /**
+   * armFreeze lets vmId's freeze port accept one freeze within windowMs (VmService.ArmFreeze);
+   * false, with nothing asked, when the supervisor lacks "vmm.freeze-arm.v1" (before it, freeze
+   * ports accept every freeze). NOT_FOUND, FAILED_PRECONDITION (the VM is not running).
+   */
+  async armFreeze(vmId: string, windowMs: number): Promise<boolean> {
+    if (!(await this.features.has(VMM_FEATURES.freezeArm))) return false;
+    await this.client.armFreeze({ vmId, windowMs });
+    return true;
+  }
+
+  /** disarmFreeze ends vmId's unused arm (VmService.DisarmFreeze; call it only after armFreeze said true). */
+  async disarmFreeze(vmId: string): Promise<void> {
+    await this.client.disarmFreeze({ vmId });
   }
 
   async create(a: Parameters<VmPort['create']>[0]): Promise<VmInfo> {

@@ -1,7 +1,7 @@
 /**
  * Bounded filesystem freeze of one VM (the host side of podd's Quiesce/Thaw): the window
  * arithmetic, the token rules and the persisted record. No host access and no proto imports:
- * `drivers/freeze-port.ts` does the FIFREEZE/FITHAW (util-linux fsfreeze(8); Linux
+ * `drivers/freeze-port.ts` does the FIFREEZE/FITHAW (in-process ioctls; Linux
  * Documentation/filesystems/vfs.rst, freeze_fs/unfreeze_fs) and the watchdog.
  */
 import { randomBytes } from 'node:crypto';
@@ -51,6 +51,12 @@ export interface FreezeRecord {
   watchdogStartTicks: number;
   /** File the watchdog writes its thaw time (Unix epoch ms) into once it has thawed. */
   watchdogEndFile: string;
+  /**
+   * "node": the node's long-lived watchdog (its pid above; the freeze's deadline file is taken
+   * back at a thaw); absent in records of older releases: a watchdog process group of this
+   * freeze's own, killed at a thaw.
+   */
+  watchdog?: 'node';
   /** Time the FIFREEZE calls took, ms. */
   freezeMs: number;
   /** Wall clock (Unix epoch ms) when the first FIFREEZE began; absent in older records (then startedAtMs). */

@@ -90,7 +90,8 @@ export class Supervisor {
 
   /** Feature strings of the supervisor with its driver, for GetVersion (all from VMM_FEATURES). */
   features(): string[] {
-    return [...this.driver.features, VMM_FEATURES.adoption, VMM_FEATURES.epochFence, VMM_FEATURES.freezeStatus, VMM_FEATURES.fenceEpoch, VMM_FEATURES.quarantineReport, VMM_FEATURES.vmIsolation];
+    const arm = this.driver.features.includes(VMM_FEATURES.freezePort) ? [VMM_FEATURES.freezeArm] : [];
+    return [...this.driver.features, VMM_FEATURES.adoption, VMM_FEATURES.epochFence, VMM_FEATURES.freezeStatus, VMM_FEATURES.fenceEpoch, VMM_FEATURES.quarantineReport, VMM_FEATURES.vmIsolation, ...arm];
   }
 
   /**
@@ -219,6 +220,18 @@ export class Supervisor {
   async get(vmId: string): Promise<VmRecord> {
     requireResourceId('vm_id', vmId);
     return this.refresh(this.require(vmId));
+  }
+
+  /**
+   * requireArmable checks that vmId may be armed for a freeze (ArmFreeze): it is in the table
+   * and RUNNING there (no driver call), and the driver serves freeze ports (hasPort).
+   * InvalidArgumentError (vm_id), NotFoundError, FailedPreconditionError; nothing changes.
+   */
+  requireArmable(vmId: string, hasPort: boolean): void {
+    requireResourceId('vm_id', vmId);
+    const rec = this.require(vmId);
+    if (!hasPort || !this.driver.features.includes(VMM_FEATURES.freezePort)) throw new FailedPreconditionError(`vm ${vmId}: the ${this.driver.name} driver has no freeze port; nothing armed`);
+    if (rec.state !== 'running') throw new FailedPreconditionError(`vm ${vmId} is ${rec.state}, not running; nothing armed`);
   }
 
   /** list returns every VM with its live state, ordered by vm id. */

@@ -1,7 +1,7 @@
 /**
  * The freeze port of one runc VM: bounded FIFREEZE/FITHAW of the VM's writable filesystems on
- * the host (util-linux fsfreeze(8); Linux Documentation/filesystems/vfs.rst, freeze_fs), with a
- * watchdog that does not live in the supervisor.
+ * the host (Linux Documentation/filesystems/vfs.rst, freeze_fs), in-process (fs-ioctl.ts: no
+ * host process per call), with a watchdog that does not live in the supervisor.
  *
  * Host layout under `<vmDir>/`:
  *
@@ -10,21 +10,23 @@
  *   freeze-state.json               the current or latest freeze (FreezeRecord), atomic writes
  *   freeze-watchdog-<token>.end     written by the watchdog once it has thawed (Unix epoch ms)
  *
- * The watchdog is `/bin/sh -c 'sleep <s>; fsfreeze -u <m>...; date > end'`, started BEFORE the
- * first FIFREEZE as the leader of its own session and process group with stdio ignored and
- * unref'd: it survives a SIGKILL of podd, of the caller and of the supervisor itself, and
- * sleep(1) counts on CLOCK_MONOTONIC. A caller's Thaw kills its process group first, then
- * thaws. Every file written here is on the run dir, never on a frozen filesystem (a blocked
- * write would stall one of Node's 4 libuv threads, then all of them).
+ * The watchdog is the node's one long-lived watchdog process (freeze-watchdog.ts), started at
+ * the first freeze that finds none alive and reused by every later one: BEFORE the first
+ * FIFREEZE the freeze's deadline is handed to it (`<runDir>/freeze-watchdog/<vmId>.deadline`);
+ * it survives a SIGKILL of podd, of the caller and of the supervisor itself. A caller's Thaw
+ * thaws first, then takes the deadline back. Records of older releases name a
+ * `/bin/sh -c 'sleep ...'` watchdog of their own: its process group is killed as before. Every
+ * file written here is on the run dir, never on a frozen filesystem (a blocked write would
+ * stall one of Node's 4 libuv threads, then all of them).
  */
-import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { CommandError, FailedPreconditionError, InternalError, isSameProcess, processStartTicks, processState, run, writeFileAtomic } from '@sandnode/shared';
+import { FailedPreconditionError, InternalError, isSameProcess, processState, writeFileAtomic } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import { checkThawToken, clampFreezeMs, FREEZE_RECORD_SCHEMA, newFreezeToken, statusOf, windowMs, type FreezeEnd, type FreezeRecord, type FreezeStatus, type FrozenMount } from '../core/freeze';
 import { isMountPoint, mountOptions } from './mounts';
-import { resolveExecutable } from './binary';
+import { EINVAL, FIFREEZE, FITHAW, fsIoctl, IoctlTimeoutError, type IoctlResult } from './fs-ioctl';
+import { clearDeadline, ensureWatchdog, watchdogDirOf, writeDeadline } from './freeze-watchdog';
 
 /** Dir under the VM dir that the VM sees read-only at {@link FREEZE_PORT_MOUNT}. */
 export const FREEZE_PORT_DIR = 'freeze-port';
@@ -36,14 +38,12 @@ export const FREEZE_SOCKET_NAME = 'freeze.sock';
 export const FREEZE_PORT_MOUNT = '/run/sandnode-freeze';
 /** The record file under the VM dir. */
 export const FREEZE_STATE_FILE = 'freeze-state.json';
-/** Longest one fsfreeze(8) call may take, in ms (FIFREEZE syncs dirty data first). */
+/** Longest one FIFREEZE / FITHAW may take before the call fails INTERNAL, in ms (FIFREEZE syncs dirty data first). */
 export const DEFAULT_FSFREEZE_TIMEOUT_MS = 30_000;
 /** Longest a call waits for a watchdog past its deadline to finish thawing and record it, in ms. */
 export const DEFAULT_WATCHDOG_FINISH_WAIT_MS = 2000;
 /** Poll interval while waiting for the watchdog to finish, in ms. */
 export const WATCHDOG_POLL_MS = 10;
-/** The watchdog's shell script: $1 sleep seconds, $2 end file, $3 fsfreeze binary, $4.. mounts in thaw order. */
-export const WATCHDOG_SCRIPT = 's=$1; end=$2; ff=$3; shift 3; sleep "$s"; for m in "$@"; do "$ff" -u "$m" 2>/dev/null; done; date +%s%3N > "$end.tmp" && mv "$end.tmp" "$end"';
 
 /** FreezeResult is what a freeze answers. */
 export interface FreezeResult {
@@ -79,8 +79,10 @@ export interface VmFreezerOptions {
   log: Logger;
   /** Whether the VM runs (a freeze of a VM that does not run is FAILED_PRECONDITION). */
   isRunning: () => Promise<boolean>;
-  /** fsfreeze binary; default "fsfreeze" from PATH. */
-  fsfreeze?: string;
+  /** The node's watchdog dir; default `<runDir>/freeze-watchdog` (two levels above vmDir). */
+  watchdogDir?: string;
+  /** Longest one FIFREEZE / FITHAW may take, ms (default {@link DEFAULT_FSFREEZE_TIMEOUT_MS}). */
+  ioctlTimeoutMs?: number;
 }
 
 /**
@@ -93,17 +95,21 @@ export class VmFreezer implements Freezer {
   readonly vmDir: string;
   private readonly log: Logger;
   private readonly isRunning: () => Promise<boolean>;
-  private readonly fsfreeze: string;
+  private readonly watchdogDir: string;
+  private readonly ioctlTimeoutMs: number;
   private tail: Promise<unknown> = Promise.resolve();
   /** Set when the VM is being stopped or destroyed: new freezes are refused. */
   private closing = false;
+  /** FIFREEZE / FITHAW calls that timed out and still hold their thread: no new freeze until they return. */
+  private stuck = 0;
 
   constructor(opts: VmFreezerOptions) {
     this.vmId = opts.vmId;
     this.vmDir = opts.vmDir;
     this.log = opts.log;
     this.isRunning = opts.isRunning;
-    this.fsfreeze = opts.fsfreeze ?? 'fsfreeze';
+    this.watchdogDir = opts.watchdogDir ?? watchdogDirOf(opts.vmDir);
+    this.ioctlTimeoutMs = opts.ioctlTimeoutMs ?? DEFAULT_FSFREEZE_TIMEOUT_MS;
   }
 
   /** The host dir bind-mounted read-only into the VM. */
@@ -126,6 +132,7 @@ export class VmFreezer implements Freezer {
   freeze(requestedMs: number): Promise<FreezeResult> {
     return this.serial(async () => {
       if (this.closing) throw new FailedPreconditionError(`vm ${this.vmId} is being stopped`);
+      if (this.stuck > 0) throw new FailedPreconditionError(`vm ${this.vmId}: an earlier FIFREEZE/FITHAW has not returned from the kernel yet; nothing frozen`);
       const prev = await this.refresh(this.load());
       if (prev && prev.endedBy === undefined) throw new FailedPreconditionError(`vm ${this.vmId}: a freeze holds already (${statusOf(prev, Date.now()).remainingMs} ms left)`);
       if (!(await this.isRunning())) throw new FailedPreconditionError(`vm ${this.vmId} is not running`);
@@ -137,12 +144,12 @@ export class VmFreezer implements Freezer {
       const endFile = path.join(this.vmDir, `freeze-watchdog-${token}.end`);
       const startedAtMs = Date.now();
       const deadlineMs = startedAtMs + maxFreezeMs;
-      const wd = await this.startWatchdog(maxFreezeMs, endFile, [...mounts].reverse());
+      const wd = await this.armWatchdog(token, deadlineMs, endFile, [...mounts].reverse());
       const t0 = performance.now();
       const frozenAtMs = Date.now();
       // The filesystems are independent: freeze them at once, so the first is not held while
       // the second's FIFREEZE runs.
-      const results = await Promise.allSettled(mounts.map((m) => run(this.fsfreeze, ['-f', m.host], { timeoutMs: DEFAULT_FSFREEZE_TIMEOUT_MS })));
+      const results = await Promise.allSettled(mounts.map((m) => this.ioctl(m, FIFREEZE)));
       const failed = results.flatMap((r, i) => (r.status === 'rejected' ? [mounts[i]?.guest ?? '?'] : []));
       results.forEach((r, i) => {
         if (r.status === 'rejected') this.log.error({ vm_id: this.vmId, mount: mounts[i]?.host, err: r.reason as unknown }, 'FIFREEZE failed');
@@ -153,7 +160,7 @@ export class VmFreezer implements Freezer {
           mounts.filter((_, i) => results[i]?.status === 'fulfilled'),
           true,
         )
-          .then(() => killGroup(wd.pid, wd.startTicks))
+          .then(() => clearDeadline(this.watchdogDir, this.vmId, token))
           .catch((err: unknown) => this.log.error({ vm_id: this.vmId, err }, 'thaw after a failed FIFREEZE failed; the watchdog thaws at the deadline'));
         throw new InternalError(`vm ${this.vmId}: FIFREEZE of ${failed.join(', ')} failed on the host (thawed; see the vmm-supervisor log)`);
       }
@@ -168,6 +175,7 @@ export class VmFreezer implements Freezer {
         watchdogPid: wd.pid,
         watchdogStartTicks: wd.startTicks,
         watchdogEndFile: endFile,
+        watchdog: 'node',
         freezeMs,
         frozenAtMs,
       };
@@ -175,7 +183,7 @@ export class VmFreezer implements Freezer {
         this.save(rec);
       } catch (err) {
         await this.thawMounts(mounts, true)
-          .then(() => killGroup(wd.pid, wd.startTicks))
+          .then(() => clearDeadline(this.watchdogDir, this.vmId, token))
           .catch((e: unknown) => this.log.error({ vm_id: this.vmId, err: e }, 'thaw after a failed record failed; the watchdog thaws at the deadline'));
         this.log.error({ vm_id: this.vmId, err }, 'could not record the freeze; thawed');
         throw new InternalError(`vm ${this.vmId}: could not record the freeze (thawed; see the vmm-supervisor log)`);
@@ -222,8 +230,8 @@ export class VmFreezer implements Freezer {
 
   /**
    * recover runs at supervisor start: a record whose watchdog finished or died is closed, and
-   * every mount of a freeze past its deadline is made sure thawed (`fsfreeze -u`; "not frozen"
-   * is ignored). A freeze whose watchdog still sleeps is left to it.
+   * every mount of a freeze past its deadline is made sure thawed (FITHAW; "not frozen" is
+   * ignored). A freeze whose watchdog still sleeps is left to it.
    */
   recover(): Promise<void> {
     return this.serial(async () => {
@@ -270,7 +278,7 @@ export class VmFreezer implements Freezer {
       return done;
     }
     if (!watchdogAlive(rec)) {
-      // Killed without finishing: thaw now (fsfreeze -u of a thawed fs is a no-op).
+      // Killed without finishing: thaw now (FITHAW of a thawed fs is a no-op).
       this.log.warn({ vm_id: this.vmId, watchdog_pid: rec.watchdogPid }, 'freeze watchdog gone without thawing; thawing now');
       await this.thawMounts(rec.mounts);
       const done: FreezeRecord = { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, Math.min(Date.now(), rec.deadlineMs)) };
@@ -284,7 +292,7 @@ export class VmFreezer implements Freezer {
     // thaw first, then stop the watchdog: if the thaw fails, the watchdog still ends the freeze
     await this.thawMounts(rec.mounts, true);
     const endMs = Date.now();
-    killGroup(rec.watchdogPid, rec.watchdogStartTicks);
+    this.releaseWatchdog(rec);
     // the watchdog ended it only if it had thawed before this thaw finished
     const wdEnd = readEndFile(rec.watchdogEndFile);
     const done: FreezeRecord = wdEnd !== undefined && wdEnd <= endMs ? { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, wdEnd) } : { ...rec, endedBy: by, frozenMs: windowMs(rec, endMs) };
@@ -293,7 +301,7 @@ export class VmFreezer implements Freezer {
     return { endedBy: done.endedBy!, frozenMs: done.frozenMs! };
   }
 
-  /** thawMounts runs `fsfreeze -u` on every mount at once; "not frozen" (EINVAL) is fine. strict: throw on other errors (after trying all). */
+  /** thawMounts runs FITHAW on every mount at once; "not frozen" (EINVAL) is fine. strict: throw on other errors (after trying all). */
   private async thawMounts(mounts: FrozenMount[], strict = false): Promise<void> {
     const errors: string[] = [];
     // independent filesystems: thawed at once (the watchdog thaws them in reverse order)
@@ -302,9 +310,9 @@ export class VmFreezer implements Freezer {
         .filter((m) => isMountPoint(m.host))
         .map(async (m) => {
           try {
-            await run(this.fsfreeze, ['-u', m.host], { timeoutMs: DEFAULT_FSFREEZE_TIMEOUT_MS });
+            await this.ioctl(m, FITHAW);
           } catch (err) {
-            if (err instanceof CommandError && /invalid argument|not frozen/i.test(err.stderr)) return;
+            if (err instanceof IoctlError && err.errno === EINVAL) return;
             errors.push(m.guest);
             this.log.error({ vm_id: this.vmId, mount: m.host, err }, 'FITHAW failed');
           }
@@ -323,21 +331,46 @@ export class VmFreezer implements Freezer {
     return out;
   }
 
-  private async startWatchdog(ms: number, endFile: string, thawOrder: FrozenMount[]): Promise<{ pid: number; startTicks: number }> {
-    const fsfreeze = resolveExecutable(this.fsfreeze, 'fsfreeze');
-    const child = spawn('/bin/sh', ['-c', WATCHDOG_SCRIPT, 'sandnode-freeze-watchdog', (ms / 1000).toFixed(3), endFile, fsfreeze, ...thawOrder.map((m) => m.host)], {
-      detached: true,
-      stdio: 'ignore',
-    });
-    await new Promise<void>((resolve, reject) => {
-      child.once('spawn', resolve);
-      child.once('error', (err) => reject(new InternalError(`vm ${this.vmId}: cannot start the freeze watchdog: ${err.message}`)));
-    });
-    child.unref();
-    const pid = child.pid!;
-    const startTicks = processStartTicks(pid);
-    if (startTicks === undefined) throw new InternalError(`vm ${this.vmId}: the freeze watchdog died at start`);
-    return { pid, startTicks };
+  /**
+   * armWatchdog hands the freeze to the node's watchdog before the first FIFREEZE: the deadline
+   * file first, then the watchdog is made sure to run (started when none is alive: the only
+   * process start, once per node, not per freeze).
+   */
+  private async armWatchdog(token: string, deadlineMs: number, endFile: string, thawOrder: FrozenMount[]): Promise<{ pid: number; startTicks: number }> {
+    mkdirSync(this.watchdogDir, { recursive: true, mode: 0o700 });
+    writeDeadline(this.watchdogDir, this.vmId, { token, deadlineMs, mounts: thawOrder.map((m) => m.host), endFile });
+    try {
+      return await ensureWatchdog(this.watchdogDir);
+    } catch (err) {
+      clearDeadline(this.watchdogDir, this.vmId, token);
+      throw new InternalError(`vm ${this.vmId}: no freeze watchdog: ${(err as Error).message}; nothing frozen`);
+    }
+  }
+
+  /** releaseWatchdog stops rec's watchdog from thawing later: the node watchdog's deadline is taken back; an older release's own watchdog is killed. */
+  private releaseWatchdog(rec: FreezeRecord): void {
+    if (rec.watchdog === 'node') clearDeadline(this.watchdogDir, this.vmId, rec.token);
+    else killGroup(rec.watchdogPid, rec.watchdogStartTicks);
+  }
+
+  /**
+   * ioctl runs FIFREEZE or FITHAW on m on a worker thread, at most ioctlTimeoutMs; IoctlError
+   * with the errno when the kernel refuses. A call that times out keeps the freezer from new
+   * freezes until it returns; a FIFREEZE that succeeds that late is thawed at once.
+   */
+  private async ioctl(m: FrozenMount, req: number): Promise<void> {
+    let r: IoctlResult;
+    try {
+      r = await fsIoctl(m.host, req, this.ioctlTimeoutMs, (late) => {
+        this.stuck--;
+        this.log.warn({ vm_id: this.vmId, mount: m.host, ok: late.ok }, 'a timed-out FIFREEZE/FITHAW returned');
+        if (req === FIFREEZE && late.ok) void fsIoctl(m.host, FITHAW, this.ioctlTimeoutMs).catch(() => undefined);
+      });
+    } catch (err) {
+      if (err instanceof IoctlTimeoutError) this.stuck++;
+      throw err;
+    }
+    if (!r.ok) throw new IoctlError(req === FIFREEZE ? 'FIFREEZE' : 'FITHAW', m.host, r.errno);
   }
 
   private save(rec: FreezeRecord): void {
@@ -350,6 +383,17 @@ export class VmFreezer implements Freezer {
     } catch {
       /* no vm dir */
     }
+  }
+}
+
+/** IoctlError: the kernel refused a FIFREEZE / FITHAW (errno). */
+export class IoctlError extends Error {
+  constructor(
+    what: string,
+    mount: string,
+    readonly errno: number,
+  ) {
+    super(`${what} of ${mount} failed: errno ${errno}`);
   }
 }
 
@@ -374,6 +418,27 @@ function killGroup(pid: number, ticks: number): void {
     process.kill(-pid, 'SIGKILL');
   } catch {
     /* already gone */
+  }
+}
+
+/**
+ * vmCgroupRunning says from the files of the VM's cgroup (cgroupPath, e.g. `/sandnode/<id>`;
+ * read, no process start) whether it runs: it has tasks and is not frozen (cgroup v2
+ * `cgroup.events`; v1 the freezer's `freezer.state` and `cgroup.procs`). undefined when
+ * neither exists (the caller asks runc).
+ */
+export function vmCgroupRunning(cgroupPath: string, root = '/sys/fs/cgroup'): boolean | undefined {
+  try {
+    const ev = readFileSync(path.join(root, cgroupPath, 'cgroup.events'), 'utf8');
+    return /^populated 1$/m.test(ev) && !/^frozen 1$/m.test(ev);
+  } catch {
+    /* not cgroup v2 */
+  }
+  try {
+    const dir = path.join(root, 'freezer', cgroupPath);
+    return readFileSync(path.join(dir, 'freezer.state'), 'utf8').trim() === 'THAWED' && readFileSync(path.join(dir, 'cgroup.procs'), 'utf8').trim() !== '';
+  } catch {
+    return undefined;
   }
 }
 

@@ -49,7 +49,7 @@ import type { SeccompProfile } from './seccomp';
 import { CONSOLE_LOG_FILE, consoleTail, ConsoleWatch, DEFAULT_CONSOLE_LOG_BYTES } from './console-log';
 import { runcIsolation } from './isolation';
 import { DEFAULT_GUEST_RUN_DIR_BYTES, mountVmTmpfs, removeVmTmpfs, vmTmpfsPaths } from './vm-tmpfs';
-import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, VmFreezer } from './freeze-port';
+import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, vmCgroupRunning, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
 import { ensureTreeInRange, inRange, lchownIntoRange, makeTraversable, openToRange, ShiftedTemplates, type UsernsRange } from './userns';
 
@@ -84,8 +84,6 @@ export interface RuncDriverOptions {
    * it VMs get the freeze-port dir and mount but nothing serves it (unit tests).
    */
   serveFreezePort?: FreezePortServe;
-  /** fsfreeze(8) binary; default "fsfreeze" from PATH. */
-  fsfreezeBinary?: string;
   /** Longest a `runc run -d` may take, in ms (default {@link DEFAULT_RUNC_START_TIMEOUT_MS}). */
   startTimeoutMs?: number;
   /** Longest a VM may take to be gone after SIGKILL, in ms (default {@link DEFAULT_KILL_WAIT_MS}). */
@@ -117,7 +115,6 @@ export class RuncDriver implements VmDriver {
   private cachedVersion: string | undefined;
   private current: string | undefined;
   private readonly serveFreezePort: FreezePortServe | undefined;
-  private readonly fsfreeze: string | undefined;
   private readonly startTimeoutMs: number;
   private readonly killWaitMs: number;
   private readonly seccomp: SeccompProfile | undefined;
@@ -137,7 +134,6 @@ export class RuncDriver implements VmDriver {
     this.vmsDir = path.join(path.resolve(opts.runDir), 'vms');
     this.log = opts.log;
     this.serveFreezePort = opts.serveFreezePort;
-    this.fsfreeze = opts.fsfreezeBinary;
     this.startTimeoutMs = opts.startTimeoutMs ?? DEFAULT_RUNC_START_TIMEOUT_MS;
     this.killWaitMs = opts.killWaitMs ?? DEFAULT_KILL_WAIT_MS;
     this.seccomp = opts.seccomp;
@@ -429,8 +425,8 @@ export class RuncDriver implements VmDriver {
         vmId,
         vmDir: this.vmDir(vmId),
         log: this.log,
-        fsfreeze: this.fsfreeze,
-        isRunning: async () => (await this.state(vmId, runc)).status === 'running',
+        // from the VM's cgroup (no process start per freeze); runc state where it cannot tell
+        isRunning: async () => vmCgroupRunning(`/sandnode/${vmId}`) ?? (await this.state(vmId, runc)).status === 'running',
       })
     );
   }

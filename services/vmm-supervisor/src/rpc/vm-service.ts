@@ -2,8 +2,9 @@
  * Thin nice-grpc handlers of sandnode.vmm.v1.VmService: convert -> call the Supervisor ->
  * convert. Domain errors thrown by the core are mapped to gRPC codes by the shared middleware.
  */
-import { metadataEpoch, readEpochFile, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
+import { metadataEpoch, readEpochFile, requireResourceId, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
 import type { VmServiceImplementation } from '@sandnode/shared/proto/vmm/v1/vmm';
+import type { FreezeGate } from '../core/freeze-gate';
 import type { Supervisor } from '../core/supervisor';
 import { vmSpecFromProto, vmToProto } from './convert';
 import { freezeEndToProto } from './freeze-port-service';
@@ -13,13 +14,17 @@ export const MAX_LISTED_QUARANTINED = 1000;
 
 /**
  * createVmService returns the VmService implementation backed by supervisor; FenceEpoch raises
- * fence (INVALID_ARGUMENT for epoch 0 or a metadata mismatch, ABORTED below the highest seen).
+ * fence (INVALID_ARGUMENT for epoch 0 or a metadata mismatch, ABORTED below the highest seen)
+ * and, with require_freeze_arm, makes gate require arming from that epoch on. ArmFreeze /
+ * DisarmFreeze act on gate (without one: FAILED_PRECONDITION, nothing to arm).
  */
 export function createVmService(
   supervisor: Supervisor,
   fence: EpochFence,
   /** The VM-table rows set aside as unreadable (ListVms reports them); none when absent. */
   quarantined: () => { vmId: string; reason: string; quarantinedAtMs: number }[] = () => [],
+  /** The freeze ports' gate (runc driver); undefined: no freeze port to arm. */
+  gate?: FreezeGate,
 ): VmServiceImplementation<SandnodeCallContext> {
   return {
     async createVm(req, ctx) {
@@ -54,7 +59,19 @@ export function createVmService(
       const before = fence.current;
       const epoch = fence.fenceEpoch(req.epoch, metadataEpoch(ctx.metadata));
       if (epoch !== before) ctx.log.info({ epoch, was: before }, 'FenceEpoch: epoch fence raised');
+      if (req.requireFreezeArm && gate && !gate.required) ctx.log.info({ epoch }, 'FenceEpoch: the lease holder arms its freezes; unarmed freezes are refused from now on');
+      if (req.requireFreezeArm) gate?.requireArming(epoch);
       return { epoch };
+    },
+    async armFreeze(req, ctx) {
+      supervisor.requireArmable(req.vmId, gate !== undefined);
+      const a = gate!.arm(req.vmId, req.windowMs);
+      ctx.log.debug({ vm_id: req.vmId, window_ms: a.windowMs }, 'ArmFreeze');
+      return { windowMs: a.windowMs, expiresAtUnixMs: Math.round(Date.now() + (a.expiresAtMs - performance.now())) };
+    },
+    async disarmFreeze(req) {
+      requireResourceId('vm_id', req.vmId);
+      return { wasArmed: gate?.disarm(req.vmId) ?? false };
     },
     async getVmFreeze(req) {
       const s = await supervisor.freezeStatus(req.vmId);

@@ -24,6 +24,8 @@ export class Peers {
   cloneTakesMs = 0;
   /** thrown by podd Quiesce when set */
   quiesceError: Error | undefined;
+  /** the fake supervisor arms freezes (vmm.freeze-arm.v1) */
+  armFreezes = false;
   readonly devices = new Map<string, DeviceInfo>();
   /** the freeze as the supervisor saw it (GetVmFreeze) */
   hostFreeze: VmFreezeInfo = { token: '', frozen: false, frozenAtMs: 0, endedAtMs: 0, endedBy: 'unknown' };
@@ -93,6 +95,15 @@ export class Peers {
       this.vms.delete(id);
     },
     freezeStatus: async () => (this.noFreezeStatus ? undefined : this.hostFreeze),
+    // a supervisor with "vmm.freeze-arm.v1" only when armFreezes is set (events "arm <id> <window>" / "disarm <id>")
+    armFreeze: async (id, windowMs) => {
+      if (!this.armFreezes) return false;
+      this.events.push(`arm ${id} ${windowMs}`);
+      return true;
+    },
+    disarmFreeze: async (id) => {
+      this.events.push(`disarm ${id}`);
+    },
   };
 
   readonly podd: PoddConnector = {
