@@ -11,7 +11,7 @@ import path from 'node:path';
 import { findRunning, startComponent } from '@sandnode/node-stack';
 import type { ServerApi } from '@sandnode/shared';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { describeNode, execCollect, expectCode, startNode, waitFor, type TestNode } from '@sandnode/testkit';
+import { describeNode, execCollect, expectCode, startNode, waitFor, withEnv, type TestNode } from '@sandnode/testkit';
 import { Status } from 'nice-grpc-common';
 
 jest.setTimeout(300_000);
@@ -103,8 +103,15 @@ describeNode('what a hostile sandbox can do with /run/sandnode, its console and 
     expect((await run(node.api, id, 'echo ok')).stdout).toBe('ok\n');
   };
 
+  /**
+   * Without a user namespace: in one (the default, attack-userns.it) root inside cannot even
+   * reopen its console through /proc/1/fd/1 (EACCES), so the cap is what stands between a
+   * sandbox of a node with `usernsRange ""` and the host; that is what these attacks try.
+   */
+  const NO_USERNS = { SANDNODE_VMM_SUPERVISOR_USERNS_RANGE: '' };
+
   beforeAll(async () => {
-    node = await startNode();
+    node = await startNode({ env: { 'vmm-supervisor': NO_USERNS } });
     const sb = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
     id = sb.sandboxId;
     pid = sb.pid;
@@ -185,7 +192,7 @@ describeNode('what a hostile sandbox can do with /run/sandnode, its console and 
     // the init is not blocked on its stdout: it reaps, podd (its child) serves exec
     expect(isAlive(pid)).toBe(true);
     expect((await run(node.api, id, 'echo ok; echo still >> /proc/1/fd/1; echo rc=$?')).stdout).toMatch(/^ok\nrc=/);
-    await startComponent(node.dirs, 'vmm-supervisor');
+    await withEnv(NO_USERNS, () => startComponent(node.dirs, 'vmm-supervisor'));
     await run(node.api, id, 'kill -9 -$(cat /tmp/flood.pid) 2>/dev/null; kill -9 $(cat /tmp/flood.pid) 2>/dev/null; true');
     await waitFor('the adopted console log cut again', () => consoleSize() <= (CONSOLE_CAP * 3) / 4);
     await run(node.api, id, 'echo after-restart >> /proc/1/fd/1');

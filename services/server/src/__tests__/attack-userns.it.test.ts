@@ -100,6 +100,16 @@ describeNode('root inside a runc sandbox is not host root (user namespace)', () 
     expect(r.exitCode).not.toBe(0);
   });
 
+  it("cannot reopen its console (init stdout) through /proc/1/fd/1: the host file is host root's, not flooded, not truncated", async () => {
+    const consoleLog = path.join(node.dirs.runDir, 'vm-tmpfs', id, 'console', 'console.log');
+    const before = statSync(consoleLog).size;
+    const r = await execCollect(node.api, id, ['sh', '-c', 'head -c 1048576 /dev/zero >> /proc/1/fd/1; echo w=$?; true > /proc/1/fd/1; echo t=$?; truncate -s 10G /proc/1/fd/1; echo x=$?']);
+    expect(r.stdout).toMatch(/^w=[1-9]\d*\nt=[1-9]\d*\nx=[1-9]\d*\n$/);
+    expect(r.stderr).toMatch(/Permission denied/);
+    expect(statSync(consoleLog).size).toBeLessThanOrEqual(before + 4096);
+    expect(statSync(consoleLog).uid).toBe(0);
+  });
+
   it('root inside does what root in a container does to its own files', async () => {
     const out = await sh(
       node.api,
