@@ -166,7 +166,9 @@ export class ServerGuards {
   readonly interceptor: grpc.ServerInterceptor = (method, call) => {
     let base: any = call;
     while (base && !(base.decoder && base.stream)) base = base.nextCall;
-    if (!base) return call; // not the grpc-js this was written for: grpc-js's own limits still hold
+    // grpc-js only calls the interface's methods: the call itself goes on (no wrapper per call)
+    const same = call as grpc.ServerInterceptingCall;
+    if (!base) return same; // not the grpc-js this was written for: grpc-js's own limits still hold
     const stream = base.stream as http2.ServerHttp2Stream;
     const session = stream.session as http2.ServerHttp2Session | undefined;
     const st = session ? this.sessions.get(session) : undefined;
@@ -180,7 +182,7 @@ export class ServerGuards {
       });
     }
     this.guardDecoder(method.path, base.decoder as Decoder, stream, st);
-    return call;
+    return same;
   };
 
   /** guardDecoder wraps one call's decoder: its per-method limit, and the held-bytes accounting. */
