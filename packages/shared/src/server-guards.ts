@@ -11,7 +11,9 @@
  *   per connection and per server; a stream whose growth takes its connection above
  *   maxHeldRequestBytesPerConnection, or the server above maxHeldRequestBytes, ends
  *   RESOURCE_EXHAUSTED and its bytes are dropped at once (its later DATA is discarded, and the
- *   stream is reset). Requests that arrive whole in one read (every small call) never count.
+ *   stream is reset). Requests that arrive whole in one read (every small call) never count. The
+ *   decoder gets each DATA frame copied out of node's 64 KiB read buffer, so that the held bytes
+ *   are what is held (a slice would keep the whole read buffer alive).
  * - Handshake timeout: a connection that has not opened a stream (sent HEADERS) within
  *   handshakeTimeoutMs of being accepted is sent GOAWAY and closed (nothing sent, only the
  *   preface, SETTINGS never finished).
@@ -209,7 +211,9 @@ export class ServerGuards {
     dec.write = (data: Buffer) => {
       let out: Buffer[];
       try {
-        out = write(data);
+        // node's http2 hands out DATA frames as slices of 64 KiB read buffers: a partial
+        // message would keep each whole buffer alive (4x its bytes), so the decoder gets a copy
+        out = write(data.byteLength === data.buffer.byteLength ? data : Buffer.from(data));
       } catch (err) {
         return refuse(`${path}: a request message is larger than this method accepts (${limit} bytes): ${(err as Error).message}; nothing was done`);
       }

@@ -3,8 +3,9 @@
  * issue 10 §5; goal: p99 under each abuse within 2x the quiet p99 of the same run). The client
  * (the shared sandnode client, IN_FLIGHT calls at once on its own connection) runs for
  * BENCH_ABUSE_SECONDS (default 3) per phase, each abuse after a quiet phase of its own:
- * - held: 250 Exec requests that declare 4 MiB, send 1 MiB and hold the rest back, over 25 raw
- *   HTTP/2 connections on the server's unix socket (held-bytes caps of server-guards.ts);
+ * - held: 250 (BENCH_ABUSE_HELD) Exec requests that declare 4 MiB, send 1 MiB and hold the rest
+ *   back, 10 per raw HTTP/2 connection on the server's unix socket (held-bytes caps of
+ *   server-guards.ts);
  * - preface: 200 connections that send only the HTTP/2 preface and SETTINGS (handshake timeout);
  * - exec flood: 500 Exec streams (`sleep 60`) into one sandbox over 4 connections (the
  *   per-sandbox cap of 64, podd's own cap).
@@ -62,7 +63,8 @@ function connectRaw(sock: string): Promise<http2.ClientHttp2Session> {
 type Abuse = (ctx: { sock: string; address: string; sandboxId: string }) => Promise<{ stop: () => void; what: string }>;
 
 const held: Abuse = async ({ sock }) => {
-  const conns = await Promise.all(Array.from({ length: 25 }, () => connectRaw(sock)));
+  const n = Math.max(10, num('BENCH_ABUSE_HELD', 250));
+  const conns = await Promise.all(Array.from({ length: Math.ceil(n / 10) }, () => connectRaw(sock)));
   let refused = 0;
   for (const s of conns) {
     for (let i = 0; i < 10; i++) {
@@ -74,7 +76,7 @@ const held: Abuse = async ({ sock }) => {
     }
   }
   await new Promise((r) => setTimeout(r, 1000)); // the writes reach the server
-  return { stop: () => conns.forEach((s) => s.destroy()), what: `250 held 4 MiB Exec requests, ${refused} refused at once` };
+  return { stop: () => conns.forEach((s) => s.destroy()), what: `${conns.length * 10} held 4 MiB Exec requests, ${refused} refused at once` };
 };
 
 const preface: Abuse = async ({ sock }) => {
