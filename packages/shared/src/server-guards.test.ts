@@ -112,6 +112,19 @@ describe('ServerGuards', () => {
     expect(handled).toBe(before + 1);
   });
 
+  it('a grpc-js client sending a GetSandbox of 200 KiB gets RESOURCE_EXHAUSTED naming the limit, and its connection keeps working', async () => {
+    const ch = createChannel(`127.0.0.1:${port}`);
+    const c = createClient(SandboxServiceDefinition, ch);
+    for (let i = 0; i < 5; i++) {
+      const err = await c.getSandbox({ sandboxId: 'x'.repeat(200 * 1024) }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ClientError);
+      expect((err as ClientError).code).toBe(Status.RESOURCE_EXHAUSTED);
+      expect((err as ClientError).details).toMatch(/GetSandbox: a request message is larger than this method accepts \(65536 bytes\)/);
+      await expect(c.getSandbox({ sandboxId: 'x' })).resolves.toBeDefined();
+    }
+    ch.close();
+  });
+
   it('held incomplete requests are refused past the per-connection and server caps; a normal call is served meanwhile', async () => {
     // 3 connections x 8 streams, each declares 4 MiB and sends 1 MiB, then holds: 24 MiB would be held
     const conns = await Promise.all([0, 1, 2].map(() => connect(port)));
