@@ -139,6 +139,14 @@ describeNode('gRPC limits of the real server under attack', () => {
     expect(r.failed).toEqual([]);
   });
 
+  it("podd runs with its soft RLIMIT_NOFILE raised to the sandbox's hard limit (sandnode-init)", async () => {
+    // the command's parent is podd
+    const r = await execCollect(node.api, id, ['sh', '-c', 'grep "Max open files" /proc/$PPID/limits']);
+    const [, soft, hard] = /Max open files\s+(\d+)\s+(\d+)/.exec(r.stdout) ?? [];
+    expect(Number(hard)).toBeGreaterThan(1024);
+    expect(soft).toBe(hard);
+  });
+
   it('500 Exec streams into one sandbox: the ones beyond its cap are RESOURCE_EXHAUSTED, and the sandbox runs a command afterwards', async () => {
     const abort = new AbortController();
     // 4 connections of their own (grpc-js shares one between equal channels; 256 streams each)
