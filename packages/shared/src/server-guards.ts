@@ -39,15 +39,18 @@ const MiB = 1024 * 1024;
  * METHOD_RECEIVE_LIMITS: receive limits (bytes, the gRPC message without its 5-byte prefix) of
  * the RPCs whose requests can be larger than DEFAULT_METHOD_RECEIVE_BYTES, by method path. The
  * figures are the contract's maxima (proto comments, services/server/src/core/validate.ts,
- * services/podd/src/core/limits.ts) plus a margin.
+ * services/podd/src/core/limits.ts) plus a margin. A request above its RPC's limit is
+ * RESOURCE_EXHAUSTED; one within it but above a field's contract limit gets the validator's
+ * INVALID_ARGUMENT, as before.
  */
 export const METHOD_RECEIVE_LIMITS: Readonly<Record<string, number>> = {
   // stdin at most 3 MiB + argv and env at most 1 MiB together, + their field framing
   '/sandnode.server.v1.SandboxService/Exec': 4 * MiB,
   '/sandnode.podd.v1.PoddService/Exec': 4 * MiB,
-  // data at most 3 MiB + a path of at most 4 KiB
-  '/sandnode.server.v1.SandboxService/WriteFile': 3 * MiB + 64 * 1024,
-  '/sandnode.podd.v1.PoddService/WriteFile': 3 * MiB + 64 * 1024,
+  // data at most 3 MiB + a path of at most 4 KiB; up to 4 MiB (grpc-js's limit) so that data
+  // above 3 MiB still gets the contract's INVALID_ARGUMENT from the validator
+  '/sandnode.server.v1.SandboxService/WriteFile': 4 * MiB,
+  '/sandnode.podd.v1.PoddService/WriteFile': 4 * MiB,
   // a VmSpec (drives, env) and a list of every device id of a node: well below 1 MiB
   '/sandnode.vmm.v1.VmService/CreateVm': MiB,
   '/sandnode.ublk.v1.DeviceService/HandoverAll': MiB,
