@@ -4,6 +4,7 @@ export * from './logger';
 export * from './config';
 export * from './version';
 export * from './server';
+export * from './server-guards';
 export * from './client';
 export * from './metrics';
 export * from './proc';

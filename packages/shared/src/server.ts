@@ -25,6 +25,7 @@ import { DEADLINE_METADATA_KEY, GrpcHost } from './grpc-host';
 import { epochFenceMiddleware, type EpochFence } from './epoch-fence';
 import { authMiddleware, type AuthPolicy } from './connection-auth';
 import { RETRY_AFTER_MS_TRAILER, retryAfterMsOf } from './sqlite-busy';
+import { DEFAULT_GUARD_LIMITS, ServerGuards, type GuardLimits } from './server-guards';
 
 /** Largest gRPC message a sandnode component accepts or sends, in bytes (4 MiB). */
 export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
@@ -44,7 +45,7 @@ export interface SandnodeCallContext {
  * gRPC A9 "Server-side Connection Management"), `grpc.keepalive_time_ms` /
  * `grpc.keepalive_timeout_ms` (pings find peers that vanished; gRPC A8).
  */
-export interface ServerLimits {
+export interface ServerLimits extends GuardLimits {
   /** streams one connection may have open at once */
   maxConcurrentStreams: number;
   /** a connection without a call for this long is sent GOAWAY and closed, ms */
@@ -57,6 +58,7 @@ export interface ServerLimits {
 
 /** The limits unless a component says otherwise. */
 export const DEFAULT_SERVER_LIMITS: ServerLimits = {
+  ...DEFAULT_GUARD_LIMITS,
   maxConcurrentStreams: 256,
   maxConnectionIdleMs: 300_000,
   keepaliveTimeMs: 60_000,
@@ -94,6 +96,8 @@ export interface ServiceServer {
   serveListener(listener: net.Server, creds?: grpc.ServerCredentials): void;
   /** The grpc-js host (for handover: injected listeners, stop accepting). */
   readonly host: GrpcHost;
+  /** The per-call and per-connection limits (server-guards.ts); setPeerKey names peers. */
+  readonly guards: ServerGuards;
 }
 
 /**
@@ -182,6 +186,7 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
   }
 
   const limits = { ...DEFAULT_SERVER_LIMITS, ...opts.limits };
+  const guards = new ServerGuards(limits);
   const host = new GrpcHost({
     options: {
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
@@ -191,6 +196,7 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
       'grpc.keepalive_time_ms': limits.keepaliveTimeMs,
       'grpc.keepalive_timeout_ms': limits.keepaliveTimeoutMs,
       ...opts.grpcOptions,
+      interceptors: [guards.interceptor],
     },
     // deadline before the fence: a call that is already late must not even raise the epoch
     // auth first after error mapping: nothing runs for a caller that is refused
@@ -208,6 +214,7 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
   };
   return {
     host,
+    guards,
     add(def, impl) {
       if (reflectionAdded) throw new Error('add() after listen()');
       host.add(def, impl);
@@ -226,6 +233,7 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
         } else {
           ports.push(await host.bind(addr));
         }
+        guards.watch(host.server);
       }
       this.setServing(true);
       return ports;
@@ -233,6 +241,7 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
     serveListener(listener, creds) {
       addReflection();
       host.serveListener(listener, creds);
+      guards.watch(host.server);
       this.setServing(true);
     },
     setServing(serving) {

@@ -35,7 +35,8 @@ while [ "$stopping" = 0 ]; do
   started=$(date +%s)
   # podd serves fd 3 when the host hands in its socket (SANDNODE_PODD_LISTEN_FD=3); --socket
   # is the fallback for a runtime that does not.
-  ${p.node} ${p.podd} --socket ${p.poddSocket} </dev/null >>"$LOG" 2>&1 &
+  # podd's soft RLIMIT_NOFILE is raised to the hard one (its Exec streams hold pipes).
+  ( ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec ${p.node} ${p.podd} --socket ${p.poddSocket} ) </dev/null >>"$LOG" 2>&1 &
   podd=$!
   log "podd started, pid $podd"
   # wait returns early when a trapped signal arrives: wait again until podd is gone.

@@ -4,6 +4,7 @@
  */
 import { loadConfig, LOG_LEVELS, z } from '@sandnode/shared';
 import { DEFAULT_SYNC_TIMEOUT_MS } from './core/quiesce';
+import { DEFAULT_MAX_EXECS } from './core/limits';
 
 /** Default unix socket podd listens on inside the sandbox (bind-mounted from the host). */
 export const DEFAULT_SOCKET = '/run/sandnode/podd.sock';
@@ -56,6 +57,11 @@ export const poddConfigSchema = z.object({
   freezePortTimeoutMs: z.coerce.number().int().min(100).max(60_000).default(DEFAULT_FREEZE_PORT_TIMEOUT_MS),
   /** syncTimeoutMs is the longest Quiesce's `sync` / `sync -f` may take, in ms (1000..600000). */
   syncTimeoutMs: z.coerce.number().int().min(1000).max(600_000).default(DEFAULT_SYNC_TIMEOUT_MS),
+  /**
+   * maxExecs is how many commands podd runs at once, 1..100000; one more Exec is
+   * RESOURCE_EXHAUSTED. Fewer when podd's open-file limit leaves room for fewer (4 fds each).
+   */
+  maxExecs: z.coerce.number().int().min(1).max(100_000).default(DEFAULT_MAX_EXECS),
   /** drainMs is how long running calls get at shutdown before they are cut, in ms. */
   drainMs: z.coerce.number().int().min(0).default(DEFAULT_PODD_DRAIN_MS),
 });

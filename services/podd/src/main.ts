@@ -43,7 +43,7 @@ async function main(): Promise<void> {
   }
   const log = createLogger(PODD_COMPONENT, SUITE_VERSION, cfg.logLevel);
   if (failpoints.list().length) log.warn({ failpoints: failpoints.list() }, 'failpoints are active (tests only)');
-  const runner = new ExecRunner({ defaultCwd: cfg.defaultCwd, maxChunkBytes: cfg.maxChunkBytes });
+  const runner = new ExecRunner({ defaultCwd: cfg.defaultCwd, maxChunkBytes: cfg.maxChunkBytes, maxRunning: cfg.maxExecs });
 
   // The freeze port is bound by the host before the VM starts; no port -> no podd.quiesce.
   const hasFreezePort = existsSync(cfg.freezeSocket);

@@ -7,6 +7,8 @@
  * - GetSandbox unary throughput through the server (goal >= 3,000 calls/s), with the shared
  *   sandnode client and, as its baseline, a lean client without middleware, in alternating
  *   rounds after a warm-up, with the CPU time per call of client and server (getsandbox.ts),
+ * - a well-behaved client's GetSandbox p50/p99 quiet and under abuse (held incomplete requests,
+ *   preface-only connections, an Exec flood; goal p99 <= 2x quiet) and the server's RSS (abuse.ts),
  * - fork latency of a parent with 100 MB in /workspace (goal p50 <= 300 ms) and the parent's
  *   freeze window (goal p99 <= 50 ms), see fork.ts,
  * - adoption time of 50 sandboxes after kill -9 of the server (goal <= 2 s).
@@ -23,7 +25,7 @@
  * BENCH_CHAOS_SEED / BENCH_CHAOS_STEPS (a longer chaos run than CI's; 0 steps skips it).
  * Then the cost of the user namespace (userns.ts): create and exec p50 with and without it,
  * alternating rounds on a node of its own (BENCH_USERNS_ROUNDS, BENCH_USERNS_CREATES, BENCH_USERNS_EXECS).
- * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port;
+ * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port, abuse;
  * default all) runs only those (create runs whenever a section of the first node does: they
  * need its sandboxes) and writes bench/results/foundation-<a>+<b>.json instead;
  * BENCH_SKIP_LIVE_UPGRADE=1 skips live-upgrade.ts.
@@ -42,6 +44,7 @@ import { benchDeviceStall } from './device-stall';
 import { benchGetSandbox } from './getsandbox';
 import { benchUserns } from './userns';
 import { benchFreezePort } from './freeze-port';
+import { benchAbuse } from './abuse';
 import { percentile } from '@sandnode/node-stack';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
@@ -49,7 +52,7 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /** The sections BENCH_SECTIONS may name. */
-const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port'] as const;
+const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse'] as const;
 type Section = (typeof SECTIONS)[number];
 
 function wantedSections(): Set<Section> {
@@ -126,6 +129,9 @@ async function benchFirstNode(root: string, want: Set<Section>, results: Record<
     // 3. GetSandbox throughput (getsandbox.ts)
     if (want.has('getsandbox')) results.getSandbox = await section('GetSandbox', rows, () => benchGetSandbox(address, ids, rows));
 
+    // 3a. GetSandbox under abuse (abuse.ts)
+    if (want.has('abuse')) results.abuse = await section('abuse', rows, () => benchAbuse(address, ids, rows));
+
     // 3b. fork of a parent with 100 MB in /workspace (bench/fork.ts)
     if (want.has('fork') && num('BENCH_FORKS', 20) > 0) results.fork = await section('fork', rows, () => benchFork(api, rows));
 
@@ -193,7 +199,7 @@ async function main(): Promise<void> {
   };
   const rows: (string | number)[][] = [];
   try {
-    if (['create', 'exec', 'getsandbox', 'fork', 'adoption'].some((s) => want.has(s as Section))) await benchFirstNode(root, want, results, rows);
+    if (['create', 'exec', 'getsandbox', 'abuse', 'fork', 'adoption'].some((s) => want.has(s as Section))) await benchFirstNode(root, want, results, rows);
     if (want.has('device') && num('BENCH_DEVICE_ROUNDS', 3) > 0) results.deviceHandover = await section('device handover', rows, () => benchDeviceStall(root, rows));
     if (want.has('live-upgrade')) results.liveUpgrade = await section('live upgrade', rows, () => benchLiveUpgrade(root, rows));
     if (want.has('chaos') && num('BENCH_CHAOS_STEPS', 300) > 0) results.chaos = await section('chaos', rows, () => benchChaos(rows));

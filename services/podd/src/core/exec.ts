@@ -10,8 +10,8 @@ import { constants as osConstants } from 'node:os';
 import { stat } from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
-import { DeadlineExceededError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
-import { MAX_EXEC_ARGS_BYTES, MAX_EXEC_STRING_BYTES, MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_QUOTED_CHARS, MAX_STDIN_BYTES } from './limits';
+import { DeadlineExceededError, FailedPreconditionError, InvalidArgumentError, NotFoundError, ResourceExhaustedError } from '@sandnode/shared';
+import { DEFAULT_MAX_EXECS, execCap, openFileLimit, MAX_EXEC_ARGS_BYTES, MAX_EXEC_STRING_BYTES, MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_QUOTED_CHARS, MAX_STDIN_BYTES } from './limits';
 
 /** ExecSpec is one command to run (domain form of ExecRequest). */
 export interface ExecSpec {
@@ -49,6 +49,14 @@ export interface ExecRunnerOptions {
    * output bytes queued for the consumer at that moment (for metrics and tests).
    */
   onBackpressure?: (paused: boolean, queuedBytes: number) => void;
+  /**
+   * maxRunning: commands run at once (default DEFAULT_MAX_EXECS, podd key `maxExecs`); fewer
+   * when podd's open-file limit, read at each run, leaves room for fewer (execCap). One more is
+   * RESOURCE_EXHAUSTED before anything is spawned.
+   */
+  maxRunning?: number;
+  /** openFiles reads podd's soft RLIMIT_NOFILE (default openFileLimit: /proc/self/limits). */
+  openFiles?: () => number | undefined;
 }
 
 /** Default PATH when podd's own environment has none. */
@@ -148,12 +156,20 @@ function killGroup(pid: number, sig: NodeJS.Signals): boolean {
   }
 }
 
+/** Slot: one of the maxRunning places a run holds from its check until its child's pipes closed. */
+interface Slot {
+  spawned: boolean;
+  release: () => void;
+}
+
 /** ExecRunner starts commands and tracks the running ones (for shutdown). */
 export class ExecRunner {
   private readonly children = new Set<ChildProcess>();
   private readonly highWater: number;
   private readonly baseEnv: Record<string, string>;
   private readonly exitDrainMs: number;
+  /** runs holding a slot: from the check until the child's pipes closed (or the spawn failed) */
+  private slots = 0;
 
   constructor(private readonly opts: ExecRunnerOptions) {
     this.highWater = opts.highWaterBytes ?? DEFAULT_HIGH_WATER_BYTES;
@@ -178,11 +194,36 @@ export class ExecRunner {
    * maxChunkBytes, in read order), then exactly one `exit`. Throws InvalidArgumentError
    * (argv, env, cwd, stdin, timeout_ms), NotFoundError (argv[0] not found),
    * FailedPreconditionError (argv[0] not executable), DeadlineExceededError (timeoutMs passed:
-   * the group got SIGKILL and the command was reaped) and an AbortError when signal aborts (the
+   * the group got SIGKILL and the command was reaped), ResourceExhaustedError (maxRunning
+   * commands run, see execCap: nothing was spawned) and an AbortError when signal aborts (the
    * group got SIGKILL). Returning early from the iterator also kills the group.
    */
   async *run(spec: ExecSpec, signal?: AbortSignal): AsyncGenerator<ExecEvent, void, undefined> {
     validateExecSpec(spec);
+    const cap = execCap(this.opts.maxRunning ?? DEFAULT_MAX_EXECS, (this.opts.openFiles ?? openFileLimit)());
+    if (this.slots >= cap) {
+      throw new ResourceExhaustedError(`podd runs ${this.slots} commands, the most it may at once (podd key maxExecs, bounded by its open-file limit); wait for one to end`);
+    }
+    this.slots++;
+    let held = true;
+    const slot: Slot = {
+      spawned: false,
+      release: () => {
+        if (held) this.slots--;
+        held = false;
+      },
+    };
+    try {
+      yield* this.spawnAndStream(spec, slot, signal);
+    } finally {
+      // a run that ends before its child was spawned gives its slot back here; a spawned one
+      // when the child's pipes close
+      if (!slot.spawned) slot.release();
+    }
+  }
+
+  /** spawnAndStream is run after its slot was taken. */
+  private async *spawnAndStream(spec: ExecSpec, slot: Slot, signal?: AbortSignal): AsyncGenerator<ExecEvent, void, undefined> {
     const cwd = spec.cwd || this.opts.defaultCwd;
     await checkCwd(cwd);
     if (signal?.aborted) throw new ExecAbortError();
@@ -210,6 +251,8 @@ export class ExecRunner {
     }
     const pid = child.pid as number;
     this.children.add(child);
+    slot.spawned = true;
+    child.once('close', slot.release);
 
     const queue: ExecEvent[] = [];
     let queued = 0;

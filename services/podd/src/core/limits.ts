@@ -1,4 +1,5 @@
 /** Limits promised by the podd contract (proto/sandnode/podd/v1/podd.proto). */
+import { readFileSync } from 'node:fs';
 
 /** Largest ReadFile length, WriteFile data and Exec stdin, in bytes (3 MiB). */
 export const MAX_FILE_BYTES = 3 * 1024 * 1024;
@@ -14,3 +15,34 @@ export const MAX_PATH_BYTES = 4095;
 export const MAX_NAME_BYTES = 255;
 /** Most characters of a bad value quoted back in an error message (the value may be megabytes). */
 export const MAX_QUOTED_CHARS = 80;
+
+/** Default of podd key `maxExecs`: commands podd runs at once; one more Exec is RESOURCE_EXHAUSTED. */
+export const DEFAULT_MAX_EXECS = 256;
+/** File descriptors one running command costs podd (its stdin, stdout and stderr pipes, one spare). */
+export const FDS_PER_EXEC = 4;
+/** File descriptors podd keeps for itself beside its commands (node, its sockets and connections, files). */
+export const FDS_RESERVED = 128;
+
+/** openFileLimit reads this process's soft RLIMIT_NOFILE from /proc/self/limits; undefined when it cannot ("unlimited" is Infinity). */
+export function openFileLimit(limitsText?: string): number | undefined {
+  let text = limitsText;
+  if (text === undefined) {
+    try {
+      text = readFileSync('/proc/self/limits', 'utf8');
+    } catch {
+      return undefined;
+    }
+  }
+  const m = /^Max open files\s+(\S+)/m.exec(text);
+  if (!m) return undefined;
+  return m[1] === 'unlimited' ? Infinity : Number(m[1]);
+}
+
+/**
+ * execCap is how many commands podd may run at once: maxExecs, fewer when its open-file limit
+ * (nofile, soft RLIMIT_NOFILE) leaves room for fewer (FDS_PER_EXEC each after FDS_RESERVED), at least 1.
+ */
+export function execCap(maxExecs: number, nofile: number | undefined): number {
+  if (nofile === undefined || !Number.isFinite(nofile)) return maxExecs;
+  return Math.max(1, Math.min(maxExecs, Math.floor((nofile - FDS_RESERVED) / FDS_PER_EXEC)));
+}

@@ -144,7 +144,8 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
       env: buildEnv(input.vmId, input.env, input.poddListenFd),
       cwd: '/',
       capabilities: { bounding: caps, effective: caps, permitted: caps, ambient: caps },
-      rlimits: [{ type: 'RLIMIT_NOFILE', hard: 1024, soft: 1024 }],
+      // soft 1024 for the sandbox; sandnode-init raises podd's soft limit to the hard one (issue 10 §5)
+      rlimits: [{ type: 'RLIMIT_NOFILE', hard: 8192, soft: 1024 }],
       noNewPrivileges: true,
     },
     root: { path: input.rootfsPath, readonly: false },
