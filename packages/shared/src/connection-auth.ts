@@ -98,6 +98,21 @@ export function peerOfSocket(socket: net.Socket): Peer {
   }
 }
 
+/**
+ * peerKeyOfSocket names a connection's peer for the per-peer connection cap (server-guards.ts):
+ * `uid:<n>` for a unix peer (SO_PEERCRED, so every process of one user shares one count, and
+ * one user cannot use up another's), `tcp:<address>` for TCP and TLS (the port left out);
+ * `unix:unknown` when the credentials cannot be read.
+ */
+export function peerKeyOfSocket(socket: net.Socket): string {
+  if (socket.remoteAddress) return `tcp:${socket.remoteAddress}`;
+  try {
+    return `uid:${peerCred(socket).uid}`;
+  } catch {
+    return 'unix:unknown';
+  }
+}
+
 /** stampPeer writes the caller's Peer into call.metadata (PEER_METADATA_KEY), removing one a client sent; a call whose connection is not found gets none (authMiddleware refuses it). */
 export function stampPeer(call: CallInternals): void {
   if (!call.metadata) return;

@@ -16,7 +16,7 @@ import { createLogger } from './logger';
 import { SandboxServiceDefinition } from './gen/sandnode/server/v1/sandbox';
 import { createServiceServer, type ServiceServer } from './server';
 import { peerCred } from './peer-cred';
-import { PEER_METADATA_KEY, UnauthenticatedError, type AuthPolicy } from './connection-auth';
+import { PEER_METADATA_KEY, peerKeyOfSocket, UnauthenticatedError, type AuthPolicy } from './connection-auth';
 
 const log = createLogger('test', '0', 'silent');
 const NOBODY = 65534;
@@ -78,6 +78,29 @@ describe('peerCred', () => {
     expect(cred.uid).toBe(NOBODY);
     expect(cred.gid).toBe(NOBODY);
     expect(cred.pid).not.toBe(process.pid);
+  });
+
+  rootIt('names the peer of the per-peer connection cap by uid on unix (nobody is not root) and by address on TCP', async () => {
+    const p = path.join(dir, 'key.sock');
+    const srv = net.createServer();
+    const keys: string[] = [];
+    const two = new Promise<void>((resolve) => srv.on('connection', (s) => (keys.push(peerKeyOfSocket(s)), keys.length === 2 && resolve())));
+    await new Promise<void>((r) => srv.listen(p, r));
+    chmodSync(p, 0o666);
+    const mine = net.connect(p);
+    mine.on('error', () => undefined);
+    await runAs(NOBODY, NOBODY, path.join(dir, 'connect.js'), [p]);
+    await two;
+    mine.destroy();
+    srv.close();
+    expect(keys.sort()).toEqual([`uid:${NOBODY}`, `uid:${process.getuid!()}`].sort());
+    const tcp = net.createServer();
+    const key = new Promise<string>((resolve) => tcp.on('connection', (s) => (resolve(peerKeyOfSocket(s)), s.destroy())));
+    await new Promise<void>((r) => tcp.listen(0, '127.0.0.1', r));
+    const c = net.connect((tcp.address() as net.AddressInfo).port, '127.0.0.1');
+    c.on('error', () => undefined);
+    expect(await key).toBe('tcp:127.0.0.1');
+    tcp.close();
   });
 
   it('is an Error on a TCP socket (no peer credentials there)', async () => {

@@ -23,7 +23,7 @@ import { versionService, type ComponentInfo } from './version';
 import { rpcDuration } from './metrics';
 import { DEADLINE_METADATA_KEY, GrpcHost } from './grpc-host';
 import { epochFenceMiddleware, type EpochFence } from './epoch-fence';
-import { authMiddleware, type AuthPolicy } from './connection-auth';
+import { authMiddleware, peerKeyOfSocket, type AuthPolicy } from './connection-auth';
 import { RETRY_AFTER_MS_TRAILER, retryAfterMsOf } from './sqlite-busy';
 import { DEFAULT_GUARD_LIMITS, ServerGuards, type GuardLimits } from './server-guards';
 
@@ -187,6 +187,7 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
 
   const limits = { ...DEFAULT_SERVER_LIMITS, ...opts.limits };
   const guards = new ServerGuards(limits);
+  guards.setPeerKey(peerKeyOfSocket);
   const host = new GrpcHost({
     options: {
       'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,

@@ -20,7 +20,7 @@ const FLOOD = 500;
 /** channels the flood uses (podd allows 256 streams per connection) */
 const CHANNELS = 4;
 
-describeWith('podd under an Exec flood (dist/main.js on the host)', [built('@sandnode/podd'), { name: 'prlimit (util-linux)', present: () => hasPrlimit() }], () => {
+describeWith('podd under an Exec flood (dist/main.js on the host)', [built('@sandnode/podd'), { name: 'prlimit (util-linux)', present: () => hasPrlimit(), ciProvides: true }], () => {
   const dir = useTempDir('podd-flood');
   let daemon: RunningDaemon;
   const channels: Channel[] = [];
