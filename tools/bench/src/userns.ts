@@ -1,8 +1,9 @@
 /**
- * Cost of the user namespace (issue 10 §2): on a node of its own, rounds alternate between a
- * vmm-supervisor with `usernsRange` "" (no user namespace: the 0.2.0 isolation, the baseline)
- * and one with the default range, the supervisor restarted between rounds (the server and
- * ublk-manager stay). Each round makes BENCH_USERNS_CREATES sandboxes one at a time (create
+ * Cost of the isolation (issue 10 §2, §6): on a node of its own, rounds alternate between three
+ * vmm-supervisors, restarted between rounds (the server and ublk-manager stay): "bare" with
+ * `seccompProfile` "unconfined" and `usernsRange` "" (the 0.2.0 isolation: the baseline of
+ * both), "off" with the seccomp profile but no user namespace, and "on" with both (the
+ * default). Each round makes BENCH_USERNS_CREATES sandboxes one at a time (create
  * latency), runs BENCH_USERNS_EXECS `true` execs over them (exec round trip) and deletes them.
  * A warm-up create in each mode comes first, so the one-time copy of the template into the
  * range (reported apart, from the supervisor's log) is not in the p50. BENCH_USERNS_ROUNDS
@@ -18,10 +19,14 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 /** The supervisor's env key of `usernsRange`. */
 const USERNS_ENV = 'SANDNODE_VMM_SUPERVISOR_USERNS_RANGE';
+/** The supervisor's env key of `seccompProfile`. */
+const SECCOMP_ENV = 'SANDNODE_VMM_SUPERVISOR_SECCOMP_PROFILE';
 
 /** One mode's figures over its rounds, ms. */
 export interface UsernsModeBench {
   usernsRange: string;
+  /** "unconfined", or "" for the shipped profile */
+  seccompProfile: string;
   creates: number;
   execs: number;
   createP50Ms: number;
@@ -35,11 +40,18 @@ export interface UsernsModeBench {
 /** What benchUserns measured. */
 export interface UsernsBench {
   rounds: number;
+  /** no seccomp, no user namespace (the 0.2.0 isolation) */
+  bare: UsernsModeBench;
+  /** seccomp, no user namespace */
   off: UsernsModeBench;
+  /** seccomp and the user namespace (the default) */
   on: UsernsModeBench;
-  /** on - off of the p50s, ms */
+  /** on - off of the p50s, ms: the user namespace's cost */
   createP50DeltaMs: number;
   execP50DeltaMs: number;
+  /** on - bare of the p50s, ms: the cost of all of it */
+  createP50AllDeltaMs: number;
+  execP50AllDeltaMs: number;
   /** the one-time copy of the template rootfs into the range, ms (the supervisor's log) */
   templateCopyMs: number | undefined;
 }
@@ -48,16 +60,20 @@ async function execTrue(api: ServerApi, id: string): Promise<void> {
   for await (const _ of api.sandboxes.exec({ sandboxId: id, argv: ['true'] })) void _;
 }
 
-/** restartSupervisor starts the vmm-supervisor again with usernsRange = range. */
-async function restartSupervisor(dirs: StackDirs, range: string): Promise<void> {
+/** restartSupervisor starts the vmm-supervisor again with usernsRange = range and seccompProfile = seccomp ("" = the default). */
+async function restartSupervisor(dirs: StackDirs, range: string, seccomp: string): Promise<void> {
   await stopComponent(dirs, 'vmm-supervisor');
-  const saved = process.env[USERNS_ENV];
+  const saved = { [USERNS_ENV]: process.env[USERNS_ENV], [SECCOMP_ENV]: process.env[SECCOMP_ENV] };
   process.env[USERNS_ENV] = range;
+  if (seccomp) process.env[SECCOMP_ENV] = seccomp;
+  else delete process.env[SECCOMP_ENV];
   try {
     await startComponent(dirs, 'vmm-supervisor');
   } finally {
-    if (saved === undefined) delete process.env[USERNS_ENV];
-    else process.env[USERNS_ENV] = saved;
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
   }
 }
 
@@ -74,9 +90,10 @@ function templateCopyMs(dirs: StackDirs): number | undefined {
   return undefined;
 }
 
-function summary(range: string, createMs: number[], execMs: number[]): UsernsModeBench {
+function summary(mode: { range: string; seccomp: string }, createMs: number[], execMs: number[]): UsernsModeBench {
   return {
-    usernsRange: range,
+    usernsRange: mode.range,
+    seccompProfile: mode.seccomp,
     creates: createMs.length,
     execs: execMs.length,
     createP50Ms: r1(percentile(createMs, 50)),
@@ -88,22 +105,23 @@ function summary(range: string, createMs: number[], execMs: number[]): UsernsMod
   };
 }
 
-/** benchUserns measures create and exec p50 with the user namespace off and on in alternating rounds; rows get the table lines. */
+/** benchUserns measures create and exec p50 with no isolation layer, seccomp only, and seccomp + user namespace, in alternating rounds; rows get the table lines. */
 export async function benchUserns(root: string, rows: (string | number)[][]): Promise<UsernsBench> {
   const dirs: StackDirs = { stateDir: path.join(root, 'userns-state'), runDir: path.join(root, 'userns-run'), listen: '' };
   const rounds = Math.max(1, num('BENCH_USERNS_ROUNDS', 3));
   const creates = Math.max(1, num('BENCH_USERNS_CREATES', 10));
   const execs = Math.max(1, num('BENCH_USERNS_EXECS', 50));
-  const modes = { off: '', on: '100000:65536' } as const;
-  const samples = { off: { create: [] as number[], exec: [] as number[] }, on: { create: [] as number[], exec: [] as number[] } };
+  const modes = { bare: { range: '', seccomp: 'unconfined' }, off: { range: '', seccomp: '' }, on: { range: '100000:65536', seccomp: '' } } as const;
+  const MODES = ['bare', 'off', 'on'] as const;
+  const samples = Object.fromEntries(MODES.map((m) => [m, { create: [] as number[], exec: [] as number[] }])) as Record<(typeof MODES)[number], { create: number[]; exec: number[] }>;
   try {
     for (const c of COMPONENTS) await startComponent(dirs, c);
     const api = connectServer(unixAddress(socketPath(dirs.runDir, 'server')));
     try {
       await api.templates.buildTemplate({ name: 'base', replace: false });
       for (let round = 0; round < rounds; round++) {
-        for (const mode of ['off', 'on'] as const) {
-          await restartSupervisor(dirs, modes[mode]);
+        for (const mode of MODES) {
+          await restartSupervisor(dirs, modes[mode].range, modes[mode].seccomp);
           // warm-up (the first create of a mode copies the template into the range once)
           const warm = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId;
           await api.sandboxes.deleteSandbox({ sandboxId: warm });
@@ -124,14 +142,18 @@ export async function benchUserns(root: string, rows: (string | number)[][]): Pr
     } finally {
       api.close();
     }
+    const bare = summary(modes.bare, samples.bare.create, samples.bare.exec);
     const off = summary(modes.off, samples.off.create, samples.off.exec);
     const on = summary(modes.on, samples.on.create, samples.on.exec);
     const r: UsernsBench = {
       rounds,
+      bare,
       off,
       on,
       createP50DeltaMs: r1(on.createP50Ms - off.createP50Ms),
       execP50DeltaMs: r1(on.execP50Ms - off.execP50Ms),
+      createP50AllDeltaMs: r1(on.createP50Ms - bare.createP50Ms),
+      execP50AllDeltaMs: r1(on.execP50Ms - bare.execP50Ms),
       templateCopyMs: templateCopyMs(dirs),
     };
     rows.push([
@@ -145,6 +167,18 @@ export async function benchUserns(root: string, rows: (string | number)[][]): Pr
       `${on.execP50Ms} ms (without: ${off.execP50Ms} ms; +${r.execP50DeltaMs})`,
       'cost of isolation',
       `${on.execSpreadMs.text} / ${off.execSpreadMs.text} ms`,
+    ]);
+    rows.push([
+      `create p50 with seccomp + user namespace (baseline: neither, the 0.2.0 isolation)`,
+      `${on.createP50Ms} ms (neither: ${bare.createP50Ms} ms; ${r.createP50AllDeltaMs >= 0 ? '+' : ''}${r.createP50AllDeltaMs})`,
+      'cost of isolation',
+      `${on.createSpreadMs.text} / ${bare.createSpreadMs.text} ms`,
+    ]);
+    rows.push([
+      `exec p50 with seccomp + user namespace (baseline: neither)`,
+      `${on.execP50Ms} ms (neither: ${bare.execP50Ms} ms; ${r.execP50AllDeltaMs >= 0 ? '+' : ''}${r.execP50AllDeltaMs})`,
+      'cost of isolation',
+      `${on.execSpreadMs.text} / ${bare.execSpreadMs.text} ms`,
     ]);
     rows.push(['template copy into the range (once per template build)', `${r.templateCopyMs ?? '?'} ms`, '-', 'one run']);
     return r;
