@@ -91,7 +91,16 @@ export class Supervisor {
   /** Feature strings of the supervisor with its driver, for GetVersion (all from VMM_FEATURES). */
   features(): string[] {
     const arm = this.driver.features.includes(VMM_FEATURES.freezePort) ? [VMM_FEATURES.freezeArm] : [];
-    return [...this.driver.features, VMM_FEATURES.adoption, VMM_FEATURES.epochFence, VMM_FEATURES.freezeStatus, VMM_FEATURES.fenceEpoch, VMM_FEATURES.quarantineReport, VMM_FEATURES.vmIsolation, ...arm];
+    return [
+      ...this.driver.features,
+      VMM_FEATURES.adoption,
+      VMM_FEATURES.epochFence,
+      VMM_FEATURES.freezeStatus,
+      VMM_FEATURES.fenceEpoch,
+      VMM_FEATURES.quarantineReport,
+      VMM_FEATURES.vmIsolation,
+      ...arm,
+    ];
   }
 
   /**
