@@ -66,13 +66,25 @@ export class VmPeer implements VmPort {
    */
   async armFreeze(vmId: string, windowMs: number): Promise<boolean> {
     if (!(await this.features.has(VMM_FEATURES.freezeArm))) return false;
-    await this.client.armFreeze({ vmId, windowMs });
+    try {
+      await this.client.armFreeze({ vmId, windowMs });
+    } catch (err) {
+      // the supervisor was replaced by one without the call since its features were read (a rollback to 0.2.0): it does not gate freezes
+      if (!isCode(err, Status.UNIMPLEMENTED)) throw err;
+      this.features.reset();
+      return false;
+    }
     return true;
   }
 
-  /** disarmFreeze ends vmId's unused arm (VmService.DisarmFreeze; call it only after armFreeze said true). */
+  /** disarmFreeze ends vmId's unused arm (VmService.DisarmFreeze; call it only after armFreeze said true); a supervisor without the call (rolled back meanwhile) has no arm to end. */
   async disarmFreeze(vmId: string): Promise<void> {
-    await this.client.disarmFreeze({ vmId });
+    try {
+      await this.client.disarmFreeze({ vmId });
+    } catch (err) {
+      if (!isCode(err, Status.UNIMPLEMENTED)) throw err;
+      this.features.reset();
+    }
   }
 
   async create(a: Parameters<VmPort['create']>[0]): Promise<VmInfo> {
