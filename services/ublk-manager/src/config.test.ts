@@ -6,6 +6,13 @@ import { loadUblkConfig } from './config';
 import { parseArgs, UsageError } from './main';
 
 describe('loadUblkConfig', () => {
+  it('takes a unix socket listen address only: a TCP one is refused naming the key (no TCP authentication)', () => {
+    for (const listen of ['127.0.0.1:7072', '0.0.0.0:7072']) {
+      expect(() => loadUblkConfig({ env: { SANDNODE_UBLK_MANAGER_LISTEN: listen } })).toThrow(ConfigError);
+      expect(() => loadUblkConfig({ env: { SANDNODE_UBLK_MANAGER_LISTEN: listen } })).toThrow(/listen.*unix socket/);
+    }
+  });
+
   it('resolves defaults from stateDir and runDir', () => {
     const c = loadUblkConfig({ env: { SANDNODE_UBLK_MANAGER_STATE_DIR: '/s', SANDNODE_UBLK_MANAGER_RUN_DIR: '/r' } });
     expect(c).toEqual({

@@ -34,8 +34,18 @@ export const configSchema = z.object({
   stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
   /** Runtime dir: the default socket is `<runDir>/ublk-manager.sock`. */
   runDir: z.string().min(1).default(DEFAULT_RUN_DIR),
-  /** gRPC address: "unix:///abs.sock" or "host:port"; default `unix://<runDir>/ublk-manager.sock`. */
-  listen: z.string().min(1).optional(),
+  /**
+   * gRPC address, a unix socket only ("unix:///abs.sock"); default `unix://<runDir>/ublk-manager.sock`.
+   * No TCP: its callers are authenticated by peer credentials (root only), which TCP has not.
+   */
+  listen: z
+    .string()
+    .min(1)
+    .refine(
+      (a) => a.startsWith('unix:///'),
+      'must be a unix socket address "unix:///abs/path.sock": this service takes calls from root on its unix socket only (peer credentials), it has no TCP authentication',
+    )
+    .optional(),
   logLevel: z.enum(LOG_LEVELS).default('info'),
   /** Backend: "loop" (embedded) or "ublk" (not in this release; fails at start). */
   driver: z.enum(['loop', 'ublk']).default('loop'),

@@ -169,7 +169,7 @@ async function start(argv: string[]): Promise<void> {
     log,
     fence,
     // root only on its unix socket (peer credentials): the server is its only caller
-    ...(cfg.listen.startsWith('unix://') ? { auth: {} } : {}),
+    auth: {},
   });
   server.add(
     DeviceServiceDefinition,

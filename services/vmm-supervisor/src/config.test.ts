@@ -18,6 +18,14 @@ describe('loadVmmConfig', () => {
     expect(c).toMatchObject({ driver: 'runc', runcBinary: 'runc', defaultVcpus: 1, defaultMemoryMib: 512, stopTimeoutMs: 2000, logLevel: 'info' });
   });
 
+  test('listen is a unix socket only: a TCP address is refused naming the key (no TCP authentication)', () => {
+    for (const listen of ['127.0.0.1:7071', '0.0.0.0:7071', 'unix:relative.sock']) {
+      expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_LISTEN: listen } })).toThrow(ConfigError);
+      expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_LISTEN: listen } })).toThrow(/listen.*unix socket/);
+    }
+    expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_LISTEN: 'unix:///tmp/x.sock' } }).listen).toBe('unix:///tmp/x.sock');
+  });
+
   test('env values are coerced and validated with the key named', () => {
     expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_STOP_TIMEOUT_MS: '500' } }).stopTimeoutMs).toBe(500);
     expect(loadVmmConfig({ env: {} })).toMatchObject({ runcStartTimeoutMs: 30_000, killWaitMs: 5000, drainMs: 5000 });

@@ -26,8 +26,18 @@ export const configSchema = z.object({
   stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
   /** Runtime dir: the socket and the per-VM dirs `<runDir>/vms/<id>`. */
   runDir: z.string().min(1).default(DEFAULT_RUN_DIR),
-  /** gRPC address; default `unix://<runDir>/vmm-supervisor.sock`. */
-  listen: z.string().min(1).optional(),
+  /**
+   * gRPC address, a unix socket only ("unix:///abs.sock"); default `unix://<runDir>/vmm-supervisor.sock`.
+   * No TCP: its callers are authenticated by peer credentials (root only), which TCP has not.
+   */
+  listen: z
+    .string()
+    .min(1)
+    .refine(
+      (a) => a.startsWith('unix:///'),
+      'must be a unix socket address "unix:///abs/path.sock": this service takes calls from root on its unix socket only (peer credentials), it has no TCP authentication',
+    )
+    .optional(),
   logLevel: z.enum(LOG_LEVELS).default('info'),
   /** VM backend: "runc" (embedded) or "firecracker" (needs /dev/kvm and kernelImage). */
   driver: z.enum(['runc', 'firecracker']).default('runc'),

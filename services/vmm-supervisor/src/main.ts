@@ -174,7 +174,7 @@ async function main(): Promise<void> {
     log,
     fence,
     // root only on its unix socket (peer credentials): the server is its only caller
-    ...(cfg.listen.startsWith('unix://') ? { auth: {} } : {}),
+    auth: {},
   });
   server.add(
     VmServiceDefinition,
