@@ -178,5 +178,25 @@ export async function ensureImage(b: Build, toolsDir: string, toolsFp: string): 
   const engineErr = out.find((o) => o.error)?.error;
   if (tarErr || engineErr) throw new Error(`image ${image}: ${[tarErr, engineErr && `import: ${engineErr}`].filter(Boolean).join('; ')}`);
   if (!(await client.image.exists(ref))) throw new Error(`image ${image}: import ended but the engine has no such image`);
+  await pruneOlderImages(engine, image).catch(() => undefined); // housekeeping: never fails the build
   return { image, built: true, ms: Date.now() - t0 };
+}
+
+/**
+ * pruneOlderImages removes the engine's other images of the same label (`sandnode-compat:N-*`
+ * of earlier commits: ~600 MB each, one per commit tested, piled up on a machine that runs the
+ * matrix often); release images have their own label and stay cached. An image a container
+ * still uses is left (the engine refuses: 409).
+ */
+async function pruneOlderImages(
+  engine: { listImages(o: object): Promise<Array<{ RepoTags?: string[] | null }>>; getImage(n: string): { remove(o: object): Promise<unknown> } },
+  image: string,
+): Promise<void> {
+  const label = image.slice(0, image.lastIndexOf('-') + 1); // "sandnode-compat:N-"
+  const tags = (await engine.listImages({ filters: { reference: [`${label.split(':')[0]}:*`] } })).flatMap((i) => i.RepoTags ?? []);
+  for (const t of tags.filter((t) => t.startsWith(label) && t !== image))
+    await engine
+      .getImage(t)
+      .remove({})
+      .catch(() => undefined);
 }
