@@ -85,4 +85,18 @@ export function loadConfig<S extends z.ZodObject<z.ZodRawShape>>(schema: S, opts
  */
 export const configBool = (): z.ZodType<boolean, boolean | string> => z.union([z.boolean(), z.stringbool()], { error: 'must be a boolean (true/false, 1/0, yes/no, on/off)' });
 
+/**
+ * unixSocketAddress is the schema of a daemon's gRPC address that may only be a unix socket
+ * ("unix:///abs/path.sock"): the vmm-supervisor and ublk-manager authenticate callers by peer
+ * credentials (root only), which TCP has not, so a TCP address is refused at start.
+ */
+export const unixSocketAddress = (): z.ZodString =>
+  z
+    .string()
+    .min(1)
+    .refine(
+      (a) => a.startsWith('unix:///'),
+      'must be a unix socket address "unix:///abs/path.sock": this service takes calls from root on its unix socket only (peer credentials), it has no TCP authentication',
+    );
+
 export { z };

@@ -6,7 +6,7 @@
  * in the service README. Invalid values fail the start with an error that names the key.
  */
 import path from 'node:path';
-import { DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { unixSocketAddress, DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 import { DEFAULT_RELEASE_TIMEOUT_MS } from './core/device-core';
 import { DEFAULT_MAX_DEVICE_SIZE_BYTES, MIN_DEVICE_SIZE_BYTES, SECTOR_BYTES } from './core/types';
 import { DEFAULT_CLONE_TIMEOUT_MS, DEFAULT_MKFS_TIMEOUT_MS } from './drivers/images';
@@ -38,14 +38,7 @@ export const configSchema = z.object({
    * gRPC address, a unix socket only ("unix:///abs.sock"); default `unix://<runDir>/ublk-manager.sock`.
    * No TCP: its callers are authenticated by peer credentials (root only), which TCP has not.
    */
-  listen: z
-    .string()
-    .min(1)
-    .refine(
-      (a) => a.startsWith('unix:///'),
-      'must be a unix socket address "unix:///abs/path.sock": this service takes calls from root on its unix socket only (peer credentials), it has no TCP authentication',
-    )
-    .optional(),
+  listen: unixSocketAddress().optional(),
   logLevel: z.enum(LOG_LEVELS).default('info'),
   /** Backend: "loop" (embedded) or "ublk" (not in this release; fails at start). */
   driver: z.enum(['loop', 'ublk']).default('loop'),

@@ -3,7 +3,7 @@
  * `SANDNODE_VMM_SUPERVISOR_<KEY>`. Keys and defaults are listed in the README.
  */
 import path from 'node:path';
-import { DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { unixSocketAddress, DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 import { DEFAULT_KILL_WAIT_MS, DEFAULT_RUNC_START_TIMEOUT_MS } from './drivers/runc';
 import { DEFAULT_SECCOMP_PROFILE } from './drivers/seccomp';
 import { DEFAULT_CONSOLE_LOG_BYTES } from './drivers/console-log';
@@ -30,14 +30,7 @@ export const configSchema = z.object({
    * gRPC address, a unix socket only ("unix:///abs.sock"); default `unix://<runDir>/vmm-supervisor.sock`.
    * No TCP: its callers are authenticated by peer credentials (root only), which TCP has not.
    */
-  listen: z
-    .string()
-    .min(1)
-    .refine(
-      (a) => a.startsWith('unix:///'),
-      'must be a unix socket address "unix:///abs/path.sock": this service takes calls from root on its unix socket only (peer credentials), it has no TCP authentication',
-    )
-    .optional(),
+  listen: unixSocketAddress().optional(),
   logLevel: z.enum(LOG_LEVELS).default('info'),
   /** VM backend: "runc" (embedded) or "firecracker" (needs /dev/kvm and kernelImage). */
   driver: z.enum(['runc', 'firecracker']).default('runc'),
