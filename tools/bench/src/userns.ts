@@ -17,6 +17,8 @@ import { spreadOf, type Spread } from './results';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
+/** signed shows a delta with its sign ("+3.1", "-2"). */
+const signed = (x: number) => (x >= 0 ? `+${x}` : String(x));
 /** The supervisor's env key of `usernsRange`. */
 const USERNS_ENV = 'SANDNODE_VMM_SUPERVISOR_USERNS_RANGE';
 /** The supervisor's env key of `seccompProfile`. */
@@ -158,25 +160,25 @@ export async function benchUserns(root: string, rows: (string | number)[][]): Pr
     };
     rows.push([
       `create p50 with user namespace (baseline: without)`,
-      `${on.createP50Ms} ms (without: ${off.createP50Ms} ms; +${r.createP50DeltaMs})`,
+      `${on.createP50Ms} ms (without: ${off.createP50Ms} ms; ${signed(r.createP50DeltaMs)})`,
       'cost of isolation',
       `${on.createSpreadMs.text} / ${off.createSpreadMs.text} ms`,
     ]);
     rows.push([
       `exec p50 with user namespace (baseline: without)`,
-      `${on.execP50Ms} ms (without: ${off.execP50Ms} ms; +${r.execP50DeltaMs})`,
+      `${on.execP50Ms} ms (without: ${off.execP50Ms} ms; ${signed(r.execP50DeltaMs)})`,
       'cost of isolation',
       `${on.execSpreadMs.text} / ${off.execSpreadMs.text} ms`,
     ]);
     rows.push([
       `create p50 with seccomp + user namespace (baseline: neither, the 0.2.0 isolation)`,
-      `${on.createP50Ms} ms (neither: ${bare.createP50Ms} ms; ${r.createP50AllDeltaMs >= 0 ? '+' : ''}${r.createP50AllDeltaMs})`,
+      `${on.createP50Ms} ms (neither: ${bare.createP50Ms} ms; ${signed(r.createP50AllDeltaMs)})`,
       'cost of isolation',
       `${on.createSpreadMs.text} / ${bare.createSpreadMs.text} ms`,
     ]);
     rows.push([
       `exec p50 with seccomp + user namespace (baseline: neither)`,
-      `${on.execP50Ms} ms (neither: ${bare.execP50Ms} ms; ${r.execP50AllDeltaMs >= 0 ? '+' : ''}${r.execP50AllDeltaMs})`,
+      `${on.execP50Ms} ms (neither: ${bare.execP50Ms} ms; ${signed(r.execP50AllDeltaMs)})`,
       'cost of isolation',
       `${on.execSpreadMs.text} / ${bare.execSpreadMs.text} ms`,
     ]);
