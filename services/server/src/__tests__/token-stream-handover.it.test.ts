@@ -7,7 +7,7 @@
  */
 import { connectServerApi } from '@sandnode/shared';
 import { upgradeServer } from '@sandnode/node-stack';
-import { describeNode, startNode, type TestNode } from '@sandnode/testkit';
+import { describeNode, startNode, waitFor, type TestNode } from '@sandnode/testkit';
 import { Status } from 'nice-grpc-common';
 
 jest.setTimeout(300_000);
@@ -16,6 +16,8 @@ jest.setTimeout(300_000);
 const LINES = 60;
 /** Lines (0.5 s each) the stream must relay after the handover before the revoke: 2 s, two rechecks of the retiring server (STREAM_TOKEN_RECHECK_MS). */
 const AFTER_HANDOVER = 4;
+/** A word in the command's argv, to find its process in the sandbox */
+const MARKER = 'revoked-stream-marker';
 
 describeNode('a bearer token revoked on the next server while its Exec stream runs on the retiring one', () => {
   let node: TestNode;
@@ -28,6 +30,24 @@ describeNode('a bearer token revoked on the next server while its Exec stream ru
     if (id) await node?.api.sandboxes.deleteSandbox({ sandboxId: id }).catch(() => undefined);
     await node?.stop();
   });
+
+  /** running: how many processes of the sandbox have word in their argv (through root's unix socket) */
+  async function running(word: string): Promise<number> {
+    let out = '';
+    // [x]yz: the pattern does not match the grep that holds it
+    const pattern = `[${word[0]}]${word.slice(1)}`;
+    for await (const ev of node.api.sandboxes.exec({
+      sandboxId: id,
+      argv: ['sh', '-c', `cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c '${pattern}'; true`],
+      stdin: Buffer.alloc(0),
+      cwd: '',
+      env: {},
+      timeoutMs: 10_000,
+    })) {
+      if (ev.event?.$case === 'stdout') out += ev.event.value.toString();
+    }
+    return Number(out.trim());
+  }
 
   it('the stream goes on through the handover, then ends UNAUTHENTICATED once the token is revoked on the new server', async () => {
     const r = node.cli(['token', 'create', '--name', 'handed', '--role', 'admin', '--json']);
@@ -44,7 +64,7 @@ describeNode('a bearer token revoked on the next server while its Exec stream ru
     try {
       for await (const ev of api.sandboxes.exec({
         sandboxId: id,
-        argv: ['sh', '-c', `i=0; while [ $i -lt ${LINES} ]; do echo line; sleep 0.5; i=$((i+1)); done`],
+        argv: ['sh', '-c', `i=0; while [ $i -lt ${LINES} ]; do echo line; sleep 0.5; i=$((i+1)); done`, MARKER],
         stdin: Buffer.alloc(0),
         cwd: '',
         env: {},
@@ -53,6 +73,7 @@ describeNode('a bearer token revoked on the next server while its Exec stream ru
         if (ev.event?.$case === 'stdout') {
           lines += ev.event.value.toString().split('\n').filter(Boolean).length;
           if (upgradedAt < 0) {
+            expect(await running(MARKER)).toBe(1); // the probe sees the command while it runs
             const u = await upgradeServer(node.dirs, '.');
             oldPid = u.oldPid;
             newPid = u.newPid;
@@ -73,5 +94,7 @@ describeNode('a bearer token revoked on the next server while its Exec stream ru
     expect(newPid).not.toBe(oldPid);
     expect(revokedAt).toBeGreaterThanOrEqual(upgradedAt + AFTER_HANDOVER);
     expect({ exited, code }).toEqual({ exited: false, code: Status.UNAUTHENTICATED });
+    // and the command was killed in the sandbox, not left running: no process has MARKER in its argv
+    await waitFor(`the command of the ended stream to be gone from sandbox ${id}`, async () => (await running(MARKER)) === 0, 30_000);
   });
 });
