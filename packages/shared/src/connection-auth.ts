@@ -210,7 +210,8 @@ export function authMiddleware(policy: AuthPolicy) {
 async function* tokenGuarded<Req, Res>(call: ServerMiddlewareCall<Req, Res>, context: CallContext, verify: () => unknown, recheckMs: number) {
   const ac = new AbortController();
   const follow = () => ac.abort(context.signal.reason);
-  context.signal.addEventListener('abort', follow, { once: true });
+  if (context.signal.aborted) follow();
+  else context.signal.addEventListener('abort', follow, { once: true });
   let failures = 0;
   let fail!: (err: unknown) => void;
   const failed = new Promise<never>((_, reject) => (fail = reject));
