@@ -12,7 +12,10 @@
  *   UNAUTHENTICATED); a TLS caller is an admin unless it sends a token, whose role then applies.
  *   A `read` caller may call only methods marked NO_SIDE_EFFECTS (and Health, Version,
  *   reflection): anything else is PERMISSION_DENIED. Health checks need no credentials (probes).
- *   Nothing of the service runs for a caller that is refused.
+ *   Nothing of the service runs for a caller that is refused. A streaming call (Exec) of a token
+ *   caller has its token verified again before each message it relays and every
+ *   policy.recheckMs (STREAM_TOKEN_RECHECK_MS): once the token is revoked or expired the stream
+ *   ends UNAUTHENTICATED and the handler's signal is aborted (an Exec's command is killed).
  *
  * A server without a policy (the default) serves everyone who can reach its socket: the file
  * mode (0600, root) is then the only check.
@@ -65,7 +68,14 @@ export interface AuthPolicy {
    * token is accepted (TCP plaintext callers are then all UNAUTHENTICATED).
    */
   verifyToken?: (secret: string) => TokenIdentity;
+  /** how often the token of a running streaming call is verified again besides before each message, ms (default STREAM_TOKEN_RECHECK_MS) */
+  recheckMs?: number;
 }
+
+/** Default AuthPolicy.recheckMs: a revoked token's open stream ends at most this long after the revocation, ms. */
+export const STREAM_TOKEN_RECHECK_MS = 1000;
+/** Checks in a row that may fail with another error than UNAUTHENTICATED (records.db busy) before a token caller's stream ends with it. */
+const RECHECK_TOLERATED_FAILURES = 5;
 
 const peers = new WeakMap<object, Peer>();
 
@@ -151,9 +161,9 @@ function bearerOf(context: CallContext): string | undefined {
 /**
  * identify: who the caller is under policy, or the error to answer: PermissionDeniedError
  * (a unix peer that is neither root nor in the group), UnauthenticatedError (TCP without a
- * valid token).
+ * valid token). secret: the bearer secret that identified the caller (a token caller only).
  */
-export function identify(policy: AuthPolicy, context: CallContext, rpc: string): { who: string; role: Role } {
+export function identify(policy: AuthPolicy, context: CallContext, rpc: string): { who: string; role: Role; secret?: string } {
   const peer = peerOf(context);
   if (!peer) throw new PermissionDeniedError(`${rpc}: the caller's connection could not be identified; nothing was done`);
   if (peer.transport === 'unix-unknown') throw new PermissionDeniedError(`${rpc}: the caller's peer credentials could not be read (${peer.error}); nothing was done`);
@@ -170,7 +180,7 @@ export function identify(policy: AuthPolicy, context: CallContext, rpc: string):
   }
   if (!policy.verifyToken) throw new UnauthenticatedError(`${rpc}: this server accepts no tokens; nothing was done`);
   const t = policy.verifyToken(secret);
-  return { who: `token "${t.name}"`, role: t.role };
+  return { who: `token "${t.name}"`, role: t.role, secret };
 }
 
 /** authMiddleware enforces policy before anything else runs (see the file header for the rules and codes). */
@@ -178,11 +188,75 @@ export function authMiddleware(policy: AuthPolicy) {
   return async function* auth<Req, Res>(call: ServerMiddlewareCall<Req, Res>, context: CallContext) {
     const method = call.method as { path: string; options?: { idempotencyLevel?: string } };
     if (!FREE.some((p) => method.path.startsWith(p))) {
-      const { who, role } = identify(policy, context, method.path);
+      const { who, role, secret } = identify(policy, context, method.path);
       if (role === 'read' && !mayRead(method)) throw new PermissionDeniedError(`${method.path}: ${who} has the read role and may not call a method that changes anything; nothing was done`);
+      const verify = policy.verifyToken;
+      if (secret !== undefined && verify && (call.method.requestStream || call.method.responseStream)) {
+        return yield* tokenGuarded(call, context, () => verify(secret), policy.recheckMs ?? STREAM_TOKEN_RECHECK_MS);
+      }
     }
     return yield* call.next(call.request, context);
   };
+}
+
+/**
+ * tokenGuarded runs a streaming call of a token caller with its token verified again (verify:
+ * throws UnauthenticatedError once it is revoked or expired) before each message relayed and
+ * every recheckMs. A failed check ends the call with that error at once, even while the handler
+ * waits for its next message, and aborts the signal the handler was given (the caller's signal
+ * aborts it too). Another error (records.db busy) is tolerated RECHECK_TOLERATED_FAILURES times
+ * in a row, then ends the call as well.
+ */
+async function* tokenGuarded<Req, Res>(call: ServerMiddlewareCall<Req, Res>, context: CallContext, verify: () => unknown, recheckMs: number) {
+  const ac = new AbortController();
+  const follow = () => ac.abort(context.signal.reason);
+  if (context.signal.aborted) follow();
+  else context.signal.addEventListener('abort', follow, { once: true });
+  let failures = 0;
+  let fail!: (err: unknown) => void;
+  const failed = new Promise<never>((_, reject) => (fail = reject));
+  failed.catch(() => undefined);
+  let failure: unknown;
+  const check = () => {
+    if (failure !== undefined) return;
+    try {
+      verify();
+      failures = 0;
+      return;
+    } catch (err) {
+      if (!(err instanceof UnauthenticatedError) && ++failures < RECHECK_TOLERATED_FAILURES) return;
+      failure = err instanceof UnauthenticatedError ? new UnauthenticatedError(`${call.method.path}: ${err.message}; the stream was ended`) : err;
+    }
+    ac.abort(failure);
+    fail(failure);
+  };
+  const timer = setInterval(check, recheckMs);
+  const it = call.next(call.request, { ...context, signal: ac.signal })[Symbol.asyncIterator]();
+  let done = false;
+  try {
+    for (;;) {
+      const r = await Promise.race([it.next(), failed]);
+      if (r.done) {
+        done = true;
+        return r.value;
+      }
+      check();
+      if (failure !== undefined) throw failure;
+      yield r.value;
+    }
+  } catch (err) {
+    if (failure === undefined) done = true; // the handler failed: it has ended
+    throw err;
+  } finally {
+    clearInterval(timer);
+    context.signal.removeEventListener('abort', follow);
+    if (!done) {
+      // a handler still waiting for its next message (its signal aborted) is closed once that settles
+      const closing = it.return(undefined as never);
+      if (failure === undefined) await closing;
+      else void closing.catch(() => undefined);
+    }
+  }
 }
 
 /**

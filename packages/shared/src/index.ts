@@ -22,6 +22,7 @@ export * from './features';
 export * from './failpoints';
 export * from './daemon-args';
 export * from './sqlite-busy';
+export * from './sqlite-file';
 export * from './peer-cred';
 export * from './connection-auth';
 export * from './client-auth';

@@ -4,7 +4,7 @@
  * that is not an id, a blob over 1 MiB, a copy of another sandbox's parts) are moved to the
  * quarantine table at open with the reason, never served and never thrown; the good rows are.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
@@ -32,6 +32,20 @@ describe('SqliteRecordStore', () => {
     rawRow(GOOD, bytes({ sandboxId: GOOD }));
   });
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('a new records.db and one left 0644 by an older release are 0600 after a write, and so are their -wal and -shm (the umask is not asked)', () => {
+    const old = path.join(dir, 'old.db');
+    writeFileSync(old, '');
+    chmodSync(old, 0o644);
+    const modes: Record<string, string> = {};
+    for (const f of [path.join(dir, 'new.db'), old]) {
+      const s = new SqliteRecordStore(f, log);
+      s.tokens().create({ name: 'perm', role: 'read', ttlMs: 0 });
+      for (const x of ['', '-wal', '-shm']) modes[path.basename(f) + x] = (statSync(f + x).mode & 0o777).toString(8);
+      s.close();
+    }
+    expect(modes).toEqual({ 'new.db': '600', 'new.db-wal': '600', 'new.db-shm': '600', 'old.db': '600', 'old.db-wal': '600', 'old.db-shm': '600' });
+  });
 
   /** rawRow writes a row as another process (or a bug) might, bypassing put(). */
   function rawRow(key: unknown, record: unknown): void {

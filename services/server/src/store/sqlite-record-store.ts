@@ -20,7 +20,7 @@
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { busyToUnavailable, RESOURCE_ID_RE, SANDBOX_ID_RE, SQLITE_BUSY_TIMEOUT_MS, waitWhileBusy, type Logger, type WriteProbe } from '@sandnode/shared';
+import { busyToUnavailable, privateDbFile, RESOURCE_ID_RE, SANDBOX_ID_RE, SQLITE_BUSY_TIMEOUT_MS, waitWhileBusy, type Logger, type WriteProbe } from '@sandnode/shared';
 import type { RecordStore, SandboxRecord } from '../core/types';
 import { decodeRecord, encodeRecord } from './record-codec';
 import { SqliteTokenStore } from './sqlite-token-store';
@@ -65,6 +65,7 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
   ) {
     this.readOnly = readOnly;
     mkdirSync(path.dirname(file), { recursive: true });
+    if (!readOnly) privateDbFile(file); // 0600, and so its -wal/-shm (token hashes, records)
     this.db = new Database(file, { readonly: readOnly, fileMustExist: readOnly, timeout: SQLITE_BUSY_TIMEOUT_MS });
     try {
       if (!readOnly) {

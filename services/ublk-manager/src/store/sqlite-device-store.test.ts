@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { describeWith, useTempDir, type Part } from '@sandnode/testkit';
@@ -78,6 +78,24 @@ describe('SqliteDeviceStore', () => {
     const s2 = new SqliteDeviceStore(file, { imagesDir: '/images' });
     expect((s2 as unknown as { db: Database.Database }).db.pragma('synchronous', { simple: true })).toBe(2);
     s2.close();
+  });
+
+  it('a new devices.db and one left 0644 by an older release are 0600 after a write, and so are their -wal and -shm (the umask is not asked)', () => {
+    const old = deviceDbPath(dir, 'old');
+    mkdirSync(path.dirname(old), { recursive: true });
+    writeFileSync(old, '');
+    chmodSync(old, 0o644);
+    const modes: Record<string, string> = {};
+    for (const [name, f] of [
+      ['new', deviceDbPath(dir, 'new')],
+      ['old', old],
+    ] as const) {
+      const s = new SqliteDeviceStore(f, { imagesDir: '/images' });
+      s.insert(rec('a'));
+      for (const x of ['', '-wal', '-shm']) modes[name + x] = (statSync(f + x).mode & 0o777).toString(8);
+      s.close();
+    }
+    expect(modes).toEqual({ new: '600', 'new-wal': '600', 'new-shm': '600', old: '600', 'old-wal': '600', 'old-shm': '600' });
   });
 
   it('inserts, updates, lists by id, deletes, and survives reopening', () => {

@@ -35,7 +35,7 @@
 import { mkdirSync, realpathSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { busyToUnavailable, FailedPreconditionError, isSqliteBusy, RESOURCE_ID_RE, SQLITE_BUSY_TIMEOUT_MS, type Logger, type WriteProbe } from '@sandnode/shared';
+import { busyToUnavailable, FailedPreconditionError, isSqliteBusy, privateDbFile, RESOURCE_ID_RE, SQLITE_BUSY_TIMEOUT_MS, type Logger, type WriteProbe } from '@sandnode/shared';
 import type { DeviceStore, QuarantinedRow, RecordChange } from '../core/store';
 import type { DeviceRecord, FilesystemKind, RecordState } from '../core/types';
 import { slotDir } from './layout';
@@ -186,6 +186,7 @@ export class SqliteDeviceStore implements DeviceStore, WriteProbe {
     this.log = opts.log;
     this.imagesDir = opts.imagesDir ?? imagesDirOf(file);
     mkdirSync(path.dirname(file), { recursive: true });
+    privateDbFile(file); // 0600, and so its -wal/-shm
     this.db = new Database(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
     try {
       this.open(file);

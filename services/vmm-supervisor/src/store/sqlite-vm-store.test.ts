@@ -1,3 +1,4 @@
+import { chmodSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { VmRecord } from '../core/types';
@@ -23,6 +24,21 @@ const rec = (vmId: string, over: Partial<VmRecord> = {}): VmRecord => ({
 
 describe('SqliteVmStore', () => {
   const tmp = useTempDir('vmm-store');
+  test('a new vm table and one left 0644 by an older release are 0600 after a write, and so are their -wal and -shm (the umask is not asked)', () => {
+    const dir = tmp();
+    const old = path.join(dir, 'old.db');
+    writeFileSync(old, '');
+    chmodSync(old, 0o644);
+    const modes: Record<string, string> = {};
+    for (const f of [path.join(dir, VM_TABLE_FILE), old]) {
+      const s = new SqliteVmStore(f, { binDir: BIN });
+      s.put(rec('vm-a'));
+      for (const x of ['', '-wal', '-shm']) modes[path.basename(f) + x] = (statSync(f + x).mode & 0o777).toString(8);
+      s.close();
+    }
+    expect(modes).toEqual({ 'vm-table.db': '600', 'vm-table.db-wal': '600', 'vm-table.db-shm': '600', 'old.db': '600', 'old.db-wal': '600', 'old.db-shm': '600' });
+  });
+
   test('put/get/list/delete survive a reopen, ordered by id', () => {
     const dir = tmp();
     const s = SqliteVmStore.forStateDir(dir, { binDir: BIN });

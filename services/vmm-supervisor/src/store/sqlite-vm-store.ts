@@ -16,7 +16,7 @@
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { busyToUnavailable, InternalError, isSqliteBusy, SQLITE_BUSY_TIMEOUT_MS, type WriteProbe } from '@sandnode/shared';
+import { busyToUnavailable, InternalError, isSqliteBusy, privateDbFile, SQLITE_BUSY_TIMEOUT_MS, type WriteProbe } from '@sandnode/shared';
 import type { VmRecord } from '../core/types';
 import type { VmStore } from '../core/vm-store';
 import { parseVmRecord, type VmRowContext } from './vm-record-check';
@@ -71,6 +71,7 @@ export class SqliteVmStore implements VmStore, WriteProbe {
    */
   constructor(file: string, opts: SqliteVmStoreOptions = {}) {
     mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+    privateDbFile(file); // 0600, and so its -wal/-shm
     this.db = new Database(file, { timeout: SQLITE_BUSY_TIMEOUT_MS });
     this.onQuarantine = opts.onQuarantine ?? (() => {});
     this.ctx = { binDir: path.resolve(opts.binDir ?? path.join(path.dirname(path.resolve(file)), 'bin')) };
