@@ -25,3 +25,4 @@ export * from './sqlite-busy';
 export * from './peer-cred';
 export * from './connection-auth';
 export * from './client-auth';
+export * from './trusted-dir';
