@@ -89,8 +89,9 @@ async function main(): Promise<void> {
   if (failpoints.list().length) log.warn({ failpoints: failpoints.list() }, 'failpoints are active (tests only)');
   try {
     // nothing goes into the dirs before they are known to be root's alone (trusted-dir.ts)
-    mkdirSync(cfg.stateDir, { recursive: true, mode: 0o700 });
+    // runDir first: a missing parent it shares with stateDir gets 0755, not 0700 (the sandboxes' user namespace root must pass it)
     mkdirSync(cfg.runDir, { recursive: true, mode: 0o755 });
+    mkdirSync(cfg.stateDir, { recursive: true, mode: 0o700 });
     checkTrustedDirs([
       { key: 'stateDir', dir: cfg.stateDir },
       { key: 'runDir', dir: cfg.runDir },
