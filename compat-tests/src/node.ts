@@ -7,7 +7,7 @@
  * process of these dirs).
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { askVersion, connectServerApi, sandboxDir, socketPath, unixAddress, type ServerApi } from '@sandnode/shared';
@@ -94,6 +94,7 @@ export class TempNode {
     prefix = 'sandnode-compat-',
   ) {
     this.root = mkdtempSync(path.join(os.tmpdir(), prefix));
+    chmodSync(this.root, 0o711); // others may pass (the sandboxes' user namespace root must reach <runDir>), not list
     this.dirs = { stateDir: path.join(this.root, 'state'), runDir: path.join(this.root, 'run'), listen: '' };
     this.address = unixAddress(socketPath(this.dirs.runDir, 'server'));
   }

@@ -41,6 +41,19 @@ describe('spawnDaemon + waitForDaemon', () => {
     expect(statSync(fresh.logPath).mode & 0o777).toBe(0o600);
   });
 
+  it('a missing run dir and the dirs above it get the default mode (the user namespace root must pass them), only the logs dir 0700', () => {
+    const runDir = path.join(dir, '.sandnode', 'run');
+    const script = path.join(dir, 'r.js');
+    writeFileSync(script, 'setInterval(() => {}, 1000);');
+    const prev = process.umask(0o022);
+    try {
+      started.push(spawnDaemon({ script, env: process.env, logPath: path.join(runDir, 'logs', 'r.log') }));
+    } finally {
+      process.umask(prev);
+    }
+    expect([path.join(dir, '.sandnode'), runDir, path.join(runDir, 'logs')].map((d) => (statSync(d).mode & 0o777).toString(8))).toEqual(['755', '755', '700']);
+  });
+
   it('returns what ready() found; the daemon keeps running detached, its output in its own part of the log', async () => {
     writeFileSync(path.join(dir, 'old.log'), '');
     const first = daemon('d', 'console.log("ready one"); setInterval(() => {}, 1000);');

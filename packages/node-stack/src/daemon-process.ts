@@ -48,6 +48,9 @@ export interface DaemonSpec {
  * could be started.
  */
 export function spawnDaemon(spec: DaemonSpec): SpawnedDaemon {
+  // the dirs above the log dir (the run dir and its parents, when missing) get the default mode:
+  // a 0700 parent made here would keep the sandboxes' user namespace root from the run dir
+  mkdirSync(path.dirname(path.dirname(spec.logPath)), { recursive: true });
   mkdirSync(path.dirname(spec.logPath), { recursive: true, mode: 0o700 });
   // Daemon logs name sandboxes, paths and request metadata: root only (issue 10 §2). A log an
   // older release made world-readable is tightened too.

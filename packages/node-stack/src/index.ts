@@ -27,7 +27,18 @@ export { NODE_LOCK_POLL_MS, nodeLockFile, withNodeLock } from './node-lock';
 export { loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, type PurgeReport } from './purge';
 export { missingComponents, startWhatResumeNeeds } from './resume-needs';
 export { isolationText, sandboxJson, stateName, type SandboxJson } from './sandbox-json';
-export { DEFAULT_START_TIMEOUT_MS, DEFAULT_STOP_TIMEOUT_MS, killComponent, startComponent, startStack, stopComponent, type StackOps, type StartedComponent, type StartOptions } from './stack';
+export {
+  checkStackDirs,
+  DEFAULT_START_TIMEOUT_MS,
+  DEFAULT_STOP_TIMEOUT_MS,
+  killComponent,
+  startComponent,
+  startStack,
+  stopComponent,
+  type StackOps,
+  type StartedComponent,
+  type StartOptions,
+} from './stack';
 export { percentile } from './stats';
 export { table } from './table';
 export { activeUblkSlot, pointUblkAddress, setActiveUblkSlot, ublkSlotSocket, type UblkSlot } from './ublk-slot';

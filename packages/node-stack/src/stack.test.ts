@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { processStartTicks } from '@sandnode/shared';
@@ -126,4 +126,11 @@ describe('startStack', () => {
       ['server', false],
     ]);
   });
+});
+
+(process.getuid?.() === 0 ? test : test.skip)('startComponent refuses a runDir another user owns before it reads or writes anything there (ConfigError naming it)', async () => {
+  chownSync(dirs.runDir, 65534, 65534);
+  await expect(startComponent(dirs, 'server', { buildDir, timeoutMs: 2000 })).rejects.toThrow(/key "runDir": .*\/run is not owned by root \(owner uid 65534/);
+  expect(readdirSync(dirs.runDir)).toEqual([]);
+  expect(existsSync(path.join(root, 'started'))).toBe(false);
 });

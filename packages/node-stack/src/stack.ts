@@ -5,7 +5,7 @@
  */
 import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { processState, unixAddress } from '@sandnode/shared';
+import { checkTrustedDirs, processState, unixAddress } from '@sandnode/shared';
 import { COMPONENTS, findRunning, getVersion, logFile, mainScript, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
 import { DAEMON_POLL_MS, sleep, spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
 import { activeUblkSlot, pointUblkAddress, ublkSlotSocket } from './ublk-slot';
@@ -37,6 +37,18 @@ function componentEnv(dirs: StackDirs, c: Component): NodeJS.ProcessEnv {
   return env;
 }
 
+/**
+ * checkStackDirs throws ConfigError (from checkTrustedDirs, @sandnode/shared: naming the dir,
+ * its owner and mode) unless dirs.stateDir and dirs.runDir and every dir above them are root's
+ * and writable only by root (a sticky parent like /tmp aside).
+ */
+export function checkStackDirs(dirs: StackDirs): void {
+  checkTrustedDirs([
+    { key: 'stateDir', dir: dirs.stateDir },
+    { key: 'runDir', dir: dirs.runDir },
+  ]);
+}
+
 /** Options of {@link startComponent}. */
 export interface StartOptions {
   /** a checkout of sandnode (with a build) to run the component from; default: this build */
@@ -53,9 +65,12 @@ export interface StartOptions {
  * it waits up to opts.timeoutMs for that one to answer and else throws Error naming its pid and
  * /proc state (e.g. "T": SIGSTOPped), leaving the pid file as it is. A component it starts that
  * exits first or does not answer within opts.timeoutMs is killed, its pid file removed, and
- * Error naming the log is thrown.
+ * Error naming the log is thrown. Before anything is read or written in the dirs, dirs.stateDir
+ * and dirs.runDir must be root's alone (checkTrustedDirs, @sandnode/shared): else ConfigError
+ * naming the dir, its owner and mode.
  */
 export async function startComponent(dirs: StackDirs, c: Component, opts: StartOptions = {}): Promise<{ pid: number; started: boolean }> {
+  checkStackDirs(dirs);
   const timeoutMs = opts.timeoutMs ?? DEFAULT_START_TIMEOUT_MS;
   const running = findRunning(dirs, c);
   if (running) {

@@ -26,3 +26,4 @@ export * from './sqlite-file';
 export * from './peer-cred';
 export * from './connection-auth';
 export * from './client-auth';
+export * from './trusted-dir';

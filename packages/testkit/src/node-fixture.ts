@@ -3,14 +3,14 @@
  * sockets) in temp dirs, and what a test needs to check it and clean up after it.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import os from 'node:os';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, processStartTicks, serverLeasePath, socketPath, unixAddress } from '@sandnode/shared';
 import { AdminServiceDefinition, type ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { describeWith, NODE_PARTS } from './prereq';
+import { passableTempDir } from './temp-dir';
 import { COMPONENTS, connectServer, findActiveServer, purgeNode, sandnodeProcesses, startComponent, stopComponent, type Component, type ServerApi, type StackDirs } from '@sandnode/node-stack';
 
 /**
@@ -112,7 +112,7 @@ export async function startNode(
     env?: Partial<Record<Component, Record<string, string>>>;
   } = {},
 ): Promise<TestNode> {
-  const root = mkdtempSync(path.join(os.tmpdir(), 'sandnode-it-'));
+  const root = passableTempDir('sandnode-it-');
   const dirs: StackDirs = { stateDir: path.join(root, 'state'), runDir: path.join(root, 'run'), listen: opts.listen ?? '' };
   const killStrays = async () => killProcesses(sandnodeProcesses(dirs.runDir).map((p) => p.pid));
   try {

@@ -1,11 +1,22 @@
 /** Temp dirs that tests remove after themselves. */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-/** makeTempDir creates `<tmpdir>/sandnode-<prefix>-XXXXXX` and returns its path. */
+/**
+ * makeTempDir creates `<tmpdir>/sandnode-<prefix>-XXXXXX`, mode 0711 (others may pass, not
+ * list: a runDir below it must let the sandboxes' user namespace root pass, and the
+ * vmm-supervisor no longer opens a parent of its runDir itself), and returns its path.
+ */
 export function makeTempDir(prefix: string): string {
-  return mkdtempSync(path.join(os.tmpdir(), `sandnode-${prefix}-`));
+  return passableTempDir(`sandnode-${prefix}-`);
+}
+
+/** passableTempDir creates `<tmpdir>/<prefix>XXXXXX` with mode 0711 (see {@link makeTempDir}) and returns its path. */
+export function passableTempDir(prefix: string): string {
+  const dir = mkdtempSync(path.join(os.tmpdir(), prefix));
+  chmodSync(dir, 0o711);
+  return dir;
 }
 
 /**

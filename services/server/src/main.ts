@@ -22,7 +22,8 @@
  * peers, records, lease, admin socket path; then exit 0. Sandboxes are never touched by a
  * server stop. A stop that outlives drainDeadlineMs + drainMs + 5 s exits 1.
  */
-import { ConfigError, createLogger, gateWritesWhileBusy, loadConfig, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
+import { mkdirSync } from 'node:fs';
+import { checkTrustedDirs, ConfigError, createLogger, gateWritesWhileBusy, loadConfig, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
 import { configSchema, loadServerConfig, SERVICE, type ServerConfig } from './config';
@@ -152,6 +153,13 @@ async function main(argv: string[]): Promise<void> {
     }
     cfg = loadServerConfig({ file: args.config });
     checkApiAccess(cfg);
+    // nothing goes into the dirs before they are known to be root's alone (trusted-dir.ts)
+    mkdirSync(cfg.stateDir, { recursive: true });
+    mkdirSync(cfg.runDir, { recursive: true });
+    checkTrustedDirs([
+      { key: 'stateDir', dir: cfg.stateDir },
+      { key: 'runDir', dir: cfg.runDir },
+    ]);
     settings = nodeSettings(loadConfig(configSchema, { service: SERVICE, file: args.config }), cfg);
     failpoints = setServerFailpoints();
   } catch (err) {

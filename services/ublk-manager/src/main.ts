@@ -27,6 +27,7 @@ import {
   SUITE_VERSION,
   UBLK_FEATURES,
   waitWhileBusy,
+  checkTrustedDirs,
   type Logger,
 } from '@sandnode/shared';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
@@ -132,6 +133,18 @@ async function start(argv: string[]): Promise<void> {
   }
   log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel).child({ slot: slotName(cfg.slot) });
   log.info({ config: cfg, failpoints: activeFailpoints() }, 'starting');
+  try {
+    // nothing goes into the dirs before they are known to be root's alone (trusted-dir.ts)
+    mkdirSync(cfg.stateDir, { recursive: true });
+    mkdirSync(cfg.runDir, { recursive: true });
+    checkTrustedDirs([
+      { key: 'stateDir', dir: cfg.stateDir },
+      { key: 'runDir', dir: cfg.runDir },
+    ]);
+  } catch (err) {
+    log.fatal({ err }, `cannot start: ${(err as Error).message}`);
+    process.exit(EXIT_USAGE);
+  }
 
   const driver = makeDriver(cfg, log);
   await driver.checkAvailable();

@@ -24,6 +24,7 @@ import {
   SUITE_VERSION,
   VMM_FEATURES,
   waitWhileBusy,
+  checkTrustedDirs,
   type EpochFence,
 } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
@@ -86,6 +87,19 @@ async function main(): Promise<void> {
   }
   const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel);
   if (failpoints.list().length) log.warn({ failpoints: failpoints.list() }, 'failpoints are active (tests only)');
+  try {
+    // nothing goes into the dirs before they are known to be root's alone (trusted-dir.ts)
+    // runDir first: a missing parent it shares with stateDir gets 0755, not 0700 (the sandboxes' user namespace root must pass it)
+    mkdirSync(cfg.runDir, { recursive: true, mode: 0o755 });
+    mkdirSync(cfg.stateDir, { recursive: true, mode: 0o700 });
+    checkTrustedDirs([
+      { key: 'stateDir', dir: cfg.stateDir },
+      { key: 'runDir', dir: cfg.runDir },
+    ]);
+  } catch (err) {
+    log.fatal({ err }, `cannot start: ${(err as Error).message}`);
+    process.exit(EXIT_USAGE);
+  }
   // the fence is made once the state dir is locked; freezes asked before (adoption serves the
   // ports) see the persisted epoch
   const made: { fence?: EpochFence } = {};

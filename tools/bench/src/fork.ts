@@ -8,7 +8,7 @@
  * Run alone: `node tools/bench/dist/fork.js` (after `npm run build`) writes
  * bench/results/fork.json; `npm run bench` runs it as one section of foundation.json.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { socketPath, unixAddress } from '@sandnode/shared';
@@ -88,6 +88,7 @@ export async function benchFork(api: ServerApi, rows: (string | number)[][]): Pr
 /** standalone: a fresh node, the fork benchmark alone, bench/results/fork.json. */
 async function main(): Promise<void> {
   const root = mkdtempSync(path.join(os.tmpdir(), 'sandnode-bench-fork-'));
+  chmodSync(root, 0o711); // others may pass (the sandboxes' user namespace root must reach <runDir>), not list
   const dirs: StackDirs = { stateDir: path.join(root, 'state'), runDir: path.join(root, 'run'), listen: '' };
   const rows: (string | number)[][] = [];
   let result: ForkBench;

@@ -31,7 +31,7 @@
  * BENCH_SKIP_LIVE_UPGRADE=1 skips live-upgrade.ts.
  */
 
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { socketPath, unixAddress, mapLimit } from '@sandnode/shared';
@@ -190,6 +190,7 @@ async function main(): Promise<void> {
   const want = wantedSections();
   if (process.env.BENCH_SKIP_LIVE_UPGRADE === '1') want.delete('live-upgrade');
   const root = mkdtempSync(path.join(os.tmpdir(), 'sandnode-bench-'));
+  chmodSync(root, 0o711); // others may pass (the sandboxes' user namespace root must reach <runDir>), not list
   const t0 = performance.now();
   const load0 = os.loadavg();
   const results: Record<string, unknown> = {

@@ -6,7 +6,7 @@
  * applied and the node must converge within a bound. Ends at the first violation, with the
  * step, the actions so far and what was violated; cleans up the node in every case.
  */
-import { cpSync, mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, cpSync, mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { socketPath, unixAddress } from '@sandnode/shared';
@@ -88,7 +88,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
   const quietMs = opts.quietSettleMs ?? DEFAULT_QUIET_SETTLE_MS;
   const plan = planActions(opts.seed, opts.steps);
   const t0 = Date.now();
-  const root = opts.root ?? mkdtempSync(path.join(os.tmpdir(), 'sandnode-chaos-'));
+  const root = opts.root ?? passableTempDir();
   const dirs: StackDirs = { stateDir: path.join(root, 'state'), runDir: path.join(root, 'run'), listen: '' };
   const calls = new CallLog();
   const figures: StepFigures = {
@@ -242,4 +242,11 @@ async function cleanUp(dirs: StackDirs): Promise<void> {
   for (const c of [...COMPONENTS].reverse()) await stopComponent(dirs, c, 5000).catch(() => undefined);
   for (const p of sandnodeProcesses(dirs.runDir)) await stopProcess(p.pid, { signal: 'SIGKILL' });
   await purgeNode(dirs);
+}
+
+/** passableTempDir makes a fresh root in the temp dir, mode 0711: others may pass (the sandboxes' user namespace root must reach <runDir>), not list. */
+function passableTempDir(): string {
+  const root = mkdtempSync(path.join(os.tmpdir(), 'sandnode-chaos-'));
+  chmodSync(root, 0o711);
+  return root;
 }

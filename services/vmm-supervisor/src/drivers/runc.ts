@@ -154,7 +154,7 @@ export class RuncDriver implements VmDriver {
     mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
     if (this.userns) {
       // runc's init, as the range's root, walks to <vmDir>/rootfs: every dir on the way must let it pass
-      makeTraversable(path.dirname(this.vmsDir), this.log);
+      makeTraversable(this.runDir, this.userns, this.log);
       openToRange(this.vmsDir, this.userns);
     }
   }

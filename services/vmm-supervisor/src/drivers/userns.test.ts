@@ -8,7 +8,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { ConfigError, createLogger } from '@sandnode/shared';
 import { writeMachineId } from './runc';
-import { ensureTreeInRange, parseUsernsRange, ShiftedTemplates, shiftTreeIntoRange } from './userns';
+import { ensureTreeInRange, makeTraversable, parseUsernsRange, ShiftedTemplates, shiftTreeIntoRange } from './userns';
 
 const R = { hostId: 100000, size: 65536 };
 const log = createLogger('vmm-supervisor-test', '0.0.0', 'silent');
@@ -164,5 +164,40 @@ describe('ShiftedTemplates', () => {
     const t = new ShiftedTemplates(cache, R, log);
     await expect(t.rootfsFor(path.join(tmp, 'nope'))).rejects.toThrow(/ENOENT/);
     expect(existsSync(cache) ? readdirSync(cache) : []).toEqual([]);
+  });
+});
+
+describe('makeTraversable (the run dir and the dirs above it)', () => {
+  let tmp: string;
+  beforeEach(() => {
+    tmp = mkdtempSync(path.join(os.tmpdir(), 'sandnode-traverse-'));
+    chmodSync(tmp, 0o755);
+  });
+  afterEach(() => rmSync(tmp, { recursive: true, force: true }));
+
+  rootIt('a 0700 parent is left 0700 and named in a ConfigError; the run dir below it is not touched', () => {
+    const home = path.join(tmp, 'home');
+    mkdirSync(path.join(home, 'run'), { recursive: true, mode: 0o700 });
+    chmodSync(home, 0o700);
+    expect(() => makeTraversable(path.join(home, 'run'), R, log)).toThrow(ConfigError);
+    expect(() => makeTraversable(path.join(home, 'run'), R, log)).toThrow(
+      new RegExp(`key "runDir": ${home} \\(on the way to .*mode 0700\\) does not let .*host uid 100000.*setfacl -m u:100000:x ${home}`),
+    );
+    expect(statSync(home).mode & 0o7777).toBe(0o700);
+    expect(statSync(path.join(home, 'run')).mode & 0o7777).toBe(0o700);
+  });
+
+  rootIt('parents the range root may pass (o+x; its group with g+x) are left as they are; the run dir itself gets o+x', () => {
+    const grp = path.join(tmp, 'grp');
+    mkdirSync(path.join(grp, 'run'), { recursive: true });
+    chownSync(grp, 0, R.hostId);
+    chmodSync(grp, 0o710);
+    chmodSync(path.join(grp, 'run'), 0o700);
+    makeTraversable(path.join(grp, 'run'), R, log);
+    expect(statSync(grp).mode & 0o7777).toBe(0o710);
+    expect(statSync(path.join(grp, 'run')).mode & 0o7777).toBe(0o701);
+    // the range root can now reach a file below the run dir by name
+    writeFileSync(path.join(grp, 'run', 'f'), 'x', { mode: 0o644 });
+    expect(execFileSync('cat', [path.join(grp, 'run', 'f')], { uid: R.hostId, gid: R.hostId, encoding: 'utf8' })).toBe('x');
   });
 });

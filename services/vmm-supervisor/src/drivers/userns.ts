@@ -15,6 +15,7 @@
  * Every walk of a tree a sandbox has written goes fd by fd without following a symlink
  * (beneath.ts): the tree is the attacker's, the ownership change must stay inside it.
  */
+import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import {
   chmodSync,
@@ -188,17 +189,45 @@ export function ensureTreeInRange(root: string, r: UsernsRange): ShiftReport | u
 }
 
 /**
- * makeTraversable adds search permission for others (o+x, never read) to dir and each of its
- * ancestors that lacks it, as Docker does to its root dir under userns-remap: runc's init runs
- * as the range's root and resolves the container's rootfs path itself.
+ * makeTraversable lets the range's root (host uid r.hostId) pass runDir on its way to
+ * `<runDir>/vms/<id>/rootfs` and the bind sources below runDir: runc's init runs as that user
+ * and resolves those paths itself. runDir, the node's own dir, gets o+x (never read) if it
+ * lacks it. Its ancestors are NOT changed (issue 10: `sandnode up` in a 0700 /root must not
+ * open /root to every local user): each must already let that uid pass (its owner or group
+ * with x, o+x, or an ACL that grants it: checked as that uid with `test -x`), as Docker checks
+ * its root dir under userns-remap. Otherwise throws ConfigError naming key "runDir", the dir,
+ * its owner and mode, and the fixes.
  */
-export function makeTraversable(dir: string, log: Logger): void {
-  for (let d = path.resolve(dir); d !== path.dirname(d); d = path.dirname(d)) {
-    const mode = statSync(d).mode & 0o7777;
-    if (mode & 0o001) continue;
-    chmodSync(d, mode | 0o001);
-    log.info({ dir: d, mode: (mode | 0o001).toString(8) }, 'made traversable (o+x) for sandboxes in a user namespace');
+export function makeTraversable(runDir: string, r: UsernsRange, log: Logger): void {
+  const own = path.resolve(runDir);
+  const ancestors: string[] = [];
+  for (let d = path.dirname(own); ; d = path.dirname(d)) {
+    ancestors.unshift(d);
+    if (d === path.dirname(d)) break;
   }
+  for (const d of ancestors) {
+    const st = statSync(d);
+    if (rangeRootMayPass(st, r)) continue;
+    const probe = spawnSync('test', ['-x', d], { uid: r.hostId, gid: r.hostId, stdio: 'ignore' });
+    if (probe.status === 0) continue; // an ACL grants it
+    const mode = (st.mode & 0o7777).toString(8).padStart(4, '0');
+    throw new ConfigError(
+      `key "runDir": ${d} (on the way to ${own}; owner uid ${st.uid}, gid ${st.gid}, mode ${mode}) does not let the root of the sandboxes' user namespace (host uid ${r.hostId}) pass, ` +
+        `and runc starts each sandbox as that user from ${path.join(own, 'vms', '<id>', 'rootfs')}: choose a runDir whose every parent has o+x (e.g. /run/sandnode), ` +
+        `or let that uid alone pass: setfacl -m u:${r.hostId}:x ${d} (package acl), or chmod o+x ${d} (every local user may then pass), or set usernsRange "" (no user namespace)`,
+    );
+  }
+  const mode = statSync(own).mode & 0o7777;
+  if (mode & 0o001) return;
+  chmodSync(own, mode | 0o001);
+  log.info({ dir: own, mode: (mode | 0o001).toString(8) }, 'made the run dir traversable (o+x) for sandboxes in a user namespace');
+}
+
+/** rangeRootMayPass says whether the mode bits of st give search permission to host uid/gid r.hostId. */
+function rangeRootMayPass(st: { uid: number; gid: number; mode: number }, r: UsernsRange): boolean {
+  if (st.uid === r.hostId) return (st.mode & 0o100) !== 0;
+  if (st.gid === r.hostId) return (st.mode & 0o010) !== 0;
+  return (st.mode & 0o001) !== 0;
 }
 
 /**

@@ -4,6 +4,7 @@
 import { existsSync } from 'node:fs';
 import { Option, type Command } from 'commander';
 import {
+  checkStackDirs,
   COMPONENTS,
   DEFAULT_START_TIMEOUT_MS,
   DEFAULT_STOP_TIMEOUT_MS,
@@ -56,6 +57,7 @@ export function registerNodeCommands(program: Command): void {
       action(async (o: JsonOpts & { startTimeoutMs: number }, cmd: Command) => {
         // one up or down at a time (node lock); a failure stops what this up started and says so (startStack)
         const d = dirsOf(cmd);
+        checkStackDirs(d); // before the node lock is made in runDir
         const out = await withNodeLock(d.runDir, lockWaitMs(o.startTimeoutMs), () => startStack(d, { timeoutMs: o.startTimeoutMs }));
         print(!!o.json, { components: out }, () =>
           table(
