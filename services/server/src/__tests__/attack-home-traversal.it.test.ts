@@ -6,8 +6,9 @@
  * (0700 on Debian) into 0701 without a word in the CLI's output: from then on every local user
  * (and host uid 100000, the root of every sandbox) reads any file below it whose own mode allows
  * (a 0644 `~/.gitconfig`, `~/.profile`, a token file written with umask 022) by its name.
- * Expected: an ancestor outside the node's own dirs keeps its mode (the start fails naming it,
- * or the supervisor finds a path that needs no change to it).
+ * Expected: an ancestor outside the node's own dirs gives no other user anything: its "other"
+ * bits stay as they were and nobody cannot read in it (the fix grants the range's root alone
+ * search by an ACL entry, or the start fails naming the dir).
  */
 import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -39,12 +40,21 @@ describeNode("the supervisor's user namespace setup and the operator's home dir"
     rmSync(top, { recursive: true, force: true });
   });
 
-  it('attack: starting the vmm-supervisor with its run dir below a 0700 home leaves the home 0700 (nobody cannot read a file in it by name)', async () => {
-    await startComponent(dirs, 'vmm-supervisor', { timeoutMs: 60_000 }).catch(() => undefined);
+  it('attack: starting the vmm-supervisor with its run dir below a 0700 home gives other users nothing there (nobody cannot read a file in it by name)', async () => {
+    const started = await startComponent(dirs, 'vmm-supervisor', { timeoutMs: 60_000 }).then(
+      () => true,
+      () => false,
+    );
     const read = spawnSync('cat', [path.join(home, 'notes.txt')], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
-    expect({ homeMode: (statSync(home).mode & 0o7777).toString(8), nobodyReads: read.status === 0 ? read.stdout : read.stderr.trim() }).toEqual({
-      homeMode: '700',
+    expect({ otherBits: statSync(home).mode & 0o007, nobodyReads: read.status === 0 ? read.stdout : read.stderr.trim() }).toEqual({
+      otherBits: 0,
       nobodyReads: expect.stringMatching(/Permission denied/),
     });
+    if (started) {
+      // it started: the range's root alone was let through, by an ACL entry (getfacl: user:100000:--x)
+      const acl = spawnSync('getfacl', ['-cp', home], { encoding: 'utf8' }).stdout;
+      expect(acl).toMatch(/^user:100000:--x$/m);
+      expect(acl).toMatch(/^other::---$/m);
+    }
   });
 });

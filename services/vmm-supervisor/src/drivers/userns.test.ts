@@ -2,7 +2,7 @@
  * The user namespace range (userns.ts): the config value, the shift of a tree a sandbox wrote
  * (never following what it planted) and the template copies owned in the range.
  */
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { chmodSync, chownSync, existsSync, linkSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -175,12 +175,25 @@ describe('makeTraversable (the run dir and the dirs above it)', () => {
   });
   afterEach(() => rmSync(tmp, { recursive: true, force: true }));
 
-  rootIt('a 0700 parent is left 0700 and named in a ConfigError; the run dir below it is not touched', () => {
+  rootIt('a 0700 parent keeps its mode bits: the range root alone is let through by an ACL entry, nobody still cannot pass', () => {
     const home = path.join(tmp, 'home');
     mkdirSync(path.join(home, 'run'), { recursive: true, mode: 0o700 });
     chmodSync(home, 0o700);
-    expect(() => makeTraversable(path.join(home, 'run'), R, log)).toThrow(ConfigError);
-    expect(() => makeTraversable(path.join(home, 'run'), R, log)).toThrow(
+    writeFileSync(path.join(home, 'notes'), 'x', { mode: 0o644 });
+    makeTraversable(path.join(home, 'run'), R, log);
+    expect(statSync(home).mode & 0o007).toBe(0); // others: nothing
+    expect(spawnSync('getfacl', ['-cp', home], { encoding: 'utf8' }).stdout).toMatch(/^user:100000:--x$/m);
+    expect(spawnSync('test', ['-x', home], { uid: R.hostId, gid: R.hostId }).status).toBe(0);
+    expect(spawnSync('cat', [path.join(home, 'notes')], { uid: 65534, gid: 65534 }).status).not.toBe(0);
+  });
+
+  rootIt('without setfacl a 0700 parent is left 0700 and named in a ConfigError; the run dir below it is not touched', () => {
+    const home = path.join(tmp, 'home');
+    mkdirSync(path.join(home, 'run'), { recursive: true, mode: 0o700 });
+    chmodSync(home, 0o700);
+    const noSetfacl = path.join(tmp, 'no-such-bin', 'setfacl');
+    expect(() => makeTraversable(path.join(home, 'run'), R, log, noSetfacl)).toThrow(ConfigError);
+    expect(() => makeTraversable(path.join(home, 'run'), R, log, noSetfacl)).toThrow(
       new RegExp(`key "runDir": ${home} \\(on the way to .*mode 0700\\) does not let .*host uid 100000.*setfacl -m u:100000:x ${home}`),
     );
     expect(statSync(home).mode & 0o7777).toBe(0o700);

@@ -192,13 +192,15 @@ export function ensureTreeInRange(root: string, r: UsernsRange): ShiftReport | u
  * makeTraversable lets the range's root (host uid r.hostId) pass runDir on its way to
  * `<runDir>/vms/<id>/rootfs` and the bind sources below runDir: runc's init runs as that user
  * and resolves those paths itself. runDir, the node's own dir, gets o+x (never read) if it
- * lacks it. Its ancestors are NOT changed (issue 10: `sandnode up` in a 0700 /root must not
- * open /root to every local user): each must already let that uid pass (its owner or group
- * with x, o+x, or an ACL that grants it: checked as that uid with `test -x`), as Docker checks
- * its root dir under userns-remap. Otherwise throws ConfigError naming key "runDir", the dir,
- * its owner and mode, and the fixes.
+ * lacks it. Its ancestors' mode bits are NOT changed (issue 10: `sandnode up` in a 0700 /root
+ * must not open /root to every local user): one that does not let that uid pass (its owner or
+ * group with x, o+x, or an ACL: checked as that uid with `test -x`) gets an ACL entry for that
+ * uid alone (`setfacl -m u:<hostId>:x`, logged at warn), as Docker needs its root dir passable
+ * under userns-remap. Where that cannot be done (no setfacl, a file system without ACLs) throws
+ * ConfigError naming key "runDir", the dir, its owner and mode, and the fixes. setfacl: the
+ * binary (tests name a missing one).
  */
-export function makeTraversable(runDir: string, r: UsernsRange, log: Logger): void {
+export function makeTraversable(runDir: string, r: UsernsRange, log: Logger, setfacl = 'setfacl'): void {
   const own = path.resolve(runDir);
   const ancestors: string[] = [];
   for (let d = path.dirname(own); ; d = path.dirname(d)) {
@@ -208,8 +210,16 @@ export function makeTraversable(runDir: string, r: UsernsRange, log: Logger): vo
   for (const d of ancestors) {
     const st = statSync(d);
     if (rangeRootMayPass(st, r)) continue;
-    const probe = spawnSync('test', ['-x', d], { uid: r.hostId, gid: r.hostId, stdio: 'ignore' });
-    if (probe.status === 0) continue; // an ACL grants it
+    if (rangeRootPasses(d, r)) continue; // an ACL grants it
+    // grant search to that one uid by an ACL entry (the mode bits others see stay as they are), then check it took
+    const acl = spawnSync(setfacl, ['-m', `u:${r.hostId}:x`, d], { stdio: ['ignore', 'ignore', 'pipe'], encoding: 'utf8' });
+    if (acl.status === 0 && rangeRootPasses(d, r)) {
+      log.warn(
+        { dir: d, uid: r.hostId },
+        `a parent of the run dir did not let the root of the sandboxes' user namespace pass: granted that uid alone search (setfacl -m u:${r.hostId}:x); other users still cannot pass`,
+      );
+      continue;
+    }
     const mode = (st.mode & 0o7777).toString(8).padStart(4, '0');
     throw new ConfigError(
       `key "runDir": ${d} (on the way to ${own}; owner uid ${st.uid}, gid ${st.gid}, mode ${mode}) does not let the root of the sandboxes' user namespace (host uid ${r.hostId}) pass, ` +
@@ -221,6 +231,11 @@ export function makeTraversable(runDir: string, r: UsernsRange, log: Logger): vo
   if (mode & 0o001) return;
   chmodSync(own, mode | 0o001);
   log.info({ dir: own, mode: (mode | 0o001).toString(8) }, 'made the run dir traversable (o+x) for sandboxes in a user namespace');
+}
+
+/** rangeRootPasses asks the kernel whether host uid r.hostId may search dir (mode bits and ACLs): `test -x` run as that uid. */
+function rangeRootPasses(dir: string, r: UsernsRange): boolean {
+  return spawnSync('test', ['-x', dir], { uid: r.hostId, gid: r.hostId, stdio: 'ignore' }).status === 0;
 }
 
 /** rangeRootMayPass says whether the mode bits of st give search permission to host uid/gid r.hostId. */
