@@ -20,6 +20,7 @@ import {
 import { dirsOf, wholeNumber } from '../options';
 import { isolationGroups } from '../isolation-groups';
 import { action, print } from '../output';
+import { asRootOnly } from '../root-only';
 import { healthLines, nodeHealth } from '../node-health';
 import { deleteAllSandboxes } from '../purge-sandboxes';
 import { listAllSandboxes, withServer } from '../server-calls';
@@ -56,7 +57,9 @@ export function registerNodeCommands(program: Command): void {
       action(async (o: JsonOpts & { startTimeoutMs: number }, cmd: Command) => {
         // one up or down at a time (node lock); a failure stops what this up started and says so (startStack)
         const d = dirsOf(cmd);
-        const out = await withNodeLock(d.runDir, lockWaitMs(o.startTimeoutMs), () => startStack(d, { timeoutMs: o.startTimeoutMs }));
+        const out = await withNodeLock(d.runDir, lockWaitMs(o.startTimeoutMs), () => startStack(d, { timeoutMs: o.startTimeoutMs })).catch((err: unknown) => {
+          throw asRootOnly('up', err);
+        });
         print(!!o.json, { components: out }, () =>
           table(
             ['COMPONENT', 'PID', 'ACTION', 'MS'],
@@ -86,7 +89,9 @@ export function registerNodeCommands(program: Command): void {
           return { deleted, stopped, purge: o.purge ? await purgeNode(d) : undefined };
         };
         // one up or down at a time (node lock); a node without a run dir has nothing to lock
-        const { deleted, stopped, purge } = existsSync(d.runDir) ? await withNodeLock(d.runDir, lockWaitMs(DEFAULT_START_TIMEOUT_MS), down) : await down();
+        const { deleted, stopped, purge } = await (existsSync(d.runDir) ? withNodeLock(d.runDir, lockWaitMs(DEFAULT_START_TIMEOUT_MS), down) : down()).catch((err: unknown) => {
+          throw asRootOnly('down', err);
+        });
         print(!!o.json, { stopped, deleted, purge }, () =>
           [
             `stopped: ${stopped.join(', ') || 'nothing was running'}`,
