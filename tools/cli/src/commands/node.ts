@@ -20,6 +20,7 @@ import {
 import { dirsOf, wholeNumber } from '../options';
 import { isolationGroups } from '../isolation-groups';
 import { action, print } from '../output';
+import { componentPid, pidText, type ComponentPid } from '../component-pid';
 import { asRootOnly } from '../root-only';
 import { healthLines, nodeHealth } from '../node-health';
 import { deleteAllSandboxes } from '../purge-sandboxes';
@@ -114,10 +115,11 @@ export function registerNodeCommands(program: Command): void {
     .action(
       action(async (o: JsonOpts, cmd: Command) => {
         const d = dirsOf(cmd);
-        const components: { name: string; version: string | null; pid: number | null; features: string[]; up: boolean }[] = [];
+        const components: ({ name: string; version: string | null; features: string[]; up: boolean } & ComponentPid)[] = [];
         for (const c of COMPONENTS) {
           const v = await getVersion(d, c);
-          components.push({ name: c, version: v?.version ?? null, pid: v?.pid ?? findRunning(d, c)?.pid ?? null, features: v?.features ?? [], up: !!v });
+          // a pid only for a live process: a pid file left by one that died is shown as stale
+          components.push({ name: c, version: v?.version ?? null, ...componentPid(d, c, v?.pid), features: v?.features ?? [], up: !!v });
         }
         const all = components.find((c) => c.name === 'server')?.up ? await withServer(d, (api) => listAllSandboxes(api)) : null;
         const sandboxes = all?.length ?? null;
@@ -132,7 +134,7 @@ export function registerNodeCommands(program: Command): void {
           [
             table(
               ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
-              components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', c.pid ?? '-', c.features.join(',')]),
+              components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', pidText(c), c.features.join(',')]),
             ),
             `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
             ...(isolation ?? []).map((g) => `  isolation ${isolationText(g.isolation)}: ${g.sandboxes.length} (${g.sandboxes.join(', ')})`),
