@@ -20,6 +20,7 @@ import {
 import { dirsOf, wholeNumber } from '../options';
 import { isolationGroups } from '../isolation-groups';
 import { action, print } from '../output';
+import { requireLocal } from '../local-only';
 import { componentPid, pidText, type ComponentPid } from '../component-pid';
 import { asRootOnly } from '../root-only';
 import { healthLines, nodeHealth } from '../node-health';
@@ -114,6 +115,8 @@ export function registerNodeCommands(program: Command): void {
     .option('--json', 'print JSON')
     .action(
       action(async (o: JsonOpts, cmd: Command) => {
+        // status reads this node's sockets and pid files: an --address would be used for the sandbox count only
+        requireLocal(cmd, 'status');
         const d = dirsOf(cmd);
         const components: ({ name: string; version: string | null; features: string[]; up: boolean } & ComponentPid)[] = [];
         for (const c of COMPONENTS) {
