@@ -73,9 +73,15 @@ export function registerTokenCommands(program: Command): void {
     .option('--json', 'print JSON')
     .action(
       action(async (nameOrId: string, o: { json?: boolean }, cmd: Command) => {
+        // the admin socket is on this node (token commands are local only): the server's clock is this one,
+        // so a revocation time before the call means the token was revoked already
+        const before = Date.now();
         const r = await withAdmin(cmd, (a) => a.revokeToken({ nameOrId }));
         const t = view(r.token!);
-        print(!!o.json, t, () => `revoked token ${t.name} (${t.id}) at ${iso(t.revokedAtMs)}`);
+        const already = t.revokedAtMs < before;
+        print(!!o.json, { ...t, alreadyRevoked: already }, () =>
+          already ? `token ${t.name} (${t.id}) already revoked at ${iso(t.revokedAtMs)}` : `revoked token ${t.name} (${t.id}) at ${iso(t.revokedAtMs)}`,
+        );
       }),
     );
 }
