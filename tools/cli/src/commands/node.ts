@@ -21,6 +21,7 @@ import { dirsOf, wholeNumber } from '../options';
 import { isolationGroups } from '../isolation-groups';
 import { action, print } from '../output';
 import { requireLocal } from '../local-only';
+import { driftWarning, runningDrift } from '../settings-drift';
 import { componentPid, pidText, type ComponentPid } from '../component-pid';
 import { asRootOnly } from '../root-only';
 import { healthLines, nodeHealth } from '../node-health';
@@ -62,6 +63,11 @@ export function registerNodeCommands(program: Command): void {
         const out = await withNodeLock(d.runDir, lockWaitMs(o.startTimeoutMs), () => startStack(d, { timeoutMs: o.startTimeoutMs })).catch((err: unknown) => {
           throw asRootOnly('up', err);
         });
+        // a server that runs already keeps its settings: say which asked-for ones it does not have (stderr)
+        if (out.some((c) => c.name === 'server' && !c.started)) {
+          const listen = cmd.getOptionValueSourceWithGlobals?.('listen') === 'default' ? undefined : d.listen;
+          process.stderr.write(driftWarning(runningDrift(d.runDir, listen, process.env)));
+        }
         print(!!o.json, { components: out }, () =>
           table(
             ['COMPONENT', 'PID', 'ACTION', 'MS'],
