@@ -107,6 +107,7 @@ export function registerNodeCommands(program: Command): void {
               ? [
                   `deleted sandboxes: ${deleted.length}`,
                   `removed containers: ${purge?.containers.length ?? 0}, mounts: ${purge?.mounts.length ?? 0}, loop devices: ${purge?.loopDevices.length ?? 0}, dirs: ${purge?.dirs.join(' ') || 'none'}`,
+                  ...(purge?.watchdogPid ? [`stopped the freeze watchdog (pid ${purge.watchdogPid})`] : []),
                   ...(purge?.kept ?? []).map((k) => `kept ${k.path}: ${k.why}`),
                 ]
               : ['sandboxes keep running; `sandnode up` adopts them']),
