@@ -29,11 +29,11 @@ describe('componentPid', () => {
   });
 
   it('a pid file of a zombie (exited, not reaped by its parent): no pid, "stale pid file"', async () => {
-    // sh starts `true` in the background and becomes `sleep`, which never reaps it
-    const parent = spawn('sh', ['-c', 'true & echo $!; exec sleep 30'], { stdio: ['ignore', 'pipe', 'ignore'] });
+    // sh starts `sleep 1` in the background and becomes `sleep 30` (before the 1 s is up), which never reaps it
+    const parent = spawn('sh', ['-c', 'sleep 1 & echo $!; exec sleep 30'], { stdio: ['ignore', 'pipe', 'ignore'] });
     try {
       const pid = Number(await new Promise<string>((r) => parent.stdout.once('data', (b: Buffer) => r(b.toString()))));
-      await waitFor('the background true to be a zombie', () => processState(pid) === 'Z');
+      await waitFor('the background sleep to be a zombie', () => processState(pid) === 'Z');
       writePidFile(dirs(), 'ublk-manager', pid);
       expect(componentPid(dirs(), 'ublk-manager', undefined)).toEqual({ pid: null, stalePid: pid });
     } finally {
