@@ -23,6 +23,13 @@ describe('describeError: a ClientError of each common code', () => {
     expect(r).toEqual({ code: name, grpcCode: code, message: `${name}: the details`, ...(hint ? { hint } : {}), exitCode: EXIT_FAILURE });
   });
 
+  it('picks the hint by where the call went: an EACCES on the socket, a TCP address', () => {
+    const eacces = describeError(new ClientError(rpc, Status.UNAVAILABLE, 'No connection established. Last error: Error: connect EACCES /r/server.sock.'), { address: 'unix:///r/server.sock' });
+    expect(eacces.hint).toMatch(/^the socket \/r\/server\.sock is root's/);
+    const tcp = describeError(new ClientError(rpc, Status.UNAVAILABLE, 'No connection established. Last error: Failed to connect'), { address: '10.0.0.1:7070', tls: true });
+    expect(tcp.hint).toBe('is the server listening at 10.0.0.1:7070?');
+  });
+
   it('names a status number it does not know instead of printing "undefined"', () => {
     expect(describeError(new ClientError(rpc, 99 as Status, 'x'))).toMatchObject({ code: 'CODE_99', grpcCode: 99, message: 'CODE_99: x', exitCode: EXIT_FAILURE });
   });
