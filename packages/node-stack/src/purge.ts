@@ -5,8 +5,9 @@
  */
 import { existsSync, readFileSync, readdirSync, realpathSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { run } from '@sandnode/shared';
+import { processStartTicks, processState, run } from '@sandnode/shared';
 import type { StackDirs } from './components';
+import { stopProcess } from './daemon-process';
 
 /** What `down --purge` removed, and what it left because sandnode did not make it. */
 export interface PurgeReport {
@@ -18,11 +19,42 @@ export interface PurgeReport {
   loopDevices: string[];
   /** dirs removed (absolute: the run dir and the state dir) */
   dirs: string[];
+  /** pid of the node's freeze watchdog stopped (SIGTERM, then SIGKILL after {@link WATCHDOG_STOP_TIMEOUT_MS}); absent when none ran */
+  watchdogPid?: number;
   /**
    * dirs left in place (absolute) and why: a mount sandnode did not make (or could not
    * unmount) at or below them; everything else in them was removed, the mount untouched
    */
   kept: { path: string; why: string }[];
+}
+
+/** The supervisor's freeze watchdog files (vmm-supervisor drivers/freeze-watchdog-files.ts): `<runDir>/freeze-watchdog/watchdog.json`. */
+const WATCHDOG_PID_FILE = path.join('freeze-watchdog', 'watchdog.json');
+/** The watchdog's entry point as its command line names it. */
+const WATCHDOG_MAIN = 'freeze-watchdog-main.js';
+/** How long purge waits for the watchdog to exit after SIGTERM before SIGKILL, ms. */
+export const WATCHDOG_STOP_TIMEOUT_MS = 5000;
+
+/**
+ * liveWatchdog: the pid of runDir's freeze watchdog when its pid file (`{"schema":1,"pid","startTicks"}`)
+ * names a live process that started at startTicks (not a zombie, not a reused pid) and runs
+ * freeze-watchdog-main.js; else undefined.
+ */
+export function liveWatchdog(runDir: string): number | undefined {
+  let j: { schema?: unknown; pid?: unknown; startTicks?: unknown };
+  try {
+    j = JSON.parse(readFileSync(path.join(runDir, WATCHDOG_PID_FILE), 'utf8')) as typeof j;
+  } catch {
+    return undefined;
+  }
+  if (j.schema !== 1 || typeof j.pid !== 'number' || !Number.isInteger(j.pid) || j.pid <= 0 || typeof j.startTicks !== 'number') return undefined;
+  if (processStartTicks(j.pid) !== j.startTicks || processState(j.pid) === 'Z') return undefined;
+  try {
+    const args = readFileSync(`/proc/${j.pid}/cmdline`, 'utf8').split('\0');
+    return args.some((a) => path.basename(a) === WATCHDOG_MAIN) ? j.pid : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** One line of /proc/self/mountinfo, the fields purge decides by. */
@@ -141,6 +173,11 @@ export async function purgeNode(dirs: StackDirs): Promise<PurgeReport> {
     await run('losetup', ['-d', dev]).catch(() => undefined);
     report.loopDevices.push(dev);
   }
+  // the freeze watchdog outlives the supervisor by design (it thaws at a deadline): with the
+  // containers and mounts gone it has nothing to guard; stop it rather than leave it until it
+  // sees its dir removed
+  const watchdog = liveWatchdog(runDir);
+  if (watchdog !== undefined && (await stopProcess(watchdog, { timeoutMs: WATCHDOG_STOP_TIMEOUT_MS, killAfterTimeout: true }))) report.watchdogPid = watchdog;
   for (const d of [runDir, stateDir]) {
     if (!existsSync(d)) continue;
     const inside = blocked.filter((b) => isAtOrBelow(b.at, d));

@@ -32,6 +32,9 @@ import { registerVersionCommand } from './commands/version';
 import { addGlobalOptions } from './options';
 import { describeError, formatError } from './output';
 import { installUsageErrors } from './usage';
+import { quietIpServername } from './warnings';
+
+quietIpServername();
 
 const program = addGlobalOptions(new Command('sandnode').description('Operate a sandnode node: its daemons, templates and sandboxes'));
 registerNodeCommands(program);

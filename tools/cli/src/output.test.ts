@@ -15,12 +15,19 @@ describe('describeError: a ClientError of each common code', () => {
     ['UNKNOWN', Status.UNKNOWN, undefined],
     ['UNAVAILABLE', Status.UNAVAILABLE, 'is the node up? run: sandnode up'],
     ['DEADLINE_EXCEEDED', Status.DEADLINE_EXCEEDED, 'the node did not answer in time; see: sandnode status'],
-    ['PERMISSION_DENIED', Status.PERMISSION_DENIED, "the node's sockets belong to root: run sandnode as root"],
+    ['PERMISSION_DENIED', Status.PERMISSION_DENIED, expect.stringContaining('run sandnode as root')],
     ['UNIMPLEMENTED', Status.UNIMPLEMENTED, 'the node runs a build without this call; see: sandnode version'],
     ['RESOURCE_EXHAUSTED', Status.RESOURCE_EXHAUSTED, 'the node is at a limit: delete sandboxes, or retry later'],
   ])('%s -> "CODE: details", exit 1 (status %d, hint: %s)', (name, code, hint) => {
     const r = describeError(new ClientError(rpc, code, 'the details'));
     expect(r).toEqual({ code: name, grpcCode: code, message: `${name}: the details`, ...(hint ? { hint } : {}), exitCode: EXIT_FAILURE });
+  });
+
+  it('picks the hint by where the call went: an EACCES on the socket, a TCP address', () => {
+    const eacces = describeError(new ClientError(rpc, Status.UNAVAILABLE, 'No connection established. Last error: Error: connect EACCES /r/server.sock.'), { address: 'unix:///r/server.sock' });
+    expect(eacces.hint).toMatch(/^the socket \/r\/server\.sock is root's/);
+    const tcp = describeError(new ClientError(rpc, Status.UNAVAILABLE, 'No connection established. Last error: Failed to connect'), { address: '10.0.0.1:7070', tls: true });
+    expect(tcp.hint).toBe('is the server listening at 10.0.0.1:7070?');
   });
 
   it('names a status number it does not know instead of printing "undefined"', () => {

@@ -11,6 +11,7 @@
  */
 import { InvalidArgumentError, type Command } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
+import { hintFor, targetOf, type CallTarget } from './hints';
 
 /** Exit code of a command that did what it was asked. */
 export const EXIT_OK = 0;
@@ -32,14 +33,8 @@ export class CliError extends Error {
   override readonly name = 'CliError';
 }
 
-/** The hint printed under an error of each gRPC code that has one. */
-const HINTS: Partial<Record<Status, string>> = {
-  [Status.UNAVAILABLE]: 'is the node up? run: sandnode up',
-  [Status.DEADLINE_EXCEEDED]: 'the node did not answer in time; see: sandnode status',
-  [Status.PERMISSION_DENIED]: "the node's sockets belong to root: run sandnode as root",
-  [Status.UNIMPLEMENTED]: 'the node runs a build without this call; see: sandnode version',
-  [Status.RESOURCE_EXHAUSTED]: 'the node is at a limit: delete sandboxes, or retry later',
-};
+/** The target of a call when the caller does not say: this node's server socket (its hints say `sandnode up`). */
+const LOCAL: CallTarget = { address: 'unix:///run/sandnode/server.sock' };
 
 /** What {@link describeError} makes of an error: the one description both output modes print. */
 export interface ErrorReport {
@@ -55,15 +50,15 @@ export interface ErrorReport {
   exitCode: number;
 }
 
-/** describeError turns anything an action threw into the {@link ErrorReport} the CLI prints. */
-export function describeError(err: unknown): ErrorReport {
+/** describeError turns anything an action threw into the {@link ErrorReport} the CLI prints; target (where the call went) picks the hint (hints.ts). */
+export function describeError(err: unknown, target: CallTarget = LOCAL): ErrorReport {
   // commander's InvalidArgumentError: an option parser (options.ts) used inside an action
   if (err instanceof UsageError || err instanceof InvalidArgumentError) return { code: 'USAGE', message: err.message, exitCode: EXIT_USAGE };
   if (err instanceof ClientError) {
     const code = Status[err.code] ?? `CODE_${err.code}`;
-    const hint = HINTS[err.code];
     // grpc-js ends connection errors with an empty "Resolution note: "; it tells a user nothing
     const details = err.details.replace(/\s*Resolution note:\s*$/, '');
+    const hint = hintFor(err.code, details, target);
     return { code, grpcCode: err.code, message: `${code}: ${details}`, ...(hint ? { hint } : {}), exitCode: EXIT_FAILURE };
   }
   if (err instanceof CliError && err.cause instanceof ClientError) {
@@ -94,7 +89,7 @@ export function action<A extends unknown[]>(fn: (...args: A) => Promise<void>): 
       await fn(...args);
     } catch (err) {
       const cmd = args[args.length - 1] as Command | undefined;
-      const r = describeError(err);
+      const r = describeError(err, cmd?.optsWithGlobals ? targetOf(cmd) : LOCAL);
       process.stderr.write(formatError(r, cmd?.opts?.().json === true));
       process.exit(r.exitCode);
     }

@@ -95,6 +95,26 @@ describeWith('the built CLI on a wrong command line', [built('@sandnode/cli')], 
     expect(JSON.parse(j.stderr)).toEqual({ error: { code: 'USAGE', message: 'give exactly one of --from-build DIR and --standby', exitCode: EXIT_USAGE } });
   });
 
+  it.each([
+    [['token', 'list'], 'token list'],
+    [['token', 'revoke', 'x'], 'token revoke'],
+    [['token', 'create', '--name', 'x'], 'token create'],
+    [['status'], 'status'],
+  ])("%j with --address: a usage error (they use only this node's sockets), exit 2", (args, command) => {
+    const r = cli('--address', '127.0.0.1:1', ...args);
+    expect(r.status).toBe(EXIT_USAGE);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toBe(
+      `sandnode: sandnode ${command} works only on the node itself (its unix sockets, as root): it cannot use --address 127.0.0.1:1 (or SANDNODE_ADDRESS); run it on the node without --address\n`,
+    );
+  });
+
+  it('token --help says token commands are local only', () => {
+    const h = cli('token', '--help');
+    expect(h.status).toBe(EXIT_OK);
+    expect(h.stdout).toContain("Token commands are local only: they talk to the active server's admin socket on this node (root only), never to --address");
+  });
+
   it('a command group without its subcommand prints its help and exits 2; --help exits 0', () => {
     const g = cli('sandbox');
     expect(g.status).toBe(EXIT_USAGE);

@@ -85,6 +85,23 @@ describe('SqliteTokenStore', () => {
     }
   });
 
+  it('revoking a revoked token by name answers it unchanged, as by id (not NOT_FOUND); the last revoked of a name', () => {
+    const first = store.tokens().create({ name: 'ci', role: 'read', ttlMs: 0 }, 1_000);
+    store.tokens().revoke('ci', 2_000);
+    const second = store.tokens().create({ name: 'ci', role: 'read', ttlMs: 0 }, 3_000);
+    store.tokens().revoke('ci', 4_000);
+    const again = store.tokens().revoke('ci', 5_000);
+    expect(again).toMatchObject({ id: second.token.id, revokedAtMs: 4_000 });
+    expect(store.tokens().revoke(first.token.id, 6_000)).toMatchObject({ id: first.token.id, revokedAtMs: 2_000 });
+    expect(
+      store
+        .tokens()
+        .list()
+        .map((t) => t.revokedAtMs)
+        .sort(),
+    ).toEqual([2_000, 4_000]);
+  });
+
   it('an expired token is UNAUTHENTICATED', () => {
     const t = store.tokens().create({ name: 'short', role: 'admin', ttlMs: 1000 }, 1_000_000);
     expect(store.tokens().verify(t.secret, 1_000_999).role).toBe('admin');

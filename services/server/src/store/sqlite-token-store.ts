@@ -135,11 +135,16 @@ export class SqliteTokenStore {
     return rows.flatMap((r) => this.trusted(r) ?? []);
   }
 
-  /** revoke marks the token named (live name first) or with id nameOrId revoked; a revoked one is answered unchanged. Errors: InvalidArgumentError (empty), NotFoundError. */
+  /**
+   * revoke marks the token nameOrId revoked: the live token of that name, else the token with
+   * that id, else the last revoked token of that name (so revoking by name twice answers like
+   * by id). A revoked one is answered unchanged. Errors: InvalidArgumentError (empty), NotFoundError.
+   */
   revoke(nameOrId: string, nowMs = Date.now()): ApiTokenInfo {
     if (!nameOrId) throw new InvalidArgumentError('name_or_id: empty; nothing was revoked');
     const all = this.list();
-    const t = all.find((x) => x.name === nameOrId && x.revokedAtMs === 0) ?? all.find((x) => x.id === nameOrId);
+    const lastRevoked = all.filter((x) => x.name === nameOrId).sort((a, b) => b.revokedAtMs - a.revokedAtMs || b.createdAtMs - a.createdAtMs)[0];
+    const t = all.find((x) => x.name === nameOrId && x.revokedAtMs === 0) ?? all.find((x) => x.id === nameOrId) ?? lastRevoked;
     if (!t) throw new NotFoundError(`no token named or with id ${JSON.stringify(nameOrId.slice(0, 80))}`);
     if (t.revokedAtMs) return t;
     busyToUnavailable('records.db: token revoke', () => this.db.prepare('UPDATE tokens SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms = 0').run(nowMs, t.id));

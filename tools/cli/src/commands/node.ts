@@ -21,6 +21,10 @@ import {
 import { dirsOf, wholeNumber } from '../options';
 import { isolationGroups } from '../isolation-groups';
 import { action, print } from '../output';
+import { requireLocal } from '../local-only';
+import { driftWarning, runningDrift } from '../settings-drift';
+import { componentPid, pidText, type ComponentPid } from '../component-pid';
+import { asRootOnly } from '../root-only';
 import { healthLines, nodeHealth } from '../node-health';
 import { deleteAllSandboxes } from '../purge-sandboxes';
 import { listAllSandboxes, withServer } from '../server-calls';
@@ -58,7 +62,14 @@ export function registerNodeCommands(program: Command): void {
         // one up or down at a time (node lock); a failure stops what this up started and says so (startStack)
         const d = dirsOf(cmd);
         checkStackDirs(d); // before the node lock is made in runDir
-        const out = await withNodeLock(d.runDir, lockWaitMs(o.startTimeoutMs), () => startStack(d, { timeoutMs: o.startTimeoutMs }));
+        const out = await withNodeLock(d.runDir, lockWaitMs(o.startTimeoutMs), () => startStack(d, { timeoutMs: o.startTimeoutMs })).catch((err: unknown) => {
+          throw asRootOnly('up', err);
+        });
+        // a server that runs already keeps its settings: say which asked-for ones it does not have (stderr)
+        if (out.some((c) => c.name === 'server' && !c.started)) {
+          const listen = cmd.getOptionValueSourceWithGlobals?.('listen') === 'default' ? undefined : d.listen;
+          process.stderr.write(driftWarning(runningDrift(d.runDir, listen, process.env)));
+        }
         print(!!o.json, { components: out }, () =>
           table(
             ['COMPONENT', 'PID', 'ACTION', 'MS'],
@@ -88,7 +99,9 @@ export function registerNodeCommands(program: Command): void {
           return { deleted, stopped, purge: o.purge ? await purgeNode(d) : undefined };
         };
         // one up or down at a time (node lock); a node without a run dir has nothing to lock
-        const { deleted, stopped, purge } = existsSync(d.runDir) ? await withNodeLock(d.runDir, lockWaitMs(DEFAULT_START_TIMEOUT_MS), down) : await down();
+        const { deleted, stopped, purge } = await (existsSync(d.runDir) ? withNodeLock(d.runDir, lockWaitMs(DEFAULT_START_TIMEOUT_MS), down) : down()).catch((err: unknown) => {
+          throw asRootOnly('down', err);
+        });
         print(!!o.json, { stopped, deleted, purge }, () =>
           [
             `stopped: ${stopped.join(', ') || 'nothing was running'}`,
@@ -96,6 +109,7 @@ export function registerNodeCommands(program: Command): void {
               ? [
                   `deleted sandboxes: ${deleted.length}`,
                   `removed containers: ${purge?.containers.length ?? 0}, mounts: ${purge?.mounts.length ?? 0}, loop devices: ${purge?.loopDevices.length ?? 0}, dirs: ${purge?.dirs.join(' ') || 'none'}`,
+                  ...(purge?.watchdogPid ? [`stopped the freeze watchdog (pid ${purge.watchdogPid})`] : []),
                   ...(purge?.kept ?? []).map((k) => `kept ${k.path}: ${k.why}`),
                 ]
               : ['sandboxes keep running; `sandnode up` adopts them']),
@@ -110,11 +124,14 @@ export function registerNodeCommands(program: Command): void {
     .option('--json', 'print JSON')
     .action(
       action(async (o: JsonOpts, cmd: Command) => {
+        // status reads this node's sockets and pid files: an --address would be used for the sandbox count only
+        requireLocal(cmd, 'status');
         const d = dirsOf(cmd);
-        const components: { name: string; version: string | null; pid: number | null; features: string[]; up: boolean }[] = [];
+        const components: ({ name: string; version: string | null; features: string[]; up: boolean } & ComponentPid)[] = [];
         for (const c of COMPONENTS) {
           const v = await getVersion(d, c);
-          components.push({ name: c, version: v?.version ?? null, pid: v?.pid ?? findRunning(d, c)?.pid ?? null, features: v?.features ?? [], up: !!v });
+          // a pid only for a live process: a pid file left by one that died is shown as stale
+          components.push({ name: c, version: v?.version ?? null, ...componentPid(d, c, v?.pid), features: v?.features ?? [], up: !!v });
         }
         const all = components.find((c) => c.name === 'server')?.up ? await withServer(d, (api) => listAllSandboxes(api)) : null;
         const sandboxes = all?.length ?? null;
@@ -129,7 +146,7 @@ export function registerNodeCommands(program: Command): void {
           [
             table(
               ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
-              components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', c.pid ?? '-', c.features.join(',')]),
+              components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', pidText(c), c.features.join(',')]),
             ),
             `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
             ...(isolation ?? []).map((g) => `  isolation ${isolationText(g.isolation)}: ${g.sandboxes.length} (${g.sandboxes.join(', ')})`),

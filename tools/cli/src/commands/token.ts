@@ -9,12 +9,14 @@ import { table, waitForActiveServer } from '@sandnode/node-stack';
 import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { AdminServiceDefinition, TokenRole, type ApiToken } from '@sandnode/shared/proto/server/v1/admin';
 import { dirsOf, wholeNumber } from '../options';
+import { requireLocal } from '../local-only';
 import { action, print } from '../output';
 
 type Admin = ReturnType<typeof createServiceClient<typeof AdminServiceDefinition>>;
 
 /** withAdmin runs fn with the active server's AdminService (its admin socket), then closes the connection. */
 async function withAdmin<T>(cmd: Command, fn: (admin: Admin) => Promise<T>): Promise<T> {
+  requireLocal(cmd, `token ${cmd.name()}`);
   const holder = await waitForActiveServer(dirsOf(cmd).runDir);
   const ch = createSandnodeChannel(holder.admin);
   try {
@@ -31,7 +33,10 @@ const state = (t: ApiToken) => (t.revokedAtMs ? 'revoked' : t.expiresAtMs && t.e
 
 /** registerTokenCommands adds `token create | list | revoke` to program. */
 export function registerTokenCommands(program: Command): void {
-  const token = program.command('token').description('bearer tokens of the TCP API (on the admin socket: root only)');
+  const token = program
+    .command('token')
+    .description('bearer tokens of the TCP API (on the admin socket: root only)')
+    .addHelpText('after', "\nToken commands are local only: they talk to the active server's admin socket on this node (root only), never to --address; --address is refused.");
   token
     .command('create')
     .description('make a token and print its secret (shown only once)')
@@ -68,9 +73,15 @@ export function registerTokenCommands(program: Command): void {
     .option('--json', 'print JSON')
     .action(
       action(async (nameOrId: string, o: { json?: boolean }, cmd: Command) => {
+        // the admin socket is on this node (token commands are local only): the server's clock is this one,
+        // so a revocation time before the call means the token was revoked already
+        const before = Date.now();
         const r = await withAdmin(cmd, (a) => a.revokeToken({ nameOrId }));
         const t = view(r.token!);
-        print(!!o.json, t, () => `revoked token ${t.name} (${t.id}) at ${iso(t.revokedAtMs)}`);
+        const already = t.revokedAtMs < before;
+        print(!!o.json, { ...t, alreadyRevoked: already }, () =>
+          already ? `token ${t.name} (${t.id}) already revoked at ${iso(t.revokedAtMs)}` : `revoked token ${t.name} (${t.id}) at ${iso(t.revokedAtMs)}`,
+        );
       }),
     );
 }

@@ -1,0 +1,67 @@
+import { Status } from 'nice-grpc-common';
+import { hintFor } from './hints';
+
+const SOCK = { address: 'unix:///run/sandnode/server.sock' };
+const TCP = { address: '127.0.0.1:7070' };
+
+describe('hintFor: UNAVAILABLE', () => {
+  it('the node socket refuses connect (EACCES/EPERM): the socket is root’s, not "is the node up?"', () => {
+    const h = hintFor(Status.UNAVAILABLE, 'No connection established. Last error: Error: connect EACCES /run/sandnode/server.sock.', SOCK);
+    expect(h).toContain('/run/sandnode/server.sock is root');
+    expect(h).toContain('run sandnode as root');
+    expect(h).toContain('SANDNODE_SERVER_SOCKET_GROUP');
+    expect(h).not.toContain('is the node up');
+    expect(hintFor(Status.UNAVAILABLE, 'connect EPERM /x.sock', { address: 'unix:///x.sock', socketGroup: 'sandnode' })).toBe(
+      'the socket /x.sock is for root and group sandnode: run sandnode as root, or join group sandnode',
+    );
+  });
+
+  it('the node socket is missing: is the node up?', () => {
+    expect(hintFor(Status.UNAVAILABLE, 'No connection established. Last error: Error: connect ENOENT /run/sandnode/server.sock.', SOCK)).toBe('is the node up? run: sandnode up');
+  });
+
+  it('a TCP address never asks "is the node up?"; a TLS failure names the --tls-* options', () => {
+    const cert = hintFor(
+      Status.UNAVAILABLE,
+      'No connection established. Last error: Error: 40C8:error:0A00045C:SSL routines:ssl3_read_bytes:tlsv13 alert certificate required:../deps/openssl/openssl/ssl/record/rec_layer_s3.c:916:SSL alert number 116',
+      { ...TCP, tls: true },
+    );
+    expect(cert).toMatch(/^TLS with 127\.0\.0\.1:7070 failed: give --tls-ca .*--tls-cert\/--tls-key/);
+    expect(hintFor(Status.UNAVAILABLE, 'Failed to connect', { ...TCP, tls: true })).toBe('is the server listening at 127.0.0.1:7070?');
+    const plain = hintFor(Status.UNAVAILABLE, 'Failed to connect', TCP);
+    expect(plain).toMatch(/^is the server listening at 127\.0\.0\.1:7070\? if it serves TLS, give --tls-ca/);
+    for (const h of [cert, plain]) expect(h).not.toContain('sandnode up');
+  });
+});
+
+describe('hintFor: PERMISSION_DENIED', () => {
+  it('a read token: its role, and how to make an admin token (not "sockets belong to root")', () => {
+    const h = hintFor(
+      Status.PERMISSION_DENIED,
+      '/sandnode.server.v1.SandboxService/CreateSandbox: token "ro" has the read role and may not call a method that changes anything; nothing was done',
+      TCP,
+    );
+    expect(h).toBe("the token's role does not allow this call: use an admin token (on the node: sandnode token create --name N --role admin)");
+  });
+
+  it('a unix caller outside the socket group: names the group', () => {
+    const d = '/x/Y: uid 1000 (gid 1000, pid 5) may not call this socket (allowed: root and members of group sandnode); nothing was done';
+    expect(hintFor(Status.PERMISSION_DENIED, d, SOCK)).toBe('only root and members of group sandnode may use this socket: run sandnode as root, or join group sandnode');
+  });
+
+  it('a unix caller on a root-only socket: root, or the socketGroup setting', () => {
+    const h = hintFor(Status.PERMISSION_DENIED, '/x/Y: uid 1000 (gid 1000, pid 5) may not call this socket (allowed: root only); nothing was done', SOCK);
+    expect(h).toMatch(/is root's .*run sandnode as root.*socketGroup/);
+  });
+
+  it('another refusal at a TCP address: no socket hint', () => {
+    expect(hintFor(Status.PERMISSION_DENIED, 'something else', TCP)).toBeUndefined();
+  });
+});
+
+describe('hintFor: the other codes', () => {
+  it('keeps the hints that depend on the code only', () => {
+    expect(hintFor(Status.DEADLINE_EXCEEDED, 'x', SOCK)).toBe('the node did not answer in time; see: sandnode status');
+    expect(hintFor(Status.NOT_FOUND, 'x', SOCK)).toBeUndefined();
+  });
+});

@@ -1,0 +1,94 @@
+/**
+ * The hint line printed under a failed call: what to try next, from the gRPC code, the error's
+ * details and where the CLI called (a unix socket of this node or a TCP address). A hint must not
+ * send the user the wrong way: "is the node up?" only when the node's own socket did not answer.
+ */
+import { readFileSync, statSync } from 'node:fs';
+import type { Command } from 'commander';
+import { Status } from 'nice-grpc-common';
+import { dirsOf } from './options';
+
+/** Where a failed call went, as the hint needs it. */
+export interface CallTarget {
+  /** the address called: "unix:///abs.sock" or "host:port" */
+  address: string;
+  /** whether the call had TLS configured (--tls-ca) */
+  tls?: boolean;
+  /** the group that owns the unix socket, when not root's ("" or undefined: root's or unknown) */
+  socketGroup?: string;
+}
+
+/** How the operator lets a non-root user at the server's socket. */
+const SOCKET_GROUP_HOWTO = "the server's socketGroup (env SANDNODE_SERVER_SOCKET_GROUP / key socketGroup)";
+const TLS_OPTIONS = '--tls-ca (the CA of the server certificate) and, for mutual TLS, --tls-cert/--tls-key (env SANDNODE_TLS_CA/_CERT/_KEY)';
+
+/** The hints that depend on the code only. */
+const PLAIN: Partial<Record<Status, string>> = {
+  [Status.DEADLINE_EXCEEDED]: 'the node did not answer in time; see: sandnode status',
+  [Status.UNIMPLEMENTED]: 'the node runs a build without this call; see: sandnode version',
+  [Status.RESOURCE_EXHAUSTED]: 'the node is at a limit: delete sandboxes, or retry later',
+};
+
+const isUnix = (address: string) => address.startsWith('unix:');
+/** A TLS failure as grpc-js / OpenSSL word it (handshake alerts, certificate checks). */
+const TLS_ERROR = /ssl|tls|handshake|certificate|self[- ]signed|alert number|wrong version number|packet length too long/i;
+
+/** socketHint: what to say when a unix peer may not use the socket (connect EACCES, or the server refused its uid). */
+function socketHint(t: CallTarget): string {
+  const path = t.address.replace(/^unix:(\/\/)?/, '');
+  if (t.socketGroup) return `the socket ${path} is for root and group ${t.socketGroup}: run sandnode as root, or join group ${t.socketGroup}`;
+  return `the socket ${path} is root's (the node is likely up): run sandnode as root, or have it shared with a group: ${SOCKET_GROUP_HOWTO}`;
+}
+
+/**
+ * hintFor: the hint for a call that failed with code and details at target, or undefined when
+ * there is nothing useful to say. Pure (the caller finds the socket's group).
+ */
+export function hintFor(code: Status, details: string, target: CallTarget): string | undefined {
+  const unix = isUnix(target.address);
+  if (code === Status.UNAVAILABLE) {
+    if (unix) return /\b(EACCES|EPERM)\b/.test(details) ? socketHint(target) : 'is the node up? run: sandnode up';
+    if (TLS_ERROR.test(details)) return `TLS with ${target.address} failed: give ${TLS_OPTIONS}`;
+    if (!target.tls) return `is the server listening at ${target.address}? if it serves TLS, give ${TLS_OPTIONS}`;
+    return `is the server listening at ${target.address}?`;
+  }
+  if (code === Status.UNAUTHENTICATED && !unix) return `give a token (--token, sandnode token create on the node) or a client certificate (${TLS_OPTIONS})`;
+  if (code === Status.PERMISSION_DENIED) {
+    if (/has the read role/.test(details)) return "the token's role does not allow this call: use an admin token (on the node: sandnode token create --name N --role admin)";
+    const group = /members of group ([^\s)]+)/.exec(details)?.[1];
+    if (group) return `only root and members of group ${group} may use this socket: run sandnode as root, or join group ${group}`;
+    if (/may not call this socket/.test(details) || unix) return socketHint(target);
+    return undefined;
+  }
+  return PLAIN[code];
+}
+
+/** groupName: the name of group gid in /etc/group, else its number as text. */
+function groupName(gid: number): string {
+  try {
+    const line = readFileSync('/etc/group', 'utf8')
+      .split('\n')
+      .find((l) => l.split(':')[2] === String(gid));
+    return line?.split(':')[0] || String(gid);
+  } catch {
+    return String(gid);
+  }
+}
+
+/** targetOf: where cmd's calls go (its --address or the node's socket) and, for a socket not root's group, that group. Never throws. */
+export function targetOf(cmd: Command): CallTarget {
+  let t: CallTarget;
+  try {
+    const d = dirsOf(cmd);
+    t = { address: d.address, tls: !!d.auth.tlsCa };
+  } catch {
+    return { address: 'unix:///run/sandnode/server.sock' };
+  }
+  if (!isUnix(t.address)) return t;
+  try {
+    const gid = statSync(t.address.replace(/^unix:(\/\/)?/, '')).gid;
+    return gid === 0 ? t : { ...t, socketGroup: groupName(gid) };
+  } catch {
+    return t;
+  }
+}
