@@ -7,7 +7,7 @@ import { componentPid, pidText } from './component-pid';
 
 describe('componentPid', () => {
   const tmp = useTempDir('cli-pid');
-  const dirs = () => ({ stateDir: `${tmp()}/state`, runDir: tmp() });
+  const dirs = () => ({ stateDir: `${tmp()}/state`, runDir: tmp(), listen: '' });
 
   it('a component that answered: its pid', () => {
     expect(componentPid(dirs(), 'ublk-manager', 4242)).toEqual({ pid: 4242 });
