@@ -51,6 +51,12 @@ export const VMM_FEATURES = {
    * supervisor's node-wide range (config `usernsRange`; absent when configured "")
    */
   userns: 'vmm.userns.v1',
+  /**
+   * runc sandboxes' drives get the supervisor's I/O limits (config ioReadBps, ioWriteBps,
+   * ioReadIops, ioWriteIops: blkio throttles per drive; ioWeight where the host offers a weight);
+   * absent when none is configured
+   */
+  ioLimits: 'vmm.io-limits.v1',
   /** ListVmsResponse carries the quarantined rows of the VM table and the fence epoch (`sandnode status`) */
   quarantineReport: 'vmm.quarantine-report.v1',
   /**

@@ -44,6 +44,23 @@ describe('loadVmmConfig', () => {
     expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: '9465' } })).toThrow(/metricsListen.*host:port/);
   });
 
+  test('io limits: 0 (none) by default; set by env; a weight outside 10..1000 is refused naming the key', () => {
+    expect(loadVmmConfig({ env: {} }).io).toEqual({ readBps: 0, writeBps: 0, readIops: 0, writeIops: 0, weight: 0 });
+    const c = loadVmmConfig({
+      env: {
+        SANDNODE_VMM_SUPERVISOR_IO_READ_BPS: '1000',
+        SANDNODE_VMM_SUPERVISOR_IO_WRITE_BPS: '4194304',
+        SANDNODE_VMM_SUPERVISOR_IO_READ_IOPS: '30',
+        SANDNODE_VMM_SUPERVISOR_IO_WRITE_IOPS: '40',
+        SANDNODE_VMM_SUPERVISOR_IO_WEIGHT: '500',
+      },
+    });
+    expect(c.io).toEqual({ readBps: 1000, writeBps: 4194304, readIops: 30, writeIops: 40, weight: 500 });
+    expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_IO_WEIGHT: '5' } })).toThrow(/ioWeight/);
+    expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_IO_WEIGHT: '1001' } })).toThrow(/ioWeight/);
+    expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_IO_WRITE_BPS: '-1' } })).toThrow(/ioWriteBps/);
+  });
+
   test('usernsRange: on by default (host 100000.. = 0.. inside), "" turns it off, a bad range is refused naming the key', () => {
     expect(loadVmmConfig({ env: {} }).usernsRange).toEqual({ hostId: 100000, size: 65536 });
     expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_USERNS_RANGE: '' } }).usernsRange).toBeUndefined();

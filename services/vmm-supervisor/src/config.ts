@@ -8,6 +8,7 @@ import { DEFAULT_KILL_WAIT_MS, DEFAULT_RUNC_START_TIMEOUT_MS } from './drivers/r
 import { DEFAULT_SECCOMP_PROFILE } from './drivers/seccomp';
 import { DEFAULT_CONSOLE_LOG_BYTES } from './drivers/console-log';
 import { DEFAULT_GUEST_RUN_DIR_BYTES } from './drivers/vm-tmpfs';
+import type { IoLimits } from './drivers/block-io';
 import { DEFAULT_USERNS_RANGE, parseUsernsRange, type UsernsRange } from './drivers/userns';
 import { DEFAULT_FREEZE_RATE_BURST, DEFAULT_FREEZE_RATE_PER_SECOND } from './core/freeze-gate';
 import { FREEZE_PORT_HANDSHAKE_MS, FREEZE_PORT_IDLE_MS, FREEZE_PORT_MAX_CONNECTIONS, FREEZE_PORT_MAX_MESSAGE_BYTES } from './rpc/freeze-port-service';
@@ -79,6 +80,21 @@ export const configSchema = z.object({
    * 0..size-1 inside every sandbox (one node-wide range); "" = none (uid 0 inside is host root).
    */
   usernsRange: z.string().default(DEFAULT_USERNS_RANGE),
+  /**
+   * I/O limits of each runc VM drive (rootfs upper, workspace): blkio throttles in bytes/s and
+   * operations/s per drive; 0 = no limit (the default: a limit slows every copy, fork and
+   * template unpack on the node, so an operator sets one for its disks).
+   */
+  ioReadBps: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
+  ioWriteBps: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
+  ioReadIops: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
+  ioWriteIops: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(0),
+  /** Proportional I/O weight of each runc VM, 10..1000 (0 = none); applied only where the blkio hierarchy has a weight file. */
+  ioWeight: z.coerce
+    .number()
+    .int()
+    .refine((v) => v === 0 || (v >= 10 && v <= 1000), { message: 'must be 0 (none) or 10..1000' })
+    .default(0),
   /** Connections one VM's freeze port holds at once (the one above is closed at once). */
   freezePortMaxConnections: z.coerce.number().int().min(1).max(64).default(FREEZE_PORT_MAX_CONNECTIONS),
   /** Largest message the freeze port accepts, bytes (a larger one is RESOURCE_EXHAUSTED at its header). */
@@ -129,6 +145,8 @@ export interface VmmConfig {
   consoleLogBytes: number;
   /** The user namespace range of runc sandboxes; undefined = none (`usernsRange` ""). */
   usernsRange: UsernsRange | undefined;
+  /** I/O limits of each runc VM's drives (keys ioReadBps, ioWriteBps, ioReadIops, ioWriteIops, ioWeight); 0 = none. */
+  io: IoLimits;
   freezePortMaxConnections: number;
   freezePortMaxMessageBytes: number;
   freezePortIdleMs: number;
@@ -149,5 +167,6 @@ export function loadVmmConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } =
     runcRoot: path.resolve(c.runcRoot ?? path.join(runDir, 'runc')),
     kernelImage: c.kernelImage === undefined ? undefined : path.resolve(c.kernelImage),
     usernsRange: parseUsernsRange(c.usernsRange),
+    io: { readBps: c.ioReadBps, writeBps: c.ioWriteBps, readIops: c.ioReadIops, writeIops: c.ioWriteIops, weight: c.ioWeight },
   };
 }

@@ -7,5 +7,7 @@ describe('runcIsolation', () => {
     expect(runcIsolation({ seccomp: false, userns: false })).toEqual(base);
     expect(runcIsolation({ seccomp: true, userns: false })).toEqual([...base, VMM_FEATURES.seccomp].sort());
     expect(runcIsolation({ seccomp: true, userns: true })).toEqual([...base, VMM_FEATURES.seccomp, VMM_FEATURES.userns].sort());
+    expect(runcIsolation({ seccomp: false, userns: false, ioLimits: false })).toEqual(base);
+    expect(runcIsolation({ seccomp: true, userns: false, ioLimits: true })).toEqual([...base, VMM_FEATURES.seccomp, 'vmm.io-limits.v1'].sort());
   });
 });

@@ -211,4 +211,11 @@ describe('buildOciSpec with a user namespace', () => {
     for (const c of ['CAP_SYS_ADMIN', 'CAP_MKNOD', 'CAP_NET_RAW', 'CAP_NET_ADMIN', 'CAP_SYS_PTRACE', 'CAP_SYS_MODULE']) expect(USERNS_CAPABILITIES).not.toContain(c);
     expect(s.process.noNewPrivileges).toBe(true);
   });
+
+  test('blockIO goes into linux.resources as given; none without it', () => {
+    expect(buildOciSpec(base).linux.resources.blockIO).toBeUndefined();
+    expect('blockIO' in buildOciSpec(base).linux.resources).toBe(false);
+    const blockIO = { weight: 300, throttleWriteBpsDevice: [{ major: 7, minor: 3, rate: 4194304 }] };
+    expect(buildOciSpec({ ...base, blockIO }).linux.resources.blockIO).toEqual(blockIO);
+  });
 });

@@ -8,6 +8,7 @@
  * range's files.
  */
 import type { EffectiveResources } from '../core/types';
+import type { BlockIo } from './block-io';
 import { PODD_LISTEN_FD_ENV } from './podd-socket';
 import type { UsernsRange } from './userns';
 
@@ -73,6 +74,8 @@ export interface OciSpecInput {
   seccomp?: Record<string, unknown>;
   /** A user namespace mapping 0..size-1 inside to the range's host ids (uid and gid); undefined = none. */
   userns?: UsernsRange;
+  /** `linux.resources.blockIO`: throttles of the VM's drives, a weight (block-io.ts); undefined = none. */
+  blockIO?: BlockIo;
 }
 
 /** OciSpec is the subset of the OCI runtime spec this driver writes (a plain JSON object). */
@@ -84,7 +87,7 @@ export type OciSpec = Record<string, unknown> & {
   linux: Record<string, unknown> & {
     cgroupsPath: string;
     namespaces: { type: string }[];
-    resources: { memory: { limit: number }; cpu: { quota: number; period: number }; pids: { limit: number }; devices: unknown[] };
+    resources: { memory: { limit: number }; cpu: { quota: number; period: number }; pids: { limit: number }; devices: unknown[]; blockIO?: BlockIo };
     maskedPaths: string[];
     readonlyPaths: string[];
   };
@@ -158,6 +161,7 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
         memory: { limit: input.resources.memoryMib * 1024 * 1024 },
         cpu: { quota: input.resources.vcpus * CPU_PERIOD_US, period: CPU_PERIOD_US },
         pids: { limit: input.resources.pids },
+        ...(input.blockIO ? { blockIO: input.blockIO } : {}),
       },
       // A new network namespace with nothing configured has only loopback; the cgroup
       // namespace makes /proc/self/cgroup and /sys/fs/cgroup show only the sandbox's own subtree.

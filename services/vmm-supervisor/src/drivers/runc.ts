@@ -48,6 +48,7 @@ import { buildOciSpec } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
 import { CONSOLE_LOG_FILE, consoleTail, ConsoleWatch, DEFAULT_CONSOLE_LOG_BYTES } from './console-log';
 import { runcIsolation } from './isolation';
+import { blkioWeightOffered, driveBlockIo, ioLimitsInEffect, type IoLimits } from './block-io';
 import { DEFAULT_GUEST_RUN_DIR_BYTES, mountVmTmpfs, removeVmTmpfs, vmTmpfsPaths } from './vm-tmpfs';
 import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, vmCgroupRunning, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
@@ -99,6 +100,10 @@ export interface RuncDriverOptions {
    * copies owned in it; undefined = none (root inside is host root).
    */
   userns?: { range: UsernsRange; templatesDir: string };
+  /** I/O limits of each new VM's drives (block-io.ts); undefined = none. */
+  io?: IoLimits;
+  /** Whether the host's blkio hierarchy offers a weight; default: its weight file exists (block-io.ts). */
+  ioWeightOffered?: boolean;
 }
 
 /** Status reported by `runc state`, or "absent" when runc has no such container. */
@@ -125,6 +130,8 @@ export class RuncDriver implements VmDriver {
   private readonly consoles = new Map<string, ConsoleWatch>();
   private readonly userns: UsernsRange | undefined;
   private readonly shiftedTemplates: ShiftedTemplates | undefined;
+  private readonly io: IoLimits | undefined;
+  private readonly ioWeightOffered: boolean;
   /** Freeze ports served now, by vm id. */
   private readonly ports = new Map<string, { freezer: VmFreezer; server: FreezePortServer | undefined }>();
 
@@ -142,13 +149,17 @@ export class RuncDriver implements VmDriver {
     this.consoleLogBytes = opts.consoleLogBytes ?? DEFAULT_CONSOLE_LOG_BYTES;
     this.userns = opts.userns?.range;
     this.shiftedTemplates = opts.userns ? new ShiftedTemplates(opts.userns.templatesDir, opts.userns.range, this.log) : undefined;
+    this.io = opts.io;
+    this.ioWeightOffered = opts.ioWeightOffered ?? blkioWeightOffered();
+    if (this.io && this.io.weight > 0 && !this.ioWeightOffered)
+      this.log.info({ io_weight: this.io.weight }, 'ioWeight skipped: the blkio hierarchy offers no weight (no blkio.weight nor blkio.bfq.weight)');
     this.features = [
       VMM_FEATURES.runc,
       VMM_FEATURES.poddSocketFd,
       VMM_FEATURES.versionedBinaries,
       VMM_FEATURES.freezePort,
       VMM_FEATURES.machineId,
-      ...runcIsolation({ seccomp: opts.seccomp !== undefined, userns: opts.userns !== undefined }),
+      ...runcIsolation({ seccomp: opts.seccomp !== undefined, userns: opts.userns !== undefined, ioLimits: ioLimitsInEffect(this.io, this.ioWeightOffered) }),
     ];
     mkdirSync(this.root, { recursive: true, mode: 0o700 });
     mkdirSync(this.vmsDir, { recursive: true, mode: 0o700 });
@@ -256,6 +267,11 @@ export class RuncDriver implements VmDriver {
       await this.openFreezePort(vmId, runc);
 
       step = 'write bundle/config.json';
+      const blockIO = driveBlockIo(
+        this.io,
+        spec.drives.map((d) => d.path),
+        this.ioWeightOffered,
+      );
       const oci = buildOciSpec({
         vmId,
         rootfsPath: rootfs,
@@ -269,6 +285,7 @@ export class RuncDriver implements VmDriver {
         resources,
         seccomp: this.seccomp,
         userns: this.userns,
+        blockIO,
       });
       writeFileSync(path.join(bundle, 'config.json'), `${JSON.stringify(oci, null, 2)}\n`, { mode: 0o600 });
 
@@ -286,7 +303,7 @@ export class RuncDriver implements VmDriver {
       const pid = Number(readFileSync(pidFile, 'utf8').trim());
       const startTimeTicks = processStartTicks(pid);
       if (startTimeTicks === undefined) throw new InternalError(`init pid ${pid} is not alive: ${consoleTail(consoleLog, 5)}`);
-      return { process: { pid, startTimeTicks }, apiSocket: '', isolation: runcIsolation({ seccomp: this.seccomp !== undefined, userns: this.userns !== undefined }) };
+      return { process: { pid, startTimeTicks }, apiSocket: '', isolation: runcIsolation({ seccomp: this.seccomp !== undefined, userns: this.userns !== undefined, ioLimits: blockIO !== undefined }) };
     } catch (err) {
       podd?.discard();
       const why = err instanceof Error ? err.message : String(err);

@@ -10,6 +10,7 @@ import type { Logger } from '@sandnode/shared';
 import type { VmDriver } from '../core/driver';
 import { FirecrackerDriver } from './firecracker';
 import { RuncDriver } from './runc';
+import type { IoLimits } from './block-io';
 import { USERNS_TEMPLATES_DIR, type UsernsRange } from './userns';
 import type { FreezePortServe } from '../rpc/freeze-port-service';
 
@@ -34,6 +35,8 @@ export interface DriverConfig {
   usernsRange?: UsernsRange;
   /** state dir (runc: shifted template copies in `<stateDir>/vmm-supervisor/userns-templates`); default runDir */
   stateDir?: string;
+  /** I/O limits of each runc VM's drives; undefined = none */
+  io?: IoLimits;
 }
 
 /** createDriver returns the configured driver; throws ConfigError naming a missing or bad key. */
@@ -51,6 +54,7 @@ export function createDriver(cfg: DriverConfig, log: Logger, serveFreezePort?: F
         seccomp: loadSeccompProfile(cfg.seccompProfile ?? DEFAULT_SECCOMP_PROFILE),
         guestRunDirBytes: cfg.guestRunDirBytes,
         consoleLogBytes: cfg.consoleLogBytes,
+        io: cfg.io,
         userns: cfg.usernsRange ? { range: cfg.usernsRange, templatesDir: path.join(cfg.stateDir ?? cfg.runDir, 'vmm-supervisor', USERNS_TEMPLATES_DIR) } : undefined,
       });
     case 'firecracker': {
