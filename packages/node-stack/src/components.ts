@@ -3,7 +3,7 @@
  * of a stack, where each one's entry point, pid file, log and socket are, and whether it runs
  * and answers.
  */
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { closeSync, constants, existsSync, lstatSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
 import path from 'node:path';
 import { askVersion, processStartTicks, socketPath, unixAddress } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
@@ -75,7 +75,14 @@ export function componentAddress(dirs: StackDirs, c: Component): string {
 
 /** writePidFile records pid (with its start time, so that a reused pid is not taken for it) as the component's. */
 export function writePidFile(dirs: StackDirs, c: Component, pid: number): void {
-  writeFileSync(pidFile(dirs, c), `${pid} ${processStartTicks(pid) ?? ''}\n`);
+  // a fresh file, never through a symlink left at that name
+  rmSync(pidFile(dirs, c), { force: true });
+  const fd = openSync(pidFile(dirs, c), constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o644);
+  try {
+    writeSync(fd, `${pid} ${processStartTicks(pid) ?? ''}\n`);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 /** A running component as found from its pid file. */
@@ -85,10 +92,13 @@ export interface RunningComponent {
   pid: number;
 }
 
-/** findRunning returns the component's pid when its pid file names a live process (same start time); else undefined. */
+/** findRunning returns the component's pid when its pid file (a regular file owned by this user) names a live process (same start time); else undefined. */
 export function findRunning(dirs: StackDirs, c: Component): RunningComponent | undefined {
   const f = pidFile(dirs, c);
   if (!existsSync(f)) return undefined;
+  // only a pid file this user wrote (a regular file of its own, not a symlink) names a process to signal
+  const st = lstatSync(f, { throwIfNoEntry: false });
+  if (!st?.isFile() || st.uid !== process.geteuid?.()) return undefined;
   const [pidStr, ticksStr] = readFileSync(f, 'utf8').trim().split(' ');
   const pid = Number(pidStr);
   const ticks = processStartTicks(pid);

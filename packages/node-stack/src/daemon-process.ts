@@ -5,7 +5,7 @@
  * (upgrade.ts) and `upgrade ublk-manager` (upgrade-ublk.ts) all start and stop daemons this way.
  */
 import { spawn } from 'node:child_process';
-import { closeSync, fchmodSync, fstatSync, mkdirSync, openSync, readFileSync } from 'node:fs';
+import { closeSync, constants, fchmodSync, fstatSync, mkdirSync, openSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { processStartTicks, processState } from '@sandnode/shared';
 
@@ -54,7 +54,8 @@ export function spawnDaemon(spec: DaemonSpec): SpawnedDaemon {
   mkdirSync(path.dirname(spec.logPath), { recursive: true, mode: 0o700 });
   // Daemon logs name sandboxes, paths and request metadata: root only (issue 10 §2). A log an
   // older release made world-readable is tightened too.
-  const out = openSync(spec.logPath, 'a', 0o600);
+  // never through a symlink (the fchmod below would change its target)
+  const out = openSync(spec.logPath, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
   fchmodSync(out, 0o600);
   let logStart: number;
   let child;

@@ -4,8 +4,9 @@
  * second one then finds the daemons the first started, and never stops them). The kernel
  * releases the lock when the holder dies; the file holds the holder's pid, for messages only.
  */
-import { closeSync, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
+import { closeSync, constants, ftruncateSync, mkdirSync, openSync, readFileSync, writeSync } from 'node:fs';
 import path from 'node:path';
+import { checkTrustedDir } from '@sandnode/shared';
 import { sleep } from './daemon-process';
 
 const fsExt = require('fs-ext') as { flockSync(fd: number, flags: 'exnb' | 'un'): void };
@@ -22,7 +23,11 @@ export function nodeLockFile(runDir: string): string {
 function tryLock(file: string): number | undefined {
   // (again each time: a `down --purge` that held the lock may have removed the run dir)
   mkdirSync(path.dirname(file), { recursive: true });
-  const fd = openSync(file, 'a+', 0o600);
+  // the dir is checked after it exists (a check of a missing dir below a sticky /tmp passes, and a
+  // user may make it before our mkdir), and the lock file is never a symlink (attacker: up.lock
+  // linked to a root file had root truncate it)
+  checkTrustedDir('runDir', path.dirname(file));
+  const fd = openSync(file, constants.O_RDWR | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o600);
   try {
     fsExt.flockSync(fd, 'exnb');
     return fd;
@@ -46,8 +51,9 @@ function holderOf(file: string): string {
 /**
  * withNodeLock runs fn while this process holds the node lock of runDir (created with the dir
  * when missing), waiting up to waitMs (ms) for another `up` / `down` to finish. Throws Error
- * naming the lock file and its holder's pid when it is still held after waitMs; fn's errors
- * pass through. The lock is released when fn settles.
+ * naming the lock file and its holder's pid when it is still held after waitMs; ConfigError
+ * when runDir (made now if missing) or a dir above it is not root's alone (checkTrustedDir);
+ * ELOOP when up.lock is a symlink; fn's errors pass through. The lock is released when fn settles.
  */
 export async function withNodeLock<T>(runDir: string, waitMs: number, fn: () => Promise<T>): Promise<T> {
   const file = nodeLockFile(runDir);

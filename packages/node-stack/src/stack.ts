@@ -3,7 +3,7 @@
  * separate background processes, each with a pid file and a log in the runtime dir. Used by
  * `sandnode up|down` and the demo.
  */
-import { readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { checkTrustedDirs, processState, unixAddress } from '@sandnode/shared';
 import { COMPONENTS, findRunning, getVersion, logFile, mainScript, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
@@ -49,6 +49,18 @@ export function checkStackDirs(dirs: StackDirs): void {
   ]);
 }
 
+/**
+ * prepareStackDirs makes dirs.runDir (missing parents with the default mode: the sandboxes'
+ * user namespace root must pass them) and dirs.stateDir (0700) when missing, THEN checks them
+ * ({@link checkStackDirs}): a dir that did not exist at a check could be made by another user
+ * before it is made here (below a sticky /tmp), so only a check of what exists counts.
+ */
+export function prepareStackDirs(dirs: StackDirs): void {
+  mkdirSync(dirs.runDir, { recursive: true });
+  mkdirSync(dirs.stateDir, { recursive: true, mode: 0o700 });
+  checkStackDirs(dirs);
+}
+
 /** Options of {@link startComponent}. */
 export interface StartOptions {
   /** a checkout of sandnode (with a build) to run the component from; default: this build */
@@ -70,7 +82,7 @@ export interface StartOptions {
  * naming the dir, its owner and mode.
  */
 export async function startComponent(dirs: StackDirs, c: Component, opts: StartOptions = {}): Promise<{ pid: number; started: boolean }> {
-  checkStackDirs(dirs);
+  prepareStackDirs(dirs);
   const timeoutMs = opts.timeoutMs ?? DEFAULT_START_TIMEOUT_MS;
   const running = findRunning(dirs, c);
   if (running) {

@@ -6,11 +6,13 @@
  *
  * Exit codes: {@link EXIT_OK} 0; {@link EXIT_FAILURE} 1 for every failure, whatever the gRPC
  * status (the code is in the message and in the JSON); {@link EXIT_USAGE} 2 for a command
- * line that is wrong (unknown option, missing or bad value, missing argument). `sandbox exec`
+ * line that is wrong (unknown option, missing or bad value, missing argument) or a node config
+ * the command refuses (ConfigError: e.g. a run dir another user owns). `sandbox exec`
  * exits with the command's exit code.
  */
 import { InvalidArgumentError, type Command } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
+import { ConfigError } from '@sandnode/shared';
 import { hintFor, targetOf, type CallTarget } from './hints';
 
 /** Exit code of a command that did what it was asked. */
@@ -54,6 +56,7 @@ export interface ErrorReport {
 export function describeError(err: unknown, target: CallTarget = LOCAL): ErrorReport {
   // commander's InvalidArgumentError: an option parser (options.ts) used inside an action
   if (err instanceof UsageError || err instanceof InvalidArgumentError) return { code: 'USAGE', message: err.message, exitCode: EXIT_USAGE };
+  if (err instanceof ConfigError) return { code: 'CONFIG', message: err.message, exitCode: EXIT_USAGE };
   if (err instanceof ClientError) {
     const code = Status[err.code] ?? `CODE_${err.code}`;
     // grpc-js ends connection errors with an empty "Resolution note: "; it tells a user nothing

@@ -98,6 +98,8 @@ export function registerNodeCommands(program: Command): void {
           for (const c of [...COMPONENTS].reverse()) if (await stopComponent(d, c)) stopped.push(c);
           return { deleted, stopped, purge: o.purge ? await purgeNode(d) : undefined };
         };
+        // a run dir another user made or may write: refuse before its pid files or up.lock are used (attacker: root killed the pid a user wrote)
+        if (existsSync(d.runDir)) checkStackDirs(d);
         // one up or down at a time (node lock); a node without a run dir has nothing to lock
         const { deleted, stopped, purge } = await (existsSync(d.runDir) ? withNodeLock(d.runDir, lockWaitMs(DEFAULT_START_TIMEOUT_MS), down) : down()).catch((err: unknown) => {
           throw asRootOnly('down', err);
