@@ -3,9 +3,9 @@
  * separate background processes, each with a pid file and a log in the runtime dir. Used by
  * `sandnode up|down` and the demo.
  */
-import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { checkTrustedDirs, processState, unixAddress } from '@sandnode/shared';
+import { checkTrustedDirs, prepareTrustedDirs, processState, unixAddress } from '@sandnode/shared';
 import { COMPONENTS, findRunning, getVersion, logFile, mainScript, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
 import { DAEMON_POLL_MS, sleep, spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
 import { activeUblkSlot, pointUblkAddress, ublkSlotSocket } from './ublk-slot';
@@ -49,16 +49,9 @@ export function checkStackDirs(dirs: StackDirs): void {
   ]);
 }
 
-/**
- * prepareStackDirs makes dirs.runDir (missing parents with the default mode: the sandboxes'
- * user namespace root must pass them) and dirs.stateDir (0700) when missing, THEN checks them
- * ({@link checkStackDirs}): a dir that did not exist at a check could be made by another user
- * before it is made here (below a sticky /tmp), so only a check of what exists counts.
- */
+/** prepareStackDirs makes dirs.runDir and dirs.stateDir when missing, then checks them (prepareTrustedDirs, @sandnode/shared). */
 export function prepareStackDirs(dirs: StackDirs): void {
-  mkdirSync(dirs.runDir, { recursive: true });
-  mkdirSync(dirs.stateDir, { recursive: true, mode: 0o700 });
-  checkStackDirs(dirs);
+  prepareTrustedDirs(dirs);
 }
 
 /** Options of {@link startComponent}. */

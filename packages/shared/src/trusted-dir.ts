@@ -4,7 +4,7 @@
  * rename the root-only sockets and files in it away and put their own in their place (the
  * vmm-supervisor's socket, the server's settings file with the TLS CA path).
  */
-import { lstatSync, realpathSync, type Stats } from 'node:fs';
+import { lstatSync, mkdirSync, realpathSync, type Stats } from 'node:fs';
 import path from 'node:path';
 import { ConfigError } from './config';
 
@@ -37,6 +37,23 @@ export function checkTrustedDir(key: string, dir: string): void {
 /** checkTrustedDirs runs {@link checkTrustedDir} on each dir (throws ConfigError on the first that fails). */
 export function checkTrustedDirs(dirs: TrustedDir[]): void {
   for (const d of dirs) checkTrustedDir(d.key, d.dir);
+}
+
+/**
+ * prepareTrustedDirs makes a node's runDir (missing parents with the default mode: the
+ * sandboxes' user namespace root must pass them) and stateDir (0700) when missing, THEN checks
+ * both ({@link checkTrustedDirs}, keys "runDir" and "stateDir"): a dir that did not exist at a
+ * check may be made by another user below a sticky /tmp before it is made here, so only a check
+ * of what exists counts. runDir first, so that a missing parent both share is not made 0700.
+ * Throws ConfigError, or the fs error of mkdir.
+ */
+export function prepareTrustedDirs(dirs: { stateDir: string; runDir: string }): void {
+  mkdirSync(dirs.runDir, { recursive: true });
+  mkdirSync(dirs.stateDir, { recursive: true, mode: 0o700 });
+  checkTrustedDirs([
+    { key: 'stateDir', dir: dirs.stateDir },
+    { key: 'runDir', dir: dirs.runDir },
+  ]);
 }
 
 /** walk checks every component of abs from / down (lstat, a symlink's own owner; what follows it through the link). */

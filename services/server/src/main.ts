@@ -22,8 +22,7 @@
  * peers, records, lease, admin socket path; then exit 0. Sandboxes are never touched by a
  * server stop. A stop that outlives drainDeadlineMs + drainMs + 5 s exits 1.
  */
-import { mkdirSync } from 'node:fs';
-import { checkTrustedDirs, ConfigError, createLogger, gateWritesWhileBusy, loadConfig, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
+import { prepareTrustedDirs, ConfigError, createLogger, gateWritesWhileBusy, loadConfig, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
 import { configSchema, loadServerConfig, SERVICE, type ServerConfig } from './config';
@@ -154,12 +153,7 @@ async function main(argv: string[]): Promise<void> {
     cfg = loadServerConfig({ file: args.config });
     checkApiAccess(cfg);
     // nothing goes into the dirs before they are known to be root's alone (trusted-dir.ts)
-    mkdirSync(cfg.stateDir, { recursive: true });
-    mkdirSync(cfg.runDir, { recursive: true });
-    checkTrustedDirs([
-      { key: 'stateDir', dir: cfg.stateDir },
-      { key: 'runDir', dir: cfg.runDir },
-    ]);
+    prepareTrustedDirs(cfg);
     settings = nodeSettings(loadConfig(configSchema, { service: SERVICE, file: args.config }), cfg);
     failpoints = setServerFailpoints();
   } catch (err) {

@@ -27,7 +27,7 @@ import {
   SUITE_VERSION,
   UBLK_FEATURES,
   waitWhileBusy,
-  checkTrustedDirs,
+  prepareTrustedDirs,
   type Logger,
 } from '@sandnode/shared';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
@@ -135,12 +135,7 @@ async function start(argv: string[]): Promise<void> {
   log.info({ config: cfg, failpoints: activeFailpoints() }, 'starting');
   try {
     // nothing goes into the dirs before they are known to be root's alone (trusted-dir.ts)
-    mkdirSync(cfg.stateDir, { recursive: true });
-    mkdirSync(cfg.runDir, { recursive: true });
-    checkTrustedDirs([
-      { key: 'stateDir', dir: cfg.stateDir },
-      { key: 'runDir', dir: cfg.runDir },
-    ]);
+    prepareTrustedDirs(cfg);
   } catch (err) {
     log.fatal({ err }, `cannot start: ${(err as Error).message}`);
     process.exit(EXIT_USAGE);

@@ -24,7 +24,7 @@ import {
   SUITE_VERSION,
   VMM_FEATURES,
   waitWhileBusy,
-  checkTrustedDirs,
+  prepareTrustedDirs,
   type EpochFence,
 } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
@@ -89,13 +89,7 @@ async function main(): Promise<void> {
   if (failpoints.list().length) log.warn({ failpoints: failpoints.list() }, 'failpoints are active (tests only)');
   try {
     // nothing goes into the dirs before they are known to be root's alone (trusted-dir.ts)
-    // runDir first: a missing parent it shares with stateDir gets 0755, not 0700 (the sandboxes' user namespace root must pass it)
-    mkdirSync(cfg.runDir, { recursive: true, mode: 0o755 });
-    mkdirSync(cfg.stateDir, { recursive: true, mode: 0o700 });
-    checkTrustedDirs([
-      { key: 'stateDir', dir: cfg.stateDir },
-      { key: 'runDir', dir: cfg.runDir },
-    ]);
+    prepareTrustedDirs(cfg);
   } catch (err) {
     log.fatal({ err }, `cannot start: ${(err as Error).message}`);
     process.exit(EXIT_USAGE);
