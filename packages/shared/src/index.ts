@@ -27,3 +27,4 @@ export * from './peer-cred';
 export * from './connection-auth';
 export * from './client-auth';
 export * from './trusted-dir';
+export * from './egress-policy';
