@@ -28,7 +28,12 @@ describe('egress policy', () => {
 
   test('deny_out refuses domains and more than 256 entries', () => {
     expect(() => policy([], ['example.com'])).toThrow(/deny_out\[0\].*is a domain/);
-    expect(() => policy([], Array.from({ length: 257 }, (_, i) => `198.51.${i >> 8}.${i & 255}`))).toThrow(/at most 256/);
+    expect(() =>
+      policy(
+        [],
+        Array.from({ length: 257 }, (_, i) => `198.51.${i >> 8}.${i & 255}`),
+      ),
+    ).toThrow(/at most 256/);
   });
 
   test('always-denied beats allow; allow beats deny and block_all; default allows', () => {

@@ -3,7 +3,7 @@
  * gRPC statuses in the shared error middleware (InvalidArgumentError -> INVALID_ARGUMENT, ...).
  */
 import { hostname } from 'node:os';
-import type { SandnodeCallContext } from '@sandnode/shared';
+import { UnimplementedError, type SandnodeCallContext } from '@sandnode/shared';
 import { ThawEndedBy, type PoddServiceImplementation } from '@sandnode/shared/proto/podd/v1/podd';
 import type { FreezeEnd, Quiescer } from '../core/quiesce';
 import type { ExecRunner } from '../core/exec';
@@ -72,6 +72,10 @@ export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<Sa
     async getFreezeStatus(_req, context) {
       const s = await deps.quiescer.status(context.signal);
       return { frozen: s.frozen, freezeToken: s.token, maxFreezeMs: s.maxFreezeMs, remainingMs: s.remainingMs, endedBy: thawEndedByToProto(s.endedBy), frozenMs: s.frozenMs };
+    },
+    // eslint-disable-next-line require-yield
+    async *forwardPort() {
+      throw new UnimplementedError('ForwardPort is not built yet (issue 12)');
     },
   };
 }

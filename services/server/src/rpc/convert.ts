@@ -27,6 +27,7 @@ export function sandboxToPb(r: SandboxRecord): Sandbox {
     forkedFrom: r.forkedFrom,
     // what the supervisor applied at the current VM's create; a drained sandbox has no VM
     isolation: r.state === 'DRAINED' || !r.vm ? [] : [...(r.vm.isolation ?? [])],
+    network: undefined,
   };
 }
 

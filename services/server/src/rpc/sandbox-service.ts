@@ -2,7 +2,7 @@
  * SandboxService handlers: validate -> call SandboxManager -> convert. Errors are domain errors
  * mapped to gRPC codes by the shared middleware.
  */
-import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from '@sandnode/shared';
+import { InvalidArgumentError, UnimplementedError, requireSandboxId, type SandnodeCallContext } from '@sandnode/shared';
 import { Sandbox, type ExecResponse, type SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { SandboxManager } from '../core/sandbox-manager';
 import { forkMethodToPb, sandboxToPb, statesFromPb } from './convert';
@@ -98,6 +98,10 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
     },
     async resetRootfs(req, ctx) {
       return { sandbox: sandboxToPb(await m.resetRootfs(req.sandboxId, ctx.signal)) };
+    },
+
+    async updateSandboxNetwork() {
+      throw new UnimplementedError('UpdateSandboxNetwork is not built yet (issue 12)');
     },
   };
 }

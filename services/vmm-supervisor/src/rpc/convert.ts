@@ -72,6 +72,7 @@ export function vmSpecToProto(spec: VmSpec): PbVmSpec {
     hostname: spec.hostname,
     env: { ...spec.env },
     machineId: spec.machineId ?? '',
+    network: undefined,
   };
 }
 
@@ -89,5 +90,6 @@ export function vmToProto(rec: VmRecord): PbVm {
     createdAtMs: rec.createdAtMs,
     apiSocket: rec.apiSocket,
     isolation: [...(rec.isolation ?? [])],
+    network: undefined,
   };
 }

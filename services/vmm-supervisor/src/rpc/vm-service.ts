@@ -2,7 +2,7 @@
  * Thin nice-grpc handlers of sandnode.vmm.v1.VmService: convert -> call the Supervisor ->
  * convert. Domain errors thrown by the core are mapped to gRPC codes by the shared middleware.
  */
-import { metadataEpoch, readEpochFile, requireResourceId, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
+import { UnimplementedError, metadataEpoch, readEpochFile, requireResourceId, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
 import type { VmServiceImplementation } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { FreezeGate } from '../core/freeze-gate';
 import type { Supervisor } from '../core/supervisor';
@@ -83,6 +83,18 @@ export function createVmService(
         endedBy: freezeEndToProto(s.endedBy),
         maxFreezeMs: s.maxFreezeMs,
       };
+    },
+
+    async updateVmNetwork() {
+      throw new UnimplementedError('UpdateVmNetwork is not built yet (issue 12)');
+    },
+
+    async listNetworkSlots() {
+      throw new UnimplementedError('ListNetworkSlots is not built yet (issue 12)');
+    },
+
+    async releaseNetworkSlot() {
+      throw new UnimplementedError('ReleaseNetworkSlot is not built yet (issue 12)');
     },
   };
 }
