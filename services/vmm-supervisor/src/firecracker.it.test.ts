@@ -50,6 +50,7 @@ describeWith('vmm-supervisor firecracker driver (integration)', FC_PARTS, () => 
       hostname: '',
       env: {},
       machineId: '',
+      network: undefined,
     };
   });
 

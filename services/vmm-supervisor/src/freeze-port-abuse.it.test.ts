@@ -55,6 +55,7 @@ describeWith('freeze port under attack from its sandbox (integration)', FREEZE_P
       hostname: '',
       env: {},
       machineId: '',
+      network: undefined,
     };
     // a tiny rate (one unarmed freeze back every 1000 s) so that the burst is what counts
     daemon = await fx.start({

@@ -49,6 +49,7 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
       hostname: '',
       env: {},
       machineId: MACHINE_ID,
+      network: undefined,
     };
     daemon = await fx.start();
     await fx.client().createVm({ vmId: 'vm-f', spec });

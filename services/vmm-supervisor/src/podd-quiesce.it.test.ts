@@ -75,6 +75,7 @@ describeWith('podd Quiesce/Thaw in a real runc VM (integration)', [...FREEZE_PAR
       hostname: '',
       env,
       machineId: '',
+      network: undefined,
     };
     const vm = (await fx.client().createVm({ vmId: id, spec })).vm!;
     const podd = poddClient(poddDir);

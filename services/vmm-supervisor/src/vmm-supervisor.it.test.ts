@@ -108,6 +108,7 @@ describeWith('vmm-supervisor runc driver (integration)', VMM_PARTS, () => {
       hostname: 'box-a',
       env: { FOO: 'bar' },
       machineId: '',
+      network: undefined,
     };
     specB = {
       templateRootfs: fx.rootfs,
@@ -117,6 +118,7 @@ describeWith('vmm-supervisor runc driver (integration)', VMM_PARTS, () => {
       hostname: '',
       env: {},
       machineId: '',
+      network: undefined,
     };
     binDir = path.join(fx.stateDir, 'vmm-supervisor', 'bin');
     runcVersion = /runc version (\S+)/.exec(execFileSync('runc', ['--version']).toString())![1]!;
