@@ -65,6 +65,12 @@ export const VMM_FEATURES = {
    * per-VM limits
    */
   freezeArm: 'vmm.freeze-arm.v1',
+  /**
+   * VmSpec.network (a netns, veth pair, pool address, NAT and the egress policy in the node's
+   * nftables table), Vm.network, DeleteVm keep_network, UpdateVmNetwork, ListNetworkSlots,
+   * ReleaseNetworkSlot (docs/network.md)
+   */
+  network: 'vmm.network.v1',
 } as const;
 
 /** Features of the ublk-manager (`ublk.*`). */

@@ -3,12 +3,26 @@
  * `SANDNODE_VMM_SUPERVISOR_<KEY>`. Keys and defaults are listed in the README.
  */
 import path from 'node:path';
-import { unixSocketAddress, DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import {
+  ConfigError,
+  DEFAULT_ALWAYS_DENIED,
+  parseCidr,
+  unixSocketAddress,
+  DEFAULT_DRAIN_MS,
+  DEFAULT_RUN_DIR,
+  DEFAULT_STATE_DIR,
+  LOG_LEVELS,
+  loadConfig,
+  socketPath,
+  unixAddress,
+  z,
+} from '@sandnode/shared';
 import { DEFAULT_KILL_WAIT_MS, DEFAULT_RUNC_START_TIMEOUT_MS } from './drivers/runc';
 import { DEFAULT_SECCOMP_PROFILE } from './drivers/seccomp';
 import { DEFAULT_CONSOLE_LOG_BYTES } from './drivers/console-log';
 import { DEFAULT_GUEST_RUN_DIR_BYTES } from './drivers/vm-tmpfs';
 import type { IoLimits } from './drivers/block-io';
+import { defaultNetworkTag } from './network/layout';
 import { DEFAULT_USERNS_RANGE, parseUsernsRange, type UsernsRange } from './drivers/userns';
 import { DEFAULT_FREEZE_RATE_BURST, DEFAULT_FREEZE_RATE_PER_SECOND } from './core/freeze-gate';
 import { FREEZE_PORT_HANDSHAKE_MS, FREEZE_PORT_IDLE_MS, FREEZE_PORT_MAX_CONNECTIONS, FREEZE_PORT_MAX_MESSAGE_BYTES } from './rpc/freeze-port-service';
@@ -107,6 +121,62 @@ export const configSchema = z.object({
   freezeRateBurst: z.coerce.number().int().min(1).max(100_000).default(DEFAULT_FREEZE_RATE_BURST),
   /** Unarmed freezes per second one VM gets back. */
   freezeRatePerSecond: z.coerce.number().min(0.001).max(100_000).default(DEFAULT_FREEZE_RATE_PER_SECOND),
+  /** Sandbox networking (docs/network.md); false: every VM is loopback only and a networked CreateVm is FAILED_PRECONDITION. */
+  network: z
+    .union([z.boolean(), z.enum(['true', 'false'])])
+    .transform((v) => v === true || v === 'true')
+    .default(true),
+  /** The sandboxes' address pool, an IPv4 CIDR of prefix 8..28; slot s is the /30 at pool + 4s. */
+  networkPool: z.string().default('10.209.0.0/16'),
+  /** Prefix of every name of the node's network (`sn<tag>v<slot>`, table `inet sandnode-<tag>`): 1..4 of [0-9a-z]; default the first 4 hex digits of sha256(stateDir). */
+  networkTag: z
+    .string()
+    .regex(/^[0-9a-z]{1,4}$/, { message: 'must be 1..4 characters of [0-9a-z]' })
+    .optional(),
+  /** Network slots kept pre-made (netns, veth, addresses) so that a CreateVm does not wait for them. */
+  networkSpareSlots: z.coerce.number().int().min(0).max(64).default(2),
+  /** Host port the sandboxes' DNS (udp/tcp 53 to any address) is redirected to (the server's resolver). */
+  dnsPort: z.coerce.number().int().min(1).max(65535).default(15053),
+  /** Host port the sandboxes' TCP to egressProxiedPorts is redirected to, for policies with domain rules (the server's egress proxy). */
+  egressProxyPort: z.coerce.number().int().min(1).max(65535).default(15080),
+  /** Destination ports redirected to the egress proxy (JSON list in env, e.g. "[80,443]"). */
+  egressProxiedPorts: z
+    .union([z.array(z.number()), z.string()])
+    .transform((v, ctx) => {
+      let a: unknown = v;
+      if (typeof v === 'string') {
+        try {
+          a = JSON.parse(v);
+        } catch {
+          a = undefined;
+        }
+      }
+      if (!Array.isArray(a) || a.length > 64 || !a.every((p) => Number.isInteger(p) && p >= 1 && p <= 65535)) {
+        ctx.addIssue({ code: 'custom', message: 'must be a list of at most 64 ports 1..65535' });
+        return z.NEVER;
+      }
+      return [...new Set(a as number[])].sort((x, y) => x - y);
+    })
+    .default([80, 443]),
+  /** Ranges every sandbox is refused (JSON list in env); default the shared DEFAULT_ALWAYS_DENIED. The pool is always added. */
+  networkAlwaysDenied: z
+    .union([z.array(z.string()), z.string()])
+    .transform((v, ctx) => {
+      let a: unknown = v;
+      if (typeof v === 'string') {
+        try {
+          a = JSON.parse(v);
+        } catch {
+          a = undefined;
+        }
+      }
+      if (!Array.isArray(a) || a.length > 1024 || !a.every((x) => typeof x === 'string')) {
+        ctx.addIssue({ code: 'custom', message: 'must be a list of IPv4 CIDRs' });
+        return z.NEVER;
+      }
+      return a as string[];
+    })
+    .default([...DEFAULT_ALWAYS_DENIED]),
   /** Prometheus `/metrics` on "host:port"; "" disables. */
   metricsListen: z
     .string()
@@ -153,15 +223,56 @@ export interface VmmConfig {
   freezePortHandshakeMs: number;
   freezeRateBurst: number;
   freezeRatePerSecond: number;
+  /** Sandbox networking on (it may still be off on a host that fails the start-up check). */
+  network: boolean;
+  /** The pool, canonical CIDR text. */
+  networkPool: string;
+  /** The names' tag (resolved default). */
+  networkTag: string;
+  networkSpareSlots: number;
+  dnsPort: number;
+  egressProxyPort: number;
+  /** Sorted, unique. */
+  egressProxiedPorts: number[];
+  /** Canonical CIDRs, the pool included. */
+  networkAlwaysDenied: string[];
+}
+
+function cidrKey(key: string, text: string): string {
+  try {
+    return parseCidr(text, key).text;
+  } catch (err) {
+    throw new ConfigError(`key "${key}": ${(err as Error).message}`);
+  }
+}
+
+function networkKeys(c: z.infer<typeof configSchema>, stateDir: string) {
+  const pool = cidrKey('networkPool', c.networkPool);
+  const prefix = Number(pool.split('/')[1]);
+  if (prefix < 8 || prefix > 28) throw new ConfigError(`key "networkPool": ${pool} must have a prefix of 8..28 (at least 4 slots of /30)`);
+  if (c.dnsPort === c.egressProxyPort) throw new ConfigError(`key "egressProxyPort": ${c.egressProxyPort} is dnsPort too; they must differ`);
+  const denied = [...new Set([...c.networkAlwaysDenied.map((d, i) => cidrKey(`networkAlwaysDenied[${i}]`, d)), pool])];
+  return {
+    network: c.network,
+    networkPool: pool,
+    networkTag: c.networkTag ?? defaultNetworkTag(stateDir),
+    networkSpareSlots: c.networkSpareSlots,
+    dnsPort: c.dnsPort,
+    egressProxyPort: c.egressProxyPort,
+    egressProxiedPorts: c.egressProxiedPorts,
+    networkAlwaysDenied: denied,
+  };
 }
 
 /** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */
 export function loadVmmConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}): VmmConfig {
   const c = loadConfig(configSchema, { service: SERVICE, file: opts.file, env: opts.env });
   const runDir = path.resolve(c.runDir);
+  const stateDir = path.resolve(c.stateDir);
   return {
     ...c,
-    stateDir: path.resolve(c.stateDir),
+    ...networkKeys(c, stateDir),
+    stateDir,
     runDir,
     listen: c.listen ?? unixAddress(socketPath(runDir, 'vmm-supervisor')),
     runcRoot: path.resolve(c.runcRoot ?? path.join(runDir, 'runc')),

@@ -42,6 +42,7 @@ import { DriverBinaries } from './store/driver-binaries';
 import { SqliteVmStore } from './store/sqlite-vm-store';
 import { SECCOMP_UNCONFINED } from './drivers/seccomp';
 import { closeCommands } from './drivers/command-runner';
+import { makeNetworkManager } from './network/wire';
 
 /** Exit code when another supervisor holds the state dir. */
 export const EXIT_LOCKED = 3;
@@ -53,7 +54,7 @@ export const EXIT_USAGE = 2;
  * its deadline) while another process holds the table locked, then answers UNAVAILABLE with
  * retry-after-ms without running; reads, GetVmFreeze and FenceEpoch never wait for it.
  */
-export const VM_WRITES = ['createVm', 'pauseVm', 'resumeVm', 'stopVm', 'deleteVm'] as const;
+export const VM_WRITES = ['createVm', 'pauseVm', 'resumeVm', 'stopVm', 'deleteVm', 'updateVmNetwork', 'releaseNetworkSlot'] as const;
 /** Longest the start waits for a VM table another process holds locked, in ms. */
 const VM_TABLE_OPEN_WAIT_MS = 10_000;
 
@@ -162,7 +163,9 @@ async function main(): Promise<void> {
     const ids = store.quarantinedAtOpen.map((q) => q.vmId || `rowid ${q.rowid}`);
     log.warn({ quarantined: store.quarantinedAtOpen.length, quarantined_ids: ids }, `VM table: ${ids.length} bad row(s) quarantined at start: ${ids.join(', ')}`);
   }
+  const network = makeNetworkManager(cfg, store.database, log);
   const supervisor = new Supervisor({
+    network,
     store,
     driver,
     log,
@@ -187,7 +190,12 @@ async function main(): Promise<void> {
   server.add(
     VmServiceDefinition,
     gateWritesWhileBusy(
-      createVmService(supervisor, fence, () => store.quarantined(), driver.features.includes(VMM_FEATURES.freezePort) ? gate : undefined),
+      createVmService(supervisor, fence, () => store.quarantined(), driver.features.includes(VMM_FEATURES.freezePort) ? gate : undefined, {
+        dnsPort: cfg.dnsPort,
+        egressProxyPort: cfg.egressProxyPort,
+        proxiedPorts: cfg.egressProxiedPorts,
+        alwaysDenied: cfg.networkAlwaysDenied,
+      }),
       VM_WRITES,
       store,
       { what: 'vm-table.db' },
@@ -202,6 +210,7 @@ async function main(): Promise<void> {
     drainMs: cfg.drainMs,
     onStop: async () => {
       if (metrics) await new Promise<void>((r) => metrics?.close(() => r()));
+      await network.close();
       await driver.close?.();
       closeCommands();
       store.close();

@@ -84,6 +84,8 @@ export class Fixture {
       SANDNODE_VMM_SUPERVISOR_RUN_DIR: this.runDir,
       SANDNODE_VMM_SUPERVISOR_LOG_LEVEL: 'debug',
       SANDNODE_VMM_SUPERVISOR_STOP_TIMEOUT_MS: '1000',
+      // off unless a suite asks (network.it.test.ts with its own tag and pool): no suite leaves a table or veths behind
+      SANDNODE_VMM_SUPERVISOR_NETWORK: 'false',
       ...extra,
     };
   }

@@ -10,6 +10,7 @@
  */
 import type { FreezeStatus } from './freeze';
 import type { EffectiveResources, VmProcess, VmSpec } from './types';
+import type { VmNetworkInfo } from '../network/manager';
 
 /** LiveStatus is what the driver sees on the host for a VM. */
 export type LiveStatus =
@@ -63,8 +64,10 @@ export interface VmDriver {
   /**
    * create sets up the host and starts the VM detached from the supervisor with the current
    * binary. On failure it undoes everything it did and throws an error naming the failed step.
+   * net: the VM's network slot (join its netns at net.netnsPath; resolv.conf names net.gateway);
+   * undefined = loopback only.
    */
-  create(vmId: string, spec: VmSpec, resources: EffectiveResources): Promise<StartedVm>;
+  create(vmId: string, spec: VmSpec, resources: EffectiveResources, net?: VmNetworkInfo): Promise<StartedVm>;
   /**
    * inspect reports the live status of vm. A live process with other start ticks than
    * vm.process is reported `stopped` (never adopted).

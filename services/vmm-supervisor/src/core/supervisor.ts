@@ -22,6 +22,7 @@ import type { EffectiveResources, VmRecord, VmSpec, VmState } from './types';
 import { VM_RECORD_SCHEMA } from './types';
 import { canonicalSpec, checkHostPaths, DEFAULT_PIDS, validateVmSpec } from './validate';
 import type { VmStore } from './vm-store';
+import type { NetworkManager, VmNetworkInfo } from '../network/manager';
 
 /** Node defaults applied to zero resource fields and zero stop timeouts. */
 export interface SupervisorDefaults {
@@ -68,6 +69,8 @@ export interface SupervisorOptions {
   log: Logger;
   /** Versioned driver binaries; without it VMs run with the configured binary itself. */
   binaries?: DriverBinaryStore;
+  /** The node's network slots (docs/network.md); without it VmSpec.network is FAILED_PRECONDITION. */
+  network?: NetworkManager;
 }
 
 /** Supervisor implements every VmService operation on domain types. */
@@ -78,6 +81,7 @@ export class Supervisor {
   private readonly log: Logger;
   private readonly locks = new KeyedMutex();
   private readonly binaries: DriverBinaryStore | undefined;
+  private readonly network: NetworkManager | undefined;
   private driverVersion = '';
 
   constructor(opts: SupervisorOptions) {
@@ -86,6 +90,23 @@ export class Supervisor {
     this.defaults = opts.defaults;
     this.log = opts.log;
     this.binaries = opts.binaries;
+    this.network = opts.network;
+  }
+
+  /** driverName is the driver's name ("runc" or "firecracker"). */
+  get driverName(): string {
+    return this.driver.name;
+  }
+
+  /** net is the network manager (undefined: none configured). */
+  get net(): NetworkManager | undefined {
+    return this.network;
+  }
+
+  /** networkOf is vmId's network, or undefined. */
+  networkOf(vmId: string): VmNetworkInfo | undefined {
+    const row = this.network?.forVm(vmId);
+    return row && this.network!.infoOf(row);
   }
 
   /** Feature strings of the supervisor with its driver, for GetVersion (all from VMM_FEATURES). */
@@ -100,6 +121,7 @@ export class Supervisor {
       VMM_FEATURES.quarantineReport,
       VMM_FEATURES.vmIsolation,
       ...arm,
+      ...(this.network ? [VMM_FEATURES.network] : []),
     ];
   }
 
@@ -158,6 +180,8 @@ export class Supervisor {
       }
     }
     report.prunedBinaries = this.pruneBinaries();
+    // after the VM rows were settled: a slot whose VM is no longer in the table is freed
+    await this.network?.start(new Set(this.store.list().map((r) => r.vmId)));
     return report;
   }
 
@@ -208,16 +232,30 @@ export class Supervisor {
         apiSocket: '',
         driverBinary: this.driver.currentBinary(),
       };
+      if (spec.network && !this.network) throw new FailedPreconditionError(`spec.network: this supervisor has no network configured`);
       this.store.put(rec);
       const log = this.log.child({ vm_id: vmId });
+      let net: VmNetworkInfo | undefined;
+      let netFrom = '';
       try {
-        const started = await this.driver.create(vmId, spec, this.effectiveResources(spec));
+        if (spec.network) {
+          netFrom = this.network!.forSlot(spec.network.slot)?.state ?? '';
+          net = await this.network!.acquire(vmId, spec.network);
+        }
+      } catch (err) {
+        this.store.delete(vmId);
+        throw err;
+      }
+      try {
+        const started = await this.driver.create(vmId, spec, this.effectiveResources(spec), net);
         const { pid, startTimeTicks } = started.process;
         const running: VmRecord = { ...rec, state: 'running', pid, startTimeTicks, apiSocket: started.apiSocket, isolation: [...(started.isolation ?? [])] };
         this.store.put(running);
         log.info({ pid, binary: rec.driverBinary }, 'vm created');
         return running;
       } catch (err) {
+        // a slot that was reserved for the owner stays reserved; any other is freed
+        if (net) await this.network!.release(vmId, netFrom === 'reserved').catch((e: unknown) => log.error({ err: e }, 'could not release the network slot of a failed create'));
         this.store.delete(vmId);
         log.warn('vm create failed; undone');
         throw hostFailure(log, err, `create vm ${vmId}`);
@@ -284,7 +322,7 @@ export class Supervisor {
    * delete stops the VM if needed, removes its host state and drops its row, then prunes the
    * driver binary dirs no VM uses any more. Idempotent: returns false when no VM had that id.
    */
-  async delete(vmId: string): Promise<boolean> {
+  async delete(vmId: string, keepNetwork = false): Promise<boolean> {
     requireResourceId('vm_id', vmId);
     const existed = await this.locks.run(vmId, async () => {
       const rec = this.store.get(vmId);
@@ -294,12 +332,26 @@ export class Supervisor {
         if (live.state !== 'stopped') await this.onHost(`delete vm ${vmId}`, () => this.driver.stop(refOf(rec), this.defaults.stopTimeoutMs));
       }
       await this.onHost(`delete vm ${vmId}`, () => this.driver.destroy(refOf(rec)));
+      if (this.network) await this.onHost(`delete vm ${vmId}: network`, () => this.network!.release(vmId, keepNetwork));
       this.store.delete(vmId);
       this.log.info({ vm_id: vmId }, 'vm deleted');
       return true;
     });
     if (existed) this.pruneBinaries();
     return existed;
+  }
+
+  /**
+   * updateNetwork replaces vmId's egress policy (persisted, then one nft transaction).
+   * InvalidArgumentError (bad id or policy), NotFoundError (no VM), FailedPreconditionError (no network).
+   */
+  async updateNetwork(vmId: string, egress: VmNetworkInfo['egress'] | undefined): Promise<VmNetworkInfo> {
+    requireResourceId('vm_id', vmId);
+    return this.locks.run(vmId, async () => {
+      this.require(vmId);
+      if (!this.network) throw new FailedPreconditionError(`vm ${vmId} has no network (none configured)`);
+      return this.network.update(vmId, egress);
+    });
   }
 
   /** effectiveResources applies the node defaults to a spec's zero resource fields. */

@@ -60,6 +60,22 @@ export interface VmSpec {
    * lowercase hex digits. Undefined in rows written before this field existed.
    */
   machineId?: string;
+  /**
+   * The VM's network (NetworkSpec): owner, slot (-1: any) and egress policy in canonical wire
+   * form as first asked (UpdateVmNetwork changes the slot table's policy, not the spec).
+   * Undefined: loopback only (and in rows written before this field existed).
+   */
+  network?: VmNetworkSpec;
+}
+
+/** VmNetworkSpec is a VmSpec's NetworkSpec. */
+export interface VmNetworkSpec {
+  /** The slot's owner, the sandbox id. */
+  owner: string;
+  /** The slot asked for; -1 = any free one. */
+  slot: number;
+  /** Canonical wire form of the egress policy. */
+  egress: { allowOut: string[]; denyOut: string[]; blockAll: boolean };
 }
 
 /** EffectiveResources are the limits a VM actually gets once defaults are applied. */

@@ -4,7 +4,7 @@
  */
 import { existsSync } from 'node:fs';
 import path from 'node:path';
-import { FailedPreconditionError, InvalidArgumentError, requireResourceId } from '@sandnode/shared';
+import { FailedPreconditionError, formatEgressPolicy, InvalidArgumentError, parseEgressPolicy, requireResourceId } from '@sandnode/shared';
 import { validateMachineId } from './freeze';
 import type { VmSpec } from './types';
 
@@ -97,6 +97,12 @@ export function validateVmSpec(vmId: string, spec: VmSpec | undefined): asserts 
   }
   if (envBytes > MAX_VM_ENV_BYTES) throw new InvalidArgumentError(`spec.env: ${envBytes} bytes as KEY=VALUE entries, at most ${MAX_VM_ENV_BYTES}`);
   validateMachineId(spec.machineId);
+  if (spec.network) {
+    requireResourceId('spec.network.owner', spec.network.owner);
+    if (!Number.isInteger(spec.network.slot) || spec.network.slot < -1) throw new InvalidArgumentError(`spec.network.slot: ${spec.network.slot} is not -1 (any) or a slot number`);
+    // canonical, so that the same policy in another order is the same spec
+    spec.network.egress = formatEgressPolicy(parseEgressPolicy(spec.network.egress, 'spec.network.egress'));
+  }
 }
 
 /**
@@ -130,5 +136,6 @@ export function canonicalSpec(spec: VmSpec): string {
     env,
     // Only when set, so rows written before machine_id existed compare equal to a request without it.
     ...(spec.machineId ? { machineId: spec.machineId } : {}),
+    ...(spec.network ? { network: { owner: spec.network.owner, slot: spec.network.slot, egress: formatEgressPolicy(parseEgressPolicy(spec.network.egress)) } } : {}),
   });
 }

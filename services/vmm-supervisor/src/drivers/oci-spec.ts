@@ -46,6 +46,9 @@ export const USERNS_CAPABILITIES = [
   'CAP_SYS_CHROOT',
 ];
 
+/** What a networked sandbox in a user namespace does not see of the host's sysfs (its interfaces, debug and tracing dirs). */
+export const HOST_SYSFS_MASKED = ['/sys/class/net', '/sys/devices/virtual/net', '/sys/kernel/debug', '/sys/kernel/tracing', '/sys/fs/bpf', '/sys/kernel/security'];
+
 const BASE_PATH = '/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin';
 
 /** Inputs of {@link buildOciSpec}; every path is an absolute host path. */
@@ -76,6 +79,12 @@ export interface OciSpecInput {
   userns?: UsernsRange;
   /** `linux.resources.blockIO`: throttles of the VM's drives, a weight (block-io.ts); undefined = none. */
   blockIO?: BlockIo;
+  /**
+   * The VM's network slot: the init joins the namespace bind-mounted at netnsPath (instead of a
+   * new loopback-only one) and gets resolvConf / hosts (host files in the VM dir) read-only at
+   * /etc/resolv.conf and /etc/hosts. undefined = loopback only.
+   */
+  network?: { netnsPath: string; resolvConf: string; hosts: string };
 }
 
 /** OciSpec is the subset of the OCI runtime spec this driver writes (a plain JSON object). */
@@ -86,7 +95,7 @@ export type OciSpec = Record<string, unknown> & {
   mounts: { destination: string; type: string; source: string; options?: string[] }[];
   linux: Record<string, unknown> & {
     cgroupsPath: string;
-    namespaces: { type: string }[];
+    namespaces: { type: string; path?: string }[];
     resources: { memory: { limit: number }; cpu: { quota: number; period: number }; pids: { limit: number }; devices: unknown[]; blockIO?: BlockIo };
     maskedPaths: string[];
     readonlyPaths: string[];
@@ -112,7 +121,14 @@ export function buildEnv(vmId: string, extra: Record<string, string>, poddListen
 /** buildOciSpec returns the config.json object of a VM. Pure: no host access. */
 export function buildOciSpec(input: OciSpecInput): OciSpec {
   const caps = [...(input.userns ? USERNS_CAPABILITIES : DEFAULT_CAPABILITIES)];
-  const namespaces = [{ type: 'pid' }, { type: 'network' }, { type: 'ipc' }, { type: 'uts' }, { type: 'mount' }, { type: 'cgroup' }];
+  const namespaces: { type: string; path?: string }[] = [
+    { type: 'pid' },
+    input.network ? { type: 'network', path: input.network.netnsPath } : { type: 'network' },
+    { type: 'ipc' },
+    { type: 'uts' },
+    { type: 'mount' },
+    { type: 'cgroup' },
+  ];
   if (input.userns) namespaces.push({ type: 'user' });
   const idMap = input.userns ? [{ containerID: 0, hostID: input.userns.hostId, size: input.userns.size }] : undefined;
   const mounts: OciSpec['mounts'] = [
@@ -129,6 +145,21 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
   if (input.freezePortDir !== undefined) {
     // connect(2) to a socket on a read-only mount works; the VM cannot replace the socket.
     mounts.push({ destination: FREEZE_PORT_MOUNT, type: 'bind', source: input.freezePortDir, options: ['rbind', 'ro', 'nosuid', 'nodev', 'noexec'] });
+  }
+  const hostSysfs = input.network !== undefined && input.userns !== undefined;
+  if (hostSysfs) {
+    // The kernel refuses a new sysfs to a mounter whose user namespace does not own the network
+    // namespace (the slot's is the host root's, made before the VM): the host's sysfs is bound
+    // read-only instead, as rootless runtimes do, with its network part masked below.
+    const i = mounts.findIndex((m) => m.destination === '/sys');
+    mounts[i] = { destination: '/sys', type: 'bind', source: '/sys', options: ['rbind', 'ro', 'nosuid', 'noexec', 'nodev'] };
+  }
+  if (input.network) {
+    // read-only: the sandbox cannot point its resolver elsewhere by editing them (it could by a
+    // mount of its own only with CAP_SYS_ADMIN, which it has not; and the host rules redirect
+    // every udp/tcp 53 to the node's resolver anyway)
+    mounts.push({ destination: '/etc/resolv.conf', type: 'bind', source: input.network.resolvConf, options: ['bind', 'ro', 'nosuid', 'nodev', 'noexec'] });
+    mounts.push({ destination: '/etc/hosts', type: 'bind', source: input.network.hosts, options: ['bind', 'ro', 'nosuid', 'nodev', 'noexec'] });
   }
   if (input.workspacePath !== undefined) {
     mounts.push({
@@ -169,7 +200,19 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
       namespaces,
       ...(idMap ? { uidMappings: idMap, gidMappings: idMap } : {}),
       ...(input.seccomp ? { seccomp: input.seccomp } : {}),
-      maskedPaths: ['/proc/acpi', '/proc/asound', '/proc/kcore', '/proc/keys', '/proc/latency_stats', '/proc/timer_list', '/proc/timer_stats', '/proc/sched_debug', '/sys/firmware', '/proc/scsi'],
+      maskedPaths: [
+        '/proc/acpi',
+        '/proc/asound',
+        '/proc/kcore',
+        '/proc/keys',
+        '/proc/latency_stats',
+        '/proc/timer_list',
+        '/proc/timer_stats',
+        '/proc/sched_debug',
+        '/sys/firmware',
+        '/proc/scsi',
+        ...(hostSysfs ? HOST_SYSFS_MASKED : []),
+      ],
       readonlyPaths: ['/proc/bus', '/proc/fs', '/proc/irq', '/proc/sys', '/proc/sysrq-trigger'],
     },
   };

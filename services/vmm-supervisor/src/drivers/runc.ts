@@ -39,6 +39,8 @@ import { HostStepError } from '../core/host-error';
 import type { EffectiveResources, VmSpec } from '../core/types';
 import type { FreezeStatus } from '../core/freeze';
 import { resolveExecutable } from './binary';
+import type { VmNetworkInfo } from '../network/manager';
+import { writeNetFiles } from './net-files';
 import { ensureDirNoFollow, openRootDir, replaceFileNoFollow, UnsafePathError } from './beneath';
 import { runCommand } from './command-runner';
 import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from './podd-socket';
@@ -200,7 +202,7 @@ export class RuncDriver implements VmDriver {
     return this.cachedVersion;
   }
 
-  async create(vmId: string, spec: VmSpec, resources: EffectiveResources): Promise<StartedVm> {
+  async create(vmId: string, spec: VmSpec, resources: EffectiveResources, net?: VmNetworkInfo): Promise<StartedVm> {
     const runc = this.currentBinary();
     const dir = this.vmDir(vmId);
     const upperDev = path.join(dir, 'upper-dev');
@@ -266,6 +268,12 @@ export class RuncDriver implements VmDriver {
       const freezePortDir = makeFreezePortDir(dir);
       await this.openFreezePort(vmId, runc);
 
+      let network: { netnsPath: string; resolvConf: string; hosts: string } | undefined;
+      if (net) {
+        step = 'write resolv.conf and hosts';
+        network = writeNetFiles(dir, net, spec.hostname || vmId);
+      }
+
       step = 'write bundle/config.json';
       const blockIO = driveBlockIo(
         this.io,
@@ -286,6 +294,7 @@ export class RuncDriver implements VmDriver {
         seccomp: this.seccomp,
         userns: this.userns,
         blockIO,
+        network,
       });
       writeFileSync(path.join(bundle, 'config.json'), `${JSON.stringify(oci, null, 2)}\n`, { mode: 0o600 });
 

@@ -1,9 +1,12 @@
 /**
  * The one place where proto messages of sandnode.vmm.v1 and domain types meet.
  */
-import { DriveRole as PbDriveRole, VmState as PbVmState } from '@sandnode/shared/proto/vmm/v1/vmm';
-import type { Drive as PbDrive, Vm as PbVm, VmSpec as PbVmSpec } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { DriveRole as PbDriveRole, NetworkSlotState as PbSlotState, VmState as PbVmState } from '@sandnode/shared/proto/vmm/v1/vmm';
+import type { Drive as PbDrive, NetworkSlot as PbNetworkSlot, Vm as PbVm, VmNetwork as PbVmNetwork, VmSpec as PbVmSpec } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { DriveRole, DriveSpec, VmRecord, VmSpec, VmState } from '../core/types';
+import type { VmNetworkInfo } from '../network/manager';
+import type { SlotRow } from '../network/slot-store';
+import type { SlotAddresses } from '../network/layout';
 
 /** driveRoleFromProto maps a wire role; UNSPECIFIED and unknown values become "unspecified" (rejected by validation). */
 export function driveRoleFromProto(role: PbDriveRole): DriveRole {
@@ -59,6 +62,13 @@ export function vmSpecFromProto(spec: PbVmSpec | undefined): VmSpec | undefined 
     hostname: spec.hostname,
     env: { ...spec.env },
     machineId: spec.machineId,
+    network: spec.network
+      ? {
+          owner: spec.network.owner,
+          slot: spec.network.slot,
+          egress: { allowOut: [...(spec.network.egress?.allowOut ?? [])], denyOut: [...(spec.network.egress?.denyOut ?? [])], blockAll: spec.network.egress?.blockAll ?? false },
+        }
+      : undefined,
   };
 }
 
@@ -72,12 +82,23 @@ export function vmSpecToProto(spec: VmSpec): PbVmSpec {
     hostname: spec.hostname,
     env: { ...spec.env },
     machineId: spec.machineId ?? '',
-    network: undefined,
+    network: spec.network ? { owner: spec.network.owner, slot: spec.network.slot, egress: { ...spec.network.egress } } : undefined,
   };
 }
 
-/** vmToProto maps a VM row (with its live state) to the wire. Stopped VMs report pid 0. */
-export function vmToProto(rec: VmRecord): PbVm {
+/** vmNetworkToProto maps a VM's network; guestIfname is "eth0" (runc) or "tap0" (firecracker). */
+export function vmNetworkToProto(n: VmNetworkInfo, guestIfname: string): PbVmNetwork {
+  return { slot: n.slot, netnsPath: n.netnsPath, hostIfname: n.hostIfname, guestIfname, address: n.address, gateway: n.gateway, prefixLen: n.prefixLen, egress: { ...n.egress }, owner: n.owner };
+}
+
+/** networkSlotToProto maps a slot row with its addresses. */
+export function networkSlotToProto(r: SlotRow, a: SlotAddresses): PbNetworkSlot {
+  const state = r.state === 'spare' ? PbSlotState.NETWORK_SLOT_STATE_SPARE : r.state === 'in-use' ? PbSlotState.NETWORK_SLOT_STATE_IN_USE : PbSlotState.NETWORK_SLOT_STATE_RESERVED;
+  return { slot: r.slot, state, owner: r.owner, vmId: r.vmId, address: a.address, gateway: a.gateway, hostIfname: a.hostIfname };
+}
+
+/** vmToProto maps a VM row (with its live state and its network, if any) to the wire. Stopped VMs report pid 0. */
+export function vmToProto(rec: VmRecord, network?: PbVmNetwork): PbVm {
   const live = rec.state === 'running' || rec.state === 'paused';
   return {
     vmId: rec.vmId,
@@ -90,6 +111,6 @@ export function vmToProto(rec: VmRecord): PbVm {
     createdAtMs: rec.createdAtMs,
     apiSocket: rec.apiSocket,
     isolation: [...(rec.isolation ?? [])],
-    network: undefined,
+    network,
   };
 }

@@ -2,11 +2,12 @@
  * Thin nice-grpc handlers of sandnode.vmm.v1.VmService: convert -> call the Supervisor ->
  * convert. Domain errors thrown by the core are mapped to gRPC codes by the shared middleware.
  */
-import { UnimplementedError, metadataEpoch, readEpochFile, requireResourceId, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, metadataEpoch, readEpochFile, requireResourceId, type EpochFence, type SandnodeCallContext } from '@sandnode/shared';
 import type { VmServiceImplementation } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { FreezeGate } from '../core/freeze-gate';
 import type { Supervisor } from '../core/supervisor';
-import { vmSpecFromProto, vmToProto } from './convert';
+import { networkSlotToProto, vmNetworkToProto, vmSpecFromProto, vmToProto } from './convert';
+import type { VmRecord } from '../core/types';
 import { freezeEndToProto } from './freeze-port-service';
 
 /** How many quarantined rows ListVms reports at most (the newest; keys cut to 128 and reasons to 600 characters), far below the 4 MiB message limit. */
@@ -25,18 +26,25 @@ export function createVmService(
   quarantined: () => { vmId: string; reason: string; quarantinedAtMs: number }[] = () => [],
   /** The freeze ports' gate (runc driver); undefined: no freeze port to arm. */
   gate?: FreezeGate,
+  /** Node-wide network ports the supervisor's table redirects to (ListNetworkSlots). */
+  netPorts: { dnsPort: number; egressProxyPort: number; proxiedPorts: number[]; alwaysDenied: string[] } = { dnsPort: 0, egressProxyPort: 0, proxiedPorts: [], alwaysDenied: [] },
 ): VmServiceImplementation<SandnodeCallContext> {
+  const guestIf = supervisor.driverName === 'firecracker' ? 'tap0' : 'eth0';
+  const out = (rec: VmRecord) => {
+    const n = supervisor.networkOf(rec.vmId);
+    return vmToProto(rec, n && vmNetworkToProto(n, guestIf));
+  };
   return {
     async createVm(req, ctx) {
       ctx.log.debug({ vm_id: req.vmId }, 'CreateVm');
-      return { vm: vmToProto(await supervisor.create(req.vmId, vmSpecFromProto(req.spec))) };
+      return { vm: out(await supervisor.create(req.vmId, vmSpecFromProto(req.spec))) };
     },
     async getVm(req) {
-      return { vm: vmToProto(await supervisor.get(req.vmId)) };
+      return { vm: out(await supervisor.get(req.vmId)) };
     },
     async listVms() {
       return {
-        vms: (await supervisor.list()).map(vmToProto),
+        vms: (await supervisor.list()).map(out),
         quarantined: quarantined()
           .slice(-MAX_LISTED_QUARANTINED)
           .map((q) => ({ key: q.vmId.slice(0, 128), reason: q.reason.slice(0, 600), quarantinedAtMs: q.quarantinedAtMs })),
@@ -44,16 +52,16 @@ export function createVmService(
       };
     },
     async pauseVm(req) {
-      return { vm: vmToProto(await supervisor.pause(req.vmId)) };
+      return { vm: out(await supervisor.pause(req.vmId)) };
     },
     async resumeVm(req) {
-      return { vm: vmToProto(await supervisor.resume(req.vmId)) };
+      return { vm: out(await supervisor.resume(req.vmId)) };
     },
     async stopVm(req, ctx) {
-      return { vm: vmToProto(await supervisor.stop(req.vmId, req.timeoutMs, ctx.signal)) };
+      return { vm: out(await supervisor.stop(req.vmId, req.timeoutMs, ctx.signal)) };
     },
     async deleteVm(req) {
-      return { existed: await supervisor.delete(req.vmId) };
+      return { existed: await supervisor.delete(req.vmId, req.keepNetwork) };
     },
     async fenceEpoch(req, ctx) {
       const before = fence.current;
@@ -85,16 +93,34 @@ export function createVmService(
       };
     },
 
-    async updateVmNetwork() {
-      throw new UnimplementedError('UpdateVmNetwork is not built yet (issue 12)');
+    async updateVmNetwork(req) {
+      const n = await supervisor.updateNetwork(req.vmId, req.egress);
+      return { network: vmNetworkToProto(n, guestIf) };
     },
 
     async listNetworkSlots() {
-      throw new UnimplementedError('ListNetworkSlots is not built yet (issue 12)');
+      const net = supervisor.net;
+      const st = net?.status() ?? { enabled: false, disabledReason: 'network is not configured', pool: '', table: '', spareTarget: 0 };
+      return {
+        slots: (net?.slots() ?? []).map((r) => networkSlotToProto(r, net!.addresses(r.slot))),
+        enabled: st.enabled,
+        disabledReason: st.disabledReason,
+        pool: st.pool,
+        table: st.table,
+        dnsPort: netPorts.dnsPort,
+        egressProxyPort: netPorts.egressProxyPort,
+        proxiedPorts: [...netPorts.proxiedPorts],
+        alwaysDenied: [...netPorts.alwaysDenied],
+        spareTarget: st.spareTarget,
+      };
     },
 
-    async releaseNetworkSlot() {
-      throw new UnimplementedError('ReleaseNetworkSlot is not built yet (issue 12)');
+    async releaseNetworkSlot(req) {
+      if (!Number.isInteger(req.slot) || req.slot < 0) throw new InvalidArgumentError(`slot: ${req.slot} is not a slot number`);
+      requireResourceId('owner', req.owner);
+      const net = supervisor.net;
+      if (!net) throw new FailedPreconditionError('network is not configured');
+      return { released: await net.releaseReserved(req.slot, req.owner) };
     },
   };
 }

@@ -88,6 +88,11 @@ export class SqliteVmStore implements VmStore, WriteProbe {
     }
   }
 
+  /** database is the open SQLite file (the network slot table lives in it too: store/slot-store.ts). */
+  get database(): Database.Database {
+    return this.db;
+  }
+
   /** forStateDir opens the table at `<stateDir>/vmm-supervisor/vm-table.db`. */
   static forStateDir(stateDir: string, opts: SqliteVmStoreOptions = {}): SqliteVmStore {
     return new SqliteVmStore(path.join(path.resolve(stateDir), VM_TABLE_FILE), opts);

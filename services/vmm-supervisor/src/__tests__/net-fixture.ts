@@ -1,0 +1,110 @@
+/**
+ * Network test fixture: a unique tag and pool for the supervisor under test (a /24 of
+ * 10.209.128.0/17, names sn<tag>*), a test "internet" host in a network namespace of its own
+ * (198.19.<k>.2, reached from the host through a veth `tn<tag>i` with 198.19.<k>.1) serving a
+ * TCP echo on port 7 and a greeting on port 5000, and cleanup of everything the suite or the
+ * supervisor made with this tag (table, veths, DOCKER-USER rules). Never touches other names.
+ */
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { randomInt } from 'node:crypto';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+
+/** The echo host's script: port 7 echoes, port 5000 greets; stats (connections, lines on port 7) go to statsFile. */
+const SERVER = `
+const net = require('node:net'); const fs = require('node:fs');
+const statsFile = process.argv[1]; let conns = 0; let lines = 0;
+const save = () => fs.writeFileSync(statsFile + '.tmp', JSON.stringify({ conns, lines })) || fs.renameSync(statsFile + '.tmp', statsFile);
+net.createServer((s) => { conns++; save(); s.on('data', (d) => { lines += String(d).split('\\n').length - 1; save(); s.write(d); }); s.on('error', () => {}); }).listen(7, '0.0.0.0');
+net.createServer((s) => { s.end('hello from the internet\\n'); s.on('error', () => {}); }).listen(5000, '0.0.0.0', save);
+`;
+
+/** NetFixture owns the names of one network suite. */
+export class NetFixture {
+  readonly tag: string;
+  /** The supervisor's pool (a unique /24 of 10.209.128.0/17). */
+  readonly pool: string;
+  readonly k = randomInt(0, 64) * 4;
+  readonly internetHostSide: string;
+  /** The test host's address. */
+  readonly internet: string;
+  readonly inetIf: string;
+  readonly netnsFile: string;
+  readonly statsFile: string;
+  private server: ChildProcess | undefined;
+
+  constructor(private readonly dir: string) {
+    const alphabet = 'abcdefghijklmnopqrstuvwxyz';
+    this.tag = `z${alphabet[randomInt(26)]}${alphabet[randomInt(26)]}${randomInt(10)}`;
+    this.pool = `10.209.${randomInt(128, 256)}.0/24`;
+    const third = randomInt(0, 256);
+    this.internetHostSide = `198.19.${third}.${this.k + 1}`;
+    this.internet = `198.19.${third}.${this.k + 2}`;
+    this.inetIf = `tn${this.tag}i`;
+    this.netnsFile = path.join(dir, 'internet.netns');
+    this.statsFile = path.join(dir, 'internet-stats.json');
+  }
+
+  /** env is the supervisor config of this fixture's network. */
+  env(extra: Record<string, string> = {}): Record<string, string> {
+    return { SANDNODE_VMM_SUPERVISOR_NETWORK: 'true', SANDNODE_VMM_SUPERVISOR_NETWORK_POOL: this.pool, SANDNODE_VMM_SUPERVISOR_NETWORK_TAG: this.tag, ...extra };
+  }
+
+  /** startInternet makes the test host's netns, veth and servers and waits until they listen. */
+  async startInternet(): Promise<void> {
+    writeFileSync(this.netnsFile, '');
+    execFileSync('unshare', [`--net=${this.netnsFile}`, 'true']);
+    execFileSync('ip', ['link', 'add', this.inetIf, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', this.netnsFile]);
+    execFileSync('ip', ['addr', 'add', `${this.internetHostSide}/30`, 'dev', this.inetIf]);
+    execFileSync('ip', ['link', 'set', this.inetIf, 'up']);
+    const ns = (args: string[]) => execFileSync('nsenter', [`--net=${this.netnsFile}`, ...args]);
+    ns(['ip', 'addr', 'add', `${this.internet}/30`, 'dev', 'eth0']);
+    ns(['ip', 'link', 'set', 'lo', 'up']);
+    ns(['ip', 'link', 'set', 'eth0', 'up']);
+    ns(['ip', 'route', 'add', 'default', 'via', this.internetHostSide]);
+    this.server = spawn('nsenter', [`--net=${this.netnsFile}`, process.execPath, '-e', SERVER, this.statsFile], { stdio: 'ignore' });
+    for (let i = 0; i < 200 && !existsSync(this.statsFile); i++) await new Promise((r) => setTimeout(r, 25));
+  }
+
+  /** stats are the echo host's counters. */
+  stats(): { conns: number; lines: number } {
+    return JSON.parse(readFileSync(this.statsFile, 'utf8')) as { conns: number; lines: number };
+  }
+
+  /** links lists the host ifaces of this fixture's supervisor (sn<tag>*). */
+  links(): string[] {
+    const all = JSON.parse(execFileSync('ip', ['-j', 'link']).toString()) as { ifname: string }[];
+    return all.map((l) => l.ifname).filter((n) => n.startsWith(`sn${this.tag}`));
+  }
+
+  /** table is `nft list table inet sandnode-<tag>`, or '' when there is none. */
+  table(): string {
+    try {
+      return execFileSync('nft', ['list', 'table', 'inet', `sandnode-${this.tag}`], { stdio: ['ignore', 'pipe', 'ignore'] }).toString();
+    } catch {
+      return '';
+    }
+  }
+
+  /** cleanup removes the servers, the test host, the table, the DOCKER-USER rules and any sn<tag>* iface. Never throws. */
+  cleanup(): void {
+    const tryRun = (cmd: string, args: string[]) => {
+      try {
+        execFileSync(cmd, args, { stdio: 'ignore' });
+      } catch {
+        /* best effort */
+      }
+    };
+    this.server?.kill('SIGKILL');
+    tryRun('ip', ['link', 'del', this.inetIf]);
+    tryRun('ip', ['link', 'del', `tn${this.tag}o`]);
+    tryRun('umount', ['-l', this.netnsFile]);
+    tryRun('nft', ['delete', 'table', 'inet', `sandnode-${this.tag}`]);
+    for (const d of ['-i', '-o']) tryRun('iptables', ['-w', '-D', 'DOCKER-USER', d, `sn${this.tag}v+`, '-j', 'ACCEPT']);
+    try {
+      for (const l of this.links()) tryRun('ip', ['link', 'del', l]);
+    } catch {
+      /* best effort */
+    }
+  }
+}

@@ -1,0 +1,213 @@
+/**
+ * Integration: sandbox networking of the real vmm-supervisor (runc driver, user namespace on,
+ * real netns, veth pairs and nftables) against a test "internet" host in a network namespace
+ * of its own (__tests__/net-fixture.ts). Every name carries the suite's random tag; afterAll
+ * removes the table, veths, netns mounts and DOCKER-USER rules even on failure.
+ * Build first: `npm run build`.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { Status } from 'nice-grpc-common';
+import { describeWith, expectCode, waitFor, writeLeaseRecord } from '@sandnode/testkit';
+import { DriveRole, NetworkSlotState } from '@sandnode/shared/proto/vmm/v1/vmm';
+import type { VmSpec } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { Fixture, VMM_PARTS, type Daemon } from './__tests__/fixture';
+import { NetFixture } from './__tests__/net-fixture';
+
+jest.setTimeout(120_000);
+
+describeWith('vmm-supervisor network (integration)', VMM_PARTS, () => {
+  let fx: Fixture;
+  let nf: NetFixture;
+  let daemon: Daemon;
+  let client: ReturnType<Fixture['client']>;
+  const specs = new Map<string, VmSpec>();
+
+  const spec = (name: string, network: VmSpec['network']): VmSpec => {
+    const s: VmSpec = {
+      templateRootfs: fx.rootfs,
+      drives: [{ driveId: 'upper', path: fx.makeExt4Loop(`upper-${name}-${specs.size}`), role: DriveRole.DRIVE_ROLE_ROOTFS_UPPER, readOnly: false }],
+      resources: { vcpus: 1, memoryMib: 128, diskBytes: 0, pids: 0 },
+      poddSocketDir: path.join(fx.runDir, 'sandboxes', name),
+      hostname: name,
+      env: {},
+      machineId: '',
+      network,
+    };
+    mkdirSync(s.poddSocketDir, { recursive: true });
+    specs.set(name, s);
+    return s;
+  };
+  const pids = new Map<string, number>();
+  /**
+   * sh runs a shell command in the sandbox's namespaces (nsenter -a: runc 1.1's exec joins the
+   * user namespace before the network namespace, which the host root owns, and fails); returns
+   * its output and exit code.
+   */
+  const sh = (vmId: string, cmd: string): { out: string; code: number } => {
+    const r = spawnSync('nsenter', ['-t', String(pids.get(vmId)), '-a', '/bin/sh', '-c', `${cmd} 2>&1`], { timeout: 30_000 });
+    return { out: `${r.stdout?.toString() ?? ''}${r.stderr?.toString() ?? ''}`, code: r.status ?? -1 };
+  };
+  const echo = (vmId: string, host: string, port = 7) => sh(vmId, `echo ping-$$ | nc -w 3 ${host} ${port}`);
+  const open = { allowOut: [], denyOut: [], blockAll: false };
+
+  beforeAll(async () => {
+    fx = new Fixture();
+    nf = new NetFixture(fx.dir);
+    writeLeaseRecord(fx.stateDir, 5);
+    fx.buildRootfs();
+    await nf.startInternet();
+    daemon = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '1' }));
+    client = fx.client(1);
+  });
+
+  afterAll(async () => {
+    if (process.env.NET_IT_DEBUG) process.stderr.write(daemon?.log(20000) ?? '');
+    await fx?.cleanup();
+    nf?.cleanup();
+  });
+
+  test('ListNetworkSlots: on, the pool, the table and a spare made in the background', async () => {
+    const l = await waitFor('a spare', async () => {
+      const r = await client.listNetworkSlots({});
+      return r.slots.some((s) => s.state === NetworkSlotState.NETWORK_SLOT_STATE_SPARE) ? r : undefined;
+    });
+    expect(l).toMatchObject({ enabled: true, disabledReason: '', pool: nf.pool, table: `inet sandnode-${nf.tag}`, dnsPort: 15053, egressProxyPort: 15080, proxiedPorts: [80, 443], spareTarget: 1 });
+    expect(l.alwaysDenied).toEqual(expect.arrayContaining(['10.0.0.0/8', '169.254.0.0/16', nf.pool]));
+    expect(nf.table()).toContain('chain forward');
+  });
+
+  test('a networked VM reaches the test host through NAT; resolv.conf names the gateway; /etc/hosts the hostname', async () => {
+    const vm = (await client.createVm({ vmId: 'net-a', spec: spec('net-a', { owner: 'sb-a', slot: -1, egress: open }) })).vm!;
+    pids.set('net-a', vm.pid);
+    expect(vm.network).toMatchObject({ owner: 'sb-a', guestIfname: 'eth0', prefixLen: 30, hostIfname: `sn${nf.tag}v${vm.network!.slot}` });
+    expect(vm.network!.netnsPath).toBe(path.join(fx.runDir, 'netns', String(vm.network!.slot)));
+    const r = echo('net-a', nf.internet);
+    expect(r.out).toMatch(/ping-/);
+    expect(sh('net-a', `nc -w 3 ${nf.internet} 5000`).out).toContain('hello from the internet');
+    expect(sh('net-a', 'cat /etc/resolv.conf').out).toContain(`nameserver ${vm.network!.gateway}`);
+    expect(sh('net-a', 'cat /etc/hosts').out).toMatch(new RegExp(`${vm.network!.address.replace(/\./g, '\\.')}\\s+net-a`));
+    expect(sh('net-a', 'ip -4 addr show eth0').out).toContain(`${vm.network!.address}/30`);
+    // idempotent: the same spec returns the same VM and slot
+    const again = (await client.createVm({ vmId: 'net-a', spec: specs.get('net-a')! })).vm!;
+    expect(again.network!.slot).toBe(vm.network!.slot);
+  });
+
+  test('always denied: 10.0.0.0/8, 169.254.169.254 and another sandbox are refused at once; the host is dropped', async () => {
+    const b = (await client.createVm({ vmId: 'net-b', spec: spec('net-b', { owner: 'sb-b', slot: -1, egress: open }) })).vm!;
+    pids.set('net-b', b.pid);
+    for (const dst of ['10.1.2.3', '169.254.169.254', b.network!.address]) {
+      const r = echo('net-a', dst);
+      expect(r.out).toMatch(/refused/i);
+    }
+    // the host's own addresses: a listener on the gateway and the test host's host side
+    const a = (await client.getVm({ vmId: 'net-a' })).vm!;
+    for (const dst of [a.network!.gateway, nf.internetHostSide]) {
+      const r = sh('net-a', `nc -w 2 ${dst} 22 </dev/null; echo rc=$?`);
+      expect(r.out).not.toMatch(/rc=0/);
+    }
+  });
+
+  test('block_all refuses at once; an allowed CIDR passes; UpdateVmNetwork flips it live', async () => {
+    const net = nf.internet.replace(/\.\d+$/, `.${nf.k}`);
+    let n = (await client.updateVmNetwork({ vmId: 'net-a', egress: { allowOut: [], denyOut: [], blockAll: true } })).network!;
+    expect(n.egress).toMatchObject({ allowOut: [], denyOut: [], blockAll: true });
+    expect(echo('net-a', nf.internet).out).toMatch(/refused/i);
+    n = (await client.updateVmNetwork({ vmId: 'net-a', egress: { allowOut: [`${net}/30`], denyOut: [], blockAll: true } })).network!;
+    expect(n.egress!.allowOut).toEqual([`${net}/30`]);
+    expect(echo('net-a', nf.internet).out).toMatch(/ping-/);
+    expect(echo('net-a', '198.18.200.1').out).toMatch(/refused/i);
+    await client.updateVmNetwork({ vmId: 'net-a', egress: { allowOut: [], denyOut: [`${nf.internet}/32`], blockAll: false } });
+    expect(echo('net-a', nf.internet).out).toMatch(/refused/i);
+    await client.updateVmNetwork({ vmId: 'net-a', egress: open });
+    expect(echo('net-a', nf.internet).out).toMatch(/ping-/);
+    await expectCode(client.updateVmNetwork({ vmId: 'net-a', egress: { allowOut: ['10.1.2.3/8'], denyOut: [], blockAll: false } }), Status.INVALID_ARGUMENT, /host bits/);
+    await expectCode(client.updateVmNetwork({ vmId: 'nope', egress: open }), Status.NOT_FOUND);
+  });
+
+  test('anti-spoof: the sandbox cannot change its address, and a packet from another source gets nothing', async () => {
+    const a = (await client.getVm({ vmId: 'net-a' })).vm!.network!;
+    // even with every capability of its user namespace (nsenter gives them; the sandbox's init has fewer)
+    const change = sh('net-a', 'ip addr add 10.209.255.9/32 dev eth0; echo rc=$?').out;
+    expect(change).toContain('Operation not permitted');
+    expect(change).toMatch(/rc=[1-9]/);
+    // the address of the next slot's sandbox: a sandbox pretending to be another one
+    const spoof = a.address.replace(/\.(\d+)$/, (_, d: string) => `.${Number(d) + 4}`);
+    execFileSync('nsenter', [`--net=${a.netnsPath}`, 'ip', 'addr', 'add', `${spoof}/32`, 'dev', 'eth0']);
+    try {
+      const script = `const s=require('net').connect({host:'${nf.internet}',port:5000,localAddress:'${spoof}'});s.on('connect',()=>console.log('FROM',s.localAddress));s.on('data',d=>{console.log('GOT',String(d));process.exit(0)});s.on('error',e=>{console.log('ERR',e.code);process.exit(0)});setTimeout(()=>{console.log('NOTHING');process.exit(0)},2000);`;
+      const out = execFileSync('nsenter', [`--net=${a.netnsPath}`, process.execPath, '-e', script]).toString();
+      expect(out).not.toContain('GOT');
+    } finally {
+      execFileSync('nsenter', [`--net=${a.netnsPath}`, 'ip', 'addr', 'del', `${spoof}/32`, 'dev', 'eth0']);
+    }
+    expect(echo('net-a', nf.internet).out).toMatch(/ping-/);
+  });
+
+  test('kill -9 of the supervisor keeps a connection flowing; the restarted one re-adopts and repairs', async () => {
+    spawnSync('nsenter', ['-t', String(pids.get('net-a')), '-a', '/bin/sh', '-c', `((while true; do echo tick; sleep 0.1; done) | nc ${nf.internet} 7 >/dev/null) </dev/null >/dev/null 2>&1 &`]);
+    const bIf = (await client.getVm({ vmId: 'net-b' })).vm!.network!.hostIfname;
+    const before = await waitFor('ticks', () => (nf.stats().lines > 5 ? nf.stats() : undefined));
+    await daemon.kill('SIGKILL');
+    // damage done while it is down: net-b's gateway address is gone; an orphan iface of this node appears
+    const orphan = `sn${nf.tag}v999`;
+    execFileSync('ip', ['link', 'add', orphan, 'type', 'veth', 'peer', 'name', `tn${nf.tag}o`]);
+    execFileSync('ip', ['addr', 'flush', 'dev', bIf]);
+    await waitFor('ticks with no supervisor', () => (nf.stats().lines > before.lines + 5 ? true : undefined));
+    daemon = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '1' }));
+    client = fx.client(1);
+    await waitFor('more ticks on the same connection', () => (nf.stats().lines > before.lines + 10 ? true : undefined));
+    expect(nf.stats().conns).toBe(before.conns);
+    expect(nf.links()).not.toContain(orphan);
+    const repaired = JSON.parse(execFileSync('ip', ['-j', '-4', 'addr', 'show', 'dev', bIf]).toString()) as { addr_info: unknown[] }[];
+    expect(repaired[0]!.addr_info.length).toBe(1);
+    expect(echo('net-b', nf.internet).out).toMatch(/ping-/);
+    expect(echo('net-a', nf.internet).out).toMatch(/ping-/);
+  });
+
+  test('DeleteVm keep_network reserves the slot for its owner; CreateVm of that owner gets the same address; release frees it', async () => {
+    const b = (await client.getVm({ vmId: 'net-b' })).vm!.network!;
+    await client.deleteVm({ vmId: 'net-b', keepNetwork: true });
+    let l = await client.listNetworkSlots({});
+    expect(l.slots.find((s) => s.slot === b.slot)).toMatchObject({ state: NetworkSlotState.NETWORK_SLOT_STATE_RESERVED, owner: 'sb-b', vmId: '' });
+    expect(existsSync(b.netnsPath)).toBe(true);
+    await expectCode(client.createVm({ vmId: 'net-c', spec: spec('net-c', { owner: 'sb-c', slot: b.slot, egress: open }) }), Status.ALREADY_EXISTS, /reserved for owner sb-b/);
+    expect(await client.releaseNetworkSlot({ slot: b.slot, owner: 'sb-c' })).toMatchObject({ released: false });
+    const b2 = (await client.createVm({ vmId: 'net-b2', spec: spec('net-b2', { owner: 'sb-b', slot: b.slot, egress: open }) })).vm!;
+    pids.set('net-b2', b2.pid);
+    const again = b2.network!;
+    expect(again.address).toBe(b.address);
+    expect(echo('net-b2', nf.internet).out).toMatch(/ping-/);
+    await expectCode(client.releaseNetworkSlot({ slot: b.slot, owner: 'sb-b' }), Status.FAILED_PRECONDITION, /in use/);
+    await client.deleteVm({ vmId: 'net-b2', keepNetwork: true });
+    expect(await client.releaseNetworkSlot({ slot: b.slot, owner: 'sb-b' })).toMatchObject({ released: true });
+    expect(await client.releaseNetworkSlot({ slot: b.slot, owner: 'sb-b' })).toMatchObject({ released: false });
+    l = await client.listNetworkSlots({});
+    expect(l.slots.find((s) => s.slot === b.slot)).toBeUndefined();
+    expect(existsSync(b.netnsPath)).toBe(false);
+    expect(nf.links()).not.toContain(b.hostIfname);
+    expect(nf.table()).not.toContain(`slot-${b.slot} `);
+  });
+
+  test('delete leaves no netns, veth or rule of the VM', async () => {
+    const a = (await client.getVm({ vmId: 'net-a' })).vm!.network!;
+    expect(nf.table()).toContain(`chain slot-${a.slot} `);
+    await client.deleteVm({ vmId: 'net-a' });
+    expect(existsSync(a.netnsPath)).toBe(false);
+    expect(nf.links()).not.toContain(a.hostIfname);
+    expect(nf.table()).not.toContain(`chain slot-${a.slot} `);
+    expect(nf.table()).not.toContain(`"${a.hostIfname}"`);
+  });
+
+  test('bad network specs change nothing', async () => {
+    await expectCode(
+      client.createVm({ vmId: 'net-x', spec: spec('net-x', { owner: 'sb-x', slot: -1, egress: { allowOut: ['no such thing!'], denyOut: [], blockAll: false } }) }),
+      Status.INVALID_ARGUMENT,
+      /allow_out\[0\]/,
+    );
+    await expectCode(client.createVm({ vmId: 'net-x', spec: spec('net-x2', { owner: 'sb-x', slot: 100000, egress: open }) }), Status.INVALID_ARGUMENT, /outside the pool/);
+    await expectCode(client.createVm({ vmId: 'net-x', spec: spec('net-x3', { owner: 'Bad Owner', slot: -1, egress: open }) }), Status.INVALID_ARGUMENT, /owner/);
+    await expectCode(client.getVm({ vmId: 'net-x' }), Status.NOT_FOUND);
+  });
+});

@@ -1,0 +1,399 @@
+/**
+ * NetworkManager: the node's network slots (docs/network.md). It owns the slot table
+ * (slot-store.ts), the host state of each slot (net-host.ts) and the nftables table
+ * (nft-render.ts). Every allocation, release and policy change runs under one mutex, so a slot
+ * is handed out exactly once; host work of spares runs outside it (a slot being made is held
+ * in `making`, neither free nor spare).
+ *
+ * Crash safety: a slot is claimed in the table (durable) before its host state is made, and
+ * the host state is removed before its row is dropped; adopt() at start repairs what a dead
+ * supervisor left (rows without host state are re-made, host state without rows is removed,
+ * the table is rendered again from the rows in one transaction, which does not disturb
+ * running connections: conntrack and NAT bindings are not part of the ruleset).
+ */
+import {
+  AlreadyExistsError,
+  FailedPreconditionError,
+  InvalidArgumentError,
+  KeyedMutex,
+  ResourceExhaustedError,
+  parseEgressPolicy,
+  formatEgressPolicy,
+  type EgressPolicyInput,
+  type Logger,
+} from '@sandnode/shared';
+import { slotAddresses, slotCount, tableName, slotOfIfname, type NetLayout, type SlotAddresses } from './layout';
+import { runCommand } from '../drivers/command-runner';
+import { isMountPoint } from '../drivers/mounts';
+import * as host from './net-host';
+import { renderSlotChange, renderTable, type NftSettings, type NftSlot } from './nft-render';
+import type { SlotRow, SlotStore } from './slot-store';
+
+/** NetworkRequest is a VM's NetworkSpec in domain form. */
+export interface NetworkRequest {
+  owner: string;
+  /** -1: any free slot (a spare when there is one). */
+  slot: number;
+  egress: EgressPolicyInput;
+}
+
+/** VmNetworkInfo is what a VM got (Vm.network). */
+export interface VmNetworkInfo extends SlotAddresses {
+  owner: string;
+  egress: EgressPolicyInput;
+  prefixLen: number;
+}
+
+/** NetworkStatus is ListNetworkSlots' node part. */
+export interface NetworkStatus {
+  enabled: boolean;
+  disabledReason: string;
+  pool: string;
+  table: string;
+  spareTarget: number;
+}
+
+/** NetworkManagerOptions wire a manager. */
+export interface NetworkManagerOptions {
+  layout: NetLayout;
+  nft: NftSettings;
+  store: SlotStore;
+  spareTarget: number;
+  log: Logger;
+  /** Why the network is off from the start (config `network` false), or undefined. */
+  off?: string;
+}
+
+const KEY = 'net';
+
+/** NetworkManager implements the slot operations; every method documents its errors. */
+export class NetworkManager {
+  private readonly layout: NetLayout;
+  private readonly nft: NftSettings;
+  private readonly store: SlotStore;
+  private readonly spareTarget: number;
+  private readonly log: Logger;
+  private readonly mutex = new KeyedMutex();
+  private readonly making = new Set<number>();
+  private disabled: string | undefined;
+  private filling: Promise<void> | undefined;
+  private closed = false;
+
+  constructor(opts: NetworkManagerOptions) {
+    this.layout = opts.layout;
+    this.nft = opts.nft;
+    this.store = opts.store;
+    this.spareTarget = opts.spareTarget;
+    this.log = opts.log.child({ part: 'network' });
+    this.disabled = opts.off;
+  }
+
+  /** status is the node's network settings and whether it is on. */
+  status(): NetworkStatus {
+    return { enabled: this.disabled === undefined, disabledReason: this.disabled ?? '', pool: this.layout.pool.text, table: `inet ${tableName(this.layout)}`, spareTarget: this.spareTarget };
+  }
+
+  /** slots lists every slot that is not free, ordered by slot. */
+  slots(): SlotRow[] {
+    return this.store.list();
+  }
+
+  /** addresses of slot s. */
+  addresses(s: number): SlotAddresses {
+    return slotAddresses(this.layout, s);
+  }
+
+  /** infoOf is the VmNetworkInfo of a row. */
+  infoOf(row: SlotRow): VmNetworkInfo {
+    return { ...slotAddresses(this.layout, row.slot), owner: row.owner, egress: row.egress, prefixLen: 30 };
+  }
+
+  /** forSlot is slot s's row, or undefined (free, or s is -1). */
+  forSlot(s: number): SlotRow | undefined {
+    return s >= 0 ? this.store.get(s) : undefined;
+  }
+
+  /** forVm is the in-use row of vmId, or undefined. */
+  forVm(vmId: string): SlotRow | undefined {
+    return this.store.list().find((r) => r.state === 'in-use' && r.vmId === vmId);
+  }
+
+  /**
+   * start checks the host (preflight: off with a reason when it fails), lets sandbox traffic
+   * through Docker's FORWARD chain when there is one, and adopts (see adopt). liveVms are the
+   * VM ids of the VM table. Never throws: a failure turns the network off with its reason.
+   */
+  async start(liveVms: Set<string>): Promise<void> {
+    if (this.disabled !== undefined) {
+      this.log.info({ reason: this.disabled }, 'network off');
+      return;
+    }
+    try {
+      const why = await host.preflight(this.layout, this.log);
+      if (why) {
+        this.disabled = why;
+        this.log.warn({ reason: why }, `network off: ${why}`);
+        return;
+      }
+      await host.allowThroughDocker(this.layout, this.log);
+      await this.adopt(liveVms);
+    } catch (err) {
+      this.disabled = `network setup failed: ${(err as Error).message.slice(0, 300)}`;
+      this.log.error({ err }, this.disabled);
+      return;
+    }
+    this.topUpSpares();
+  }
+
+  /**
+   * adopt checks every row against the host and repairs: an in-use row of a VM the table does
+   * not have is freed; a missing netns, veth or address is made again; host veths and netns
+   * files of this node that no row owns are removed; the table is rendered from the rows.
+   */
+  async adopt(liveVms: Set<string>): Promise<{ repaired: number[]; freed: number[]; swept: string[] }> {
+    return this.mutex.run(KEY, async () => {
+      const repaired: number[] = [];
+      const freed: number[] = [];
+      const swept: string[] = [];
+      const links = await host.hostLinks(this.layout);
+      const rows = this.store.list();
+      for (const row of rows) {
+        const a = this.addresses(row.slot);
+        if (row.state === 'in-use' && !liveVms.has(row.vmId)) {
+          await host.destroySlot(a);
+          this.store.delete(row.slot);
+          freed.push(row.slot);
+          this.log.warn({ slot: row.slot, vm_id: row.vmId }, 'adopt: slot of a VM the table does not have; freed');
+          continue;
+        }
+        if (await this.repair(a, links.get(a.hostIfname))) repaired.push(row.slot);
+      }
+      const owned = new Set(this.store.list().map((r) => r.slot));
+      for (const name of links.keys()) {
+        const s = slotOfIfname(this.layout, name);
+        if (s !== undefined && !owned.has(s) && !this.making.has(s)) {
+          await host.destroySlot(this.addresses(s));
+          swept.push(name);
+        }
+      }
+      for (const s of host.netnsFiles(this.layout)) {
+        if (!owned.has(s) && !this.making.has(s)) {
+          await host.destroySlot(this.addresses(s));
+          swept.push(`netns/${s}`);
+        }
+      }
+      await host.applyNft(renderTable(this.nft, this.nftSlots()));
+      const log = repaired.length || freed.length || swept.length ? this.log.warn.bind(this.log) : this.log.info.bind(this.log);
+      log({ slots: owned.size, repaired, freed, swept }, 'adopt: network slots checked, table rendered');
+      return { repaired, freed, swept };
+    });
+  }
+
+  /** repair makes what is missing of slot a (netns, veth, addresses, route); true when it had to. */
+  private async repair(a: SlotAddresses, link: { addrs: string[]; up: boolean } | undefined): Promise<boolean> {
+    if (!isMountPoint(a.netnsPath)) {
+      // the namespace is gone (a reboot, a manual umount): a VM in it lost it too; make it anew
+      await host.destroySlot(a);
+      await host.createSlot(a);
+      this.log.warn({ slot: a.slot }, 'adopt: netns was missing; slot made again');
+      return true;
+    }
+    const inside = await host.netnsState(a);
+    let fixed = false;
+    if (!link || !inside.eth0) {
+      if (link) await runCommand('ip', ['link', 'del', a.hostIfname]);
+      if (inside.eth0) await runCommand('nsenter', [`--net=${a.netnsPath}`, 'ip', 'link', 'del', 'eth0']);
+      await runCommand('ip', ['-batch', '-'], { input: host.hostBatch(a) });
+      await runCommand('nsenter', [`--net=${a.netnsPath}`, 'ip', '-batch', '-'], { input: host.netnsBatch(a) });
+      fixed = true;
+    } else {
+      if (!link.addrs.includes(`${a.gateway}/30`) || !link.up) {
+        await runCommand('ip', ['-batch', '-'], { input: host.hostBatch(a, false) });
+        fixed = true;
+      }
+      if (!inside.addrs.includes(`${a.address}/30`) || !inside.defaultRoute) {
+        await runCommand('nsenter', [`--net=${a.netnsPath}`, 'ip', '-batch', '-'], { input: host.netnsBatch(a) });
+        fixed = true;
+      }
+    }
+    if (fixed) this.log.warn({ slot: a.slot }, 'adopt: slot differed from its row; repaired');
+    return fixed;
+  }
+
+  /**
+   * acquire gives vmId a slot for req and returns it in use with req's policy in force.
+   * FailedPreconditionError (network off: the reason), InvalidArgumentError (bad policy or slot
+   * number), AlreadyExistsError (the slot is held by another owner or VM), ResourceExhaustedError
+   * (no free slot). A failure leaves the slot as it was.
+   */
+  async acquire(vmId: string, req: NetworkRequest): Promise<VmNetworkInfo> {
+    if (this.disabled !== undefined) throw new FailedPreconditionError(`the node's network is off: ${this.disabled}`);
+    const egress = formatEgressPolicy(parseEgressPolicy(req.egress, 'spec.network.egress'));
+    const info = await this.mutex.run(KEY, async () => {
+      const mine = this.forVm(vmId);
+      if (mine) return this.infoOf(mine);
+      let s = req.slot;
+      let fresh = false;
+      if (s >= 0) {
+        if (s >= slotCount(this.layout)) throw new InvalidArgumentError(`spec.network.slot: ${s} is outside the pool ${this.layout.pool.text} (0..${slotCount(this.layout) - 1})`);
+        if (this.making.has(s)) throw new AlreadyExistsError(`network slot ${s} is being made as a spare; ask for another slot or -1`);
+        const row = this.store.get(s);
+        if (row?.state === 'in-use') throw new AlreadyExistsError(`network slot ${s} is in use by vm ${row.vmId} (owner ${row.owner})`);
+        if (row?.state === 'reserved' && row.owner !== req.owner) throw new AlreadyExistsError(`network slot ${s} is reserved for owner ${row.owner}`);
+        if (this.store.quarantinedSlots().has(s)) throw new AlreadyExistsError(`network slot ${s} has a quarantined row; it is not handed out`);
+        fresh = row === undefined;
+      } else {
+        const spare = this.store.list().find((r) => r.state === 'spare');
+        if (spare) s = spare.slot;
+        else {
+          s = this.freeSlot();
+          fresh = true;
+        }
+      }
+      const row: SlotRow = { slot: s, state: 'in-use', owner: req.owner, vmId, egress };
+      const before = this.store.get(s);
+      this.store.put(row);
+      try {
+        if (fresh) await host.createSlot(this.addresses(s));
+        await host.applyNft(renderSlotChange(this.nft, s, this.nftSlots()));
+      } catch (err) {
+        if (before) this.store.put(before);
+        else {
+          await host.destroySlot(this.addresses(s)).catch(() => undefined);
+          this.store.delete(s);
+        }
+        throw err;
+      }
+      this.log.info({ slot: s, vm_id: vmId, owner: req.owner, from: before?.state ?? 'free' }, 'network slot in use');
+      return this.infoOf(row);
+    });
+    this.topUpSpares();
+    return info;
+  }
+
+  /**
+   * release ends vmId's use of its slot: keep=true reserves it for its owner (forwarding
+   * refused, address kept); else its netns, veth and rules are removed. No slot: a no-op.
+   */
+  async release(vmId: string, keep: boolean): Promise<void> {
+    await this.mutex.run(KEY, async () => {
+      const row = this.forVm(vmId);
+      if (!row) return;
+      if (keep) {
+        this.store.put({ ...row, state: 'reserved', vmId: '' });
+        await host.applyNft(renderSlotChange(this.nft, row.slot, this.nftSlots()));
+        this.log.info({ slot: row.slot, owner: row.owner }, 'network slot reserved for its owner');
+        return;
+      }
+      await this.free(row);
+    });
+    this.topUpSpares();
+  }
+
+  /**
+   * releaseReserved frees slot s when it is reserved for owner; false (nothing changed) when it
+   * is free, a spare or another owner's. FailedPreconditionError when a VM uses it.
+   */
+  async releaseReserved(s: number, owner: string): Promise<boolean> {
+    return this.mutex.run(KEY, async () => {
+      const row = this.store.get(s);
+      if (!row || row.owner !== owner || row.state === 'spare') return false;
+      if (row.state === 'in-use') throw new FailedPreconditionError(`network slot ${s} is in use by vm ${row.vmId}; delete the VM first`);
+      await this.free(row);
+      return true;
+    });
+  }
+
+  /**
+   * update sets vmId's policy: persisted, then applied in one nft transaction (on failure the
+   * old row is put back and the error thrown). InvalidArgumentError (bad policy),
+   * FailedPreconditionError (the VM has no network); the caller answers NotFound for no VM.
+   */
+  async update(vmId: string, egressIn: EgressPolicyInput | undefined): Promise<VmNetworkInfo> {
+    const egress = formatEgressPolicy(parseEgressPolicy(egressIn, 'egress'));
+    return this.mutex.run(KEY, async () => {
+      const row = this.forVm(vmId);
+      if (!row) throw new FailedPreconditionError(`vm ${vmId} has no network`);
+      const next: SlotRow = { ...row, egress };
+      this.store.put(next);
+      try {
+        await host.applyNft(renderSlotChange(this.nft, row.slot, this.nftSlots()));
+      } catch (err) {
+        this.store.put(row);
+        throw err;
+      }
+      this.log.info({ slot: row.slot, vm_id: vmId }, 'egress policy replaced');
+      return this.infoOf(next);
+    });
+  }
+
+  /** close stops making spares (the slots stay). */
+  async close(): Promise<void> {
+    this.closed = true;
+    await this.filling;
+  }
+
+  /** idle resolves when no spare is being made (tests, bench). */
+  async idle(): Promise<void> {
+    while (this.filling) await this.filling;
+  }
+
+  private async free(row: SlotRow): Promise<void> {
+    const a = this.addresses(row.slot);
+    await host.applyNft(
+      renderSlotChange(
+        this.nft,
+        row.slot,
+        this.nftSlots().filter((x) => x.slot !== row.slot),
+      ),
+    );
+    await host.destroySlot(a);
+    this.store.delete(row.slot);
+    this.log.info({ slot: row.slot }, 'network slot freed');
+  }
+
+  private freeSlot(): number {
+    const used = new Set(this.store.list().map((r) => r.slot));
+    const bad = this.store.quarantinedSlots();
+    const n = slotCount(this.layout);
+    for (let s = 0; s < n; s++) if (!used.has(s) && !bad.has(s) && !this.making.has(s)) return s;
+    throw new ResourceExhaustedError(`the network pool ${this.layout.pool.text} is full (${n} slots)`);
+  }
+
+  private nftSlots(): NftSlot[] {
+    return this.store.list().map((r) => ({ slot: r.slot, policy: r.state === 'in-use' ? parseEgressPolicy(r.egress) : undefined }));
+  }
+
+  /** topUpSpares makes spares in the background until spareTarget exist (one at a time). */
+  private topUpSpares(): void {
+    if (this.filling || this.closed || this.disabled !== undefined || this.spareTarget === 0) return;
+    this.filling = (async () => {
+      try {
+        for (;;) {
+          if (this.closed) return;
+          const s = await this.mutex.run(KEY, async () => {
+            if (this.store.list().filter((r) => r.state === 'spare').length + this.making.size >= this.spareTarget) return undefined;
+            const n = this.freeSlot();
+            this.making.add(n);
+            return n;
+          });
+          if (s === undefined) return;
+          try {
+            await host.createSlot(this.addresses(s));
+            await this.mutex.run(KEY, async () => this.store.put({ slot: s, state: 'spare', owner: '', vmId: '', egress: { allowOut: [], denyOut: [], blockAll: false } }));
+          } catch (err) {
+            await host.destroySlot(this.addresses(s)).catch(() => undefined);
+            this.log.warn({ err, slot: s }, 'could not make a spare network slot');
+            return;
+          } finally {
+            this.making.delete(s);
+          }
+        }
+      } catch (err) {
+        this.log.warn({ err }, 'spare network slots: stopped');
+      } finally {
+        this.filling = undefined;
+      }
+    })();
+  }
+}

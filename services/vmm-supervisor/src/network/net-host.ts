@@ -1,0 +1,197 @@
+/**
+ * Host side of the node's network: the commands that make, check and remove slots (netns bind
+ * mount, veth pair, addresses, routes), apply the nftables table and check the host at start.
+ * Each slot costs three process spawns (`unshare --net=<file> true`, one host `ip -batch -`,
+ * one `nsenter --net=<file> ip -batch -`); every nft change is one `nft -f -` transaction.
+ * Errors: CommandError (the failing command and its stderr) from runCommand.
+ */
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { CommandError, cidrsOverlap, parseCidr, type Logger } from '@sandnode/shared';
+import { runCommand as run } from '../drivers/command-runner';
+import { isMountPoint } from '../drivers/mounts';
+import { resolveExecutable } from '../drivers/binary';
+import { ifacePrefix, SLOT_PREFIX, tableName, type NetLayout, type SlotAddresses } from './layout';
+
+const IP_FORWARD = '/proc/sys/net/ipv4/ip_forward';
+
+/** netnsBatch is what `ip -batch -` runs inside a slot's namespace (addresses, lo, eth0, default route). */
+export function netnsBatch(a: SlotAddresses, ifname = 'eth0'): string {
+  return [`addr replace ${a.address}/${SLOT_PREFIX} dev ${ifname}`, 'link set lo up', `link set ${ifname} up`, `route replace default via ${a.gateway} dev ${ifname}`, ''].join('\n');
+}
+
+/** hostBatch is what `ip -batch -` runs on the host for a slot: the veth pair (VM side into the netns), the gateway address, up. */
+export function hostBatch(a: SlotAddresses, withLink = true): string {
+  return [
+    ...(withLink ? [`link add ${a.hostIfname} type veth peer name eth0 netns ${a.netnsPath}`] : []),
+    `addr replace ${a.gateway}/${SLOT_PREFIX} dev ${a.hostIfname}`,
+    `link set ${a.hostIfname} up`,
+    '',
+  ].join('\n');
+}
+
+/**
+ * preflight checks the host for the network; returns why the network must be off, or undefined.
+ * Sets net.ipv4.ip_forward to 1 if it is 0 (logged). The pool must not overlap any address or
+ * route of the host that is not the node's own (interfaces sn<tag>v*).
+ */
+export async function preflight(layout: NetLayout, log: Logger): Promise<string | undefined> {
+  for (const bin of ['nft', 'ip', 'unshare', 'nsenter']) {
+    try {
+      resolveExecutable(bin, 'network');
+    } catch {
+      return `${bin} not found in PATH`;
+    }
+  }
+  try {
+    if (readFileSync(IP_FORWARD, 'utf8').trim() !== '1') {
+      writeFileSync(IP_FORWARD, '1\n');
+      log.warn('net.ipv4.ip_forward was 0: the supervisor set it to 1 (sandbox traffic is forwarded)');
+    }
+  } catch (err) {
+    return `cannot set net.ipv4.ip_forward: ${(err as Error).message}`;
+  }
+  const ours = ifacePrefix(layout);
+  const routes = JSON.parse((await run('ip', ['-j', '-4', 'route', 'show', 'table', 'all'])).stdout || '[]') as { dst: string; dev?: string; type?: string }[];
+  for (const r of routes) {
+    if (r.dst === 'default' || (r.dev ?? '').startsWith(ours)) continue;
+    const dst = r.dst.includes('/') ? r.dst : `${r.dst}/32`;
+    let c;
+    try {
+      c = parseCidr(dst);
+    } catch {
+      continue; // host bits set (a local route names an address): checked through the addresses below
+    }
+    if (cidrsOverlap(c, layout.pool)) return `pool ${layout.pool.text} overlaps route ${r.dst}${r.dev ? ` dev ${r.dev}` : ''}`;
+  }
+  const links = JSON.parse((await run('ip', ['-j', '-4', 'addr'])).stdout || '[]') as { ifname: string; addr_info?: { local: string; prefixlen: number }[] }[];
+  for (const l of links) {
+    if (l.ifname.startsWith(ours)) continue;
+    for (const ai of l.addr_info ?? []) {
+      const c = parseCidr(`${ai.local}/32`);
+      if (cidrsOverlap(c, layout.pool)) return `pool ${layout.pool.text} overlaps address ${ai.local}/${ai.prefixlen} dev ${l.ifname}`;
+    }
+  }
+  return undefined;
+}
+
+/**
+ * allowThroughDocker adds, when the host has Docker's DOCKER-USER chain (iptables FORWARD
+ * policy DROP), `-i sn<tag>v+ -j ACCEPT` and `-o sn<tag>v+ -j ACCEPT` to it, once: otherwise
+ * Docker's FORWARD drop would refuse every sandbox packet our own forward chain accepted (each
+ * table's base chain must accept). Our table still decides. Returns whether it added a rule.
+ */
+export async function allowThroughDocker(layout: NetLayout, log: Logger): Promise<boolean> {
+  try {
+    resolveExecutable('iptables', 'network');
+    await run('iptables', ['-w', '-n', '-L', 'DOCKER-USER']);
+  } catch {
+    return false; // no iptables or no Docker chain
+  }
+  let added = false;
+  for (const dir of ['-i', '-o']) {
+    const rule = ['DOCKER-USER', dir, `${ifacePrefix(layout)}+`, '-j', 'ACCEPT'];
+    try {
+      await run('iptables', ['-w', '-C', ...rule]);
+    } catch {
+      await run('iptables', ['-w', '-I', ...rule]);
+      added = true;
+    }
+  }
+  if (added) log.info({ chain: 'DOCKER-USER', ifaces: `${ifacePrefix(layout)}+` }, "Docker's FORWARD policy drops: accept rules for the sandbox ifaces added to DOCKER-USER");
+  return added;
+}
+
+/** removeDockerAllow removes the rules allowThroughDocker added (tests; a node that is purged). Never throws. */
+export async function removeDockerAllow(layout: NetLayout): Promise<void> {
+  for (const dir of ['-i', '-o']) {
+    try {
+      await run('iptables', ['-w', '-D', 'DOCKER-USER', dir, `${ifacePrefix(layout)}+`, '-j', 'ACCEPT']);
+    } catch {
+      /* not there */
+    }
+  }
+}
+
+/** makeNetns creates the namespace bind mount at a.netnsPath (no-op if it is one already). */
+export async function makeNetns(a: SlotAddresses): Promise<void> {
+  if (isMountPoint(a.netnsPath)) return;
+  mkdirSync(a.netnsPath.slice(0, a.netnsPath.lastIndexOf('/')), { recursive: true, mode: 0o755 });
+  writeFileSync(a.netnsPath, '', { mode: 0o444 });
+  await run('unshare', [`--net=${a.netnsPath}`, 'true']);
+}
+
+/** createSlot makes a slot from nothing: netns, veth pair, addresses, routes (3 spawns). Throws CommandError; the caller undoes with destroySlot. */
+export async function createSlot(a: SlotAddresses): Promise<void> {
+  await makeNetns(a);
+  await run('ip', ['-batch', '-'], { input: hostBatch(a) });
+  await run('nsenter', [`--net=${a.netnsPath}`, 'ip', '-batch', '-'], { input: netnsBatch(a) });
+}
+
+/** destroySlot removes a slot's veth, netns mount and file. Idempotent; throws CommandError only for a failed umount. */
+export async function destroySlot(a: SlotAddresses): Promise<void> {
+  try {
+    await run('ip', ['link', 'del', a.hostIfname]);
+  } catch (err) {
+    if (!(err instanceof CommandError) || !/Cannot find device|does not exist/.test(err.stderr)) throw err;
+  }
+  if (isMountPoint(a.netnsPath)) await run('umount', [a.netnsPath]);
+  rmSync(a.netnsPath, { force: true });
+}
+
+/** HostLinks: the node's host veths now, by name, with their IPv4 addresses ("a.b.c.d/p") and whether they are up. */
+export type HostLinks = Map<string, { addrs: string[]; up: boolean }>;
+
+/** hostLinks lists the host ifaces whose names start with sn<tag>v (one spawn). */
+export async function hostLinks(layout: NetLayout): Promise<HostLinks> {
+  const p = ifacePrefix(layout);
+  const links = JSON.parse((await run('ip', ['-j', '-4', 'addr'])).stdout || '[]') as { ifname: string; flags?: string[]; addr_info?: { local: string; prefixlen: number }[] }[];
+  const all = JSON.parse((await run('ip', ['-j', 'link'])).stdout || '[]') as { ifname: string; flags?: string[] }[];
+  const out: HostLinks = new Map();
+  for (const l of all) if (l.ifname.startsWith(p)) out.set(l.ifname, { addrs: [], up: (l.flags ?? []).includes('UP') });
+  for (const l of links) {
+    const e = out.get(l.ifname);
+    if (e) e.addrs = (l.addr_info ?? []).map((ai) => `${ai.local}/${ai.prefixlen}`);
+  }
+  return out;
+}
+
+/** netnsAddrs lists the IPv4 addresses of eth0 and whether a default route exists inside a slot's netns (one spawn). */
+export async function netnsState(a: SlotAddresses): Promise<{ eth0: boolean; addrs: string[]; defaultRoute: boolean }> {
+  const { stdout } = await run('nsenter', [`--net=${a.netnsPath}`, 'sh', '-c', 'ip -j -4 addr show dev eth0 2>/dev/null || echo "[]"; echo; ip -j -4 route show default']);
+  const [addrText, routeText] = stdout.split('\n').filter((l) => l.trim().startsWith('['));
+  const links = JSON.parse(addrText ?? '[]') as { addr_info?: { local: string; prefixlen: number }[] }[];
+  const routes = JSON.parse(routeText ?? '[]') as unknown[];
+  return { eth0: links.length > 0, addrs: (links[0]?.addr_info ?? []).map((ai) => `${ai.local}/${ai.prefixlen}`), defaultRoute: routes.length > 0 };
+}
+
+/** netnsFiles lists the slot numbers that have a file in the netns dir. */
+export function netnsFiles(layout: NetLayout): number[] {
+  if (!existsSync(layout.netnsDir)) return [];
+  return readdirSync(layout.netnsDir)
+    .filter((n) => /^(0|[1-9]\d{0,5})$/.test(n))
+    .map(Number);
+}
+
+/** applyNft runs `nft -f -` with text: one transaction (all or nothing). */
+export async function applyNft(text: string): Promise<void> {
+  await run('nft', ['-f', '-'], { input: text });
+}
+
+/** tableExists says whether the node's table is on the host. */
+export async function tableExists(layout: NetLayout): Promise<boolean> {
+  try {
+    await run('nft', ['list', 'table', 'inet', tableName(layout)]);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** deleteTable removes the node's table (tests, purge). Never throws. */
+export async function deleteTable(layout: NetLayout): Promise<void> {
+  try {
+    await run('nft', ['delete', 'table', 'inet', tableName(layout)]);
+  } catch {
+    /* not there */
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * The node's nftables table as text for `nft -f -` (docs/network.md "nftables table"). Pure:
+ * no host access; net-host.ts applies what these functions return, each in one transaction.
+ *
+ *   guard (filter, prerouting, raw): from a sandbox iface only IPv4 from the slot's own address
+ *     (anti-spoof for every path: forward, the DNS and proxy ports, which tell sandboxes apart
+ *     by source address)
+ *   prerouting (nat, dstnat): udp/tcp 53 -> dnsPort; TCP to @proxied from @proxy_ifaces (slots
+ *     whose policy has domain rules) -> egressProxyPort
+ *   input: from a sandbox iface: established/related, dnsPort, egressProxyPort; else drop
+ *   forward: from a sandbox iface: vmap @slots (jump slot-<n>), else refuse (reserved slots);
+ *     to a sandbox iface: established/related, else drop
+ *   slot-<n>: saddr check, always-denied -> refuse, allow CIDRs accept, block_all -> refuse,
+ *     deny CIDRs -> refuse, accept
+ *   refuse: TCP reset, else ICMP admin-prohibited
+ *   postrouting (nat, srcnat): saddr in pool, oif not a sandbox iface -> masquerade
+ */
+import { hasDomainRules, type Cidr, type EgressPolicy } from '@sandnode/shared';
+import { ifacePrefix, slotAddresses, tableName, type NetLayout } from './layout';
+
+/** The node-wide settings the table is made from. */
+export interface NftSettings {
+  layout: NetLayout;
+  dnsPort: number;
+  egressProxyPort: number;
+  proxiedPorts: number[];
+  /** The always-denied ranges, the pool included. */
+  alwaysDenied: Cidr[];
+}
+
+/** NftSlot is one slot the table knows: in use (policy) or reserved/spare (policy undefined: every forward refused). */
+export interface NftSlot {
+  slot: number;
+  policy: EgressPolicy | undefined;
+}
+
+/** slotChain is the name of slot s's chain. */
+export function slotChain(s: number): string {
+  return `slot-${s}`;
+}
+
+function set(items: string[]): string {
+  return items.length ? `{ ${items.join(', ')} }` : '';
+}
+
+/** slotRules are the rules of slot s's chain (one per line) for policy p. */
+export function slotRules(cfg: NftSettings, s: number, p: EgressPolicy): string[] {
+  const a = slotAddresses(cfg.layout, s);
+  const rules = [`ip saddr != ${a.address} drop`];
+  if (cfg.alwaysDenied.length) rules.push('ip daddr @always_denied jump refuse');
+  if (p.allowCidrs.length) rules.push(`ip daddr ${set(p.allowCidrs.map((c) => c.text))} accept`);
+  if (p.blockAll) rules.push('jump refuse');
+  else if (p.denyCidrs.length) rules.push(`ip daddr ${set(p.denyCidrs.map((c) => c.text))} jump refuse`);
+  rules.push('accept');
+  return rules;
+}
+
+function chainBlock(name: string, lines: string[], hook?: string): string {
+  const body = [...(hook ? [hook] : []), ...lines].map((l) => `    ${l}`).join('\n');
+  return `  chain ${name} {\n${body}\n  }`;
+}
+
+/** elementLines re-fill the table's slot sets from slots (flush + add, for one transaction). */
+function elementLines(cfg: NftSettings, slots: NftSlot[]): string[] {
+  const t = `inet ${tableName(cfg.layout)}`;
+  const inUse = slots.filter((s) => s.policy !== undefined);
+  const src = slots.map((s) => slotAddresses(cfg.layout, s.slot)).map((a) => `"${a.hostIfname}" . ${a.address}`);
+  const vmap = inUse.map((s) => `"${slotAddresses(cfg.layout, s.slot).hostIfname}" : jump ${slotChain(s.slot)}`);
+  const proxy = inUse.filter((s) => hasDomainRules(s.policy!)).map((s) => `"${slotAddresses(cfg.layout, s.slot).hostIfname}"`);
+  const out = [`flush map ${t} slots`, `flush set ${t} slot_src`, `flush set ${t} proxy_ifaces`];
+  if (src.length) out.push(`add element ${t} slot_src ${set(src)}`);
+  if (vmap.length) out.push(`add element ${t} slots ${set(vmap)}`);
+  if (proxy.length) out.push(`add element ${t} proxy_ifaces ${set(proxy)}`);
+  return out;
+}
+
+/**
+ * renderTable is the whole table for slots, replacing whatever table of that name exists
+ * (`table` + `delete table` + the new one: one transaction, nothing else on the host touched).
+ */
+export function renderTable(cfg: NftSettings, slots: NftSlot[]): string {
+  const name = tableName(cfg.layout);
+  const sb = `"${ifacePrefix(cfg.layout)}*"`;
+  const chains = [
+    chainBlock('refuse', ['meta l4proto tcp reject with tcp reset', 'reject with icmpx admin-prohibited']),
+    chainBlock('guard', [`iifname ${sb} meta nfproto != ipv4 drop`, `iifname ${sb} iifname . ip saddr != @slot_src drop`], 'type filter hook prerouting priority raw; policy accept;'),
+    chainBlock(
+      'prerouting',
+      [
+        `iifname ${sb} meta l4proto { tcp, udp } th dport 53 redirect to :${cfg.dnsPort}`,
+        ...(cfg.proxiedPorts.length ? [`iifname @proxy_ifaces tcp dport @proxied redirect to :${cfg.egressProxyPort}`] : []),
+      ],
+      'type nat hook prerouting priority dstnat; policy accept;',
+    ),
+    chainBlock(
+      'input',
+      [`iifname != ${sb} accept`, 'ct state established,related accept', `meta l4proto { tcp, udp } th dport ${cfg.dnsPort} accept`, `tcp dport ${cfg.egressProxyPort} accept`, 'drop'],
+      'type filter hook input priority filter; policy accept;',
+    ),
+    chainBlock(
+      'forward',
+      [`iifname ${sb} iifname vmap @slots`, `iifname ${sb} jump refuse`, `oifname ${sb} ct state established,related accept`, `oifname ${sb} drop`],
+      'type filter hook forward priority filter; policy accept;',
+    ),
+    chainBlock('postrouting', [`ip saddr ${cfg.layout.pool.text} oifname != ${sb} masquerade`], 'type nat hook postrouting priority srcnat; policy accept;'),
+    ...slots.filter((s) => s.policy !== undefined).map((s) => chainBlock(slotChain(s.slot), slotRules(cfg, s.slot, s.policy!))),
+  ];
+  const sets = [
+    `  set always_denied {\n    type ipv4_addr; flags interval; auto-merge;${cfg.alwaysDenied.length ? `\n    elements = ${set(cfg.alwaysDenied.map((c) => c.text))}` : ''}\n  }`,
+    `  set proxied {\n    type inet_service;${cfg.proxiedPorts.length ? `\n    elements = ${set(cfg.proxiedPorts.map(String))}` : ''}\n  }`,
+    '  set proxy_ifaces {\n    type ifname;\n  }',
+    '  set slot_src {\n    type ifname . ipv4_addr;\n  }',
+    '  map slots {\n    type ifname : verdict;\n  }',
+  ];
+  return [`table inet ${name} {}`, `delete table inet ${name}`, `table inet ${name} {`, ...sets, ...chains, '}', ...elementLines(cfg, slots), ''].join('\n');
+}
+
+/**
+ * renderSlotChange is one transaction that sets slot `s`'s chain (flush + its rules, or its
+ * removal when the slot has no policy) and re-fills the slot sets from `slots` (which holds
+ * every slot the table should know, `s` included unless it was freed).
+ */
+export function renderSlotChange(cfg: NftSettings, s: number, slots: NftSlot[]): string {
+  const t = `inet ${tableName(cfg.layout)}`;
+  const mine = slots.find((x) => x.slot === s);
+  const chain = slotChain(s);
+  // the chain exists before an element jumps to it, and is deleted only after none does
+  const lines = mine?.policy
+    ? [`add chain ${t} ${chain}`, `flush chain ${t} ${chain}`, `table ${t} {`, chainBlock(chain, slotRules(cfg, s, mine.policy)), '}', ...elementLines(cfg, slots)]
+    : [...elementLines(cfg, slots), `add chain ${t} ${chain}`, `flush chain ${t} ${chain}`, `delete chain ${t} ${chain}`];
+  return [...lines, ''].join('\n');
+}

@@ -1,0 +1,127 @@
+/**
+ * SlotStore: the network slot table, in the VM table's SQLite file (table `network_slots`, one
+ * JSON row per slot that is not free). Rows are checked whenever read, like VM rows: a bad one
+ * is moved to `network_slot_quarantine` (slot, raw, reason, quarantined_at_ms), logged through
+ * onQuarantine and never used (its slot is then neither free nor served: the allocator skips
+ * quarantined slot numbers so a half-known slot is never handed out twice).
+ */
+import type Database from 'better-sqlite3';
+import { busyToUnavailable, formatEgressPolicy, parseEgressPolicy, RESOURCE_ID_RE, type EgressPolicyInput } from '@sandnode/shared';
+
+/** SlotState: spare (pre-made, no owner), in-use (a VM of the table), reserved (kept for owner, forwarding refused). */
+export type SlotState = 'spare' | 'in-use' | 'reserved';
+
+/** SlotRow is one slot that is not free. */
+export interface SlotRow {
+  slot: number;
+  state: SlotState;
+  /** The owner (sandbox id); '' for a spare. */
+  owner: string;
+  /** The VM using it (in-use); else ''. */
+  vmId: string;
+  /** The egress policy in canonical wire form (parseEgressPolicy + formatEgressPolicy). */
+  egress: EgressPolicyInput;
+}
+
+/** A slot row that could not be read. */
+export interface QuarantinedSlot {
+  slot: number;
+  reason: string;
+}
+
+const STATES: SlotState[] = ['spare', 'in-use', 'reserved'];
+/** Largest slot number a row may name (a /2 pool; real pools are far smaller). */
+const MAX_SLOT = 2 ** 28;
+
+/** parseSlotRow checks one stored row; throws Error naming what is wrong. */
+export function parseSlotRow(raw: unknown, key: number): SlotRow {
+  if (typeof raw !== 'string' || raw.length > 64 * 1024) throw new Error('record is not a string of at most 64 KiB');
+  let o: Record<string, unknown>;
+  try {
+    o = JSON.parse(raw) as Record<string, unknown>;
+  } catch (err) {
+    throw new Error(`record is not JSON: ${(err as Error).message}`, { cause: err });
+  }
+  if (typeof o !== 'object' || o === null || Array.isArray(o)) throw new Error('record is not an object');
+  if (o.slot !== key || !Number.isSafeInteger(o.slot) || key < 0 || key >= MAX_SLOT) throw new Error(`slot ${String(o.slot)} is not the row's key ${key}`);
+  if (!STATES.includes(o.state as SlotState)) throw new Error(`state ${JSON.stringify(o.state)} is not one of ${STATES.join(', ')}`);
+  const state = o.state as SlotState;
+  if (typeof o.owner !== 'string' || (o.owner !== '' && !RESOURCE_ID_RE.test(o.owner))) throw new Error('owner is not a resource id');
+  if (typeof o.vmId !== 'string' || (o.vmId !== '' && !RESOURCE_ID_RE.test(o.vmId))) throw new Error('vmId is not a resource id');
+  if ((state === 'in-use') !== (o.vmId !== '')) throw new Error(`a ${state} slot ${state === 'in-use' ? 'needs' : 'has'} a vmId`);
+  if (state !== 'spare' && o.owner === '') throw new Error(`a ${state} slot needs an owner`);
+  const e = o.egress as EgressPolicyInput;
+  if (typeof e !== 'object' || e === null || !Array.isArray(e.allowOut) || !Array.isArray(e.denyOut) || typeof e.blockAll !== 'boolean') throw new Error('egress is not a policy');
+  let egress: EgressPolicyInput;
+  try {
+    egress = formatEgressPolicy(parseEgressPolicy(e));
+  } catch (err) {
+    throw new Error(`egress: ${(err as Error).message}`, { cause: err });
+  }
+  return { slot: key, state, owner: o.owner, vmId: o.vmId, egress };
+}
+
+interface Row {
+  slot: number;
+  record: unknown;
+}
+
+/** SlotStore persists SlotRows (durable on return: the file is synchronous=FULL). */
+export class SlotStore {
+  constructor(
+    private readonly db: Database.Database,
+    private readonly onQuarantine: (q: QuarantinedSlot) => void = () => {},
+  ) {
+    db.exec('CREATE TABLE IF NOT EXISTS network_slots (slot INTEGER PRIMARY KEY, record TEXT NOT NULL)');
+    db.exec('CREATE TABLE IF NOT EXISTS network_slot_quarantine (slot INTEGER NOT NULL, raw TEXT, reason TEXT NOT NULL, quarantined_at_ms INTEGER NOT NULL)');
+  }
+
+  /** list returns every good row, ordered by slot; bad rows are quarantined. */
+  list(): SlotRow[] {
+    return this.read(busyToUnavailable('vm-table.db: read slots', () => this.db.prepare('SELECT slot, record FROM network_slots ORDER BY slot').all() as Row[]));
+  }
+
+  /** get returns slot's row, or undefined (free, or quarantined just now). */
+  get(slot: number): SlotRow | undefined {
+    const r = busyToUnavailable('vm-table.db: read slot', () => this.db.prepare('SELECT slot, record FROM network_slots WHERE slot = ?').get(slot) as Row | undefined);
+    return r ? this.read([r])[0] : undefined;
+  }
+
+  /** quarantinedSlots are the slot numbers with a quarantined row (never allocated). */
+  quarantinedSlots(): Set<number> {
+    return new Set((this.db.prepare('SELECT slot FROM network_slot_quarantine').all() as { slot: number }[]).map((r) => r.slot));
+  }
+
+  /** put writes row (durable on return). */
+  put(row: SlotRow): void {
+    const text = JSON.stringify(row);
+    parseSlotRow(text, row.slot);
+    busyToUnavailable(`vm-table.db: write slot ${row.slot}`, () =>
+      this.db.prepare('INSERT INTO network_slots (slot, record) VALUES (?, ?) ON CONFLICT(slot) DO UPDATE SET record = excluded.record').run(row.slot, text),
+    );
+  }
+
+  /** delete frees slot (durable on return); returns whether it had a row. */
+  delete(slot: number): boolean {
+    return busyToUnavailable(`vm-table.db: delete slot ${slot}`, () => this.db.prepare('DELETE FROM network_slots WHERE slot = ?').run(slot).changes > 0);
+  }
+
+  private read(rows: Row[]): SlotRow[] {
+    const good: SlotRow[] = [];
+    for (const r of rows) {
+      try {
+        good.push(parseSlotRow(r.record, r.slot));
+      } catch (err) {
+        const reason = (err as Error).message.slice(0, 512);
+        this.db.transaction(() => {
+          this.db
+            .prepare('INSERT INTO network_slot_quarantine (slot, raw, reason, quarantined_at_ms) VALUES (?, ?, ?, ?)')
+            .run(r.slot, typeof r.record === 'string' ? r.record : null, reason, Date.now());
+          this.db.prepare('DELETE FROM network_slots WHERE slot = ?').run(r.slot);
+        })();
+        this.onQuarantine({ slot: r.slot, reason });
+      }
+    }
+    return good;
+  }
+}
