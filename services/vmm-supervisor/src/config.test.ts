@@ -11,6 +11,36 @@ const tmp = makeTempDir('vmm-cfg');
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 describe('loadVmmConfig', () => {
+  test('network keys: defaults, the tag from the state dir, the pool always denied; bad values name the key', () => {
+    const c = loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_STATE_DIR: '/var/lib/sn-test' } });
+    expect(c).toMatchObject({ network: true, networkPool: '10.209.0.0/16', networkSpareSlots: 2, dnsPort: 15053, egressProxyPort: 15080, egressProxiedPorts: [80, 443] });
+    expect(c.networkTag).toMatch(/^[0-9a-f]{4}$/);
+    expect(c.networkAlwaysDenied).toEqual(expect.arrayContaining(['10.0.0.0/8', '169.254.0.0/16', '10.209.0.0/16']));
+    const e = loadVmmConfig({
+      env: {
+        SANDNODE_VMM_SUPERVISOR_NETWORK: 'false',
+        SANDNODE_VMM_SUPERVISOR_NETWORK_POOL: '10.77.0.0/20',
+        SANDNODE_VMM_SUPERVISOR_NETWORK_TAG: 'ab1',
+        SANDNODE_VMM_SUPERVISOR_EGRESS_PROXIED_PORTS: '[443, 80, 8080, 80]',
+        SANDNODE_VMM_SUPERVISOR_NETWORK_ALWAYS_DENIED: '["192.168.0.0/16"]',
+      },
+    });
+    expect(e).toMatchObject({ network: false, networkPool: '10.77.0.0/20', networkTag: 'ab1', egressProxiedPorts: [80, 443, 8080], networkAlwaysDenied: ['192.168.0.0/16', '10.77.0.0/20'] });
+    const bad: [Record<string, string>, RegExp][] = [
+      [{ SANDNODE_VMM_SUPERVISOR_NETWORK_POOL: '10.209.1.0/16' }, /networkPool.*host bits/],
+      [{ SANDNODE_VMM_SUPERVISOR_NETWORK_POOL: '10.0.0.0/30' }, /networkPool.*8\.\.28/],
+      [{ SANDNODE_VMM_SUPERVISOR_NETWORK_TAG: 'TOOLONG' }, /networkTag/],
+      [{ SANDNODE_VMM_SUPERVISOR_EGRESS_PROXIED_PORTS: '[0]' }, /egressProxiedPorts/],
+      [{ SANDNODE_VMM_SUPERVISOR_NETWORK_ALWAYS_DENIED: '["nope"]' }, /networkAlwaysDenied\[0\]/],
+      [{ SANDNODE_VMM_SUPERVISOR_DNS_PORT: '15080' }, /egressProxyPort.*dnsPort/],
+      [{ SANDNODE_VMM_SUPERVISOR_NETWORK: 'maybe' }, /network/],
+    ];
+    for (const [env, why] of bad) {
+      expect(() => loadVmmConfig({ env })).toThrow(ConfigError);
+      expect(() => loadVmmConfig({ env })).toThrow(why);
+    }
+  });
+
   test('defaults derive listen and runcRoot from runDir', () => {
     const c = loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_RUN_DIR: '/tmp/sn-run' } });
     expect(c.listen).toBe('unix:///tmp/sn-run/vmm-supervisor.sock');

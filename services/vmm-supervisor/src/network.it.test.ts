@@ -94,6 +94,22 @@ describeWith('vmm-supervisor network (integration)', VMM_PARTS, () => {
     expect(again.network!.slot).toBe(vm.network!.slot);
   });
 
+  test("with Docker's FORWARD policy DROP, sandbox traffic passes through accept rules in DOCKER-USER (and only through them)", () => {
+    const r = spawnSync('iptables', ['-w', '-S', 'DOCKER-USER']);
+    if (r.status !== 0 || !/-P FORWARD DROP/.test(execFileSync('iptables', ['-w', '-S', 'FORWARD']).toString())) return; // no Docker drop here
+    const rules = r.stdout.toString();
+    const out = `-i sn${nf.tag}v+ -j ACCEPT`;
+    expect(rules).toContain(`-A DOCKER-USER ${out}`);
+    expect(rules).toContain(`-A DOCKER-USER -o sn${nf.tag}v+ -j ACCEPT`);
+    execFileSync('iptables', ['-w', '-D', 'DOCKER-USER', ...out.split(' ')]);
+    try {
+      expect(echo('net-a', nf.internet).out).not.toMatch(/ping-/); // our table accepts; Docker's FORWARD drops
+    } finally {
+      execFileSync('iptables', ['-w', '-I', 'DOCKER-USER', ...out.split(' ')]);
+    }
+    expect(echo('net-a', nf.internet).out).toMatch(/ping-/);
+  });
+
   test('always denied: 10.0.0.0/8, 169.254.169.254 and another sandbox are refused at once; the host is dropped', async () => {
     const b = (await client.createVm({ vmId: 'net-b', spec: spec('net-b', { owner: 'sb-b', slot: -1, egress: open }) })).vm!;
     pids.set('net-b', b.pid);
@@ -198,6 +214,28 @@ describeWith('vmm-supervisor network (integration)', VMM_PARTS, () => {
     expect(nf.links()).not.toContain(a.hostIfname);
     expect(nf.table()).not.toContain(`chain slot-${a.slot} `);
     expect(nf.table()).not.toContain(`"${a.hostIfname}"`);
+  });
+
+  test('a full pool is RESOURCE_EXHAUSTED; the same spec again returns the same VM even after UpdateVmNetwork', async () => {
+    const made: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const id = `net-p${i}`;
+      const vm = (await client.createVm({ vmId: id, spec: spec(id, { owner: `sb-p${i}`, slot: -1, egress: open }) })).vm!;
+      expect(vm.network!.address).toBeTruthy();
+      made.push(id);
+    }
+    await expectCode(client.createVm({ vmId: 'net-p9', spec: spec('net-p9', { owner: 'sb-p9', slot: -1, egress: open }) }), Status.RESOURCE_EXHAUSTED, /pool .* is full/);
+    await expectCode(client.getVm({ vmId: 'net-p9' }), Status.NOT_FOUND);
+    const slot0 = (await client.getVm({ vmId: 'net-p0' })).vm!.network!.slot;
+    await client.updateVmNetwork({ vmId: 'net-p0', egress: { allowOut: [], denyOut: [], blockAll: true } });
+    const again = (await client.createVm({ vmId: 'net-p0', spec: specs.get('net-p0')! })).vm!;
+    expect(again.network).toMatchObject({ slot: slot0, egress: { blockAll: true } });
+    await expectCode(
+      client.createVm({ vmId: 'net-p0', spec: { ...specs.get('net-p0')!, network: { owner: 'sb-p0', slot: -1, egress: { allowOut: [], denyOut: [], blockAll: true } } } }),
+      Status.ALREADY_EXISTS,
+    );
+    for (const id of made) await client.deleteVm({ vmId: id });
+    expect((await client.listNetworkSlots({})).slots.filter((s) => s.state !== NetworkSlotState.NETWORK_SLOT_STATE_SPARE)).toEqual([]);
   });
 
   test('bad network specs change nothing', async () => {

@@ -1,5 +1,5 @@
 /**
- * Network test fixture: a unique tag and pool for the supervisor under test (a /24 of
+ * Network test fixture: a unique tag and pool for the supervisor under test (a /28 of
  * 10.209.128.0/17, names sn<tag>*), a test "internet" host in a network namespace of its own
  * (198.19.<k>.2, reached from the host through a veth `tn<tag>i` with 198.19.<k>.1) serving a
  * TCP echo on port 7 and a greeting on port 5000, and cleanup of everything the suite or the
@@ -22,7 +22,7 @@ net.createServer((s) => { s.end('hello from the internet\\n'); s.on('error', () 
 /** NetFixture owns the names of one network suite. */
 export class NetFixture {
   readonly tag: string;
-  /** The supervisor's pool (a unique /24 of 10.209.128.0/17). */
+  /** The supervisor's pool (a random /28 of 10.209.128.0/17: 4 slots). */
   readonly pool: string;
   readonly k = randomInt(0, 64) * 4;
   readonly internetHostSide: string;
@@ -36,7 +36,7 @@ export class NetFixture {
   constructor(private readonly dir: string) {
     const alphabet = 'abcdefghijklmnopqrstuvwxyz';
     this.tag = `z${alphabet[randomInt(26)]}${alphabet[randomInt(26)]}${randomInt(10)}`;
-    this.pool = `10.209.${randomInt(128, 256)}.0/24`;
+    this.pool = `10.209.${randomInt(128, 256)}.${randomInt(0, 16) * 16}/28`; // 4 slots: the suite fills the pool
     const third = randomInt(0, 256);
     this.internetHostSide = `198.19.${third}.${this.k + 1}`;
     this.internet = `198.19.${third}.${this.k + 2}`;

@@ -97,15 +97,38 @@ export interface BootPlan {
   memoryMib: number;
   /** Host UDS of the VM's vsock device. */
   vsockPath: string;
+  /** The VM's network: the tap (in the slot's netns, where the VMM runs) and the guest's address; undefined = none. */
+  network?: { tap: string; address: string; gateway: string; prefixLen: number };
+}
+
+/** guestMac is a stable locally administered MAC for a guest address ("06:00:" + its 4 bytes). */
+export function guestMac(address: string): string {
+  return ['06', '00', ...address.split('.').map((b) => Number(b).toString(16).padStart(2, '0'))].join(':');
+}
+
+/** netmask is the dotted mask of a prefix length. */
+function netmask(prefix: number): string {
+  const m = prefix === 0 ? 0 : (0xffffffff << (32 - prefix)) >>> 0;
+  return [m >>> 24, (m >>> 16) & 255, (m >>> 8) & 255, m & 255].join('.');
+}
+
+/**
+ * guestIpArg is the kernel's static configuration of the guest's eth0 (Documentation/
+ * admin-guide/nfs/nfsroot.rst `ip=<client>:<server>:<gw>:<netmask>:<host>:<dev>:<autoconf>`),
+ * e.g. "ip=10.209.0.2::10.209.0.1:255.255.255.252::eth0:off".
+ */
+export function guestIpArg(n: { address: string; gateway: string; prefixLen: number }): string {
+  return `ip=${n.address}::${n.gateway}:${netmask(n.prefixLen)}::eth0:off`;
 }
 
 /**
  * bootRequests returns the API calls that configure and start a VM, in order: boot source,
- * drives (rootfs, upper, workspace), machine config, vsock, InstanceStart. Pure.
+ * drives (rootfs, upper, workspace), machine config, the network interface (guest eth0 on the
+ * tap; its address in the kernel's ip= argument), vsock, InstanceStart. Pure.
  */
 export function bootRequests(p: BootPlan): FcRequest[] {
   const reqs: FcRequest[] = [
-    { method: 'PUT', path: '/boot-source', body: { kernel_image_path: p.kernelImage, boot_args: p.kernelArgs } },
+    { method: 'PUT', path: '/boot-source', body: { kernel_image_path: p.kernelImage, boot_args: p.network ? `${p.kernelArgs} ${guestIpArg(p.network)}` : p.kernelArgs } },
     { method: 'PUT', path: '/drives/rootfs', body: { drive_id: 'rootfs', path_on_host: p.rootfsImage, is_root_device: true, is_read_only: true } },
     { method: 'PUT', path: '/drives/upper', body: { drive_id: 'upper', path_on_host: p.upperDrive, is_root_device: false, is_read_only: false } },
   ];
@@ -118,6 +141,7 @@ export function bootRequests(p: BootPlan): FcRequest[] {
   }
   reqs.push(
     { method: 'PUT', path: '/machine-config', body: { vcpu_count: p.vcpus, mem_size_mib: p.memoryMib } },
+    ...(p.network ? [{ method: 'PUT' as const, path: '/network-interfaces/eth0', body: { iface_id: 'eth0', host_dev_name: p.network.tap, guest_mac: guestMac(p.network.address) } }] : []),
     { method: 'PUT', path: '/vsock', body: { guest_cid: FC_GUEST_CID, uds_path: p.vsockPath } },
     { method: 'PUT', path: '/actions', body: { action_type: 'InstanceStart' } },
   );

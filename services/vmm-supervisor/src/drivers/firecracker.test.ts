@@ -6,8 +6,8 @@ import path from 'node:path';
 import { createLogger, isSameProcess, processState } from '@sandnode/shared';
 import type { VmRef } from '../core/driver';
 import type { VmSpec } from '../core/types';
-import { FirecrackerDriver } from './firecracker';
-import { bootRequests, bootVm, FirecrackerApi, vmStateRequest } from './firecracker-api';
+import { FirecrackerDriver, vmmCommand } from './firecracker';
+import { bootRequests, bootVm, FirecrackerApi, guestIpArg, guestMac, vmStateRequest } from './firecracker-api';
 import type { BootPlan, FcRequest } from './firecracker-api';
 
 const log = createLogger('vmm-supervisor-test', '0.0.0', 'silent');
@@ -83,6 +83,23 @@ describe('firecracker API requests', () => {
     expect(bootRequests({ ...plan, workspaceDrive: undefined }).map((r) => r.path)).not.toContain('/drives/workspace');
     const ro = bootRequests({ ...plan, workspaceDrive: { path: '/dev/loop8', readOnly: true } }).find((r) => r.path === '/drives/workspace');
     expect(ro?.body).toMatchObject({ is_read_only: true });
+  });
+
+  test('a networked VM: guest eth0 on tap0 with a MAC from its address, its address in the kernel ip= argument, before vsock', () => {
+    const reqs = bootRequests({ ...plan, network: { tap: 'tap0', address: '10.209.0.30', gateway: '10.209.0.29', prefixLen: 30 } });
+    expect(reqs[0]!.body).toEqual({ kernel_image_path: '/k/vmlinux', boot_args: 'console=ttyS0 reboot=k panic=1 pci=off ip=10.209.0.30::10.209.0.29:255.255.255.252::eth0:off' });
+    const paths = reqs.map((r) => r.path);
+    expect(paths.indexOf('/network-interfaces/eth0')).toBe(paths.indexOf('/machine-config') + 1);
+    expect(reqs.find((r) => r.path === '/network-interfaces/eth0')!.body).toEqual({ iface_id: 'eth0', host_dev_name: 'tap0', guest_mac: '06:00:0a:d1:00:1e' });
+    expect(guestMac('192.168.255.1')).toBe('06:00:c0:a8:ff:01');
+    expect(guestIpArg({ address: '10.1.0.2', gateway: '10.1.0.1', prefixLen: 24 })).toBe('ip=10.1.0.2::10.1.0.1:255.255.255.0::eth0:off');
+    // without a network: no interface, boot args as configured
+    expect(bootRequests(plan).map((r) => r.path)).not.toContain('/network-interfaces/eth0');
+  });
+
+  test('the VMM of a networked VM starts inside its slot netns (nsenter execs it: same pid)', () => {
+    expect(vmmCommand('/bin/fc', ['--api-sock', '/s', '--id', 'vm-1'])).toEqual(['/bin/fc', ['--api-sock', '/s', '--id', 'vm-1']]);
+    expect(vmmCommand('/bin/fc', ['--id', 'vm-1'], '/run/sandnode/netns/7')).toEqual(['nsenter', ['--net=/run/sandnode/netns/7', '--', '/bin/fc', '--id', 'vm-1']]);
   });
 
   test('pause/resume are PATCH /vm; GET / reads the state; an error status names the fault and stops the sequence', async () => {

@@ -22,6 +22,7 @@ import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
 import { HostStepError } from '../core/host-error';
 import type { EffectiveResources, VmProcess, VmSpec } from '../core/types';
 import { resolveExecutable } from './binary';
+import type { VmNetworkInfo } from '../network/manager';
 import { bootVm, CTRL_ALT_DEL, FirecrackerApi, vmStateRequest } from './firecracker-api';
 
 /** Longest the VMM may take to create its API socket after spawn, in ms. */
@@ -46,6 +47,14 @@ export interface FirecrackerDriverOptions {
   env?: NodeJS.ProcessEnv;
   /** Longest a VMM may take to be gone after SIGKILL, in ms (default {@link DEFAULT_FC_KILL_WAIT_MS}). */
   killWaitMs?: number;
+}
+
+/** The tap of a networked firecracker VM, in its slot's netns (bridged there to the veth's eth0). */
+export const FC_TAP = 'tap0';
+
+/** vmmCommand is the command line that starts the VMM, inside netnsPath when given. Pure. */
+export function vmmCommand(binary: string, args: string[], netnsPath?: string): [string, string[]] {
+  return netnsPath ? ['nsenter', [`--net=${netnsPath}`, '--', binary, ...args]] : [binary, args];
 }
 
 /** alive says whether proc is running (not gone, not a reused pid, not a zombie). */
@@ -101,7 +110,7 @@ export class FirecrackerDriver implements VmDriver {
     return this.cachedVersion;
   }
 
-  async create(vmId: string, spec: VmSpec, resources: EffectiveResources): Promise<StartedVm> {
+  async create(vmId: string, spec: VmSpec, resources: EffectiveResources, net?: VmNetworkInfo): Promise<StartedVm> {
     const binary = this.currentBinary();
     const dir = this.vmDir(vmId);
     const apiSocket = this.apiSocketPath(vmId);
@@ -113,7 +122,7 @@ export class FirecrackerDriver implements VmDriver {
       mkdirSync(dir, { recursive: true, mode: 0o700 });
 
       step = `spawn ${binary}`;
-      const proc = await this.spawnVmm(binary, vmId, apiSocket, path.join(dir, 'firecracker.log'));
+      const proc = await this.spawnVmm(binary, vmId, apiSocket, path.join(dir, 'firecracker.log'), net?.netnsPath);
       writeFileSync(path.join(dir, 'firecracker.pid'), `${proc.pid} ${proc.startTimeTicks}\n`, { mode: 0o600 });
 
       step = 'wait for the API socket';
@@ -129,6 +138,7 @@ export class FirecrackerDriver implements VmDriver {
         vcpus: resources.vcpus,
         memoryMib: resources.memoryMib,
         vsockPath: path.join(dir, 'vsock.sock'),
+        network: net ? { tap: FC_TAP, address: net.address, gateway: net.gateway, prefixLen: net.prefixLen } : undefined,
       });
       return { process: proc, apiSocket };
     } catch (err) {
@@ -236,12 +246,16 @@ export class FirecrackerDriver implements VmDriver {
     return true;
   }
 
-  /** spawnVmm starts the VMM in its own session and process group with stdio to logFile. */
-  private spawnVmm(binary: string, vmId: string, apiSocket: string, logFile: string): Promise<VmProcess> {
+  /**
+   * spawnVmm starts the VMM in its own session and process group with stdio to logFile; with
+   * netnsPath, inside that network namespace (`nsenter --net=<path>` execs the VMM: same pid).
+   */
+  private spawnVmm(binary: string, vmId: string, apiSocket: string, logFile: string, netnsPath?: string): Promise<VmProcess> {
     rmSync(apiSocket, { force: true }); // firecracker refuses an existing socket path
     const fd = openSync(logFile, 'a', 0o600);
+    const [cmd, args] = vmmCommand(binary, ['--api-sock', apiSocket, '--id', vmId], netnsPath);
     return new Promise<VmProcess>((resolve, reject) => {
-      const child = spawn(binary, ['--api-sock', apiSocket, '--id', vmId], {
+      const child = spawn(cmd, args, {
         detached: true,
         stdio: ['ignore', fd, fd],
         env: this.opts.env ?? process.env,

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { DEFAULT_SECCOMP_PROFILE, loadSeccompProfile } from './seccomp';
-import { buildEnv, buildOciSpec, DEFAULT_CAPABILITIES, FREEZE_PORT_MOUNT, SANDBOX_INIT, USERNS_CAPABILITIES } from './oci-spec';
+import { buildEnv, buildOciSpec, DEFAULT_CAPABILITIES, FREEZE_PORT_MOUNT, HOST_SYSFS_MASKED, SANDBOX_INIT, USERNS_CAPABILITIES } from './oci-spec';
 
 const base = {
   vmId: 'vm-1',
@@ -13,6 +13,24 @@ const base = {
 };
 
 describe('buildOciSpec', () => {
+  test('a networked VM joins its slot netns and sees resolv.conf and hosts read-only; in a user namespace the host sysfs ro with its net part masked', () => {
+    const network = { netnsPath: '/run/sn/netns/3', resolvConf: '/run/sn/vms/vm-1/net/resolv.conf', hosts: '/run/sn/vms/vm-1/net/hosts' };
+    const s = buildOciSpec({ ...base, network });
+    expect(s.linux.namespaces).toContainEqual({ type: 'network', path: '/run/sn/netns/3' });
+    expect(s.linux.namespaces.filter((n) => n.type === 'network')).toHaveLength(1);
+    expect(s.mounts).toContainEqual({ destination: '/etc/resolv.conf', type: 'bind', source: network.resolvConf, options: ['bind', 'ro', 'nosuid', 'nodev', 'noexec'] });
+    expect(s.mounts).toContainEqual({ destination: '/etc/hosts', type: 'bind', source: network.hosts, options: ['bind', 'ro', 'nosuid', 'nodev', 'noexec'] });
+    expect(s.mounts.find((m) => m.destination === '/sys')!.type).toBe('sysfs'); // no user namespace: a sysfs of its own
+    const u = buildOciSpec({ ...base, network, userns: { hostId: 100000, size: 65536 } });
+    expect(u.mounts.find((m) => m.destination === '/sys')).toEqual({ destination: '/sys', type: 'bind', source: '/sys', options: ['rbind', 'ro', 'nosuid', 'noexec', 'nodev'] });
+    expect(u.linux.maskedPaths).toEqual(expect.arrayContaining(HOST_SYSFS_MASKED));
+    // without a network: a new loopback-only netns, no resolv.conf bind, a sysfs of its own
+    const plain = buildOciSpec({ ...base, userns: { hostId: 100000, size: 65536 } });
+    expect(plain.linux.namespaces).toContainEqual({ type: 'network' });
+    expect(plain.mounts.map((m) => m.destination)).not.toContain('/etc/resolv.conf');
+    expect(plain.mounts.find((m) => m.destination === '/sys')!.type).toBe('sysfs');
+  });
+
   test('runs the sandbox init as root with the base env, in /', () => {
     const s = buildOciSpec(base);
     expect(s.process.args).toEqual([SANDBOX_INIT]);

@@ -62,6 +62,8 @@ export interface NetworkManagerOptions {
   log: Logger;
   /** Why the network is off from the start (config `network` false), or undefined. */
   off?: string;
+  /** How VMs meet their netns: "veth" (runc, default) or "tap" (firecracker). */
+  mode?: host.GuestMode;
 }
 
 const KEY = 'net';
@@ -76,6 +78,7 @@ export class NetworkManager {
   private readonly mutex = new KeyedMutex();
   private readonly making = new Set<number>();
   private disabled: string | undefined;
+  private readonly mode: host.GuestMode;
   private filling: Promise<void> | undefined;
   private closed = false;
 
@@ -86,6 +89,7 @@ export class NetworkManager {
     this.spareTarget = opts.spareTarget;
     this.log = opts.log.child({ part: 'network' });
     this.disabled = opts.off;
+    this.mode = opts.mode ?? 'veth';
   }
 
   /** status is the node's network settings and whether it is on. */
@@ -194,24 +198,25 @@ export class NetworkManager {
     if (!isMountPoint(a.netnsPath)) {
       // the namespace is gone (a reboot, a manual umount): a VM in it lost it too; make it anew
       await host.destroySlot(a);
-      await host.createSlot(a);
+      await host.createSlot(a, this.mode);
       this.log.warn({ slot: a.slot }, 'adopt: netns was missing; slot made again');
       return true;
     }
     const inside = await host.netnsState(a);
     let fixed = false;
-    if (!link || !inside.eth0) {
+    if (!link || !inside.eth0 || (this.mode === 'tap' && !inside.tap0)) {
       if (link) await runCommand('ip', ['link', 'del', a.hostIfname]);
       if (inside.eth0) await runCommand('nsenter', [`--net=${a.netnsPath}`, 'ip', 'link', 'del', 'eth0']);
       await runCommand('ip', ['-batch', '-'], { input: host.hostBatch(a) });
-      await runCommand('nsenter', [`--net=${a.netnsPath}`, 'ip', '-batch', '-'], { input: host.netnsBatch(a) });
+      if (this.mode === 'tap') await runCommand('nsenter', [`--net=${a.netnsPath}`, 'sh', '-c', 'ip link del tap0 2>/dev/null; ip link del br0 2>/dev/null; true']);
+      await runCommand('nsenter', [`--net=${a.netnsPath}`, 'ip', '-batch', '-'], { input: host.slotNetnsBatch(a, this.mode) });
       fixed = true;
     } else {
       if (!link.addrs.includes(`${a.gateway}/30`) || !link.up) {
         await runCommand('ip', ['-batch', '-'], { input: host.hostBatch(a, false) });
         fixed = true;
       }
-      if (!inside.addrs.includes(`${a.address}/30`) || !inside.defaultRoute) {
+      if (this.mode === 'veth' && (!inside.addrs.includes(`${a.address}/30`) || !inside.defaultRoute)) {
         await runCommand('nsenter', [`--net=${a.netnsPath}`, 'ip', '-batch', '-'], { input: host.netnsBatch(a) });
         fixed = true;
       }
@@ -229,6 +234,17 @@ export class NetworkManager {
   async acquire(vmId: string, req: NetworkRequest): Promise<VmNetworkInfo> {
     if (this.disabled !== undefined) throw new FailedPreconditionError(`the node's network is off: ${this.disabled}`);
     const egress = formatEgressPolicy(parseEgressPolicy(req.egress, 'spec.network.egress'));
+    try {
+      return await this.acquireOnce(vmId, req, egress);
+    } catch (err) {
+      // the last free slots may be spares being made: wait for them, then take one
+      if (!(err instanceof ResourceExhaustedError) || this.making.size === 0) throw err;
+      await this.idle();
+      return this.acquireOnce(vmId, req, egress);
+    }
+  }
+
+  private async acquireOnce(vmId: string, req: NetworkRequest, egress: EgressPolicyInput): Promise<VmNetworkInfo> {
     const info = await this.mutex.run(KEY, async () => {
       const mine = this.forVm(vmId);
       if (mine) return this.infoOf(mine);
@@ -254,7 +270,7 @@ export class NetworkManager {
       const before = this.store.get(s);
       this.store.put(row);
       try {
-        if (fresh) await host.createSlot(this.addresses(s));
+        if (fresh) await host.createSlot(this.addresses(s), this.mode);
         await host.applyNft(renderSlotChange(this.nft, s, this.nftSlots()));
       } catch (err) {
         if (before) this.store.put(before);
@@ -373,13 +389,18 @@ export class NetworkManager {
           if (this.closed) return;
           const s = await this.mutex.run(KEY, async () => {
             if (this.store.list().filter((r) => r.state === 'spare').length + this.making.size >= this.spareTarget) return undefined;
-            const n = this.freeSlot();
+            let n: number;
+            try {
+              n = this.freeSlot();
+            } catch {
+              return undefined; // the pool is full: no spare until a slot is freed
+            }
             this.making.add(n);
             return n;
           });
           if (s === undefined) return;
           try {
-            await host.createSlot(this.addresses(s));
+            await host.createSlot(this.addresses(s), this.mode);
             await this.mutex.run(KEY, async () => this.store.put({ slot: s, state: 'spare', owner: '', vmId: '', egress: { allowOut: [], denyOut: [], blockAll: false } }));
           } catch (err) {
             await host.destroySlot(this.addresses(s)).catch(() => undefined);

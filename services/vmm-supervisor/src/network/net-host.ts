@@ -19,6 +19,33 @@ export function netnsBatch(a: SlotAddresses, ifname = 'eth0'): string {
   return [`addr replace ${a.address}/${SLOT_PREFIX} dev ${ifname}`, 'link set lo up', `link set ${ifname} up`, `route replace default via ${a.gateway} dev ${ifname}`, ''].join('\n');
 }
 
+/** GuestMode: how the VM meets its netns: "veth" (runc: eth0 with the address) or "tap" (firecracker: tap0 bridged to eth0 in the netns, the address in the guest). */
+export type GuestMode = 'veth' | 'tap';
+
+/**
+ * netnsTapBatch is what `ip -batch -` runs inside a firecracker VM's netns: a bridge br0 joining
+ * the veth's eth0 and the VMM's tap0, no address (the guest holds the slot's address, its
+ * default route is the host side: one L2 link from the guest to the host veth).
+ */
+export function netnsTapBatch(): string {
+  return [
+    'link add br0 type bridge',
+    'link set eth0 master br0',
+    'tuntap add dev tap0 mode tap',
+    'link set tap0 master br0',
+    'link set lo up',
+    'link set eth0 up',
+    'link set tap0 up',
+    'link set br0 up',
+    '',
+  ].join('\n');
+}
+
+/** slotNetnsBatch is the netns batch of mode. */
+export function slotNetnsBatch(a: SlotAddresses, mode: GuestMode): string {
+  return mode === 'tap' ? netnsTapBatch() : netnsBatch(a);
+}
+
 /** hostBatch is what `ip -batch -` runs on the host for a slot: the veth pair (VM side into the netns), the gateway address, up. */
 export function hostBatch(a: SlotAddresses, withLink = true): string {
   return [
@@ -121,10 +148,10 @@ export async function makeNetns(a: SlotAddresses): Promise<void> {
 }
 
 /** createSlot makes a slot from nothing: netns, veth pair, addresses, routes (3 spawns). Throws CommandError; the caller undoes with destroySlot. */
-export async function createSlot(a: SlotAddresses): Promise<void> {
+export async function createSlot(a: SlotAddresses, mode: GuestMode = 'veth'): Promise<void> {
   await makeNetns(a);
   await run('ip', ['-batch', '-'], { input: hostBatch(a) });
-  await run('nsenter', [`--net=${a.netnsPath}`, 'ip', '-batch', '-'], { input: netnsBatch(a) });
+  await run('nsenter', [`--net=${a.netnsPath}`, 'ip', '-batch', '-'], { input: slotNetnsBatch(a, mode) });
 }
 
 /** destroySlot removes a slot's veth, netns mount and file. Idempotent; throws CommandError only for a failed umount. */
@@ -156,12 +183,18 @@ export async function hostLinks(layout: NetLayout): Promise<HostLinks> {
 }
 
 /** netnsAddrs lists the IPv4 addresses of eth0 and whether a default route exists inside a slot's netns (one spawn). */
-export async function netnsState(a: SlotAddresses): Promise<{ eth0: boolean; addrs: string[]; defaultRoute: boolean }> {
-  const { stdout } = await run('nsenter', [`--net=${a.netnsPath}`, 'sh', '-c', 'ip -j -4 addr show dev eth0 2>/dev/null || echo "[]"; echo; ip -j -4 route show default']);
-  const [addrText, routeText] = stdout.split('\n').filter((l) => l.trim().startsWith('['));
+export async function netnsState(a: SlotAddresses): Promise<{ eth0: boolean; tap0: boolean; addrs: string[]; defaultRoute: boolean }> {
+  const { stdout } = await run('nsenter', [
+    `--net=${a.netnsPath}`,
+    'sh',
+    '-c',
+    'ip -j -4 addr show dev eth0 2>/dev/null || echo "[]"; echo; ip -j -4 route show default; echo; ip -j link show dev tap0 2>/dev/null || echo "[]"',
+  ]);
+  const [addrText, routeText, tapText] = stdout.split('\n').filter((l) => l.trim().startsWith('['));
   const links = JSON.parse(addrText ?? '[]') as { addr_info?: { local: string; prefixlen: number }[] }[];
   const routes = JSON.parse(routeText ?? '[]') as unknown[];
-  return { eth0: links.length > 0, addrs: (links[0]?.addr_info ?? []).map((ai) => `${ai.local}/${ai.prefixlen}`), defaultRoute: routes.length > 0 };
+  const tap = JSON.parse(tapText ?? '[]') as unknown[];
+  return { eth0: links.length > 0, tap0: tap.length > 0, addrs: (links[0]?.addr_info ?? []).map((ai) => `${ai.local}/${ai.prefixlen}`), defaultRoute: routes.length > 0 };
 }
 
 /** netnsFiles lists the slot numbers that have a file in the netns dir. */

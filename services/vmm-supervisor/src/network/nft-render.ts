@@ -64,7 +64,8 @@ function chainBlock(name: string, lines: string[], hook?: string): string {
 function elementLines(cfg: NftSettings, slots: NftSlot[]): string[] {
   const t = `inet ${tableName(cfg.layout)}`;
   const inUse = slots.filter((s) => s.policy !== undefined);
-  const src = slots.map((s) => slotAddresses(cfg.layout, s.slot)).map((a) => `"${a.hostIfname}" . ${a.address}`);
+  // only slots in use: from a spare's or reserved slot's iface the guard drops everything
+  const src = inUse.map((s) => slotAddresses(cfg.layout, s.slot)).map((a) => `"${a.hostIfname}" . ${a.address}`);
   const vmap = inUse.map((s) => `"${slotAddresses(cfg.layout, s.slot).hostIfname}" : jump ${slotChain(s.slot)}`);
   const proxy = inUse.filter((s) => hasDomainRules(s.policy!)).map((s) => `"${slotAddresses(cfg.layout, s.slot).hostIfname}"`);
   const out = [`flush map ${t} slots`, `flush set ${t} slot_src`, `flush set ${t} proxy_ifaces`];

@@ -14,6 +14,7 @@ export function makeNetworkManager(cfg: VmmConfig, db: Database.Database, log: L
     layout,
     store,
     spareTarget: cfg.networkSpareSlots,
+    mode: cfg.driver === 'firecracker' ? 'tap' : 'veth',
     log,
     off: cfg.network ? undefined : 'network is off in the config (key "network")',
     nft: {

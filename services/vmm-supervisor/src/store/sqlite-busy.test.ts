@@ -50,6 +50,8 @@ describe('VM table held by another process', () => {
         resumeVm: async (_req: unknown, _ctx: unknown) => ++ran,
         stopVm: async (_req: unknown, _ctx: unknown) => ++ran,
         deleteVm: async (_req: unknown, _ctx: unknown) => ++ran,
+        updateVmNetwork: async (_req: unknown, _ctx: unknown) => ++ran,
+        releaseNetworkSlot: async (_req: unknown, _ctx: unknown) => ++ran,
         getVm: async (_req: unknown, _ctx: unknown) => 'read',
       },
       VM_WRITES,

@@ -1,0 +1,50 @@
+import Database from 'better-sqlite3';
+import { parseSlotRow, SlotStore, type SlotRow } from './slot-store';
+
+const row = (slot: number, over: Partial<SlotRow> = {}): SlotRow => ({ slot, state: 'in-use', owner: 'sb-a', vmId: 'vm-a', egress: { allowOut: [], denyOut: [], blockAll: false }, ...over });
+
+describe('SlotStore', () => {
+  let db: Database.Database;
+  beforeEach(() => {
+    db = new Database(':memory:');
+  });
+  afterEach(() => db.close());
+
+  test('put/get/list/delete, ordered by slot', () => {
+    const s = new SlotStore(db);
+    s.put(row(5));
+    s.put(row(2, { state: 'spare', owner: '', vmId: '' }));
+    expect(s.list().map((r) => r.slot)).toEqual([2, 5]);
+    expect(s.get(5)).toEqual(row(5));
+    expect(s.delete(5)).toBe(true);
+    expect(s.get(5)).toBeUndefined();
+  });
+
+  test('a bad row is quarantined on read, never served, and its slot is never handed out', () => {
+    const seen: number[] = [];
+    const s = new SlotStore(db, (q) => seen.push(q.slot));
+    s.put(row(1));
+    db.prepare('INSERT INTO network_slots (slot, record) VALUES (?, ?)').run(3, '{"slot":3,"state":"weird"}');
+    db.prepare('INSERT INTO network_slots (slot, record) VALUES (?, ?)').run(4, 'not json');
+    db.prepare('INSERT INTO network_slots (slot, record) VALUES (?, ?)').run(6, JSON.stringify(row(7)));
+    expect(s.list().map((r) => r.slot)).toEqual([1]);
+    expect(seen).toEqual([3, 4, 6]);
+    expect(s.quarantinedSlots()).toEqual(new Set([3, 4, 6]));
+    expect(db.prepare('SELECT count(*) AS n FROM network_slots').get()).toEqual({ n: 1 });
+  });
+
+  test('parseSlotRow checks every field and canonicalises the policy', () => {
+    const ok = parseSlotRow(JSON.stringify(row(1, { egress: { allowOut: ['b.com', '1.2.3.4', 'a.com'], denyOut: [], blockAll: true } })), 1);
+    expect(ok.egress).toEqual({ allowOut: ['1.2.3.4/32', 'a.com', 'b.com'], denyOut: [], blockAll: true });
+    const bad: [unknown, RegExp][] = [
+      [JSON.stringify({ ...row(1), vmId: '' }), /needs a vmId/],
+      [JSON.stringify({ ...row(1), state: 'reserved' }), /has a vmId/],
+      [JSON.stringify({ ...row(1), state: 'reserved', vmId: '', owner: '' }), /needs an owner/],
+      [JSON.stringify({ ...row(1), owner: 'Not An Id' }), /owner/],
+      [JSON.stringify({ ...row(1), egress: { allowOut: ['10.1.2.3/8'], denyOut: [], blockAll: false } }), /egress: .*host bits/],
+      [JSON.stringify({ ...row(1), egress: null }), /not a policy/],
+      [42, /not a string/],
+    ];
+    for (const [raw, why] of bad) expect(() => parseSlotRow(raw, 1)).toThrow(why);
+  });
+});
