@@ -12,12 +12,12 @@ import { Status } from 'nice-grpc-common';
 import { describeWith, expectCode, waitFor, writeLeaseRecord } from '@sandnode/testkit';
 import { DriveRole, NetworkSlotState } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { VmSpec } from '@sandnode/shared/proto/vmm/v1/vmm';
-import { Fixture, VMM_PARTS, type Daemon } from './__tests__/fixture';
-import { NetFixture } from './__tests__/net-fixture';
+import { Fixture, type Daemon } from './__tests__/fixture';
+import { NET_PARTS, NetFixture } from './__tests__/net-fixture';
 
 jest.setTimeout(120_000);
 
-describeWith('vmm-supervisor network (integration)', VMM_PARTS, () => {
+describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
   let fx: Fixture;
   let nf: NetFixture;
   let daemon: Daemon;
@@ -236,6 +236,36 @@ describeWith('vmm-supervisor network (integration)', VMM_PARTS, () => {
     );
     for (const id of made) await client.deleteVm({ vmId: id });
     expect((await client.listNetworkSlots({})).slots.filter((s) => s.state !== NetworkSlotState.NETWORK_SLOT_STATE_SPARE)).toEqual([]);
+  });
+
+  test('a pool that overlaps a route of the host turns the network off with the reason; a networked CreateVm is FAILED_PRECONDITION', async () => {
+    const fx2 = new Fixture();
+    writeLeaseRecord(fx2.stateDir, 5);
+    try {
+      const quad = nf.internetHostSide.split('.').map(Number);
+      const pool = `${quad[0]}.${quad[1]}.${quad[2]}.${quad[3]! & 0xf0}/28`; // holds the test host's /30
+      await fx2.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_POOL: pool, SANDNODE_VMM_SUPERVISOR_NETWORK_TAG: `${nf.tag.slice(0, 3)}q` }));
+      const c2 = fx2.client(1);
+      const l = await c2.listNetworkSlots({});
+      expect(l).toMatchObject({ enabled: false, slots: [], pool });
+      expect(l.disabledReason).toContain(`pool ${pool} overlaps route`);
+      const s2 = { ...spec('net-off', { owner: 'sb-off', slot: -1, egress: open }) };
+      await expectCode(c2.createVm({ vmId: 'net-off', spec: s2 }), Status.FAILED_PRECONDITION, /network is off: pool .* overlaps/);
+      await expectCode(c2.getVm({ vmId: 'net-off' }), Status.NOT_FOUND);
+      // network off by config
+      const fx3 = new Fixture();
+      try {
+        writeLeaseRecord(fx3.stateDir, 5);
+        await fx3.start({ SANDNODE_VMM_SUPERVISOR_NETWORK: 'false' });
+        const l3 = await fx3.client(1).listNetworkSlots({});
+        expect(l3).toMatchObject({ enabled: false, disabledReason: 'network is off in the config (key "network")' });
+        await expectCode(fx3.client(1).createVm({ vmId: 'net-off', spec: s2 }), Status.FAILED_PRECONDITION, /network is off in the config/);
+      } finally {
+        await fx3.cleanup();
+      }
+    } finally {
+      await fx2.cleanup();
+    }
   });
 
   test('bad network specs change nothing', async () => {

@@ -9,6 +9,18 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import type { Part } from '@sandnode/testkit';
+import { VMM_PARTS } from './fixture';
+
+const onPath = (cmd: string) => (process.env.PATH ?? '').split(':').some((d) => d !== '' && existsSync(path.join(d, cmd)));
+
+/** What the network suites need on top of VMM_PARTS (deploy/host-setup.sh installs them; CI fails without them). */
+export const NET_PARTS: Part[] = [
+  ...VMM_PARTS,
+  { name: 'nftables (apt-get install nftables)', present: () => onPath('nft'), ciProvides: true },
+  { name: 'iproute2 (apt-get install iproute2)', present: () => onPath('ip'), ciProvides: true },
+  { name: 'iptables (apt-get install iptables)', present: () => onPath('iptables'), ciProvides: true },
+];
 
 /** The echo host's script: port 7 echoes, port 5000 greets; stats (connections, lines on port 7) go to statsFile. */
 const SERVER = `
