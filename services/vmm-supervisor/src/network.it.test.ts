@@ -5,8 +5,10 @@
  * removes the table, veths, netns mounts and DOCKER-USER rules even on failure.
  * Build first: `npm run build`.
  */
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFile, execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
+import dgram from 'node:dgram';
+import net from 'node:net';
 import path from 'node:path';
 import { Status } from 'nice-grpc-common';
 import { describeWith, expectCode, waitFor, writeLeaseRecord } from '@sandnode/testkit';
@@ -16,6 +18,10 @@ import { Fixture, type Daemon } from './__tests__/fixture';
 import { NET_PARTS, NetFixture } from './__tests__/net-fixture';
 
 jest.setTimeout(120_000);
+
+/** The suite's resolver and proxy ports (random: other suites on this machine may hold the defaults). */
+const DNS_PORT = 20000 + Math.floor(Math.random() * 10000);
+const PROXY_PORT = DNS_PORT + 1;
 
 describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
   let fx: Fixture;
@@ -49,8 +55,14 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
     const r = spawnSync('nsenter', ['-t', String(pids.get(vmId)), '-a', '/bin/sh', '-c', `${cmd} 2>&1`], { timeout: 30_000 });
     return { out: `${r.stdout?.toString() ?? ''}${r.stderr?.toString() ?? ''}`, code: r.status ?? -1 };
   };
+  /** shAsync is sh without blocking the event loop (for servers of this process). */
+  const shAsync = (vmId: string, cmd: string): Promise<string> =>
+    new Promise((resolve) => {
+      execFile('nsenter', ['-t', String(pids.get(vmId)), '-a', '/bin/sh', '-c', `${cmd} 2>&1`], { timeout: 30_000 }, (_err, stdout, stderr) => resolve(`${stdout}${stderr}`));
+    });
   const echo = (vmId: string, host: string, port = 7) => sh(vmId, `echo ping-$$ | nc -w 3 ${host} ${port}`);
   const open = { allowOut: [], denyOut: [], blockAll: false };
+  const ports = { SANDNODE_VMM_SUPERVISOR_DNS_PORT: String(DNS_PORT), SANDNODE_VMM_SUPERVISOR_EGRESS_PROXY_PORT: String(PROXY_PORT) };
 
   beforeAll(async () => {
     fx = new Fixture();
@@ -58,7 +70,7 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
     writeLeaseRecord(fx.stateDir, 5);
     fx.buildRootfs();
     await nf.startInternet();
-    daemon = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '1' }));
+    daemon = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '1', ...ports }));
     client = fx.client(1);
   });
 
@@ -73,7 +85,16 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
       const r = await client.listNetworkSlots({});
       return r.slots.some((s) => s.state === NetworkSlotState.NETWORK_SLOT_STATE_SPARE) ? r : undefined;
     });
-    expect(l).toMatchObject({ enabled: true, disabledReason: '', pool: nf.pool, table: `inet sandnode-${nf.tag}`, dnsPort: 15053, egressProxyPort: 15080, proxiedPorts: [80, 443], spareTarget: 1 });
+    expect(l).toMatchObject({
+      enabled: true,
+      disabledReason: '',
+      pool: nf.pool,
+      table: `inet sandnode-${nf.tag}`,
+      dnsPort: DNS_PORT,
+      egressProxyPort: PROXY_PORT,
+      proxiedPorts: [80, 443],
+      spareTarget: 1,
+    });
     expect(l.alwaysDenied).toEqual(expect.arrayContaining(['10.0.0.0/8', '169.254.0.0/16', nf.pool]));
     expect(nf.table()).toContain('chain forward');
   });
@@ -108,6 +129,58 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
       execFileSync('iptables', ['-w', '-I', 'DOCKER-USER', ...out.split(' ')]);
     }
     expect(echo('net-a', nf.internet).out).toMatch(/ping-/);
+  });
+
+  test('udp/tcp 53 to any address goes to dnsPort, TCP 80 of a slot with domain rules to egressProxyPort; a spoofed source reaches neither', async () => {
+    const a = (await client.getVm({ vmId: 'net-a' })).vm!.network!;
+    const servers = [DNS_PORT, PROXY_PORT].map((port) =>
+      net.createServer((c) => {
+        c.end(`port ${port} from ${c.remoteAddress}\n`);
+      }),
+    );
+    await Promise.all(servers.map((srv, i) => new Promise<void>((r) => srv.listen(i === 0 ? DNS_PORT : PROXY_PORT, a.gateway, r))));
+    try {
+      expect(await shAsync('net-a', 'nc -w 3 203.0.113.9 53 </dev/null')).toContain(`port ${DNS_PORT} from ${a.address}`);
+      // no domain rules: TCP 80 is not redirected (it goes out and finds nothing: 203.0.113.9 is not routed here)
+      expect(await shAsync('net-a', 'nc -w 2 203.0.113.9 80 </dev/null')).not.toContain(`port ${PROXY_PORT}`);
+      await client.updateVmNetwork({ vmId: 'net-a', egress: { allowOut: ['example.com'], denyOut: [], blockAll: true } });
+      expect(await shAsync('net-a', 'nc -w 3 203.0.113.9 80 </dev/null')).toContain(`port ${PROXY_PORT} from ${a.address}`);
+      // the ports themselves, straight at the gateway
+      expect(await shAsync('net-a', `nc -w 3 ${a.gateway} ${DNS_PORT} </dev/null`)).toContain(`port ${DNS_PORT}`);
+      // udp 53 too (busybox nc has no -u: node in the slot's netns sends them, from the sandbox's own address); a
+      // datagram with a spoofed source (another slot's address) never reaches the resolver port
+      const seen: string[] = [];
+      const udp = dgram.createSocket('udp4');
+      udp.on('message', (m, r) => seen.push(`${String(m).trim()} ${r.address}`));
+      await new Promise<void>((r) => udp.bind(DNS_PORT, a.gateway, r));
+      const send = (from: string, text: string, host: string, port: number) =>
+        new Promise<void>((resolve) =>
+          execFile(
+            'nsenter',
+            [`--net=${a.netnsPath}`, process.execPath, '-e', `const s=require('dgram').createSocket('udp4');s.bind(0,'${from}',()=>s.send('${text}',${port},'${host}',()=>s.close()));`],
+            () => resolve(),
+          ),
+        );
+      try {
+        await send(a.address, 'legit', '203.0.113.9', 53);
+        await waitFor('the redirected datagram', () => (seen.length > 0 ? true : undefined));
+        const spoof = a.address.replace(/\.(\d+)$/, (_, d: string) => `.${Number(d) + 4}`);
+        execFileSync('nsenter', [`--net=${a.netnsPath}`, 'ip', 'addr', 'add', `${spoof}/32`, 'dev', 'eth0']);
+        try {
+          await send(spoof, 'spoofed', a.gateway, DNS_PORT);
+        } finally {
+          execFileSync('nsenter', [`--net=${a.netnsPath}`, 'ip', 'addr', 'del', `${spoof}/32`, 'dev', 'eth0']);
+        }
+        await send(a.address, 'after', a.gateway, DNS_PORT);
+        await waitFor('the datagram sent after the spoofed one', () => (seen.some((x) => x.startsWith('after')) ? true : undefined));
+        expect(seen).toEqual([`legit ${a.address}`, `after ${a.address}`]);
+      } finally {
+        udp.close();
+      }
+    } finally {
+      await client.updateVmNetwork({ vmId: 'net-a', egress: open });
+      for (const srv of servers) await new Promise((r) => srv.close(r));
+    }
   });
 
   test('always denied: 10.0.0.0/8, 169.254.169.254 and another sandbox are refused at once; the host is dropped', async () => {
@@ -171,7 +244,7 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
     execFileSync('ip', ['link', 'add', orphan, 'type', 'veth', 'peer', 'name', `tn${nf.tag}o`]);
     execFileSync('ip', ['addr', 'flush', 'dev', bIf]);
     await waitFor('ticks with no supervisor', () => (nf.stats().lines > before.lines + 5 ? true : undefined));
-    daemon = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '1' }));
+    daemon = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '1', ...ports }));
     client = fx.client(1);
     await waitFor('more ticks on the same connection', () => (nf.stats().lines > before.lines + 10 ? true : undefined));
     expect(nf.stats().conns).toBe(before.conns);
