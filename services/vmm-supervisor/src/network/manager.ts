@@ -27,6 +27,7 @@ import { runCommand } from '../drivers/command-runner';
 import { isMountPoint } from '../drivers/mounts';
 import * as host from './net-host';
 import { renderSlotChange, renderTable, type NftSettings, type NftSlot } from './nft-render';
+import { NftSession } from './nft-session';
 import type { SlotRow, SlotStore } from './slot-store';
 
 /** NetworkRequest is a VM's NetworkSpec in domain form. */
@@ -79,6 +80,7 @@ export class NetworkManager {
   private readonly making = new Set<number>();
   private disabled: string | undefined;
   private readonly mode: host.GuestMode;
+  private readonly session: NftSession;
   private filling: Promise<void> | undefined;
   private closed = false;
 
@@ -90,6 +92,7 @@ export class NetworkManager {
     this.log = opts.log.child({ part: 'network' });
     this.disabled = opts.off;
     this.mode = opts.mode ?? 'veth';
+    this.session = new NftSession(tableName(this.layout), this.log);
   }
 
   /** status is the node's network settings and whether it is on. */
@@ -186,7 +189,7 @@ export class NetworkManager {
           swept.push(`netns/${s}`);
         }
       }
-      await host.applyNft(renderTable(this.nft, this.nftSlots()));
+      await this.session.apply(renderTable(this.nft, this.nftSlots()));
       const log = repaired.length || freed.length || swept.length ? this.log.warn.bind(this.log) : this.log.info.bind(this.log);
       log({ slots: owned.size, repaired, freed, swept }, 'adopt: network slots checked, table rendered');
       return { repaired, freed, swept };
@@ -271,7 +274,7 @@ export class NetworkManager {
       this.store.put(row);
       try {
         if (fresh) await host.createSlot(this.addresses(s), this.mode);
-        await host.applyNft(renderSlotChange(this.nft, s, this.nftSlots()));
+        await this.session.apply(renderSlotChange(this.nft, s, this.nftSlots()));
       } catch (err) {
         if (before) this.store.put(before);
         else {
@@ -297,7 +300,7 @@ export class NetworkManager {
       if (!row) return;
       if (keep) {
         this.store.put({ ...row, state: 'reserved', vmId: '' });
-        await host.applyNft(renderSlotChange(this.nft, row.slot, this.nftSlots()));
+        await this.session.apply(renderSlotChange(this.nft, row.slot, this.nftSlots()));
         this.log.info({ slot: row.slot, owner: row.owner }, 'network slot reserved for its owner');
         return;
       }
@@ -333,7 +336,7 @@ export class NetworkManager {
       const next: SlotRow = { ...row, egress };
       this.store.put(next);
       try {
-        await host.applyNft(renderSlotChange(this.nft, row.slot, this.nftSlots()));
+        await this.session.apply(renderSlotChange(this.nft, row.slot, this.nftSlots()));
       } catch (err) {
         this.store.put(row);
         throw err;
@@ -347,6 +350,7 @@ export class NetworkManager {
   async close(): Promise<void> {
     this.closed = true;
     await this.filling;
+    this.session.close();
   }
 
   /** idle resolves when no spare is being made (tests, bench). */
@@ -356,7 +360,7 @@ export class NetworkManager {
 
   private async free(row: SlotRow): Promise<void> {
     const a = this.addresses(row.slot);
-    await host.applyNft(
+    await this.session.apply(
       renderSlotChange(
         this.nft,
         row.slot,

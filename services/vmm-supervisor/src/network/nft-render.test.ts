@@ -2,6 +2,7 @@ import { parseCidrList, parseEgressPolicy } from '@sandnode/shared';
 import { makeLayout, slotAddresses, slotCount, slotOfIfname, defaultNetworkTag } from './layout';
 import { renderSlotChange, renderTable, slotRules, type NftSettings } from './nft-render';
 import { hostBatch, netnsBatch, netnsTapBatch } from './net-host';
+import { changeError, oneLine } from './nft-session';
 
 const layout = makeLayout('10.209.0.0/16', 'ab12', '/run/sn');
 const cfg: NftSettings = { layout, dnsPort: 15053, egressProxyPort: 15080, proxiedPorts: [80, 443], alwaysDenied: parseCidrList(['10.0.0.0/8', '169.254.0.0/16', '10.209.0.0/16'], 'd') };
@@ -84,5 +85,16 @@ describe('nft rendering', () => {
     expect(netnsBatch(a)).toBe('addr replace 10.209.0.6/30 dev eth0\nlink set lo up\nlink set eth0 up\nroute replace default via 10.209.0.5 dev eth0\n');
     expect(netnsTapBatch()).toContain('tuntap add dev tap0 mode tap');
     expect(netnsTapBatch()).not.toContain('addr');
+  });
+});
+
+describe('nft session lines', () => {
+  test('a script becomes one line (one batch: one transaction) that nft still parses', () => {
+    expect(oneLine('table inet t {\n  chain c {\n    accept\n  }\n}\nflush set inet t s\n')).toBe('table inet t {; chain c {; accept; }; }; flush set inet t s');
+  });
+  test("a change's error is every Error: line before the sync command's own", () => {
+    const sync = 'Error: No such file or directory\nlist set inet t sync-3\n                ^^^^^^\n';
+    expect(changeError(`   ^^^\n${sync}`)).toBeUndefined();
+    expect(changeError(`Error: syntax error, unexpected foo\nfoo; bar\n^^^\n${sync}`)).toBe('Error: syntax error, unexpected foo\nfoo; bar\n^^^');
   });
 });
