@@ -213,6 +213,12 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
     expect(echo('net-a', nf.internet).out).toMatch(/ping-/);
     await expectCode(client.updateVmNetwork({ vmId: 'net-a', egress: { allowOut: ['10.1.2.3/8'], denyOut: [], blockAll: false } }), Status.INVALID_ARGUMENT, /host bits/);
     await expectCode(client.updateVmNetwork({ vmId: 'nope', egress: open }), Status.NOT_FOUND);
+    // epoch-fenced like every mutating call: a stale epoch changes nothing
+    client = fx.client(2);
+    await client.fenceEpoch({ epoch: 2, requireFreezeArm: false });
+    await expectCode(fx.client(1).updateVmNetwork({ vmId: 'net-a', egress: { allowOut: [], denyOut: [], blockAll: true } }), Status.ABORTED, /stale epoch 1/);
+    await expectCode(fx.client(1).releaseNetworkSlot({ slot: 0, owner: 'sb-a' }), Status.ABORTED);
+    expect(echo('net-a', nf.internet).out).toMatch(/ping-/);
   });
 
   test('anti-spoof: the sandbox cannot change its address, and a packet from another source gets nothing', async () => {
@@ -245,7 +251,7 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
     execFileSync('ip', ['addr', 'flush', 'dev', bIf]);
     await waitFor('ticks with no supervisor', () => (nf.stats().lines > before.lines + 5 ? true : undefined));
     daemon = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '1', ...ports }));
-    client = fx.client(1);
+    client = fx.client(2);
     await waitFor('more ticks on the same connection', () => (nf.stats().lines > before.lines + 10 ? true : undefined));
     expect(nf.stats().conns).toBe(before.conns);
     expect(nf.links()).not.toContain(orphan);
