@@ -38,7 +38,7 @@ async function run(tag, spares) {
   });
   const times = [];
   try {
-    await m.start(new Set());
+    await m.start(new Map());
     if (!m.status().enabled) throw new Error(m.status().disabledReason);
     for (let i = 0; i < N; i++) {
       await m.idle();

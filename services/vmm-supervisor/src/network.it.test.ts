@@ -242,19 +242,25 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
 
   test('kill -9 of the supervisor keeps a connection flowing; the restarted one re-adopts and repairs', async () => {
     spawnSync('nsenter', ['-t', String(pids.get('net-a')), '-a', '/bin/sh', '-c', `((while true; do echo tick; sleep 0.1; done) | nc ${nf.internet} 7 >/dev/null) </dev/null >/dev/null 2>&1 &`]);
-    const bIf = (await client.getVm({ vmId: 'net-b' })).vm!.network!.hostIfname;
+    const { hostIfname: bIf, netnsPath: bNetns } = (await client.getVm({ vmId: 'net-b' })).vm!.network!;
     const before = await waitFor('ticks', () => (nf.stats().lines > 5 ? nf.stats() : undefined));
     await daemon.kill('SIGKILL');
     // damage done while it is down: net-b's gateway address is gone; an orphan iface of this node appears
     const orphan = `sn${nf.tag}v999`;
     execFileSync('ip', ['link', 'add', orphan, 'type', 'veth', 'peer', 'name', `tn${nf.tag}o`]);
     execFileSync('ip', ['addr', 'flush', 'dev', bIf]);
+    // and net-b's netns bind mount is gone (the VM still runs in the namespace)
+    const bInode = execFileSync('stat', ['-L', '-c', '%i', `/proc/${pids.get('net-b')}/ns/net`])
+      .toString()
+      .trim();
+    execFileSync('umount', [bNetns]);
     await waitFor('ticks with no supervisor', () => (nf.stats().lines > before.lines + 5 ? true : undefined));
     daemon = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '1', ...ports }));
     client = fx.client(2);
     await waitFor('more ticks on the same connection', () => (nf.stats().lines > before.lines + 10 ? true : undefined));
     expect(nf.stats().conns).toBe(before.conns);
     expect(nf.links()).not.toContain(orphan);
+    expect(execFileSync('stat', ['-L', '-c', '%i', bNetns]).toString().trim()).toBe(bInode); // the VM's own namespace, bound again
     const repaired = JSON.parse(execFileSync('ip', ['-j', '-4', 'addr', 'show', 'dev', bIf]).toString()) as { addr_info: unknown[] }[];
     expect(repaired[0]!.addr_info.length).toBe(1);
     expect(echo('net-b', nf.internet).out).toMatch(/ping-/);

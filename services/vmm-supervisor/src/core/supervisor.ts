@@ -181,7 +181,7 @@ export class Supervisor {
     }
     report.prunedBinaries = this.pruneBinaries();
     // after the VM rows were settled: a slot whose VM is no longer in the table is freed
-    await this.network?.start(new Set(this.store.list().map((r) => r.vmId)));
+    await this.network?.start(new Map(this.store.list().map((r) => [r.vmId, r.state === 'running' || r.state === 'paused' ? r.pid : 0])));
     return report;
   }
 

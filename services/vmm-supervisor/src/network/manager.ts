@@ -23,6 +23,8 @@ import {
   type Logger,
 } from '@sandnode/shared';
 import { slotAddresses, slotCount, tableName, slotOfIfname, type NetLayout, type SlotAddresses } from './layout';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
 import { runCommand } from '../drivers/command-runner';
 import { isMountPoint } from '../drivers/mounts';
 import * as host from './net-host';
@@ -127,10 +129,11 @@ export class NetworkManager {
 
   /**
    * start checks the host (preflight: off with a reason when it fails), lets sandbox traffic
-   * through Docker's FORWARD chain when there is one, and adopts (see adopt). liveVms are the
-   * VM ids of the VM table. Never throws: a failure turns the network off with its reason.
+   * through Docker's FORWARD chain when there is one, and adopts (see adopt). vms are the VM ids
+   * of the VM table with the pid of their init or VMM (0: not running). Never throws: a failure
+   * turns the network off with its reason.
    */
-  async start(liveVms: Set<string>): Promise<void> {
+  async start(vms: Map<string, number>): Promise<void> {
     if (this.disabled !== undefined) {
       this.log.info({ reason: this.disabled }, 'network off');
       return;
@@ -143,7 +146,7 @@ export class NetworkManager {
         return;
       }
       await host.allowThroughDocker(this.layout, this.log);
-      await this.adopt(liveVms);
+      await this.adopt(vms);
     } catch (err) {
       this.disabled = `network setup failed: ${(err as Error).message.slice(0, 300)}`;
       this.log.error({ err }, this.disabled);
@@ -154,10 +157,12 @@ export class NetworkManager {
 
   /**
    * adopt checks every row against the host and repairs: an in-use row of a VM the table does
-   * not have is freed; a missing netns, veth or address is made again; host veths and netns
-   * files of this node that no row owns are removed; the table is rendered from the rows.
+   * not have is freed; a lost netns bind mount of a running VM is bound again from the VM's
+   * process (/proc/<pid>/ns/net: the VM keeps its namespace), of any other slot made anew; a
+   * missing veth or address is made again; host veths and netns files of this node that no row
+   * owns are removed; the table is rendered from the rows.
    */
-  async adopt(liveVms: Set<string>): Promise<{ repaired: number[]; freed: number[]; swept: string[] }> {
+  async adopt(vms: Map<string, number>): Promise<{ repaired: number[]; freed: number[]; swept: string[] }> {
     return this.mutex.run(KEY, async () => {
       const repaired: number[] = [];
       const freed: number[] = [];
@@ -166,14 +171,14 @@ export class NetworkManager {
       const rows = this.store.list();
       for (const row of rows) {
         const a = this.addresses(row.slot);
-        if (row.state === 'in-use' && !liveVms.has(row.vmId)) {
+        if (row.state === 'in-use' && !vms.has(row.vmId)) {
           await host.destroySlot(a);
           this.store.delete(row.slot);
           freed.push(row.slot);
           this.log.warn({ slot: row.slot, vm_id: row.vmId }, 'adopt: slot of a VM the table does not have; freed');
           continue;
         }
-        if (await this.repair(a, links.get(a.hostIfname))) repaired.push(row.slot);
+        if (await this.repair(a, links.get(a.hostIfname), row.state === 'in-use' ? (vms.get(row.vmId) ?? 0) : 0)) repaired.push(row.slot);
       }
       const owned = new Set(this.store.list().map((r) => r.slot));
       for (const name of links.keys()) {
@@ -197,7 +202,15 @@ export class NetworkManager {
   }
 
   /** repair makes what is missing of slot a (netns, veth, addresses, route); true when it had to. */
-  private async repair(a: SlotAddresses, link: { addrs: string[]; up: boolean } | undefined): Promise<boolean> {
+  private async repair(a: SlotAddresses, link: { addrs: string[]; up: boolean } | undefined, pid: number): Promise<boolean> {
+    if (!isMountPoint(a.netnsPath) && pid > 0 && existsSync(`/proc/${pid}/ns/net`)) {
+      // the VM still runs in the namespace: bind it again from its process, it keeps its traffic
+      mkdirSync(path.dirname(a.netnsPath), { recursive: true, mode: 0o755 });
+      writeFileSync(a.netnsPath, '', { mode: 0o444 });
+      await runCommand('mount', ['--bind', `/proc/${pid}/ns/net`, a.netnsPath]);
+      this.log.warn({ slot: a.slot, pid }, 'adopt: netns bind mount was missing; bound again from the VM process');
+      return (await this.repair(a, link, 0)) || true;
+    }
     if (!isMountPoint(a.netnsPath)) {
       // the namespace is gone (a reboot, a manual umount): a VM in it lost it too; make it anew
       await host.destroySlot(a);
