@@ -110,6 +110,7 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
     expect(sh('net-a', 'cat /etc/resolv.conf').out).toContain(`nameserver ${vm.network!.gateway}`);
     expect(sh('net-a', 'cat /etc/hosts').out).toMatch(new RegExp(`${vm.network!.address.replace(/\./g, '\\.')}\\s+net-a`));
     expect(sh('net-a', 'ip -4 addr show eth0').out).toContain(`${vm.network!.address}/30`);
+    expect(sh('net-a', 'ip -6 addr; echo end').out.trim()).toBe('end'); // IPv4 only: not even a link-local address
     // idempotent: the same spec returns the same VM and slot
     const again = (await client.createVm({ vmId: 'net-a', spec: specs.get('net-a')! })).vm!;
     expect(again.network!.slot).toBe(vm.network!.slot);

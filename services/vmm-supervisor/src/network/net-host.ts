@@ -151,8 +151,11 @@ export async function makeNetns(a: SlotAddresses): Promise<void> {
 export async function createSlot(a: SlotAddresses, mode: GuestMode = 'veth'): Promise<void> {
   await makeNetns(a);
   await run('ip', ['-batch', '-'], { input: hostBatch(a) });
-  await run('nsenter', [`--net=${a.netnsPath}`, 'ip', '-batch', '-'], { input: slotNetnsBatch(a, mode) });
+  await run('nsenter', [`--net=${a.netnsPath}`, 'sh', '-c', NETNS_SETUP], { input: slotNetnsBatch(a, mode) });
 }
+
+/** Run in a new slot netns before its ip batch: IPv6 off (IPv4 only: no link-local address either), then the batch from stdin. */
+export const NETNS_SETUP = 'for f in all default; do echo 1 > /proc/sys/net/ipv6/conf/$f/disable_ipv6; done; exec ip -batch -';
 
 /** destroySlot removes a slot's veth, netns mount and file. Idempotent; throws CommandError only for a failed umount. */
 export async function destroySlot(a: SlotAddresses): Promise<void> {
