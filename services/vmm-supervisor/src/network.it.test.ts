@@ -10,6 +10,7 @@ import { existsSync, mkdirSync } from 'node:fs';
 import dgram from 'node:dgram';
 import net from 'node:net';
 import path from 'node:path';
+import Database from 'better-sqlite3';
 import { Status } from 'nice-grpc-common';
 import { describeWith, expectCode, waitFor, writeLeaseRecord } from '@sandnode/testkit';
 import { DriveRole, NetworkSlotState } from '@sandnode/shared/proto/vmm/v1/vmm';
@@ -255,12 +256,18 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
       .toString()
       .trim();
     execFileSync('umount', [bNetns]);
+    // and a slot row that cannot be read: set aside, never stops the supervisor
+    const db = new Database(path.join(fx.stateDir, 'vmm-supervisor', 'vm-table.db'));
+    db.prepare('INSERT INTO network_slots (slot, record) VALUES (?, ?)').run(999, 'not json');
+    db.close();
     await waitFor('ticks with no supervisor', () => (nf.stats().lines > before.lines + 5 ? true : undefined));
     daemon = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '1', ...ports }));
     client = fx.client(2);
     await waitFor('more ticks on the same connection', () => (nf.stats().lines > before.lines + 10 ? true : undefined));
     expect(nf.stats().conns).toBe(before.conns);
     expect(nf.links()).not.toContain(orphan);
+    expect((await client.listNetworkSlots({})).slots.map((x) => x.slot)).not.toContain(999);
+    expect(daemon.log(64_000)).toMatch(/row of slot 999 cannot be read \(record is not JSON/);
     expect(execFileSync('stat', ['-L', '-c', '%i', bNetns]).toString().trim()).toBe(bInode); // the VM's own namespace, bound again
     const repaired = JSON.parse(execFileSync('ip', ['-j', '-4', 'addr', 'show', 'dev', bIf]).toString()) as { addr_info: unknown[] }[];
     expect(repaired[0]!.addr_info.length).toBe(1);
