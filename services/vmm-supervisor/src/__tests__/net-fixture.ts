@@ -11,6 +11,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Part } from '@sandnode/testkit';
 import { VMM_PARTS } from './fixture';
+import { purgeNodeNetwork } from '../network/purge';
 
 const onPath = (cmd: string) => (process.env.PATH ?? '').split(':').some((d) => d !== '' && existsSync(path.join(d, cmd)));
 
@@ -45,7 +46,11 @@ export class NetFixture {
   readonly statsFile: string;
   private server: ChildProcess | undefined;
 
-  constructor(private readonly dir: string) {
+  constructor(
+    private readonly dir: string,
+    /** The run dir of the supervisor under test (its netns mounts are purged). */
+    private readonly runDir: string = path.join(dir, 'run'),
+  ) {
     const alphabet = 'abcdefghijklmnopqrstuvwxyz';
     this.tag = `z${alphabet[randomInt(26)]}${alphabet[randomInt(26)]}${randomInt(10)}`;
     this.pool = `10.209.${randomInt(128, 256)}.${randomInt(0, 16) * 16}/28`; // 4 slots: the suite fills the pool
@@ -111,12 +116,6 @@ export class NetFixture {
     tryRun('ip', ['link', 'del', this.inetIf]);
     tryRun('ip', ['link', 'del', `tn${this.tag}o`]);
     tryRun('umount', ['-l', this.netnsFile]);
-    tryRun('nft', ['delete', 'table', 'inet', `sandnode-${this.tag}`]);
-    for (const d of ['-i', '-o']) tryRun('iptables', ['-w', '-D', 'DOCKER-USER', d, `sn${this.tag}v+`, '-j', 'ACCEPT']);
-    try {
-      for (const l of this.links()) tryRun('ip', ['link', 'del', l]);
-    } catch {
-      /* best effort */
-    }
+    purgeNodeNetwork({ tag: this.tag, runDir: this.runDir });
   }
 }

@@ -1,0 +1,50 @@
+/**
+ * purgeNodeNetwork removes everything the network of one node made on the host (`down --purge`,
+ * test cleanup): its nftables table, its DOCKER-USER accept rules, every host iface named
+ * sn<tag>v<n>, and every netns bind mount under <runDir>/netns. Only names of that tag are
+ * touched. Never throws; returns what it removed. Run it with the node's supervisor stopped.
+ * Synchronous host commands (no command helpers): usable from any process, tests included.
+ */
+import { execFileSync } from 'node:child_process';
+import { rmSync } from 'node:fs';
+import path from 'node:path';
+import { isMountPoint } from '../drivers/mounts';
+import { ifacePrefix, makeLayout, slotOfIfname, tableName } from './layout';
+import { netnsFiles } from './net-host';
+
+/** What purgeNodeNetwork removed. */
+export interface PurgedNetwork {
+  table: boolean;
+  ifaces: string[];
+  netns: number[];
+}
+
+function ok(cmd: string, args: string[]): boolean {
+  try {
+    execFileSync(cmd, args, { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** purgeNodeNetwork: tag is the node's networkTag (its config's, or defaultNetworkTag of its state dir); runDir the node's run dir. */
+export function purgeNodeNetwork(opts: { tag: string; runDir: string }): PurgedNetwork {
+  const layout = makeLayout('10.209.0.0/16', opts.tag, opts.runDir);
+  const out: PurgedNetwork = { table: ok('nft', ['delete', 'table', 'inet', tableName(layout)]), ifaces: [], netns: [] };
+  for (const dir of ['-i', '-o']) while (ok('iptables', ['-w', '-D', 'DOCKER-USER', dir, `${ifacePrefix(layout)}+`, '-j', 'ACCEPT']));
+  let names: string[] = [];
+  try {
+    names = (JSON.parse(execFileSync('ip', ['-j', 'link'], { stdio: ['ignore', 'pipe', 'ignore'] }).toString()) as { ifname: string }[]).map((l) => l.ifname);
+  } catch {
+    /* no ip */
+  }
+  for (const n of names) if (slotOfIfname(layout, n) !== undefined && ok('ip', ['link', 'del', n])) out.ifaces.push(n);
+  for (const s of netnsFiles(layout)) {
+    const f = path.join(layout.netnsDir, String(s));
+    if (isMountPoint(f)) ok('umount', [f]);
+    rmSync(f, { force: true });
+    out.netns.push(s);
+  }
+  return out;
+}
