@@ -19,6 +19,7 @@ import {
   ResourceExhaustedError,
   parseEgressPolicy,
   formatEgressPolicy,
+  type EgressPolicy,
   type EgressPolicyInput,
   type Logger,
 } from '@sandnode/shared';
@@ -28,7 +29,7 @@ import path from 'node:path';
 import { runCommand } from '../drivers/command-runner';
 import { isMountPoint } from '../drivers/mounts';
 import * as host from './net-host';
-import { renderSlotChange, renderTable, type NftSettings, type NftSlot } from './nft-render';
+import { renderSlotDelta, renderTable, type NftSettings, type NftSlot } from './nft-render';
 import { NftSession } from './nft-session';
 import type { SlotRow, SlotStore } from './slot-store';
 
@@ -287,7 +288,7 @@ export class NetworkManager {
       this.store.put(row);
       try {
         if (fresh) await host.createSlot(this.addresses(s), this.mode);
-        await this.session.apply(renderSlotChange(this.nft, s, this.nftSlots()));
+        await this.applyChange(s, undefined, parseEgressPolicy(egress));
       } catch (err) {
         if (before) this.store.put(before);
         else {
@@ -313,7 +314,7 @@ export class NetworkManager {
       if (!row) return;
       if (keep) {
         this.store.put({ ...row, state: 'reserved', vmId: '' });
-        await this.session.apply(renderSlotChange(this.nft, row.slot, this.nftSlots()));
+        await this.applyChange(row.slot, parseEgressPolicy(row.egress), undefined);
         this.log.info({ slot: row.slot, owner: row.owner }, 'network slot reserved for its owner');
         return;
       }
@@ -349,7 +350,7 @@ export class NetworkManager {
       const next: SlotRow = { ...row, egress };
       this.store.put(next);
       try {
-        await this.session.apply(renderSlotChange(this.nft, row.slot, this.nftSlots()));
+        await this.applyChange(row.slot, parseEgressPolicy(row.egress), parseEgressPolicy(egress));
       } catch (err) {
         this.store.put(row);
         throw err;
@@ -373,13 +374,7 @@ export class NetworkManager {
 
   private async free(row: SlotRow): Promise<void> {
     const a = this.addresses(row.slot);
-    await this.session.apply(
-      renderSlotChange(
-        this.nft,
-        row.slot,
-        this.nftSlots().filter((x) => x.slot !== row.slot),
-      ),
-    );
+    if (row.state === 'in-use') await this.applyChange(row.slot, parseEgressPolicy(row.egress), undefined, (x) => x.slot !== row.slot);
     await host.destroySlot(a);
     this.store.delete(row.slot);
     this.log.info({ slot: row.slot }, 'network slot freed');
@@ -391,6 +386,22 @@ export class NetworkManager {
     const n = slotCount(this.layout);
     for (let s = 0; s < n; s++) if (!used.has(s) && !bad.has(s) && !this.making.has(s)) return s;
     throw new ResourceExhaustedError(`the network pool ${this.layout.pool.text} is full (${n} slots)`);
+  }
+
+  /**
+   * applyChange takes slot s's rules from before to after in one transaction (renderSlotDelta);
+   * when that fails (the table differs from the rows: a hand edit, a lost element) the whole
+   * table is rendered from the rows (keep: which of them count), also one transaction.
+   */
+  private async applyChange(s: number, before: EgressPolicy | undefined, after: EgressPolicy | undefined, keep: (x: NftSlot) => boolean = () => true): Promise<void> {
+    const delta = renderSlotDelta(this.nft, s, before, after);
+    if (delta === '') return;
+    try {
+      await this.session.apply(delta);
+    } catch (err) {
+      this.log.warn({ err, slot: s }, 'the table differs from the slot rows; rendering it whole');
+      await this.session.apply(renderTable(this.nft, this.nftSlots().filter(keep)));
+    }
   }
 
   private nftSlots(): NftSlot[] {

@@ -1,6 +1,6 @@
 import { parseCidrList, parseEgressPolicy } from '@sandnode/shared';
 import { makeLayout, slotAddresses, slotCount, slotOfIfname, defaultNetworkTag } from './layout';
-import { renderSlotChange, renderTable, slotRules, type NftSettings } from './nft-render';
+import { renderSlotDelta, renderTable, slotRules, type NftSettings } from './nft-render';
 import { hostBatch, netnsBatch, netnsTapBatch } from './net-host';
 import { changeError, oneLine } from './nft-session';
 
@@ -63,19 +63,31 @@ describe('nft rendering', () => {
     expect(text).toContain('elements = { 10.0.0.0/8, 169.254.0.0/16, 10.209.0.0/16 }');
   });
 
-  test('a slot change is one transaction: its chain flushed and refilled (or deleted after nothing jumps to it), the sets refilled', () => {
-    const upd = renderSlotChange(cfg, 3, [
-      { slot: 0, policy: open },
-      { slot: 3, policy: parseEgressPolicy({ allowOut: [], denyOut: [], blockAll: true }) },
-    ]).split('\n');
-    expect(upd.indexOf('flush chain inet sandnode-ab12 slot-3')).toBeLessThan(upd.indexOf('    jump refuse'));
-    expect(upd.indexOf('    jump refuse')).toBeLessThan(upd.indexOf('add element inet sandnode-ab12 slots { "snab12v0" : jump slot-0, "snab12v3" : jump slot-3 }'));
-    expect(upd).not.toContain('add element inet sandnode-ab12 proxy_ifaces { "snab12v3" }');
-    const del = renderSlotChange(cfg, 3, [{ slot: 0, policy: open }]).split('\n');
-    expect(del.indexOf('flush map inet sandnode-ab12 slots')).toBeLessThan(del.indexOf('delete chain inet sandnode-ab12 slot-3'));
-    expect(del).toContain('add element inet sandnode-ab12 slots { "snab12v0" : jump slot-0 }');
-    const none = renderSlotChange(cfg, 0, []);
-    expect(none).not.toContain('add element');
+  test('a slot change is one transaction of its own chain and elements only, whatever the number of slots', () => {
+    const block = parseEgressPolicy({ allowOut: [], denyOut: [], blockAll: true });
+    const dom = parseEgressPolicy({ allowOut: ['example.com'], denyOut: [], blockAll: true });
+    const take = renderSlotDelta(cfg, 3, undefined, block).split('\n');
+    expect(take.slice(0, 3)).toEqual(['add chain inet sandnode-ab12 slot-3', 'flush chain inet sandnode-ab12 slot-3', 'table inet sandnode-ab12 {']);
+    // the chain exists before an element jumps to it
+    expect(take.indexOf('    jump refuse')).toBeLessThan(take.indexOf('add element inet sandnode-ab12 slots { "snab12v3" : jump slot-3 }'));
+    expect(take).toContain('add element inet sandnode-ab12 slot_src { "snab12v3" . 10.209.0.14 }');
+    expect(take.join('\n')).not.toContain('proxy_ifaces');
+    // a policy change: the chain and, only when the need for the proxy changes, proxy_ifaces
+    const upd = renderSlotDelta(cfg, 3, block, dom);
+    expect(upd).not.toContain('slot_src');
+    expect(upd).toContain('add element inet sandnode-ab12 proxy_ifaces { "snab12v3" }');
+    expect(renderSlotDelta(cfg, 3, dom, block)).toContain('delete element inet sandnode-ab12 proxy_ifaces { "snab12v3" }');
+    // out of use: its elements go before its chain
+    const del = renderSlotDelta(cfg, 3, dom, undefined).split('\n');
+    expect(del).toEqual([
+      'delete element inet sandnode-ab12 slots { "snab12v3" }',
+      'delete element inet sandnode-ab12 slot_src { "snab12v3" . 10.209.0.14 }',
+      'delete element inet sandnode-ab12 proxy_ifaces { "snab12v3" }',
+      'flush chain inet sandnode-ab12 slot-3',
+      'delete chain inet sandnode-ab12 slot-3',
+      '',
+    ]);
+    expect(renderSlotDelta(cfg, 3, undefined, undefined)).toBe('');
   });
 
   test('ip batches: 3 spawns per slot, the VM side made inside the netns', () => {

@@ -117,17 +117,29 @@ export function renderTable(cfg: NftSettings, slots: NftSlot[]): string {
 }
 
 /**
- * renderSlotChange is one transaction that sets slot `s`'s chain (flush + its rules, or its
- * removal when the slot has no policy) and re-fills the slot sets from `slots` (which holds
- * every slot the table should know, `s` included unless it was freed).
+ * renderSlotDelta is one transaction that takes slot s from policy `before` to `after`
+ * (undefined: not in use, nothing from its iface passes): its chain flushed and refilled, and
+ * only its own elements added or deleted, so a change costs the same whatever the number of
+ * slots. '' when there is nothing to change. Deleting an element that is not there fails the
+ * whole transaction (nothing changed): the caller then renders the whole table.
  */
-export function renderSlotChange(cfg: NftSettings, s: number, slots: NftSlot[]): string {
+export function renderSlotDelta(cfg: NftSettings, s: number, before: EgressPolicy | undefined, after: EgressPolicy | undefined): string {
   const t = `inet ${tableName(cfg.layout)}`;
-  const mine = slots.find((x) => x.slot === s);
   const chain = slotChain(s);
-  // the chain exists before an element jumps to it, and is deleted only after none does
-  const lines = mine?.policy
-    ? [`add chain ${t} ${chain}`, `flush chain ${t} ${chain}`, `table ${t} {`, chainBlock(chain, slotRules(cfg, s, mine.policy)), '}', ...elementLines(cfg, slots)]
-    : [...elementLines(cfg, slots), `add chain ${t} ${chain}`, `flush chain ${t} ${chain}`, `delete chain ${t} ${chain}`];
-  return [...lines, ''].join('\n');
+  const a = slotAddresses(cfg.layout, s);
+  const ifn = `"${a.hostIfname}"`;
+  const proxyBefore = before !== undefined && hasDomainRules(before);
+  const proxyAfter = after !== undefined && hasDomainRules(after);
+  const lines: string[] = [];
+  if (after) {
+    lines.push(`add chain ${t} ${chain}`, `flush chain ${t} ${chain}`, `table ${t} {`, chainBlock(chain, slotRules(cfg, s, after)), '}');
+    if (!before) lines.push(`add element ${t} slot_src { ${ifn} . ${a.address} }`, `add element ${t} slots { ${ifn} : jump ${chain} }`);
+    if (proxyAfter && !proxyBefore) lines.push(`add element ${t} proxy_ifaces { ${ifn} }`);
+    if (!proxyAfter && proxyBefore) lines.push(`delete element ${t} proxy_ifaces { ${ifn} }`);
+  } else if (before) {
+    lines.push(`delete element ${t} slots { ${ifn} }`, `delete element ${t} slot_src { ${ifn} . ${a.address} }`);
+    if (proxyBefore) lines.push(`delete element ${t} proxy_ifaces { ${ifn} }`);
+    lines.push(`flush chain ${t} ${chain}`, `delete chain ${t} ${chain}`);
+  }
+  return lines.length ? [...lines, ''].join('\n') : '';
 }
