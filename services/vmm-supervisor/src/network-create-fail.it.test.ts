@@ -65,7 +65,7 @@ describeWith('vmm-supervisor network: failed and crashed creates (integration)',
     await d.stop();
   });
 
-  test('a supervisor killed mid-create: the restart undoes the VM and frees its slot', async () => {
+  test('a supervisor killed mid-create: the restart undoes the VM and frees its slot, or gives a reserved one back to its owner', async () => {
     let d = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '0', [FAILPOINTS_ENV]: FAILPOINTS.createAfterMounts }));
     await expect(fx.client(1).createVm({ vmId: 'f-d', spec: spec('sb-d', -1) })).rejects.toThrow();
     expect((await d.exited).signal).toBe('SIGKILL');
@@ -76,6 +76,13 @@ describeWith('vmm-supervisor network: failed and crashed creates (integration)',
     const slots = (await c.listNetworkSlots({})).slots;
     expect(slots.map((s) => s.state)).toEqual([NetworkSlotState.NETWORK_SLOT_STATE_RESERVED]);
     expect(nf.links().length).toBe(1);
+    // killed while taking the reserved slot: the restart gives it back to its owner
+    await d.stop();
+    d = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '0', [FAILPOINTS_ENV]: FAILPOINTS.createAfterMounts }));
+    await expect(fx.client(1).createVm({ vmId: 'f-e', spec: spec('sb-a', slots[0]!.slot) })).rejects.toThrow();
+    expect((await d.exited).signal).toBe('SIGKILL');
+    d = await fx.start(nf.env({ SANDNODE_VMM_SUPERVISOR_NETWORK_SPARE_SLOTS: '0' }));
+    expect((await c.listNetworkSlots({})).slots).toEqual([expect.objectContaining({ slot: slots[0]!.slot, state: NetworkSlotState.NETWORK_SLOT_STATE_RESERVED, owner: 'sb-a', vmId: '' })]);
     expect(await c.releaseNetworkSlot({ slot: slots[0]!.slot, owner: 'sb-a' })).toMatchObject({ released: true });
     expect(nf.links()).toEqual([]);
     expect(nf.table()).toContain('chain forward'); // the table stays while the supervisor runs

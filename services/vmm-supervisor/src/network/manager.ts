@@ -172,6 +172,14 @@ export class NetworkManager {
       const rows = this.store.list();
       for (const row of rows) {
         const a = this.addresses(row.slot);
+        if (row.state === 'in-use' && !vms.has(row.vmId) && row.wasReserved) {
+          // a create of the owner died with the slot: it is the owner's again (drain -> resume keeps its address)
+          this.store.put({ slot: row.slot, state: 'reserved', owner: row.owner, vmId: '', egress: row.egress });
+          freed.push(row.slot);
+          this.log.warn({ slot: row.slot, vm_id: row.vmId, owner: row.owner }, 'adopt: slot of a VM the table does not have; reserved for its owner again');
+          if (await this.repair(a, links.get(a.hostIfname), 0)) repaired.push(row.slot);
+          continue;
+        }
         if (row.state === 'in-use' && !vms.has(row.vmId)) {
           await host.destroySlot(a);
           this.store.delete(row.slot);
@@ -283,8 +291,8 @@ export class NetworkManager {
           fresh = true;
         }
       }
-      const row: SlotRow = { slot: s, state: 'in-use', owner: req.owner, vmId, egress };
       const before = this.store.get(s);
+      const row: SlotRow = { slot: s, state: 'in-use', owner: req.owner, vmId, egress, ...(before?.state === 'reserved' ? { wasReserved: true } : {}) };
       this.store.put(row);
       try {
         if (fresh) await host.createSlot(this.addresses(s), this.mode);
@@ -313,7 +321,7 @@ export class NetworkManager {
       const row = this.forVm(vmId);
       if (!row) return;
       if (keep) {
-        this.store.put({ ...row, state: 'reserved', vmId: '' });
+        this.store.put({ slot: row.slot, state: 'reserved', owner: row.owner, vmId: '', egress: row.egress });
         await this.applyChange(row.slot, parseEgressPolicy(row.egress), undefined);
         this.log.info({ slot: row.slot, owner: row.owner }, 'network slot reserved for its owner');
         return;

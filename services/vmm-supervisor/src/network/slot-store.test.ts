@@ -36,6 +36,7 @@ describe('SlotStore', () => {
   test('parseSlotRow checks every field and canonicalises the policy', () => {
     const ok = parseSlotRow(JSON.stringify(row(1, { egress: { allowOut: ['b.com', '1.2.3.4', 'a.com'], denyOut: [], blockAll: true } })), 1);
     expect(ok.egress).toEqual({ allowOut: ['1.2.3.4/32', 'a.com', 'b.com'], denyOut: [], blockAll: true });
+    expect(parseSlotRow(JSON.stringify({ ...row(1), wasReserved: true }), 1).wasReserved).toBe(true);
     const bad: [unknown, RegExp][] = [
       [JSON.stringify({ ...row(1), vmId: '' }), /needs a vmId/],
       [JSON.stringify({ ...row(1), state: 'reserved' }), /has a vmId/],
@@ -44,6 +45,7 @@ describe('SlotStore', () => {
       [JSON.stringify({ ...row(1), egress: { allowOut: ['10.1.2.3/8'], denyOut: [], blockAll: false } }), /egress: .*host bits/],
       [JSON.stringify({ ...row(1), egress: null }), /not a policy/],
       [42, /not a string/],
+      [JSON.stringify({ ...row(1), wasReserved: 'yes' }), /wasReserved/],
     ];
     for (const [raw, why] of bad) expect(() => parseSlotRow(raw, 1)).toThrow(why);
   });

@@ -21,6 +21,8 @@ export interface SlotRow {
   vmId: string;
   /** The egress policy in canonical wire form (parseEgressPolicy + formatEgressPolicy). */
   egress: EgressPolicyInput;
+  /** in-use: the slot was reserved for owner before this VM took it (a VM lost in a crash gives it back to the owner). */
+  wasReserved?: boolean;
 }
 
 /** A slot row that could not be read. */
@@ -58,7 +60,8 @@ export function parseSlotRow(raw: unknown, key: number): SlotRow {
   } catch (err) {
     throw new Error(`egress: ${(err as Error).message}`, { cause: err });
   }
-  return { slot: key, state, owner: o.owner, vmId: o.vmId, egress };
+  if (o.wasReserved !== undefined && typeof o.wasReserved !== 'boolean') throw new Error('wasReserved is not a boolean');
+  return { slot: key, state, owner: o.owner, vmId: o.vmId, egress, ...(o.wasReserved ? { wasReserved: true } : {}) };
 }
 
 interface Row {
