@@ -5,7 +5,9 @@
  * Start order: config -> driver -> state-dir lock (flock; a second supervisor on the same state
  * dir exits 3 here, before it could touch the first one's socket) -> VM table (unreadable rows
  * are moved to its quarantine table and logged at warn, the rest served) -> versioned
- * driver binary -> adopt every VM in the table (no restarts) -> serve VmService (+
+ * driver binary -> adopt every VM in the table (no restarts) -> the network: host check, Docker's
+ * DOCKER-USER accept rules, adoption and repair of the slots, the nftables table rendered from
+ * the slot rows (docs/network.md; off with a reason when the check fails) -> serve VmService (+
  * VersionService, health, reflection) behind the epoch fence, and /metrics when configured. SIGTERM/SIGINT run the shared
  * shutdown order and close the table; running VMs are never touched.
  */
