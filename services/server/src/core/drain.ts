@@ -124,7 +124,8 @@ const STEP_AFTER: Record<DrainProgress['step'], string> = {
 
 /**
  * drainOne persists a live sandbox for a node drain: freeze, stop its VM (its filesystems are
- * unmounted, so flushed; its devices stay), record DRAINED with resume method "cold-start".
+ * unmounted, so flushed; its devices stay; its network slot stays reserved for it), record
+ * DRAINED with resume method "cold-start".
  * progress (optional) says the step it is in; once progress.abandoned is set no further step
  * starts, and a freeze that ended after it is undone (the VM resumed). Errors: NOT_FOUND,
  * FAILED_PRECONDITION (not RUNNING or PAUSED), ABORTED (abandoned), and the peers'.
@@ -144,7 +145,9 @@ export function drainOne(c: CoreContext, id: string, progress: DrainProgress = {
       }
     }
     progress.step = 'stop';
-    await c.vms.delete(vmId);
+    // a networked sandbox keeps its slot (reserved for it, forwarding off): it resumes on the same address
+    if (rec.network && rec.network.slot >= 0) await c.vms.delete(vmId, { keepNetwork: true });
+    else await c.vms.delete(vmId);
     progress.step = 'record';
     c.podd.forget(rec.poddAddress);
     transition(rec, 'DRAINED');

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
 import { DeadlineExceededError, FailedPreconditionError, isCode, sandboxDir, Status, unixAddress } from '@sandnode/shared';
 import type { CoreContext, RecordOrigin } from './context';
+import { applyVmNetwork } from './network';
 import { INITIAL_STATE, transition } from './transitions';
 import { RECORD_SCHEMA, type DeviceRole, type SandboxRecord } from './types';
 
@@ -131,9 +132,15 @@ export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortS
     hostname: rec.sandboxId,
     env: rec.forkedFrom ? { [FORKED_FROM_ENV]: rec.forkedFrom } : {},
     machineId: rec.machineId,
+    // slot -1 at create and fork (any free one); a DRAINED sandbox's own slot at resume
+    ...(rec.network ? { network: { owner: rec.sandboxId, slot: rec.network.slot, egress: rec.network.egress } } : {}),
   });
   rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket, isolation: [...(vm.isolation ?? [])] };
-  c.touch(rec);
+  try {
+    applyVmNetwork(rec, vm);
+  } finally {
+    c.touch(rec);
+  }
   await waitForPodd(c, rec, signal);
   // no await from here to the return: the caller cannot go away between this look and RUNNING
   signal?.throwIfAborted();
@@ -198,6 +205,10 @@ export async function teardown(c: CoreContext, rec: SandboxRecord): Promise<void
   const shared: string[] = [];
   if (others.vms.has(vmId)) shared.push(`vm ${vmId}`);
   else await c.vms.delete(vmId);
+  // DeleteVm frees the VM's slot; a slot kept for the sandbox without a VM (DRAINED, or a crash
+  // between the two) is released by owner (a free slot or another owner's: nothing happens)
+  const slot = rec.network?.slot ?? -1;
+  if (slot >= 0 && !others.vms.has(vmId) && c.vms.releaseNetworkSlot) await c.vms.releaseNetworkSlot(slot, rec.sandboxId);
   if (!others.podd.has(rec.poddAddress)) c.podd.forget(rec.poddAddress);
   for (const d of ownedDeviceIds(rec)) {
     if (others.devices.has(d)) shared.push(`device ${d}`);
@@ -206,6 +217,7 @@ export async function teardown(c: CoreContext, rec: SandboxRecord): Promise<void
   if (shared.length) c.log.error({ sandbox_id: rec.sandboxId, kept: shared }, 'teardown: left parts another record names');
   await rm(sandboxDir(c.runDir, rec.sandboxId), { recursive: true, force: true });
   c.store.delete(rec.sandboxId);
+  c.directory.remove(rec.sandboxId);
 }
 
 /**
