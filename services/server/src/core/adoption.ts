@@ -12,7 +12,7 @@
 import type { Logger } from '@sandnode/shared';
 import { mapLimit } from '@sandnode/shared';
 import type { SandboxManager } from './sandbox-manager';
-import { networkMismatch, rebuildDirectory } from './network';
+import { networkMismatch, rebuildDirectory, stopVmKeepingSlot } from './network';
 import { isLive, transition } from './transitions';
 import type { DevicePort, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
 
@@ -107,7 +107,7 @@ async function finishReset(
     return false;
   }
   const old = rec.devices.find((x) => x.role === 'rootfs-upper');
-  await d.vms.delete(rec.vm?.vmId ?? rec.sandboxId);
+  await stopVmKeepingSlot(d.vms, rec);
   d.manager.switchUpper(rec, fresh, (rec.rootfsGeneration || 1) + 1);
   if (old) await d.devices.delete(old.deviceId);
   log.warn({ device_id: fresh.deviceId, generation: rec.rootfsGeneration }, 'finished an interrupted rootfs reset: DRAINED on the new rootfs');

@@ -26,6 +26,7 @@
  * so the AdminService handler, the SIGTERM drain and the CLI agree on them.
  */
 import { AbortedError, DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, isCode, mapLimit, processStartTicks, processState, Status, type Logger } from '@sandnode/shared';
+import { stopVmKeepingSlot } from './network';
 import type { CoreContext } from './context';
 import { isLive, transition } from './transitions';
 import { COLD_START, type RecordStore } from './types';
@@ -146,8 +147,7 @@ export function drainOne(c: CoreContext, id: string, progress: DrainProgress = {
     }
     progress.step = 'stop';
     // a networked sandbox keeps its slot (reserved for it, forwarding off): it resumes on the same address
-    if (rec.network && rec.network.slot >= 0) await c.vms.delete(vmId, { keepNetwork: true });
-    else await c.vms.delete(vmId);
+    await stopVmKeepingSlot(c.vms, rec);
     progress.step = 'record';
     c.podd.forget(rec.poddAddress);
     transition(rec, 'DRAINED');

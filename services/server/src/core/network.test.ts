@@ -207,6 +207,15 @@ describe('sandbox network lifecycle', () => {
       expect(m.directory.size).toBe(0);
     });
 
+    it('ResetRootfs boots the sandbox again on the same slot and address', async () => {
+      const r = await create();
+      await create(); // slot 1 taken meanwhile: a freed slot 0 could go to the next create
+      await m.resetRootfs(r.sandboxId);
+      expect(peers.netEvents).toEqual(expect.arrayContaining([`delete ${r.sandboxId} keep=true`, `create ${r.sandboxId} slot=0`]));
+      expect(store.get(r.sandboxId)?.network).toMatchObject({ slot: 0, address: '10.209.0.2' });
+      expect(m.directory.byAddress('10.209.0.2')?.sandboxId).toBe(r.sandboxId);
+    });
+
     it('pause and resume keep the directory state in step', async () => {
       const r = await create();
       await m.pause(r.sandboxId);

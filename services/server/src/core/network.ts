@@ -89,6 +89,17 @@ export function applyVmNetwork(rec: SandboxRecord, vm: VmInfo): void {
   n.hostIfname = got.hostIfname;
 }
 
+/**
+ * stopVmKeepingSlot deletes rec's VM for a stop that comes back on the same disks (drain,
+ * ResetRootfs, an interrupted reset finished by adoption): a networked sandbox's slot stays
+ * reserved for it (DeleteVm keep_network), so that its next boot gets the same address.
+ */
+export async function stopVmKeepingSlot(vms: VmPort, rec: SandboxRecord): Promise<void> {
+  const vmId = rec.vm?.vmId ?? rec.sandboxId;
+  if (rec.network && rec.network.slot >= 0) await vms.delete(vmId, { keepNetwork: true });
+  else await vms.delete(vmId);
+}
+
 /** States in which a networked sandbox is in the directory (the proxies know it: its VM or slot exists). */
 const DIRECTORY_STATES = new Set(['CREATING', 'RUNNING', 'PAUSED', 'DRAINED']);
 
