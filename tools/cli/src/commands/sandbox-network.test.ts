@@ -7,6 +7,7 @@ import { Command } from 'commander';
 import { SandboxNetwork } from '@sandnode/shared/proto/server/v1/sandbox';
 import { sandboxJson } from '@sandnode/node-stack';
 import { UsageError } from '../output';
+import { previewText } from './upgrade';
 import { addNetworkFlags, networkChange, networkRequest, networkText, tokenText, urlOf, type NetworkFlags } from './sandbox-network';
 
 /** parse runs a throwaway command with the network flags over argv and returns its options. */
@@ -75,5 +76,15 @@ describe('sandbox url', () => {
     expect(() => urlOf('sb-1', 'http://{port}-sb-1.localhost:8480', '65536')).toThrow(UsageError);
     expect(() => urlOf('sb-1', 'http://{port}-sb-1.localhost:8480', '80a')).toThrow(UsageError);
     expect(() => urlOf('sb-1', '', '8080')).toThrow(/has no ingress URL/);
+  });
+});
+
+describe('upgrade server --dry-run text', () => {
+  it('says whether the handover would start and each loss', () => {
+    const p = { ok: true, reasons: [], losses: ['the standby (0.2.0) lacks "server.ingress.v1": ...'], sandboxes: 3, inFlight: 0, fromVersion: '0.3.0', toVersion: '0.2.0' };
+    expect(previewText(p)).toBe('a handover from 0.3.0 to 0.2.0 would start now (3 sandboxes adopted)\nloses: the standby (0.2.0) lacks "server.ingress.v1": ...');
+    expect(previewText({ ...p, ok: false, reasons: ['this server is STANDBY, not ACTIVE'], losses: [] })).toBe(
+      'a handover from 0.3.0 to 0.2.0 would not start: this server is STANDBY, not ACTIVE\nloses: nothing the target lacks',
+    );
   });
 });
