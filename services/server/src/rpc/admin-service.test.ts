@@ -63,7 +63,9 @@ describe('AdminService handlers', () => {
 
   it('GetLeaseStatus and PrepareHandover report the node', async () => {
     const a = adminService(node);
-    expect(await a.getLeaseStatus({}, ctx)).toMatchObject({ role: ServerRole.SERVER_ROLE_ACTIVE, epoch: 7, holderPid: 0, slot: 'a', sinceMs: 1234 });
+    expect(await a.getLeaseStatus({}, ctx)).toMatchObject({ role: ServerRole.SERVER_ROLE_ACTIVE, epoch: 7, holderPid: 0, slot: 'a', sinceMs: 1234, networkMismatches: [] });
+    const adopted = { ...node, lastAdoption: { networkMismatch: [{ sandboxId: 'sb-00000000000000a1', reason: 'its VM has no network' }] } };
+    expect((await adminService(adopted).getLeaseStatus({}, ctx)).networkMismatches).toEqual(['sb-00000000000000a1: its VM has no network']);
     expect(await a.prepareHandover({ standbyVersion: 'y', standbyFeatures: Object.values(SERVER_FEATURES) }, ctx)).toEqual({ ok: true, reasons: [], sandboxes: 5, inFlight: 2, losses: [] });
   });
 

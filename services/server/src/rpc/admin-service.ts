@@ -28,6 +28,8 @@ export interface AdminPort {
   readonly handingOver: boolean;
   readonly manager: { gate: { inFlight: number }; directory?: { sandboxIds(): string[] } } | undefined;
   sandboxCount(): number;
+  /** The last adoption's report (ServerNode.lastAdoption); its network mismatches go in GetLeaseStatus. */
+  readonly lastAdoption?: { networkMismatch?: { sandboxId: string; reason: string }[] } | undefined;
   /** The records.db rows this server cannot serve (ACTIVE), oldest first; none when absent. */
   quarantinedRecords?(): { key: string; reason: string; quarantinedAtMs: number }[];
   handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number }): Promise<HandoverResponse>;
@@ -82,6 +84,7 @@ export function adminService(node: AdminPort): AdminServiceImplementation<Sandno
         version: SUITE_VERSION,
         sinceMs: node.roles.activeSinceMs,
         quarantinedRecords: node.quarantinedRecords?.() ?? [],
+        networkMismatches: (node.lastAdoption?.networkMismatch ?? []).map((m) => `${m.sandboxId}: ${m.reason}`),
       };
     },
     async prepareHandover(req) {
