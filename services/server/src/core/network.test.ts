@@ -198,6 +198,27 @@ describe('sandbox network lifecycle', () => {
       expect(m.directory.byAddress('10.209.0.2')).toBeUndefined();
     });
 
+    it('resume of a DRAINED networked sandbox on a node that lost its network (supervisor rolled back) is FAILED_PRECONDITION and boots nothing', async () => {
+      const r = await create();
+      await m.drainOne(r.sandboxId);
+      peers.network = false;
+      await expect(m.resume(r.sandboxId)).rejects.toThrow(`sandbox ${r.sandboxId} has a network (slot 0, 10.209.0.2), but vmm-supervisor 0.2.0 lacks feature "vmm.network.v1"; it stays DRAINED`);
+      expect(peers.vms.size).toBe(0);
+      expect(store.get(r.sandboxId)?.state).toBe('DRAINED');
+    });
+
+    it('a VM made without the network its record names (the supervisor ignored it) is deleted and the boot fails', async () => {
+      const r = await create();
+      await m.drainOne(r.sandboxId);
+      // a supervisor that says it has network but makes the VM without one
+      const status = peers.vmPort.networkStatus!;
+      peers.network = false;
+      peers.vmPort.networkStatus = async () => ({ ...(await status()), available: true, reason: '' });
+      await expect(m.resume(r.sandboxId)).rejects.toThrow(/made its VM without a network/);
+      expect(peers.vms.size).toBe(0);
+      expect(store.get(r.sandboxId)?.state).toBe('DRAINED');
+    });
+
     it('delete of a DRAINED sandbox releases its reserved slot by owner', async () => {
       const r = await create();
       await m.drainOne(r.sandboxId);

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
 import { DeadlineExceededError, FailedPreconditionError, isCode, sandboxDir, Status, unixAddress } from '@sandnode/shared';
 import type { CoreContext, RecordOrigin } from './context';
-import { applyVmNetwork } from './network';
+import { applyVmNetwork, nodeNetwork } from './network';
 import { INITIAL_STATE, transition } from './transitions';
 import { RECORD_SCHEMA, type DeviceRole, type SandboxRecord } from './types';
 
@@ -138,6 +138,10 @@ export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortS
   rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket, isolation: [...(vm.isolation ?? [])] };
   try {
     applyVmNetwork(rec, vm);
+  } catch (err) {
+    // a VM without the network its record names is not this sandbox: it goes, the record stays as it was
+    await c.vms.delete(vm.vmId).catch((e: unknown) => c.log.warn({ sandbox_id: rec.sandboxId, err: e }, 'could not delete a VM made without its network'));
+    throw err;
   } finally {
     c.touch(rec);
   }
@@ -186,6 +190,11 @@ export async function coldStart(c: CoreContext, rec: SandboxRecord): Promise<San
     paths[d.role] = live.path;
   }
   if (!paths['rootfs-upper'] || !paths.workspace) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: its record lacks a device`);
+  if (rec.network) {
+    // its address is kept for it: a node that cannot give a network (a supervisor rolled back to 0.2.0, network off) boots nothing
+    const node = await nodeNetwork(c.vms);
+    if (!node.available) throw new FailedPreconditionError(`sandbox ${rec.sandboxId} has a network (slot ${rec.network.slot}, ${rec.network.address}), but ${node.reason}; it stays DRAINED`);
+  }
   await bootVm(c, rec);
   c.log.info({ sandbox_id: rec.sandboxId, pid: rec.vm?.pid }, 'drained sandbox started again on its disks');
   return rec;
