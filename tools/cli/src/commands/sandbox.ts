@@ -111,7 +111,10 @@ export function registerSandboxCommands(program: Command): Command {
         const s = sandboxJson((await withServer(dirsOf(cmd), (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!);
         print(!!o.json, s, () =>
           Object.entries(s)
-            .map(([k, v]) => `${k.padEnd(13)} ${k === 'isolation' ? isolationText(s.isolation) : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`)
+            .map(
+              ([k, v]) =>
+                `${k.padEnd(13)} ${k === 'isolation' ? isolationText(s.isolation) : k === 'network' && v === null ? 'none' : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`,
+            )
             .join('\n'),
         );
       }),
