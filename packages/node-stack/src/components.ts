@@ -24,6 +24,45 @@ export interface StackDirs {
   runDir: string;
   /** the server's TCP listen address ("127.0.0.1:7070"; "": none, the default) */
   listen: string;
+  /**
+   * the node's network settings, given to the daemons at every start (absent: the daemons'
+   * defaults, which give a node network: `sandnode up`)
+   */
+  network?: NodeNetworkSettings;
+}
+
+/**
+ * A node's network settings (docs/network.md) as the stack passes them to the daemons (env of
+ * their config keys): the supervisor's `network`, `networkPool`, `networkTag`, `dnsPort`,
+ * `egressProxyPort` and the server's `ingressListen`. A field left out is the daemon's default.
+ */
+export interface NodeNetworkSettings {
+  /** false: every sandbox is loopback only (the supervisor's key `network`) */
+  enabled: boolean;
+  /** the sandboxes' address pool, a CIDR */
+  pool?: string;
+  /** prefix of the node's interface and nftables names (1..4 of [0-9a-z]) */
+  tag?: string;
+  dnsPort?: number;
+  egressProxyPort?: number;
+  /** the server's ingress listener, "host:port" ("" off) */
+  ingressListen?: string;
+}
+
+/** networkEnv is the env of the daemon c's network keys for settings n (empty without settings). */
+export function networkEnv(c: Component, n: NodeNetworkSettings | undefined): Record<string, string> {
+  if (!n) return {};
+  const out: Record<string, string> = {};
+  if (c === 'vmm-supervisor') {
+    const p = 'SANDNODE_VMM_SUPERVISOR_';
+    out[`${p}NETWORK`] = String(n.enabled);
+    if (n.pool !== undefined) out[`${p}NETWORK_POOL`] = n.pool;
+    if (n.tag !== undefined) out[`${p}NETWORK_TAG`] = n.tag;
+    if (n.dnsPort !== undefined) out[`${p}DNS_PORT`] = String(n.dnsPort);
+    if (n.egressProxyPort !== undefined) out[`${p}EGRESS_PROXY_PORT`] = String(n.egressProxyPort);
+  }
+  if (c === 'server' && n.ingressListen !== undefined) out.SANDNODE_SERVER_INGRESS_LISTEN = n.ingressListen;
+  return out;
 }
 
 /** The workspace package of each component (its `dist/main.js` is the entry point). */

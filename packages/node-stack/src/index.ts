@@ -12,12 +12,14 @@ export {
   getVersion,
   logFile,
   mainScript,
+  networkEnv,
   NODE_MARKER,
   nodeFor,
   pidFile,
   versionAt,
   writePidFile,
   type Component,
+  type NodeNetworkSettings,
   type RunningComponent,
   type StackDirs,
 } from './components';
@@ -44,3 +46,4 @@ export { table } from './table';
 export { activeUblkSlot, pointUblkAddress, setActiveUblkSlot, ublkSlotSocket, type UblkSlot } from './ublk-slot';
 export { DEFAULT_STANDBY_PROBE_TIMEOUT_MS, DEFAULT_UPGRADE_TIMEOUT_MS, findStandbys, upgradeServer, upgradeServerViaStandby, type StandbyServer } from './upgrade';
 export { GIVE_UP_STOP_TIMEOUT_MS, upgradeUblkManager, type UblkUpgradeResult } from './upgrade-ublk';
+export { buildServerFeatures, previewServerUpgrade, type UpgradePreview } from './upgrade-dry-run';

@@ -2,7 +2,21 @@
  * The JSON view of a sandbox that the CLI prints (`sandbox get --json` and every command that
  * answers with a sandbox); scripts and the compat tests parse it, so fields are only added.
  */
-import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import { SandboxNetwork, SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+
+/**
+ * A sandbox's network in the proto JSON mapping (SandboxNetwork.toJSON: lowerCamel names,
+ * fields at their default omitted, so slot 0 and an empty policy are absent).
+ */
+export interface SandboxNetworkJson {
+  slot?: number;
+  address?: string;
+  gateway?: string;
+  egress?: { allowOut?: string[]; denyOut?: string[]; blockAll?: boolean };
+  public?: boolean;
+  /** with "{port}" for the port */
+  ingressUrl?: string;
+}
 
 /** The CLI's JSON view of a sandbox. */
 export interface SandboxJson {
@@ -37,6 +51,8 @@ export interface SandboxJson {
    * sandbox has no VM (DRAINED)
    */
   isolation: string[];
+  /** its network (address, slot, egress policy, ingress URL), null when it has none */
+  network: SandboxNetworkJson | null;
 }
 
 /** isolationText is how the CLI shows a sandbox's isolation: "seccomp,cgroup-ns,..." or why there is none. */
@@ -69,5 +85,6 @@ export function sandboxJson(s: Sandbox): SandboxJson {
     rootfs_generation: s.rootfsGeneration || 1,
     forked_from: s.forkedFrom,
     isolation: [...s.isolation],
+    network: s.network ? (SandboxNetwork.toJSON(s.network) as SandboxNetworkJson) : null,
   };
 }

@@ -6,7 +6,7 @@
 import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { checkTrustedDirs, prepareTrustedDirs, processState, unixAddress } from '@sandnode/shared';
-import { COMPONENTS, findRunning, getVersion, logFile, mainScript, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
+import { COMPONENTS, findRunning, getVersion, logFile, mainScript, networkEnv, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
 import { DAEMON_POLL_MS, sleep, spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
 import { activeUblkSlot, pointUblkAddress, ublkSlotSocket } from './ublk-slot';
 
@@ -24,10 +24,11 @@ const ENV_PREFIX: Record<Component, string> = {
   server: 'SANDNODE_SERVER_',
 };
 
-/** componentEnv is this process's environment plus the component's dirs (and, for ublk-manager, its slot). */
+/** componentEnv is this process's environment plus the component's dirs, the node's network settings (dirs.network) and, for ublk-manager, its slot. */
 function componentEnv(dirs: StackDirs, c: Component): NodeJS.ProcessEnv {
   const p = ENV_PREFIX[c];
-  const env: NodeJS.ProcessEnv = { ...process.env, [`${p}STATE_DIR`]: path.resolve(dirs.stateDir), [`${p}RUN_DIR`]: path.resolve(dirs.runDir) };
+  // an env var this process has (a test's startNode env, an operator's) wins over dirs.network
+  const env: NodeJS.ProcessEnv = { ...networkEnv(c, dirs.network), ...process.env, [`${p}STATE_DIR`]: path.resolve(dirs.stateDir), [`${p}RUN_DIR`]: path.resolve(dirs.runDir) };
   if (c === 'server') env[`${p}LISTEN`] = dirs.listen;
   const slot = c === 'ublk-manager' ? activeUblkSlot(dirs) : '';
   if (slot) {

@@ -119,6 +119,12 @@ export const SERVER_FEATURES = {
   fork: 'server.fork.v1',
   /** SandboxService.ResetRootfs */
   resetRootfs: 'server.reset-rootfs.v1',
+  /** CreateSandbox/ForkSandbox network, Sandbox.network, access tokens, UpdateSandboxNetwork */
+  network: 'server.network.v1',
+  /** the ingress listener (config ingressListen) */
+  ingress: 'server.ingress.v1',
+  /** the egress proxy and DNS resolver of networked sandboxes */
+  egressProxy: 'server.egress-proxy.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */

@@ -11,6 +11,7 @@ import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { describeWith, NODE_PARTS } from './prereq';
 import { passableTempDir } from './temp-dir';
+import { takeTestPool, type TestPool } from './test-pool';
 import { COMPONENTS, connectServer, findActiveServer, purgeNode, sandnodeProcesses, startComponent, stopComponent, type Component, type ServerApi, type StackDirs } from '@sandnode/node-stack';
 
 /**
@@ -110,10 +111,22 @@ export async function startNode(
     listen?: string;
     /** extra environment of one component's first start (e.g. SANDNODE_SERVER_FAILPOINTS) */
     env?: Partial<Record<Component, Record<string, string>>>;
+    /**
+     * sandbox networking on: a test pool of its own (a /24 of 10.209.128.0/17, tag and ports;
+     * test-pool.ts), held until stop. Default off: sandboxes are loopback only and the server has
+     * no ingress listener, so that tests that do not need a network make no netns or listener.
+     */
+    network?: boolean;
   } = {},
 ): Promise<TestNode> {
   const root = passableTempDir('sandnode-it-');
-  const dirs: StackDirs = { stateDir: path.join(root, 'state'), runDir: path.join(root, 'run'), listen: opts.listen ?? '' };
+  const pool: TestPool | undefined = opts.network ? takeTestPool() : undefined;
+  const dirs: StackDirs = {
+    stateDir: path.join(root, 'state'),
+    runDir: path.join(root, 'run'),
+    listen: opts.listen ?? '',
+    network: pool?.settings ?? { enabled: false, ingressListen: '' },
+  };
   const killStrays = async () => killProcesses(sandnodeProcesses(dirs.runDir).map((p) => p.pid));
   try {
     for (const c of COMPONENTS) await withEnv(opts.env?.[c] ?? {}, () => startComponent(dirs, c, { timeoutMs: 60_000 }));
@@ -123,6 +136,7 @@ export async function startNode(
     await killStrays();
     await purgeNode(dirs).catch(() => undefined);
     execFileSync('rm', ['-rf', root]);
+    pool?.release();
     throw err;
   }
   const address = unixAddress(socketPath(dirs.runDir, 'server'));
@@ -174,6 +188,7 @@ export async function startNode(
       await killStrays();
       await purgeNode(dirs);
       execFileSync('rm', ['-rf', root]);
+      pool?.release();
     },
   };
   if (opts.buildTemplate !== false) {

@@ -33,3 +33,14 @@ describe('checkApiAccess: read at start, so a bad file or group stops the start 
     expect(() => checkApiAccess({ ...base, listen: '', tlsCert: '', socketGroup: 'root' })).not.toThrow();
   });
 });
+
+describe('loadServerConfig: ingress (issue 12)', () => {
+  const load = (env: Record<string, string>) => () => loadServerConfig({ env });
+  it('listens on 127.0.0.1:8480 for <port>-<id>.localhost by default; "" turns it off; a bad value names the key', () => {
+    expect(load({})()).toMatchObject({ ingressListen: '127.0.0.1:8480', ingressDomain: 'localhost' });
+    expect(load({ SANDNODE_SERVER_INGRESS_LISTEN: '' })().ingressListen).toBe('');
+    expect(load({ SANDNODE_SERVER_INGRESS_LISTEN: '0.0.0.0:80', SANDNODE_SERVER_INGRESS_DOMAIN: 'sb.example.com' })()).toMatchObject({ ingressListen: '0.0.0.0:80', ingressDomain: 'sb.example.com' });
+    for (const bad of ['8480', '127.0.0.1:70000', 'host: 1']) expect(load({ SANDNODE_SERVER_INGRESS_LISTEN: bad })).toThrow(/key "ingressListen" \(env SANDNODE_SERVER_INGRESS_LISTEN\)/);
+    expect(load({ SANDNODE_SERVER_INGRESS_DOMAIN: 'Bad_Domain' })).toThrow(/key "ingressDomain"/);
+  });
+});

@@ -47,6 +47,11 @@ export const DEFAULT_LEASE_ACQUIRE_TIMEOUT_MS = 10_000;
 /** Drain defaults (key `drainDeadlineMs` / `drainConcurrency` for SIGTERM; AdminService.Drain with 0 uses them): one pair in @sandnode/shared. */
 export { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS };
 
+/** Default of key `ingressListen` (loopback: curl and browsers on the node reach `http://8080-sb-….localhost:8480/`). */
+export const DEFAULT_INGRESS_LISTEN = '127.0.0.1:8480';
+/** Default of key `ingressDomain`. */
+export const DEFAULT_INGRESS_DOMAIN = 'localhost';
+
 const ms = (min: number) => z.coerce.number().int().min(min).max(86_400_000);
 
 /** The config schema; every key has a default. */
@@ -130,6 +135,16 @@ export const configSchema = z.object({
   handoverFdTimeoutMs: ms(100).default(DEFAULT_HANDOVER_FD_TIMEOUT_MS),
   /** how long the standby waits for the old server to release the lease, ms */
   leaseAcquireTimeoutMs: ms(100).default(DEFAULT_LEASE_ACQUIRE_TIMEOUT_MS),
+  /** the sandboxes' HTTP ingress listener, "host:port"; "" disables it (docs/network.md, "Ingress") */
+  ingressListen: z
+    .string()
+    .refine((v) => v === '' || (/^\S+:\d{1,5}$/.test(v) && Number(v.slice(v.lastIndexOf(':') + 1)) <= 65535), '"host:port" or "" (off)')
+    .default(DEFAULT_INGRESS_LISTEN),
+  /** the domain of ingress host names `<port>-<sandbox id>.<domain>` */
+  ingressDomain: z
+    .string()
+    .regex(/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/, 'a lower-case DNS name')
+    .default(DEFAULT_INGRESS_DOMAIN),
 });
 
 /** isLoopback: whether a listen host only takes connections from this machine (127.0.0.0/8, ::1, localhost). */

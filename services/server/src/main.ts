@@ -27,7 +27,10 @@ import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandb
 import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
 import { configSchema, loadServerConfig, SERVICE, type ServerConfig } from './config';
 import { checkApiAccess } from './handover/api-access';
+import { loadAccessTokenKey } from './core/network';
+import { MapNetworkDirectory } from './core/network-directory';
 import { SandboxManager } from './core/sandbox-manager';
+import { startNetworkServices, type NetworkServices } from './network';
 import { LocalTemplateCatalog } from './core/template-catalog';
 import { setServerFailpoints } from './handover/failpoints';
 import { ServerNode, type NodeWiring } from './handover/server-node';
@@ -70,18 +73,23 @@ export function parseArgs(argv: string[]): { config?: string; help: boolean } {
  * inside its deadline) while another process holds the DB locked, then answers UNAVAILABLE with
  * retry-after-ms without running (gateWritesWhileBusy); the other methods never wait for the lock.
  */
-export const SANDBOX_WRITES = ['createSandbox', 'pauseSandbox', 'resumeSandbox', 'deleteSandbox', 'setTimeout', 'forkSandbox', 'resetRootfs'] as const;
+export const SANDBOX_WRITES = ['createSandbox', 'pauseSandbox', 'resumeSandbox', 'deleteSandbox', 'setTimeout', 'forkSandbox', 'resetRootfs', 'updateSandboxNetwork'] as const;
 
 /**
  * wiring builds what an active server runs (see the file header). settings (the config as
  * loaded, before derived defaults) are written to the run dir's settings file whenever this
  * server becomes active (handover/settings-file.ts); without them nothing is written.
  */
-export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<string, unknown>): NodeWiring {
+export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<string, unknown>, net?: NetworkWiring): NodeWiring {
   const podd = new PoddPeers({ timeoutMs: cfg.poddCallTimeoutMs, retryAttempts: cfg.poddRetryAttempts, log: rootLog.child({ peer: 'podd' }) });
+  // one directory per process: the network services keep it across activations
+  const directory = new MapNetworkDirectory();
+  const ingress = { listen: cfg.ingressListen, domain: cfg.ingressDomain };
+  let vmsOfActive: VmPeer | undefined;
   return {
     podd,
     onActive() {
+      if (net && vmsOfActive) net.start(vmsOfActive, directory, ingress);
       if (!settings) return;
       try {
         writeSettingsFile(cfg.runDir, settings);
@@ -94,7 +102,10 @@ export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<str
       const vms = new VmPeer(cfg.vmmAddress, { ...peer, log: log.child({ peer: 'vmm-supervisor' }) });
       const devices = new DevicePeer(cfg.ublkAddress, { ...peer, log: log.child({ peer: 'ublk-manager' }) });
       const templates = new LocalTemplateCatalog({ templatesDir: cfg.templatesDir, poddBundlePath: cfg.poddBundle, poddVersion: cfg.poddVersion, nodePath: cfg.templateNode, store });
+      vmsOfActive = vms;
       const manager = new SandboxManager({
+        directory,
+        accessTokenKey: loadAccessTokenKey(cfg.stateDir),
         store,
         vms,
         devices,
@@ -114,12 +125,54 @@ export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<str
         vms,
         devices,
         register(server) {
-          server.add(SandboxServiceDefinition, gateWritesWhileBusy(sandboxService(manager, streams), SANDBOX_WRITES, store, { what: 'records.db' }));
+          server.add(SandboxServiceDefinition, gateWritesWhileBusy(sandboxService(manager, streams, ingress), SANDBOX_WRITES, store, { what: 'records.db' }));
           server.add(TemplateServiceDefinition, templateService(templates));
         },
       };
     },
   };
+}
+
+/**
+ * NetworkWiring starts the network services (network/index.ts) each time the server becomes
+ * active, with the settings the vmm-supervisor reports (ListNetworkSlots: the one source of the
+ * ports, ranges and pool), and closes them at stop. A failure is logged; the API serves on
+ * (sandboxes' kernel network is the supervisor's and keeps working).
+ */
+export class NetworkWiring {
+  private running: Promise<NetworkServices | undefined> | undefined;
+
+  constructor(private readonly log: Logger) {}
+
+  /** start (re)starts the services after the ones of an earlier activation are closed. */
+  start(vms: VmPeer, directory: MapNetworkDirectory, ingress: { listen: string; domain: string }): void {
+    const before = this.running;
+    this.running = (async () => {
+      await (await before)?.close();
+      const n = await vms.networkStatus();
+      const settings = {
+        enabled: n.available,
+        disabledReason: n.reason,
+        pool: n.pool,
+        dnsPort: n.dnsPort,
+        egressProxyPort: n.egressProxyPort,
+        proxiedPorts: n.proxiedPorts,
+        alwaysDenied: n.alwaysDenied,
+      };
+      if (!n.available) this.log.info({ reason: n.reason }, 'sandbox network off: sandboxes are created without network');
+      return startNetworkServices({ directory, settings, ingress, logger: this.log.child({ part: 'network' }) });
+    })().catch((err: unknown) => {
+      this.log.error({ err }, 'network services did not start: no egress proxy, resolver or ingress');
+      return undefined;
+    });
+  }
+
+  /** close stops what runs (idempotent). */
+  async close(): Promise<void> {
+    const r = this.running;
+    this.running = undefined;
+    await (await r)?.close();
+  }
 }
 
 /**
@@ -162,7 +215,8 @@ async function main(argv: string[]): Promise<void> {
   }
   const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel).child({ slot: cfg.slot || undefined });
   if (failpoints.length > 0) log.warn({ failpoints }, 'failpoints set');
-  const node = new ServerNode(cfg, log, wiring(cfg, log, settings));
+  const net = new NetworkWiring(log);
+  const node = new ServerNode(cfg, log, wiring(cfg, log, settings, net));
   let stopping = false;
   const onSignal = (sig: NodeJS.Signals) => {
     if (stopping) process.exit(1);
@@ -176,13 +230,16 @@ async function main(argv: string[]): Promise<void> {
       },
       (cfg.drainOnSigterm ? cfg.drainDeadlineMs : 0) + cfg.drainMs + STOP_MARGIN_MS,
     ).unref();
-    node.stop().then(
-      () => process.exit(0),
-      (err: unknown) => {
-        log.error({ err }, 'stop failed');
-        process.exit(1);
-      },
-    );
+    node
+      .stop()
+      .then(() => net.close())
+      .then(
+        () => process.exit(0),
+        (err: unknown) => {
+          log.error({ err }, 'stop failed');
+          process.exit(1);
+        },
+      );
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);

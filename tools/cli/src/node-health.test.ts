@@ -16,7 +16,7 @@ describe('status: quarantine and fences', () => {
     expect(none).toEqual([
       { name: 'vmm-supervisor', quarantined: null, fenceEpoch: null, fencedAboveServer: false },
       { name: 'ublk-manager', quarantined: null, fenceEpoch: null, fencedAboveServer: false },
-      { name: 'server', quarantined: null, fenceEpoch: null, fencedAboveServer: false },
+      { name: 'server', quarantined: null, fenceEpoch: null, fencedAboveServer: false, networkMismatches: null },
     ]);
     // listing the feature with nothing listening is still unknown
     const down = await nodeHealth(dirs, `unix://${dir}/none.sock`, 4, {
@@ -48,6 +48,15 @@ describe('status: quarantine and fences', () => {
       '  "dev-x": unknown state "migrating"',
       'server quarantined rows: 1 (not served; see its quarantine table)',
       '  (no key): row key "" is not a sandbox id',
+    ]);
+  });
+
+  it('lists the sandboxes whose VM network differed from the record at adoption', () => {
+    const h: ComponentHealth[] = [{ name: 'server', quarantined: [], fenceEpoch: null, fencedAboveServer: false, networkMismatches: ['sb-00000000000000a1: its VM has no network'] }];
+    expect(healthLines(h, 4)).toEqual([
+      'server quarantined rows: 0',
+      'server network mismatches at adoption: 1 (VM network differs from the record; kept as is)',
+      '  sb-00000000000000a1: its VM has no network',
     ]);
   });
 });

@@ -33,6 +33,8 @@ export interface ComponentHealth {
   fenceEpoch: number | null;
   /** true when the peer's fence is above the active server's epoch (that server's mutating calls are ABORTED) */
   fencedAboveServer: boolean;
+  /** server only: sandboxes whose VM network differed from the record at adoption ("sb-...: why"); null when unknown */
+  networkMismatches?: string[] | null;
 }
 
 async function ask<T>(address: string, fn: (ch: ReturnType<typeof createSandnodeChannel>) => Promise<T>): Promise<T | undefined> {
@@ -66,7 +68,11 @@ export async function nodeHealth(dirs: StackDirs, serverAdmin: string | null, se
     const fenceEpoch = r ? r.fenceEpoch : null;
     return { name, quarantined: r ? rows(r.quarantined) : null, fenceEpoch, fencedAboveServer: fenceEpoch !== null && serverEpoch !== null && fenceEpoch > serverEpoch };
   };
-  return [peer('vmm-supervisor', vms), peer('ublk-manager', devices), { name: 'server', quarantined: lease ? rows(lease.quarantinedRecords) : null, fenceEpoch: null, fencedAboveServer: false }];
+  return [
+    peer('vmm-supervisor', vms),
+    peer('ublk-manager', devices),
+    { name: 'server', quarantined: lease ? rows(lease.quarantinedRecords) : null, fenceEpoch: null, fencedAboveServer: false, networkMismatches: lease ? [...(lease.networkMismatches ?? [])] : null },
+  ];
 }
 
 /** healthLines is the human form of the report: one line per component, then one per quarantined row. */
@@ -85,6 +91,10 @@ export function healthLines(h: ComponentHealth[], serverEpoch: number | null): s
     else {
       out.push(`${c.name} quarantined rows: ${c.quarantined.length} (not served; see its quarantine table)`);
       for (const q of c.quarantined) out.push(`  ${q.key === '' ? '(no key)' : JSON.stringify(q.key)}: ${q.reason}`);
+    }
+    if (c.networkMismatches?.length) {
+      out.push(`${c.name} network mismatches at adoption: ${c.networkMismatches.length} (VM network differs from the record; kept as is)`);
+      for (const m of c.networkMismatches) out.push(`  ${m}`);
     }
   }
   return out;

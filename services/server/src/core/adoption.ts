@@ -12,6 +12,7 @@
 import type { Logger } from '@sandnode/shared';
 import { mapLimit } from '@sandnode/shared';
 import type { SandboxManager } from './sandbox-manager';
+import { networkMismatch, rebuildDirectory, stopVmKeepingSlot } from './network';
 import { isLive, transition } from './transitions';
 import type { DevicePort, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
 
@@ -26,6 +27,8 @@ export interface AdoptionReport {
   failed: { sandboxId: string; reason: string }[];
   /** podd did not answer Health (the sandbox stays RUNNING; its init respawns podd) */
   poddUnhealthy: string[];
+  /** live sandboxes whose VM's network differs from the record (slot or address), with how; kept as they are */
+  networkMismatch: { sandboxId: string; reason: string }[];
   durationMs: number;
 }
 
@@ -50,7 +53,7 @@ export const DEFAULT_ADOPT_PODD_TIMEOUT_MS = 2000;
 /** adoptAll adopts every record; it never restarts or pauses a sandbox. */
 export async function adoptAll(d: AdoptionDeps): Promise<AdoptionReport> {
   const t0 = Date.now();
-  const report: AdoptionReport = { adopted: [], reconciled: [], tornDown: [], failed: [], poddUnhealthy: [], durationMs: 0 };
+  const report: AdoptionReport = { adopted: [], reconciled: [], tornDown: [], failed: [], poddUnhealthy: [], networkMismatch: [], durationMs: 0 };
   const records = d.store.list();
   const vms = new Map((await d.vms.list()).map((v) => [v.vmId, v]));
   const devices = new Map((await d.devices.list()).map((x) => [x.deviceId, x]));
@@ -63,6 +66,8 @@ export async function adoptAll(d: AdoptionDeps): Promise<AdoptionReport> {
         d.log.error({ sandbox_id: rec.sandboxId, err }, 'adoption failed');
       }),
   );
+  // the proxies' view follows the records as adopted (every touch above already set its own)
+  rebuildDirectory(d.manager.directory, d.store.list());
   report.durationMs = Date.now() - t0;
   d.log.info(
     {
@@ -71,6 +76,7 @@ export async function adoptAll(d: AdoptionDeps): Promise<AdoptionReport> {
       torn_down: report.tornDown.length,
       failed: report.failed.length,
       podd_unhealthy: report.poddUnhealthy.length,
+      network_mismatch: report.networkMismatch.length,
       ms: report.durationMs,
     },
     'adoption finished',
@@ -101,7 +107,7 @@ async function finishReset(
     return false;
   }
   const old = rec.devices.find((x) => x.role === 'rootfs-upper');
-  await d.vms.delete(rec.vm?.vmId ?? rec.sandboxId);
+  await stopVmKeepingSlot(d.vms, rec);
   d.manager.switchUpper(rec, fresh, (rec.rootfsGeneration || 1) + 1);
   if (old) await d.devices.delete(old.deviceId);
   log.warn({ device_id: fresh.deviceId, generation: rec.rootfsGeneration }, 'finished an interrupted rootfs reset: DRAINED on the new rootfs');
@@ -167,6 +173,11 @@ async function adoptOne(
     report.reconciled.push(rec.sandboxId);
   }
   if (changed) d.manager.touch(rec);
+  const mismatch = networkMismatch(rec, vm);
+  if (mismatch) {
+    report.networkMismatch.push({ sandboxId: rec.sandboxId, reason: mismatch });
+    log.error({ reason: mismatch }, 'adoption: the VM network differs from the record; kept as is');
+  }
   if (rec.state === 'RUNNING') {
     const ok = await d.podd
       .connect(rec.poddAddress)

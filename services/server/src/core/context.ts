@@ -6,6 +6,8 @@
  */
 import type { KeyedMutex, Logger } from '@sandnode/shared';
 import type { LifecycleGate } from './gate';
+import type { AccessTokens } from './network';
+import type { MapNetworkDirectory } from './network-directory';
 import type { ExecStreams } from './guest-io';
 import type { RequestTracker } from './request-tracker';
 import type { Operation } from './transitions';
@@ -35,6 +37,10 @@ export interface CoreContext {
   readonly gate: LifecycleGate;
   /** creates and forks in flight by request_id */
   readonly requests: RequestTracker;
+  /** the proxies' view of the networked sandboxes; touch keeps it in step, teardown removes */
+  readonly directory: MapNetworkDirectory;
+  /** ingress access tokens (network.ts) */
+  readonly tokens: AccessTokens;
   /** now in epoch ms (a test clock in unit tests) */
   now(): number;
   /** syncHost flushes the host's dirty pages to the devices (sync(2)); its errors are raw (parent-hold.ts maps them) */
@@ -43,7 +49,7 @@ export interface CoreContext {
   get(id: string): SandboxRecord;
   /** requireState returns the record if it is in a state op accepts; else FAILED_PRECONDITION. */
   requireState(id: string, op: Operation): SandboxRecord;
-  /** touch stamps updatedAtMs and persists (durable on return). */
+  /** touch stamps updatedAtMs and persists (durable on return), then updates the directory. */
   touch(rec: SandboxRecord): void;
   /** gated runs fn through the handover gate (signal: stop waiting to enter) and the sandbox's lock. */
   gated<T>(id: string, fn: () => Promise<T>, signal?: AbortSignal): Promise<T>;

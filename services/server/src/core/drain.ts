@@ -26,6 +26,7 @@
  * so the AdminService handler, the SIGTERM drain and the CLI agree on them.
  */
 import { AbortedError, DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, isCode, mapLimit, processStartTicks, processState, Status, type Logger } from '@sandnode/shared';
+import { stopVmKeepingSlot } from './network';
 import type { CoreContext } from './context';
 import { isLive, transition } from './transitions';
 import { COLD_START, type RecordStore } from './types';
@@ -124,7 +125,8 @@ const STEP_AFTER: Record<DrainProgress['step'], string> = {
 
 /**
  * drainOne persists a live sandbox for a node drain: freeze, stop its VM (its filesystems are
- * unmounted, so flushed; its devices stay), record DRAINED with resume method "cold-start".
+ * unmounted, so flushed; its devices stay; its network slot stays reserved for it), record
+ * DRAINED with resume method "cold-start".
  * progress (optional) says the step it is in; once progress.abandoned is set no further step
  * starts, and a freeze that ended after it is undone (the VM resumed). Errors: NOT_FOUND,
  * FAILED_PRECONDITION (not RUNNING or PAUSED), ABORTED (abandoned), and the peers'.
@@ -144,7 +146,8 @@ export function drainOne(c: CoreContext, id: string, progress: DrainProgress = {
       }
     }
     progress.step = 'stop';
-    await c.vms.delete(vmId);
+    // a networked sandbox keeps its slot (reserved for it, forwarding off): it resumes on the same address
+    await stopVmKeepingSlot(c.vms, rec);
     progress.step = 'record';
     c.podd.forget(rec.poddAddress);
     transition(rec, 'DRAINED');

@@ -11,6 +11,7 @@
 import { FailedPreconditionError, InvalidArgumentError, isCode, requireFeature, requireSandboxId, Status, UBLK_FEATURES, UnavailableError, type Logger } from '@sandnode/shared';
 import { failpoint } from '../handover/failpoints';
 import type { CoreContext } from './context';
+import { planNetwork, validateNetworkRequest, type NetworkChoice, type NetworkRequest } from './network';
 import { holdParent, type ParentHold } from './parent-hold';
 import { bootVm, newRecord, newSandboxId, teardown } from './provision';
 import type { SandboxRecord } from './types';
@@ -25,6 +26,8 @@ export interface ForkSandboxArgs {
   /** 0 = 1500 ms */
   maxFreezeMs: number;
   requestId: string;
+  /** ForkSandboxRequest.network; undefined: the parent's policy and publicness on a new slot (none if the parent has none) */
+  network?: NetworkRequest;
 }
 
 export interface ForkResult extends ParentHold {
@@ -49,6 +52,7 @@ export async function fork(c: CoreContext, args: ForkSandboxArgs, signal?: Abort
   const timeoutSeconds = validateTimeoutSeconds('timeout_seconds', args.timeoutSeconds);
   const maxFreezeMs = validateMaxFreezeMs('max_freeze_ms', args.maxFreezeMs);
   const requestId = validateRequestId('request_id', args.requestId);
+  const network = validateNetworkRequest('network', args.network);
   const what = `a fork of ${args.parentId}`;
   if (requestId) {
     const inflight = c.requests.join<ForkResult>(requestId, what);
@@ -58,7 +62,7 @@ export async function fork(c: CoreContext, args: ForkSandboxArgs, signal?: Abort
   }
   c.get(args.parentId);
   const bootSignal = requestId ? undefined : signal;
-  const p = c.gate.run(() => forkNow(c, args.parentId, metadata, timeoutSeconds, maxFreezeMs, requestId, bootSignal), signal);
+  const p = c.gate.run(() => forkNow(c, args.parentId, metadata, timeoutSeconds, maxFreezeMs, requestId, network, bootSignal), signal);
   return c.requests.track(requestId, what, p);
 }
 
@@ -80,6 +84,7 @@ async function forkNow(
   timeoutSeconds: number,
   maxFreezeMs: number,
   requestId: string,
+  network: NetworkChoice,
   signal: AbortSignal | undefined,
 ): Promise<ForkResult> {
   const t0 = c.now();
@@ -95,6 +100,9 @@ async function forkNow(
         const parent = c.requireState(parentId, 'ForkSandbox');
         const { template, templatePoddVersion, templateRootfs, resources, rootfsGeneration } = parent;
         const rec = newRecord(c, id, { template, templatePoddVersion, templateRootfs, resources: { ...resources }, rootfsGeneration, forkedFrom: parentId }, metadata, timeoutSeconds, requestId);
+        // the child's own slot and token; the parent's policy and publicness unless overridden
+        const inherited: NetworkChoice = parent.network ? { egress: parent.network.egress, public: parent.network.public } : 'disabled';
+        rec.network = await planNetwork(c.vms, network ?? inherited, 'ForkSandbox', c.tokens, id);
         child = rec;
         c.touch(rec);
         return cloneParent(c, parent, rec, maxFreezeMs, log);

@@ -127,7 +127,7 @@ describe('SandboxManager lifecycle', () => {
     expect([...report.adopted, ...report.reconciled, ...report.tornDown, ...report.failed.map((f) => f.sandboxId)]).not.toContain(id);
     expect(report.failed).toEqual([]);
     const swept = await sweepOrphans(o);
-    expect(swept).toEqual({ vms: [], devices: [], dirs: [], failed: [] });
+    expect(swept).toEqual({ vms: [], devices: [], dirs: [], slots: [], failed: [] });
     expect(peers.vms.has(id)).toBe(true);
     expect(store.quarantined.get(id)).toMatch(/schema 2 is newer/);
     expect(store.get(good)?.state).toBe('RUNNING');

@@ -63,6 +63,11 @@ export class MapNetworkDirectory implements NetworkDirectory {
     if (this.addresses.get(old.address) === old) this.addresses.delete(old.address);
   }
 
+  /** sandboxIds lists the sandbox ids in the directory (adoption drops those no record names). */
+  sandboxIds(): string[] {
+    return [...this.ids.keys()];
+  }
+
   /** size is the number of networked sandboxes. */
   get size(): number {
     return this.ids.size;

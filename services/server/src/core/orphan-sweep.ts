@@ -1,6 +1,7 @@
 /**
  * Orphan sweep (ARCHITECTURE.md section 3): on takeover, remove what no runtime record owns:
- * VMs (their containers, mounts and dirs go with DeleteVm), devices (images go with
+ * VMs (their containers, mounts and dirs go with DeleteVm), network slots reserved for a
+ * sandbox id no record has (ReleaseNetworkSlot), devices (images go with
  * DeleteDevice) and per-sandbox runtime dirs. Records whose parts are gone are not touched here:
  * adoption marks them ERROR with the reason. Runs before the server serves, so no create is
  * in flight.
@@ -8,6 +9,7 @@
 import { readdir, rm } from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '@sandnode/shared';
+import { sweepNetworkSlots } from './network';
 import { ownedDeviceIds } from './provision';
 import type { DevicePort, RecordStore, VmPort } from './types';
 
@@ -15,11 +17,13 @@ export interface SweepReport {
   vms: string[];
   devices: string[];
   dirs: string[];
+  /** network slots released: reserved (or in use) for a sandbox id no record has */
+  slots: string[];
   failed: string[];
 }
 
 export async function sweepOrphans(d: { store: RecordStore; vms: VmPort; devices: DevicePort; runDir: string; log: Logger }): Promise<SweepReport> {
-  const report: SweepReport = { vms: [], devices: [], dirs: [], failed: [] };
+  const report: SweepReport = { vms: [], devices: [], dirs: [], slots: [], failed: [] };
   const records = d.store.list();
   // a quarantined row is unreadable, not gone: what its id names by default is left alone
   const held = d.store.quarantinedIds?.() ?? [];
@@ -36,6 +40,10 @@ export async function sweepOrphans(d: { store: RecordStore; vms: VmPort; devices
       d.log.warn({ vm_id: vm.vmId, err }, 'orphan sweep: could not delete a VM');
     }
   }
+  // after the VMs: a deleted orphan VM freed its slot; what is left is reserved for a gone sandbox
+  const slots = await sweepNetworkSlots(d);
+  report.slots.push(...slots.released);
+  report.failed.push(...slots.failed);
   for (const dev of await d.devices.list()) {
     if (ownedDevices.has(dev.deviceId)) continue;
     try {
@@ -52,6 +60,6 @@ export async function sweepOrphans(d: { store: RecordStore; vms: VmPort; devices
     await rm(path.join(sbDir, name), { recursive: true, force: true });
     report.dirs.push(name);
   }
-  if (report.vms.length + report.devices.length + report.dirs.length + report.failed.length > 0) d.log.warn(report, 'orphans swept');
+  if (report.vms.length + report.devices.length + report.dirs.length + report.slots.length + report.failed.length > 0) d.log.warn(report, 'orphans swept');
   return report;
 }

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdir, rm } from 'node:fs/promises';
 import { DeadlineExceededError, FailedPreconditionError, isCode, sandboxDir, Status, unixAddress } from '@sandnode/shared';
 import type { CoreContext, RecordOrigin } from './context';
+import { applyVmNetwork, nodeNetwork } from './network';
 import { INITIAL_STATE, transition } from './transitions';
 import { RECORD_SCHEMA, type DeviceRole, type SandboxRecord } from './types';
 
@@ -131,9 +132,19 @@ export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortS
     hostname: rec.sandboxId,
     env: rec.forkedFrom ? { [FORKED_FROM_ENV]: rec.forkedFrom } : {},
     machineId: rec.machineId,
+    // slot -1 at create and fork (any free one); a DRAINED sandbox's own slot at resume
+    ...(rec.network ? { network: { owner: rec.sandboxId, slot: rec.network.slot, egress: rec.network.egress } } : {}),
   });
   rec.vm = { vmId: vm.vmId, driver: vm.driver, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket, isolation: [...(vm.isolation ?? [])] };
-  c.touch(rec);
+  try {
+    applyVmNetwork(rec, vm);
+  } catch (err) {
+    // a VM without the network its record names is not this sandbox: it goes, the record stays as it was
+    await c.vms.delete(vm.vmId).catch((e: unknown) => c.log.warn({ sandbox_id: rec.sandboxId, err: e }, 'could not delete a VM made without its network'));
+    throw err;
+  } finally {
+    c.touch(rec);
+  }
   await waitForPodd(c, rec, signal);
   // no await from here to the return: the caller cannot go away between this look and RUNNING
   signal?.throwIfAborted();
@@ -179,6 +190,11 @@ export async function coldStart(c: CoreContext, rec: SandboxRecord): Promise<San
     paths[d.role] = live.path;
   }
   if (!paths['rootfs-upper'] || !paths.workspace) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: its record lacks a device`);
+  if (rec.network) {
+    // its address is kept for it: a node that cannot give a network (a supervisor rolled back to 0.2.0, network off) boots nothing
+    const node = await nodeNetwork(c.vms);
+    if (!node.available) throw new FailedPreconditionError(`sandbox ${rec.sandboxId} has a network (slot ${rec.network.slot}, ${rec.network.address}), but ${node.reason}; it stays DRAINED`);
+  }
   await bootVm(c, rec);
   c.log.info({ sandbox_id: rec.sandboxId, pid: rec.vm?.pid }, 'drained sandbox started again on its disks');
   return rec;
@@ -198,6 +214,10 @@ export async function teardown(c: CoreContext, rec: SandboxRecord): Promise<void
   const shared: string[] = [];
   if (others.vms.has(vmId)) shared.push(`vm ${vmId}`);
   else await c.vms.delete(vmId);
+  // DeleteVm frees the VM's slot; a slot kept for the sandbox without a VM (DRAINED, or a crash
+  // between the two) is released by owner (a free slot or another owner's: nothing happens)
+  const slot = rec.network?.slot ?? -1;
+  if (slot >= 0 && !others.vms.has(vmId) && c.vms.releaseNetworkSlot) await c.vms.releaseNetworkSlot(slot, rec.sandboxId);
   if (!others.podd.has(rec.poddAddress)) c.podd.forget(rec.poddAddress);
   for (const d of ownedDeviceIds(rec)) {
     if (others.devices.has(d)) shared.push(`device ${d}`);
@@ -206,6 +226,7 @@ export async function teardown(c: CoreContext, rec: SandboxRecord): Promise<void
   if (shared.length) c.log.error({ sandbox_id: rec.sandboxId, kept: shared }, 'teardown: left parts another record names');
   await rm(sandboxDir(c.runDir, rec.sandboxId), { recursive: true, force: true });
   c.store.delete(rec.sandboxId);
+  c.directory.remove(rec.sandboxId);
 }
 
 /**

@@ -8,6 +8,7 @@
 import { FailedPreconditionError } from '@sandnode/shared';
 import { failpoint } from '../handover/failpoints';
 import type { CoreContext } from './context';
+import { stopVmKeepingSlot } from './network';
 import { bootVm } from './provision';
 import { transition } from './transitions';
 import { COLD_START, type DeviceInfo, type SandboxRecord } from './types';
@@ -31,7 +32,8 @@ export function resetRootfs(c: CoreContext, id: string, signal?: AbortSignal): P
       const fresh = await c.devices.createEmpty(`${id}-upper-g${generation}`, c.upperBytes);
       rec.resetUpperDeviceId = fresh.deviceId;
       c.touch(rec);
-      await c.vms.delete(rec.vm?.vmId ?? id);
+      // the same address after the reset: the slot stays reserved for the sandbox
+      await stopVmKeepingSlot(c.vms, rec);
       c.podd.forget(rec.poddAddress);
       failpoint('reset.after-stop');
       switchUpper(c, rec, fresh, generation);

@@ -11,12 +11,16 @@
  * concurrently. A crash at any step leaves a record that adoption (adoption.ts) finishes:
  * CREATING and DELETING records are torn down, RUNNING/PAUSED ones are verified and kept.
  */
+import { randomBytes } from 'node:crypto';
 import { FailedPreconditionError, InvalidArgumentError, KeyedMutex, NotFoundError, requireSandboxId, run, SANDBOX_ID_RE, type Logger } from '@sandnode/shared';
 import type { CoreContext, RecordOrigin } from './context';
 import { drainOne, type DrainProgress } from './drain';
 import { fork as forkSandbox, type ForkResult, type ForkSandboxArgs } from './fork';
 import { LifecycleGate } from './gate';
 import { DEFAULT_MAX_EXEC_STREAMS, exec as guestExec, ExecStreams, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
+import { AccessTokens, ACCESS_TOKEN_BYTES, planNetwork, syncDirectory, validateNetworkRequest, type NetworkRequest } from './network';
+import { updateNetwork, type UpdateNetworkArgs } from './network-update';
+import { MapNetworkDirectory } from './network-directory';
 import { checkLiveness, expired, retryTeardowns } from './reaper';
 import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, newRecord, newSandboxId, requireDeviceManager, teardown } from './provision';
 import { RequestTracker } from './request-tracker';
@@ -64,6 +68,13 @@ export interface SandboxManagerOptions {
    */
   syncHost?: () => Promise<void>;
   now?: () => number;
+  /**
+   * the proxies' view of the networked sandboxes, kept in step with the records (default a new
+   * one); one per process in main.ts, so that the proxies keep it across activations
+   */
+  directory?: MapNetworkDirectory;
+  /** the node key of the access tokens (network.ts, loadAccessTokenKey); default a random one (tests) */
+  accessTokenKey?: Buffer;
 }
 
 export interface CreateSandboxArgs {
@@ -72,7 +83,11 @@ export interface CreateSandboxArgs {
   metadata: Record<string, string>;
   resources: Partial<Resources> | undefined;
   requestId: string;
+  /** CreateSandboxRequest.network; undefined: not set (the node's default) */
+  network?: NetworkRequest;
 }
+
+export type { UpdateNetworkArgs } from './network-update';
 
 export interface ListSandboxesArgs {
   states: SandboxState[];
@@ -98,6 +113,10 @@ export class SandboxManager {
   private readonly devices: DevicePort;
   /** What fork.ts, reset-rootfs.ts, reaper.ts and guest-io.ts work with. */
   private readonly ctx: CoreContext;
+  /** The proxies' view of the networked sandboxes (set after every persist, removed at delete). */
+  readonly directory: MapNetworkDirectory;
+  /** Ingress access tokens of the sandboxes. */
+  readonly tokens: AccessTokens;
 
   constructor(private readonly o: SandboxManagerOptions) {
     this.now = o.now ?? Date.now;
@@ -106,6 +125,8 @@ export class SandboxManager {
     this.devices = o.devices;
     const syncTimeoutMs = o.hostSyncTimeoutMs ?? DEFAULT_HOST_SYNC_TIMEOUT_MS;
     const syncHost = o.syncHost ?? (async () => void (await run('sync', [], { timeoutMs: syncTimeoutMs })));
+    this.directory = o.directory ?? new MapNetworkDirectory();
+    this.tokens = new AccessTokens(o.accessTokenKey ?? randomBytes(ACCESS_TOKEN_BYTES));
     this.ctx = {
       store: o.store,
       vms: this.vms,
@@ -119,6 +140,8 @@ export class SandboxManager {
       locks: this.locks,
       gate: this.gate,
       requests: this.requests,
+      directory: this.directory,
+      tokens: this.tokens,
       now: () => this.now(),
       syncHost,
       get: (id) => this.get(id),
@@ -191,6 +214,7 @@ export class SandboxManager {
     const metadata = validateMetadata('metadata', args.metadata);
     const resources = validateResources('resources', args.resources, this.o.resourceDefaults);
     const requestId = validateRequestId('request_id', args.requestId);
+    const network = validateNetworkRequest('network', args.network);
     const what = `a create from template ${template}`;
     if (requestId) {
       const inflight = this.requests.join<SandboxRecord>(requestId, what);
@@ -206,7 +230,7 @@ export class SandboxManager {
         const tpl = await this.o.templates.get(template);
         if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
         const origin: RecordOrigin = { template, templatePoddVersion: tpl.poddVersion, templateRootfs: tpl.rootfsPath, resources, rootfsGeneration: 1, forkedFrom: '' };
-        return await this.createFromTemplate(origin, timeoutSeconds, metadata, requestId, bootSignal);
+        return await this.createFromTemplate(origin, timeoutSeconds, metadata, requestId, network, bootSignal);
       } finally {
         const n = (this.creatingFrom.get(template) ?? 1) - 1;
         if (n > 0) this.creatingFrom.set(template, n);
@@ -228,13 +252,22 @@ export class SandboxManager {
     return rec;
   }
 
-  private async createFromTemplate(origin: RecordOrigin, timeoutSeconds: number, metadata: Record<string, string>, requestId: string, signal: AbortSignal | undefined): Promise<SandboxRecord> {
+  private async createFromTemplate(
+    origin: RecordOrigin,
+    timeoutSeconds: number,
+    metadata: Record<string, string>,
+    requestId: string,
+    network: ReturnType<typeof validateNetworkRequest>,
+    signal: AbortSignal | undefined,
+  ): Promise<SandboxRecord> {
     const id = newSandboxId();
     const log = this.o.log.child({ sandbox_id: id });
     const rec = newRecord(this.ctx, id, origin, metadata, timeoutSeconds, requestId);
     return this.locks.run(id, async () => {
       signal?.throwIfAborted(); // nothing made yet
       await requireDeviceManager(this.ctx, 'CreateSandbox');
+      // what the node can give, decided before anything is made (FAILED_PRECONDITION leaves nothing)
+      rec.network = await planNetwork(this.vms, network, 'CreateSandbox', this.tokens, id);
       signal?.throwIfAborted();
       this.o.store.put(rec);
       const t0 = this.now();
@@ -405,10 +438,21 @@ export class SandboxManager {
     return requireState(this.get(id), op);
   }
 
-  /** touch stamps updatedAtMs and persists (durable on return). */
+  /** touch stamps updatedAtMs and persists (durable on return), then puts the record's network view in the directory (or removes it). */
   touch(rec: SandboxRecord): void {
     rec.updatedAtMs = this.now();
     this.o.store.put(rec);
+    syncDirectory(this.directory, rec);
+  }
+
+  /** accessToken is rec's ingress access token ("" without network), for CreateSandbox/ForkSandbox answers and their repeats by request_id. */
+  accessToken(rec: SandboxRecord): string {
+    return this.tokens.tokenFor(rec);
+  }
+
+  /** updateNetwork: see network-update.ts. */
+  updateNetwork(args: UpdateNetworkArgs, signal?: AbortSignal): Promise<SandboxRecord> {
+    return updateNetwork(this.ctx, args, signal);
   }
 
   /** gated runs a lifecycle operation through the handover gate and the sandbox's lock. */

@@ -64,6 +64,8 @@ export const OPERATION_STATES = {
   /** the parent: a fork does not move it */
   ForkSandbox: ['RUNNING', 'PAUSED'],
   Drain: ['RUNNING', 'PAUSED'],
+  /** a DRAINED sandbox's policy is recorded and applied at its resume */
+  UpdateSandboxNetwork: ['RUNNING', 'PAUSED', 'DRAINED'],
   Exec: ['RUNNING'],
   ReadFile: ['RUNNING'],
   WriteFile: ['RUNNING'],

@@ -90,7 +90,70 @@ export interface SandboxRecord {
   machineId: string;
   /** the fresh upper device of a ResetRootfs in progress; else "" */
   resetUpperDeviceId: string;
+  /** the sandbox's network (record.proto NetworkRecord); undefined: none (also in records of 0.2.0) */
+  network?: NetworkRef;
   opaque?: unknown;
+}
+
+/** An egress policy in its wire shape (common.v1.EgressPolicy); in a record always canonical (formatEgressPolicy). */
+export interface EgressPolicyWire {
+  allowOut: string[];
+  denyOut: string[];
+  blockAll: boolean;
+}
+
+/**
+ * The network of a sandbox as recorded. A create or fork records it with slot -1 and no
+ * address before the VM is made (the supervisor picks the slot); the VM's answer fills it in.
+ */
+export interface NetworkRef {
+  /** slot in the node's pool; -1 until the VM got one */
+  slot: number;
+  /** the sandbox's IPv4 address ("" until the VM got one) */
+  address: string;
+  /** the slot's host-side address */
+  gateway: string;
+  /** the egress policy, canonical */
+  egress: EgressPolicyWire;
+  /** ingress needs no access token */
+  public: boolean;
+  /** hex SHA-256 of the ingress access token */
+  accessTokenSha256: string;
+  /** host side of the veth pair */
+  hostIfname: string;
+}
+
+/** The network a VM got (vmm VmNetwork). */
+export interface VmNetworkInfo {
+  slot: number;
+  address: string;
+  gateway: string;
+  hostIfname: string;
+  owner: string;
+  egress: EgressPolicyWire;
+}
+
+/** A slot of the node's pool that is not free (vmm NetworkSlot). */
+export interface NetworkSlotInfo {
+  slot: number;
+  state: 'SPARE' | 'IN_USE' | 'RESERVED' | 'UNKNOWN';
+  owner: string;
+  vmId: string;
+  address: string;
+}
+
+/** The node's network as the supervisor reports it (vmm ListNetworkSlots), or why there is none. */
+export interface NodeNetwork {
+  /** the supervisor can give VMs a network (it lists "vmm.network.v1" and says enabled) */
+  available: boolean;
+  /** why not, naming the component and its version ("vmm-supervisor 0.2.0 lacks feature \"vmm.network.v1\""); "" when available */
+  reason: string;
+  slots: NetworkSlotInfo[];
+  pool: string;
+  dnsPort: number;
+  egressProxyPort: number;
+  proxiedPorts: number[];
+  alwaysDenied: string[];
 }
 
 /** The resume method of a DRAINED sandbox whose VM is stopped and whose disks are kept. */
@@ -130,6 +193,8 @@ export interface VmInfo {
   apiSocket: string;
   /** isolation applied at the VM's create (feature strings); [] or absent = none named (0.2.0 supervisor) */
   isolation?: string[];
+  /** the VM's network; absent for a VM without one */
+  network?: VmNetworkInfo;
 }
 
 /** VmFreezeInfo is a VM's freeze as the supervisor (not the sandbox) saw it; times are Unix epoch ms. */
@@ -155,6 +220,8 @@ export interface VmPort {
     env: Record<string, string>;
     /** /etc/machine-id for the VM (32 hex) or "" to leave it; an older supervisor ignores it */
     machineId: string;
+    /** the VM's network (vmm NetworkSpec; slot -1: any free one); absent: loopback only. Check networkStatus first: an older supervisor ignores it */
+    network?: { owner: string; slot: number; egress: EgressPolicyWire };
   }): Promise<VmInfo>;
   /** get returns undefined for an unknown VM. */
   get(vmId: string): Promise<VmInfo | undefined>;
@@ -174,7 +241,18 @@ export interface VmPort {
   armFreeze?(vmId: string, windowMs: number): Promise<boolean>;
   /** disarmFreeze ends vmId's unused arm (vmm DisarmFreeze). */
   disarmFreeze?(vmId: string): Promise<void>;
-  delete(vmId: string): Promise<void>;
+  /** delete removes the VM; keepNetwork keeps its network slot reserved for its owner (vmm DeleteVm keep_network). */
+  delete(vmId: string, opts?: { keepNetwork?: boolean }): Promise<void>;
+  /**
+   * networkStatus is the node's network (vmm ListNetworkSlots), asked now; available false with
+   * the reason when the supervisor lacks "vmm.network.v1" or says its network is off. Absent in
+   * ports of test fakes without network: none.
+   */
+  networkStatus?(): Promise<NodeNetwork>;
+  /** updateNetwork replaces the VM's egress policy (vmm UpdateVmNetwork, epoch-fenced). NOT_FOUND, FAILED_PRECONDITION (no network). */
+  updateNetwork?(vmId: string, egress: EgressPolicyWire): Promise<VmNetworkInfo>;
+  /** releaseNetworkSlot frees a slot reserved for owner (vmm ReleaseNetworkSlot); false when it was free or another owner's. */
+  releaseNetworkSlot?(slot: number, owner: string): Promise<boolean>;
 }
 
 /** DeviceInfo is what the device manager reports of a device. */

@@ -3,11 +3,11 @@
  * and error mapping as for DevicePeer (PeerOptions). Optional RPCs are used only when the
  * supervisor lists their feature (GetVersion, asked once per connection).
  */
-import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, VMM_FEATURES, type ServiceClient } from '@sandnode/shared';
-import { DriveRole, FreezeEndedBy, VmServiceDefinition, VmState, type Vm } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { createSandnodeChannel, createServiceClient, isCode, missingFeature, PeerFeatures, Status, VMM_FEATURES, type ServiceClient } from '@sandnode/shared';
+import { DriveRole, FreezeEndedBy, NetworkSlotState, VmServiceDefinition, VmState, type Vm, type VmNetwork } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { Channel } from 'nice-grpc';
 import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
-import type { VmFreezeInfo, VmInfo, VmPort } from '../core/types';
+import type { EgressPolicyWire, NetworkSlotInfo, NodeNetwork, VmFreezeInfo, VmInfo, VmNetworkInfo, VmPort } from '../core/types';
 import type { PeerOptions } from './device-peer';
 import { announceEpoch, EPOCH_PROBE_ID } from './epoch-announce';
 import { withMappedErrors } from './peer-errors';
@@ -24,7 +24,39 @@ function toInfo(vm: Vm | undefined): VmInfo {
           : vm.state === VmState.VM_STATE_CREATING
             ? 'CREATING'
             : 'UNKNOWN';
-  return { vmId: vm.vmId, state, pid: vm.pid, startTimeTicks: vm.startTimeTicks, driver: vm.driver, driverVersion: vm.driverVersion, apiSocket: vm.apiSocket, isolation: [...vm.isolation] };
+  return {
+    vmId: vm.vmId,
+    state,
+    pid: vm.pid,
+    startTimeTicks: vm.startTimeTicks,
+    driver: vm.driver,
+    driverVersion: vm.driverVersion,
+    apiSocket: vm.apiSocket,
+    isolation: [...vm.isolation],
+    ...(vm.network ? { network: networkInfo(vm.network) } : {}),
+  };
+}
+
+function networkInfo(n: VmNetwork): VmNetworkInfo {
+  const e = n.egress;
+  return {
+    slot: n.slot,
+    address: n.address,
+    gateway: n.gateway,
+    hostIfname: n.hostIfname,
+    owner: n.owner,
+    egress: { allowOut: [...(e?.allowOut ?? [])], denyOut: [...(e?.denyOut ?? [])], blockAll: e?.blockAll ?? false },
+  };
+}
+
+const SLOT_STATES: Record<number, NetworkSlotInfo['state']> = {
+  [NetworkSlotState.NETWORK_SLOT_STATE_SPARE]: 'SPARE',
+  [NetworkSlotState.NETWORK_SLOT_STATE_IN_USE]: 'IN_USE',
+  [NetworkSlotState.NETWORK_SLOT_STATE_RESERVED]: 'RESERVED',
+};
+
+function egressToPb(e: EgressPolicyWire): EgressPolicyWire {
+  return { allowOut: [...e.allowOut], denyOut: [...e.denyOut], blockAll: e.blockAll };
 }
 
 export class VmPeer implements VmPort {
@@ -101,9 +133,54 @@ export class VmPeer implements VmPort {
         hostname: a.hostname,
         env: a.env,
         machineId: a.machineId,
+        network: a.network ? { owner: a.network.owner, slot: a.network.slot, egress: egressToPb(a.network.egress) } : undefined,
       },
     });
     return toInfo(res.vm);
+  }
+
+  /**
+   * networkStatus: unavailable, naming the supervisor's version, without "vmm.network.v1"
+   * (features as read once per connection; a ListNetworkSlots answered UNIMPLEMENTED, by a
+   * supervisor rolled back since, reads them again); else ListNetworkSlots (enabled, why not,
+   * slots and settings).
+   */
+  async networkStatus(): Promise<NodeNetwork> {
+    const none = { slots: [], pool: '', dnsPort: 0, egressProxyPort: 0, proxiedPorts: [], alwaysDenied: [] };
+    let v = await this.features.get();
+    const lacks = () => ({ available: false, reason: missingFeature({ component: 'vmm-supervisor', version: v.version, features: v.features }, VMM_FEATURES.network), ...none });
+    if (!v.features.includes(VMM_FEATURES.network)) return lacks();
+    let r;
+    try {
+      r = await this.client.listNetworkSlots({});
+    } catch (err) {
+      if (!isCode(err, Status.UNIMPLEMENTED)) throw err;
+      this.features.reset();
+      v = await this.features.get();
+      return lacks();
+    }
+    return {
+      available: r.enabled,
+      reason: r.enabled ? '' : `the vmm-supervisor ${v.version}'s network is off: ${r.disabledReason || 'no reason given'}`,
+      slots: r.slots.map((s) => ({ slot: s.slot, state: SLOT_STATES[s.state] ?? 'UNKNOWN', owner: s.owner, vmId: s.vmId, address: s.address })),
+      pool: r.pool,
+      dnsPort: r.dnsPort,
+      egressProxyPort: r.egressProxyPort,
+      proxiedPorts: [...r.proxiedPorts],
+      alwaysDenied: [...r.alwaysDenied],
+    };
+  }
+
+  /** updateNetwork: VmService.UpdateVmNetwork (carries the epoch). NOT_FOUND, FAILED_PRECONDITION (no network), INVALID_ARGUMENT. */
+  async updateNetwork(vmId: string, egress: EgressPolicyWire): Promise<VmNetworkInfo> {
+    const r = await this.client.updateVmNetwork({ vmId, egress: egressToPb(egress) });
+    if (!r.network) throw new Error('vmm-supervisor answered UpdateVmNetwork without a network');
+    return networkInfo(r.network);
+  }
+
+  /** releaseNetworkSlot: VmService.ReleaseNetworkSlot (carries the epoch); false when the slot was free or another owner's. */
+  async releaseNetworkSlot(slot: number, owner: string): Promise<boolean> {
+    return (await this.client.releaseNetworkSlot({ slot, owner })).released;
   }
 
   /** freezeStatus: undefined when the supervisor lacks feature vmm.freeze-status.v1 (GetVmFreeze). */
@@ -135,8 +212,8 @@ export class VmPeer implements VmPort {
     return toInfo((await this.client.resumeVm({ vmId })).vm);
   }
 
-  async delete(vmId: string): Promise<void> {
-    await this.client.deleteVm({ vmId });
+  async delete(vmId: string, opts: { keepNetwork?: boolean } = {}): Promise<void> {
+    await this.client.deleteVm({ vmId, keepNetwork: opts.keepNetwork ?? false });
   }
 
   close(): void {

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { FailedPreconditionError, InvalidArgumentError, Status } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, SERVER_FEATURES, Status } from '@sandnode/shared';
 import { ServerRole, TokenRole } from '@sandnode/shared/proto/server/v1/admin';
 import { FlockLease } from '../store/flock-lease';
 import type { Role } from '../handover/roles';
@@ -63,8 +63,25 @@ describe('AdminService handlers', () => {
 
   it('GetLeaseStatus and PrepareHandover report the node', async () => {
     const a = adminService(node);
-    expect(await a.getLeaseStatus({}, ctx)).toMatchObject({ role: ServerRole.SERVER_ROLE_ACTIVE, epoch: 7, holderPid: 0, slot: 'a', sinceMs: 1234 });
-    expect(await a.prepareHandover({ standbyVersion: 'y', standbyFeatures: [] }, ctx)).toEqual({ ok: true, reasons: [], sandboxes: 5, inFlight: 2 });
+    expect(await a.getLeaseStatus({}, ctx)).toMatchObject({ role: ServerRole.SERVER_ROLE_ACTIVE, epoch: 7, holderPid: 0, slot: 'a', sinceMs: 1234, networkMismatches: [] });
+    const adopted = { ...node, lastAdoption: { networkMismatch: [{ sandboxId: 'sb-00000000000000a1', reason: 'its VM has no network' }] } };
+    expect((await adminService(adopted).getLeaseStatus({}, ctx)).networkMismatches).toEqual(['sb-00000000000000a1: its VM has no network']);
+    expect(await a.prepareHandover({ standbyVersion: 'y', standbyFeatures: Object.values(SERVER_FEATURES) }, ctx)).toEqual({ ok: true, reasons: [], sandboxes: 5, inFlight: 2, losses: [] });
+  });
+
+  it('PrepareHandover to a standby without the network features (a rollback to 0.2.0) says what stops and which sandboxes it affects, and still says ok', async () => {
+    const ids = ['sb-00000000000000b2', 'sb-00000000000000a1'];
+    const withNet = { ...node, manager: { gate: { inFlight: 0 }, directory: { sandboxIds: () => ids } } };
+    const old = Object.values(SERVER_FEATURES).filter((f) => ![SERVER_FEATURES.network, SERVER_FEATURES.ingress, SERVER_FEATURES.egressProxy].includes(f as never));
+    const r = await adminService(withNet).prepareHandover({ standbyVersion: '0.2.0', standbyFeatures: old }, ctx);
+    expect(r.ok).toBe(true);
+    const losses = r.losses ?? [];
+    expect(losses).toHaveLength(2);
+    expect(losses[0]).toMatch(/^the standby \(0\.2\.0\) lacks "server\.ingress\.v1": the ingress listener stops .*"server\.egress-proxy\.v1": the egress proxy and DNS resolver stop/);
+    expect(losses[0]).toMatch(/kernel network of running sandboxes .* keeps working; 2 networked sandbox\(es\) affected: sb-00000000000000a1, sb-00000000000000b2$/);
+    expect(losses[1]).toMatch(/lacks "server\.network\.v1": new sandboxes get no network/);
+    // a standby with every feature loses nothing
+    expect((await adminService(withNet).prepareHandover({ standbyVersion: '0.3.0', standbyFeatures: Object.values(SERVER_FEATURES) }, ctx)).losses).toEqual([]);
   });
 
   it('Handover: a relative fd_socket or a pid of 0 is INVALID_ARGUMENT and the node is not called', async () => {

@@ -11,6 +11,7 @@ import type { ApiTokenInfo, SqliteTokenStore } from '../store/sqlite-token-store
 import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS } from '../config';
 import type { DrainReport } from '../core/drain';
 import { drainReportToPb } from './convert';
+import { handoverLosses } from './handover-losses';
 import type { Role } from '../handover/roles';
 import { FlockLease } from '../store/flock-lease';
 
@@ -25,8 +26,10 @@ export interface AdminPort {
   readonly lease: FlockLease;
   readonly cfg: { slot: string };
   readonly handingOver: boolean;
-  readonly manager: { gate: { inFlight: number } } | undefined;
+  readonly manager: { gate: { inFlight: number }; directory?: { sandboxIds(): string[] } } | undefined;
   sandboxCount(): number;
+  /** The last adoption's report (ServerNode.lastAdoption); its network mismatches go in GetLeaseStatus. */
+  readonly lastAdoption?: { networkMismatch?: { sandboxId: string; reason: string }[] } | undefined;
   /** The records.db rows this server cannot serve (ACTIVE), oldest first; none when absent. */
   quarantinedRecords?(): { key: string; reason: string; quarantinedAtMs: number }[];
   handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number }): Promise<HandoverResponse>;
@@ -81,13 +84,16 @@ export function adminService(node: AdminPort): AdminServiceImplementation<Sandno
         version: SUITE_VERSION,
         sinceMs: node.roles.activeSinceMs,
         quarantinedRecords: node.quarantinedRecords?.() ?? [],
+        networkMismatches: (node.lastAdoption?.networkMismatch ?? []).map((m) => `${m.sandboxId}: ${m.reason}`),
       };
     },
-    async prepareHandover() {
+    async prepareHandover(req) {
       const reasons: string[] = [];
       if (node.role !== 'ACTIVE') reasons.push(`this server is ${node.role}, not ACTIVE`);
       if (node.handingOver) reasons.push('a handover is already in progress');
-      return { ok: reasons.length === 0, reasons, sandboxes: node.sandboxCount(), inFlight: node.manager?.gate.inFlight ?? 0 };
+      // what the standby would not keep up (a rollback): said, not refused
+      const losses = handoverLosses(req.standbyVersion, req.standbyFeatures, node.manager?.directory?.sandboxIds() ?? []);
+      return { ok: reasons.length === 0, reasons, sandboxes: node.sandboxCount(), inFlight: node.manager?.gate.inFlight ?? 0, losses };
     },
     async handover(req) {
       if (!Number.isInteger(req.standbyPid) || req.standbyPid <= 0) throw new InvalidArgumentError(`standby_pid: must be a pid above 0, got ${req.standbyPid}`);

@@ -1,7 +1,7 @@
 /**
  * Conversions between the public proto messages (server.v1) and the domain types.
  */
-import { ForkMethod as PbForkMethod, type Sandbox, type SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { ForkMethod as PbForkMethod, type Sandbox, type SandboxNetwork, type SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { ForkMethod } from '../core/sandbox-manager';
 import type { Template } from '@sandnode/shared/proto/server/v1/template';
 import { DrainOutcome, type DrainResponse } from '@sandnode/shared/proto/server/v1/admin';
@@ -9,8 +9,40 @@ import type { DrainReport } from '../core/drain';
 import type { SandboxRecord, SandboxState, TemplateInfo } from '../core/types';
 import { stateFromPb, stateToPb } from '../store/record-codec';
 
-/** sandboxToPb gives the public view of a record. */
-export function sandboxToPb(r: SandboxRecord): Sandbox {
+/** Where the server's ingress listener is (config ingressListen / ingressDomain), for Sandbox.network.ingress_url. */
+export interface IngressAddress {
+  /** "host:port"; "" when there is no ingress listener */
+  listen: string;
+  /** the domain of `<port>-<id>.<domain>` */
+  domain: string;
+}
+
+/** No ingress listener: ingress_url stays empty. */
+export const NO_INGRESS: IngressAddress = { listen: '', domain: '' };
+
+/** ingressUrl is the sandbox's ingress URL with "{port}" for the port ("http://{port}-sb-….localhost:8480"), "" without a listener. */
+export function ingressUrl(sandboxId: string, ingress: IngressAddress): string {
+  if (!ingress.listen) return '';
+  const port = ingress.listen.slice(ingress.listen.lastIndexOf(':') + 1);
+  return `http://{port}-${sandboxId}.${ingress.domain}${port === '80' ? '' : `:${port}`}`;
+}
+
+/** networkToPb is the public view of a record's network; undefined without one. */
+function networkToPb(r: SandboxRecord, ingress: IngressAddress): SandboxNetwork | undefined {
+  const n = r.network;
+  if (!n) return undefined;
+  return {
+    slot: n.slot,
+    address: n.address,
+    gateway: n.gateway,
+    egress: { allowOut: [...n.egress.allowOut], denyOut: [...n.egress.denyOut], blockAll: n.egress.blockAll },
+    public: n.public,
+    ingressUrl: ingressUrl(r.sandboxId, ingress),
+  };
+}
+
+/** sandboxToPb gives the public view of a record (ingress: where the ingress listener is, for network.ingress_url). */
+export function sandboxToPb(r: SandboxRecord, ingress: IngressAddress = NO_INGRESS): Sandbox {
   return {
     sandboxId: r.sandboxId,
     state: stateToPb(r.state),
@@ -27,7 +59,7 @@ export function sandboxToPb(r: SandboxRecord): Sandbox {
     forkedFrom: r.forkedFrom,
     // what the supervisor applied at the current VM's create; a drained sandbox has no VM
     isolation: r.state === 'DRAINED' || !r.vm ? [] : [...(r.vm.isolation ?? [])],
-    network: undefined,
+    network: networkToPb(r, ingress),
   };
 }
 

@@ -2,10 +2,11 @@
  * SandboxService handlers: validate -> call SandboxManager -> convert. Errors are domain errors
  * mapped to gRPC codes by the shared middleware.
  */
-import { InvalidArgumentError, UnimplementedError, requireSandboxId, type SandnodeCallContext } from '@sandnode/shared';
+import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from '@sandnode/shared';
 import { Sandbox, type ExecResponse, type SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { SandboxManager } from '../core/sandbox-manager';
-import { forkMethodToPb, sandboxToPb, statesFromPb } from './convert';
+import type { SandboxRecord } from '../core/types';
+import { forkMethodToPb, NO_INGRESS, sandboxToPb as recordToPb, statesFromPb, type IngressAddress } from './convert';
 
 /** listedBytes is what one sandbox adds to a ListSandboxesResponse, bytes: its encoding, the field tag and the length prefix. */
 function listedBytes(s: Sandbox): number {
@@ -22,8 +23,12 @@ function varintBytes(n: number): number {
   return k;
 }
 
-/** counters.streams counts running Exec streams (a retiring server relays them to the end). */
-export function sandboxService(m: SandboxManager, counters: { streams: number } = { streams: 0 }): SandboxServiceImplementation<SandnodeCallContext> {
+/**
+ * counters.streams counts running Exec streams (a retiring server relays them to the end);
+ * ingress is where the ingress listener is (Sandbox.network.ingress_url).
+ */
+export function sandboxService(m: SandboxManager, counters: { streams: number } = { streams: 0 }, ingress: IngressAddress = NO_INGRESS): SandboxServiceImplementation<SandnodeCallContext> {
+  const sandboxToPb = (r: SandboxRecord) => recordToPb(r, ingress);
   return {
     async createSandbox(req, ctx) {
       const rec = await m.create(
@@ -33,10 +38,12 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
           metadata: req.metadata,
           resources: req.resources,
           requestId: req.requestId,
+          network: req.network,
         },
         ctx.signal,
       );
-      return { sandbox: sandboxToPb(rec) };
+      // a repeat by request_id derives the same token (core/network.ts, AccessTokens)
+      return { sandbox: sandboxToPb(rec), accessToken: m.accessToken(rec) };
     },
     async getSandbox(req) {
       return { sandbox: sandboxToPb(m.get(req.sandboxId)) };
@@ -93,15 +100,18 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
       return m.writeFile(req.sandboxId, req.path, req.data, req.mode, req.append);
     },
     async forkSandbox(req, ctx) {
-      const r = await m.fork({ parentId: req.parentId, metadata: req.metadata, timeoutSeconds: req.timeoutSeconds, maxFreezeMs: req.maxFreezeMs, requestId: req.requestId }, ctx.signal);
-      return { sandbox: sandboxToPb(r.child), method: forkMethodToPb(r.method), parentHeldMs: r.parentHeldMs, cloneMs: r.cloneMs, forkMs: r.forkMs };
+      const r = await m.fork(
+        { parentId: req.parentId, metadata: req.metadata, timeoutSeconds: req.timeoutSeconds, maxFreezeMs: req.maxFreezeMs, requestId: req.requestId, network: req.network },
+        ctx.signal,
+      );
+      return { sandbox: sandboxToPb(r.child), method: forkMethodToPb(r.method), parentHeldMs: r.parentHeldMs, cloneMs: r.cloneMs, forkMs: r.forkMs, accessToken: m.accessToken(r.child) };
     },
     async resetRootfs(req, ctx) {
       return { sandbox: sandboxToPb(await m.resetRootfs(req.sandboxId, ctx.signal)) };
     },
 
-    async updateSandboxNetwork() {
-      throw new UnimplementedError('UpdateSandboxNetwork is not built yet (issue 12)');
+    async updateSandboxNetwork(req, ctx) {
+      return { sandbox: sandboxToPb(await m.updateNetwork({ sandboxId: req.sandboxId, egress: req.egress, public: req.public }, ctx.signal)) };
     },
   };
 }

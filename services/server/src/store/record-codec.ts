@@ -4,10 +4,10 @@
  * unknown fields, kept by ts-proto's unknownFields option) written by a newer server survive a
  * read-modify-write by this one.
  */
-import { FailedPreconditionError } from '@sandnode/shared';
+import { FailedPreconditionError, formatEgressPolicy, parseEgressPolicy, parseIpv4 } from '@sandnode/shared';
 import { SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { DeviceRole as PbRole, RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
-import { RECORD_SCHEMA, type DeviceRole, type SandboxRecord, type SandboxState } from '../core/types';
+import { DeviceRole as PbRole, RuntimeRecord, type NetworkRecord } from '@sandnode/shared/proto/server/v1/record';
+import { RECORD_SCHEMA, type DeviceRole, type NetworkRef, type SandboxRecord, type SandboxState } from '../core/types';
 
 const STATE_TO_PB: Record<SandboxState, PbState> = {
   CREATING: PbState.SANDBOX_STATE_CREATING,
@@ -70,8 +70,10 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
       };
     }),
     poddAddress: rec.poddAddress,
-    // no network in this release: a new record says so (-1); a read record keeps its value
-    networkSlot: rec.opaque ? base.networkSlot : -1,
+    network: rec.network ? networkToPb(rec.network, base.network) : undefined,
+    // the mirror of network.slot for older readers: -1 without network; a read record of an
+    // older server without network keeps its value (0.2.0 wrote -1, 0.1.0 0)
+    networkSlot: rec.network ? rec.network.slot : rec.opaque && !base.network ? base.networkSlot : -1,
     egressPolicy: base.egressPolicy,
     createdAtMs: rec.createdAtMs,
     updatedAtMs: rec.updatedAtMs,
@@ -91,6 +93,40 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
   // expresses the data); this release only writes schema 1.
   msg.schema = Math.min(Math.max(base.schema || RECORD_SCHEMA, 1), RECORD_SCHEMA);
   return RuntimeRecord.encode(msg).finish();
+}
+
+/** networkToPb encodes a record's network over the stored one (its unknown fields survive). */
+function networkToPb(n: NetworkRef, old: NetworkRecord | undefined): NetworkRecord {
+  return {
+    ...(old ?? {}),
+    slot: n.slot,
+    address: n.address,
+    gateway: n.gateway,
+    egress: { ...(old?.egress ?? {}), allowOut: [...n.egress.allowOut], denyOut: [...n.egress.denyOut], blockAll: n.egress.blockAll },
+    public: n.public,
+    accessTokenSha256: n.accessTokenSha256,
+    hostIfname: n.hostIfname,
+  };
+}
+
+/**
+ * networkFromPb reads a stored network; throws (the row is quarantined) when it is not one this
+ * server could have written: a slot below -1, an address that is not IPv4 on a slot, a policy
+ * the shared parser refuses, a token hash that is not 64 hex digits.
+ */
+function networkFromPb(id: string, n: NetworkRecord): NetworkRef {
+  const bad = (why: string) => new Error(`runtime record ${id}: network: ${why}`);
+  if (!Number.isInteger(n.slot) || n.slot < -1) throw bad(`slot ${n.slot} is not -1 or a slot number`);
+  if (n.slot >= 0 && (parseIpv4(n.address) === undefined || parseIpv4(n.gateway) === undefined))
+    throw bad(`slot ${n.slot} has address ${JSON.stringify(n.address)} / gateway ${JSON.stringify(n.gateway)}, not IPv4`);
+  if (!/^[0-9a-f]{64}$/.test(n.accessTokenSha256)) throw bad('access_token_sha256 is not 64 hex digits');
+  let egress;
+  try {
+    egress = formatEgressPolicy(parseEgressPolicy(n.egress ? { allowOut: n.egress.allowOut, denyOut: n.egress.denyOut, blockAll: n.egress.blockAll } : undefined, 'network.egress'));
+  } catch (err) {
+    throw bad((err as Error).message);
+  }
+  return { slot: n.slot, address: n.address, gateway: n.gateway, egress, public: n.public, accessTokenSha256: n.accessTokenSha256, hostIfname: n.hostIfname };
 }
 
 /**
@@ -142,6 +178,8 @@ export function decodeRecord(bytes: Uint8Array): SandboxRecord {
     forkPausedAtMs: msg.forkPausedAtMs,
     machineId: msg.machineId,
     resetUpperDeviceId: msg.resetUpperDeviceId,
+    // a record of 0.2.0 has no network field (network_slot -1 or 0): no network
+    network: msg.network ? networkFromPb(msg.sandboxId, msg.network) : undefined,
     opaque: msg,
   };
 }

@@ -144,7 +144,8 @@ export function registerNodeCommands(program: Command): void {
         const health = await nodeHealth(d, active?.admin ?? null, epoch, Object.fromEntries(components.map((c) => [c.name, c.features])));
         const quarantine = Object.fromEntries(health.map((h) => [h.name, h.quarantined === null ? null : { count: h.quarantined.length, rows: h.quarantined }]));
         const fences = Object.fromEntries(health.filter((h) => h.name !== 'server').map((h) => [h.name, { epoch: h.fenceEpoch, aboveServer: h.fencedAboveServer }]));
-        print(!!o.json, { components, sandboxes, isolation, epoch, server, fences, quarantine }, () =>
+        const networkMismatches = health.find((h) => h.name === 'server')?.networkMismatches ?? null;
+        print(!!o.json, { components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches }, () =>
           [
             table(
               ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],

@@ -1,6 +1,6 @@
 /**
  * `sandnode sandbox create | list | get | exec | pause | resume | fork | reset-rootfs | delete |
- * set-timeout`: one node's sandboxes. Every command that answers with a sandbox prints its
+ * set-timeout | network | url`: one node's sandboxes (network and url: sandbox-network.ts). Every command that answers with a sandbox prints its
  * {@link SandboxJson} with --json.
  */
 import { randomBytes } from 'node:crypto';
@@ -10,6 +10,7 @@ import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandb
 import { dirsOf, keyValue, oneOf, wholeNumber } from '../options';
 import { action, print } from '../output';
 import { listAllSandboxes, withServer } from '../server-calls';
+import { addNetworkFlags, networkRequest, registerNetworkCommands, tokenText, type NetworkFlags } from './sandbox-network';
 
 /** The state names `sandbox list --state` takes: RUNNING, PAUSED, ... */
 const STATE_NAMES = Object.keys(SandboxState)
@@ -49,18 +50,24 @@ function oneLine(s: SandboxJson): string {
 export function registerSandboxCommands(program: Command): Command {
   const sandbox = program.command('sandbox').description('create, inspect, run commands in, pause, resume and delete sandboxes');
 
-  sandbox
-    .command('create')
-    .requiredOption('--template <name>', 'template name', 'base')
-    .option('--timeout <seconds>', 'lifetime in seconds (0: none)', wholeNumber, 0)
-    .option('--metadata <key=value>', 'label (repeatable)', keyValue, {})
-    .option('--vcpus <n>', 'virtual CPUs', wholeNumber, 0)
-    .option('--memory-mib <n>', 'memory limit in MiB', wholeNumber, 0)
-    .option('--disk-bytes <n>', '/workspace size in bytes', wholeNumber, 0)
-    .option('--request-id <id>', 'idempotency key')
-    .option('--json', 'print JSON')
-    .action(
-      action(async (o: JsonOpts & { template: string; timeout: number; metadata: Record<string, string>; vcpus: number; memoryMib: number; diskBytes: number; requestId?: string }, cmd: Command) => {
+  addNetworkFlags(
+    sandbox
+      .command('create')
+      .requiredOption('--template <name>', 'template name', 'base')
+      .option('--timeout <seconds>', 'lifetime in seconds (0: none)', wholeNumber, 0)
+      .option('--metadata <key=value>', 'label (repeatable)', keyValue, {})
+      .option('--vcpus <n>', 'virtual CPUs', wholeNumber, 0)
+      .option('--memory-mib <n>', 'memory limit in MiB', wholeNumber, 0)
+      .option('--disk-bytes <n>', '/workspace size in bytes', wholeNumber, 0)
+      .option('--request-id <id>', 'idempotency key')
+      .option('--json', 'print JSON'),
+  ).action(
+    action(
+      async (
+        o: JsonOpts & NetworkFlags & { template: string; timeout: number; metadata: Record<string, string>; vcpus: number; memoryMib: number; diskBytes: number; requestId?: string },
+        cmd: Command,
+      ) => {
+        const network = networkRequest(o);
         const r = await withServer(dirsOf(cmd), (api) =>
           api.sandboxes.createSandbox({
             template: o.template,
@@ -68,12 +75,15 @@ export function registerSandboxCommands(program: Command): Command {
             metadata: o.metadata,
             resources: { vcpus: o.vcpus, memoryMib: o.memoryMib, diskBytes: o.diskBytes },
             requestId: requestIdOr(o.requestId),
+            network,
           }),
         );
         const s = sandboxJson(r.sandbox!);
-        print(!!o.json, s, () => oneLine(s));
-      }),
-    );
+        // the access token is shown once: the server keeps only its hash
+        print(!!o.json, { ...s, access_token: r.accessToken }, () => [oneLine(s), tokenText(r.accessToken)].filter(Boolean).join('\n'));
+      },
+    ),
+  );
 
   sandbox
     .command('list')
@@ -101,7 +111,10 @@ export function registerSandboxCommands(program: Command): Command {
         const s = sandboxJson((await withServer(dirsOf(cmd), (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!);
         print(!!o.json, s, () =>
           Object.entries(s)
-            .map(([k, v]) => `${k.padEnd(13)} ${k === 'isolation' ? isolationText(s.isolation) : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`)
+            .map(
+              ([k, v]) =>
+                `${k.padEnd(13)} ${k === 'isolation' ? isolationText(s.isolation) : k === 'network' && v === null ? 'none' : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`,
+            )
             .join('\n'),
         );
       }),
@@ -135,25 +148,31 @@ export function registerSandboxCommands(program: Command): Command {
       }),
     );
 
-  sandbox
-    .command('fork <id>')
-    .description('fork a RUNNING or PAUSED sandbox: a new sandbox from crash-consistent copy-on-write clones of its rootfs and /workspace')
-    .option('--metadata <key=value>', "the child's label (repeatable)", keyValue, {})
-    .option('--timeout <seconds>', "the child's lifetime in seconds (0: none)", wholeNumber, 0)
-    .option('--max-freeze-ms <ms>', "longest the parent's filesystems may stay frozen, ms (0: 1500; 100..5000, below 100 counts as 100)", wholeNumber, 0)
-    .option('--request-id <id>', 'idempotency key')
-    .option('--json', 'print JSON')
-    .action(
-      action(async (id: string, o: JsonOpts & { metadata: Record<string, string>; timeout: number; maxFreezeMs: number; requestId?: string }, cmd: Command) => {
-        const r = await withServer(dirsOf(cmd), (api) =>
-          api.sandboxes.forkSandbox({ parentId: id, metadata: o.metadata, timeoutSeconds: o.timeout, maxFreezeMs: o.maxFreezeMs, requestId: requestIdOr(o.requestId) }),
-        );
-        const s = sandboxJson(r.sandbox!);
-        const method = forkMethodName(r.method);
-        const out = { ...s, fork: { method, parent_held_ms: r.parentHeldMs, clone_ms: r.cloneMs, fork_ms: r.forkMs } };
-        print(!!o.json, out, () => `${oneLine(s)} forked from ${s.forked_from} (${method}: parent held ${r.parentHeldMs} ms, clone ${r.cloneMs} ms, fork ${r.forkMs} ms)`);
-      }),
-    );
+  addNetworkFlags(
+    sandbox
+      .command('fork <id>')
+      .description(
+        "fork a RUNNING or PAUSED sandbox: a new sandbox from crash-consistent copy-on-write clones of its rootfs and /workspace (its own address and token; the parent's policy unless network flags are given)",
+      )
+      .option('--metadata <key=value>', "the child's label (repeatable)", keyValue, {})
+      .option('--timeout <seconds>', "the child's lifetime in seconds (0: none)", wholeNumber, 0)
+      .option('--max-freeze-ms <ms>', "longest the parent's filesystems may stay frozen, ms (0: 1500; 100..5000, below 100 counts as 100)", wholeNumber, 0)
+      .option('--request-id <id>', 'idempotency key')
+      .option('--json', 'print JSON'),
+  ).action(
+    action(async (id: string, o: JsonOpts & NetworkFlags & { metadata: Record<string, string>; timeout: number; maxFreezeMs: number; requestId?: string }, cmd: Command) => {
+      const network = networkRequest(o);
+      const r = await withServer(dirsOf(cmd), (api) =>
+        api.sandboxes.forkSandbox({ parentId: id, metadata: o.metadata, timeoutSeconds: o.timeout, maxFreezeMs: o.maxFreezeMs, requestId: requestIdOr(o.requestId), network }),
+      );
+      const s = sandboxJson(r.sandbox!);
+      const method = forkMethodName(r.method);
+      const out = { ...s, fork: { method, parent_held_ms: r.parentHeldMs, clone_ms: r.cloneMs, fork_ms: r.forkMs }, access_token: r.accessToken };
+      print(!!o.json, out, () =>
+        [`${oneLine(s)} forked from ${s.forked_from} (${method}: parent held ${r.parentHeldMs} ms, clone ${r.cloneMs} ms, fork ${r.forkMs} ms)`, tokenText(r.accessToken)].filter(Boolean).join('\n'),
+      );
+    }),
+  );
 
   sandbox
     .command('reset-rootfs <id>')
@@ -190,5 +209,6 @@ export function registerSandboxCommands(program: Command): Command {
       }),
     );
 
+  registerNetworkCommands(sandbox);
   return sandbox;
 }

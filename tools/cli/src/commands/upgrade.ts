@@ -3,7 +3,7 @@
  * back) a component live, by handover. --json prints node-stack's result as is.
  */
 import type { Command } from 'commander';
-import { table, upgradeServer, upgradeServerViaStandby, upgradeUblkManager } from '@sandnode/node-stack';
+import { previewServerUpgrade, table, upgradeServer, upgradeServerViaStandby, upgradeUblkManager, type UpgradePreview } from '@sandnode/node-stack';
 import { dirsOf } from '../options';
 import { UsageError, action, print } from '../output';
 
@@ -12,6 +12,15 @@ interface UpgradeOpts {
   fromBuild?: string;
   standby?: boolean;
   json?: boolean;
+  dryRun?: boolean;
+}
+
+/** previewText is how `upgrade server --dry-run` shows a preview. */
+export function previewText(p: UpgradePreview): string {
+  const head = p.ok
+    ? `a handover from ${p.fromVersion} to ${p.toVersion} would start now (${p.sandboxes} sandboxes adopted)`
+    : `a handover from ${p.fromVersion} to ${p.toVersion} would not start: ${p.reasons.join('; ')}`;
+  return [head, ...(p.losses.length ? p.losses.map((l) => `loses: ${l}`) : ['loses: nothing the target lacks'])].join('\n');
 }
 
 const FROM_BUILD_HELP = 'a checkout of sandnode with node_modules and a build ("." for this one)';
@@ -30,11 +39,16 @@ export function registerUpgradeCommands(program: Command): void {
     .description('hand the node over to a server of another build: one started here from --from-build, or the running standby (--standby)')
     .option('--from-build <dir>', FROM_BUILD_HELP)
     .option('--standby', 'use the standby server that already runs (k8s: the standby slot container after its image update)')
+    .option('--dry-run', 'say whether the handover would start and what the node would lose with the target (e.g. ingress and the egress proxy on a rollback to 0.2.0); change nothing')
     .option('--json', 'print JSON')
     .action(
       action(async (o: UpgradeOpts, cmd: Command) => {
         requireOneSource(o);
         const d = dirsOf(cmd);
+        if (o.dryRun) {
+          const p = await previewServerUpgrade(d, o.standby ? { standby: true } : { buildDir: o.fromBuild! });
+          return print(!!o.json, p, () => previewText(p));
+        }
         const r = o.standby ? await upgradeServerViaStandby(d) : await upgradeServer(d, o.fromBuild!);
         print(!!o.json, r, () =>
           [

@@ -3,9 +3,12 @@
  * record what they are asked (events) and answer as a test sets them up.
  */
 import path from 'node:path';
-import { createLogger, DeadlineExceededError } from '@sandnode/shared';
+import { AlreadyExistsError, createLogger, DeadlineExceededError, FailedPreconditionError, formatIpv4, parseIpv4 } from '@sandnode/shared';
 import type { SandboxManagerOptions } from '../sandbox-manager';
-import type { ExecArgs, ExecEvent, VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, PoddClient, PoddConnector, RecordStore, TemplateCatalog, VmInfo, VmPort } from '../types';
+import type { ExecArgs, ExecEvent, VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, NetworkSlotInfo, PoddClient, PoddConnector, RecordStore, TemplateCatalog, VmInfo, VmPort } from '../types';
+
+/** The fake supervisor's pool: slot s is 10.209.0.(4s)/30, gateway +1, VM +2. */
+const POOL_BASE = parseIpv4('10.209.0.0')!;
 
 export class Peers {
   events: string[] = [];
@@ -38,7 +41,36 @@ export class Peers {
   exec: ((args: ExecArgs, signal: AbortSignal) => AsyncIterable<ExecEvent>) | undefined;
   /** called inside clone, while the parent is held */
   onClone: (deadlineMs?: number) => void = () => undefined;
+  /**
+   * the fake supervisor lists "vmm.network.v1" (default false: a 0.2.0 supervisor, which
+   * ignores VmSpec.network); networkEnabled is what ListNetworkSlots says
+   */
+  network = false;
+  networkEnabled = true;
+  /** the slots that are not free (the supervisor's table) */
+  readonly slots = new Map<number, NetworkSlotInfo>();
+  /** network calls, in order: "create <vm> slot=<n>", "delete <vm> keep=<bool>", "update <vm> <allow_out>", "release <slot> <owner>" */
+  netEvents: string[] = [];
+  /** thrown by UpdateVmNetwork when set (a fenced call: ABORTED) */
+  updateNetworkError: Error | undefined;
   private nextPid = 1000;
+
+  private takeSlot(owner: string, vmId: string, want: number): number {
+    if (want >= 0) {
+      const s = this.slots.get(want);
+      if (s && !(s.state === 'RESERVED' && s.owner === owner)) throw new AlreadyExistsError(`network slot ${want} is held by ${s.owner}`);
+      this.slots.set(want, { slot: want, state: 'IN_USE', owner, vmId, address: formatIpv4(POOL_BASE + 4 * want + 2) });
+      return want;
+    }
+    let n = 0;
+    while (this.slots.has(n)) n++;
+    this.slots.set(n, { slot: n, state: 'IN_USE', owner, vmId, address: formatIpv4(POOL_BASE + 4 * n + 2) });
+    return n;
+  }
+
+  private slotOf(vmId: string): NetworkSlotInfo | undefined {
+    return [...this.slots.values()].find((s) => s.state === 'IN_USE' && s.vmId === vmId);
+  }
 
   deviceInfo(id: string): DeviceInfo {
     return { deviceId: id, path: `/dev/loop-${id}`, backingFile: `/img/${id}`, sizeBytes: 1 << 20, attached: true };
@@ -76,6 +108,18 @@ export class Peers {
   readonly vmPort: VmPort = {
     create: async (a) => {
       const vm: VmInfo = { vmId: a.vmId, state: 'RUNNING', pid: this.nextPid++, startTimeTicks: 1, driver: 'fake', driverVersion: '1', apiSocket: '' };
+      if (a.network && this.network) {
+        this.netEvents.push(`create ${a.vmId} slot=${a.network.slot}`);
+        const slot = this.takeSlot(a.network.owner, a.vmId, a.network.slot);
+        vm.network = {
+          slot,
+          address: formatIpv4(POOL_BASE + 4 * slot + 2),
+          gateway: formatIpv4(POOL_BASE + 4 * slot + 1),
+          hostIfname: `snfakev${slot}`,
+          owner: a.network.owner,
+          egress: a.network.egress,
+        };
+      }
       this.vms.set(a.vmId, vm);
       return { ...vm };
     },
@@ -91,8 +135,40 @@ export class Peers {
       this.vms.get(id)!.state = 'RUNNING';
       return { ...this.vms.get(id)! };
     },
-    delete: async (id) => {
+    delete: async (id, opts) => {
+      const s = this.slotOf(id);
+      if (s) {
+        this.netEvents.push(`delete ${id} keep=${opts?.keepNetwork ?? false}`);
+        if (opts?.keepNetwork) this.slots.set(s.slot, { ...s, state: 'RESERVED', vmId: '' });
+        else this.slots.delete(s.slot);
+      }
       this.vms.delete(id);
+    },
+    networkStatus: async () => ({
+      available: this.network && this.networkEnabled,
+      reason: !this.network ? 'vmm-supervisor 0.2.0 lacks feature "vmm.network.v1"' : this.networkEnabled ? '' : "the vmm-supervisor 0.3.0's network is off: nft not found",
+      slots: [...this.slots.values()].sort((a, b) => a.slot - b.slot),
+      pool: '10.209.0.0/16',
+      dnsPort: 15053,
+      egressProxyPort: 15080,
+      proxiedPorts: [80, 443],
+      alwaysDenied: ['10.0.0.0/8'],
+    }),
+    updateNetwork: async (vmId, egress) => {
+      this.netEvents.push(`update ${vmId} ${egress.allowOut.join(',')}`);
+      if (this.updateNetworkError) throw this.updateNetworkError;
+      const vm = this.vms.get(vmId);
+      if (!vm?.network) throw new FailedPreconditionError(`vm ${vmId} has no network`);
+      vm.network = { ...vm.network, egress };
+      return { ...vm.network };
+    },
+    releaseNetworkSlot: async (slot, owner) => {
+      this.netEvents.push(`release ${slot} ${owner}`);
+      const s = this.slots.get(slot);
+      if (s?.state === 'IN_USE') throw new FailedPreconditionError(`network slot ${slot} is in use by vm ${s.vmId}`);
+      if (!s || s.owner !== owner) return false;
+      this.slots.delete(slot);
+      return true;
     },
     freezeStatus: async () => (this.noFreezeStatus ? undefined : this.hostFreeze),
     // a supervisor with "vmm.freeze-arm.v1" only when armFreezes is set (events "arm <id> <window>" / "disarm <id>")

@@ -1,0 +1,62 @@
+/**
+ * SandboxService's network fields over the manager on scripted peers (no gRPC): CreateSandbox
+ * answers the access token (the same one for a repeat by request_id) and Sandbox.network with
+ * the ingress URL; ForkSandbox the child's own token; UpdateSandboxNetwork the new policy.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createLogger } from '@sandnode/shared';
+import { SqliteRecordStore } from '../store/sqlite-record-store';
+import { managerOptions, Peers } from '../core/__tests__/fake-peers';
+import { SandboxManager } from '../core/sandbox-manager';
+import { sandboxService } from './sandbox-service';
+
+const log = createLogger('test', '0', 'silent');
+/** the server call context the handlers get (only its signal is used) */
+const ctx = { signal: new AbortController().signal } as unknown as Parameters<ReturnType<typeof sandboxService>['createSandbox']>[1];
+
+describe('SandboxService network fields', () => {
+  let dir: string;
+  let store: SqliteRecordStore;
+  let svc: ReturnType<typeof sandboxService>;
+
+  beforeEach(() => {
+    dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-svc-net-'));
+    store = new SqliteRecordStore(path.join(dir, 'records.db'), log);
+    const peers = new Peers();
+    peers.network = true;
+    svc = sandboxService(new SandboxManager(managerOptions(peers, store, dir)), { streams: 0 }, { listen: '127.0.0.1:8480', domain: 'localhost' });
+  });
+  afterEach(() => {
+    store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const req = { template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'rq-1', network: undefined };
+
+  it('CreateSandbox: the token and the network with its ingress URL; a repeat by request_id the same token; fork its own', async () => {
+    const a = await svc.createSandbox(req, ctx);
+    const id = a.sandbox!.sandboxId!;
+    expect(a.accessToken).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(a.sandbox!.network).toMatchObject({ slot: 0, address: '10.209.0.2', public: false, ingressUrl: `http://{port}-${id}.localhost:8480` });
+    expect((await svc.createSandbox(req, ctx)).accessToken).toBe(a.accessToken);
+    expect((await svc.getSandbox({ sandboxId: id }, ctx)).sandbox!.network?.address).toBe('10.209.0.2');
+    const f = await svc.forkSandbox({ parentId: id, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '', network: undefined }, ctx);
+    expect(f.accessToken).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    expect(f.accessToken).not.toBe(a.accessToken);
+    expect(f.sandbox!.network?.slot).toBe(1);
+  });
+
+  it('no network: no token and no Sandbox.network', async () => {
+    const r = await svc.createSandbox({ ...req, requestId: '', network: { disabled: true, egress: undefined, public: false } }, ctx);
+    expect(r.accessToken).toBe('');
+    expect(r.sandbox!.network).toBeUndefined();
+  });
+
+  it('UpdateSandboxNetwork answers the sandbox with the canonical new policy', async () => {
+    const id = (await svc.createSandbox(req, ctx)).sandbox!.sandboxId!;
+    const u = await svc.updateSandboxNetwork({ sandboxId: id, egress: { allowOut: ['Example.com'], denyOut: [], blockAll: true }, public: true }, ctx);
+    expect(u.sandbox!.network).toMatchObject({ egress: { allowOut: ['example.com'], denyOut: [], blockAll: true }, public: true });
+  });
+});

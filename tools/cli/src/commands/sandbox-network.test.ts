@@ -1,0 +1,90 @@
+/**
+ * The network flags of `sandbox create`/`fork`, `sandbox network` and `sandbox url` as parsed
+ * (no node): what request each line makes, and the usage errors (exit 2) of flags that do not
+ * go together.
+ */
+import { Command } from 'commander';
+import { SandboxNetwork } from '@sandnode/shared/proto/server/v1/sandbox';
+import { sandboxJson } from '@sandnode/node-stack';
+import { UsageError } from '../output';
+import { previewText } from './upgrade';
+import { addNetworkFlags, networkChange, networkRequest, networkText, tokenText, urlOf, type NetworkFlags } from './sandbox-network';
+
+/** parse runs a throwaway command with the network flags over argv and returns its options. */
+function parse(argv: string[], extra: (c: Command) => Command = (c) => c): NetworkFlags & { private?: boolean } {
+  const c = extra(addNetworkFlags(new Command('create').exitOverride()));
+  c.parse(argv, { from: 'user' });
+  return c.opts();
+}
+
+describe('sandbox create network flags', () => {
+  it('no flag leaves network unset (the node decides)', () => {
+    expect(networkRequest(parse([]))).toBeUndefined();
+  });
+
+  it('--allow-out and --deny-out repeat, --block-all and --public set theirs', () => {
+    expect(networkRequest(parse(['--allow-out', 'pypi.org', '--allow-out', '*.pythonhosted.org', '--deny-out', '203.0.113.0/24', '--block-all', '--public']))).toEqual({
+      disabled: false,
+      egress: { allowOut: ['pypi.org', '*.pythonhosted.org'], denyOut: ['203.0.113.0/24'], blockAll: true },
+      public: true,
+    });
+    expect(networkRequest(parse(['--public']))).toEqual({ disabled: false, egress: undefined, public: true });
+  });
+
+  it('--no-network asks for none; with a policy flag or --public it is a usage error', () => {
+    expect(networkRequest(parse(['--no-network']))).toEqual({ disabled: true, egress: undefined, public: false });
+    expect(() => networkRequest(parse(['--no-network', '--allow-out', 'example.com']))).toThrow(UsageError);
+    expect(() => networkRequest(parse(['--no-network', '--public']))).toThrow(/--no-network cannot go with/);
+  });
+
+  it('the token line says it is shown once and names the header; none without a token', () => {
+    expect(tokenText('abc')).toBe('access token abc (shown only now; send it as header sandnode-access-token: for its ingress)');
+    expect(tokenText('')).toBe('');
+  });
+});
+
+describe('sandbox network', () => {
+  const withPrivate = (c: Command) => c.option('--private');
+
+  it('without flags shows; --public/--private alone keep the policy; a policy flag replaces it', () => {
+    expect(networkChange(parse([], withPrivate))).toBeUndefined();
+    expect(networkChange(parse(['--private'], withPrivate))).toEqual({ public: false });
+    expect(networkChange(parse(['--block-all', '--allow-out', 'example.com'], withPrivate))).toEqual({ egress: { allowOut: ['example.com'], denyOut: [], blockAll: true }, public: undefined });
+    expect(() => networkChange(parse(['--public', '--private'], withPrivate))).toThrow(/one of --public and --private/);
+  });
+
+  it('shows a network from its proto JSON mapping, and says when there is none', () => {
+    const n = SandboxNetwork.fromPartial({
+      slot: 0,
+      address: '10.209.0.2',
+      gateway: '10.209.0.1',
+      egress: { allowOut: ['example.com'], denyOut: [], blockAll: true },
+      public: false,
+      ingressUrl: 'http://{port}-sb-1.localhost:8480',
+    });
+    const j = sandboxJson({ sandboxId: 'sb-1', state: 2, isolation: [], metadata: {}, createdAtMs: 0, network: n } as never);
+    expect(j.network).toEqual({ address: '10.209.0.2', gateway: '10.209.0.1', egress: { allowOut: ['example.com'], blockAll: true }, ingressUrl: 'http://{port}-sb-1.localhost:8480' });
+    expect(networkText(j.network)).toMatch(/^slot {10}0\naddress {7}10\.209\.0\.2\n.*allow out {5}example\.com\n.*block all {5}yes\ningress {7}private/s);
+    expect(networkText(null)).toBe('no network');
+  });
+});
+
+describe('sandbox url', () => {
+  it('fills the port in; a bad port or a sandbox without ingress is a usage error', () => {
+    expect(urlOf('sb-1', 'http://{port}-sb-1.localhost:8480', '8080')).toBe('http://8080-sb-1.localhost:8480');
+    expect(() => urlOf('sb-1', 'http://{port}-sb-1.localhost:8480', '0')).toThrow(/is not 1\.\.65535/);
+    expect(() => urlOf('sb-1', 'http://{port}-sb-1.localhost:8480', '65536')).toThrow(UsageError);
+    expect(() => urlOf('sb-1', 'http://{port}-sb-1.localhost:8480', '80a')).toThrow(UsageError);
+    expect(() => urlOf('sb-1', '', '8080')).toThrow(/has no ingress URL/);
+  });
+});
+
+describe('upgrade server --dry-run text', () => {
+  it('says whether the handover would start and each loss', () => {
+    const p = { ok: true, reasons: [], losses: ['the standby (0.2.0) lacks "server.ingress.v1": ...'], sandboxes: 3, inFlight: 0, fromVersion: '0.3.0', toVersion: '0.2.0' };
+    expect(previewText(p)).toBe('a handover from 0.3.0 to 0.2.0 would start now (3 sandboxes adopted)\nloses: the standby (0.2.0) lacks "server.ingress.v1": ...');
+    expect(previewText({ ...p, ok: false, reasons: ['this server is STANDBY, not ACTIVE'], losses: [] })).toBe(
+      'a handover from 0.3.0 to 0.2.0 would not start: this server is STANDBY, not ACTIVE\nloses: nothing the target lacks',
+    );
+  });
+});

@@ -1,0 +1,133 @@
+/**
+ * Sandbox networking in the CLI (docs/network.md): the create/fork flags that make a
+ * CreateSandboxRequest.network, `sandbox network ID [...]` (UpdateSandboxNetwork; without
+ * flags it shows the network) and `sandbox url ID PORT` (the ingress URL and the header to send).
+ */
+import type { Command } from 'commander';
+import type { SandboxNetworkRequest } from '@sandnode/shared/proto/server/v1/sandbox';
+import { sandboxJson } from '@sandnode/node-stack';
+import { dirsOf } from '../options';
+import { UsageError, action, print } from '../output';
+import { withServer } from '../server-calls';
+
+/** The header a private sandbox's ingress needs. */
+export const ACCESS_TOKEN_HEADER = 'sandnode-access-token';
+
+/** The network flags of `sandbox create` (commander: --no-network makes network false). */
+export interface NetworkFlags {
+  allowOut: string[];
+  denyOut: string[];
+  blockAll?: boolean;
+  public?: boolean;
+  /** false with --no-network */
+  network?: boolean;
+}
+
+/** collect is commander's parser of a repeatable option: each value appended. */
+export function collect(value: string, previous: string[]): string[] {
+  return [...previous, value];
+}
+
+/** addNetworkFlags gives a create (or fork) command --allow-out, --deny-out (repeatable), --block-all, --no-network and --public. */
+export function addNetworkFlags(cmd: Command): Command {
+  return cmd
+    .option('--allow-out <dest>', 'allowed destination: address, CIDR, domain or *.domain (repeatable)', collect, [])
+    .option('--deny-out <dest>', 'refused destination: address or CIDR (repeatable)', collect, [])
+    .option('--block-all', 'refuse every destination --allow-out does not allow')
+    .option('--public', 'ingress without the access token')
+    .option('--no-network', 'no network (loopback only)');
+}
+
+/**
+ * networkRequest is the CreateSandboxRequest.network the flags ask for: undefined when none is
+ * given (the node's default: a network where the node has one). UsageError for --no-network
+ * with a policy flag or --public.
+ */
+export function networkRequest(f: NetworkFlags): SandboxNetworkRequest | undefined {
+  const policy = f.allowOut.length > 0 || f.denyOut.length > 0 || !!f.blockAll;
+  if (f.network === false) {
+    if (policy || f.public) throw new UsageError('--no-network cannot go with --allow-out, --deny-out, --block-all or --public');
+    return { disabled: true, egress: undefined, public: false };
+  }
+  if (!policy && !f.public) return undefined;
+  return { disabled: false, egress: policy ? { allowOut: f.allowOut, denyOut: f.denyOut, blockAll: !!f.blockAll } : undefined, public: !!f.public };
+}
+
+/** tokenText is what `create` prints of a new sandbox's access token (it is shown only once). */
+export function tokenText(token: string): string {
+  return token ? `access token ${token} (shown only now; send it as header ${ACCESS_TOKEN_HEADER}: for its ingress)` : '';
+}
+
+/** urlOf fills the port (text, 1..65535) into an ingress_url; UsageError for a bad port or a sandbox without one. */
+export function urlOf(id: string, ingressUrl: string | undefined, portText: string): string {
+  const port = Number(portText);
+  if (!/^\d{1,5}$/.test(portText) || port < 1 || port > 65535) throw new UsageError(`port: ${JSON.stringify(portText)} is not 1..65535`);
+  if (!ingressUrl) throw new UsageError(`sandbox ${id} has no ingress URL (no network, or the server has no ingress listener: config ingressListen)`);
+  return ingressUrl.replace('{port}', String(port));
+}
+
+/** registerNetworkCommands adds `sandbox network` and `sandbox url` to the sandbox command. */
+export function registerNetworkCommands(sandbox: Command): void {
+  sandbox
+    .command('network <id>')
+    .description("show a sandbox's network, or change its egress policy (the new one replaces the old whole) and whether its ingress is public")
+    .option('--allow-out <dest>', 'allowed destination: address, CIDR, domain or *.domain (repeatable)', collect, [])
+    .option('--deny-out <dest>', 'refused destination: address or CIDR (repeatable)', collect, [])
+    .option('--block-all', 'refuse every destination --allow-out does not allow')
+    .option('--public', 'ingress without the access token')
+    .option('--private', 'ingress needs the access token')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (id: string, o: NetworkFlags & { private?: boolean; json?: boolean }, cmd: Command) => {
+        const change = networkChange(o);
+        const s = await withServer(dirsOf(cmd), async (api) => {
+          const now = (await api.sandboxes.getSandbox({ sandboxId: id })).sandbox!;
+          if (!change) return now;
+          // only --public/--private: the policy in force stays
+          const egress = change.egress ?? now.network?.egress ?? { allowOut: [], denyOut: [], blockAll: false };
+          return (await api.sandboxes.updateSandboxNetwork({ sandboxId: id, egress, public: change.public })).sandbox!;
+        });
+        const j = sandboxJson(s);
+        print(!!o.json, j.network, () => networkText(j.network));
+      }),
+    );
+
+  sandbox
+    .command('url <id> <port>')
+    .description("print the ingress URL of a sandbox's port and the header a private sandbox needs")
+    .option('--json', 'print JSON')
+    .action(
+      action(async (id: string, portText: string, o: { json?: boolean }, cmd: Command) => {
+        const s = (await withServer(dirsOf(cmd), (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!;
+        const url = urlOf(id, s.network?.ingressUrl, portText);
+        const isPublic = !!s.network?.public;
+        const out = { url, public: isPublic, header: isPublic ? '' : ACCESS_TOKEN_HEADER };
+        print(!!o.json, out, () => (isPublic ? url : `${url}\nheader ${ACCESS_TOKEN_HEADER}: <the access token \`sandbox create\` printed>`));
+      }),
+    );
+}
+
+/** networkChange is what `sandbox network` flags change: undefined without flags (show). UsageError for --public with --private. */
+export function networkChange(o: NetworkFlags & { private?: boolean }): { egress?: { allowOut: string[]; denyOut: string[]; blockAll: boolean }; public?: boolean } | undefined {
+  if (o.public && o.private) throw new UsageError('give one of --public and --private');
+  const policy = o.allowOut.length > 0 || o.denyOut.length > 0 || !!o.blockAll;
+  const pub = o.public ? true : o.private ? false : undefined;
+  if (!policy && pub === undefined) return undefined;
+  return { ...(policy ? { egress: { allowOut: o.allowOut, denyOut: o.denyOut, blockAll: !!o.blockAll } } : {}), public: pub };
+}
+
+/** networkText shows a sandbox's network in lines (or that it has none). */
+export function networkText(n: ReturnType<typeof sandboxJson>['network']): string {
+  if (!n) return 'no network';
+  const e = n.egress ?? {};
+  return [
+    `slot          ${n.slot ?? 0}`,
+    `address       ${n.address ?? ''}`,
+    `gateway       ${n.gateway ?? ''}`,
+    `allow out     ${(e.allowOut ?? []).join(' ') || '-'}`,
+    `deny out      ${(e.denyOut ?? []).join(' ') || '-'}`,
+    `block all     ${e.blockAll ? 'yes' : 'no'}`,
+    `ingress       ${n.public ? 'public' : 'private (header sandnode-access-token)'}`,
+    `ingress url   ${n.ingressUrl ?? '-'}`,
+  ].join('\n');
+}
