@@ -113,6 +113,10 @@ export const SERVER_FEATURES = {
   fork: 'server.fork.v1',
   /** SandboxService.ResetRootfs */
   resetRootfs: 'server.reset-rootfs.v1',
+  /** the egress proxy: TCP to the proxied ports is decided by HTTP Host / TLS SNI (docs/network.md) */
+  egressProxy: 'server.egress-proxy.v1',
+  /** the sandboxes' DNS resolver: answers only names the policy allows, forwards to the node's upstreams */
+  dns: 'server.dns.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */
