@@ -8,3 +8,5 @@ export * from './node-fixture';
 export * from './wire-fuzz';
 export * from './sqlite-lock';
 export * from './fuzz-random';
+export * from './test-subnet';
+export * from './test-internet';
