@@ -13,7 +13,22 @@ const fs = require('node:fs');
 const dnsPacket = require(process.env.TI_DNS_PACKET);
 const addr = process.env.TI_ADDR;
 const records = JSON.parse(process.env.TI_RECORDS);
+const chunk = Buffer.alloc(65536);
 const echo = (req, res) => {
+  const bytes = /^\/bytes\/(\d+)$/.exec(req.url);
+  if (bytes) {
+    let left = Number(bytes[1]);
+    res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': left });
+    const pump = () => {
+      while (left > 0) {
+        const n = Math.min(left, chunk.length);
+        left -= n;
+        if (!res.write(n === chunk.length ? chunk : chunk.subarray(0, n))) return res.once('drain', pump);
+      }
+      res.end();
+    };
+    return pump();
+  }
   const body = JSON.stringify({ method: req.method, path: req.url, host: req.headers.host ?? null, sni: req.socket.servername ?? null, remote: req.socket.remoteAddress });
   res.writeHead(200, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
   res.end(body);

@@ -3,7 +3,8 @@
  * the host by a veth pair with a unique /30 of 198.18.0.0/15 (the benchmark net, not in the
  * always-denied ranges), in which one child node process serves
  *   - HTTP on :80 and HTTPS on :443 (self-signed, one cert for every name; SNI is echoed),
- *     both answering a JSON echo {method, path, host, sni, remote};
+ *     both answering a JSON echo {method, path, host, sni, remote}, and GET /bytes/<n> with n
+ *     zero bytes (for throughput);
  *   - DNS on udp/tcp :53: A records for its names, NXDOMAIN for anything else;
  *   - a TCP echo on :7.
  * The host reaches it directly (connected route); inside, its default route is the host, so
