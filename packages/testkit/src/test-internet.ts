@@ -124,6 +124,8 @@ export async function startTestInternet(opts: TestInternetOptions = {}): Promise
       ],
       { stdio: 'ignore' },
     );
+    subnet.own('netns', netns);
+    subnet.own('link', hostIface);
     ip('netns', 'add', netns);
     ip('link', 'add', hostIface, 'type', 'veth', 'peer', 'name', peer);
     ip('link', 'set', peer, 'netns', netns);

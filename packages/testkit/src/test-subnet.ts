@@ -1,8 +1,9 @@
 /**
  * Unique test subnets on a machine shared by several jest workers and helpers: a claim is a
  * directory `/tmp/sandnode-test-nets/<base>_<prefix>` made with mkdir (atomic) holding the
- * claimer's pid; a claim whose pid is dead is stale and taken over. Subnets that overlap an
- * address already on the host are skipped.
+ * claimer's pid and what it made with the subnet (TestSubnet.own); a claim whose pid is dead
+ * is stale: what it owned (netns, links, nft tables of a killed jest worker) is removed and the
+ * subnet taken over. Subnets that overlap an address already on the host are skipped.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,7 +21,28 @@ export interface TestSubnet {
   prefix: number;
   /** host address n of the subnet (n = 1: the first), dotted quad */
   host(n: number): string;
+  /** own records a netns, link or inet nft table made for this subnet, removed if this process dies before release */
+  own(kind: 'netns' | 'link' | 'nft', name: string): void;
   release(): void;
+}
+
+/** removeOwned deletes what a dead claimer recorded in `dir` (best effort). */
+function removeOwned(dir: string): void {
+  let owned: { kind: string; name: string }[] = [];
+  try {
+    owned = JSON.parse(readFileSync(path.join(dir, 'owned.json'), 'utf8')) as typeof owned;
+  } catch {
+    return;
+  }
+  for (const { kind, name } of owned) {
+    if (!/^sn[a-z0-9]+$/.test(name)) continue; // only sandnode test names
+    const argv = kind === 'netns' ? ['ip', 'netns', 'del', name] : kind === 'link' ? ['ip', 'link', 'del', name] : ['nft', 'delete', 'table', 'inet', name];
+    try {
+      execFileSync(argv[0]!, argv.slice(1), { stdio: 'ignore' });
+    } catch {
+      /* gone already */
+    }
+  }
 }
 
 function hostCidrs(): Cidr[] {
@@ -66,7 +88,8 @@ export function claimTestSubnet(within: string, prefix: number): TestSubnet {
         continue; // being claimed right now
       }
       if (pid > 0 && alive(pid)) continue;
-      rmSync(dir, { recursive: true, force: true }); // stale: its claimer died
+      removeOwned(dir); // stale: its claimer died; remove what it left
+      rmSync(dir, { recursive: true, force: true });
       try {
         mkdirSync(dir);
       } catch {
@@ -75,11 +98,16 @@ export function claimTestSubnet(within: string, prefix: number): TestSubnet {
     }
     writeFileSync(path.join(dir, 'pid'), String(process.pid));
     let released = false;
+    const owned: { kind: string; name: string }[] = [];
     return {
       cidr: cidr.text,
       base,
       prefix,
       host: (n) => formatIpv4((base + n) >>> 0),
+      own: (kind, name) => {
+        owned.push({ kind, name });
+        if (!released) writeFileSync(path.join(dir, 'owned.json'), JSON.stringify(owned));
+      },
       release: () => {
         if (released) return;
         released = true;

@@ -3,6 +3,7 @@ import tls from 'node:tls';
 import { createLogger, DEFAULT_ALWAYS_DENIED, parseCidrList, parseEgressPolicy, type EgressPolicyInput } from '@sandnode/shared';
 import { MapNetworkDirectory, type SandboxNetworkView } from '../core/network-directory';
 import { decideEgress, startEgressProxy, type EgressProxy } from './egress-proxy';
+import { MAX_PREAMBLE_BYTES } from './preamble';
 import type { UpstreamDns } from './upstream-dns';
 
 jest.setTimeout(20_000);
@@ -124,6 +125,16 @@ describe('startEgressProxy on loopback', () => {
     const { data } = await got;
     expect(data).toMatch(/^HTTP\/1\.1 403 Forbidden\r\n/);
     expect(data).toContain('refused by block_all');
+  });
+
+  it('an oversized request head gets a 400 and nothing reaches upstream', async () => {
+    dir.set(view({ allowOut: ['allowed.test'], blockAll: true }));
+    const s = connect();
+    const got = collect(s);
+    s.write(`GET / HTTP/1.1\r\nHost: allowed.test\r\nX: ${'a'.repeat(MAX_PREAMBLE_BYTES)}\r\n`);
+    const { data } = await got;
+    expect(data).toMatch(/^HTTP\/1\.1 400 Bad Request\r\n[^]*preamble over 16384 bytes/);
+    s.destroy();
   });
 
   it('a refused TLS connection is reset', async () => {

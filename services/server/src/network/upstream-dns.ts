@@ -10,7 +10,7 @@ import { randomInt } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import dnsPacket from 'dns-packet';
-import { parseIpv4 } from '@sandnode/shared';
+import { InvalidArgumentError, parseIpv4 } from '@sandnode/shared';
 import type { Destination } from './original-dst';
 
 /** How long one upstream attempt may take, ms. */
@@ -36,6 +36,21 @@ export function resolvConfNameservers(file = '/etc/resolv.conf'): Destination[] 
     .map((address) => ({ address, port: 53 }));
   if (out.length === 0) throw new Error(`${file} names no IPv4 nameserver; set dnsUpstreams`);
   return out;
+}
+
+/**
+ * parseDnsUpstreams reads the server key dnsUpstreams: entries "a.b.c.d" (port 53) or
+ * "a.b.c.d:port". Throws InvalidArgumentError naming `field[i]` for anything else, or for an
+ * empty list.
+ */
+export function parseDnsUpstreams(list: readonly string[], field = 'dnsUpstreams'): Destination[] {
+  if (list.length === 0) throw new InvalidArgumentError(`${field}: at least one upstream (or leave it unset: /etc/resolv.conf)`);
+  return list.map((e, i) => {
+    const m = /^([\d.]+)(?::(\d{1,5}))?$/.exec(e);
+    const port = m?.[2] === undefined ? 53 : Number(m[2]);
+    if (!m || parseIpv4(m[1]!) === undefined || port < 1 || port > 65535) throw new InvalidArgumentError(`${field}[${i}]: "${e}" is not an IPv4 address[:port]`);
+    return { address: m[1]!, port };
+  });
 }
 
 /** Options of {@link UpstreamDns}. */

@@ -75,6 +75,9 @@ export async function startEgressFixture(opts: { preambleTimeoutMs?: number; rec
     cleanups.push(() => internet.stop());
     cleanups.push(() => quiet(() => execFileSync('ip', ['netns', 'del', netns], { stdio: 'ignore' })));
     cleanups.push(() => quiet(() => execFileSync('ip', ['link', 'del', hostIf], { stdio: 'ignore' })));
+    subnet.own('netns', netns);
+    subnet.own('link', hostIf);
+    subnet.own('nft', table);
     const ip = (...a: string[]) => execFileSync('ip', a, { stdio: ['ignore', 'ignore', 'pipe'] });
     ip('netns', 'add', netns);
     ip('link', 'add', hostIf, 'type', 'veth', 'peer', 'name', peer);
