@@ -91,9 +91,10 @@ describe('DNS resolver', () => {
 
   const query = (id: number, name: string, type: dnsPacket.RecordType = 'A') => dnsPacket.encode({ type: 'query', id, flags: dnsPacket.RECURSION_DESIRED, questions: [{ type, name }] });
   const send = (b: Buffer) => client.send(b, resolver.udpAddress().port, '127.0.0.1');
-  const next = async (): Promise<dnsPacket.DecodedPacket> => {
+  /** next is the next answer the client got; rcode is not in dns-packet's types, but decode sets it */
+  const next = async (): Promise<dnsPacket.DecodedPacket & { rcode: string }> => {
     while (inbox.length === 0) await new Promise<void>((r) => waiters.push(r));
-    return dnsPacket.decode(inbox.shift()!);
+    return dnsPacket.decode(inbox.shift()!) as dnsPacket.DecodedPacket & { rcode: string };
   };
 
   it('forwards an allowed name and answers with the client id, the A record unchanged', async () => {
