@@ -12,18 +12,30 @@ jest.setTimeout(20_000);
 async function fakeUpstream(table: Record<string, string>) {
   const seen: { name: string; tcp: boolean }[] = [];
   const hold = new Set<string>();
+  /** names answered with TC over UDP (the full answer over TCP) */
+  const truncate = new Set<string>();
+  /** names for which a spoofed answer (another source port, address 6.6.6.6) is sent first */
+  const spoof = new Set<string>();
+  const spoofer = dgram.createSocket('udp4');
+  await new Promise<void>((r) => spoofer.bind(0, '127.0.0.1', r));
   const answer = (msg: Buffer, tcp: boolean): Buffer | undefined => {
     const q = dnsPacket.decode(msg);
     const name = q.questions![0]!.name;
     seen.push({ name, tcp });
     if (hold.has(name)) return undefined;
     const a = table[name];
-    return dnsPacket.encode({ type: 'response', id: q.id, flags: a ? 0x0180 : 0x0183, questions: q.questions, answers: a ? [{ type: 'A', name, ttl: 60, data: a }] : [] });
+    const tc = !tcp && truncate.has(name) ? 0x0200 : 0;
+    return dnsPacket.encode({ type: 'response', id: q.id, flags: (a ? 0x0180 : 0x0183) | tc, questions: q.questions, answers: a && !tc ? [{ type: 'A', name, ttl: 60, data: a }] : [] });
   };
   const udp = dgram.createSocket('udp4');
   udp.on('message', (m, r) => {
+    const q = dnsPacket.decode(m);
+    if (spoof.has(q.questions![0]!.name)) {
+      const fake = dnsPacket.encode({ type: 'response', id: q.id, flags: 0x0180, questions: q.questions, answers: [{ type: 'A', name: q.questions![0]!.name, ttl: 60, data: '6.6.6.6' }] });
+      spoofer.send(fake, r.port, r.address);
+    }
     const b = answer(m, false);
-    if (b) udp.send(b, r.port, r.address);
+    if (b) setTimeout(() => udp.send(b, r.port, r.address), spoof.size > 0 ? 20 : 0);
   });
   await new Promise<void>((r) => udp.bind(0, '127.0.0.1', r));
   const port = udp.address().port;
@@ -37,7 +49,7 @@ async function fakeUpstream(table: Record<string, string>) {
     });
   });
   await new Promise<void>((r) => tcp.listen(port, '127.0.0.1', r));
-  return { port, seen, hold, close: () => (udp.close(), tcp.close()) };
+  return { port, seen, hold, truncate, spoof, close: () => (udp.close(), spoofer.close(), tcp.close()) };
 }
 
 const view = (p: Partial<EgressPolicyInput>): SandboxNetworkView => ({
@@ -87,6 +99,8 @@ describe('DNS resolver', () => {
     inbox.length = 0;
     up.seen.length = 0;
     up.hold.clear();
+    up.truncate.clear();
+    up.spoof.clear();
   });
 
   const query = (id: number, name: string, type: dnsPacket.RecordType = 'A') => dnsPacket.encode({ type: 'query', id, flags: dnsPacket.RECURSION_DESIRED, questions: [{ type, name }] });
@@ -146,6 +160,24 @@ describe('DNS resolver', () => {
     s.destroy();
     expect(dnsPacket.decode(got)).toMatchObject({ id: 99, answers: [{ data: '198.51.100.7' }] });
     expect(up.seen).toEqual([{ name: 'allowed.test', tcp: true }]);
+  });
+
+  it('asks again over TCP when the UDP answer is truncated', async () => {
+    dir.set(view({}));
+    up.truncate.add('allowed.test');
+    send(query(12, 'allowed.test'));
+    expect(await next()).toMatchObject({ id: 12, answers: [{ data: '198.51.100.7' }] });
+    expect(up.seen).toEqual([
+      { name: 'allowed.test', tcp: false },
+      { name: 'allowed.test', tcp: true },
+    ]);
+  });
+
+  it('ignores an answer from another source port (spoofing) and takes the upstream one', async () => {
+    dir.set(view({}));
+    up.spoof.add('other.test');
+    send(query(13, 'other.test'));
+    expect(await next()).toMatchObject({ id: 13, answers: [{ data: '198.51.100.8' }] });
   });
 
   it('answers SERVFAIL after a timeout and one retry, and SERVFAIL at once over the in-flight bound', async () => {

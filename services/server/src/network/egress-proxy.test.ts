@@ -1,5 +1,6 @@
 import net from 'node:net';
 import tls from 'node:tls';
+import { waitFor } from '@sandnode/testkit';
 import { createLogger, DEFAULT_ALWAYS_DENIED, parseCidrList, parseEgressPolicy, type EgressPolicyInput } from '@sandnode/shared';
 import { MapNetworkDirectory, type SandboxNetworkView } from '../core/network-directory';
 import { decideEgress, startEgressProxy, type EgressProxy } from './egress-proxy';
@@ -142,6 +143,29 @@ describe('startEgressProxy on loopback', () => {
     const s = tls.connect({ host: '127.0.0.1', port: proxy.address().port, servername: 'denied.test', rejectUnauthorized: false });
     const err = await new Promise<NodeJS.ErrnoException>((resolve) => s.on('error', resolve));
     expect(err.code).toBe('ECONNRESET');
+  });
+
+  it('an idle proxied connection is closed', async () => {
+    dir.set(view({ allowOut: ['allowed.test'], blockAll: true }));
+    const idle = await startEgressProxy({
+      directory: dir,
+      upstream: resolver({ 'allowed.test': ['127.0.0.1'] }) as UpstreamDns,
+      listen: { host: '127.0.0.1', port: 0 },
+      alwaysDenied: [],
+      logger: createLogger('test', '0', 'silent'),
+      idleTimeoutMs: 200,
+      originalDestination: () => ({ address: '198.51.100.1', port: upstreamPort }),
+    });
+    try {
+      const s = net.connect({ host: '127.0.0.1', port: idle.address().port, allowHalfOpen: true });
+      const got = collect(s);
+      s.write('GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n'); // echoed, then nothing either way
+      const { data } = await got;
+      expect(data).toBe('GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n');
+      await waitFor('the proxy counts the idle connection closed', () => idle.traffic('sb-1')!.open === 0);
+    } finally {
+      await idle.close();
+    }
   });
 
   it('an unknown source is closed at once', async () => {
