@@ -49,6 +49,10 @@ export interface DnsResolver {
   tcpAddress(): { address: string; port: number };
   /** counters of sandboxId (queries as connections; refused = NXDOMAIN/SERVFAIL answers and drops) */
   traffic(sandboxId: string): SandboxTraffic | undefined;
+  /** sandboxIds that have counters (for a metrics scrape) */
+  sandboxIds(): string[];
+  /** forget drops sandboxId's counters (after its delete; not while it has TCP connections or queries in flight) */
+  forget(sandboxId: string): void;
   /** close stops listening (sockets it was given are closed too) and ends open TCP connections */
   close(): Promise<void>;
 }
@@ -170,6 +174,11 @@ export async function startDnsResolver(opts: DnsResolverOptions): Promise<DnsRes
     traffic: (id) => {
       const c = counters.get(id);
       return c ? { connections: c.connections, refused: c.refused, open: c.open, bytesOut: c.bytesOut, bytesIn: c.bytesIn } : undefined;
+    },
+    sandboxIds: () => [...counters.keys()],
+    forget: (id) => {
+      const c = counters.get(id);
+      if (c && c.open === 0 && c.inflight === 0) counters.delete(id);
     },
     close: async () => {
       for (const s of conns) s.destroy();

@@ -58,6 +58,10 @@ export interface EgressProxy {
   address(): net.AddressInfo;
   /** counters of sandboxId since start */
   traffic(sandboxId: string): SandboxTraffic | undefined;
+  /** sandboxIds that have counters (for a metrics scrape) */
+  sandboxIds(): string[];
+  /** forget drops sandboxId's counters (after its delete; counters of open connections stay) */
+  forget(sandboxId: string): void;
   /** close stops listening (a given server is closed too) and destroys every open connection */
   close(): Promise<void>;
 }
@@ -205,6 +209,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     traffic: (id) => {
       const c = counters.get(id);
       return c ? { ...c } : undefined;
+    },
+    sandboxIds: () => [...counters.keys()],
+    forget: (id) => {
+      if (counters.get(id)?.open === 0) counters.delete(id);
     },
     close: async () => {
       server.off('connection', onConnection);

@@ -5,3 +5,4 @@ export * from './upstream-dns';
 export * from './preamble';
 export * from './original-dst';
 export * from './sockets';
+export * from './proxies';

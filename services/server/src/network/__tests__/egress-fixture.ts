@@ -8,12 +8,12 @@
 import { execFile, execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { promisify } from 'node:util';
-import { createLogger, DEFAULT_ALWAYS_DENIED, parseCidrList, parseEgressPolicy, type EgressPolicyInput } from '@sandnode/shared';
+import { createLogger, DEFAULT_ALWAYS_DENIED, parseEgressPolicy, type EgressPolicyInput } from '@sandnode/shared';
 import { claimTestSubnet, randomTag, startTestInternet, type TestInternet } from '@sandnode/testkit';
 import { MapNetworkDirectory, type SandboxNetworkView } from '../../core/network-directory';
-import { startDnsResolver, type DnsResolver } from '../dns-resolver';
-import { startEgressProxy, type EgressProxy } from '../egress-proxy';
-import { UpstreamDns } from '../upstream-dns';
+import type { DnsResolver } from '../dns-resolver';
+import type { EgressProxy } from '../egress-proxy';
+import { startNetworkProxies } from '../proxies';
 
 const run = promisify(execFile);
 
@@ -95,18 +95,17 @@ export async function startEgressFixture(opts: { preambleTimeoutMs?: number; rec
 
     const directory = new MapNetworkDirectory();
     const logger = createLogger('egress-test', '0', 'silent');
-    const upstream = new UpstreamDns({ upstreams: [internet.dns], timeoutMs: 1000 });
-    const proxy = await startEgressProxy({
+    const proxies = await startNetworkProxies({
       directory,
-      upstream,
-      listen: { host: gateway, port: 0 },
-      alwaysDenied: parseCidrList([...DEFAULT_ALWAYS_DENIED, '10.209.128.0/17'], 'networkAlwaysDenied'),
       logger,
-      preambleTimeoutMs: opts.preambleTimeoutMs,
+      dnsUpstreams: [internet.dns],
+      alwaysDenied: [...DEFAULT_ALWAYS_DENIED, '10.209.128.0/17'],
+      egress: { listen: { host: gateway, port: 0 }, preambleTimeoutMs: opts.preambleTimeoutMs },
+      dns: { udp: { host: gateway, port: 0 }, tcp: { host: gateway, port: 0 } },
     });
-    cleanups.push(() => proxy.close());
-    const resolver = await startDnsResolver({ directory, upstream, udp: { host: gateway, port: 0 }, tcp: { host: gateway, port: 0 }, logger });
-    cleanups.push(() => resolver.close());
+    cleanups.push(() => proxies.close());
+    const proxy = proxies.egress!;
+    const resolver = proxies.dns!;
 
     const rules = [
       `table inet ${table} {`,
