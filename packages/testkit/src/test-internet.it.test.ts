@@ -71,7 +71,11 @@ describeWith('startTestInternet', [PARTS.root, built('@sandnode/testkit', 'dist/
     await new Promise((r) => child.once('exit', r));
     expect(netnsList()).toContain(ns);
     const taken = claimTestSubnet(cidr, 30);
-    expect(netnsList()).not.toContain(ns);
-    taken.release();
+    try {
+      expect(netnsList()).not.toContain(ns);
+    } finally {
+      taken.release();
+      if (netnsList().includes(ns)) execFileSync('ip', ['netns', 'del', ns]);
+    }
   });
 });
