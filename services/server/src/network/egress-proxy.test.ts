@@ -168,6 +168,16 @@ describe('startEgressProxy on loopback', () => {
     }
   });
 
+  it('closeSandbox resets the open connections of that sandbox', async () => {
+    dir.set(view({ allowOut: ['allowed.test'], blockAll: true }));
+    const s = connect();
+    const got = collect(s);
+    s.write('GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n');
+    await new Promise((r) => s.once('data', r)); // proxied: the echo came back
+    proxy.closeSandbox('sb-1');
+    expect((await got).error).toBe('ECONNRESET');
+  });
+
   it('an unknown source is closed at once', async () => {
     dir.remove('sb-1');
     const s = connect();

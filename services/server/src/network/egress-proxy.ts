@@ -60,6 +60,8 @@ export interface EgressProxy {
   traffic(sandboxId: string): SandboxTraffic | undefined;
   /** sandboxIds that have counters (for a metrics scrape) */
   sandboxIds(): string[];
+  /** closeSandbox resets every open connection of sandboxId (its delete, or a policy change that must not spare them) */
+  closeSandbox(sandboxId: string): void;
   /** forget drops sandboxId's counters (after its delete; counters of open connections stay) */
   forget(sandboxId: string): void;
   /** close stops listening (a given server is closed too) and destroys every open connection */
@@ -117,7 +119,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const origDst = opts.originalDestination ?? readOriginalDst;
   const log = opts.logger.child({ component_part: 'egress-proxy' });
   const counters = new Map<string, SandboxTraffic>();
-  const open = new Set<net.Socket>();
+  const open = new Map<net.Socket, string>(); // client socket → sandboxId
 
   const onConnection = (client: net.Socket) => {
     client.allowHalfOpen = true;
@@ -135,7 +137,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       return client.resetAndDestroy();
     }
     t.open++;
-    open.add(client);
+    open.set(client, view.sandboxId);
     client.on('close', () => {
       t.open--;
       open.delete(client);
@@ -211,13 +213,16 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       return c ? { ...c } : undefined;
     },
     sandboxIds: () => [...counters.keys()],
+    closeSandbox: (id) => {
+      for (const [s, owner] of open) if (owner === id) s.resetAndDestroy();
+    },
     forget: (id) => {
       if (counters.get(id)?.open === 0) counters.delete(id);
     },
     close: async () => {
       server.off('connection', onConnection);
       await new Promise<void>((resolve) => (server.listening ? server.close(() => resolve()) : resolve()));
-      for (const s of open) s.destroy();
+      for (const s of open.keys()) s.destroy();
     },
   };
 }
