@@ -123,8 +123,10 @@ export const SERVER_FEATURES = {
   network: 'server.network.v1',
   /** the ingress listener (config ingressListen) */
   ingress: 'server.ingress.v1',
-  /** the egress proxy and DNS resolver of networked sandboxes */
+  /** the egress proxy: TCP to the proxied ports is decided by HTTP Host / TLS SNI (docs/network.md) */
   egressProxy: 'server.egress-proxy.v1',
+  /** the sandboxes' DNS resolver: answers only names the policy allows, forwards to the node's upstreams */
+  dns: 'server.dns.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */

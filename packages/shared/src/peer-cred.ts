@@ -25,8 +25,18 @@ const SO_PEERCRED = 17;
 const SO_PEERGROUPS = 59;
 const ERANGE = 34;
 
-type GetSockOpt = (fd: number, level: number, name: number, val: Buffer, len: number[]) => number;
+/** getsockopt(2) through koffi: returns 0 or -1 (then errno()); `len` is in/out, bytes. */
+export type GetSockOpt = (fd: number, level: number, name: number, val: Buffer, len: number[]) => number;
 let native: { getsockopt: GetSockOpt; errno: () => number } | undefined;
+
+/**
+ * libcSockopt is libc's getsockopt and errno, loaded once per process through koffi (also used
+ * by the server's egress proxy for SO_ORIGINAL_DST). Throws an Error naming koffi/libc when it
+ * does not load.
+ */
+export function libcSockopt(): { getsockopt: GetSockOpt; errno: () => number } {
+  return lib();
+}
 
 function lib(): { getsockopt: GetSockOpt; errno: () => number } {
   if (native) return native;

@@ -9,3 +9,5 @@ export * from './test-pool';
 export * from './wire-fuzz';
 export * from './sqlite-lock';
 export * from './fuzz-random';
+export * from './test-subnet';
+export * from './test-internet';

@@ -51,3 +51,11 @@ export async function startNetworkServices(o: NetworkServicesOptions): Promise<N
   o.logger.warn({ network_enabled: o.settings.enabled, ingress_listen: o.ingress.listen }, 'network services: not built into this server (egress proxy, resolver and ingress come at the merge)');
   return { close: async () => undefined };
 }
+
+export * from './egress-proxy';
+export * from './dns-resolver';
+export * from './upstream-dns';
+export * from './preamble';
+export * from './original-dst';
+export * from './sockets';
+export * from './proxies';

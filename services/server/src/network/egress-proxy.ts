@@ -1,0 +1,283 @@
+/**
+ * The egress proxy (feature server.egress-proxy.v1, docs/network.md "Egress policy"). The
+ * node's prerouting chain redirects a sandbox's TCP to the proxied ports (80, 443) here when its
+ * policy has domain rules. Per connection:
+ *
+ *   source address ──byAddress──▶ sandbox (unknown: closed at once)
+ *   SO_ORIGINAL_DST ─────────────▶ where it was going (address A, port P)
+ *   first bytes (≤ 16 KiB, ≤ 5 s) ▶ TLS SNI or HTTP Host: name N (slow/oversized: closed)
+ *   N matches allow_out ─────────▶ resolve N via the node's upstreams; connect to the first
+ *                                  address that passes always-denied (never A: an allowed SNI
+ *                                  cannot front for another address)
+ *   otherwise ───────────────────▶ evaluateEgress on A alone; allowed: connect to A
+ *   refused ─────────────────────▶ HTTP: 403 naming the rule; TLS/other: TCP RST
+ *   connected ───────────────────▶ write the read bytes, pipe both ways (backpressure,
+ *                                  half-close), idle timeout; bytes counted per sandbox
+ */
+import net from 'node:net';
+import { domainMatches, evaluateEgress, normalizeName, type Cidr, type EgressVerdict, type Logger } from '@sandnode/shared';
+import type { NetworkDirectory } from '../core/network-directory';
+import { originalDestination as readOriginalDst, type Destination } from './original-dst';
+import { MAX_PREAMBLE_BYTES, parsePreamble, type Preamble } from './preamble';
+import { listenTcp, newTraffic, type SandboxTraffic, type TcpListen } from './sockets';
+import type { UpstreamDns } from './upstream-dns';
+
+/** Open connections one sandbox may have through the proxy (server key egressMaxConnections). */
+export const DEFAULT_EGRESS_MAX_CONNECTIONS = 1024;
+/** A proxied connection with no bytes either way for this long is closed, ms. */
+export const DEFAULT_EGRESS_IDLE_MS = 300_000;
+/** The first bytes (ClientHello / request head) must arrive within, ms. */
+export const DEFAULT_PREAMBLE_TIMEOUT_MS = 5000;
+/** Connecting upstream may take, ms (then HTTP 502 / RST). */
+export const DEFAULT_UPSTREAM_CONNECT_MS = 10_000;
+
+/** Options of {@link startEgressProxy}. */
+export interface EgressProxyOptions {
+  directory: NetworkDirectory;
+  /** resolves allowed names (the resolver's upstreams) */
+  upstream: UpstreamDns;
+  listen: TcpListen;
+  /** the node's always-denied ranges (rule 1), parsed (shared parseCidrList) */
+  alwaysDenied: readonly Cidr[];
+  logger: Logger;
+  /** per sandbox (default DEFAULT_EGRESS_MAX_CONNECTIONS) */
+  maxConnections?: number;
+  /** ms (default DEFAULT_EGRESS_IDLE_MS) */
+  idleTimeoutMs?: number;
+  /** ms (default DEFAULT_PREAMBLE_TIMEOUT_MS) */
+  preambleTimeoutMs?: number;
+  /** ms (default DEFAULT_UPSTREAM_CONNECT_MS) */
+  connectTimeoutMs?: number;
+  /** where a connection was going (default SO_ORIGINAL_DST); unit tests without nftables replace it */
+  originalDestination?: (socket: net.Socket) => Destination;
+}
+
+/** A running egress proxy. */
+export interface EgressProxy {
+  /** the listening address */
+  address(): net.AddressInfo;
+  /** counters of sandboxId since start */
+  traffic(sandboxId: string): SandboxTraffic | undefined;
+  /** sandboxIds that have counters (for a metrics scrape) */
+  sandboxIds(): string[];
+  /** closeSandbox resets every open connection of sandboxId (its delete, or a policy change that must not spare them) */
+  closeSandbox(sandboxId: string): void;
+  /** forget drops sandboxId's counters (after its delete; counters of open connections stay) */
+  forget(sandboxId: string): void;
+  /** close stops listening (a given server is closed too) and destroys every open connection */
+  close(): Promise<void>;
+}
+
+/** How a connection was decided (exported for tests and logs). */
+export interface EgressDecision {
+  verdict: EgressVerdict;
+  /** where to connect when allowed */
+  target?: Destination;
+  /** the name read from SNI/Host, normalised (undefined: none) */
+  name?: string;
+}
+
+/**
+ * decideEgress applies the policy of docs/network.md to a connection going to `dst` that
+ * named `rawName` (SNI/Host, undefined when none): an allowed name is resolved through
+ * `upstream` and connected to at the first address that passes rule 1; anything else is
+ * decided by the address alone. Never rejects: a failed resolution is a refusal naming it.
+ */
+export async function decideEgress(
+  policy: Parameters<typeof evaluateEgress>[0],
+  alwaysDenied: readonly Cidr[],
+  upstream: Pick<UpstreamDns, 'resolve4'>,
+  dst: Destination,
+  rawName: string | undefined,
+): Promise<EgressDecision> {
+  const name = rawName === undefined ? undefined : normalizeName(rawName);
+  if (name !== undefined && policy.allowDomains.some((r) => domainMatches(r, name))) {
+    let addresses: string[];
+    try {
+      addresses = await upstream.resolve4(name);
+    } catch (err) {
+      return { name, verdict: { allowed: false, rule: `resolving ${name} failed: ${(err as Error).message}` } };
+    }
+    let refusal: EgressVerdict | undefined;
+    for (const a of addresses) {
+      const v = evaluateEgress(policy, alwaysDenied, a, name);
+      if (v.allowed) return { name, verdict: v, target: { address: a, port: dst.port } };
+      refusal ??= { allowed: false, rule: `${v.rule} (${name} resolves to ${a})` };
+    }
+    return { name, verdict: refusal ?? { allowed: false, rule: `${name} has no IPv4 address` } };
+  }
+  const v = evaluateEgress(policy, alwaysDenied, dst.address);
+  return { name, verdict: v, target: v.allowed ? dst : undefined };
+}
+
+/** startEgressProxy listens on opts.listen and proxies until close(). Rejects on a bind error. */
+export async function startEgressProxy(opts: EgressProxyOptions): Promise<EgressProxy> {
+  const maxConns = opts.maxConnections ?? DEFAULT_EGRESS_MAX_CONNECTIONS;
+  const idleMs = opts.idleTimeoutMs ?? DEFAULT_EGRESS_IDLE_MS;
+  const preambleMs = opts.preambleTimeoutMs ?? DEFAULT_PREAMBLE_TIMEOUT_MS;
+  const connectMs = opts.connectTimeoutMs ?? DEFAULT_UPSTREAM_CONNECT_MS;
+  const origDst = opts.originalDestination ?? readOriginalDst;
+  const log = opts.logger.child({ component_part: 'egress-proxy' });
+  const counters = new Map<string, SandboxTraffic>();
+  const open = new Map<net.Socket, string>(); // client socket → sandboxId
+
+  const onConnection = (client: net.Socket) => {
+    client.allowHalfOpen = true;
+    client.on('error', () => client.destroy());
+    const src = (client.remoteAddress ?? '').replace(/^::ffff:/, '');
+    const view = opts.directory.byAddress(src);
+    if (!view) return client.resetAndDestroy();
+    let c = counters.get(view.sandboxId);
+    if (!c) counters.set(view.sandboxId, (c = newTraffic()));
+    const t = c;
+    t.connections++;
+    if (t.open >= maxConns) {
+      t.refused++;
+      log.warn({ sandbox_id: view.sandboxId, open: t.open }, 'egress: connection limit reached');
+      return client.resetAndDestroy();
+    }
+    t.open++;
+    open.set(client, view.sandboxId);
+    client.on('close', () => {
+      t.open--;
+      open.delete(client);
+    });
+    let dst: Destination;
+    try {
+      dst = origDst(client);
+    } catch (err) {
+      t.refused++;
+      log.warn({ sandbox_id: view.sandboxId, err }, 'egress: no original destination');
+      return client.resetAndDestroy();
+    }
+    if (dst.port === client.localPort && dst.address === (client.localAddress ?? '').replace(/^::ffff:/, '')) {
+      t.refused++;
+      return client.resetAndDestroy(); // a direct connection to the proxy, not a redirected one
+    }
+    readPreamble(client, preambleMs, (p, head) => {
+      if (!p) return client.destroy(); // slow, or closed before deciding
+      void proceed(client, src, dst, p, head, t);
+    });
+  };
+
+  const refuse = (client: net.Socket, p: Preamble, rule: string, status = 403) => {
+    if (p.kind === 'http' || (p.kind === 'invalid' && status === 400)) {
+      const reason = status === 403 ? 'Forbidden' : status === 400 ? 'Bad Request' : 'Bad Gateway';
+      const body = `sandnode egress: ${status === 403 ? 'refused by' : 'error:'} ${rule}\n`;
+      client.end(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: text/plain\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`, () => client.destroy());
+    } else client.resetAndDestroy();
+  };
+
+  const proceed = async (client: net.Socket, src: string, dst: Destination, p: Preamble, head: Buffer, t: SandboxTraffic) => {
+    const view = opts.directory.byAddress(src); // the policy in force now (it may have changed during the read)
+    if (!view) return client.resetAndDestroy();
+    const slog = log.child({ sandbox_id: view.sandboxId });
+    if (p.kind === 'invalid') {
+      t.refused++;
+      slog.debug({ why: p.why, dst }, 'egress: malformed preamble');
+      return refuse(client, p, p.why, head[0] === 0x16 ? 403 : 400);
+    }
+    const rawName = p.kind === 'tls' ? p.sni : p.kind === 'http' ? p.host : undefined;
+    const d = await decideEgress(view.policy, opts.alwaysDenied, opts.upstream, dst, rawName);
+    if (client.destroyed) return;
+    if (!d.verdict.allowed || !d.target) {
+      t.refused++;
+      slog.debug({ dst, name: d.name, rule: d.verdict.rule }, 'egress: refused');
+      return refuse(client, p, d.verdict.rule);
+    }
+    const target = d.target;
+    slog.debug({ dst, name: d.name, target, rule: d.verdict.rule }, 'egress: allowed');
+    const up = net.connect({ host: target.address, port: target.port, allowHalfOpen: true });
+    const onClientGone = () => up.destroy();
+    client.once('close', onClientGone);
+    const timer = setTimeout(() => up.destroy(new Error(`connect to ${target.address}:${target.port} timed out`)), connectMs);
+    up.once('error', (err) => {
+      clearTimeout(timer);
+      if (up.connecting || up.bytesWritten === 0) {
+        slog.debug({ err, target }, 'egress: upstream connect failed');
+        if (!client.destroyed) refuse(client, p, `connecting to ${target.address}:${target.port} failed (${err.message})`, 502);
+      } else if (!client.destroyed) client.resetAndDestroy();
+    });
+    up.once('connect', () => {
+      clearTimeout(timer);
+      client.off('close', onClientGone);
+      splice(client, up, head, t, idleMs);
+    });
+  };
+
+  const { server } = await listenTcp(opts.listen, onConnection);
+  return {
+    address: () => server.address() as net.AddressInfo,
+    traffic: (id) => {
+      const c = counters.get(id);
+      return c ? { ...c } : undefined;
+    },
+    sandboxIds: () => [...counters.keys()],
+    closeSandbox: (id) => {
+      for (const [s, owner] of open) if (owner === id) s.resetAndDestroy();
+    },
+    forget: (id) => {
+      if (counters.get(id)?.open === 0) counters.delete(id);
+    },
+    close: async () => {
+      server.off('connection', onConnection);
+      await new Promise<void>((resolve) => (server.listening ? server.close(() => resolve()) : resolve()));
+      for (const s of open.keys()) s.destroy();
+    },
+  };
+}
+
+/**
+ * readPreamble reads from `client` until parsePreamble decides (or MAX_PREAMBLE_BYTES, or
+ * `timeoutMs`), then pauses it and calls done with the verdict and the bytes read; done gets
+ * no verdict when the client was slow or went away first.
+ */
+function readPreamble(client: net.Socket, timeoutMs: number, done: (p: Preamble | undefined, head: Buffer) => void): void {
+  let head: Buffer = Buffer.alloc(0);
+  let finished = false;
+  const finish = (p: Preamble | undefined) => {
+    if (finished) return;
+    finished = true;
+    clearTimeout(timer);
+    client.off('data', onData);
+    client.off('end', onEnd);
+    client.pause();
+    done(p, head);
+  };
+  const onData = (d: Buffer) => {
+    head = head.length === 0 ? d : Buffer.concat([head, d]);
+    const p = parsePreamble(head);
+    if (p.kind !== 'more') return finish(p);
+    if (head.length >= MAX_PREAMBLE_BYTES) finish({ kind: 'invalid', why: `preamble over ${MAX_PREAMBLE_BYTES} bytes` });
+  };
+  const onEnd = () => finish(undefined);
+  const timer = setTimeout(() => finish(undefined), timeoutMs);
+  client.on('data', onData);
+  client.on('end', onEnd);
+}
+
+/** splice writes `head` upstream and pipes both ways with backpressure and half-close; errors reset the other side. */
+function splice(client: net.Socket, up: net.Socket, head: Buffer, t: SandboxTraffic, idleMs: number): void {
+  up.on('error', () => {
+    if (!client.destroyed) client.resetAndDestroy();
+  });
+  client.on('error', () => {
+    if (!up.destroyed) up.resetAndDestroy();
+  });
+  client.on('close', () => up.destroy());
+  up.on('close', () => {
+    if (!client.writableEnded) client.destroy();
+  });
+  const idle = () => {
+    client.destroy();
+    up.destroy();
+  };
+  client.setTimeout(idleMs, idle);
+  up.setTimeout(idleMs, idle);
+  t.bytesOut += head.length;
+  up.write(head);
+  client.on('data', (b: Buffer) => (t.bytesOut += b.length));
+  up.on('data', (b: Buffer) => (t.bytesIn += b.length));
+  client.pipe(up);
+  up.pipe(client);
+}
