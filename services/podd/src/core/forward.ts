@@ -92,7 +92,7 @@ export class PortForwarder {
       if (err instanceof InvalidArgumentError) throw err;
       const code = (err as NodeJS.ErrnoException).code;
       if (code === 'ECONNREFUSED') throw new UnavailableError(`ForwardPort: nothing listens on 127.0.0.1:${port} in the sandbox (connection refused)`);
-      if (signal.aborted) throw err;
+      if (signal.aborted) return; // the host went away: nothing to answer
       throw new UnavailableError(`ForwardPort: the connection to 127.0.0.1:${port} failed: ${(err as Error).message}`);
     } finally {
       signal.removeEventListener('abort', onAbort);
