@@ -33,3 +33,19 @@ describe('checkApiAccess: read at start, so a bad file or group stops the start 
     expect(() => checkApiAccess({ ...base, listen: '', tlsCert: '', socketGroup: 'root' })).not.toThrow();
   });
 });
+
+describe('loadServerConfig: ingress keys', () => {
+  it('defaults: 127.0.0.1:8480 on localhost; "" turns it off; a bad address or domain names the key', () => {
+    const d = loadServerConfig({ env: {} });
+    expect(d.ingressListen).toBe('127.0.0.1:8480');
+    expect(d.ingressDomain).toBe('localhost');
+    expect(d.ingressMaxConnectionsPerSandbox).toBe(512);
+    expect(loadServerConfig({ env: { SANDNODE_SERVER_INGRESS_LISTEN: '' } }).ingressListen).toBe('');
+    expect(loadServerConfig({ env: { SANDNODE_SERVER_INGRESS_LISTEN: '[::1]:80', SANDNODE_SERVER_INGRESS_DOMAIN: 'sb.example.com' } })).toMatchObject({
+      ingressListen: '[::1]:80',
+      ingressDomain: 'sb.example.com',
+    });
+    expect(() => loadServerConfig({ env: { SANDNODE_SERVER_INGRESS_LISTEN: '8480' } })).toThrow(/ingressListen/);
+    expect(() => loadServerConfig({ env: { SANDNODE_SERVER_INGRESS_DOMAIN: 'bad domain' } })).toThrow(/ingressDomain/);
+  });
+});

@@ -22,6 +22,7 @@ import {
 import { DEFAULT_ADOPT_CONCURRENCY } from './core/adoption';
 import { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES } from './core/provision';
 import { DEFAULT_MAX_EXEC_STREAMS } from './core/guest-io';
+import { DEFAULT_INGRESS_LIMITS } from './network/ingress';
 
 /** The service name used in env var names and logs. */
 export const SERVICE = 'server';
@@ -100,6 +101,24 @@ export const configSchema = z.object({
   templateNode: z.string().default(''),
   /** Prometheus /metrics "host:port"; empty disables */
   metricsListen: z.string().default(''),
+  /** the HTTP ingress to sandboxes' ports, "host:port" (docs/network.md); empty disables. Handed over like the gRPC listeners */
+  ingressListen: z
+    .string()
+    .regex(/^$|^(\[[0-9a-fA-F:.]+\]|[^:\s]+):[0-9]{1,5}$/, 'must be host:port or empty')
+    .default('127.0.0.1:8480'),
+  /** ingress hosts are <port>-<sandbox_id>.<ingressDomain> */
+  ingressDomain: z
+    .string()
+    .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/i, 'must be a DNS name')
+    .default('localhost'),
+  /** client connections the ingress holds at once */
+  ingressMaxConnections: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_INGRESS_LIMITS.maxConnections),
+  /** forwarded requests, WebSockets and tunnels per sandbox at once; one more answers 429 */
+  ingressMaxConnectionsPerSandbox: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_INGRESS_LIMITS.maxPerSandbox),
+  /** time a client gets to send a request head, ms (slowloris) */
+  ingressHeadersTimeoutMs: ms(100).default(DEFAULT_INGRESS_LIMITS.headersTimeoutMs),
+  /** an ingress connection or tunnel without traffic is closed after this, ms */
+  ingressIdleTimeoutMs: ms(100).default(DEFAULT_INGRESS_LIMITS.idleTimeoutMs),
   /** time running calls get at shutdown, ms */
   drainMs: z.coerce.number().int().min(0).default(5000),
   /** A/B slot of this server ("a", "b" or ""); names its admin socket */

@@ -259,10 +259,10 @@ function rawHead(req: http.IncomingMessage, port: number): string {
   let s = `${req.method} ${req.url} HTTP/1.1\r\n`;
   let host = false;
   for (let i = 0; i < req.rawHeaders.length; i += 2) {
-    const k = req.rawHeaders[i];
+    const k = req.rawHeaders[i] ?? '';
     if (OWN.has(k.toLowerCase())) continue;
     if (k.toLowerCase() === 'host') host = true;
-    s += `${k}: ${req.rawHeaders[i + 1]}\r\n`;
+    s += `${k}: ${req.rawHeaders[i + 1] ?? ''}\r\n`;
   }
   if (!host) s += `Host: localhost:${port}\r\n`;
   return `${s}\r\n`;
@@ -317,4 +317,14 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
       },
     );
   });
+}
+
+/** ingressLimitsFromConfig: the IngressLimits of the server keys ingressMaxConnections, ingressMaxConnectionsPerSandbox, ingressHeadersTimeoutMs, ingressIdleTimeoutMs. */
+export function ingressLimitsFromConfig(c: {
+  ingressMaxConnections: number;
+  ingressMaxConnectionsPerSandbox: number;
+  ingressHeadersTimeoutMs: number;
+  ingressIdleTimeoutMs: number;
+}): Partial<IngressLimits> {
+  return { maxConnections: c.ingressMaxConnections, maxPerSandbox: c.ingressMaxConnectionsPerSandbox, headersTimeoutMs: c.ingressHeadersTimeoutMs, idleTimeoutMs: c.ingressIdleTimeoutMs };
 }
