@@ -126,6 +126,23 @@ class ForwardStream extends Duplex {
     w?.();
   }
 
+  // what http.Agent calls on a pooled connection (a relayed one has no TCP options of its own)
+  setKeepAlive(): this {
+    return this;
+  }
+  setNoDelay(): this {
+    return this;
+  }
+  setTimeout(): this {
+    return this;
+  }
+  ref(): this {
+    return this;
+  }
+  unref(): this {
+    return this;
+  }
+
   override _destroy(err: Error | null, cb: (e?: Error | null) => void): void {
     this.abort.abort();
     this.ended = true;

@@ -79,6 +79,9 @@ const OWN = new Set([ACCESS_TOKEN_HEADER, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER
 
 class PortClosedError extends Error {}
 
+/** How long a free upstream connection is kept, ms. */
+const FREE_UPSTREAM_MS = 4000;
+
 /** createIngress builds the ingress server (file header). */
 export function createIngress(o: IngressOptions): Ingress {
   const limits = { ...DEFAULT_INGRESS_LIMITS, ...o.limits };
@@ -124,6 +127,23 @@ export function createIngress(o: IngressOptions): Ingress {
     throw new PortClosedError();
   };
 
+  /**
+   * upstream: the pool of kept-alive connections to sandboxes (one per address:port, named by
+   * the agent); a connection it lacks is dialled like a tunnel's (direct, else podd). A free
+   * connection is closed after FREE_UPSTREAM_MS, below the usual 5 s keep-alive of servers, so
+   * a request rarely meets one the sandbox is closing.
+   */
+  const upstream = new http.Agent({ keepAlive: true, maxFreeSockets: 64, timeout: FREE_UPSTREAM_MS });
+  upstream.createConnection = ((opts: net.NetConnectOpts & { host?: string; port?: number }, cb: (err: Error | null, s?: Duplex) => void) => {
+    const view = o.directory.byAddress(String(opts.host));
+    if (!view) return void process.nextTick(() => cb(new PortClosedError()));
+    dial(view, Number(opts.port)).then(
+      (s) => cb(null, s),
+      (err: Error) => cb(err),
+    );
+    return undefined;
+  }) as unknown as typeof upstream.createConnection;
+
   const dialError = (err: unknown, view: SandboxNetworkView, port: number): { status: number; reason: string } =>
     err instanceof PortClosedError
       ? { status: 502, reason: `nothing listens on port ${port} of sandbox ${view.sandboxId}` }
@@ -140,39 +160,35 @@ export function createIngress(o: IngressOptions): Ingress {
       released = true;
     };
     res.on('close', release);
-    dial(view, port).then(
-      (sock) => {
-        if (req.destroyed || res.destroyed) return void sock.destroy();
-        sock.on('error', () => undefined);
-        const up = http.request({
-          method: req.method,
-          path: req.url,
-          headers: forwardHeaders(req, port),
-          // no agent: the request goes on the connection dialled above (closed after the response)
-          createConnection: () => sock as net.Socket,
-        });
-        up.on('response', (ur) => {
-          const headers: http.OutgoingHttpHeaders = {};
-          for (const [k, v] of Object.entries(ur.headers)) if (!HOP_BY_HOP.has(k) && k !== 'keep-alive' && v !== undefined) headers[k] = v;
-          res.writeHead(ur.statusCode ?? 502, ur.statusMessage, headers);
-          res.flushHeaders();
-          pipeline(ur, res, () => sock.destroy());
-        });
-        up.on('error', (err) => {
-          if (!res.headersSent) answer(res, 502, `port ${port} of sandbox ${view.sandboxId} broke the response: ${err.message}`);
-          else res.destroy();
-          sock.destroy();
-        });
-        res.on('close', () => {
-          if (!res.writableFinished) up.destroy();
-        });
-        pipeline(req, up, () => undefined);
-      },
-      (err: unknown) => {
-        const e = dialError(err, view, port);
-        answer(res, e.status, e.reason);
-      },
-    );
+    const up = http.request({
+      host: view.address,
+      port,
+      method: req.method,
+      path: req.url,
+      headers: forwardHeaders(req, port),
+      // kept-alive connections per sandbox address:port; a new one is dialled by upstream.createConnection
+      agent: upstream,
+    });
+    up.on('response', (ur) => {
+      const headers: http.OutgoingHttpHeaders = {};
+      for (const [k, v] of Object.entries(ur.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v;
+      res.writeHead(ur.statusCode ?? 502, ur.statusMessage, headers);
+      res.flushHeaders();
+      pipeline(ur, res, () => undefined);
+    });
+    up.on('error', (err) => {
+      if (res.headersSent) return void res.destroy();
+      const e = dialError(err, view, port);
+      answer(
+        res,
+        e.status,
+        err instanceof PortClosedError || (err as NodeJS.ErrnoException).code === 'ECONNREFUSED' ? e.reason : `port ${port} of sandbox ${view.sandboxId} broke the response: ${err.message}`,
+      );
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) up.destroy();
+    });
+    pipeline(req, up, () => undefined);
   });
 
   /** tunnel: WebSocket upgrade (head = the raw request) and CONNECT (reply 200 first). */
@@ -229,6 +245,7 @@ export function createIngress(o: IngressOptions): Ingress {
     close: () =>
       new Promise<void>((resolve) => {
         for (const t of tunnels) t.destroy();
+        upstream.destroy();
         server.close(() => resolve());
         server.closeAllConnections();
       }),
