@@ -37,13 +37,13 @@ describe('PortForwarder limit', () => {
       new AbortController().signal,
     );
     await expect(third.next()).rejects.toBeInstanceOf(ResourceExhaustedError);
-    await open[0].return(undefined);
+    await open[0]!.return(undefined);
     expect(f.running).toBe(1);
     const again = f.forward(hang(), ac.signal);
     expect((await again.next()).value).toMatchObject({ connected: true });
     ac.abort();
     await again.return(undefined);
-    await open[1].return(undefined);
+    await open[1]!.return(undefined);
     expect(f.running).toBe(0);
   });
 });

@@ -51,7 +51,7 @@ function readUntil(sock: net.Socket, done: (s: string) => boolean): Promise<stri
 function wsFrame(text: string): Buffer {
   const p = Buffer.from(text);
   const mask = Buffer.from([1, 2, 3, 4]);
-  const masked = Buffer.from(p.map((b, i) => b ^ mask[i % 4]));
+  const masked = Buffer.from(p.map((b, i) => b ^ mask[i % 4]!));
   return Buffer.concat([Buffer.from([0x81, 0x80 | p.length]), mask, masked]);
 }
 
