@@ -211,7 +211,7 @@ describeWith('ingress (real sockets, a netns sandbox, a real podd)', [PARTS.root
     sock.destroy();
   });
 
-  test('a service on 127.0.0.1 inside is reached through podd ForwardPort (CONNECT)', async () => {
+  test('a service on 127.0.0.1 inside is reached through podd ForwardPort (CONNECT and HTTP)', async () => {
     const sock = net.connect(port, '127.0.0.1');
     sock.write(`CONNECT ${host(8083)} HTTP/1.1\r\nsandnode-access-token: ${TOKEN}\r\n\r\n`);
     expect(await readUntil(sock, (s) => s.includes('\r\n\r\n'))).toMatch(/^HTTP\/1\.1 200 /);
@@ -219,6 +219,31 @@ describeWith('ingress (real sockets, a netns sandbox, a real podd)', [PARTS.root
     sock.write('via podd\n');
     expect(await echoed).toBe('via podd\n');
     sock.destroy();
+    // HTTP too, several requests (the relayed upstream connection is pooled like a TCP one)
+    for (const p of ['/a', '/b', '/c']) {
+      const r = await request(port, { host: host(8084), headers: auth, path: p });
+      expect(r).toMatchObject({ status: 200, body: `loopback http ${p}` });
+    }
+  });
+
+  test('bounds: one more connection than maxPerSandbox gets 429; a silent tunnel is closed after idleTimeoutMs', async () => {
+    const small = createIngress({ directory: dir, domain: 'localhost', log: createLogger('server', 'test', 'silent'), limits: { maxPerSandbox: 1, idleTimeoutMs: 300 } });
+    await new Promise<void>((r) => small.server.listen(0, '127.0.0.1', r));
+    const p = (small.server.address() as net.AddressInfo).port;
+    try {
+      const sock = net.connect(p, '127.0.0.1');
+      sock.write(`CONNECT ${host(8082)} HTTP/1.1\r\nsandnode-access-token: ${TOKEN}\r\n\r\n`);
+      expect(await readUntil(sock, (s) => s.includes('\r\n\r\n'))).toMatch(/^HTTP\/1\.1 200 /);
+      const second = await request(p, { host: host(8080), headers: auth });
+      expect(second.status).toBe(429);
+      expect(second.body).toBe(`too many connections to sandbox ${id} (1)\n`);
+      // nothing more is sent: the tunnel is closed by the idle timeout, and its slot is free again
+      await new Promise<void>((r) => sock.once('close', () => r()));
+      await waitFor('the tunnel released', () => small.openPerSandbox(id) === 0);
+      expect((await request(p, { host: host(8080), headers: auth })).status).toBe(200);
+    } finally {
+      await small.close();
+    }
   });
 
   test('slowloris: a request head that does not complete is closed after headersTimeoutMs', async () => {

@@ -3,8 +3,8 @@
  * a unique /24 of 10.209.128.0/17 (a lock dir per /24 under /tmp), running (as a child node
  * process inside the netns) an HTTP server on 8080 (/echo: method, path, headers and body back
  * as JSON; /trickle: three chunks, each written when the test asks via /next), a WebSocket echo
- * on 8081 (text frames) and a TCP echo on 8082, plus a TCP echo on 127.0.0.1:8083 only (for
- * ForwardPort). stop() removes the process, veth, netns and lock even after a failure.
+ * on 8081 (text frames) and a TCP echo on 8082, plus a TCP echo on 127.0.0.1:8083 and an HTTP
+ * server on 127.0.0.1:8084 only (for ForwardPort). stop() removes the process, veth, netns and lock even after a failure.
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -51,6 +51,7 @@ ws.on('upgrade', (req, sock) => {
 ws.listen(8081, '0.0.0.0');
 const echo = (s) => { s.on('error', () => {}); s.pipe(s); };
 net.createServer(echo).listen(8082, '0.0.0.0');
+http.createServer((req, res) => res.end('loopback http ' + req.url)).listen(8084, '127.0.0.1');
 net.createServer(echo).listen(8083, '127.0.0.1', () => process.stdout.write('ready\n'));
 `;
 
