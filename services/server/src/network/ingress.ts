@@ -134,8 +134,11 @@ export function createIngress(o: IngressOptions): Ingress {
    * a request rarely meets one the sandbox is closing.
    */
   const upstream = new http.Agent({ keepAlive: true, maxFreeSockets: 64, timeout: FREE_UPSTREAM_MS });
-  upstream.createConnection = ((opts: net.NetConnectOpts & { host?: string; port?: number }, cb: (err: Error | null, s?: Duplex) => void) => {
-    const view = o.directory.byAddress(String(opts.host));
+  // pooled by sandbox id too: a connection to a deleted sandbox is never reused for the next owner of its address
+  const baseName = upstream.getName.bind(upstream);
+  upstream.getName = (opts?: http.AgentOptions & { sandnodeSandboxId?: string }) => `${baseName(opts as http.ClientRequestArgs)}:${opts?.sandnodeSandboxId ?? ''}`;
+  upstream.createConnection = ((opts: net.NetConnectOpts & { sandnodeSandboxId?: string; port?: number }, cb: (err: Error | null, s?: Duplex) => void) => {
+    const view = o.directory.bySandboxId(String(opts.sandnodeSandboxId));
     if (!view) return void process.nextTick(() => cb(new PortClosedError()));
     dial(view, Number(opts.port)).then(
       (s) => cb(null, s),
@@ -166,9 +169,10 @@ export function createIngress(o: IngressOptions): Ingress {
       method: req.method,
       path: req.url,
       headers: forwardHeaders(req, port),
-      // kept-alive connections per sandbox address:port; a new one is dialled by upstream.createConnection
+      // kept-alive connections per sandbox and address:port; a new one is dialled by upstream.createConnection
       agent: upstream,
-    });
+      sandnodeSandboxId: view.sandboxId,
+    } as http.RequestOptions);
     up.on('response', (ur) => {
       const headers: http.OutgoingHttpHeaders = {};
       for (const [k, v] of Object.entries(ur.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v;
