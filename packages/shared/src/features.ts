@@ -137,6 +137,8 @@ export const PODD_FEATURES = {
   filesBeneath: 'podd.files.beneath.v1',
   /** Quiesce / Thaw / GetFreezeStatus (listed only when the host's freeze port exists) */
   quiesce: 'podd.quiesce',
+  /** ForwardPort: relays a TCP connection to 127.0.0.1:<port> inside the sandbox (ingress to loopback services) */
+  forwardPort: 'podd.forward-port.v1',
 } as const;
 
 /** The answer of a peer's GetVersion, as far as feature checks need it. */

@@ -17,6 +17,7 @@ import { loadPoddConfig } from './config';
 import { parseFlags, USAGE } from './flags';
 import { poddFailpoints } from './core/failpoints';
 import { ExecRunner } from './core/exec';
+import { PortForwarder } from './core/forward';
 import { PODD_COMPONENT, poddFeatures } from './features';
 import { Quiescer } from './core/quiesce';
 import { createFreezePortClient } from './rpc/freeze-port-client';
@@ -52,7 +53,7 @@ async function main(): Promise<void> {
     info: { component: PODD_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: poddFeatures(hasFreezePort) },
     log,
   });
-  server.add(PoddServiceDefinition, poddService({ runner, startedAtMs, quiescer }));
+  server.add(PoddServiceDefinition, poddService({ runner, startedAtMs, quiescer, forwarder: new PortForwarder() }));
 
   // Registered before runDaemon's handler, so commands get SIGTERM before the drain starts.
   const termChildren = () => {

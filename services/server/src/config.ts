@@ -22,6 +22,7 @@ import {
 import { DEFAULT_ADOPT_CONCURRENCY } from './core/adoption';
 import { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES } from './core/provision';
 import { DEFAULT_MAX_EXEC_STREAMS } from './core/guest-io';
+import { DEFAULT_INGRESS_LIMITS } from './network/ingress';
 
 /** The service name used in env var names and logs. */
 export const SERVICE = 'server';
@@ -105,6 +106,24 @@ export const configSchema = z.object({
   templateNode: z.string().default(''),
   /** Prometheus /metrics "host:port"; empty disables */
   metricsListen: z.string().default(''),
+  /** the HTTP ingress to sandboxes' ports, "host:port" (docs/network.md); empty disables. Handed over like the gRPC listeners */
+  ingressListen: z
+    .string()
+    .regex(/^$|^(\[[0-9a-fA-F:.]+\]|[^:\s]+):[0-9]{1,5}$/, 'must be host:port or empty')
+    .default(DEFAULT_INGRESS_LISTEN),
+  /** ingress hosts are <port>-<sandbox_id>.<ingressDomain> */
+  ingressDomain: z
+    .string()
+    .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/i, 'must be a DNS name')
+    .default(DEFAULT_INGRESS_DOMAIN),
+  /** client connections the ingress holds at once */
+  ingressMaxConnections: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_INGRESS_LIMITS.maxConnections),
+  /** forwarded requests, WebSockets and tunnels per sandbox at once; one more answers 429 */
+  ingressMaxConnectionsPerSandbox: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_INGRESS_LIMITS.maxPerSandbox),
+  /** time a client gets to send a request head, ms (slowloris) */
+  ingressHeadersTimeoutMs: ms(100).default(DEFAULT_INGRESS_LIMITS.headersTimeoutMs),
+  /** an ingress connection or tunnel without traffic is closed after this, ms */
+  ingressIdleTimeoutMs: ms(100).default(DEFAULT_INGRESS_LIMITS.idleTimeoutMs),
   /** time running calls get at shutdown, ms */
   drainMs: z.coerce.number().int().min(0).default(5000),
   /** A/B slot of this server ("a", "b" or ""); names its admin socket */
@@ -135,16 +154,6 @@ export const configSchema = z.object({
   handoverFdTimeoutMs: ms(100).default(DEFAULT_HANDOVER_FD_TIMEOUT_MS),
   /** how long the standby waits for the old server to release the lease, ms */
   leaseAcquireTimeoutMs: ms(100).default(DEFAULT_LEASE_ACQUIRE_TIMEOUT_MS),
-  /** the sandboxes' HTTP ingress listener, "host:port"; "" disables it (docs/network.md, "Ingress") */
-  ingressListen: z
-    .string()
-    .refine((v) => v === '' || (/^\S+:\d{1,5}$/.test(v) && Number(v.slice(v.lastIndexOf(':') + 1)) <= 65535), '"host:port" or "" (off)')
-    .default(DEFAULT_INGRESS_LISTEN),
-  /** the domain of ingress host names `<port>-<sandbox id>.<domain>` */
-  ingressDomain: z
-    .string()
-    .regex(/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/, 'a lower-case DNS name')
-    .default(DEFAULT_INGRESS_DOMAIN),
 });
 
 /** isLoopback: whether a listen host only takes connections from this machine (127.0.0.0/8, ::1, localhost). */

@@ -3,10 +3,11 @@
  * gRPC statuses in the shared error middleware (InvalidArgumentError -> INVALID_ARGUMENT, ...).
  */
 import { hostname } from 'node:os';
-import { UnimplementedError, type SandnodeCallContext } from '@sandnode/shared';
+import type { SandnodeCallContext } from '@sandnode/shared';
 import { ThawEndedBy, type PoddServiceImplementation } from '@sandnode/shared/proto/podd/v1/podd';
 import type { FreezeEnd, Quiescer } from '../core/quiesce';
 import type { ExecRunner } from '../core/exec';
+import type { PortForwarder } from '../core/forward';
 import { readFile, statPath, writeFile } from '../core/files';
 import { execEventToProto, execSpecFromProto, fileInfoToProto } from './convert';
 
@@ -16,6 +17,8 @@ export interface PoddServiceDeps {
   startedAtMs: number;
   /** Quiesce / Thaw / GetFreezeStatus over the host's freeze port. */
   quiescer: Quiescer;
+  /** ForwardPort streams (core/forward.ts). */
+  forwarder: PortForwarder;
 }
 
 /** thawEndedByToProto maps how a freeze ended to the wire (undefined = UNSPECIFIED: holds, or none). */
@@ -73,9 +76,9 @@ export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<Sa
       const s = await deps.quiescer.status(context.signal);
       return { frozen: s.frozen, freezeToken: s.token, maxFreezeMs: s.maxFreezeMs, remainingMs: s.remainingMs, endedBy: thawEndedByToProto(s.endedBy), frozenMs: s.frozenMs };
     },
-    // eslint-disable-next-line require-yield
-    async *forwardPort() {
-      throw new UnimplementedError('ForwardPort is not built yet (issue 12)');
+    /** ForwardPort: INVALID_ARGUMENT (bad port, data first), UNAVAILABLE (refused), RESOURCE_EXHAUSTED (256 open). */
+    async *forwardPort(requests, context) {
+      yield* deps.forwarder.forward(requests, context.signal);
     },
   };
 }

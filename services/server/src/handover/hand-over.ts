@@ -23,6 +23,7 @@ import type { FlockLease } from '../store/flock-lease';
 import { failpoint } from './failpoints';
 import { sendFds } from './fd-pass';
 import type { OwnedListener } from './listeners';
+import { namedToSend, type HandoverFdMeta, type OwnedNamedListener } from './named-listeners';
 import type { Roles } from './roles';
 import { DEFAULT_FINISH_TIMEOUT_MS, DEFAULT_HOLD_MS } from './takeover';
 
@@ -38,7 +39,7 @@ export interface OldServer {
   /** running Exec streams */
   readonly streams: number;
   /** the active server's gate, records and listeners; undefined unless it was activated */
-  handoverParts(): { gate: LifecycleGate; checkpoint: () => void; listeners: OwnedListener[] } | undefined;
+  handoverParts(): { gate: LifecycleGate; checkpoint: () => void; listeners: OwnedListener[]; named: OwnedNamedListener[] } | undefined;
   /** stopServing: stop the reaper (lifecycle calls are about to be held) */
   pauseActive(): void;
   /** releaseMetrics frees the /metrics port (it goes to the next server with the lease) */
@@ -78,7 +79,7 @@ export class OldSideHandover {
    * FAILED_PRECONDITION (not ACTIVE, a handover runs, or it failed before the lease was
    * released: this server stays ACTIVE).
    */
-  async handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number }): Promise<HandoverResponse> {
+  async handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number; standbyFeatures?: readonly string[] }): Promise<HandoverResponse> {
     const { node } = this;
     const parts = node.handoverParts();
     if (!node.roles.is('ACTIVE') || !parts) throw new FailedPreconditionError(`handover: this server is ${node.roles.role}, not ACTIVE`);
@@ -93,11 +94,11 @@ export class OldSideHandover {
       await parts.gate.close();
       failpoint('handover.after-hold');
       parts.checkpoint();
-      await sendFds(
-        req.fdSocket,
-        { listeners: parts.listeners.map((l) => l.address) },
-        parts.listeners.map((l) => l.fd),
-      );
+      // named listeners (ingress, egress proxy, DNS) only to a standby that knows them (named-listeners.ts)
+      const named = namedToSend(parts.named, req.standbyFeatures ?? []);
+      const meta: HandoverFdMeta = { listeners: parts.listeners.map((l) => l.address), named: named.map((l) => ({ name: l.name, kind: l.kind, address: l.address })) };
+      await sendFds(req.fdSocket, meta, [...parts.listeners.map((l) => l.fd), ...named.map((l) => l.fd)]);
+      if (named.length < parts.named.length) log.warn({ kept_here: parts.named.length - named.length }, 'the standby does not know some named listeners: they close with this server');
       failpoint('handover.after-send');
     } catch (err) {
       log.error({ err }, 'handover failed before the lease was released: staying active');

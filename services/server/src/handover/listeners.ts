@@ -16,6 +16,7 @@
  */
 import { chmodSync, linkSync, lstatSync, rmSync } from 'node:fs';
 import net from 'node:net';
+import type { ReceivedNamed } from './named-listeners';
 
 export interface OwnedListener {
   /** gRPC address: "unix:///abs.sock" or "host:port" */
@@ -35,9 +36,10 @@ function fdOf(server: net.Server): number {
 
 /**
  * Where a server's public listeners come from: the listening sockets a handover passed on
- * (address and fd each), or fresh binds of these addresses.
+ * (address and fd each, and the named listeners: named-listeners.ts), or fresh binds of these
+ * addresses (named listeners then bind fresh too).
  */
-export type ListenerSource = { received: { address: string; fd: number }[] } | { fresh: string[] };
+export type ListenerSource = { received: { address: string; fd: number }[]; named?: ReceivedNamed[] } | { fresh: string[] };
 
 /** The addresses of a source, for reports. */
 export function sourceAddresses(src: ListenerSource): string[] {

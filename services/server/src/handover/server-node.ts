@@ -40,6 +40,7 @@ import { OldSideHandover, type OldServer } from './hand-over';
 import { MetricsEndpoint } from './metrics-endpoint';
 import { ADMIN_SOCKET_CHECK_MS, bindAdminSocket, checkAdminSocket, type AdminSocketBinding } from './admin-socket';
 import { openListeners, type ListenerSource, type OwnedListener } from './listeners';
+import { namedListenerLosses, openNamedListeners, type NamedListenerSpec, type NamedServe, type OwnedNamedListener } from './named-listeners';
 import { ADMIN_POLICY, publicPolicy, shareSocket, tcpCredentials } from './api-access';
 import { Roles, type Role } from './roles';
 import { removeStaleAdminSockets, SlotLock, slotLockFile } from './slot-lock';
@@ -70,6 +71,12 @@ export interface NodeWiring {
   activate(a: { store: SqliteRecordStore; epoch: () => number; log: Logger; streams: { streams: number } }): ActiveParts;
   /** onActive runs each time this server has become ACTIVE (main.ts: the settings file). */
   onActive?(): void;
+  /**
+   * named: the listeners beside the gRPC ones (ingress, egress proxy, DNS: named-listeners.ts)
+   * this server wants (from its config), and what serves each (called after activate, before
+   * the socket accepts). Handed over like the gRPC listeners.
+   */
+  named?: { wanted(): NamedListenerSpec[]; serve: NamedServe };
 }
 
 export class ServerNode implements StandbyNode, OldServer {
@@ -89,6 +96,8 @@ export class ServerNode implements StandbyNode, OldServer {
   private readonly slotLock: SlotLock | undefined;
   /** the public listeners this server accepts on */
   private listeners: OwnedListener[] = [];
+  /** the named listeners (ingress, egress proxy, DNS) this server accepts or receives on */
+  private named: OwnedNamedListener[] = [];
   private reaper: NodeJS.Timeout | undefined;
   private standbyPoll: NodeJS.Timeout | undefined;
   private readonly oldSide = new OldSideHandover(this);
@@ -283,11 +292,19 @@ export class ServerNode implements StandbyNode, OldServer {
     const listeners = await openListeners(source, (s, address) => pub.serveListener(s, address.startsWith('unix://') ? undefined : tcpCreds));
     this.listeners = listeners;
     if ('fresh' in source) shareSocket(this.cfg.socket, this.cfg.socketGroup);
+    if (this.wiring.named) {
+      const got = await openNamedListeners(this.wiring.named.wanted(), 'received' in source ? (source.named ?? []) : [], this.wiring.named.serve);
+      this.named = got.opened;
+      for (const f of got.failed) log.error({ err: f.err, listener: f.spec.name, address: f.spec.address }, 'could not open a named listener: it is off on this server');
+    }
     this.roles.to('ACTIVE', { newEpoch: true });
     this.wiring.onActive?.();
     await this.metrics.start();
     this.startReaper();
-    log.info({ listeners: listeners.map((l) => l.address), adopted: report.adopted.length, adoption_ms: report.durationMs, swept }, 'active');
+    log.info(
+      { listeners: listeners.map((l) => l.address), named: this.named.map((l) => `${l.name} ${l.kind} ${l.address}`), adopted: report.adopted.length, adoption_ms: report.durationMs, swept },
+      'active',
+    );
     const tcp = listeners.find((l) => l.port > 0);
     process.stdout.write(`${JSON.stringify({ ready: true, epoch: this.epoch, port: tcp?.port ?? 0, socket: this.cfg.socket, adopted: report.adopted.length, adoptionMs: report.durationMs })}\n`);
     return report;
@@ -367,7 +384,16 @@ export class ServerNode implements StandbyNode, OldServer {
   handoverParts() {
     const store = this.store;
     if (!this.active || !store) return undefined;
-    return { gate: this.active.manager.gate, checkpoint: () => store.checkpoint(), listeners: this.listeners };
+    return { gate: this.active.manager.gate, checkpoint: () => store.checkpoint(), listeners: this.listeners, named: this.named };
+  }
+
+  /**
+   * namedListenerLosses: one line per named listener (ingress, egress proxy, DNS) that a standby
+   * with these features would not be handed (it would stop at the handover), for PrepareHandover
+   * and `upgrade --dry-run`; empty when the standby gets all of them.
+   */
+  namedListenerLosses(standbyFeatures: readonly string[]): string[] {
+    return namedListenerLosses(this.named, standbyFeatures);
   }
 
   /** pauseActive: lifecycle calls are about to be held; the reaper stops (OldServer). */
@@ -384,6 +410,9 @@ export class ServerNode implements StandbyNode, OldServer {
   stopAccepting(): void {
     for (const l of this.listeners) l.server.close();
     this.listeners = [];
+    // the named ones too: TCP connections accepted before stay (an open WebSocket lives until this process exits)
+    for (const l of this.named) l.close();
+    this.named = [];
   }
 
   /** releaseMetrics frees the /metrics port for the next server (OldServer). */
@@ -467,6 +496,8 @@ export class ServerNode implements StandbyNode, OldServer {
 
   private closeAll(): void {
     clearInterval(this.reaper);
+    for (const l of this.named) l.close();
+    this.named = [];
     clearInterval(this.adminWatch);
     this.adminWatch = undefined;
     this.metrics.close();

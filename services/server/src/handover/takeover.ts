@@ -30,6 +30,7 @@ import { FlockLease } from '../store/flock-lease';
 import { failpoint } from './failpoints';
 import { receiveFds } from './fd-pass';
 import { sourceAddresses, type ListenerSource } from './listeners';
+import { splitReceived, type HandoverFdMeta } from './named-listeners';
 
 /** Default hold time of lifecycle calls during a handover, ms (HandoverRequest.hold_timeout_ms 0). */
 export const DEFAULT_HOLD_MS = 2000;
@@ -93,7 +94,7 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
     const pre = await admin.prepareHandover({ standbyVersion: SUITE_VERSION, standbyFeatures: [...o.features] }, { signal: o.signal });
     if (!pre.ok) throw new FailedPreconditionError(`the active server refuses a handover: ${pre.reasons.join('; ')}`);
     const fdPath = path.join(cfg.runDir, `server-${cfg.slot || String(process.pid)}-fds.sock`);
-    const rx = receiveFds<{ listeners: string[] }>(fdPath, cfg.handoverFdTimeoutMs);
+    const rx = receiveFds<HandoverFdMeta>(fdPath, cfg.handoverFdTimeoutMs);
     await rx.ready;
     o.signal?.throwIfAborted();
     // booted niced beside the active server (upgradeServer): from here on this process is the one that must be fast
@@ -107,6 +108,7 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
         fdSocket: fdPath,
         holdTimeoutMs: o.holdMs ?? DEFAULT_HOLD_MS,
         finishTimeoutMs: o.finishTimeoutMs ?? DEFAULT_FINISH_TIMEOUT_MS,
+        standbyFeatures: [...o.features],
       });
     } catch (err) {
       // The old server died during the handover: if the lease is free, take the node over as
@@ -193,9 +195,10 @@ function holderAlive(pid: number): boolean {
   return st !== undefined && st !== 'Z';
 }
 
-/** received: the listening sockets that came from the old server (becomeActive accepts on them once it serves). */
-function received(msg: { meta: { listeners: string[] }; fds: number[] }): ListenerSource {
-  return { received: msg.fds.map((fd, i) => ({ address: msg.meta.listeners[i] ?? `fd:${fd}`, fd })) };
+/** received: the listening sockets that came from the old server, gRPC and named (becomeActive accepts on them once it serves). */
+function received(msg: { meta: HandoverFdMeta; fds: number[] }): ListenerSource {
+  const { grpc, named } = splitReceived(msg.meta, msg.fds);
+  return { received: grpc, named };
 }
 
 function sleep(ms: number): Promise<void> {

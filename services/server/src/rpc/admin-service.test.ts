@@ -86,12 +86,12 @@ describe('AdminService handlers', () => {
 
   it('Handover: a relative fd_socket or a pid of 0 is INVALID_ARGUMENT and the node is not called', async () => {
     const a = adminService(node);
-    const req = { standbyPid: 42, standbyVersion: 'y', fdSocket: '/run/x.sock', holdTimeoutMs: 0, finishTimeoutMs: 0 };
+    const req = { standbyPid: 42, standbyVersion: 'y', fdSocket: '/run/x.sock', holdTimeoutMs: 0, finishTimeoutMs: 0, standbyFeatures: ['server.ingress.v1'] };
     await expect(a.handover({ ...req, fdSocket: 'x.sock' }, ctx)).rejects.toThrow(new InvalidArgumentError('fd_socket: must be an absolute path, got "x.sock"'));
     await expect(a.handover({ ...req, standbyPid: 0 }, ctx)).rejects.toMatchObject({ code: Status.INVALID_ARGUMENT, message: expect.stringMatching(/^standby_pid/) });
     expect(calls).toEqual([]);
     await a.handover(req, ctx);
-    expect(calls).toEqual([`handOver ${JSON.stringify({ standbyPid: 42, fdSocket: '/run/x.sock', holdTimeoutMs: 0, finishTimeoutMs: 0 })}`]);
+    expect(calls).toEqual([`handOver ${JSON.stringify({ standbyPid: 42, fdSocket: '/run/x.sock', holdTimeoutMs: 0, finishTimeoutMs: 0, standbyFeatures: ['server.ingress.v1'] })}`]);
     expect(await a.prepareHandover({ standbyVersion: 'y', standbyFeatures: [] }, ctx)).toMatchObject({ ok: false, reasons: ['this server is HANDING_OVER, not ACTIVE'] });
   });
 

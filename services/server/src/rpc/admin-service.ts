@@ -32,7 +32,7 @@ export interface AdminPort {
   readonly lastAdoption?: { networkMismatch?: { sandboxId: string; reason: string }[] } | undefined;
   /** The records.db rows this server cannot serve (ACTIVE), oldest first; none when absent. */
   quarantinedRecords?(): { key: string; reason: string; quarantinedAtMs: number }[];
-  handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number }): Promise<HandoverResponse>;
+  handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number; standbyFeatures?: readonly string[] }): Promise<HandoverResponse>;
   finishHandover(token: string): { streamsRunning: number };
   takeover(opts: { holdMs?: number; finishTimeoutMs?: number; signal?: AbortSignal }): Promise<TakeoverResult>;
   drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal }): Promise<DrainReport>;
@@ -98,7 +98,7 @@ export function adminService(node: AdminPort): AdminServiceImplementation<Sandno
     async handover(req) {
       if (!Number.isInteger(req.standbyPid) || req.standbyPid <= 0) throw new InvalidArgumentError(`standby_pid: must be a pid above 0, got ${req.standbyPid}`);
       if (!path.isAbsolute(req.fdSocket)) throw new InvalidArgumentError(`fd_socket: must be an absolute path, got ${JSON.stringify(req.fdSocket)}`);
-      return node.handOver({ standbyPid: req.standbyPid, fdSocket: req.fdSocket, holdTimeoutMs: req.holdTimeoutMs, finishTimeoutMs: req.finishTimeoutMs });
+      return node.handOver({ standbyPid: req.standbyPid, fdSocket: req.fdSocket, holdTimeoutMs: req.holdTimeoutMs, finishTimeoutMs: req.finishTimeoutMs, standbyFeatures: req.standbyFeatures });
     },
     async finishHandover(req) {
       return node.finishHandover(req.token);

@@ -1,0 +1,351 @@
+/**
+ * The ingress listener (feature "server.ingress.v1"; docs/network.md "Ingress"): HTTP/1.1 from
+ * the host's clients to a port of a sandbox, routed and checked by ingress-route.ts.
+ *
+ *   request  -> dial sandbox address:port (refused: podd ForwardPort to 127.0.0.1:port when the
+ *               podd has the feature, else 502) -> the request streamed upstream, the response
+ *               streamed back (no whole body is buffered); the client connection is kept alive
+ *   upgrade  -> dial, the request head written raw, then bytes both ways (the 101 comes from
+ *               the sandbox's server) — WebSocket
+ *   CONNECT  -> dial, `200 Connection Established`, then bytes both ways (raw TCP)
+ *
+ * Built on node:http: it streams bodies and hands upgrade/CONNECT sockets over raw, which is
+ * everything a reverse proxy of one hop needs; a library (http-proxy) would add its own
+ * buffering rules and still need the routing and the podd dial written here.
+ *
+ * Bounds: header bytes (maxHeaderBytes) and time (headersTimeoutMs, checked every second:
+ * slowloris), total client connections (maxConnections: beyond, the kernel connection is
+ * closed), forwarded connections per sandbox (maxPerSandbox: beyond, 429), idle time of a
+ * client or tunnel connection (idleTimeoutMs), upstream connect time (connectTimeoutMs).
+ * The `sandnode-access-token` header is never sent upstream.
+ *
+ * The caller listens (the handover's named listener "ingress": listen on the server only after
+ * createIngress attached its handlers).
+ */
+import http from 'node:http';
+import net from 'node:net';
+import { pipeline, type Duplex } from 'node:stream';
+import type { Logger } from '@sandnode/shared';
+import type { NetworkDirectory, SandboxNetworkView } from '../core/network-directory';
+import type { PoddRelay } from './ingress-podd';
+import { ACCESS_TOKEN_HEADER, route, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER } from './ingress-route';
+
+/** Bounds of the ingress (config keys ingressMaxConnections, ingressMaxConnectionsPerSandbox, ...). */
+export interface IngressLimits {
+  /** client connections at once (default 4096) */
+  maxConnections: number;
+  /** forwarded requests, WebSockets and tunnels per sandbox at once (default 512) */
+  maxPerSandbox: number;
+  /** largest request head, bytes (default 16 KiB) */
+  maxHeaderBytes: number;
+  /** time to receive a request head, ms (default 10000) */
+  headersTimeoutMs: number;
+  /** a client connection or tunnel without traffic is closed after this, ms (default 120000) */
+  idleTimeoutMs: number;
+  /** upstream connect (direct or through podd), ms (default 5000) */
+  connectTimeoutMs: number;
+}
+
+export const DEFAULT_INGRESS_LIMITS: IngressLimits = {
+  maxConnections: 4096,
+  maxPerSandbox: 512,
+  maxHeaderBytes: 16 * 1024,
+  headersTimeoutMs: 10_000,
+  idleTimeoutMs: 120_000,
+  connectTimeoutMs: 5000,
+};
+
+export interface IngressOptions {
+  directory: NetworkDirectory;
+  /** ingressDomain: hosts are `<port>-<sandbox_id>.<domain>` */
+  domain: string;
+  log: Logger;
+  limits?: Partial<IngressLimits>;
+  /** ForwardPort through the sandbox's podd for ports only 127.0.0.1 inside listens on; none: 502 */
+  podd?: PoddRelay;
+}
+
+export interface Ingress {
+  /** the HTTP server with every handler attached; the caller makes it listen */
+  readonly server: http.Server;
+  /** forwarded connections open now, per sandbox id */
+  openPerSandbox(sandboxId: string): number;
+  /** close stops accepting and ends every connection (clients and tunnels). */
+  close(): Promise<void>;
+}
+
+const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization', 'te', 'trailer', 'transfer-encoding', 'upgrade', 'host']);
+const OWN = new Set([ACCESS_TOKEN_HEADER, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER]);
+
+class PortClosedError extends Error {}
+
+/** How long a free upstream connection is kept, ms. */
+const FREE_UPSTREAM_MS = 4000;
+
+/** createIngress builds the ingress server (file header). */
+export function createIngress(o: IngressOptions): Ingress {
+  const limits = { ...DEFAULT_INGRESS_LIMITS, ...o.limits };
+  const log = o.log.child({ part: 'ingress' });
+  const open = new Map<string, number>();
+  const tunnels = new Set<net.Socket | Duplex>();
+  const server = http.createServer({
+    maxHeaderSize: limits.maxHeaderBytes,
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: 0, // bodies may stream for long; idleTimeoutMs bounds silence instead
+    connectionsCheckingInterval: 1000,
+    keepAliveTimeout: limits.idleTimeoutMs,
+  });
+  server.maxConnections = limits.maxConnections;
+  server.timeout = limits.idleTimeoutMs;
+
+  const take = (id: string): boolean => {
+    const n = open.get(id) ?? 0;
+    if (n >= limits.maxPerSandbox) return false;
+    open.set(id, n + 1);
+    return true;
+  };
+  const give = (id: string) => {
+    const n = (open.get(id) ?? 1) - 1;
+    if (n <= 0) open.delete(id);
+    else open.set(id, n);
+  };
+
+  /** dial: sandbox address:port, else (refused) podd ForwardPort, else PortClosedError. */
+  const dial = async (view: SandboxNetworkView, port: number): Promise<Duplex> => {
+    try {
+      return await connectTcp(view.address, port, limits.connectTimeoutMs);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ECONNREFUSED') throw err;
+    }
+    if (o.podd) {
+      const relayed = await withTimeout(o.podd.open(view.poddAddress, port), limits.connectTimeoutMs).catch((err: unknown) => {
+        log.debug({ err, sandbox_id: view.sandboxId, port }, 'podd ForwardPort failed');
+        throw new PortClosedError();
+      });
+      if (relayed) return relayed;
+    }
+    throw new PortClosedError();
+  };
+
+  /**
+   * upstream: the pool of kept-alive connections to sandboxes (one per address:port, named by
+   * the agent); a connection it lacks is dialled like a tunnel's (direct, else podd). A free
+   * connection is closed after FREE_UPSTREAM_MS, below the usual 5 s keep-alive of servers, so
+   * a request rarely meets one the sandbox is closing.
+   */
+  const upstream = new http.Agent({ keepAlive: true, maxFreeSockets: 64, timeout: FREE_UPSTREAM_MS });
+  // pooled by sandbox id too: a connection to a deleted sandbox is never reused for the next owner of its address
+  const baseName = upstream.getName.bind(upstream);
+  upstream.getName = (opts?: http.AgentOptions & { sandnodeSandboxId?: string }) => `${baseName(opts as http.ClientRequestArgs)}:${opts?.sandnodeSandboxId ?? ''}`;
+  upstream.createConnection = ((opts: net.NetConnectOpts & { sandnodeSandboxId?: string; port?: number }, cb: (err: Error | null, s?: Duplex) => void) => {
+    const view = o.directory.bySandboxId(String(opts.sandnodeSandboxId));
+    if (!view) return void process.nextTick(() => cb(new PortClosedError()));
+    dial(view, Number(opts.port)).then(
+      (s) => cb(null, s),
+      (err: Error) => cb(err),
+    );
+    return undefined;
+  }) as unknown as typeof upstream.createConnection;
+
+  const dialError = (err: unknown, view: SandboxNetworkView, port: number): { status: number; reason: string } =>
+    err instanceof PortClosedError
+      ? { status: 502, reason: `nothing listens on port ${port} of sandbox ${view.sandboxId}` }
+      : { status: 502, reason: `could not connect to port ${port} of sandbox ${view.sandboxId}: ${(err as Error).message}` };
+
+  server.on('request', (req, res) => {
+    const r = route(req.headers, o.directory, o.domain);
+    if (!r.ok) return answer(res, r.status, r.reason, r.retryAfterS);
+    const { view, port } = r;
+    if (!take(view.sandboxId)) return answer(res, 429, `too many connections to sandbox ${view.sandboxId} (${limits.maxPerSandbox})`);
+    let released = false;
+    const release = () => {
+      if (!released) give(view.sandboxId);
+      released = true;
+    };
+    res.on('close', release);
+    const up = http.request({
+      host: view.address,
+      port,
+      method: req.method,
+      path: req.url,
+      headers: forwardHeaders(req, port),
+      // kept-alive connections per sandbox and address:port; a new one is dialled by upstream.createConnection
+      agent: upstream,
+      sandnodeSandboxId: view.sandboxId,
+    } as http.RequestOptions);
+    up.on('response', (ur) => {
+      const headers: http.OutgoingHttpHeaders = {};
+      for (const [k, v] of Object.entries(ur.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v;
+      res.writeHead(ur.statusCode ?? 502, ur.statusMessage, headers);
+      res.flushHeaders();
+      pipeline(ur, res, () => undefined);
+    });
+    up.on('error', (err) => {
+      if (res.headersSent) return void res.destroy();
+      const e = dialError(err, view, port);
+      answer(
+        res,
+        e.status,
+        err instanceof PortClosedError || (err as NodeJS.ErrnoException).code === 'ECONNREFUSED' ? e.reason : `port ${port} of sandbox ${view.sandboxId} broke the response: ${err.message}`,
+      );
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) up.destroy();
+    });
+    pipeline(req, up, () => undefined);
+  });
+
+  /** tunnel: WebSocket upgrade (head = the raw request) and CONNECT (reply 200 first). */
+  const tunnel = (req: http.IncomingMessage, client: Duplex, head: Buffer, connect: boolean) => {
+    client.on('error', () => undefined);
+    const r = route(req.headers, o.directory, o.domain, connect ? req.url : undefined);
+    if (!r.ok) return rawAnswer(client, r.status, r.reason, r.retryAfterS);
+    const { view, port } = r;
+    if (!take(view.sandboxId)) return rawAnswer(client, 429, `too many connections to sandbox ${view.sandboxId} (${limits.maxPerSandbox})`);
+    dial(view, port).then(
+      (sock) => {
+        if (client.destroyed) {
+          give(view.sandboxId);
+          return void sock.destroy();
+        }
+        sock.on('error', () => undefined);
+        tunnels.add(client);
+        if (connect) client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+        else sock.write(rawHead(req, port));
+        if (head.length) sock.write(head);
+        if (client instanceof net.Socket) client.setTimeout(limits.idleTimeoutMs, () => client.destroy());
+        let done = false;
+        const end = () => {
+          if (done) return;
+          done = true;
+          tunnels.delete(client);
+          give(view.sandboxId);
+          client.destroy();
+          sock.destroy();
+        };
+        pipeline(client, sock, end);
+        pipeline(sock, client, end);
+      },
+      (err: unknown) => {
+        give(view.sandboxId);
+        const e = dialError(err, view, port);
+        rawAnswer(client, e.status, e.reason);
+      },
+    );
+  };
+  server.on('upgrade', (req, socket, head) => tunnel(req, socket, head, false));
+  server.on('connect', (req, socket, head) => tunnel(req, socket, head, true));
+  server.on('clientError', (err, socket) => {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (socket.writable && !socket.destroyed) {
+      const status = code === 'HPE_HEADER_OVERFLOW' ? 431 : code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : 400;
+      rawAnswer(socket, status, status === 431 ? 'request head too large' : status === 408 ? 'request head too slow' : 'bad request');
+    } else socket.destroy();
+  });
+
+  return {
+    server,
+    openPerSandbox: (id) => open.get(id) ?? 0,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const t of tunnels) t.destroy();
+        upstream.destroy();
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}
+
+/** forwardHeaders: the client's headers without hop-by-hop ones and sandnode's own, plus X-Forwarded-*. */
+function forwardHeaders(req: http.IncomingMessage, port: number): http.OutgoingHttpHeaders {
+  const out: http.OutgoingHttpHeaders = {};
+  const connTokens = new Set(
+    String(req.headers.connection ?? '')
+      .toLowerCase()
+      .split(',')
+      .map((s) => s.trim()),
+  );
+  for (const [k, v] of Object.entries(req.headers)) if (v !== undefined && !HOP_BY_HOP.has(k) && !OWN.has(k) && !connTokens.has(k)) out[k] = v;
+  out.host = req.headers.host ?? `localhost:${port}`;
+  const xff = req.headers['x-forwarded-for'];
+  const peer = req.socket.remoteAddress ?? '';
+  out['x-forwarded-for'] = xff ? `${String(xff)}, ${peer}` : peer;
+  out['x-forwarded-proto'] = 'http';
+  if (req.headers.host) out['x-forwarded-host'] = req.headers.host;
+  return out;
+}
+
+/** rawHead: the request line and headers of an upgrade as sent upstream (without sandnode's own headers). */
+function rawHead(req: http.IncomingMessage, port: number): string {
+  let s = `${req.method} ${req.url} HTTP/1.1\r\n`;
+  let host = false;
+  for (let i = 0; i < req.rawHeaders.length; i += 2) {
+    const k = req.rawHeaders[i] ?? '';
+    if (OWN.has(k.toLowerCase())) continue;
+    if (k.toLowerCase() === 'host') host = true;
+    s += `${k}: ${req.rawHeaders[i + 1] ?? ''}\r\n`;
+  }
+  if (!host) s += `Host: localhost:${port}\r\n`;
+  return `${s}\r\n`;
+}
+
+function answer(res: http.ServerResponse, status: number, reason: string, retryAfterS?: number): void {
+  if (res.headersSent) return void res.destroy();
+  const headers: http.OutgoingHttpHeaders = { 'content-type': 'text/plain; charset=utf-8' };
+  if (retryAfterS !== undefined) headers['retry-after'] = String(retryAfterS);
+  res.writeHead(status, headers);
+  res.end(`${reason}\n`);
+}
+
+function rawAnswer(sock: Duplex, status: number, reason: string, retryAfterS?: number): void {
+  const body = `${reason}\n`;
+  const extra = retryAfterS !== undefined ? `Retry-After: ${retryAfterS}\r\n` : '';
+  sock.end(
+    `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ''}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}Connection: close\r\n\r\n${body}`,
+  );
+}
+
+function connectTcp(host: string, port: number, timeoutMs: number): Promise<net.Socket> {
+  return new Promise((resolve, reject) => {
+    const s = net.connect({ host, port, noDelay: true, allowHalfOpen: true });
+    const timer = setTimeout(() => {
+      s.destroy();
+      reject(new Error(`connect timed out after ${timeoutMs} ms`));
+    }, timeoutMs);
+    s.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    s.once('connect', () => {
+      clearTimeout(timer);
+      s.removeAllListeners('error');
+      resolve(s);
+    });
+  });
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const t = setTimeout(() => reject(new Error(`timed out after ${ms} ms`)), ms);
+    p.then(
+      (v) => {
+        clearTimeout(t);
+        resolve(v);
+      },
+      (e: unknown) => {
+        clearTimeout(t);
+        reject(e as Error);
+      },
+    );
+  });
+}
+
+/** ingressLimitsFromConfig: the IngressLimits of the server keys ingressMaxConnections, ingressMaxConnectionsPerSandbox, ingressHeadersTimeoutMs, ingressIdleTimeoutMs. */
+export function ingressLimitsFromConfig(c: {
+  ingressMaxConnections: number;
+  ingressMaxConnectionsPerSandbox: number;
+  ingressHeadersTimeoutMs: number;
+  ingressIdleTimeoutMs: number;
+}): Partial<IngressLimits> {
+  return { maxConnections: c.ingressMaxConnections, maxPerSandbox: c.ingressMaxConnectionsPerSandbox, headersTimeoutMs: c.ingressHeadersTimeoutMs, idleTimeoutMs: c.ingressIdleTimeoutMs };
+}
