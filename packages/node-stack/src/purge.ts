@@ -5,7 +5,7 @@
  */
 import { existsSync, readFileSync, readdirSync, realpathSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { processStartTicks, processState, run } from '@sandnode/shared';
+import { defaultNetworkTag, processStartTicks, processState, purgeNodeNetwork, run, type PurgedNetwork } from '@sandnode/shared';
 import type { StackDirs } from './components';
 import { stopProcess } from './daemon-process';
 
@@ -26,6 +26,8 @@ export interface PurgeReport {
    * unmount) at or below them; everything else in them was removed, the mount untouched
    */
   kept: { path: string; why: string }[];
+  /** the node's network: its nftables table, interfaces and netns mounts (purgeNodeNetwork) */
+  network?: PurgedNetwork;
 }
 
 /** The supervisor's freeze watchdog files (vmm-supervisor drivers/freeze-watchdog-files.ts): `<runDir>/freeze-watchdog/watchdog.json`. */
@@ -145,6 +147,8 @@ export async function purgeNode(dirs: StackDirs): Promise<PurgeReport> {
       /* runc missing: nothing of ours can run */
     }
   }
+  // the network first: its netns bind mounts (nsfs) are not mounts classifyMounts would take for ours
+  report.network = purgeNodeNetwork({ tag: dirs.network?.tag ?? defaultNetworkTag(dirs.stateDir), runDir });
   const loops = loopBackingFiles();
   const { ours, foreign } = classifyMounts(readMounts(), { runDir, stateDir }, loops);
   /** mount points not to enter: foreign ones and ours that would not unmount */

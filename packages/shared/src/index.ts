@@ -28,3 +28,5 @@ export * from './connection-auth';
 export * from './client-auth';
 export * from './trusted-dir';
 export * from './egress-policy';
+export * from './network-layout';
+export * from './network-purge';

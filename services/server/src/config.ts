@@ -116,6 +116,11 @@ export const configSchema = z.object({
     .string()
     .regex(/^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$/i, 'must be a DNS name')
     .default(DEFAULT_INGRESS_DOMAIN),
+  /** the sandboxes' resolver forwards to these, "a.b.c.d[:port]" comma-separated; "" = the nameservers of /etc/resolv.conf */
+  dnsUpstreams: z
+    .string()
+    .regex(/^$|^\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?(\s*,\s*\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?)*$/, 'comma-separated IPv4 address[:port] list, or empty')
+    .default(''),
   /** client connections the ingress holds at once */
   ingressMaxConnections: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_INGRESS_LIMITS.maxConnections),
   /** forwarded requests, WebSockets and tunnels per sandbox at once; one more answers 429 */

@@ -30,7 +30,7 @@ import { checkApiAccess } from './handover/api-access';
 import { loadAccessTokenKey } from './core/network';
 import { MapNetworkDirectory } from './core/network-directory';
 import { SandboxManager } from './core/sandbox-manager';
-import { startNetworkServices, type NetworkServices } from './network';
+import { ingressLimitsFromConfig, NetworkServices, parseDnsUpstreams } from './network';
 import { LocalTemplateCatalog } from './core/template-catalog';
 import { setServerFailpoints } from './handover/failpoints';
 import { ServerNode, type NodeWiring } from './handover/server-node';
@@ -80,16 +80,18 @@ export const SANDBOX_WRITES = ['createSandbox', 'pauseSandbox', 'resumeSandbox',
  * loaded, before derived defaults) are written to the run dir's settings file whenever this
  * server becomes active (handover/settings-file.ts); without them nothing is written.
  */
-export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<string, unknown>, net?: NetworkWiring): NodeWiring {
+export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<string, unknown>, net?: (directory: MapNetworkDirectory, vms: () => VmPeer | undefined) => NetworkServices): NodeWiring {
   const podd = new PoddPeers({ timeoutMs: cfg.poddCallTimeoutMs, retryAttempts: cfg.poddRetryAttempts, log: rootLog.child({ peer: 'podd' }) });
   // one directory per process: the network services keep it across activations
   const directory = new MapNetworkDirectory();
   const ingress = { listen: cfg.ingressListen, domain: cfg.ingressDomain };
   let vmsOfActive: VmPeer | undefined;
+  const services = net?.(directory, () => vmsOfActive);
   return {
     podd,
+    // the ingress, egress proxy and resolver listen on named listeners a handover passes on
+    named: services && { wanted: () => services.wanted(), serve: (spec) => services.serve(spec) },
     onActive() {
-      if (net && vmsOfActive) net.start(vmsOfActive, directory, ingress);
       if (!settings) return;
       try {
         writeSettingsFile(cfg.runDir, settings);
@@ -134,48 +136,6 @@ export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<str
 }
 
 /**
- * NetworkWiring starts the network services (network/index.ts) each time the server becomes
- * active, with the settings the vmm-supervisor reports (ListNetworkSlots: the one source of the
- * ports, ranges and pool), and closes them at stop. A failure is logged; the API serves on
- * (sandboxes' kernel network is the supervisor's and keeps working).
- */
-export class NetworkWiring {
-  private running: Promise<NetworkServices | undefined> | undefined;
-
-  constructor(private readonly log: Logger) {}
-
-  /** start (re)starts the services after the ones of an earlier activation are closed. */
-  start(vms: VmPeer, directory: MapNetworkDirectory, ingress: { listen: string; domain: string }): void {
-    const before = this.running;
-    this.running = (async () => {
-      await (await before)?.close();
-      const n = await vms.networkStatus();
-      const settings = {
-        enabled: n.available,
-        disabledReason: n.reason,
-        pool: n.pool,
-        dnsPort: n.dnsPort,
-        egressProxyPort: n.egressProxyPort,
-        proxiedPorts: n.proxiedPorts,
-        alwaysDenied: n.alwaysDenied,
-      };
-      if (!n.available) this.log.info({ reason: n.reason }, 'sandbox network off: sandboxes are created without network');
-      return startNetworkServices({ directory, settings, ingress, logger: this.log.child({ part: 'network' }) });
-    })().catch((err: unknown) => {
-      this.log.error({ err }, 'network services did not start: no egress proxy, resolver or ingress');
-      return undefined;
-    });
-  }
-
-  /** close stops what runs (idempotent). */
-  async close(): Promise<void> {
-    const r = this.running;
-    this.running = undefined;
-    await (await r)?.close();
-  }
-}
-
-/**
  * nodeSettings: what a standby of this node starts from (the settings file): the keys given
  * (file + env) that differ from the defaults, and the dirs, absolute. Keys left at their
  * default are not written, so an older build (a downgrade) is not handed keys it does not know.
@@ -215,8 +175,25 @@ async function main(argv: string[]): Promise<void> {
   }
   const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel).child({ slot: cfg.slot || undefined });
   if (failpoints.length > 0) log.warn({ failpoints }, 'failpoints set');
-  const net = new NetworkWiring(log);
-  const node = new ServerNode(cfg, log, wiring(cfg, log, settings, net));
+  let net: NetworkServices | undefined;
+  const node = new ServerNode(
+    cfg,
+    log,
+    wiring(cfg, log, settings, (directory, vms) => {
+      net = new NetworkServices({
+        directory,
+        ingress: { listen: cfg.ingressListen, domain: cfg.ingressDomain, limits: ingressLimitsFromConfig(cfg) },
+        dnsUpstreams: cfg.dnsUpstreams ? parseDnsUpstreams(cfg.dnsUpstreams.split(',').map((e) => e.trim())) : undefined,
+        networkStatus: async () => {
+          const v = vms();
+          if (!v) throw new Error('no vmm-supervisor peer: the server is not active');
+          return v.networkStatus();
+        },
+        logger: log,
+      });
+      return net;
+    }),
+  );
   let stopping = false;
   const onSignal = (sig: NodeJS.Signals) => {
     if (stopping) process.exit(1);
@@ -232,7 +209,7 @@ async function main(argv: string[]): Promise<void> {
     ).unref();
     node
       .stop()
-      .then(() => net.close())
+      .then(() => net?.close())
       .then(
         () => process.exit(0),
         (err: unknown) => {

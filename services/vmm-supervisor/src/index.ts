@@ -21,6 +21,3 @@ export type { FreezeEnd, FreezeRecord, FreezeStatus, FrozenMount } from './core/
 export { VmFreezer, FREEZE_PORT_MOUNT, FREEZE_SOCKET_NAME } from './drivers/freeze-port';
 export type { Freezer, FreezeResult, ThawResult } from './drivers/freeze-port';
 export { createFreezePortService, freezePortServer } from './rpc/freeze-port-service';
-export { purgeNodeNetwork } from './network/purge';
-export type { PurgedNetwork } from './network/purge';
-export { defaultNetworkTag } from './network/layout';

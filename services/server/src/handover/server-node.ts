@@ -76,7 +76,7 @@ export interface NodeWiring {
    * this server wants (from its config), and what serves each (called after activate, before
    * the socket accepts). Handed over like the gRPC listeners.
    */
-  named?: { wanted(): NamedListenerSpec[]; serve: NamedServe };
+  named?: { wanted(): NamedListenerSpec[] | Promise<NamedListenerSpec[]>; serve: NamedServe };
 }
 
 export class ServerNode implements StandbyNode, OldServer {
@@ -293,7 +293,7 @@ export class ServerNode implements StandbyNode, OldServer {
     this.listeners = listeners;
     if ('fresh' in source) shareSocket(this.cfg.socket, this.cfg.socketGroup);
     if (this.wiring.named) {
-      const got = await openNamedListeners(this.wiring.named.wanted(), 'received' in source ? (source.named ?? []) : [], this.wiring.named.serve);
+      const got = await openNamedListeners(await this.wiring.named.wanted(), 'received' in source ? (source.named ?? []) : [], this.wiring.named.serve);
       this.named = got.opened;
       for (const f of got.failed) log.error({ err: f.err, listener: f.spec.name, address: f.spec.address }, 'could not open a named listener: it is off on this server');
     }

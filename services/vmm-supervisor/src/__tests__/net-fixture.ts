@@ -11,7 +11,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import type { Part } from '@sandnode/testkit';
 import { VMM_PARTS } from './fixture';
-import { purgeNodeNetwork } from '../network/purge';
+import { purgeNodeNetwork } from '@sandnode/shared';
 
 const onPath = (cmd: string) => (process.env.PATH ?? '').split(':').some((d) => d !== '' && existsSync(path.join(d, cmd)));
 

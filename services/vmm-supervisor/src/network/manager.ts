@@ -22,8 +22,13 @@ import {
   type EgressPolicy,
   type EgressPolicyInput,
   type Logger,
+  slotAddresses,
+  slotCount,
+  tableName,
+  slotOfIfname,
+  type NetLayout,
+  type SlotAddresses,
 } from '@sandnode/shared';
-import { slotAddresses, slotCount, tableName, slotOfIfname, type NetLayout, type SlotAddresses } from './layout';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { runCommand } from '../drivers/command-runner';

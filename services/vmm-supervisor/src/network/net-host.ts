@@ -6,11 +6,10 @@
  * Errors: CommandError (the failing command and its stderr) from runCommand.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { CommandError, cidrsOverlap, parseCidr, type Logger } from '@sandnode/shared';
+import { CommandError, cidrsOverlap, parseCidr, type Logger, ifacePrefix, SLOT_PREFIX, tableName, type NetLayout, type SlotAddresses } from '@sandnode/shared';
 import { runCommand as run } from '../drivers/command-runner';
 import { isMountPoint } from '../drivers/mounts';
 import { resolveExecutable } from '../drivers/binary';
-import { ifacePrefix, SLOT_PREFIX, tableName, type NetLayout, type SlotAddresses } from './layout';
 
 const IP_FORWARD = '/proc/sys/net/ipv4/ip_forward';
 

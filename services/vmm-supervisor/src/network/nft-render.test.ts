@@ -1,5 +1,4 @@
-import { parseCidrList, parseEgressPolicy } from '@sandnode/shared';
-import { makeLayout, slotAddresses, slotCount, slotOfIfname, defaultNetworkTag } from './layout';
+import { parseCidrList, parseEgressPolicy, makeLayout, slotAddresses, slotCount, slotOfIfname, defaultNetworkTag } from '@sandnode/shared';
 import { renderSlotDelta, renderTable, slotRules, type NftSettings } from './nft-render';
 import { hostBatch, netnsBatch, netnsTapBatch } from './net-host';
 import { changeError, oneLine } from './nft-session';

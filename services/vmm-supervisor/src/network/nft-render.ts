@@ -15,8 +15,7 @@
  *   refuse: TCP reset, else ICMP admin-prohibited
  *   postrouting (nat, srcnat): saddr in pool, oif not a sandbox iface -> masquerade
  */
-import { hasDomainRules, type Cidr, type EgressPolicy } from '@sandnode/shared';
-import { ifacePrefix, slotAddresses, tableName, type NetLayout } from './layout';
+import { hasDomainRules, ifacePrefix, slotAddresses, tableName, type Cidr, type EgressPolicy, type NetLayout } from '@sandnode/shared';
 
 /** The node-wide settings the table is made from. */
 export interface NftSettings {
@@ -95,7 +94,15 @@ export function renderTable(cfg: NftSettings, slots: NftSlot[]): string {
     ),
     chainBlock(
       'input',
-      [`iifname != ${sb} accept`, 'ct state established,related accept', `meta l4proto { tcp, udp } th dport ${cfg.dnsPort} accept`, `tcp dport ${cfg.egressProxyPort} accept`, 'drop'],
+      [
+        // the proxy and resolver ports are the sandboxes' alone: nothing else on or off the host reaches them
+        `iifname != ${sb} meta l4proto { tcp, udp } th dport { ${cfg.dnsPort}, ${cfg.egressProxyPort} } drop`,
+        `iifname != ${sb} accept`,
+        'ct state established,related accept',
+        `meta l4proto { tcp, udp } th dport ${cfg.dnsPort} accept`,
+        `tcp dport ${cfg.egressProxyPort} accept`,
+        'drop',
+      ],
       'type filter hook input priority filter; policy accept;',
     ),
     chainBlock(

@@ -1,14 +1,13 @@
 /** Integration: NftSession against the real nft (root), on a table of its own that it removes; purgeNodeNetwork on names of its own. */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { randomInt } from 'node:crypto';
-import { createLogger } from '@sandnode/shared';
+import { createLogger, purgeNodeNetwork } from '@sandnode/shared';
 import { describeWith } from '@sandnode/testkit';
 import { NET_PARTS } from '../__tests__/net-fixture';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { NftSession } from './nft-session';
-import { purgeNodeNetwork } from './purge';
 
 describeWith('NftSession (integration)', NET_PARTS, () => {
   const table = `sandnode-zs${randomInt(100)}`;

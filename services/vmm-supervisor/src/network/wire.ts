@@ -2,7 +2,7 @@
 import type Database from 'better-sqlite3';
 import { parseCidr, type Logger } from '@sandnode/shared';
 import type { VmmConfig } from '../config';
-import { makeLayout } from './layout';
+import { makeLayout } from '@sandnode/shared';
 import { NetworkManager } from './manager';
 import { SlotStore } from './slot-store';
 

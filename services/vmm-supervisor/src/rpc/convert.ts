@@ -6,7 +6,7 @@ import type { Drive as PbDrive, NetworkSlot as PbNetworkSlot, Vm as PbVm, VmNetw
 import type { DriveRole, DriveSpec, VmRecord, VmSpec, VmState } from '../core/types';
 import type { VmNetworkInfo } from '../network/manager';
 import type { SlotRow } from '../network/slot-store';
-import type { SlotAddresses } from '../network/layout';
+import type { SlotAddresses } from '@sandnode/shared';
 
 /** driveRoleFromProto maps a wire role; UNSPECIFIED and unknown values become "unspecified" (rejected by validation). */
 export function driveRoleFromProto(role: PbDriveRole): DriveRole {

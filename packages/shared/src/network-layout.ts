@@ -5,7 +5,7 @@
  */
 import { createHash } from 'node:crypto';
 import path from 'node:path';
-import { formatIpv4, parseCidr, type Cidr } from '@sandnode/shared';
+import { formatIpv4, parseCidr, type Cidr } from './egress-policy';
 
 /** Prefix length of a slot. */
 export const SLOT_PREFIX = 30;

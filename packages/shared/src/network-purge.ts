@@ -6,11 +6,9 @@
  * Synchronous host commands (no command helpers): usable from any process, tests included.
  */
 import { execFileSync } from 'node:child_process';
-import { rmSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { isMountPoint } from '../drivers/mounts';
-import { ifacePrefix, makeLayout, slotOfIfname, tableName } from './layout';
-import { netnsFiles } from './net-host';
+import { ifacePrefix, makeLayout, slotOfIfname, tableName } from './network-layout';
 
 /** What purgeNodeNetwork removed. */
 export interface PurgedNetwork {
@@ -40,9 +38,11 @@ export function purgeNodeNetwork(opts: { tag: string; runDir: string }): PurgedN
     /* no ip */
   }
   for (const n of names) if (slotOfIfname(layout, n) !== undefined && ok('ip', ['link', 'del', n])) out.ifaces.push(n);
-  for (const s of netnsFiles(layout)) {
+  const slots = existsSync(layout.netnsDir) ? readdirSync(layout.netnsDir).filter((n) => /^(0|[1-9]\d{0,5})$/.test(n)) : [];
+  for (const s of slots.map(Number)) {
     const f = path.join(layout.netnsDir, String(s));
-    if (isMountPoint(f)) ok('umount', [f]);
+    // a bind mount of a namespace, or a file left by a crash: umount fails harmlessly on the latter
+    ok('umount', [f]);
     rmSync(f, { force: true });
     out.netns.push(s);
   }
