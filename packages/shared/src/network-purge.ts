@@ -6,9 +6,9 @@
  * Synchronous host commands (no command helpers): usable from any process, tests included.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { ifacePrefix, makeLayout, slotOfIfname, tableName } from './network-layout';
+import { ifacePrefix, makeLayout, slotOfIfname, tableName, type NetLayout } from './network-layout';
 
 /** What purgeNodeNetwork removed. */
 export interface PurgedNetwork {
@@ -26,9 +26,31 @@ function ok(cmd: string, args: string[]): boolean {
   }
 }
 
-/** purgeNodeNetwork: tag is the node's networkTag (its config's, or defaultNetworkTag of its state dir); runDir the node's run dir. */
+/** The file in `<runDir>/netns/` naming the node's networkTag (the supervisor writes it at start). */
+export const NETWORK_TAG_FILE = 'tag';
+
+/** writeNetworkTagFile records layout's tag in `<runDir>/netns/tag` for {@link purgeNodeNetwork}. */
+export function writeNetworkTagFile(layout: NetLayout): void {
+  mkdirSync(layout.netnsDir, { recursive: true, mode: 0o755 });
+  writeFileSync(path.join(layout.netnsDir, NETWORK_TAG_FILE), `${layout.tag}\n`, { mode: 0o644 });
+}
+
+/** recordedTag is the tag the supervisor recorded under runDir, if any (and well-formed). */
+function recordedTag(runDir: string): string | undefined {
+  try {
+    const t = readFileSync(path.join(runDir, 'netns', NETWORK_TAG_FILE), 'utf8').trim();
+    return /^[0-9a-z]{1,4}$/.test(t) ? t : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * purgeNodeNetwork: runDir is the node's run dir; tag its networkTag as the supervisor recorded
+ * it in `<runDir>/netns/tag`, else opts.tag (its config's, or defaultNetworkTag of its state dir).
+ */
 export function purgeNodeNetwork(opts: { tag: string; runDir: string }): PurgedNetwork {
-  const layout = makeLayout('10.209.0.0/16', opts.tag, opts.runDir);
+  const layout = makeLayout('10.209.0.0/16', recordedTag(opts.runDir) ?? opts.tag, opts.runDir);
   const out: PurgedNetwork = { table: ok('nft', ['delete', 'table', 'inet', tableName(layout)]), ifaces: [], netns: [] };
   for (const dir of ['-i', '-o']) while (ok('iptables', ['-w', '-D', 'DOCKER-USER', dir, `${ifacePrefix(layout)}+`, '-j', 'ACCEPT']));
   let names: string[] = [];

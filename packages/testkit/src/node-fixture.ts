@@ -112,7 +112,7 @@ export async function startNode(
     /** extra environment of one component's first start (e.g. SANDNODE_SERVER_FAILPOINTS) */
     env?: Partial<Record<Component, Record<string, string>>>;
     /**
-     * sandbox networking on: a test pool of its own (a /24 of 10.209.128.0/17, tag and ports;
+     * sandbox networking on: a test pool of its own (a /24 of 10.211.0.0/17, tag and ports;
      * test-pool.ts), held until stop. Default off: sandboxes are loopback only and the server has
      * no ingress listener, so that tests that do not need a network make no netns or listener.
      */

@@ -1,7 +1,7 @@
 /**
  * Network pools of test nodes (docs/network.md; helper notes: unique names and addresses per
  * node, several jest workers and test runs on one machine): each networked test node takes one
- * /24 of 10.209.128.0/17 (index 0..127) by a lock file, and with it a tag and host ports of its
+ * /24 of 10.211.0.0/17 (index 0..127) by a lock file, and with it a tag and host ports of its
  * own, so that no two live test nodes share an interface name, nftables table, address or port.
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -10,7 +10,7 @@ import path from 'node:path';
 import { processStartTicks } from '@sandnode/shared';
 import type { NodeNetworkSettings } from '@sandnode/node-stack';
 
-/** Pools a machine's test nodes share: /24s of 10.209.128.0/17. */
+/** Pools a machine's test nodes share: /24s of 10.211.0.0/17. */
 export const TEST_POOLS = 128;
 /** First host port of the test nodes' resolvers (+ index); proxies at +200, ingress at +400. */
 export const TEST_PORT_BASE = 16_000;
@@ -36,7 +36,7 @@ function held(text: string): boolean {
 
 /**
  * takeTestPool takes the first free index (a lock of a dead process is taken over) and gives
- * its settings: pool 10.209.(128+i).0/24, tag "t<hex i>", dns/proxy/ingress ports of its own.
+ * its settings: pool 10.211.i.0/24, tag "t<hex i>", dns/proxy/ingress ports of its own.
  * Throws when all TEST_POOLS are held.
  */
 export function takeTestPool(): TestPool {
@@ -68,7 +68,7 @@ export function takeTestPool(): TestPool {
       index: i,
       settings: {
         enabled: true,
-        pool: `10.209.${128 + i}.0/24`,
+        pool: `10.211.${i}.0/24`,
         tag: `t${i.toString(16).padStart(2, '0')}`,
         dnsPort: TEST_PORT_BASE + i,
         egressProxyPort: TEST_PORT_BASE + 200 + i,

@@ -1,6 +1,6 @@
 /**
  * Network test fixture: a unique tag and pool for the supervisor under test (a /28 of
- * 10.209.128.0/17, names sn<tag>*), a test "internet" host in a network namespace of its own
+ * 10.211.224.0/19 claimed with testkit claimTestSubnet, names sn<tag>*), a test "internet" host in a network namespace of its own
  * (198.19.<k>.2, reached from the host through a veth `tn<tag>i` with 198.19.<k>.1) serving a
  * TCP echo on port 7 and a greeting on port 5000, and cleanup of everything the suite or the
  * supervisor made with this tag (table, veths, DOCKER-USER rules). Never touches other names.
@@ -9,7 +9,7 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomInt } from 'node:crypto';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import type { Part } from '@sandnode/testkit';
+import { claimTestSubnet, type Part, type TestSubnet } from '@sandnode/testkit';
 import { VMM_PARTS } from './fixture';
 import { purgeNodeNetwork } from '@sandnode/shared';
 
@@ -35,9 +35,10 @@ net.createServer((s) => { s.end('hello from the internet\\n'); s.on('error', () 
 /** NetFixture owns the names of one network suite. */
 export class NetFixture {
   readonly tag: string;
-  /** The supervisor's pool (a random /28 of 10.209.128.0/17: 4 slots). */
+  /** The supervisor's pool (a claimed /28 of 10.211.224.0/19: 4 slots). */
   readonly pool: string;
-  readonly k = randomInt(0, 64) * 4;
+  /** The test host's /30 (CIDR). */
+  readonly internetCidr: string;
   readonly internetHostSide: string;
   /** The test host's address. */
   readonly internet: string;
@@ -45,6 +46,8 @@ export class NetFixture {
   readonly netnsFile: string;
   readonly statsFile: string;
   private server: ChildProcess | undefined;
+  /** the claims of the pool and of the test host's /30 (testkit claimTestSubnet: no other test gets them) */
+  private readonly claims: TestSubnet[];
 
   constructor(
     private readonly dir: string,
@@ -53,10 +56,13 @@ export class NetFixture {
   ) {
     const alphabet = 'abcdefghijklmnopqrstuvwxyz';
     this.tag = `z${alphabet[randomInt(26)]}${alphabet[randomInt(26)]}${randomInt(10)}`;
-    this.pool = `10.209.${randomInt(128, 256)}.${randomInt(0, 16) * 16}/28`; // 4 slots: the suite fills the pool
-    const third = randomInt(0, 256);
-    this.internetHostSide = `198.19.${third}.${this.k + 1}`;
-    this.internet = `198.19.${third}.${this.k + 2}`;
+    const pool = claimTestSubnet('10.211.224.0/19', 28); // 4 slots: the suite fills the pool
+    const inet = claimTestSubnet('198.18.0.0/15', 30);
+    this.claims = [pool, inet];
+    this.pool = pool.cidr;
+    this.internetCidr = inet.cidr;
+    this.internetHostSide = inet.host(1);
+    this.internet = inet.host(2);
     this.inetIf = `tn${this.tag}i`;
     this.netnsFile = path.join(dir, 'internet.netns');
     this.statsFile = path.join(dir, 'internet-stats.json');
@@ -117,5 +123,6 @@ export class NetFixture {
     tryRun('ip', ['link', 'del', `tn${this.tag}o`]);
     tryRun('umount', ['-l', this.netnsFile]);
     purgeNodeNetwork({ tag: this.tag, runDir: this.runDir });
+    for (const c of this.claims) c.release();
   }
 }

@@ -26,6 +26,7 @@ import {
   slotCount,
   tableName,
   slotOfIfname,
+  writeNetworkTagFile,
   type NetLayout,
   type SlotAddresses,
 } from '@sandnode/shared';
@@ -151,6 +152,8 @@ export class NetworkManager {
         this.log.warn({ reason: why }, `network off: ${why}`);
         return;
       }
+      // what `down --purge` reads to find this node's table and interfaces whatever networkTag says
+      writeNetworkTagFile(this.layout);
       await host.allowThroughDocker(this.layout, this.log);
       await this.adopt(vms);
     } catch (err) {

@@ -101,9 +101,16 @@ export function renderTable(cfg: NftSettings, slots: NftSlot[]): string {
         'ct state established,related accept',
         `meta l4proto { tcp, udp } th dport ${cfg.dnsPort} accept`,
         `tcp dport ${cfg.egressProxyPort} accept`,
-        'drop',
+        // any other port of the host: refused at once (a reset), never left to time out
+        'jump refuse',
       ],
       'type filter hook input priority filter; policy accept;',
+    ),
+    chainBlock(
+      'output',
+      // the host's own users reach a sandbox only through the ingress (its token): a socket of a non-root process is refused
+      [`oifname ${sb} meta skuid != 0 jump refuse`],
+      'type filter hook output priority filter; policy accept;',
     ),
     chainBlock(
       'forward',

@@ -1,6 +1,6 @@
 /**
  * Test fixture of the egress integration tests: a "sandbox" netns (address from a unique /24 of
- * the test pool 10.209.128.0/17, default route to the host), the test internet, the egress
+ * a /24 of 10.211.128.0/18 (the egress tests' share of the test ranges), default route to the host), the test internet, the egress
  * proxy and resolver of this process listening on the sandbox's gateway address, and an nft
  * table of the test's own that redirects the sandbox's tcp 80/443 to the proxy and its udp/tcp
  * 53 to the resolver (what the netplane's real prerouting chain does). stop() removes all of it.
@@ -56,7 +56,7 @@ export async function startEgressFixture(opts: { preambleTimeoutMs?: number; rec
   const peer = `snte${tag}p`;
   const table = `snte${tag}`;
   const etcDir = `/etc/netns/${netns}`;
-  const subnet = claimTestSubnet('10.209.128.0/17', 24);
+  const subnet = claimTestSubnet('10.211.128.0/18', 24);
   const gateway = subnet.host(1);
   const address = subnet.host(2);
   const cleanups: (() => Promise<void> | void)[] = [];
@@ -99,7 +99,7 @@ export async function startEgressFixture(opts: { preambleTimeoutMs?: number; rec
       directory,
       logger,
       dnsUpstreams: [internet.dns],
-      alwaysDenied: [...DEFAULT_ALWAYS_DENIED, '10.209.128.0/17'],
+      alwaysDenied: [...DEFAULT_ALWAYS_DENIED, '10.211.128.0/18'],
       egress: { listen: { host: gateway, port: 0 }, preambleTimeoutMs: opts.preambleTimeoutMs },
       dns: { udp: { host: gateway, port: 0 }, tcp: { host: gateway, port: 0 } },
     });

@@ -1,6 +1,6 @@
 /**
  * Test fixture: a "sandbox" as a network namespace with a veth to the host and an address from
- * a unique /24 of 10.209.128.0/17 (a lock dir per /24 under /tmp), running (as a child node
+ * a unique /24 of 10.211.192.0/19 (testkit claimTestSubnet), running (as a child node
  * process inside the netns) an HTTP server on 8080 (/echo: method, path, headers and body back
  * as JSON; /trickle: three chunks, each written when the test asks via /next), a WebSocket echo
  * on 8081 (text frames) and a TCP echo on 8082, plus a TCP echo on 127.0.0.1:8083 and an HTTP
@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
+import { claimTestSubnet } from '@sandnode/testkit';
 
 export interface SandboxNetns {
   name: string;
@@ -59,32 +60,15 @@ function ip(...args: string[]): void {
   execFileSync('ip', args, { stdio: 'pipe' });
 }
 
-/** lockSubnet takes a free /24 10.209.<128..255>.0 (mkdir is atomic); returns the octet and the lock dir. */
-function lockSubnet(): { octet: number; lock: string } {
-  mkdirSync('/tmp/sandnode-test-pools', { recursive: true });
-  for (let i = 0; i < 200; i++) {
-    const octet = 128 + Math.floor(Math.random() * 128);
-    const lock = `/tmp/sandnode-test-pools/10.209.${octet}.0-24`;
-    try {
-      mkdirSync(lock);
-    } catch {
-      continue;
-    }
-    const used = execFileSync('ip', ['-4', '-o', 'addr'], { encoding: 'utf8' }).includes(` 10.209.${octet}.`);
-    if (!used) return { octet, lock };
-    rmSync(lock, { recursive: true, force: true });
-  }
-  throw new Error('no free test /24 in 10.209.128.0/17');
-}
-
 /** startSandboxNetns makes the netns and starts its servers (resolves once they listen). */
 export async function startSandboxNetns(): Promise<SandboxNetns & { dir: string }> {
   const tag = randomBytes(3).toString('hex');
   const name = `sning${tag}`;
   const hostIf = `sni${tag}h`;
-  const { octet, lock } = lockSubnet();
-  const gateway = `10.209.${octet}.1`;
-  const address = `10.209.${octet}.2`;
+  // the ingress tests' share of the test ranges (testkit claimTestSubnet: no other test gets it)
+  const subnet = claimTestSubnet('10.211.192.0/19', 24);
+  const gateway = subnet.host(1);
+  const address = subnet.host(2);
   const dir = path.join(tmpdir(), `ingress-netns-${tag}`);
   const children: ChildProcess[] = [];
   const stop = () => {
@@ -100,7 +84,7 @@ export async function startSandboxNetns(): Promise<SandboxNetns & { dir: string 
       /* gone */
     }
     rmSync(dir, { recursive: true, force: true });
-    rmSync(lock, { recursive: true, force: true });
+    subnet.release();
   };
   try {
     mkdirSync(dir, { recursive: true });
