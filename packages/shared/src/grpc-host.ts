@@ -13,7 +13,7 @@ import type net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import type { CompatServiceDefinition, ServiceImplementation } from 'nice-grpc';
 import { composeServerMiddleware, type ServerMiddleware } from 'nice-grpc-common';
-import { boundDetails, UnimplementedError } from './errors';
+import { boundDetails, InvalidArgumentError, UnimplementedError } from './errors';
 import { stampPeer } from './connection-auth';
 /* eslint-disable @typescript-eslint/no-explicit-any */
 const defs = require('nice-grpc/lib/service-definitions') as {
@@ -60,6 +60,14 @@ function decodeOrMark(deserialize: (b: Buffer) => unknown): (b: Buffer) => unkno
   };
 }
 
+/** checkedStream yields a client stream's messages and throws InvalidArgumentError at the first that did not decode. */
+async function* checkedStream(requests: AsyncIterable<unknown>, path: string): AsyncIterable<unknown> {
+  for await (const r of requests) {
+    if (isUndecodable(r)) throw new InvalidArgumentError(`${path}: a message of the request stream is not a valid message of its type (${r[UNDECODABLE]}); the call ended`);
+    yield r;
+  }
+}
+
 const INSECURE = grpc.ServerCredentials.createInsecure();
 
 export interface GrpcHostOptions {
@@ -87,14 +95,17 @@ export class GrpcHost {
     const definition = defs.normalizeServiceDefinition(def);
     // A request that is not a valid message of its type (random bytes, a uint64 above 2^53 with
     // number longs) is bad input: INVALID_ARGUMENT, and the handler never runs (unary and
-    // server-streaming calls; a client stream's bad message ends its call INTERNAL, as grpc-js does).
-    for (const m of Object.values(definition)) if (!m.requestStream) m.requestDeserialize = decodeOrMark(m.requestDeserialize);
+    // server-streaming calls; a client or bidi stream's bad message ends its call INVALID_ARGUMENT
+    // where the handler reads it: grpc-js would answer INTERNAL).
+    for (const m of Object.values(definition)) m.requestDeserialize = decodeOrMark(m.requestDeserialize);
     const handlers: Record<string, any> = {};
     for (const [name, m] of Object.entries(definition)) {
       const fn = (impl as Record<string, ((...a: unknown[]) => unknown) | undefined>)[name];
       // An RPC this build does not implement answers UNIMPLEMENTED (it is in a newer contract).
       const bound = fn
-        ? fn.bind(impl)
+        ? m.requestStream
+          ? (requests: AsyncIterable<unknown>, ...more: unknown[]) => fn.call(impl, checkedStream(requests, m.path), ...more)
+          : fn.bind(impl)
         : m.responseStream
           ? // eslint-disable-next-line require-yield
             async function* () {
