@@ -25,7 +25,9 @@
  * BENCH_CHAOS_SEED / BENCH_CHAOS_STEPS (a longer chaos run than CI's; 0 steps skips it).
  * Then the cost of the user namespace (userns.ts): create and exec p50 with and without it,
  * alternating rounds on a node of its own (BENCH_USERNS_ROUNDS, BENCH_USERNS_CREATES, BENCH_USERNS_EXECS).
- * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port, abuse;
+ * Then sandbox networking (network.ts, issue 12 §6): slot setup, create with vs without network,
+ * ingress vs direct and nginx, egress proxy vs kernel NAT, memory of 1000 ingress connections.
+ * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port, abuse, network;
  * default all) runs only those (create runs whenever a section of the first node does: they
  * need its sandboxes) and writes bench/results/foundation-<a>+<b>.json instead;
  * BENCH_SKIP_LIVE_UPGRADE=1 skips live-upgrade.ts.
@@ -45,6 +47,7 @@ import { benchGetSandbox } from './getsandbox';
 import { benchUserns } from './userns';
 import { benchFreezePort } from './freeze-port';
 import { benchAbuse } from './abuse';
+import { benchNetwork } from './network';
 import { percentile } from '@sandnode/node-stack';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
@@ -52,7 +55,7 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /** The sections BENCH_SECTIONS may name. */
-const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse'] as const;
+const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse', 'network'] as const;
 type Section = (typeof SECTIONS)[number];
 
 function wantedSections(): Set<Section> {
@@ -206,6 +209,7 @@ async function main(): Promise<void> {
     if (want.has('chaos') && num('BENCH_CHAOS_STEPS', 300) > 0) results.chaos = await section('chaos', rows, () => benchChaos(rows));
     if (want.has('userns')) results.userns = await section('user namespace', rows, () => benchUserns(root, rows));
     if (want.has('freeze-port')) results.freezePort = await section('freeze port', rows, () => benchFreezePort(root, rows));
+    if (want.has('network')) results.network = await section('network', rows, () => benchNetwork(rows));
   } finally {
     rmSync(root, { recursive: true, force: true });
   }
