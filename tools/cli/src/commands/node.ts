@@ -26,7 +26,7 @@ import { driftWarning, runningDrift } from '../settings-drift';
 import { componentPid, pidText, type ComponentPid } from '../component-pid';
 import { asRootOnly } from '../root-only';
 import { healthLines, nodeHealth } from '../node-health';
-import { deleteAllSandboxes } from '../purge-sandboxes';
+import { deleteAllSandboxes, purgedNetworkText } from '../purge-sandboxes';
 import { listAllSandboxes, withServer } from '../server-calls';
 
 /** Options of a command that only knows --json. */
@@ -111,6 +111,7 @@ export function registerNodeCommands(program: Command): void {
               ? [
                   `deleted sandboxes: ${deleted.length}`,
                   `removed containers: ${purge?.containers.length ?? 0}, mounts: ${purge?.mounts.length ?? 0}, loop devices: ${purge?.loopDevices.length ?? 0}, dirs: ${purge?.dirs.join(' ') || 'none'}`,
+                  ...(purge?.network ? [purgedNetworkText(purge.network)] : []),
                   ...(purge?.watchdogPid ? [`stopped the freeze watchdog (pid ${purge.watchdogPid})`] : []),
                   ...(purge?.kept ?? []).map((k) => `kept ${k.path}: ${k.why}`),
                 ]
