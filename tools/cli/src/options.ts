@@ -30,7 +30,11 @@ export function addGlobalOptions(program: Command): Command {
   return program
     .addOption(new Option('--state-dir <dir>', 'state dir (records, images, templates)').env('SANDNODE_STATE_DIR').default(DEFAULT_STATE_DIR))
     .addOption(new Option('--run-dir <dir>', 'runtime dir (sockets, sandbox dirs)').env('SANDNODE_RUN_DIR').default(DEFAULT_RUN_DIR))
-    .addOption(new Option('--listen <host:port>', 'server TCP listen address for `up` (default none: the unix socket only)').env('SANDNODE_LISTEN').default(DEFAULT_LISTEN))
+    .addOption(
+      new Option('--listen <host:port>', 'server TCP listen address of the gRPC API for `up` ("": none, the unix socket only; the ingress is the server key ingressListen)')
+        .env('SANDNODE_LISTEN')
+        .default(DEFAULT_LISTEN),
+    )
     .addOption(new Option('--address <addr>', 'server address (default: its unix socket in the runtime dir)').env('SANDNODE_ADDRESS'))
     .addOption(
       new Option('--token <secret>', 'bearer token for a TCP --address (sandnode token create); other local users can read it in the process list: prefer --token-file or SANDNODE_TOKEN').env(

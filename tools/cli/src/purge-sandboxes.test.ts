@@ -1,6 +1,6 @@
 import type { ServerApi } from '@sandnode/node-stack';
 import { ClientError, Status } from 'nice-grpc-common';
-import { deleteAllSandboxes } from './purge-sandboxes';
+import { deleteAllSandboxes, purgedNetworkText } from './purge-sandboxes';
 
 const rpc = '/sandnode.server.v1.SandboxService/DeleteSandbox';
 
@@ -36,5 +36,12 @@ describe('deleteAllSandboxes (down --purge with the server running)', () => {
       /^could not delete 2 of 3 sandboxes, so nothing was stopped or purged: (?=.*sb-a: FAILED_PRECONDITION: umount \/run\/vms\/sb-a\/workspace: \/run\/vms\/sb-a\/workspace\/mine is mounted below it)(?=.*sb-c: connection dropped)/,
     );
     expect(asked.sort()).toEqual(['sb-a', 'sb-b', 'sb-c']);
+  });
+});
+
+describe('purgedNetworkText', () => {
+  it("names the node's nftables table, interfaces and netns mounts that down --purge removed", () => {
+    expect(purgedNetworkText({ table: true, ifaces: ['sn6036v0', 'sn6036v1'], netns: [0, 1] })).toBe('removed network: nftables table yes, interfaces: sn6036v0 sn6036v1, netns: 0 1');
+    expect(purgedNetworkText({ table: false, ifaces: [], netns: [] })).toBe('removed network: nftables table none, interfaces: none, netns: none');
   });
 });

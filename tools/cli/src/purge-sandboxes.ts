@@ -4,6 +4,7 @@
  */
 import type { ServerApi } from '@sandnode/node-stack';
 import { ClientError, Status } from 'nice-grpc-common';
+import type { PurgedNetwork } from '@sandnode/shared';
 import { listAllSandboxes } from './server-calls';
 
 /** What {@link deleteAllSandboxes} did. */
@@ -40,4 +41,12 @@ export async function deleteAllSandboxes(api: ServerApi): Promise<PurgedSandboxe
     throw new Error(`could not delete ${failed.length} of ${all.length} sandboxes, so nothing was stopped or purged: ${what.join('; ')}`, { cause: failed[0]!.err });
   }
   return out;
+}
+
+/**
+ * purgedNetworkText is the line `down --purge` prints of the node's network it removed: whether
+ * its nftables table was there, the host interfaces and the netns mounts (slots) taken away.
+ */
+export function purgedNetworkText(n: PurgedNetwork): string {
+  return `removed network: nftables table ${n.table ? 'yes' : 'none'}, interfaces: ${n.ifaces.join(' ') || 'none'}, netns: ${n.netns.join(' ') || 'none'}`;
 }

@@ -26,7 +26,8 @@ import { driftWarning, runningDrift } from '../settings-drift';
 import { componentPid, pidText, type ComponentPid } from '../component-pid';
 import { asRootOnly } from '../root-only';
 import { healthLines, nodeHealth } from '../node-health';
-import { deleteAllSandboxes } from '../purge-sandboxes';
+import { networkStatusLine, nodeNetwork } from '../node-network';
+import { deleteAllSandboxes, purgedNetworkText } from '../purge-sandboxes';
 import { listAllSandboxes, withServer } from '../server-calls';
 
 /** Options of a command that only knows --json. */
@@ -70,6 +71,9 @@ export function registerNodeCommands(program: Command): void {
           const listen = cmd.getOptionValueSourceWithGlobals?.('listen') === 'default' ? undefined : d.listen;
           process.stderr.write(driftWarning(runningDrift(d.runDir, listen, process.env)));
         }
+        // a network that is off leaves the node up but makes sandboxes without one: say so (stderr), as status does
+        const net = await nodeNetwork(d, (await getVersion(d, 'vmm-supervisor'))?.features ?? []);
+        if (net && !net.enabled) process.stderr.write(`sandnode: warning: ${networkStatusLine(net)}\n`);
         print(!!o.json, { components: out }, () =>
           table(
             ['COMPONENT', 'PID', 'ACTION', 'MS'],
@@ -111,6 +115,7 @@ export function registerNodeCommands(program: Command): void {
               ? [
                   `deleted sandboxes: ${deleted.length}`,
                   `removed containers: ${purge?.containers.length ?? 0}, mounts: ${purge?.mounts.length ?? 0}, loop devices: ${purge?.loopDevices.length ?? 0}, dirs: ${purge?.dirs.join(' ') || 'none'}`,
+                  ...(purge?.network ? [purgedNetworkText(purge.network)] : []),
                   ...(purge?.watchdogPid ? [`stopped the freeze watchdog (pid ${purge.watchdogPid})`] : []),
                   ...(purge?.kept ?? []).map((k) => `kept ${k.path}: ${k.why}`),
                 ]
@@ -122,7 +127,9 @@ export function registerNodeCommands(program: Command): void {
 
   program
     .command('status')
-    .description("show the components (version, pid, features), the number of sandboxes, each peer's fence epoch and every quarantined row (count and reason per component)")
+    .description(
+      "show the components (version, pid, features), the number of sandboxes, whether the sandbox network is on (and why not), each peer's fence epoch and every quarantined row (count and reason per component)",
+    )
     .option('--json', 'print JSON')
     .action(
       action(async (o: JsonOpts, cmd: Command) => {
@@ -145,7 +152,8 @@ export function registerNodeCommands(program: Command): void {
         const quarantine = Object.fromEntries(health.map((h) => [h.name, h.quarantined === null ? null : { count: h.quarantined.length, rows: h.quarantined }]));
         const fences = Object.fromEntries(health.filter((h) => h.name !== 'server').map((h) => [h.name, { epoch: h.fenceEpoch, aboveServer: h.fencedAboveServer }]));
         const networkMismatches = health.find((h) => h.name === 'server')?.networkMismatches ?? null;
-        print(!!o.json, { components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches }, () =>
+        const network = await nodeNetwork(d, components.find((c) => c.name === 'vmm-supervisor')?.features ?? []);
+        print(!!o.json, { components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches, network }, () =>
           [
             table(
               ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
@@ -154,6 +162,7 @@ export function registerNodeCommands(program: Command): void {
             `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
             ...(isolation ?? []).map((g) => `  isolation ${isolationText(g.isolation)}: ${g.sandboxes.length} (${g.sandboxes.join(', ')})`),
             `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : noActiveServer(components)}`,
+            networkStatusLine(network),
             ...healthLines(health, epoch),
           ].join('\n'),
         );

@@ -8,7 +8,7 @@ import { SandboxNetwork } from '@sandnode/shared/proto/server/v1/sandbox';
 import { sandboxJson } from '@sandnode/node-stack';
 import { UsageError } from '../output';
 import { previewText } from './upgrade';
-import { addNetworkFlags, networkChange, networkRequest, networkText, tokenText, urlOf, type NetworkFlags } from './sandbox-network';
+import { addNetworkFlags, networkChange, networkLine, networkRequest, networkText, tokenText, urlOf, type NetworkFlags } from './sandbox-network';
 
 /** parse runs a throwaway command with the network flags over argv and returns its options. */
 function parse(argv: string[], extra: (c: Command) => Command = (c) => c): NetworkFlags & { private?: boolean } {
@@ -86,5 +86,14 @@ describe('upgrade server --dry-run text', () => {
     expect(previewText({ ...p, ok: false, reasons: ['this server is STANDBY, not ACTIVE'], losses: [] })).toBe(
       'a handover from 0.3.0 to 0.2.0 would not start: this server is STANDBY, not ACTIVE\nloses: nothing the target lacks',
     );
+  });
+});
+
+describe('the network line of create and fork', () => {
+  it('names the address, gateway and ingress URL, or says there is none', () => {
+    const n = SandboxNetwork.fromPartial({ slot: 1, address: '10.209.0.6', gateway: '10.209.0.5', public: true, ingressUrl: 'http://{port}-sb-1.localhost:8480' });
+    const j = sandboxJson({ sandboxId: 'sb-1', state: 2, isolation: [], metadata: {}, createdAtMs: 0, network: n } as never);
+    expect(networkLine(j.network)).toBe('network 10.209.0.6 (gateway 10.209.0.5), ingress http://{port}-sb-1.localhost:8480 (public)');
+    expect(networkLine(null)).toBe('no network (loopback only)');
   });
 });

@@ -23,6 +23,10 @@ export interface NetworkFlags {
   network?: boolean;
 }
 
+/** The help of --allow-out: alone it allows nothing more, since everything but the always-denied ranges is allowed by default (network.proto). */
+const ALLOW_OUT_HELP =
+  'allowed destination: address, CIDR, domain or *.domain (repeatable); everything outside the always-denied ranges (private, link-local, loopback) is allowed by default, so it matters with --block-all or to lift a --deny-out';
+
 /** collect is commander's parser of a repeatable option: each value appended. */
 export function collect(value: string, previous: string[]): string[] {
   return [...previous, value];
@@ -31,7 +35,7 @@ export function collect(value: string, previous: string[]): string[] {
 /** addNetworkFlags gives a create (or fork) command --allow-out, --deny-out (repeatable), --block-all, --no-network and --public. */
 export function addNetworkFlags(cmd: Command): Command {
   return cmd
-    .option('--allow-out <dest>', 'allowed destination: address, CIDR, domain or *.domain (repeatable)', collect, [])
+    .option('--allow-out <dest>', ALLOW_OUT_HELP, collect, [])
     .option('--deny-out <dest>', 'refused destination: address or CIDR (repeatable)', collect, [])
     .option('--block-all', 'refuse every destination --allow-out does not allow')
     .option('--public', 'ingress without the access token')
@@ -58,6 +62,16 @@ export function tokenText(token: string): string {
   return token ? `access token ${token} (shown only now; send it as header ${ACCESS_TOKEN_HEADER}: for its ingress)` : '';
 }
 
+/**
+ * networkLine is the line `create`/`fork` print of a new sandbox's network: its address and
+ * ingress URL, or that it has none (a node whose network is off makes sandboxes without one when
+ * no network flag is given: `sandbox create --allow-out ...` says why).
+ */
+export function networkLine(n: ReturnType<typeof sandboxJson>['network']): string {
+  if (!n) return 'no network (loopback only)';
+  return `network ${n.address ?? ''} (gateway ${n.gateway ?? ''}), ingress ${n.ingressUrl ?? 'off'}${n.public ? ' (public)' : ''}`;
+}
+
 /** urlOf fills the port (text, 1..65535) into an ingress_url; UsageError for a bad port or a sandbox without one. */
 export function urlOf(id: string, ingressUrl: string | undefined, portText: string): string {
   const port = Number(portText);
@@ -71,7 +85,7 @@ export function registerNetworkCommands(sandbox: Command): void {
   sandbox
     .command('network <id>')
     .description("show a sandbox's network, or change its egress policy (the new one replaces the old whole) and whether its ingress is public")
-    .option('--allow-out <dest>', 'allowed destination: address, CIDR, domain or *.domain (repeatable)', collect, [])
+    .option('--allow-out <dest>', ALLOW_OUT_HELP, collect, [])
     .option('--deny-out <dest>', 'refused destination: address or CIDR (repeatable)', collect, [])
     .option('--block-all', 'refuse every destination --allow-out does not allow')
     .option('--public', 'ingress without the access token')

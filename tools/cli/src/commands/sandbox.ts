@@ -10,7 +10,7 @@ import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandb
 import { dirsOf, keyValue, oneOf, wholeNumber } from '../options';
 import { action, print } from '../output';
 import { listAllSandboxes, withServer } from '../server-calls';
-import { addNetworkFlags, networkRequest, registerNetworkCommands, tokenText, type NetworkFlags } from './sandbox-network';
+import { addNetworkFlags, networkLine, networkRequest, registerNetworkCommands, tokenText, type NetworkFlags } from './sandbox-network';
 
 /** The state names `sandbox list --state` takes: RUNNING, PAUSED, ... */
 const STATE_NAMES = Object.keys(SandboxState)
@@ -53,6 +53,9 @@ export function registerSandboxCommands(program: Command): Command {
   addNetworkFlags(
     sandbox
       .command('create')
+      .description(
+        'create a sandbox from a template and start it; it gets a network where the node has one (--allow-out, --deny-out, --block-all, --public, --no-network) and its ingress access token is printed once',
+      )
       .requiredOption('--template <name>', 'template name', 'base')
       .option('--timeout <seconds>', 'lifetime in seconds (0: none)', wholeNumber, 0)
       .option('--metadata <key=value>', 'label (repeatable)', keyValue, {})
@@ -80,13 +83,14 @@ export function registerSandboxCommands(program: Command): Command {
         );
         const s = sandboxJson(r.sandbox!);
         // the access token is shown once: the server keeps only its hash
-        print(!!o.json, { ...s, access_token: r.accessToken }, () => [oneLine(s), tokenText(r.accessToken)].filter(Boolean).join('\n'));
+        print(!!o.json, { ...s, access_token: r.accessToken }, () => [oneLine(s), networkLine(s.network), tokenText(r.accessToken)].filter(Boolean).join('\n'));
       },
     ),
   );
 
   sandbox
     .command('list')
+    .description('list the sandboxes (id, state, pid, template, creation time)')
     .option('--state <state>', `only this state (${STATE_NAMES.join(', ')})`, oneOf(STATE_NAMES))
     .option('--metadata <key=value>', 'only with this label (repeatable)', keyValue, {})
     .option('--json', 'print JSON')
@@ -105,6 +109,7 @@ export function registerSandboxCommands(program: Command): Command {
 
   sandbox
     .command('get <id>')
+    .description('show one sandbox: state, resources, isolation, network')
     .option('--json', 'print JSON')
     .action(
       action(async (id: string, o: JsonOpts, cmd: Command) => {
@@ -122,6 +127,7 @@ export function registerSandboxCommands(program: Command): Command {
 
   sandbox
     .command('pause <id>')
+    .description('freeze a RUNNING sandbox (cgroup freezer); its ingress answers 503 until resumed')
     .option('--json', 'print JSON')
     .action(
       action(async (id: string, o: JsonOpts, cmd: Command) => {
@@ -169,7 +175,9 @@ export function registerSandboxCommands(program: Command): Command {
       const method = forkMethodName(r.method);
       const out = { ...s, fork: { method, parent_held_ms: r.parentHeldMs, clone_ms: r.cloneMs, fork_ms: r.forkMs }, access_token: r.accessToken };
       print(!!o.json, out, () =>
-        [`${oneLine(s)} forked from ${s.forked_from} (${method}: parent held ${r.parentHeldMs} ms, clone ${r.cloneMs} ms, fork ${r.forkMs} ms)`, tokenText(r.accessToken)].filter(Boolean).join('\n'),
+        [`${oneLine(s)} forked from ${s.forked_from} (${method}: parent held ${r.parentHeldMs} ms, clone ${r.cloneMs} ms, fork ${r.forkMs} ms)`, networkLine(s.network), tokenText(r.accessToken)]
+          .filter(Boolean)
+          .join('\n'),
       );
     }),
   );
@@ -187,6 +195,7 @@ export function registerSandboxCommands(program: Command): Command {
 
   sandbox
     .command('delete <id...>')
+    .description('delete sandboxes: processes, devices, network and records')
     .option('--json', 'print JSON')
     .action(
       action(async (ids: string[], o: JsonOpts, cmd: Command) => {
@@ -199,6 +208,7 @@ export function registerSandboxCommands(program: Command): Command {
 
   sandbox
     .command('set-timeout')
+    .description('set the lifetime of a sandbox from now (the reaper deletes it then)')
     .argument('<id>')
     .argument('<seconds>', 'lifetime from now in seconds (0: none)', wholeNumber)
     .option('--json', 'print JSON')
