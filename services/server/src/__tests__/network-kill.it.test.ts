@@ -9,9 +9,10 @@
  * adopts the sandbox (same pid, same address, same host veth) and a new networked sandbox works.
  */
 import { execFileSync } from 'node:child_process';
+import http from 'node:http';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { killComponent, startComponent, stopComponent, upgradeUblkManager, type Component } from '@sandnode/node-stack';
-import { describeNode, execCollect, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { describeNode, execCollect, startNode, startTestInternet, waitFor, withEnv, type TestInternet, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
 
@@ -84,18 +85,49 @@ function hostIface(node: TestNode, slot: number): string {
   return `${out.split(':')[0]} ${name}`;
 }
 
+/** fetchIn GETs url from inside the sandbox and gives "status body" or "error <code>". */
+async function fetchIn(node: TestNode, id: string, url: string): Promise<string> {
+  const js = `require('http').get(${JSON.stringify(url)},{timeout:5000},r=>{let b='';r.on('data',c=>b+=c);r.on('end',()=>console.log(r.statusCode+' '+b))}).on('error',e=>console.log('error '+(e.code||e.message))).on('timeout',function(){console.log('error timeout');this.destroy()})`;
+  return (await execCollect(node.api, id, ['node', '-e', js], { timeoutMs: 30_000 })).stdout.trim();
+}
+
+/** ingressGet sends GET / through the node's ingress to port 8080 of sandbox id with token. */
+function ingressGet(node: TestNode, id: string, token: string): Promise<{ status: number; body: string }> {
+  const [host, port] = node.dirs.network!.ingressListen!.split(':');
+  return new Promise((resolve, reject) => {
+    const headers = { 'sandnode-sandbox-id': id, 'sandnode-sandbox-port': '8080', 'sandnode-access-token': token };
+    http
+      .get({ host, port: Number(port), path: '/', headers, agent: false }, (res) => {
+        let body = '';
+        res.on('data', (c: Buffer) => (body += c.toString()));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      })
+      .on('error', reject);
+  });
+}
+
 describeNode('a sandbox connection through the kernel path survives every component', () => {
   let node: TestNode;
   let inet: TestInternet;
-  let pinger: { id: string; pid: number; address: string; slot: number; iface: string };
+  let pinger: { id: string; pid: number; address: string; slot: number; iface: string; token: string };
+  // startNode's env is for the first start only: a restarted server gets the upstreams again
+  const serverEnv = () => ({ SANDNODE_SERVER_DNS_UPSTREAMS: `${inet.dns.address}:${inet.dns.port}` });
 
   beforeAll(async () => {
     inet = await startTestInternet();
     node = await startNode({ buildTemplate: true, network: true, env: { server: { SANDNODE_SERVER_DNS_UPSTREAMS: `${inet.dns.address}:${inet.dns.port}` } } });
-    const sb = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined })).sandbox!;
+    const made = await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined });
+    const sb = made.sandbox!;
     await node.api.sandboxes.writeFile({ sandboxId: sb.sandboxId, path: 'ping.js', data: Buffer.from(PINGER) });
     await execCollect(node.api, sb.sandboxId, ['/bin/busybox', 'sh', '-c', `node /workspace/ping.js ${inet.address} >/workspace/ping.log 2>&1 &`]);
-    pinger = { id: sb.sandboxId, pid: sb.pid, address: sb.network!.address, slot: sb.network!.slot, iface: hostIface(node, sb.network!.slot) };
+    await execCollect(node.api, sb.sandboxId, [
+      '/bin/busybox',
+      'sh',
+      '-c',
+      `node -e "require('http').createServer((q,s)=>s.end('hello from '+require('os').hostname())).listen(8080)" >/dev/null 2>&1 &`,
+    ]);
+    pinger = { id: sb.sandboxId, pid: sb.pid, address: sb.network!.address, slot: sb.network!.slot, iface: hostIface(node, sb.network!.slot), token: made.accessToken };
+    await waitFor('the web server in the pinger', async () => (await ingressGet(node, pinger.id, pinger.token)).status === 200, 30_000, 100);
     await progressed(node, pinger.id, 0);
   });
   afterAll(async () => {
@@ -103,13 +135,20 @@ describeNode('a sandbox connection through the kernel path survives every compon
     await inet?.stop();
   });
 
-  /** converged checks the node adopted the pinger unchanged and makes, uses and deletes a new networked sandbox. */
+  /**
+   * converged checks the node adopted the pinger unchanged (its ingress answers with its token)
+   * and makes, uses and deletes a new sandbox whose domain policy needs the server's resolver and
+   * egress proxy, and which reaches the echo by address once allowed.
+   */
   async function converged(): Promise<void> {
     const g = await waitFor('the pinger sandbox adopted', async () => (await node.api.sandboxes.getSandbox({ sandboxId: pinger.id })).sandbox, 60_000, 200);
     expect([g.state, g.pid, g.network?.address, g.network?.slot]).toEqual([SandboxState.SANDBOX_STATE_RUNNING, pinger.pid, pinger.address, pinger.slot]);
     expect(hostIface(node, pinger.slot)).toBe(pinger.iface);
-    const fresh = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined })).sandbox!;
+    expect(await ingressGet(node, pinger.id, pinger.token)).toEqual({ status: 200, body: `hello from ${pinger.id}` });
+    const egress = { allowOut: [inet.names.allowed, `${inet.address}/32`], denyOut: [], blockAll: true };
+    const fresh = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: { disabled: false, egress, public: false } })).sandbox!;
     expect(fresh.network?.address).not.toBe(pinger.address);
+    expect(await fetchIn(node, fresh.sandboxId, `http://${inet.names.allowed}/`)).toMatch(/^200 /);
     const r = await execCollect(node.api, fresh.sandboxId, ['/bin/busybox', 'sh', '-c', `echo fresh | nc -w 3 ${inet.address} 7`], { timeoutMs: 30_000 });
     expect(r.stdout).toBe('fresh\n');
     await node.api.sandboxes.deleteSandbox({ sandboxId: fresh.sandboxId });
@@ -120,7 +159,7 @@ describeNode('a sandbox connection through the kernel path survives every compon
       `kill -9 of ${c}`,
       async () => {
         expect(await killComponent(node.dirs, c)).toBeGreaterThan(0);
-        await startComponent(node.dirs, c);
+        await withEnv(c === 'server' ? serverEnv() : {}, () => startComponent(node.dirs, c));
       },
     ]),
     [
