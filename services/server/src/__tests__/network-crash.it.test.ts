@@ -136,4 +136,31 @@ describeNode('crashes around a networked sandbox', () => {
     await sane();
     await node.api.sandboxes.deleteSandbox({ sandboxId: parent.sandboxId });
   });
+
+  test('the vmm-supervisor killed in a networked create after the slot was taken (failpoint after the mounts): once it is back no slot, VM or record of it is left', async () => {
+    const before = await slotOwners(node);
+    await killComponent(node.dirs, 'vmm-supervisor');
+    await withEnv({ SANDNODE_VMM_SUPERVISOR_FAILPOINTS: 'runc.create.after-mounts=kill' }, () => startComponent(node.dirs, 'vmm-supervisor'));
+    const t0 = Date.now();
+    const err = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: 'killed-create', network: undefined }).catch((e: unknown) => e)) as {
+      code: number;
+      details: string;
+    };
+    console.log(`create with the supervisor killed under it: code ${err.code} after ${Date.now() - t0} ms: ${err.details}`);
+    expect(err.code).toBeDefined();
+    await startComponent(node.dirs, 'vmm-supervisor');
+    await waitFor(
+      'the half-made sandbox undone',
+      async () => {
+        const recs = (await node.api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
+        const owners = await slotOwners(node);
+        if (recs.length || owners.length !== before.length) throw new Error(`records ${recs.map((r) => `${r.sandboxId} ${r.state}`).join(', ')}; slots ${JSON.stringify(owners)}`);
+        return true;
+      },
+      30_000,
+      200,
+    );
+    expect(await slotOwners(node)).toEqual(before);
+    await sane();
+  });
 });

@@ -110,6 +110,8 @@ describeNode('a sandbox connection through the kernel path survives every compon
   let node: TestNode;
   let inet: TestInternet;
   let pinger: { id: string; pid: number; address: string; slot: number; iface: string; token: string };
+  /** a sandbox made with the default policy and changed live to a domain allow-list with block_all */
+  let ruled: string;
   // startNode's env is for the first start only: a restarted server gets the upstreams again
   const serverEnv = () => ({ SANDNODE_SERVER_DNS_UPSTREAMS: `${inet.dns.address}:${inet.dns.port}` });
 
@@ -129,7 +131,17 @@ describeNode('a sandbox connection through the kernel path survives every compon
     pinger = { id: sb.sandboxId, pid: sb.pid, address: sb.network!.address, slot: sb.network!.slot, iface: hostIface(node, sb.network!.slot), token: made.accessToken };
     await waitFor('the web server in the pinger', async () => (await ingressGet(node, pinger.id, pinger.token)).status === 200, 30_000, 100);
     await progressed(node, pinger.id, 0);
+    ruled = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined })).sandbox!.sandboxId;
+    await node.api.sandboxes.updateSandboxNetwork({ sandboxId: ruled, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: undefined });
+    await expectRuled();
   });
+
+  /** expectRuled: the live-changed policy holds (the allowed name through the proxy, the echo by address refused). */
+  async function expectRuled(): Promise<void> {
+    expect(await fetchIn(node, ruled, `http://${inet.names.allowed}/`)).toMatch(/^200 /);
+    const r = await execCollect(node.api, ruled, ['/bin/busybox', 'sh', '-c', `echo ruled | nc -w 2 ${inet.address} 7`], { timeoutMs: 30_000 });
+    expect(r.stdout).toBe('');
+  }
   afterAll(async () => {
     await node?.stop();
     await inet?.stop();
@@ -144,6 +156,7 @@ describeNode('a sandbox connection through the kernel path survives every compon
     const g = await waitFor('the pinger sandbox adopted', async () => (await node.api.sandboxes.getSandbox({ sandboxId: pinger.id })).sandbox, 60_000, 200);
     expect([g.state, g.pid, g.network?.address, g.network?.slot]).toEqual([SandboxState.SANDBOX_STATE_RUNNING, pinger.pid, pinger.address, pinger.slot]);
     expect(hostIface(node, pinger.slot)).toBe(pinger.iface);
+    await expectRuled();
     expect(await ingressGet(node, pinger.id, pinger.token)).toEqual({ status: 200, body: `hello from ${pinger.id}` });
     const egress = { allowOut: [inet.names.allowed, `${inet.address}/32`], denyOut: [], blockAll: true };
     const fresh = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: { disabled: false, egress, public: false } })).sandbox!;
