@@ -107,12 +107,14 @@ describeNode('a networked sandbox that is not running', () => {
   test('a sandbox deleted by its timeout frees its slot', async () => {
     const sb = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 1, metadata: {}, requestId: '', network: undefined })).sandbox!;
     const s = sb.network!.slot;
+    const vethOf = () => spawnSync('ip', ['-o', 'link', 'show', 'dev', `sn${node.dirs.network!.tag!}v${s}`], { encoding: 'utf8' }).stdout.split(':')[0];
+    const first = vethOf();
     await waitFor(
       'the expired sandbox and its slot gone',
       async () => {
         const st = await slotOnHost(node, s);
-        // freed (nothing on the host), or made a spare again (no owner, no chain)
-        return st.row === '' ? !st.netns && !st.veth && !st.chain : st.row === `${NetworkSlotState.NETWORK_SLOT_STATE_SPARE} ` && !st.chain;
+        // freed (nothing on the host), or made a spare again (no owner, no chain, a new veth)
+        return st.row === '' ? !st.netns && !st.veth && !st.chain : st.row === `${NetworkSlotState.NETWORK_SLOT_STATE_SPARE} ` && !st.chain && vethOf() !== first;
       },
       30_000,
       200,
