@@ -24,6 +24,12 @@ async function serve(node: TestNode, id: string): Promise<void> {
   await execCollect(node.api, id, ['/bin/busybox', 'sh', '-c', `node -e "require('http').createServer((q,s)=>s.end('hello from '+require('os').hostname())).listen(8080)" >/dev/null 2>&1 &`]);
 }
 
+/** fetchIn GETs url from inside the sandbox and gives "status body" or "error <code>". */
+async function fetchIn(node: TestNode, id: string, url: string): Promise<string> {
+  const js = `require('http').get(${JSON.stringify(url)},{timeout:5000},r=>{let b='';r.on('data',c=>b+=c);r.on('end',()=>console.log(r.statusCode+' '+b))}).on('error',e=>console.log('error '+(e.code||e.message))).on('timeout',function(){console.log('error timeout');this.destroy()})`;
+  return (await execCollect(node.api, id, ['node', '-e', js], { timeoutMs: 30_000 })).stdout.trim();
+}
+
 function ingressGet(node: TestNode, id: string, token: string): Promise<{ status: number; body: string }> {
   const [host, port] = node.dirs.network!.ingressListen!.split(':');
   return new Promise((resolve, reject) => {
@@ -59,7 +65,7 @@ describeNode('a networked sandbox that is not running', () => {
 
   beforeAll(async () => {
     inet = await startTestInternet();
-    node = await startNode({ buildTemplate: true, network: true });
+    node = await startNode({ buildTemplate: true, network: true, env: { server: { SANDNODE_SERVER_DNS_UPSTREAMS: `${inet.dns.address}:${inet.dns.port}` } } });
   });
   afterAll(async () => {
     await node?.stop();
@@ -119,5 +125,29 @@ describeNode('a networked sandbox that is not running', () => {
       30_000,
       200,
     );
+  });
+
+  test('a domain policy (proxy redirect, block_all) holds after drain/resume, ResetRootfs and a PAUSED fork', async () => {
+    const egress = { allowOut: [inet.names.allowed], denyOut: [], blockAll: true };
+    const sb = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: { disabled: false, egress, public: false } })).sandbox!;
+    const holds = async (id: string) => {
+      expect(await fetchIn(node, id, `http://${inet.names.allowed}/`)).toMatch(/^200 /);
+      expect(await fetchIn(node, id, `http://${inet.address}/`)).toMatch(/^403 .*block_all/);
+      expect(await echo(node, id, inet.address)).toBe('');
+    };
+    await holds(sb.sandboxId);
+    await drain();
+    await node.api.sandboxes.resumeSandbox({ sandboxId: sb.sandboxId });
+    await holds(sb.sandboxId);
+    const reset = (await node.api.sandboxes.resetRootfs({ sandboxId: sb.sandboxId })).sandbox!;
+    expect(reset.network?.address).toBe(sb.network!.address);
+    await holds(sb.sandboxId);
+    await node.api.sandboxes.pauseSandbox({ sandboxId: sb.sandboxId });
+    const child = (await node.api.sandboxes.forkSandbox({ parentId: sb.sandboxId, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '', network: undefined })).sandbox!;
+    expect(child.network?.address).not.toBe(sb.network!.address);
+    await holds(child.sandboxId);
+    await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
+    await holds(child.sandboxId); // the parent's delete leaves the child's network alone
+    await node.api.sandboxes.deleteSandbox({ sandboxId: child.sandboxId });
   });
 });
