@@ -11,6 +11,7 @@ import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, socketPath, unixAddress } from '@sandnode/shared';
 import { type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 import { NetworkSlotState, VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { killComponent, startComponent } from '@sandnode/node-stack';
 import { describeNode, execCollect, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
@@ -87,5 +88,62 @@ describeNode('networked sandbox churn', () => {
     const chains = [...execFileSync('nft', ['list', 'table', 'inet', `sandnode-${tag}`], { encoding: 'utf8' }).matchAll(/chain slot-(\d+) \{/g)].map((m) => Number(m[1])).sort((a, b) => a - b);
     expect(chains).toEqual(inUse.map((x) => x.slot).sort((a, b) => a - b));
     await Promise.all(live.map((s) => node.api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId })));
+  });
+
+  test('the vmm-supervisor killed under 8 concurrent creates (once the first took a slot): once it is back, slots and host state match the records, every create that succeeded works', async () => {
+    const create = () => node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined });
+    const calls = Array.from({ length: 8 }, () =>
+      create().then(
+        (r) => r.sandbox!,
+        (e: unknown) => e as Error,
+      ),
+    );
+    // kill once the first create took its slot: some creates are in the supervisor, some not yet
+    await waitFor('a create to take a slot', async () => (await listSlots(node)).slots.some((x) => x.state === NetworkSlotState.NETWORK_SLOT_STATE_IN_USE), 30_000, 10);
+    await killComponent(node.dirs, 'vmm-supervisor');
+    await startComponent(node.dirs, 'vmm-supervisor');
+    const results = await Promise.all(calls);
+    const ok = results.filter((r): r is Sandbox => !(r instanceof Error));
+    console.log(
+      `creates under a supervisor kill: ${ok.length} of 8 made, ${8 - ok.length} failed (${results
+        .filter((r) => r instanceof Error)
+        .map((e) => (e as Error).message.slice(0, 80))
+        .join(' | ')})`,
+    );
+    const tag = node.dirs.network!.tag!;
+    await waitFor(
+      'slots and host state to match the records',
+      async () => {
+        const recs = (await node.api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
+        const l = await listSlots(node);
+        const owned = l.slots
+          .filter((x) => x.owner !== '')
+          .map((x) => `${x.slot} ${x.owner}`)
+          .sort();
+        const want = recs
+          .filter((r) => r.network)
+          .map((r) => `${r.network!.slot} ${r.sandboxId}`)
+          .sort();
+        const slotsOnHost = l.slots.map((x) => x.slot).sort((a, b) => a - b);
+        const veths = execFileSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' })
+          .split('\n')
+          .map((x) => new RegExp(`^\\d+: sn${tag}v(\\d+)[@:]`).exec(x)?.[1])
+          .filter((x): x is string => x !== undefined)
+          .map(Number)
+          .sort((a, b) => a - b);
+        const files = readdirSync(path.join(node.dirs.runDir, 'netns'))
+          .map(Number)
+          .sort((a, b) => a - b);
+        const text = JSON.stringify({ owned, want, slotsOnHost, veths, files });
+        if (JSON.stringify(owned) !== JSON.stringify(want) || JSON.stringify(veths) !== JSON.stringify(slotsOnHost) || JSON.stringify(files) !== JSON.stringify(slotsOnHost)) throw new Error(text);
+        return recs;
+      },
+      60_000,
+      500,
+    );
+    const recs = (await node.api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
+    expect(recs.map((r) => r.sandboxId).sort()).toEqual(ok.map((s) => s.sandboxId).sort());
+    expect(await Promise.all(ok.map((s) => echo(node, s.sandboxId, inet.address)))).toEqual(ok.map(() => 'hi\n'));
+    await Promise.all(ok.map((s) => node.api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId })));
   });
 });
