@@ -11,7 +11,7 @@
 import { execFileSync } from 'node:child_process';
 import http from 'node:http';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { killComponent, startComponent, stopComponent, upgradeUblkManager, type Component } from '@sandnode/node-stack';
+import { connectServer, killComponent, startComponent, stopComponent, upgradeUblkManager, type Component } from '@sandnode/node-stack';
 import { describeNode, execCollect, startNode, startTestInternet, waitFor, withEnv, type TestInternet, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
@@ -193,11 +193,36 @@ describeNode('a sandbox connection through the kernel path survives every compon
 
   test.each(steps)('%s: the connection keeps flowing, no byte lost or reordered; the node adopts; a new sandbox works', async (name, step) => {
     const before = await progressed(node, pinger.id, 0, 1);
+    // what an API user sees meanwhile: GetSandbox every 50 ms (a fresh client each, as a CLI would)
+    const seen = { calls: 0, failed: 0, firstFail: 0, lastFail: 0, maxMs: 0 };
+    let polling = true;
+    const poller = (async () => {
+      while (polling) {
+        const api = connectServer(node.address, 2000);
+        seen.calls++;
+        const t0 = Date.now();
+        try {
+          await api.sandboxes.getSandbox({ sandboxId: pinger.id });
+        } catch {
+          seen.failed++;
+          seen.lastFail = Date.now();
+          seen.firstFail ||= seen.lastFail;
+        } finally {
+          seen.maxMs = Math.max(seen.maxMs, Date.now() - t0);
+          api.close();
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
     await step();
     node.reconnect();
     const after = await progressed(node, pinger.id, before.recv);
+    polling = false;
+    await poller;
     expect([after.bad, after.closed]).toEqual([0, '']);
-    console.log(`${name}: ${after.recv} lines echoed, ${after.bad} out of order, longest echo gap ${after.maxGapMs} ms`);
+    console.log(
+      `${name}: ${after.recv} lines echoed, ${after.bad} out of order, longest echo gap ${after.maxGapMs} ms; GetSandbox: ${seen.failed} of ${seen.calls} failed over ${seen.failed ? seen.lastFail - seen.firstFail : 0} ms, the slowest took ${seen.maxMs} ms`,
+    );
     await converged();
   });
 
