@@ -9,7 +9,7 @@
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { killComponent, startComponent } from '@sandnode/node-stack';
+import { COMPONENTS, killComponent, purgeNode, startComponent } from '@sandnode/node-stack';
 import { describeNode, execCollect, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
@@ -80,5 +80,26 @@ describeNode('adoption repairs the kernel network of running sandboxes', () => {
     const fresh = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined })).sandbox!;
     expect(await echo(node, fresh.sandboxId, inet.address)).toBe('hi\n');
     for (const s of [fresh, ruled, plain]) await node.api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
+  });
+
+  test('down --purge (purgeNode) with every daemon killed and networked sandboxes still running: nothing of the node is left', async () => {
+    const made = [];
+    for (const pub of [false, true])
+      made.push((await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: { disabled: false, egress: undefined, public: pub } })).sandbox!);
+    for (const s of made) expect(await echo(node, s.sandboxId, inet.address)).toBe('hi\n');
+    const tag = node.dirs.network!.tag!;
+    const { runDir } = node.dirs;
+    const docker = spawnSync('iptables', ['-w', '-S', 'DOCKER-USER'], { encoding: 'utf8' });
+    node.api.close();
+    for (const c of [...COMPONENTS].reverse()) await killComponent(node.dirs, c);
+    const report = await purgeNode(node.dirs);
+    console.log(`purge: ${JSON.stringify(report.network)}`);
+    expect(spawnSync('nft', ['list', 'table', 'inet', `sandnode-${tag}`], { stdio: 'ignore' }).status).not.toBe(0);
+    expect(execFileSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' })).not.toMatch(new RegExp(`: sn${tag}v\\d+[@:]`));
+    expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain(runDir);
+    for (const s of made) expect(existsSync(`/proc/${s.pid}`) && !readFileSync(`/proc/${s.pid}/stat`, 'utf8').includes(') Z ')).toBe(false);
+    if (docker.status === 0) expect(spawnSync('iptables', ['-w', '-S', 'DOCKER-USER'], { encoding: 'utf8' }).stdout).not.toContain(`sn${tag}v+`);
+    // the host still routes the test internet (nothing but the node's state was touched)
+    expect(spawnSync('ip', ['netns', 'exec', inet.netns, 'true']).status).toBe(0);
   });
 });
