@@ -388,7 +388,7 @@ describeNode('a server killed mid-fork or mid-reset', () => {
   it('a kill after the clones: no child survives, nothing is orphaned', async () => {
     const parent = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!;
     await withFailpoint('fork.after-clone');
-    await expect(node.api.sandboxes.forkSandbox({ parentId: parent.sandboxId, maxFreezeMs: 400 })).rejects.toMatchObject({ code: Status.UNAVAILABLE });
+    await expect(node.api.sandboxes.forkSandbox({ parentId: parent.sandboxId, maxFreezeMs: 5000 })).rejects.toMatchObject({ code: Status.UNAVAILABLE });
     await restartServer();
     await sh(node.api, parent.sandboxId, 'echo thawed > /workspace/after.txt; sync');
     const list = (await node.api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;

@@ -130,7 +130,7 @@ export function mountsUnder(dir: string): string[] {
 /**
  * cleanUpUnder undoes what a suite made under dir (call it once its daemons are dead):
  * thaws and unmounts every mount under it (last first), detaches every loop device backed
- * by a file under it, removes dir; then throws naming any mount or loop device left, so a
+ * by a file under it (waiting up to 5 s for the kernel to let go), removes dir; then throws naming any mount or loop device left, so a
  * leak fails the suite instead of staying on the machine.
  */
 export function cleanUpUnder(dir: string): void {
@@ -139,7 +139,14 @@ export function cleanUpUnder(dir: string): void {
     spawnSync('umount', [m]);
   }
   for (const dev of loopsUnder(dir).keys()) spawnSync('losetup', ['-d', dev]);
-  const left = [...mountsUnder(dir), ...loopsUnder(dir).keys()];
+  // a detach (or an autoclear after the last umount) completes once the kernel and udev's
+  // probes let go of the device: wait for that (bounded) before calling one a leak
+  let left = [...mountsUnder(dir), ...loopsUnder(dir).keys()];
+  for (let i = 0; i < 50 && left.length > 0; i++) {
+    spawnSync('sleep', ['0.1']);
+    for (const dev of loopsUnder(dir).keys()) spawnSync('losetup', ['-d', dev]);
+    left = [...mountsUnder(dir), ...loopsUnder(dir).keys()];
+  }
   if (left.length === 0) rmSync(dir, { recursive: true, force: true });
   else throw new Error(`left behind under ${dir} (not removed): ${left.join(', ')}`);
 }
