@@ -5,7 +5,8 @@
  * ingress (services/server/dist, in its own process) forwards to it, and so does nginx (Debian's
  * package, one worker, keep-alive upstream) when it is installed. Measures, direct vs ingress
  * vs nginx: p50/p99 latency of small GETs on one keep-alive connection, requests/s with 32
- * concurrent keep-alive clients, and the throughput of a 256 MiB download. Each round measures
+ * concurrent keep-alive clients, the throughput of a 256 MiB download, and the same download
+ * through a CONNECT tunnel of the ingress vs a raw connection (nginx has no CONNECT). Each round measures
  * all three in turn (the machine is shared: rounds show the spread), and the CPU time the
  * ingress and nginx processes used per request and per MiB (from /proc: what the proxy costs
  * whatever else runs). Prints one JSON line per round, then one with the medians.
@@ -176,6 +177,44 @@ function cpuMs(pids) {
   return (t * 1000) / tck;
 }
 
+/**
+ * rawDownload: GET /big over a raw TCP connection to host:port (through the ingress: a CONNECT
+ * tunnel first, `connectHost` naming the sandbox port); MiB/s of the whole response and the
+ * CPU ms per MiB of `pids`.
+ */
+function rawDownload(host, port, connectHost, pids) {
+  const net = require('node:net');
+  return new Promise((resolve, reject) => {
+    const c0 = cpuMs(pids);
+    const t0 = process.hrtime.bigint();
+    const s = net.connect(port, host);
+    let tunnelled = !connectHost;
+    let n = 0;
+    let head = '';
+    s.on('connect', () => {
+      if (connectHost) s.write(`CONNECT ${connectHost} HTTP/1.1\r\nHost: ${connectHost}\r\n\r\n`);
+      else s.write('GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+    });
+    s.on('data', (d) => {
+      if (!tunnelled) {
+        head += d.toString('latin1');
+        if (!head.includes('\r\n\r\n')) return;
+        if (!head.startsWith('HTTP/1.1 200')) return reject(new Error(`CONNECT answered ${head.split('\r\n')[0]}`));
+        tunnelled = true;
+        return s.write('GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      }
+      n += d.length;
+      if (n >= BIG) {
+        const sec = Number(process.hrtime.bigint() - t0) / 1e9;
+        const c1 = cpuMs(pids);
+        s.destroy();
+        resolve({ mibPerS: Math.round(n / 1048576 / sec), cpuMsPerMiB: pids.length ? +((c1 - c0) / (n / 1048576)).toFixed(3) : undefined });
+      }
+    });
+    s.on('error', reject);
+  });
+}
+
 async function measure(name, host, port, hostHeader, pids = []) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   for (let i = 0; i < 200; i++) await get(agent, host, port, hostHeader, '/'); // warm up
@@ -255,6 +294,8 @@ async function main() {
     for (let r = 1; r <= ROUNDS; r++) {
       const direct = await measure('direct', view.address, 8080, `${view.address}:8080`);
       const viaIngress = await measure('ingress', '127.0.0.1', port, `8080-${ID}.localhost:${port}`, prefix.length ? [] : [ing.pid]);
+      const tunnelDirect = await rawDownload(view.address, 8080, undefined, []);
+      const tunnelIngress = await rawDownload('127.0.0.1', port, `8080-${ID}.localhost:${port}`, prefix.length ? [] : [ing.pid]);
       const viaNginx = nginxPort ? await measure('nginx', '127.0.0.1', nginxPort, `${view.address}:8080`, nginxPids) : undefined;
       const out = {
         bench: 'ingress',
@@ -268,8 +309,11 @@ async function main() {
         throughputRatio: +(viaIngress.mibPerS / direct.mibPerS).toFixed(2),
         vsNginxRps: viaNginx ? +(viaIngress.rps / viaNginx.rps).toFixed(2) : undefined,
         vsNginxThroughput: viaNginx ? +(viaIngress.mibPerS / viaNginx.mibPerS).toFixed(2) : undefined,
+        tunnel: { directMibPerS: tunnelDirect.mibPerS, ingressMibPerS: tunnelIngress.mibPerS, ingressCpuMsPerMiB: tunnelIngress.cpuMsPerMiB },
+        tunnelThroughputRatio: +(tunnelIngress.mibPerS / tunnelDirect.mibPerS).toFixed(2),
         ingressCpuUsPerRequest: viaIngress.cpuUsPerRequest,
         ingressCpuMsPerMiB: viaIngress.cpuMsPerMiB,
+        tunnelCpuMsPerMiB: tunnelIngress.cpuMsPerMiB,
         nginxCpuUsPerRequest: viaNginx?.cpuUsPerRequest,
         nginxCpuMsPerMiB: viaNginx?.cpuMsPerMiB,
       };
@@ -277,7 +321,19 @@ async function main() {
       process.stdout.write(`${JSON.stringify(out)}\n`);
     }
     if (ROUNDS > 1) {
-      const keys = ['addedP50Ms', 'rpsRatio', 'throughputRatio', 'vsNginxRps', 'vsNginxThroughput', 'ingressCpuUsPerRequest', 'ingressCpuMsPerMiB', 'nginxCpuUsPerRequest', 'nginxCpuMsPerMiB'];
+      const keys = [
+        'addedP50Ms',
+        'rpsRatio',
+        'throughputRatio',
+        'tunnelThroughputRatio',
+        'vsNginxRps',
+        'vsNginxThroughput',
+        'ingressCpuUsPerRequest',
+        'ingressCpuMsPerMiB',
+        'tunnelCpuMsPerMiB',
+        'nginxCpuUsPerRequest',
+        'nginxCpuMsPerMiB',
+      ];
       const med = { bench: 'ingress', rounds: ROUNDS, median: {}, range: {} };
       for (const k of keys) {
         const xs = rounds.map((o) => o[k]).filter((x) => x !== undefined);
