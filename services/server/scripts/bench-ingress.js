@@ -258,6 +258,8 @@ async function main() {
   const dir = path.join(os.tmpdir(), `bench-ingress-${tag}`);
   const kids = [];
   let ingress;
+  let nginx;
+  let nginxPids = [];
   try {
     mkdirSync(dir, { recursive: true });
     writeFileSync(path.join(dir, 'up.js'), UPSTREAM);
@@ -281,12 +283,11 @@ async function main() {
     ingress = ing;
     const port = Number((await waitLine(ing, /port (\d+)/))[1]);
     let nginxPort;
-    let nginxPids = [];
     if (hasNginx()) {
       nginxPort = await freePort();
       writeFileSync(path.join(dir, 'nginx.conf'), NGINX(dir, view.address, nginxPort));
       const ng = spawn('nginx', ['-c', path.join(dir, 'nginx.conf')], { stdio: ['ignore', 'ignore', 'inherit'] });
-      kids.push(ng);
+      nginx = ng;
       await waitPort(nginxPort);
       nginxPids = [ng.pid, ...require('node:fs').readFileSync(`/proc/${ng.pid}/task/${ng.pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number)];
     }
@@ -349,6 +350,19 @@ async function main() {
       ingress.stdin.end();
       await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 5000))]);
       ingress.kill('SIGKILL');
+    }
+    if (nginx && nginx.exitCode === null) {
+      // SIGTERM: the master stops its workers, then exits (SIGKILL would leave the workers running)
+      const exited = new Promise((resolve) => nginx.once('exit', resolve));
+      nginx.kill('SIGTERM');
+      await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 5000))]);
+      for (const pid of nginxPids) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          /* gone */
+        }
+      }
     }
     for (const k of kids) k.kill('SIGKILL');
     try {
