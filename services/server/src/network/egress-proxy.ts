@@ -11,14 +11,16 @@
  *                                  cannot front for another address)
  *   otherwise ───────────────────▶ evaluateEgress on A alone; allowed: connect to A
  *   refused ─────────────────────▶ HTTP: 403 naming the rule; TLS/other: TCP RST
- *   connected ───────────────────▶ write the read bytes, pipe both ways (backpressure,
- *                                  half-close), idle timeout; bytes counted per sandbox
+ *   connected ───────────────────▶ write the read bytes, relay both ways (backpressure,
+ *                                  half-close; upstream reads are bulk reads, relay.ts),
+ *                                  idle timeout; bytes counted per sandbox
  */
 import net from 'node:net';
 import { domainMatches, evaluateEgress, normalizeName, type Cidr, type EgressVerdict, type Logger } from '@sandnode/shared';
 import type { NetworkDirectory } from '../core/network-directory';
 import { originalDestination as readOriginalDst, type Destination } from './original-dst';
 import { MAX_PREAMBLE_BYTES, parsePreamble, type Preamble } from './preamble';
+import { BulkReader } from './relay';
 import { listenTcp, newTraffic, type SandboxTraffic, type TcpListen } from './sockets';
 import type { UpstreamDns } from './upstream-dns';
 
@@ -187,7 +189,8 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     }
     const target = d.target;
     slog.debug({ dst, name: d.name, target, rule: d.verdict.rule }, 'egress: allowed');
-    const up = net.connect({ host: target.address, port: target.port, allowHalfOpen: true });
+    const reader = new BulkReader();
+    const up = net.connect({ host: target.address, port: target.port, allowHalfOpen: true, noDelay: true, onread: reader.onread });
     const onClientGone = () => up.destroy();
     client.once('close', onClientGone);
     const timer = setTimeout(() => up.destroy(new Error(`connect to ${target.address}:${target.port} timed out`)), connectMs);
@@ -201,7 +204,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     up.once('connect', () => {
       clearTimeout(timer);
       client.off('close', onClientGone);
-      splice(client, up, head, t, idleMs);
+      splice(client, up, reader, head, t, idleMs);
     });
   };
 
@@ -256,8 +259,12 @@ function readPreamble(client: net.Socket, timeoutMs: number, done: (p: Preamble 
   client.on('end', onEnd);
 }
 
-/** splice writes `head` upstream and pipes both ways with backpressure and half-close; errors reset the other side. */
-function splice(client: net.Socket, up: net.Socket, head: Buffer, t: SandboxTraffic, idleMs: number): void {
+/**
+ * splice writes `head` upstream and relays both ways with backpressure and half-close: upstream
+ * to client through `reader` (up was made with its onread: large reads, counted per read),
+ * client to upstream as a stream pipe; errors reset the other side.
+ */
+function splice(client: net.Socket, up: net.Socket, reader: BulkReader, head: Buffer, t: SandboxTraffic, idleMs: number): void {
   up.on('error', () => {
     if (!client.destroyed) client.resetAndDestroy();
   });
@@ -274,10 +281,11 @@ function splice(client: net.Socket, up: net.Socket, head: Buffer, t: SandboxTraf
   };
   client.setTimeout(idleMs, idle);
   up.setTimeout(idleMs, idle);
+  client.setNoDelay(true);
   t.bytesOut += head.length;
   up.write(head);
   client.on('data', (b: Buffer) => (t.bytesOut += b.length));
-  up.on('data', (b: Buffer) => (t.bytesIn += b.length));
   client.pipe(up);
-  up.pipe(client);
+  reader.attach(up, client, (n) => (t.bytesIn += n));
+  up.on('end', () => client.end());
 }

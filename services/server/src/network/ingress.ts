@@ -24,10 +24,11 @@
  */
 import http from 'node:http';
 import net from 'node:net';
-import { pipeline, type Duplex } from 'node:stream';
+import { pipeline, type Duplex, type Readable, type Writable } from 'node:stream';
 import type { Logger } from '@sandnode/shared';
 import type { NetworkDirectory, SandboxNetworkView } from '../core/network-directory';
 import type { PoddRelay } from './ingress-podd';
+import { BulkReader } from './relay';
 import { ACCESS_TOKEN_HEADER, route, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER } from './ingress-route';
 
 /** Bounds of the ingress (config keys ingressMaxConnections, ingressMaxConnectionsPerSandbox, ...). */
@@ -110,10 +111,10 @@ export function createIngress(o: IngressOptions): Ingress {
     else open.set(id, n);
   };
 
-  /** dial: sandbox address:port, else (refused) podd ForwardPort, else PortClosedError. */
-  const dial = async (view: SandboxNetworkView, port: number): Promise<Duplex> => {
+  /** dial: sandbox address:port (reading through `onread` when given), else (refused) podd ForwardPort, else PortClosedError. */
+  const dial = async (view: SandboxNetworkView, port: number, onread?: net.OnReadOpts): Promise<Duplex> => {
     try {
-      return await connectTcp(view.address, port, limits.connectTimeoutMs);
+      return await connectTcp(view.address, port, limits.connectTimeoutMs, onread);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ECONNREFUSED') throw err;
     }
@@ -177,8 +178,16 @@ export function createIngress(o: IngressOptions): Ingress {
       const headers: http.OutgoingHttpHeaders = {};
       for (const [k, v] of Object.entries(ur.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v;
       res.writeHead(ur.statusCode ?? 502, ur.statusMessage, headers);
-      res.flushHeaders();
-      pipeline(ur, res, () => undefined);
+      // the head goes out with the first body bytes (one write, one wakeup of the client); a
+      // response whose body does not follow in this turn of the loop gets its head at once
+      let bodyStarted = false;
+      const started = () => (bodyStarted = true);
+      ur.once('data', started);
+      ur.once('end', started);
+      setImmediate(() => {
+        if (!bodyStarted && !res.destroyed) res.flushHeaders();
+      });
+      pipeBody(ur, res, () => ur.complete);
     });
     up.on('error', (err) => {
       if (res.headersSent) return void res.destroy();
@@ -192,7 +201,7 @@ export function createIngress(o: IngressOptions): Ingress {
     res.on('close', () => {
       if (!res.writableFinished) up.destroy();
     });
-    pipeline(req, up, () => undefined);
+    pipeBody(req, up, () => req.complete);
   });
 
   /** tunnel: WebSocket upgrade (head = the raw request) and CONNECT (reply 200 first). */
@@ -202,7 +211,8 @@ export function createIngress(o: IngressOptions): Ingress {
     if (!r.ok) return rawAnswer(client, r.status, r.reason, r.retryAfterS);
     const { view, port } = r;
     if (!take(view.sandboxId)) return rawAnswer(client, 429, `too many connections to sandbox ${view.sandboxId} (${limits.maxPerSandbox})`);
-    dial(view, port).then(
+    const reader = new BulkReader();
+    dial(view, port, reader.onread).then(
       (sock) => {
         if (client.destroyed) {
           give(view.sandboxId);
@@ -224,7 +234,12 @@ export function createIngress(o: IngressOptions): Ingress {
           sock.destroy();
         };
         pipeline(client, sock, end);
-        pipeline(sock, client, end);
+        if (sock instanceof net.Socket) {
+          // dialled directly: bulk reads (relay.ts) to the client; its end ends the client, then both close
+          reader.attach(sock, client);
+          sock.once('end', () => client.end(end));
+          sock.once('close', end);
+        } else pipeline(sock, client, end);
       },
       (err: unknown) => {
         give(view.sandboxId);
@@ -254,6 +269,25 @@ export function createIngress(o: IngressOptions): Ingress {
         server.closeAllConnections();
       }),
   };
+}
+
+/**
+ * pipeBody streams a message body `src` into `dst` (backpressure; src's end ends dst) and
+ * breaks both when either breaks: an error of either, or src closing before `complete()`
+ * (a body cut short), destroys the other; dst closing destroys src. What stream.pipeline
+ * does for two streams, without its per-call AbortController and end-of-stream watchers (a
+ * measurable share of the CPU per proxied request).
+ */
+function pipeBody(src: Readable, dst: Writable, complete: () => boolean): void {
+  src.on('error', (err) => dst.destroy(err));
+  src.once('close', () => {
+    if (!complete() && !dst.destroyed) dst.destroy();
+  });
+  dst.on('error', (err) => src.destroy(err));
+  dst.once('close', () => {
+    if (!src.destroyed && !src.readableEnded) src.destroy();
+  });
+  src.pipe(dst);
 }
 
 /** forwardHeaders: the client's headers without hop-by-hop ones and sandnode's own, plus X-Forwarded-*. */
@@ -305,9 +339,9 @@ function rawAnswer(sock: Duplex, status: number, reason: string, retryAfterS?: n
   );
 }
 
-function connectTcp(host: string, port: number, timeoutMs: number): Promise<net.Socket> {
+function connectTcp(host: string, port: number, timeoutMs: number, onread?: net.OnReadOpts): Promise<net.Socket> {
   return new Promise((resolve, reject) => {
-    const s = net.connect({ host, port, noDelay: true, allowHalfOpen: true });
+    const s = net.connect({ host, port, noDelay: true, allowHalfOpen: true, ...(onread ? { onread } : {}) });
     const timer = setTimeout(() => {
       s.destroy();
       reject(new Error(`connect timed out after ${timeoutMs} ms`));

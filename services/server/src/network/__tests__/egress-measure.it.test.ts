@@ -10,7 +10,8 @@
  * be Docker's policy drop, and this test never edits tables it did not make); "proxied" is curl
  * in the sandbox netns through the nft redirect and the egress proxy (two veth hops + proxy).
  * Latency: N sequential requests, each on a new connection (`Connection: close`), curl's
- * time_total; throughput: one GET of SIZE bytes.
+ * time_total; throughput: one GET of SIZE bytes, and the CPU time (user+sys) this process (the
+ * proxy) spent per MiB of it: the proxy's cost whatever else the machine runs.
  */
 import { execFile, spawnSync } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -57,11 +58,14 @@ describeWith('egress proxy measurement', [PARTS.root, NFT, ON], () => {
       const d = lat(await host(latencyArgs));
       const p = lat(await sandbox(latencyArgs));
       const dt = Number((await host(tputArgs)).trim()) / 1e6;
+      const c0 = process.cpuUsage();
       const pt = Number((await sandbox(tputArgs)).trim()) / 1e6;
+      const c = process.cpuUsage(c0); // this process is the proxy (curl and the test internet are children)
+      const cpuMsPerMiB = (c.user + c.system) / 1000 / (SIZE / 1048576);
       rows.push(
         `round ${round}: latency p50 direct ${pct(d, 50).toFixed(3)} ms, proxied ${pct(p, 50).toFixed(3)} ms (+${(pct(p, 50) - pct(d, 50)).toFixed(3)} ms); ` +
           `p99 direct ${pct(d, 99).toFixed(3)} ms, proxied ${pct(p, 99).toFixed(3)} ms; ` +
-          `throughput direct ${dt.toFixed(0)} MB/s, proxied ${pt.toFixed(0)} MB/s (${((pt / dt) * 100).toFixed(0)}%)`,
+          `throughput direct ${dt.toFixed(0)} MB/s, proxied ${pt.toFixed(0)} MB/s (${((pt / dt) * 100).toFixed(0)}%); proxy CPU ${cpuMsPerMiB.toFixed(3)} ms/MiB`,
       );
     }
     const t = fx.proxy.traffic(`sb-${fx.netns.slice(4, 10)}`)!;

@@ -2,7 +2,9 @@
  * Test fixture: a "sandbox" as a network namespace with a veth to the host and an address from
  * a unique /24 of 10.211.192.0/19 (testkit claimTestSubnet), running (as a child node
  * process inside the netns) an HTTP server on 8080 (/echo: method, path, headers and body back
- * as JSON; /trickle: three chunks, each written when the test asks via /next), a WebSocket echo
+ * as JSON; /trickle: three chunks, each written when the test asks via /next; /headfirst: the
+ * head at once, the body when asked via /next; /cut: 10 of 100 bytes, then the connection
+ * closes), a WebSocket echo
  * on 8081 (text frames) and a TCP echo on 8082, plus a TCP echo on 127.0.0.1:8083 and an HTTP
  * server on 127.0.0.1:8084 only (for ForwardPort). stop() removes the process, veth, netns and lock even after a failure.
  */
@@ -32,6 +34,8 @@ http.createServer((req, res) => {
     let n = 0; const step = () => { n++; res.write('chunk' + n + '\n'); if (n === 3) res.end(); else pendingNext.push(step); };
     step(); return;
   }
+  if (req.url.startsWith('/headfirst')) { res.writeHead(200, { 'content-type': 'text/plain' }); res.flushHeaders(); pendingNext.push(() => res.end('body')); return; }
+  if (req.url.startsWith('/cut')) { res.writeHead(200, { 'content-length': '100' }); res.write('0123456789', () => setTimeout(() => res.socket.destroy(), 50)); return; }
   if (req.url.startsWith('/next')) { const s = pendingNext.shift(); if (s) s(); res.end(s ? 'ok' : 'none'); return; }
   const body = []; req.on('data', (d) => body.push(d));
   req.on('end', () => { res.setHeader('content-type', 'application/json'); res.end(JSON.stringify({ method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(body).toString() })); });
