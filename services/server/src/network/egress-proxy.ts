@@ -15,6 +15,7 @@
  *                                  half-close), idle timeout; bytes counted per sandbox
  */
 import net from 'node:net';
+import os from 'node:os';
 import { domainMatches, evaluateEgress, normalizeName, type Cidr, type EgressVerdict, type Logger } from '@sandnode/shared';
 import type { NetworkDirectory } from '../core/network-directory';
 import { originalDestination as readOriginalDst, type Destination } from './original-dst';
@@ -68,6 +69,32 @@ export interface EgressProxy {
   close(): Promise<void>;
 }
 
+/** How long the list of the host's own addresses is reused, ms. */
+const OWN_ADDRESSES_MS = 1000;
+let ownCache: { at: number; addresses: Set<string> } | undefined;
+
+/**
+ * isOwnAddress says whether `address` (dotted quad) is an IPv4 address of one of this host's
+ * interfaces (the list is read at most every OWN_ADDRESSES_MS). network.proto rule 1 refuses
+ * the node's own addresses; the input chain drops a sandbox's direct packets to them, but the
+ * proxy connects from the host, so it must refuse them itself. Loopback interfaces are left to
+ * the always-denied list (DEFAULT_ALWAYS_DENIED has 127.0.0.0/8).
+ */
+export function isOwnAddress(address: string): boolean {
+  const now = Date.now();
+  if (!ownCache || now - ownCache.at > OWN_ADDRESSES_MS) {
+    const addresses = new Set<string>();
+    for (const list of Object.values(os.networkInterfaces())) for (const i of list ?? []) if (i.family === 'IPv4' && !i.internal) addresses.add(i.address);
+    ownCache = { at: now, addresses };
+  }
+  return ownCache.addresses.has(address);
+}
+
+function decideAddress(policy: Parameters<typeof evaluateEgress>[0], alwaysDenied: readonly Cidr[], own: (a: string) => boolean, address: string, name?: string): EgressVerdict {
+  if (own(address)) return { allowed: false, rule: `always-denied: the node's own address ${address}` };
+  return evaluateEgress(policy, alwaysDenied, address, name);
+}
+
 /** How a connection was decided (exported for tests and logs). */
 export interface EgressDecision {
   verdict: EgressVerdict;
@@ -81,7 +108,8 @@ export interface EgressDecision {
  * decideEgress applies the policy of docs/network.md to a connection going to `dst` that
  * named `rawName` (SNI/Host, undefined when none): an allowed name is resolved through
  * `upstream` and connected to at the first address that passes rule 1; anything else is
- * decided by the address alone. Never rejects: a failed resolution is a refusal naming it.
+ * decided by the address alone. Rule 1 includes the host's own addresses (`own`, default
+ * isOwnAddress). Never rejects: a failed resolution is a refusal naming it.
  */
 export async function decideEgress(
   policy: Parameters<typeof evaluateEgress>[0],
@@ -89,6 +117,7 @@ export async function decideEgress(
   upstream: Pick<UpstreamDns, 'resolve4'>,
   dst: Destination,
   rawName: string | undefined,
+  own: (address: string) => boolean = isOwnAddress,
 ): Promise<EgressDecision> {
   const name = rawName === undefined ? undefined : normalizeName(rawName);
   if (name !== undefined && policy.allowDomains.some((r) => domainMatches(r, name))) {
@@ -100,13 +129,13 @@ export async function decideEgress(
     }
     let refusal: EgressVerdict | undefined;
     for (const a of addresses) {
-      const v = evaluateEgress(policy, alwaysDenied, a, name);
+      const v = decideAddress(policy, alwaysDenied, own, a, name);
       if (v.allowed) return { name, verdict: v, target: { address: a, port: dst.port } };
       refusal ??= { allowed: false, rule: `${v.rule} (${name} resolves to ${a})` };
     }
     return { name, verdict: refusal ?? { allowed: false, rule: `${name} has no IPv4 address` } };
   }
-  const v = evaluateEgress(policy, alwaysDenied, dst.address);
+  const v = decideAddress(policy, alwaysDenied, own, dst.address);
   return { name, verdict: v, target: v.allowed ? dst : undefined };
 }
 
