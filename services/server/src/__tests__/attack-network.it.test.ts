@@ -1,0 +1,99 @@
+/**
+ * Attacks on sandbox networking (issue 12) on a whole node: a hostile local user of the host
+ * (not root) and a hostile sandbox against the policy the API caller set.
+ *
+ *   - a private sandbox's ports are reached only through the ingress with its access token: a
+ *     non-root user of the host must not reach them by connecting to the sandbox's address;
+ *   - UpdateSandboxNetwork that refuses a destination cuts what flows there now: the kernel
+ *     re-checks every forwarded packet, so the egress proxy's open connections must not outlive
+ *     the policy that allowed them either.
+ */
+import { spawnSync } from 'node:child_process';
+import { describeNode, execCollect, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
+
+jest.setTimeout(240_000);
+
+async function sh(node: TestNode, id: string, cmd: string) {
+  return execCollect(node.api, id, ['/bin/busybox', 'sh', '-c', cmd], { timeoutMs: 30_000 });
+}
+
+/** asNobody runs argv on the host as uid/gid 65534 (a local user without privileges). */
+function asNobody(argv: string[]): { status: number | null; stdout: string; stderr: string } {
+  const r = spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', '--', ...argv], { encoding: 'utf8', timeout: 20_000 });
+  return { status: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+describeNode('attack: sandbox network against local users and live policy changes', () => {
+  let node: TestNode;
+  let inet: TestInternet;
+
+  beforeAll(async () => {
+    inet = await startTestInternet();
+    node = await startNode({ buildTemplate: true, network: true, env: { server: { SANDNODE_SERVER_DNS_UPSTREAMS: `${inet.dns.address}:${inet.dns.port}` } } });
+  });
+  afterAll(async () => {
+    await node?.stop();
+    await inet?.stop();
+  });
+
+  test('a non-root user of the host cannot reach a private sandbox’s server at its address (only the ingress with the token)', async () => {
+    const r = await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: { disabled: false, egress: undefined, public: false } });
+    const sb = r.sandbox!;
+    try {
+      await sh(node, sb.sandboxId, `node -e "require('http').createServer((q,s)=>s.end('private-secret')).listen(8080)" >/dev/null 2>&1 & sleep 1`);
+      // root on the host (the server's ingress) reaches it: the server is up
+      await waitFor(
+        'the server in the sandbox answers root on the host',
+        () => spawnSync('curl', ['-sS', '-m', '5', `http://${sb.network!.address}:8080/`], { encoding: 'utf8' }).stdout === 'private-secret',
+        20_000,
+      );
+      const got = asNobody(['curl', '-sS', '-m', '5', `http://${sb.network!.address}:8080/`]);
+      expect(got.stdout).not.toContain('private-secret');
+      expect(got.status).not.toBe(0);
+    } finally {
+      await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
+    }
+  });
+
+  test('a policy change that refuses a destination resets the open proxied connections to it', async () => {
+    const sb = (
+      await node.api.sandboxes.createSandbox({
+        template: 'base',
+        timeoutSeconds: 0,
+        metadata: {},
+        requestId: '',
+        network: { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false },
+      })
+    ).sandbox!;
+    try {
+      // a long download through the proxy (tcp 80 of a policy with domain rules), read slowly; after /tmp/go
+      // exists it says whether bytes still arrive or the connection was reset/closed
+      const script = [
+        `const fs=require('fs');const s=require('net').connect(80,${JSON.stringify(inet.address)});let n=0,after=-1,done=false;`,
+        `const say=(w)=>{if(!done){done=true;fs.writeFileSync('/tmp/res',w+' '+Math.max(after,0)+'\\n');process.exit(0)}};`,
+        `s.on('connect',()=>s.write('GET /bytes/100000000000 HTTP/1.1\\r\\nHost: ${inet.names.allowed}\\r\\n\\r\\n'));`,
+        `s.on('data',(d)=>{n+=d.length;if(after>=0)after+=d.length;if(n>100000)fs.writeFileSync('/tmp/started','1');s.pause();setTimeout(()=>s.resume(),20)});`,
+        `s.on('error',(e)=>say('RESET'));s.on('close',()=>say('CLOSED'));`,
+        `const t=setInterval(()=>{if(after<0&&fs.existsSync('/tmp/go')){after=0;setTimeout(()=>say('OPEN'),5000)}},50);`,
+      ].join('');
+      await sh(node, sb.sandboxId, `rm -f /tmp/go /tmp/res /tmp/started; node -e "${script.replace(/"/g, '\\"')}" >/tmp/log 2>&1 &`);
+      await waitFor('the download started', async () => (await sh(node, sb.sandboxId, 'cat /tmp/started 2>/dev/null')).stdout === '1', 30_000);
+
+      await node.api.sandboxes.updateSandboxNetwork({ sandboxId: sb.sandboxId, egress: { allowOut: [], denyOut: [], blockAll: true }, public: undefined });
+      await sh(node, sb.sandboxId, 'touch /tmp/go');
+      let res = '';
+      await waitFor(
+        'the download says how it ended',
+        async () => {
+          res = (await sh(node, sb.sandboxId, 'cat /tmp/res 2>/dev/null; cat /tmp/log 2>/dev/null')).stdout;
+          return res !== '';
+        },
+        30_000,
+      );
+      // today: "OPEN <bytes>": the download goes on under block_all with nothing allowed
+      expect(res).toMatch(/^(RESET|CLOSED) /);
+    } finally {
+      await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
+    }
+  });
+});
