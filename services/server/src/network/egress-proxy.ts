@@ -17,7 +17,7 @@
 import net from 'node:net';
 import os from 'node:os';
 import { domainMatches, evaluateEgress, normalizeName, type Cidr, type EgressVerdict, type Logger } from '@sandnode/shared';
-import type { NetworkDirectory } from '../core/network-directory';
+import type { NetworkDirectory, SandboxNetworkView } from '../core/network-directory';
 import { originalDestination as readOriginalDst, type Destination } from './original-dst';
 import { MAX_PREAMBLE_BYTES, parsePreamble, type Preamble } from './preamble';
 import { listenTcp, newTraffic, type SandboxTraffic, type TcpListen } from './sockets';
@@ -227,10 +227,20 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
         if (!client.destroyed) refuse(client, p, `connecting to ${target.address}:${target.port} failed (${err.message})`, 502);
       } else if (!client.destroyed) client.resetAndDestroy();
     });
+    // the policy may change while bytes flow (UpdateSandboxNetwork, delete, the address given to
+    // another sandbox): a connection the policy in force would refuse now is reset, as the kernel
+    // does for direct traffic (it checks every forwarded packet)
+    let seen: SandboxNetworkView | undefined = view;
+    const stillAllowed = () => {
+      const now = opts.directory.byAddress(src);
+      if (now === seen) return true;
+      seen = now;
+      return now !== undefined && now.sandboxId === view.sandboxId && decideAddress(now.policy, opts.alwaysDenied, isOwnAddress, target.address, d.name).allowed;
+    };
     up.once('connect', () => {
       clearTimeout(timer);
       client.off('close', onClientGone);
-      splice(client, up, head, t, idleMs);
+      splice(client, up, head, t, idleMs, stillAllowed);
     });
   };
 
@@ -285,8 +295,12 @@ function readPreamble(client: net.Socket, timeoutMs: number, done: (p: Preamble 
   client.on('end', onEnd);
 }
 
-/** splice writes `head` upstream and pipes both ways with backpressure and half-close; errors reset the other side. */
-function splice(client: net.Socket, up: net.Socket, head: Buffer, t: SandboxTraffic, idleMs: number): void {
+/**
+ * splice writes `head` upstream and pipes both ways with backpressure and half-close; errors
+ * reset the other side. Before a chunk is passed on either way, stillAllowed() is asked (the
+ * policy in force); false resets both sides and the chunk is not passed on.
+ */
+function splice(client: net.Socket, up: net.Socket, head: Buffer, t: SandboxTraffic, idleMs: number, stillAllowed: () => boolean): void {
   up.on('error', () => {
     if (!client.destroyed) client.resetAndDestroy();
   });
@@ -305,8 +319,20 @@ function splice(client: net.Socket, up: net.Socket, head: Buffer, t: SandboxTraf
   up.setTimeout(idleMs, idle);
   t.bytesOut += head.length;
   up.write(head);
-  client.on('data', (b: Buffer) => (t.bytesOut += b.length));
-  up.on('data', (b: Buffer) => (t.bytesIn += b.length));
+  const revoked = () => {
+    if (stillAllowed()) return false;
+    client.unpipe(up);
+    up.unpipe(client);
+    client.resetAndDestroy();
+    up.resetAndDestroy();
+    return true;
+  };
+  client.on('data', (b: Buffer) => {
+    if (!revoked()) t.bytesOut += b.length;
+  });
+  up.on('data', (b: Buffer) => {
+    if (!revoked()) t.bytesIn += b.length;
+  });
   client.pipe(up);
   up.pipe(client);
 }
