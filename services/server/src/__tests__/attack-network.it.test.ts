@@ -6,10 +6,14 @@
  *     non-root user of the host must not reach them by connecting to the sandbox's address;
  *   - UpdateSandboxNetwork that refuses a destination cuts what flows there now: the kernel
  *     re-checks every forwarded packet, so the egress proxy's open connections must not outlive
- *     the policy that allowed them either.
+ *     the policy that allowed them either;
+ *   - a server killed after the supervisor applied a new policy and before its record was
+ *     written: after the restart, what GetSandbox says and what the kernel enforces agree.
  */
 import { spawnSync } from 'node:child_process';
-import { describeNode, execCollect, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { Status } from 'nice-grpc-common';
+import { startComponent } from '@sandnode/node-stack';
+import { describeNode, execCollect, killProcesses, serverProcesses, startNode, startTestInternet, waitFor, withEnv, type TestInternet, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(240_000);
 
@@ -93,6 +97,40 @@ describeNode('attack: sandbox network against local users and live policy change
       // today: "OPEN <bytes>": the download goes on under block_all with nothing allowed
       expect(res).toMatch(/^(RESET|CLOSED) /);
     } finally {
+      await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
+    }
+  });
+
+  /** restartServer kills the server (it may be dead already) and starts it again with failpoints (default none). */
+  async function restartServer(failpoints = ''): Promise<void> {
+    await killProcesses(serverProcesses(node.dirs.runDir), 0);
+    await withEnv({ SANDNODE_SERVER_FAILPOINTS: failpoints }, () => startComponent(node.dirs, 'server', { timeoutMs: 60_000 }));
+    node.reconnect();
+  }
+
+  test('a server killed between the supervisor’s UpdateVmNetwork and its record: after the restart the record and the kernel agree', async () => {
+    const sb = (
+      await node.api.sandboxes.createSandbox({
+        template: 'base',
+        timeoutSeconds: 0,
+        metadata: {},
+        requestId: '',
+        network: { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false },
+      })
+    ).sandbox!;
+    const echoes = async () => (await sh(node, sb.sandboxId, `echo hi | nc -w 3 ${inet.address} 7`)).stdout === 'hi\n';
+    try {
+      expect(await echoes()).toBe(false); // block_all: the echo port (not proxied) is refused in the kernel
+      await restartServer('network.after-vm-update=kill');
+      await expect(node.api.sandboxes.updateSandboxNetwork({ sandboxId: sb.sandboxId, egress: { allowOut: [], denyOut: [], blockAll: false }, public: undefined })).rejects.toMatchObject({
+        code: Status.UNAVAILABLE,
+      });
+      await restartServer();
+      const said = (await node.api.sandboxes.getSandbox({ sandboxId: sb.sandboxId })).sandbox!.network!.egress!;
+      // today: the record says block_all (the call failed), the kernel lets everything out
+      expect({ blockAll: said.blockAll, echoes: await echoes() }).toEqual({ blockAll: said.blockAll, echoes: !said.blockAll });
+    } finally {
+      await restartServer().catch(() => undefined);
       await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
     }
   });
