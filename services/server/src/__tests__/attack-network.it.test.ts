@@ -8,11 +8,12 @@
  *     re-checks every forwarded packet, so the egress proxy's open connections must not outlive
  *     the policy that allowed them either;
  *   - a server killed after the supervisor applied a new policy and before its record was
- *     written: after the restart, what GetSandbox says and what the kernel enforces agree.
+ *     written, or a supervisor killed after it stored a new policy and before it answered:
+ *     after the restart, what GetSandbox says and what the kernel enforces agree.
  */
 import { spawnSync } from 'node:child_process';
 import { Status } from 'nice-grpc-common';
-import { startComponent } from '@sandnode/node-stack';
+import { startComponent, stopComponent } from '@sandnode/node-stack';
 import { describeNode, execCollect, killProcesses, serverProcesses, startNode, startTestInternet, waitFor, withEnv, type TestInternet, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(240_000);
@@ -131,6 +132,37 @@ describeNode('attack: sandbox network against local users and live policy change
       expect({ blockAll: said.blockAll, echoes: await echoes() }).toEqual({ blockAll: said.blockAll, echoes: !said.blockAll });
     } finally {
       await restartServer().catch(() => undefined);
+      await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
+    }
+  });
+
+  test('a supervisor killed after storing UpdateVmNetwork’s policy (the server was told UNAVAILABLE): after its restart the record and the kernel agree', async () => {
+    const sb = (
+      await node.api.sandboxes.createSandbox({
+        template: 'base',
+        timeoutSeconds: 0,
+        metadata: {},
+        requestId: '',
+        network: { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false },
+      })
+    ).sandbox!;
+    const echoes = async () => (await sh(node, sb.sandboxId, `echo hi | nc -w 3 ${inet.address} 7`)).stdout === 'hi\n';
+    try {
+      expect(await echoes()).toBe(false);
+      await stopComponent(node.dirs, 'vmm-supervisor');
+      await withEnv({ SANDNODE_VMM_SUPERVISOR_FAILPOINTS: 'network.update.after-store=kill' }, () => startComponent(node.dirs, 'vmm-supervisor', { timeoutMs: 60_000 }));
+      await expect(node.api.sandboxes.updateSandboxNetwork({ sandboxId: sb.sandboxId, egress: { allowOut: [], denyOut: [], blockAll: false }, public: undefined })).rejects.toMatchObject({
+        code: Status.UNAVAILABLE,
+      });
+      await stopComponent(node.dirs, 'vmm-supervisor');
+      await withEnv({ SANDNODE_VMM_SUPERVISOR_FAILPOINTS: '' }, () => startComponent(node.dirs, 'vmm-supervisor', { timeoutMs: 60_000 }));
+      // the server answers again (its supervisor channel reconnects)
+      await waitFor('GetSandbox answers', () => node.api.sandboxes.getSandbox({ sandboxId: sb.sandboxId }).then(() => true), 30_000);
+      const said = (await node.api.sandboxes.getSandbox({ sandboxId: sb.sandboxId })).sandbox!.network!.egress!;
+      // today: the record says block_all (the call failed), the restarted supervisor renders the stored open policy
+      expect({ blockAll: said.blockAll, echoes: await echoes() }).toEqual({ blockAll: said.blockAll, echoes: !said.blockAll });
+    } finally {
+      await withEnv({ SANDNODE_VMM_SUPERVISOR_FAILPOINTS: '' }, () => startComponent(node.dirs, 'vmm-supervisor', { timeoutMs: 60_000 })).catch(() => undefined);
       await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
     }
   });
