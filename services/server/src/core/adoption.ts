@@ -14,7 +14,7 @@ import { mapLimit } from '@sandnode/shared';
 import type { SandboxManager } from './sandbox-manager';
 import { networkMismatch, rebuildDirectory, stopVmKeepingSlot } from './network';
 import { isLive, transition } from './transitions';
-import type { DevicePort, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
+import type { DevicePort, EgressPolicyWire, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
 
 export interface AdoptionReport {
   /** records verified and registered unchanged */
@@ -177,6 +177,19 @@ async function adoptOne(
   if (mismatch) {
     report.networkMismatch.push({ sandboxId: rec.sandboxId, reason: mismatch });
     log.error({ reason: mismatch }, 'adoption: the VM network differs from the record; kept as is');
+  } else if (rec.network && vm.network && rec.vm && !samePolicy(rec.network.egress, vm.network.egress)) {
+    // a server that died between the supervisor's UpdateVmNetwork and its record: its caller was
+    // told the call failed, so the record's policy is put back (else GetSandbox would name one
+    // policy while the kernel enforces another)
+    try {
+      if (!d.vms.updateNetwork) throw new Error('the vmm-supervisor cannot change a network');
+      await d.vms.updateNetwork(rec.vm.vmId, rec.network.egress);
+      log.warn({ record: rec.network.egress, vm: vm.network.egress }, 'adoption: the VM egress policy differed from the record; the record applied');
+      report.reconciled.push(rec.sandboxId);
+    } catch (err) {
+      report.networkMismatch.push({ sandboxId: rec.sandboxId, reason: `its VM's egress policy differs from the record and could not be set back: ${(err as Error).message}` });
+      log.error({ err }, 'adoption: the VM egress policy differs from the record; could not apply the record');
+    }
   }
   if (rec.state === 'RUNNING') {
     const ok = await d.podd
@@ -189,4 +202,10 @@ async function adoptOne(
     }
   }
   report.adopted.push(rec.sandboxId);
+}
+
+/** samePolicy compares two canonical egress policies (wire shape; both sides store formatEgressPolicy's order). */
+function samePolicy(a: EgressPolicyWire, b: EgressPolicyWire): boolean {
+  const key = (p: EgressPolicyWire) => JSON.stringify([p.allowOut, p.denyOut, p.blockAll]);
+  return key(a) === key(b);
 }

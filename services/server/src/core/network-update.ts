@@ -3,6 +3,7 @@
  * under the sandbox's lock and the handover gate like every other transition.
  */
 import { FailedPreconditionError, requireSandboxId } from '@sandnode/shared';
+import { failpoint } from '../handover/failpoints';
 import type { CoreContext } from './context';
 import { canonicalPolicy } from './network';
 import type { EgressPolicyWire, SandboxRecord } from './types';
@@ -37,6 +38,7 @@ export async function updateNetwork(c: CoreContext, args: UpdateNetworkArgs, sig
       if (rec.state !== 'DRAINED') {
         if (!c.vms.updateNetwork) throw new FailedPreconditionError(`sandbox ${id}: the vmm-supervisor cannot change a network`);
         await c.vms.updateNetwork(rec.vm?.vmId ?? id, egress);
+        failpoint('network.after-vm-update');
       }
       n.egress = egress;
       if (args.public !== undefined) n.public = args.public;

@@ -26,11 +26,16 @@ export const FORK_FAILPOINTS = [
   'reset.after-stop', // ResetRootfs: fresh upper recorded, VM stopped, before the switch
 ] as const;
 
+/** The failpoints of UpdateSandboxNetwork (crash tests of the server). */
+export const NETWORK_FAILPOINTS = [
+  'network.after-vm-update', // the supervisor applied the new policy, the record is not written yet
+] as const;
+
 /** Every failpoint name of the server. */
-export type ServerFailpoint = (typeof HANDOVER_FAILPOINTS)[number] | (typeof FORK_FAILPOINTS)[number];
+export type ServerFailpoint = (typeof HANDOVER_FAILPOINTS)[number] | (typeof FORK_FAILPOINTS)[number] | (typeof NETWORK_FAILPOINTS)[number];
 
 /** The server's failpoints (env `SANDNODE_SERVER_FAILPOINTS`). */
-export const serverFailpoints = new Failpoints<ServerFailpoint>({ service: 'server', names: [...HANDOVER_FAILPOINTS, ...FORK_FAILPOINTS] });
+export const serverFailpoints = new Failpoints<ServerFailpoint>({ service: 'server', names: [...HANDOVER_FAILPOINTS, ...FORK_FAILPOINTS, ...NETWORK_FAILPOINTS] });
 
 /** SERVER_FAILPOINTS_ENV is "SANDNODE_SERVER_FAILPOINTS". */
 export const SERVER_FAILPOINTS_ENV = serverFailpoints.env;

@@ -16,8 +16,9 @@
  *                                  idle timeout; bytes counted per sandbox
  */
 import net from 'node:net';
+import os from 'node:os';
 import { domainMatches, evaluateEgress, normalizeName, type Cidr, type EgressVerdict, type Logger } from '@sandnode/shared';
-import type { NetworkDirectory } from '../core/network-directory';
+import type { NetworkDirectory, SandboxNetworkView } from '../core/network-directory';
 import { originalDestination as readOriginalDst, type Destination } from './original-dst';
 import { MAX_PREAMBLE_BYTES, parsePreamble, type Preamble } from './preamble';
 import { BulkReader } from './relay';
@@ -70,6 +71,32 @@ export interface EgressProxy {
   close(): Promise<void>;
 }
 
+/** How long the list of the host's own addresses is reused, ms. */
+const OWN_ADDRESSES_MS = 1000;
+let ownCache: { at: number; addresses: Set<string> } | undefined;
+
+/**
+ * isOwnAddress says whether `address` (dotted quad) is an IPv4 address of one of this host's
+ * interfaces (the list is read at most every OWN_ADDRESSES_MS). network.proto rule 1 refuses
+ * the node's own addresses; the input chain drops a sandbox's direct packets to them, but the
+ * proxy connects from the host, so it must refuse them itself. Loopback interfaces are left to
+ * the always-denied list (DEFAULT_ALWAYS_DENIED has 127.0.0.0/8).
+ */
+export function isOwnAddress(address: string): boolean {
+  const now = Date.now();
+  if (!ownCache || now - ownCache.at > OWN_ADDRESSES_MS) {
+    const addresses = new Set<string>();
+    for (const list of Object.values(os.networkInterfaces())) for (const i of list ?? []) if (i.family === 'IPv4' && !i.internal) addresses.add(i.address);
+    ownCache = { at: now, addresses };
+  }
+  return ownCache.addresses.has(address);
+}
+
+function decideAddress(policy: Parameters<typeof evaluateEgress>[0], alwaysDenied: readonly Cidr[], own: (a: string) => boolean, address: string, name?: string): EgressVerdict {
+  if (own(address)) return { allowed: false, rule: `always-denied: the node's own address ${address}` };
+  return evaluateEgress(policy, alwaysDenied, address, name);
+}
+
 /** How a connection was decided (exported for tests and logs). */
 export interface EgressDecision {
   verdict: EgressVerdict;
@@ -83,7 +110,8 @@ export interface EgressDecision {
  * decideEgress applies the policy of docs/network.md to a connection going to `dst` that
  * named `rawName` (SNI/Host, undefined when none): an allowed name is resolved through
  * `upstream` and connected to at the first address that passes rule 1; anything else is
- * decided by the address alone. Never rejects: a failed resolution is a refusal naming it.
+ * decided by the address alone. Rule 1 includes the host's own addresses (`own`, default
+ * isOwnAddress). Never rejects: a failed resolution is a refusal naming it.
  */
 export async function decideEgress(
   policy: Parameters<typeof evaluateEgress>[0],
@@ -91,6 +119,7 @@ export async function decideEgress(
   upstream: Pick<UpstreamDns, 'resolve4'>,
   dst: Destination,
   rawName: string | undefined,
+  own: (address: string) => boolean = isOwnAddress,
 ): Promise<EgressDecision> {
   const name = rawName === undefined ? undefined : normalizeName(rawName);
   if (name !== undefined && policy.allowDomains.some((r) => domainMatches(r, name))) {
@@ -102,13 +131,13 @@ export async function decideEgress(
     }
     let refusal: EgressVerdict | undefined;
     for (const a of addresses) {
-      const v = evaluateEgress(policy, alwaysDenied, a, name);
+      const v = decideAddress(policy, alwaysDenied, own, a, name);
       if (v.allowed) return { name, verdict: v, target: { address: a, port: dst.port } };
       refusal ??= { allowed: false, rule: `${v.rule} (${name} resolves to ${a})` };
     }
     return { name, verdict: refusal ?? { allowed: false, rule: `${name} has no IPv4 address` } };
   }
-  const v = evaluateEgress(policy, alwaysDenied, dst.address);
+  const v = decideAddress(policy, alwaysDenied, own, dst.address);
   return { name, verdict: v, target: v.allowed ? dst : undefined };
 }
 
@@ -201,10 +230,20 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
         if (!client.destroyed) refuse(client, p, `connecting to ${target.address}:${target.port} failed (${err.message})`, 502);
       } else if (!client.destroyed) client.resetAndDestroy();
     });
+    // the policy may change while bytes flow (UpdateSandboxNetwork, delete, the address given to
+    // another sandbox): a connection the policy in force would refuse now is reset, as the kernel
+    // does for direct traffic (it checks every forwarded packet)
+    let seen: SandboxNetworkView | undefined = view;
+    const stillAllowed = () => {
+      const now = opts.directory.byAddress(src);
+      if (now === seen) return true;
+      seen = now;
+      return now !== undefined && now.sandboxId === view.sandboxId && decideAddress(now.policy, opts.alwaysDenied, isOwnAddress, target.address, d.name).allowed;
+    };
     up.once('connect', () => {
       clearTimeout(timer);
       client.off('close', onClientGone);
-      splice(client, up, reader, head, t, idleMs);
+      splice(client, up, reader, head, t, idleMs, stillAllowed);
     });
   };
 
@@ -262,9 +301,10 @@ function readPreamble(client: net.Socket, timeoutMs: number, done: (p: Preamble 
 /**
  * splice writes `head` upstream and relays both ways with backpressure and half-close: upstream
  * to client through `reader` (up was made with its onread: large reads, counted per read),
- * client to upstream as a stream pipe; errors reset the other side.
+ * client to upstream as a stream pipe; errors reset the other side. Before a chunk is passed on
+ * either way, stillAllowed() is asked (the policy in force); false resets both sides.
  */
-function splice(client: net.Socket, up: net.Socket, reader: BulkReader, head: Buffer, t: SandboxTraffic, idleMs: number): void {
+function splice(client: net.Socket, up: net.Socket, reader: BulkReader, head: Buffer, t: SandboxTraffic, idleMs: number, stillAllowed: () => boolean): void {
   up.on('error', () => {
     if (!client.destroyed) client.resetAndDestroy();
   });
@@ -284,8 +324,19 @@ function splice(client: net.Socket, up: net.Socket, reader: BulkReader, head: Bu
   client.setNoDelay(true);
   t.bytesOut += head.length;
   up.write(head);
-  client.on('data', (b: Buffer) => (t.bytesOut += b.length));
+  const revoked = () => {
+    if (stillAllowed()) return false;
+    client.unpipe(up);
+    client.resetAndDestroy();
+    up.resetAndDestroy();
+    return true;
+  };
+  client.on('data', (b: Buffer) => {
+    if (!revoked()) t.bytesOut += b.length;
+  });
   client.pipe(up);
-  reader.attach(up, client, (n) => (t.bytesIn += n));
+  reader.attach(up, client, (n) => {
+    if (!revoked()) t.bytesIn += n;
+  });
   up.on('end', () => client.end());
 }

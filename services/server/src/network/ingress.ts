@@ -14,8 +14,8 @@
  * buffering rules and still need the routing and the podd dial written here.
  *
  * Bounds: header bytes (maxHeaderBytes) and time (headersTimeoutMs, checked every second:
- * slowloris), total client connections (maxConnections: beyond, the kernel connection is
- * closed), forwarded connections per sandbox (maxPerSandbox: beyond, 429), idle time of a
+ * slowloris), total client connections (maxConnections: beyond, the oldest connection with
+ * nothing in flight is closed for the new one; when all are busy, the new one is closed), forwarded connections per sandbox (maxPerSandbox: beyond, 429), idle time of a
  * client or tunnel connection (idleTimeoutMs), upstream connect time (connectTimeoutMs).
  * The `sandnode-access-token` header is never sent upstream.
  *
@@ -96,7 +96,36 @@ export function createIngress(o: IngressOptions): Ingress {
     connectionsCheckingInterval: 1000,
     keepAliveTimeout: limits.idleTimeoutMs,
   });
-  server.maxConnections = limits.maxConnections;
+  // at most maxConnections client connections; when full, a new one takes the place of the
+  // oldest connection with nothing in flight (silent, mid-head, or kept alive between requests),
+  // so one client holding idle connections cannot lock every other client out; only when every
+  // connection has a request or tunnel in flight is the new one closed
+  const clients = new Map<net.Socket | Duplex, { busy: number }>(); // insertion order: oldest first
+  server.on('connection', (sock: net.Socket) => {
+    if (clients.size >= limits.maxConnections) {
+      let idle: net.Socket | Duplex | undefined;
+      for (const [c, st] of clients) {
+        if (st.busy === 0) {
+          idle = c;
+          break;
+        }
+      }
+      if (!idle) return sock.destroy();
+      clients.delete(idle);
+      idle.destroy();
+    }
+    clients.set(sock, { busy: 0 });
+    sock.once('close', () => clients.delete(sock));
+  });
+  const busy = (sock: net.Socket | Duplex) => {
+    const st = clients.get(sock);
+    if (st) st.busy++;
+    return st;
+  };
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    const st = busy(req.socket);
+    if (st) res.once('close', () => st.busy--);
+  });
   server.timeout = limits.idleTimeoutMs;
 
   const take = (id: string): boolean => {
@@ -248,8 +277,14 @@ export function createIngress(o: IngressOptions): Ingress {
       },
     );
   };
-  server.on('upgrade', (req, socket, head) => tunnel(req, socket, head, false));
-  server.on('connect', (req, socket, head) => tunnel(req, socket, head, true));
+  server.on('upgrade', (req, socket, head) => {
+    busy(socket); // a tunnel stays busy until it closes
+    tunnel(req, socket, head, false);
+  });
+  server.on('connect', (req, socket, head) => {
+    busy(socket);
+    tunnel(req, socket, head, true);
+  });
   server.on('clientError', (err, socket) => {
     const code = (err as NodeJS.ErrnoException).code;
     if (socket.writable && !socket.destroyed) {

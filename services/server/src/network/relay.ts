@@ -83,6 +83,7 @@ export class BulkReader {
     const peer = this.peer!;
     if (peer.destroyed || peer.writableEnded) return false;
     this.count(b.length);
+    if (peer.destroyed) return false; // count may end the relay (a policy that now refuses it)
     const whole = this.spare;
     const ok = peer.write(b, () => {
       if (reused && this.spare === undefined && whole?.length === this.size) this.spare = whole; // the write let go of it

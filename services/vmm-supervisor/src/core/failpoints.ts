@@ -12,6 +12,8 @@ import { Failpoints } from '@sandnode/shared';
 export const FAILPOINTS = {
   /** runc driver: the VM's mounts are up, the container is not started. */
   createAfterMounts: 'runc.create.after-mounts',
+  /** network: UpdateVmNetwork's new policy is in the slot table, the nft change not applied yet. */
+  networkUpdateAfterStore: 'network.update.after-store',
 } as const;
 
 /** A vmm-supervisor failpoint name. */

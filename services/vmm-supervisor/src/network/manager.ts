@@ -38,6 +38,7 @@ import * as host from './net-host';
 import { renderSlotDelta, renderTable, type NftSettings, type NftSlot } from './nft-render';
 import { NftSession } from './nft-session';
 import type { SlotRow, SlotStore } from './slot-store';
+import { failpoints, FAILPOINTS } from '../core/failpoints';
 
 /** NetworkRequest is a VM's NetworkSpec in domain form. */
 export interface NetworkRequest {
@@ -365,6 +366,7 @@ export class NetworkManager {
       if (!row) throw new FailedPreconditionError(`vm ${vmId} has no network`);
       const next: SlotRow = { ...row, egress };
       this.store.put(next);
+      failpoints.hit(FAILPOINTS.networkUpdateAfterStore);
       try {
         await this.applyChange(row.slot, parseEgressPolicy(row.egress), parseEgressPolicy(egress));
       } catch (err) {

@@ -7,12 +7,15 @@
  *     by source address)
  *   prerouting (nat, dstnat): udp/tcp 53 -> dnsPort; TCP to @proxied from @proxy_ifaces (slots
  *     whose policy has domain rules) -> egressProxyPort
- *   input: from a sandbox iface: established/related, dnsPort, egressProxyPort; else drop
+ *   input: to dnsPort/egressProxyPort only from a sandbox iface; from a sandbox iface: established/related, dnsPort, egressProxyPort; else refuse
  *   forward: from a sandbox iface: vmap @slots (jump slot-<n>), else refuse (reserved slots);
  *     to a sandbox iface: established/related, else drop
  *   slot-<n>: saddr check, always-denied -> refuse, allow CIDRs accept, block_all -> refuse,
  *     deny CIDRs -> refuse, accept
  *   refuse: TCP reset, else ICMP admin-prohibited
+ *   output (filter): to a sandbox iface from a socket of a user other than root -> refuse (a
+ *     local user of the host reaches a sandbox only through the ingress and its access token;
+ *     the server, root, dials sandboxes; kernel-made packets and replies of listeners pass)
  *   postrouting (nat, srcnat): saddr in pool, oif not a sandbox iface -> masquerade
  */
 import { hasDomainRules, ifacePrefix, slotAddresses, tableName, type Cidr, type EgressPolicy, type NetLayout } from '@sandnode/shared';
@@ -107,16 +110,11 @@ export function renderTable(cfg: NftSettings, slots: NftSlot[]): string {
       'type filter hook input priority filter; policy accept;',
     ),
     chainBlock(
-      'output',
-      // the host's own users reach a sandbox only through the ingress (its token): a socket of a non-root process is refused
-      [`oifname ${sb} meta skuid != 0 jump refuse`],
-      'type filter hook output priority filter; policy accept;',
-    ),
-    chainBlock(
       'forward',
       [`iifname ${sb} iifname vmap @slots`, `iifname ${sb} jump refuse`, `oifname ${sb} ct state established,related accept`, `oifname ${sb} drop`],
       'type filter hook forward priority filter; policy accept;',
     ),
+    chainBlock('output', [`oifname ${sb} meta skuid != 0 jump refuse`], 'type filter hook output priority filter; policy accept;'),
     chainBlock('postrouting', [`ip saddr ${cfg.layout.pool.text} oifname != ${sb} masquerade`], 'type nat hook postrouting priority srcnat; policy accept;'),
     ...slots.filter((s) => s.policy !== undefined).map((s) => chainBlock(slotChain(s.slot), slotRules(cfg, s.slot, s.policy!))),
   ];
