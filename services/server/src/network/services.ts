@@ -26,7 +26,7 @@ import { startNetworkProxies, type NetworkProxies } from './proxies';
 import type { Destination } from './original-dst';
 
 /** How often an activation without egress proxy and resolver asks the supervisor whether its network is on now, ms. */
-export const LATE_CHECK_MS = 5000;
+export const LATE_CHECK_MS = 1000;
 
 /** Options of {@link NetworkServices}. */
 export interface NetworkServicesOptions {
