@@ -3,7 +3,7 @@
  * sandnode-compat: runs the N/N-1 matrix and the upgrade/rollback runs and writes
  * `compat-tests/report/matrix.{md,json,html}`. Exit code 1 when any cell or run fails.
  *
- *   npm run compat -- [--quick] [--versions A,B] [--skip] [--no-containers] [--only wire]
+ *   npm run compat -- [--quick] [--versions A,B] [--skip] [--no-containers] [--only wire|breaking]
  *
  *   --versions A,B   builds to compare, oldest first ("0.1.0,N"); default: the latest release and N
  *   --skip           also compare N-2 with N (when releases.json has an N-2)
@@ -11,6 +11,8 @@
  *   --no-containers  do not run container mode (compat-tests/src/containers.ts) even if present
  *   --only wire      only the wire checks (no matrix cells, upgrade runs or container mode);
  *                    the report goes to compat-tests/report/only-wire/
+ *   --only breaking  only `buf breaking` of N's contracts against the releases compared
+ *                    (breaking.ts; report in compat-tests/report/only-breaking/)
  *
  * A mode module (containers, wire) that is missing or lacks its entry point is reported: a
  * failed section under CI=true, a skipped one with the reason otherwise; never dropped.
@@ -31,8 +33,8 @@ export interface CompatArgs {
   versions?: string[];
   skip: boolean;
   containers: boolean;
-  /** run only this part ("wire") */
-  only?: 'wire';
+  /** run only this part ("wire" or "breaking") */
+  only?: 'wire' | 'breaking';
 }
 
 /** parseArgs reads the flags above; throws naming an unknown flag. */
@@ -45,7 +47,7 @@ export function parseArgs(argv: string[]): CompatArgs {
     else if (x === '--no-containers') a.containers = false;
     else if (x === '--only' || x.startsWith('--only=')) {
       const v = x.includes('=') ? x.slice(x.indexOf('=') + 1) : argv[++i];
-      if (v !== 'wire') throw new Error(`--only: ${v ?? '(missing)'} is not a part that runs alone (known: wire)`);
+      if (v !== 'wire' && v !== 'breaking') throw new Error(`--only: ${v ?? '(missing)'} is not a part that runs alone (known: wire, breaking)`);
       a.only = v;
     } else if (x === '--versions' || x.startsWith('--versions=')) {
       const v = x.includes('=') ? x.slice(x.indexOf('=') + 1) : argv[++i];
@@ -54,7 +56,7 @@ export function parseArgs(argv: string[]): CompatArgs {
         .split(',')
         .map((s) => s.trim())
         .filter(Boolean);
-    } else throw new Error(`unknown argument ${x} (known: --quick, --versions A,B, --skip, --no-containers, --only wire)`);
+    } else throw new Error(`unknown argument ${x} (known: --quick, --versions A,B, --skip, --no-containers, --only wire|breaking)`);
   }
   return a;
 }
@@ -179,7 +181,8 @@ export async function main(argv: string[]): Promise<number> {
   try {
     const ctx: RunContext = { builds, order, quick: args.quick, workDir: work, log };
     if (args.containers && !args.only) sections.push(...(await optionalHook('containers', 'runContainerMode', ctx)));
-    sections.push(...(await optionalHook('wire', 'runWireCompat', ctx)));
+    if (args.only !== 'breaking') sections.push(...(await optionalHook('wire', 'runWireCompat', ctx)));
+    if (args.only !== 'wire') sections.push(...(await optionalHook('breaking', 'runBufBreaking', ctx)));
   } finally {
     rmSync(work, { recursive: true, force: true });
   }

@@ -12,7 +12,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { askVersion, connectServerApi, sandboxDir, socketPath, unixAddress, type ServerApi } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
-import { waitFor } from '@sandnode/testkit';
+import { startTestInternet, takeTestPool, waitFor, type TestInternet, type TestPool } from '@sandnode/testkit';
 import { cliMain, templateBuilderModule } from './layout';
 import { nodeFor } from './releases';
 import type { Build, Component } from './types';
@@ -26,6 +26,8 @@ interface StackDirs {
   stateDir: string;
   runDir: string;
   listen: string;
+  /** the node's network settings (node-stack NodeNetworkSettings): a test pool of its own */
+  network?: TestPool['settings'];
 }
 
 /** The part of N's `@sandnode/node-stack` this module uses. */
@@ -88,6 +90,11 @@ export class TempNode {
   readonly running: Partial<Record<Daemon, Build>> = {};
   private apiHandle: ServerApi | undefined;
 
+  /** the node's test pool (addresses, names, ports of its own: several nodes run at once on one machine) */
+  readonly pool: TestPool;
+  /** the test "internet" the node's DNS upstream points at (started by startInternet) */
+  inet: TestInternet | undefined;
+
   /** @param n the working tree build, whose CLI drives upgrades and the purge */
   constructor(
     readonly n: Build,
@@ -95,8 +102,37 @@ export class TempNode {
   ) {
     this.root = mkdtempSync(path.join(os.tmpdir(), prefix));
     chmodSync(this.root, 0o711); // others may pass (the sandboxes' user namespace root must reach <runDir>), not list
-    this.dirs = { stateDir: path.join(this.root, 'state'), runDir: path.join(this.root, 'run'), listen: '' };
+    this.pool = takeTestPool();
+    this.dirs = { stateDir: path.join(this.root, 'state'), runDir: path.join(this.root, 'run'), listen: '', network: this.pool.settings };
     this.address = unixAddress(socketPath(this.dirs.runDir, 'server'));
+  }
+
+  /**
+   * startInternet starts the node's test internet (once; before the first server start, whose
+   * dnsUpstreams names its DNS server). Throws when it cannot be made (needs root, ip).
+   */
+  async startInternet(): Promise<TestInternet> {
+    this.inet ??= await startTestInternet();
+    return this.inet;
+  }
+
+  /**
+   * serverEnv is the server config of this node that is not in dirs (a build that does not know
+   * a key ignores its variable): the ingress listener of the node's pool and, once the test
+   * internet runs, the DNS upstream (its DNS server). Also given to N's CLI for `upgrade
+   * server`, which starts a standby from the caller's environment while the active server wrote
+   * no settings file (0.2.0).
+   */
+  serverEnv(): Record<string, string> {
+    return {
+      SANDNODE_SERVER_INGRESS_LISTEN: this.pool.settings.ingressListen ?? '',
+      ...(this.inet ? { SANDNODE_SERVER_DNS_UPSTREAMS: `${this.inet.dns.address}:${this.inet.dns.port}` } : {}),
+    };
+  }
+
+  /** ingressListen is the node's ingress listener, "127.0.0.1:port". */
+  get ingressListen(): string {
+    return this.pool.settings.ingressListen ?? '';
   }
 
   /** api is the current connection to the server (see reconnect). */
@@ -119,15 +155,19 @@ export class TempNode {
 
   /** start starts daemon c from build b and waits until it answers; returns its pid. */
   async start(c: Daemon, b: Build): Promise<number> {
-    const saved = process.env.SANDNODE_BUILD_COMMIT;
-    process.env.SANDNODE_BUILD_COMMIT = b.commit;
+    if (c === 'server') await this.startInternet();
+    const vars: Record<string, string> = { SANDNODE_BUILD_COMMIT: b.commit, ...(c === 'server' ? this.serverEnv() : {}) };
+    const saved = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
+    Object.assign(process.env, vars);
     try {
       const r = await stack().startComponent(this.dirs, c, { buildDir: b.dir, timeoutMs: 60_000 });
       this.running[c] = b;
       return r.pid;
     } finally {
-      if (saved === undefined) delete process.env.SANDNODE_BUILD_COMMIT;
-      else process.env.SANDNODE_BUILD_COMMIT = saved;
+      for (const [k, v] of Object.entries(saved)) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
     }
   }
 
@@ -223,6 +263,8 @@ export class TempNode {
       notes.push(`purge: ${(err as Error).message}`);
     }
     rmSync(this.root, { recursive: true, force: true });
+    await this.inet?.stop();
+    this.pool.release();
     return notes.join('\n');
   }
 }

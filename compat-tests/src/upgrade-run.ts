@@ -5,6 +5,10 @@
  * runs with sandboxes of the old and the new template, then each component is rolled back to
  * N-1 the same way and the suite runs again.
  *
+ * Between them (network-run.ts) a networked sandbox made at N keeps a kernel-path TCP connection
+ * flowing while the server alone goes N -> N-1 -> N (its dry-run names what N-1 loses: ingress
+ * and the egress proxy; the ingress stops and comes back with the same token).
+ *
  * Checked through the whole run: the first 3 sandboxes keep their pids, the exec stream
  * delivers every byte and ends, and records written by N are read by N-1 unchanged (after the
  * rollback GetSandbox of every sandbox equals what N returned).
@@ -13,6 +17,7 @@ import { randomBytes } from 'node:crypto';
 import type { Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 import { waitFor } from '@sandnode/testkit';
 import { connectApi, TempNode, type Daemon } from './node';
+import { runNetworkSteps } from './network-run';
 import { loadSchema } from './wire';
 import { execCollect, getSandbox, grpcStatusOf, runSuite, stateName, type ExecResult } from './scenarios';
 import type { Build, Component, UpgradeRun, UpgradeStep } from './types';
@@ -91,7 +96,7 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
   const daemons: Record<Daemon, Build> = { server: older, 'vmm-supervisor': older, 'ublk-manager': older };
 
   const upgradeBy = async (c: 'server' | 'ublk-manager', to: Build): Promise<Partial<UpgradeStep>> => {
-    const r = await node.cli(['upgrade', c, '--from-build', to.dir, '--json'], TempNode.buildEnv(to));
+    const r = await node.cli(['upgrade', c, '--from-build', to.dir, '--json'], { ...TempNode.buildEnv(to), ...(c === 'server' ? node.serverEnv() : {}) });
     if (r.status !== 0) throw new Error(`sandnode upgrade ${c} exited ${r.status}: ${r.stderr.trim().slice(-800)}`);
     const j = JSON.parse(r.stdout) as Record<string, unknown>;
     daemons[c] = to;
@@ -197,6 +202,9 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
       for (const id of keep) snapshot.set(id, await getSandbox(node.api, id));
       return { detail: `${keep.length} records (2 created, 1 paused, 1 timeout set by ${newer.label})` };
     });
+
+    // --- the network across server moves (N -> N-1 -> N) with a networked sandbox: network-run.ts ---
+    await runNetworkSteps({ node, older, newer, step, upgradeServer: (to) => upgradeBy('server', to) });
 
     // --- roll back to N-1, in reverse order ---
     await step(`rollback vmm-supervisor ${newer.label} -> ${older.label} (restart, adoption)`, () => restartVmm(older), { component: 'vmm-supervisor', from: newer.label, to: older.label });

@@ -151,6 +151,63 @@ withReleases(`wire compatibility of the releases (${names}) with N`, () => {
     expect(section.summary).toMatch(/messages/);
   });
 
+  it('covers the network contracts (issue 12): its messages are checked in N, its fields of older messages cross every release as unknown fields and back', () => {
+    const r = checkWire([...rel.builds, N]);
+    const byName = new Map(r.messages.map((m) => [m.message, m]));
+    const added = [
+      'sandnode.common.v1.EgressPolicy',
+      'sandnode.vmm.v1.NetworkSpec',
+      'sandnode.vmm.v1.VmNetwork',
+      'sandnode.vmm.v1.UpdateVmNetworkRequest',
+      'sandnode.vmm.v1.ListNetworkSlotsResponse',
+      'sandnode.vmm.v1.NetworkSlot',
+      'sandnode.vmm.v1.ReleaseNetworkSlotRequest',
+      'sandnode.server.v1.SandboxNetworkRequest',
+      'sandnode.server.v1.SandboxNetwork',
+      'sandnode.server.v1.UpdateSandboxNetworkRequest',
+      'sandnode.server.v1.NetworkRecord',
+      'sandnode.podd.v1.ForwardPortRequest',
+      'sandnode.podd.v1.ForwardPortResponse',
+    ];
+    for (const name of added) {
+      expect([name, byName.get(name)?.scope, byName.get(name)?.result]).toEqual([name, 'new in N', 'pass']);
+      expect(byName.get(name)!.checks).toBeGreaterThan(0);
+    }
+    // message -> the field number N added to it; every release lacks it, so the N -> release checks carry it as an unknown field
+    const extended: Record<string, number> = {
+      'sandnode.server.v1.CreateSandboxRequest': 6,
+      'sandnode.server.v1.CreateSandboxResponse': 2,
+      'sandnode.server.v1.Sandbox': 14,
+      'sandnode.server.v1.ForkSandboxRequest': 6,
+      'sandnode.server.v1.RuntimeRecord': 25,
+      'sandnode.server.v1.PrepareHandoverResponse': 5,
+      'sandnode.server.v1.HandoverRequest': 6,
+      'sandnode.vmm.v1.VmSpec': 8,
+      'sandnode.vmm.v1.Vm': 11,
+      'sandnode.vmm.v1.DeleteVmRequest': 2,
+    };
+    for (const [name, num] of Object.entries(extended)) {
+      // "partial": a message 0.2.0 added (ForkSandboxRequest) is checked against N alone where the older release lacks it
+      expect([name, byName.get(name)?.result]).toEqual([name, 'pass']);
+      expect(['both', 'partial']).toContain(byName.get(name)?.scope);
+      expect(
+        loadSchema(N)
+          .messages.get(name)!
+          .fields.some((f) => f.number === num),
+      ).toBe(true);
+      const has = rel.builds.filter((b) => loadSchema(b).messages.has(name));
+      expect(has.length).toBeGreaterThan(0);
+      for (const b of has)
+        expect([
+          b.label,
+          name,
+          loadSchema(b)
+            .messages.get(name)!
+            .fields.some((f) => f.number === num),
+        ]).toEqual([b.label, name, false]);
+    }
+  });
+
   it(`catches a renumbered field against ${rel.builds.at(-1)?.label ?? 'the latest release'}: removed without reserving, and values lost`, () => {
     const scratch = attachCodecs(schemaFromDescriptorSet(N, renumbered(33)), genDir(N));
     const rec = checkSchemas([loadSchema(newest), scratch]).messages.find((m) => m.message === RECORD)!;

@@ -15,6 +15,18 @@ describe('buildServerFeatures', () => {
     expect(buildServerFeatures(dir)).toEqual({ version: '0.2.0', features: ['server.sandbox.v1', 'server.fork.v1'] });
   });
 
+  it("reads a real 0.2.0 build's layout: shared/ and SERVER_FEATURES in the server's handover/server-node.js", () => {
+    const dir = tmp();
+    mkdirSync(path.join(dir, 'shared', 'dist'), { recursive: true });
+    mkdirSync(path.join(dir, 'services', 'server', 'dist', 'handover'), { recursive: true });
+    writeFileSync(path.join(dir, 'package.json'), JSON.stringify({ version: '0.2.0' }));
+    writeFileSync(
+      path.join(dir, 'services', 'server', 'dist', 'handover', 'server-node.js'),
+      "/** Features this server offers (GetVersion). */\nexports.SERVER_FEATURES = ['server.sandbox.v1', 'server.takeover.v1', 'server.fork.v1'];\nexports.EPOCH_PROBE_ID = 'x';\n",
+    );
+    expect(buildServerFeatures(dir)).toEqual({ version: '0.2.0', features: ['server.sandbox.v1', 'server.takeover.v1', 'server.fork.v1'] });
+  });
+
   it('a checkout that is not built says to build it', () => {
     expect(() => buildServerFeatures(tmp())).toThrow(/features\.js does not exist: build that checkout first/);
   });

@@ -35,10 +35,24 @@ export interface UpgradePreview {
 export function buildServerFeatures(buildDir: string): { version: string; features: string[] } {
   const dir = path.resolve(buildDir);
   const shared = path.join(dir, 'packages', 'shared', 'dist', 'features.js');
+  const version = (): string => (JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as { version?: string }).version ?? '';
+  // builds before 0.3.0 (0.2.0: `shared/` layout) list SERVER_FEATURES in the server's handover/server-node.js
+  const legacy = path.join(dir, 'services', 'server', 'dist', 'handover', 'server-node.js');
+  if (!existsSync(shared) && existsSync(path.join(dir, 'shared', 'dist')) && existsSync(legacy)) return { version: version(), features: legacyServerFeatures(legacy) };
   if (!existsSync(shared)) throw new Error(`${shared} does not exist: build that checkout first (npm run build in ${dir})`);
-  const version = (JSON.parse(readFileSync(path.join(dir, 'package.json'), 'utf8')) as { version?: string }).version ?? '';
   const mod = require(shared) as { SERVER_FEATURES?: Record<string, string> };
-  return { version, features: Object.values(mod.SERVER_FEATURES ?? {}) };
+  return { version: version(), features: Object.values(mod.SERVER_FEATURES ?? {}) };
+}
+
+/**
+ * legacyServerFeatures reads the `exports.SERVER_FEATURES = [...]` literal of a pre-0.3.0
+ * server-node.js (read as text: loading it would load that build's native modules into this
+ * Node). Throws Error naming the file when it has none.
+ */
+function legacyServerFeatures(file: string): string[] {
+  const m = /exports\.SERVER_FEATURES\s*=\s*\[([^\]]*)\]/.exec(readFileSync(file, 'utf8'));
+  if (!m) throw new Error(`${file} has no SERVER_FEATURES list: not a sandnode server build`);
+  return [...m[1]!.matchAll(/['"]([^'"]+)['"]/g)].map((x) => x[1]!);
 }
 
 /**

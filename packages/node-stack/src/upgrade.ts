@@ -7,7 +7,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, niceWhileBooting, type TakeoverResult } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, envKey, niceWhileBooting, type TakeoverResult } from '@sandnode/shared';
 import { AdminServiceDefinition } from '@sandnode/shared/proto/server/v1/admin';
 import { mainScript, nodeFor, versionAt, writePidFile, type StackDirs } from './components';
 import { spawnDaemon, waitForDaemon } from './daemon-process';
@@ -40,13 +40,33 @@ const PASSED_SERVER_ENV = ['SANDNODE_SERVER_FAILPOINTS'];
  * node's settings), or, when the active server wrote none (a build before 0.3.0), the caller's
  * environment and listen address as before.
  */
-function standbyEnv(dirs: StackDirs, callerEnv: NodeJS.ProcessEnv, slot: string): NodeJS.ProcessEnv {
+export function standbyEnv(dirs: StackDirs, callerEnv: NodeJS.ProcessEnv, slot: string, buildDir?: string): NodeJS.ProcessEnv {
   const runDir = path.resolve(dirs.runDir);
   const settings = path.join(runDir, SERVER_SETTINGS_FILE);
   const own = { SANDNODE_SERVER_STATE_DIR: path.resolve(dirs.stateDir), SANDNODE_SERVER_RUN_DIR: runDir, SANDNODE_SERVER_SLOT: slot, SANDNODE_SERVER_TAKEOVER: 'true' };
   if (!existsSync(settings)) return { ...callerEnv, SANDNODE_SERVER_LISTEN: dirs.listen, ...own };
   const env = Object.fromEntries(Object.entries(callerEnv).filter(([k]) => !k.startsWith('SANDNODE_SERVER_') || PASSED_SERVER_ENV.includes(k)));
+  if (buildDir && !writesSettingsFile(buildDir)) return { ...env, ...settingsAsEnv(settings), ...own };
   return { ...env, SANDNODE_SERVER_CONFIG: settings, ...own };
+}
+
+/**
+ * writesSettingsFile says whether the server of buildDir is a build that writes (and so reads
+ * every key of) the settings file: 0.3.0 on. An older build (a rollback to 0.2.0) refuses a
+ * config file with a key it does not know (e.g. `ingressListen`, `dnsUpstreams`).
+ */
+function writesSettingsFile(buildDir: string): boolean {
+  return existsSync(path.join(path.resolve(buildDir), 'services', 'server', 'dist', 'handover', 'settings-file.js'));
+}
+
+/**
+ * settingsAsEnv gives the settings file's keys as `SANDNODE_SERVER_<KEY>` variables, for a
+ * build before 0.3.0: it reads the variables of the keys it knows and ignores the others, so
+ * it runs with the node's settings it understands instead of refusing to start.
+ */
+function settingsAsEnv(file: string): Record<string, string> {
+  const { version: _v, ...keys } = JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+  return Object.fromEntries(Object.entries(keys).map(([k, v]) => [envKey('server', k), typeof v === 'string' ? v : JSON.stringify(v)]));
 }
 
 /**
@@ -84,7 +104,7 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
     script,
     node: nodeFor(buildDir),
     logPath,
-    env: standbyEnv(dirs, callerEnv, slot),
+    env: standbyEnv(dirs, callerEnv, slot, buildDir),
   });
   // it boots niced, so the active server keeps its CPU; it takes 0 again when it starts the handover
   niceWhileBooting(child.pid);

@@ -90,7 +90,7 @@ export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<str
   return {
     podd,
     // the ingress, egress proxy and resolver listen on named listeners a handover passes on
-    named: services && { wanted: () => services.wanted(), serve: (spec) => services.serve(spec) },
+    named: services && { wanted: () => services.wanted(), serve: (spec) => services.serve(spec), late: () => services.late() },
     onActive() {
       if (!settings) return;
       try {

@@ -76,7 +76,15 @@ export interface NodeWiring {
    * this server wants (from its config), and what serves each (called after activate, before
    * the socket accepts). Handed over like the gRPC listeners.
    */
-  named?: { wanted(): NamedListenerSpec[] | Promise<NamedListenerSpec[]>; serve: NamedServe };
+  named?: {
+    wanted(): NamedListenerSpec[] | Promise<NamedListenerSpec[]>;
+    serve: NamedServe;
+    /**
+     * late: listeners that could not be had at activation and can be now (the egress proxy and
+     * resolver once the supervisor has a network), asked by the reaper while ACTIVE; [] when none
+     */
+    late?(): Promise<NamedListenerSpec[]>;
+  };
 }
 
 export class ServerNode implements StandbyNode, OldServer {
@@ -340,6 +348,26 @@ export class ServerNode implements StandbyNode, OldServer {
     }
   }
 
+  /**
+   * openLateNamed opens the named listeners the wiring can give only now (late): they join the
+   * ones a handover passes on. Opened while a handover began are closed again (the next server
+   * binds them itself).
+   */
+  private async openLateNamed(): Promise<void> {
+    const named = this.wiring.named;
+    if (!named?.late || !this.roles.is('ACTIVE')) return;
+    const specs = await named.late();
+    if (specs.length === 0) return;
+    const got = await openNamedListeners(specs, [], named.serve);
+    for (const f of got.failed) this.log.error({ err: f.err, listener: f.spec.name, address: f.spec.address }, 'could not open a named listener: it is off on this server');
+    if (!this.roles.is('ACTIVE')) {
+      for (const l of got.opened) l.close();
+      return;
+    }
+    this.named.push(...got.opened);
+    this.log.info({ named: got.opened.map((l) => `${l.name} ${l.kind} ${l.address}`) }, 'named listeners opened after activation');
+  }
+
   private startReaper(): void {
     clearInterval(this.reaper);
     let reaping = false;
@@ -354,6 +382,7 @@ export class ServerNode implements StandbyNode, OldServer {
           this.log.info({ sandbox_id: id }, 'timeout reached: deleting sandbox');
           await m.delete(id).catch((err: unknown) => this.log.error({ sandbox_id: id, err }, 'reaper delete failed'));
         }
+        await this.openLateNamed();
       })()
         .catch((err: unknown) => this.log.error({ err }, 'reaper pass failed'))
         .finally(() => (reaping = false));

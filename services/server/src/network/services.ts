@@ -25,6 +25,9 @@ import { poddRelay, type PoddRelay } from './ingress-podd';
 import { startNetworkProxies, type NetworkProxies } from './proxies';
 import type { Destination } from './original-dst';
 
+/** How often an activation without egress proxy and resolver asks the supervisor whether its network is on now, ms. */
+export const LATE_CHECK_MS = 1000;
+
 /** Options of {@link NetworkServices}. */
 export interface NetworkServicesOptions {
   directory: NetworkDirectory;
@@ -35,6 +38,8 @@ export interface NetworkServicesOptions {
   /** reads the node's network from the vmm-supervisor (VmPeer.networkStatus) */
   networkStatus: () => Promise<NodeNetwork>;
   logger: Logger;
+  /** how often late() asks the supervisor, ms (default LATE_CHECK_MS) */
+  lateCheckMs?: number;
 }
 
 /** NetworkServices runs the ingress, egress proxy and resolver of one server process. */
@@ -42,6 +47,8 @@ export class NetworkServices {
   private ingress?: Ingress;
   private podd?: PoddRelay;
   private proxies?: NetworkProxies;
+  /** when late() (or the activation) last asked the supervisor, ms since the epoch */
+  private lateCheckedAt = 0;
   private sockets = new Map<NamedListenerName, net.Server | dgram.Socket>();
   private readonly log: Logger;
 
@@ -56,6 +63,7 @@ export class NetworkServices {
    * logged; never throws.
    */
   async wanted(): Promise<NamedListenerSpec[]> {
+    this.lateCheckedAt = Date.now();
     await this.closeProxies();
     this.sockets.clear();
     const specs: NamedListenerSpec[] = [];
@@ -76,6 +84,31 @@ export class NetworkServices {
       this.log.info({ reason: n.reason }, 'sandbox network off: no egress proxy or resolver (sandboxes are created without network)');
       return specs;
     }
+    return [...specs, ...(await this.proxySpecs(n))];
+  }
+
+  /**
+   * late builds the egress proxy and resolver when this activation has none and the
+   * supervisor's network is on now (it was upgraded to one with "vmm.network.v1", or its network
+   * came up, after this server became active): their specs, handlers attached, not listening;
+   * [] otherwise. Asks the supervisor at most every LATE_CHECK_MS; never throws.
+   */
+  async late(): Promise<NamedListenerSpec[]> {
+    if (this.proxies || Date.now() - this.lateCheckedAt < (this.o.lateCheckMs ?? LATE_CHECK_MS)) return [];
+    this.lateCheckedAt = Date.now();
+    let n: NodeNetwork;
+    try {
+      n = await this.o.networkStatus();
+    } catch {
+      return [];
+    }
+    if (!n.available || this.proxies) return [];
+    this.log.info('the vmm-supervisor has a network now: starting the egress proxy and resolver');
+    return this.proxySpecs(n);
+  }
+
+  /** proxySpecs starts the egress proxy and resolver on unbound sockets for network n and gives their specs ([] when they cannot start, logged). */
+  private async proxySpecs(n: NodeNetwork): Promise<NamedListenerSpec[]> {
     const egress = net.createServer({ allowHalfOpen: true });
     const dnsTcp = net.createServer();
     const dnsUdp = dgram.createSocket({ type: 'udp4' });
@@ -90,11 +123,10 @@ export class NetworkServices {
       });
     } catch (err) {
       this.log.error({ err }, 'egress proxy and resolver could not start: sandboxes have no DNS and no domain rules on this activation');
-      return specs;
+      return [];
     }
     this.sockets.set('egress-proxy', egress).set('dns-tcp', dnsTcp).set('dns-udp', dnsUdp);
-    specs.push(namedSpec('egress-proxy', `0.0.0.0:${n.egressProxyPort}`), namedSpec('dns-tcp', `0.0.0.0:${n.dnsPort}`), namedSpec('dns-udp', `0.0.0.0:${n.dnsPort}`));
-    return specs;
+    return [namedSpec('egress-proxy', `0.0.0.0:${n.egressProxyPort}`), namedSpec('dns-tcp', `0.0.0.0:${n.dnsPort}`), namedSpec('dns-udp', `0.0.0.0:${n.dnsPort}`)];
   }
 
   /** serve gives the socket of spec built by the last wanted(), or undefined. */

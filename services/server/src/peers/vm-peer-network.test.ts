@@ -25,7 +25,8 @@ describe('VmPeer network calls', () => {
     seen.length = 0;
   });
 
-  async function start(version: string, features: string[], enabled = true): Promise<VmPeer> {
+  let sock = '';
+  async function start(version: string, features: string[], enabled = true, keep?: VmPeer): Promise<VmPeer> {
     server = createServiceServer({ info: { component: 'vmm-supervisor', version, commit: '', features }, log });
     const vm = {
       vmId: 'sb-0000000000000001',
@@ -54,11 +55,19 @@ describe('VmPeer network calls', () => {
       releaseNetworkSlot: async (req, ctx) => (record('releaseNetworkSlot')(req, ctx), { released: true }),
     };
     server.add(VmServiceDefinition, impl as VmServiceImplementation);
-    const sock = `unix://${path.join(tmp(), 'vmm.sock')}`;
+    if (!keep) sock = `unix://${path.join(tmp(), 'vmm.sock')}`;
     await server.listen([sock]);
-    peer = new VmPeer(sock, { epoch: () => 12, retryAttempts: 0, timeoutMs: 5000 });
+    peer = keep ?? new VmPeer(sock, { epoch: () => 12, retryAttempts: 0, timeoutMs: 5000 });
     return peer;
   }
+
+  it('a supervisor upgraded from 0.2.0 since its features were read (restarted on its socket): read again, so the node has network', async () => {
+    const p = await start('0.2.0', ['vmm.runc']);
+    expect(await p.networkStatus()).toMatchObject({ available: false, reason: 'vmm-supervisor 0.2.0 lacks feature "vmm.network.v1"' });
+    await server?.shutdown(100);
+    await start('0.3.0', ['vmm.network.v1'], true, p);
+    expect(await p.networkStatus()).toMatchObject({ available: true, reason: '', pool: '10.209.0.0/16' });
+  });
 
   it('a 0.2.0 supervisor: no network, the reason names the supervisor, its version and the feature; ListNetworkSlots is not called', async () => {
     const p = await start('0.2.0', ['vmm.runc']);

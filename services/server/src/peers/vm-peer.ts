@@ -141,14 +141,19 @@ export class VmPeer implements VmPort {
 
   /**
    * networkStatus: unavailable, naming the supervisor's version, without "vmm.network.v1"
-   * (features as read once per connection; a ListNetworkSlots answered UNIMPLEMENTED, by a
-   * supervisor rolled back since, reads them again); else ListNetworkSlots (enabled, why not,
-   * slots and settings).
+   * (features as read once per connection; read again before a "lacks" answer, for a
+   * supervisor upgraded since, and after a ListNetworkSlots answered UNIMPLEMENTED, by a
+   * supervisor rolled back since); else ListNetworkSlots (enabled, why not, slots and settings).
    */
   async networkStatus(): Promise<NodeNetwork> {
     const none = { slots: [], pool: '', dnsPort: 0, egressProxyPort: 0, proxiedPorts: [], alwaysDenied: [] };
     let v = await this.features.get();
     const lacks = () => ({ available: false, reason: missingFeature({ component: 'vmm-supervisor', version: v.version, features: v.features }, VMM_FEATURES.network), ...none });
+    if (!v.features.includes(VMM_FEATURES.network)) {
+      // the supervisor may have been upgraded (restarted at 0.3.0) since its features were read: ask again before saying it lacks the feature
+      this.features.reset();
+      v = await this.features.get();
+    }
     if (!v.features.includes(VMM_FEATURES.network)) return lacks();
     let r;
     try {
