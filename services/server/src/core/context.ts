@@ -41,6 +41,12 @@ export interface CoreContext {
   readonly directory: MapNetworkDirectory;
   /** ingress access tokens (network.ts) */
   readonly tokens: AccessTokens;
+  /**
+   * sandboxes whose last UpdateVmNetwork ended without a definite answer (the supervisor died or
+   * timed out mid-call): the reaper applies their record's policy again until one succeeds
+   * (network-update.ts reapplyPolicies)
+   */
+  readonly unsurePolicies: Set<string>;
   /** now in epoch ms (a test clock in unit tests) */
   now(): number;
   /** syncHost flushes the host's dirty pages to the devices (sync(2)); its errors are raw (parent-hold.ts maps them) */

@@ -2,11 +2,15 @@
  * UpdateSandboxNetwork: a networked sandbox's egress policy (and publicness) replaced live,
  * under the sandbox's lock and the handover gate like every other transition.
  */
+import { Status } from 'nice-grpc-common';
 import { FailedPreconditionError, requireSandboxId } from '@sandnode/shared';
 import { failpoint } from '../handover/failpoints';
 import type { CoreContext } from './context';
 import { canonicalPolicy } from './network';
 import type { EgressPolicyWire, SandboxRecord } from './types';
+
+/** Codes after which the supervisor surely did not change the policy (it refused before storing). */
+const DEFINITE = new Set<number>([Status.INVALID_ARGUMENT, Status.NOT_FOUND, Status.FAILED_PRECONDITION, Status.ABORTED, Status.UNIMPLEMENTED, Status.PERMISSION_DENIED, Status.UNAUTHENTICATED]);
 
 export interface UpdateNetworkArgs {
   sandboxId: string;
@@ -37,7 +41,15 @@ export async function updateNetwork(c: CoreContext, args: UpdateNetworkArgs, sig
       if (!n) throw new FailedPreconditionError(`sandbox ${id} has no network (created with network disabled, on a node without network, or by an older server)`);
       if (rec.state !== 'DRAINED') {
         if (!c.vms.updateNetwork) throw new FailedPreconditionError(`sandbox ${id}: the vmm-supervisor cannot change a network`);
-        await c.vms.updateNetwork(rec.vm?.vmId ?? id, egress);
+        try {
+          await c.vms.updateNetwork(rec.vm?.vmId ?? id, egress);
+        } catch (err) {
+          // no definite answer: the supervisor may have stored (and, after a restart, applied) the
+          // new policy while the record keeps the old one; the reaper sets the record's back
+          if (!DEFINITE.has((err as { code?: number }).code ?? -1)) c.unsurePolicies.add(id);
+          throw err;
+        }
+        c.unsurePolicies.delete(id);
         failpoint('network.after-vm-update');
       }
       n.egress = egress;
@@ -48,4 +60,33 @@ export async function updateNetwork(c: CoreContext, args: UpdateNetworkArgs, sig
     },
     signal,
   );
+}
+
+/**
+ * reapplyPolicies sets the record's egress policy on the VM of every sandbox in
+ * c.unsurePolicies (an UpdateVmNetwork without a definite answer), under the sandbox's lock;
+ * one that succeeds (or no longer needs it: deleted, drained, without network) leaves the set,
+ * one that fails stays for the next round. Returns the ids set back.
+ */
+export async function reapplyPolicies(c: CoreContext): Promise<string[]> {
+  const done: string[] = [];
+  for (const id of [...c.unsurePolicies]) {
+    if (c.locks.busy(id)) continue;
+    await c.locks.run(id, async () => {
+      const rec = c.store.get(id);
+      if (!rec?.network || !rec.vm || rec.state === 'DRAINED' || rec.state === 'DELETING' || !c.vms.updateNetwork) {
+        c.unsurePolicies.delete(id);
+        return;
+      }
+      try {
+        await c.vms.updateNetwork(rec.vm.vmId, rec.network.egress);
+        c.unsurePolicies.delete(id);
+        done.push(id);
+        c.log.warn({ sandbox_id: id }, 'egress policy set back to the record after an UpdateVmNetwork without an answer');
+      } catch (err) {
+        c.log.debug({ sandbox_id: id, err }, 'egress policy not set back yet');
+      }
+    });
+  }
+  return done;
 }

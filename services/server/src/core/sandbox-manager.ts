@@ -19,7 +19,7 @@ import { fork as forkSandbox, type ForkResult, type ForkSandboxArgs } from './fo
 import { LifecycleGate } from './gate';
 import { DEFAULT_MAX_EXEC_STREAMS, exec as guestExec, ExecStreams, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
 import { AccessTokens, ACCESS_TOKEN_BYTES, planNetwork, syncDirectory, validateNetworkRequest, type NetworkRequest } from './network';
-import { updateNetwork, type UpdateNetworkArgs } from './network-update';
+import { reapplyPolicies, updateNetwork, type UpdateNetworkArgs } from './network-update';
 import { MapNetworkDirectory } from './network-directory';
 import { checkLiveness, expired, retryTeardowns } from './reaper';
 import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, newRecord, newSandboxId, requireDeviceManager, teardown } from './provision';
@@ -142,6 +142,7 @@ export class SandboxManager {
       requests: this.requests,
       directory: this.directory,
       tokens: this.tokens,
+      unsurePolicies: new Set<string>(),
       now: () => this.now(),
       syncHost,
       get: (id) => this.get(id),
@@ -407,6 +408,11 @@ export class SandboxManager {
   /** checkLiveness: see reaper.ts. */
   checkLiveness(): Promise<string[]> {
     return checkLiveness(this.ctx);
+  }
+
+  /** reapplyPolicies: see network-update.ts. */
+  reapplyPolicies(): Promise<string[]> {
+    return reapplyPolicies(this.ctx);
   }
 
   /** retryTeardowns: see reaper.ts. */

@@ -378,6 +378,7 @@ export class ServerNode implements StandbyNode, OldServer {
       (async () => {
         await m.checkLiveness();
         await m.retryTeardowns();
+        await m.reapplyPolicies();
         for (const id of m.expired()) {
           this.log.info({ sandbox_id: id }, 'timeout reached: deleting sandbox');
           await m.delete(id).catch((err: unknown) => this.log.error({ sandbox_id: id, err }, 'reaper delete failed'));
