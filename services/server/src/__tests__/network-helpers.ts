@@ -109,9 +109,10 @@ export function vethSlots(node: TestNode): number[] {
     .sort((a, b) => a - b);
 }
 
-/** netnsSlots lists (ascending) the slots that have a netns file in the node's run dir. */
+/** netnsSlots lists (ascending) the slots that have a netns file in the node's run dir (files named by a slot number; the dir also holds the supervisor's tag file). */
 export function netnsSlots(node: TestNode): number[] {
   return readdirSync(path.join(node.dirs.runDir, 'netns'))
+    .filter((n) => /^\d+$/.test(n))
     .map(Number)
     .sort((a, b) => a - b);
 }
