@@ -30,3 +30,4 @@ export * from './trusted-dir';
 export * from './egress-policy';
 export * from './network-layout';
 export * from './network-purge';
+export * from './tcp-connect';

@@ -59,6 +59,23 @@ function ip(...args: string[]): void {
   execFileSync('ip', args, { stdio: ['ignore', 'ignore', 'pipe'] });
 }
 
+/**
+ * linkNetns makes netns and a veth pair into it: `hostIface` on the host with hostAddress/30,
+ * `peer` in netns with address/30 and a default route via hostAddress, lo up. Throws (ip's
+ * stderr) at the first step that fails; the caller owns (and removes) netns and hostIface.
+ */
+export function linkNetns(l: { netns: string; hostIface: string; peer: string; hostAddress: string; address: string }): void {
+  ip('netns', 'add', l.netns);
+  ip('link', 'add', l.hostIface, 'type', 'veth', 'peer', 'name', l.peer);
+  ip('link', 'set', l.peer, 'netns', l.netns);
+  ip('addr', 'add', `${l.hostAddress}/30`, 'dev', l.hostIface);
+  ip('link', 'set', l.hostIface, 'up');
+  ip('-n', l.netns, 'addr', 'add', `${l.address}/30`, 'dev', l.peer);
+  ip('-n', l.netns, 'link', 'set', l.peer, 'up');
+  ip('-n', l.netns, 'link', 'set', 'lo', 'up');
+  ip('-n', l.netns, 'route', 'add', 'default', 'via', l.hostAddress);
+}
+
 function quiet(f: () => void): void {
   try {
     f();
@@ -126,15 +143,7 @@ export async function startTestInternet(opts: TestInternetOptions = {}): Promise
     );
     subnet.own('netns', netns);
     subnet.own('link', hostIface);
-    ip('netns', 'add', netns);
-    ip('link', 'add', hostIface, 'type', 'veth', 'peer', 'name', peer);
-    ip('link', 'set', peer, 'netns', netns);
-    ip('addr', 'add', `${hostAddress}/30`, 'dev', hostIface);
-    ip('link', 'set', hostIface, 'up');
-    ip('-n', netns, 'addr', 'add', `${address}/30`, 'dev', peer);
-    ip('-n', netns, 'link', 'set', peer, 'up');
-    ip('-n', netns, 'link', 'set', 'lo', 'up');
-    ip('-n', netns, 'route', 'add', 'default', 'via', hostAddress);
+    linkNetns({ netns, hostIface, peer, hostAddress, address });
     const script = path.join(dir, 'servers.js');
     writeFileSync(script, CHILD_SOURCE);
     child = spawn('ip', ['netns', 'exec', netns, process.execPath, script], {

@@ -36,6 +36,16 @@ export const DEFAULT_STOP_TIMEOUT_MS = 2000;
 export const SERVICE = 'vmm-supervisor';
 
 /** The config schema; every key has a default. */
+/** fromJsonEnv: a list set in env is JSON text; it gives the parsed value (undefined when the text is not JSON), and anything else as it is. */
+function fromJsonEnv(v: unknown): unknown {
+  if (typeof v !== 'string') return v;
+  try {
+    return JSON.parse(v);
+  } catch {
+    return undefined;
+  }
+}
+
 export const configSchema = z.object({
   /** State dir: the VM table lives in `<stateDir>/vmm-supervisor/vm-table.db`. */
   stateDir: z.string().min(1).default(DEFAULT_STATE_DIR),
@@ -143,14 +153,7 @@ export const configSchema = z.object({
   egressProxiedPorts: z
     .union([z.array(z.number()), z.string()])
     .transform((v, ctx) => {
-      let a: unknown = v;
-      if (typeof v === 'string') {
-        try {
-          a = JSON.parse(v);
-        } catch {
-          a = undefined;
-        }
-      }
+      const a = fromJsonEnv(v);
       if (!Array.isArray(a) || a.length > 64 || !a.every((p) => Number.isInteger(p) && p >= 1 && p <= 65535)) {
         ctx.addIssue({ code: 'custom', message: 'must be a list of at most 64 ports 1..65535' });
         return z.NEVER;
@@ -162,14 +165,7 @@ export const configSchema = z.object({
   networkAlwaysDenied: z
     .union([z.array(z.string()), z.string()])
     .transform((v, ctx) => {
-      let a: unknown = v;
-      if (typeof v === 'string') {
-        try {
-          a = JSON.parse(v);
-        } catch {
-          a = undefined;
-        }
-      }
+      const a = fromJsonEnv(v);
       if (!Array.isArray(a) || a.length > 1024 || !a.every((x) => typeof x === 'string')) {
         ctx.addIssue({ code: 'custom', message: 'must be a list of IPv4 CIDRs' });
         return z.NEVER;

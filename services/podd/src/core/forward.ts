@@ -6,8 +6,8 @@
  * is taken only once the previous one was written (socket drained); the connection is read
  * only as fast as the responses are taken.
  */
-import net from 'node:net';
-import { InvalidArgumentError, ResourceExhaustedError, UnavailableError } from '@sandnode/shared';
+import type net from 'node:net';
+import { connectTcp, InvalidArgumentError, ResourceExhaustedError, UnavailableError } from '@sandnode/shared';
 
 /** Default (and contract) limit of ForwardPort streams podd relays at once. */
 export const DEFAULT_MAX_FORWARDS = 256;
@@ -102,25 +102,15 @@ export class PortForwarder {
   }
 }
 
-function connect(port: number): Promise<net.Socket> {
-  return new Promise((resolve, reject) => {
-    const s = net.connect({ host: '127.0.0.1', port, allowHalfOpen: true });
-    const timer = setTimeout(() => {
-      s.destroy();
-      reject(new UnavailableError(`ForwardPort: the connect to 127.0.0.1:${port} took more than ${FORWARD_CONNECT_TIMEOUT_MS} ms`));
-    }, FORWARD_CONNECT_TIMEOUT_MS);
-    s.once('error', (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-    s.once('connect', () => {
-      clearTimeout(timer);
-      s.removeAllListeners('error');
-      // later errors reach the read loop (the socket's async iterator rejects); never an uncaught 'error'
-      s.on('error', () => undefined);
-      resolve(s);
-    });
-  });
+/** connect dials 127.0.0.1:port (FORWARD_CONNECT_TIMEOUT_MS at most: UnavailableError); later socket errors reach the read loop (the socket's async iterator rejects), never an uncaught 'error'. */
+async function connect(port: number): Promise<net.Socket> {
+  const s = await connectTcp(
+    { host: '127.0.0.1', port, allowHalfOpen: true },
+    FORWARD_CONNECT_TIMEOUT_MS,
+    () => new UnavailableError(`ForwardPort: the connect to 127.0.0.1:${port} took more than ${FORWARD_CONNECT_TIMEOUT_MS} ms`),
+  );
+  s.on('error', () => undefined);
+  return s;
 }
 
 function drained(s: net.Socket): Promise<void> {

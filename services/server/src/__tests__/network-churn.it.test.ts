@@ -6,28 +6,13 @@
  * the test host, and no two share an address.
  */
 import { execFileSync } from 'node:child_process';
-import { readdirSync } from 'node:fs';
-import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, socketPath, unixAddress } from '@sandnode/shared';
 import { type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
-import { NetworkSlotState, VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { NetworkSlotState } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { killComponent, startComponent } from '@sandnode/node-stack';
-import { describeNode, execCollect, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { describeNode, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { create, echo, listSlots, netnsSlots, vethSlots } from './network-helpers';
 
 jest.setTimeout(300_000);
-
-async function echo(node: TestNode, id: string, host: string): Promise<string> {
-  return (await execCollect(node.api, id, ['/bin/busybox', 'sh', '-c', `echo hi | nc -w 2 ${host} 7`], { timeoutMs: 30_000 })).stdout;
-}
-
-async function listSlots(node: TestNode) {
-  const ch = createSandnodeChannel(unixAddress(socketPath(node.dirs.runDir, 'vmm-supervisor')));
-  try {
-    return await createServiceClient(VmServiceDefinition, ch, { timeoutMs: 10_000 }).listNetworkSlots({});
-  } finally {
-    ch.close();
-  }
-}
 
 describeNode('networked sandbox churn', () => {
   let node: TestNode;
@@ -43,13 +28,13 @@ describeNode('networked sandbox churn', () => {
   });
 
   test('3 rounds of 8 creates overlapping 8 deletes and policy changes: slots, veths and netns files match the live sandboxes', async () => {
-    const create = async () => (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined })).sandbox!;
-    let live: Sandbox[] = await Promise.all(Array.from({ length: 8 }, create));
+    const make = async () => (await create(node)).sb;
+    let live: Sandbox[] = await Promise.all(Array.from({ length: 8 }, make));
     for (let round = 0; round < 3; round++) {
       const gone = live;
       const deny = { allowOut: [], denyOut: [`${inet.address}/32`], blockAll: false };
       const [made] = await Promise.all([
-        Promise.all(Array.from({ length: 8 }, create)),
+        Promise.all(Array.from({ length: 8 }, make)),
         Promise.all(gone.map((s, i) => (i % 2 ? node.api.sandboxes.updateSandboxNetwork({ sandboxId: s.sandboxId, egress: deny, public: undefined }).catch(() => undefined) : undefined))),
         Promise.all(gone.map((s) => node.api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId }))),
       ]);
@@ -74,27 +59,17 @@ describeNode('networked sandbox churn', () => {
     expect(inUse.map((x) => `${x.slot} ${x.owner}`).sort()).toEqual(live.map((s) => `${s.network!.slot} ${s.sandboxId}`).sort());
     expect(slots.slots.filter((x) => x.state === NetworkSlotState.NETWORK_SLOT_STATE_RESERVED)).toEqual([]);
     const expected = slots.slots.map((x) => x.slot).sort((a, b) => a - b);
-    const veths = execFileSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' })
-      .split('\n')
-      .map((l) => new RegExp(`^\\d+: sn${tag}v(\\d+)[@:]`).exec(l)?.[1])
-      .filter((x): x is string => x !== undefined)
-      .map(Number)
-      .sort((a, b) => a - b);
-    expect(veths).toEqual(expected);
-    const files = readdirSync(path.join(node.dirs.runDir, 'netns'))
-      .map(Number)
-      .sort((a, b) => a - b);
-    expect(files).toEqual(expected);
+    expect(vethSlots(node)).toEqual(expected);
+    expect(netnsSlots(node)).toEqual(expected);
     const chains = [...execFileSync('nft', ['list', 'table', 'inet', `sandnode-${tag}`], { encoding: 'utf8' }).matchAll(/chain slot-(\d+) \{/g)].map((m) => Number(m[1])).sort((a, b) => a - b);
     expect(chains).toEqual(inUse.map((x) => x.slot).sort((a, b) => a - b));
     await Promise.all(live.map((s) => node.api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId })));
   });
 
   test('the vmm-supervisor killed under 8 concurrent creates (once the first took a slot): once it is back, slots and host state match the records, every create that succeeded works', async () => {
-    const create = () => node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined });
     const calls = Array.from({ length: 8 }, () =>
-      create().then(
-        (r) => r.sandbox!,
+      create(node).then(
+        (r) => r.sb,
         (e: unknown) => e as Error,
       ),
     );
@@ -110,7 +85,6 @@ describeNode('networked sandbox churn', () => {
         .map((e) => (e as Error).message.slice(0, 80))
         .join(' | ')})`,
     );
-    const tag = node.dirs.network!.tag!;
     await waitFor(
       'slots and host state to match the records',
       async () => {
@@ -125,15 +99,8 @@ describeNode('networked sandbox churn', () => {
           .map((r) => `${r.network!.slot} ${r.sandboxId}`)
           .sort();
         const slotsOnHost = l.slots.map((x) => x.slot).sort((a, b) => a - b);
-        const veths = execFileSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' })
-          .split('\n')
-          .map((x) => new RegExp(`^\\d+: sn${tag}v(\\d+)[@:]`).exec(x)?.[1])
-          .filter((x): x is string => x !== undefined)
-          .map(Number)
-          .sort((a, b) => a - b);
-        const files = readdirSync(path.join(node.dirs.runDir, 'netns'))
-          .map(Number)
-          .sort((a, b) => a - b);
+        const veths = vethSlots(node);
+        const files = netnsSlots(node);
         const text = JSON.stringify({ owned, want, slotsOnHost, veths, files });
         if (JSON.stringify(owned) !== JSON.stringify(want) || JSON.stringify(veths) !== JSON.stringify(slotsOnHost) || JSON.stringify(files) !== JSON.stringify(slotsOnHost)) throw new Error(text);
         return recs;

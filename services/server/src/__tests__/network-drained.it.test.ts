@@ -5,58 +5,18 @@
  * same address after resume; a sandbox deleted by its timeout frees its slot.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
-import http from 'node:http';
-import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, socketPath, unixAddress } from '@sandnode/shared';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { NetworkSlotState, VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { NetworkSlotState } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { findRunning, startComponent } from '@sandnode/node-stack';
-import { describeNode, execCollect, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { describeNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { create, echo, fetchIn, ingressGet, listSlots, serve, slotOnHost, startNetworkNode } from './network-helpers';
 
 jest.setTimeout(300_000);
 
-async function echo(node: TestNode, id: string, host: string): Promise<string> {
-  return (await execCollect(node.api, id, ['/bin/busybox', 'sh', '-c', `echo hi | nc -w 2 ${host} 7`], { timeoutMs: 30_000 })).stdout;
-}
-
-async function serve(node: TestNode, id: string): Promise<void> {
-  await execCollect(node.api, id, ['/bin/busybox', 'sh', '-c', `node -e "require('http').createServer((q,s)=>s.end('hello from '+require('os').hostname())).listen(8080)" >/dev/null 2>&1 &`]);
-}
-
-/** fetchIn GETs url from inside the sandbox and gives "status body" or "error <code>". */
-async function fetchIn(node: TestNode, id: string, url: string): Promise<string> {
-  const js = `require('http').get(${JSON.stringify(url)},{timeout:5000},r=>{let b='';r.on('data',c=>b+=c);r.on('end',()=>console.log(r.statusCode+' '+b))}).on('error',e=>console.log('error '+(e.code||e.message))).on('timeout',function(){console.log('error timeout');this.destroy()})`;
-  return (await execCollect(node.api, id, ['node', '-e', js], { timeoutMs: 30_000 })).stdout.trim();
-}
-
-function ingressGet(node: TestNode, id: string, token: string): Promise<{ status: number; body: string }> {
-  const [host, port] = node.dirs.network!.ingressListen!.split(':');
-  return new Promise((resolve, reject) => {
-    const headers = { 'sandnode-sandbox-id': id, 'sandnode-sandbox-port': '8080', 'sandnode-access-token': token };
-    http
-      .get({ host, port: Number(port), path: '/', headers, agent: false }, (res) => {
-        let body = '';
-        res.on('data', (c: Buffer) => (body += c.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      })
-      .on('error', reject);
-  });
-}
-
 /** What of slot s is on the host: its netns file, its host veth, its nft chain, its row in the supervisor. */
-async function slotOnHost(node: TestNode, s: number): Promise<{ netns: boolean; veth: boolean; chain: boolean; row: string }> {
-  const tag = node.dirs.network!.tag!;
-  const veth = spawnSync('ip', ['link', 'show', 'dev', `sn${tag}v${s}`], { stdio: 'ignore' }).status === 0;
-  const table = spawnSync('nft', ['list', 'table', 'inet', `sandnode-${tag}`], { encoding: 'utf8' }).stdout;
-  const ch = createSandnodeChannel(unixAddress(socketPath(node.dirs.runDir, 'vmm-supervisor')));
-  try {
-    const r = await createServiceClient(VmServiceDefinition, ch, { timeoutMs: 10_000 }).listNetworkSlots({});
-    const row = r.slots.find((x) => x.slot === s);
-    return { netns: existsSync(path.join(node.dirs.runDir, 'netns', String(s))), veth, chain: new RegExp(`chain slot-${s} \\{`).test(table), row: row ? `${row.state} ${row.owner}` : '' };
-  } finally {
-    ch.close();
-  }
+async function slotState(node: TestNode, s: number): Promise<{ netns: boolean; veth: boolean; chain: boolean; row: string }> {
+  const row = (await listSlots(node)).slots.find((x) => x.slot === s);
+  return { ...slotOnHost(node, s), row: row ? `${row.state} ${row.owner}` : '' };
 }
 
 describeNode('a networked sandbox that is not running', () => {
@@ -65,7 +25,7 @@ describeNode('a networked sandbox that is not running', () => {
 
   beforeAll(async () => {
     inet = await startTestInternet();
-    node = await startNode({ buildTemplate: true, network: true, env: { server: { SANDNODE_SERVER_DNS_UPSTREAMS: `${inet.dns.address}:${inet.dns.port}` } } });
+    node = await startNetworkNode(inet);
   });
   afterAll(async () => {
     await node?.stop();
@@ -79,8 +39,8 @@ describeNode('a networked sandbox that is not running', () => {
   }
 
   test('a policy changed while DRAINED holds in the kernel once it resumes; a DRAINED sandbox deleted frees its slot', async () => {
-    const a = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined })).sandbox!;
-    const b = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined })).sandbox!;
+    const a = (await create(node)).sb;
+    const b = (await create(node)).sb;
     expect(await echo(node, a.sandboxId, inet.address)).toBe('hi\n');
     await drain();
     const deny = { allowOut: [], denyOut: [`${inet.address}/32`], blockAll: false };
@@ -91,22 +51,22 @@ describeNode('a networked sandbox that is not running', () => {
     expect(await echo(node, a.sandboxId, inet.address)).toBe('');
 
     const s = b.network!.slot;
-    expect(await slotOnHost(node, s)).toEqual({ netns: true, veth: true, chain: false, row: `${NetworkSlotState.NETWORK_SLOT_STATE_RESERVED} ${b.sandboxId}` });
+    expect(await slotState(node, s)).toEqual({ netns: true, veth: true, chain: false, row: `${NetworkSlotState.NETWORK_SLOT_STATE_RESERVED} ${b.sandboxId}` });
     await node.api.sandboxes.deleteSandbox({ sandboxId: b.sandboxId });
-    expect(await slotOnHost(node, s)).toEqual({ netns: false, veth: false, chain: false, row: '' });
+    expect(await slotState(node, s)).toEqual({ netns: false, veth: false, chain: false, row: '' });
     await node.api.sandboxes.deleteSandbox({ sandboxId: a.sandboxId });
   });
 
   test('PAUSED: ingress answers 503, after resume the same address serves again', async () => {
-    const r = await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined });
-    const id = r.sandbox!.sandboxId;
+    const { sb, token } = await create(node);
+    const id = sb.sandboxId;
     await serve(node, id);
-    await waitFor('the web server', async () => (await ingressGet(node, id, r.accessToken)).status === 200, 30_000, 100);
+    await waitFor('the web server', async () => (await ingressGet(node, id, token)).status === 200, 30_000, 100);
     await node.api.sandboxes.pauseSandbox({ sandboxId: id });
-    expect((await ingressGet(node, id, r.accessToken)).status).toBe(503);
+    expect((await ingressGet(node, id, token)).status).toBe(503);
     const back = (await node.api.sandboxes.resumeSandbox({ sandboxId: id })).sandbox!;
-    expect(back.network?.address).toBe(r.sandbox!.network!.address);
-    expect(await ingressGet(node, id, r.accessToken)).toEqual({ status: 200, body: `hello from ${id}` });
+    expect(back.network?.address).toBe(sb.network!.address);
+    expect(await ingressGet(node, id, token)).toEqual({ status: 200, body: `hello from ${id}` });
     await node.api.sandboxes.deleteSandbox({ sandboxId: id });
   });
 
@@ -118,7 +78,7 @@ describeNode('a networked sandbox that is not running', () => {
     await waitFor(
       'the expired sandbox and its slot gone',
       async () => {
-        const st = await slotOnHost(node, s);
+        const st = await slotState(node, s);
         // freed (nothing on the host), or made a spare again (no owner, no chain, a new veth)
         return st.row === '' ? !st.netns && !st.veth && !st.chain : st.row === `${NetworkSlotState.NETWORK_SLOT_STATE_SPARE} ` && !st.chain && vethOf() !== first;
       },
@@ -129,7 +89,7 @@ describeNode('a networked sandbox that is not running', () => {
 
   test('a domain policy (proxy redirect, block_all) holds after drain/resume, ResetRootfs and a PAUSED fork', async () => {
     const egress = { allowOut: [inet.names.allowed], denyOut: [], blockAll: true };
-    const sb = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: { disabled: false, egress, public: false } })).sandbox!;
+    const { sb } = await create(node, { disabled: false, egress, public: false });
     const holds = async (id: string) => {
       expect(await fetchIn(node, id, `http://${inet.names.allowed}/`)).toMatch(/^200 /);
       expect(await fetchIn(node, id, `http://${inet.address}/`)).toMatch(/^403 .*block_all/);

@@ -9,10 +9,10 @@
  * adopts the sandbox (same pid, same address, same host veth) and a new networked sandbox works.
  */
 import { execFileSync } from 'node:child_process';
-import http from 'node:http';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { connectServer, killComponent, startComponent, stopComponent, upgradeUblkManager, type Component } from '@sandnode/node-stack';
-import { describeNode, execCollect, startNode, startTestInternet, waitFor, withEnv, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { describeNode, execCollect, startTestInternet, waitFor, withEnv, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { create, fetchIn, ingressGet, serve, serverDnsEnv, sh, startNetworkNode } from './network-helpers';
 
 jest.setTimeout(300_000);
 
@@ -85,53 +85,24 @@ function hostIface(node: TestNode, slot: number): string {
   return `${out.split(':')[0]} ${name}`;
 }
 
-/** fetchIn GETs url from inside the sandbox and gives "status body" or "error <code>". */
-async function fetchIn(node: TestNode, id: string, url: string): Promise<string> {
-  const js = `require('http').get(${JSON.stringify(url)},{timeout:5000},r=>{let b='';r.on('data',c=>b+=c);r.on('end',()=>console.log(r.statusCode+' '+b))}).on('error',e=>console.log('error '+(e.code||e.message))).on('timeout',function(){console.log('error timeout');this.destroy()})`;
-  return (await execCollect(node.api, id, ['node', '-e', js], { timeoutMs: 30_000 })).stdout.trim();
-}
-
-/** ingressGet sends GET / through the node's ingress to port 8080 of sandbox id with token. */
-function ingressGet(node: TestNode, id: string, token: string): Promise<{ status: number; body: string }> {
-  const [host, port] = node.dirs.network!.ingressListen!.split(':');
-  return new Promise((resolve, reject) => {
-    const headers = { 'sandnode-sandbox-id': id, 'sandnode-sandbox-port': '8080', 'sandnode-access-token': token };
-    http
-      .get({ host, port: Number(port), path: '/', headers, agent: false }, (res) => {
-        let body = '';
-        res.on('data', (c: Buffer) => (body += c.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      })
-      .on('error', reject);
-  });
-}
-
 describeNode('a sandbox connection through the kernel path survives every component', () => {
   let node: TestNode;
   let inet: TestInternet;
   let pinger: { id: string; pid: number; address: string; slot: number; iface: string; token: string };
   /** a sandbox made with the default policy and changed live to a domain allow-list with block_all */
   let ruled: string;
-  // startNode's env is for the first start only: a restarted server gets the upstreams again
-  const serverEnv = () => ({ SANDNODE_SERVER_DNS_UPSTREAMS: `${inet.dns.address}:${inet.dns.port}` });
 
   beforeAll(async () => {
     inet = await startTestInternet();
-    node = await startNode({ buildTemplate: true, network: true, env: { server: { SANDNODE_SERVER_DNS_UPSTREAMS: `${inet.dns.address}:${inet.dns.port}` } } });
-    const made = await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined });
-    const sb = made.sandbox!;
+    node = await startNetworkNode(inet);
+    const { sb, token } = await create(node);
     await node.api.sandboxes.writeFile({ sandboxId: sb.sandboxId, path: 'ping.js', data: Buffer.from(PINGER) });
-    await execCollect(node.api, sb.sandboxId, ['/bin/busybox', 'sh', '-c', `node /workspace/ping.js ${inet.address} >/workspace/ping.log 2>&1 &`]);
-    await execCollect(node.api, sb.sandboxId, [
-      '/bin/busybox',
-      'sh',
-      '-c',
-      `node -e "require('http').createServer((q,s)=>s.end('hello from '+require('os').hostname())).listen(8080)" >/dev/null 2>&1 &`,
-    ]);
-    pinger = { id: sb.sandboxId, pid: sb.pid, address: sb.network!.address, slot: sb.network!.slot, iface: hostIface(node, sb.network!.slot), token: made.accessToken };
-    await waitFor('the web server in the pinger', async () => (await ingressGet(node, pinger.id, pinger.token)).status === 200, 30_000, 100);
+    await sh(node, sb.sandboxId, `node /workspace/ping.js ${inet.address} >/workspace/ping.log 2>&1 &`);
+    await serve(node, sb.sandboxId);
+    pinger = { id: sb.sandboxId, pid: sb.pid, address: sb.network!.address, slot: sb.network!.slot, iface: hostIface(node, sb.network!.slot), token };
+    await waitFor('the ingress to the web server in the pinger', async () => (await ingressGet(node, pinger.id, pinger.token)).status === 200, 30_000, 100);
     await progressed(node, pinger.id, 0);
-    ruled = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined })).sandbox!.sandboxId;
+    ruled = (await create(node)).sb.sandboxId;
     await node.api.sandboxes.updateSandboxNetwork({ sandboxId: ruled, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: undefined });
     await expectRuled();
   });
@@ -139,8 +110,7 @@ describeNode('a sandbox connection through the kernel path survives every compon
   /** expectRuled: the live-changed policy holds (the allowed name through the proxy, the echo by address refused). */
   async function expectRuled(): Promise<void> {
     expect(await fetchIn(node, ruled, `http://${inet.names.allowed}/`)).toMatch(/^200 /);
-    const r = await execCollect(node.api, ruled, ['/bin/busybox', 'sh', '-c', `echo ruled | nc -w 2 ${inet.address} 7`], { timeoutMs: 30_000 });
-    expect(r.stdout).toBe('');
+    expect((await sh(node, ruled, `echo ruled | nc -w 2 ${inet.address} 7`)).stdout).toBe('');
   }
   afterAll(async () => {
     await node?.stop();
@@ -159,11 +129,10 @@ describeNode('a sandbox connection through the kernel path survives every compon
     await expectRuled();
     expect(await ingressGet(node, pinger.id, pinger.token)).toEqual({ status: 200, body: `hello from ${pinger.id}` });
     const egress = { allowOut: [inet.names.allowed, `${inet.address}/32`], denyOut: [], blockAll: true };
-    const fresh = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: { disabled: false, egress, public: false } })).sandbox!;
+    const fresh = (await create(node, { disabled: false, egress, public: false })).sb;
     expect(fresh.network?.address).not.toBe(pinger.address);
     expect(await fetchIn(node, fresh.sandboxId, `http://${inet.names.allowed}/`)).toMatch(/^200 /);
-    const r = await execCollect(node.api, fresh.sandboxId, ['/bin/busybox', 'sh', '-c', `echo fresh | nc -w 3 ${inet.address} 7`], { timeoutMs: 30_000 });
-    expect(r.stdout).toBe('fresh\n');
+    expect((await sh(node, fresh.sandboxId, `echo fresh | nc -w 3 ${inet.address} 7`)).stdout).toBe('fresh\n');
     await node.api.sandboxes.deleteSandbox({ sandboxId: fresh.sandboxId });
   }
 
@@ -172,7 +141,7 @@ describeNode('a sandbox connection through the kernel path survives every compon
       `kill -9 of ${c}`,
       async () => {
         expect(await killComponent(node.dirs, c)).toBeGreaterThan(0);
-        await withEnv(c === 'server' ? serverEnv() : {}, () => startComponent(node.dirs, c));
+        await withEnv(c === 'server' ? serverDnsEnv(inet) : {}, () => startComponent(node.dirs, c));
       },
     ]),
     [

@@ -7,78 +7,32 @@
  * CLI's network commands; and `down --purge` (purgeNode) leaves nothing of the node's network.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import http from 'node:http';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, socketPath, unixAddress } from '@sandnode/shared';
 import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
-import { NetworkSlotState, VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
+import { NetworkSlotState } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { findRunning, startComponent, stopComponent } from '@sandnode/node-stack';
-import { describeNode, execCollect, startNode, startTestInternet, waitFor, withEnv, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { describeNode, startTestInternet, waitFor, withEnv, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { create, echo, ingressGet, listSlots, serve, slotOnHost, startNetworkNode, tcpProbe } from './network-helpers';
 
 jest.setTimeout(300_000);
 
 type Egress = { allowOut: string[]; denyOut: string[]; blockAll: boolean };
 
-async function create(node: TestNode, egress?: Egress, pub = false): Promise<{ sb: Sandbox; token: string }> {
-  const r = await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: { disabled: false, egress, public: pub } });
-  return { sb: r.sandbox!, token: r.accessToken };
+/** createNet makes a sandbox that asks for a network with egress and public as given. */
+function createNet(node: TestNode, egress?: Egress, pub = false): Promise<{ sb: Sandbox; token: string }> {
+  return create(node, { disabled: false, egress, public: pub });
 }
 
-/** echo sends a line to host:7 from inside the sandbox and gives what came back ("" when refused). */
-async function echo(node: TestNode, id: string, host: string, port = 7): Promise<string> {
-  const r = await execCollect(node.api, id, ['/bin/busybox', 'sh', '-c', `echo hi | nc -w 2 ${host} ${port}`], { timeoutMs: 30_000 });
-  return r.stdout;
-}
-
-/** tcpProbe connects from inside the sandbox to host:port and prints "reached" or "error <code>" (2 s at most). */
-async function tcpProbe(node: TestNode, id: string, host: string, port: number): Promise<string> {
-  const js = `require('net').connect(${port},'${host}').setTimeout(2000).on('connect',()=>{console.log('reached');process.exit()}).on('timeout',()=>{console.log('error timeout');process.exit()}).on('error',e=>{console.log('error '+e.code);process.exit()})`;
-  return (await execCollect(node.api, id, ['node', '-e', js], { timeoutMs: 30_000 })).stdout.trim();
+/** slots lists the supervisor's slots ({slot, state, owner}, no proto bookkeeping fields). */
+async function slots(node: TestNode) {
+  const r = await listSlots(node);
+  return { spareTarget: r.spareTarget, slots: r.slots.map((x) => ({ slot: x.slot, state: x.state, owner: x.owner })) };
 }
 
 /** pol is the plain policy of a SandboxNetwork's egress (no proto bookkeeping fields). */
 function pol(e: Egress | undefined): Egress | undefined {
   return e && { allowOut: e.allowOut, denyOut: e.denyOut, blockAll: e.blockAll };
-}
-
-/** serve starts a web server on 0.0.0.0:8080 in the sandbox answering "hello from <id>". */
-async function serve(node: TestNode, id: string): Promise<void> {
-  await execCollect(node.api, id, ['/bin/busybox', 'sh', '-c', `node -e "require('http').createServer((q,s)=>s.end('hello from '+require('os').hostname())).listen(8080)" >/dev/null 2>&1 &`]);
-  await waitFor(`the web server in ${id}`, async () => (await tcpProbe(node, id, '127.0.0.1', 8080)) === 'reached', 30_000, 100);
-}
-
-/** ingressGet sends GET / through the node's ingress to port 8080 of sandbox id (with token when given). */
-function ingressGet(node: TestNode, id: string, token?: string): Promise<{ status: number; body: string }> {
-  const [host, port] = node.dirs.network!.ingressListen!.split(':');
-  return new Promise((resolve, reject) => {
-    const headers = { 'sandnode-sandbox-id': id, 'sandnode-sandbox-port': '8080', ...(token ? { 'sandnode-access-token': token } : {}) };
-    const req = http.get({ host, port: Number(port), path: '/', headers, agent: false }, (res) => {
-      let body = '';
-      res.on('data', (c: Buffer) => (body += c.toString()));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-    });
-    req.on('error', reject);
-  });
-}
-
-/** What of slot s is on the host: its netns file, its host veth, its nft chain. */
-function slotOnHost(node: TestNode, s: number): { netns: boolean; veth: boolean; chain: boolean } {
-  const tag = node.dirs.network!.tag!;
-  const veth = spawnSync('ip', ['link', 'show', 'dev', `sn${tag}v${s}`], { stdio: 'ignore' }).status === 0;
-  const table = spawnSync('nft', ['list', 'table', 'inet', `sandnode-${tag}`], { encoding: 'utf8' }).stdout;
-  return { netns: existsSync(path.join(node.dirs.runDir, 'netns', String(s))), veth, chain: new RegExp(`chain slot-${s} \\{`).test(table) };
-}
-
-/** slots lists the supervisor's slots that are not free ({slot, state, owner}). */
-async function slots(node: TestNode) {
-  const ch = createSandnodeChannel(unixAddress(socketPath(node.dirs.runDir, 'vmm-supervisor')));
-  try {
-    const r = await createServiceClient(VmServiceDefinition, ch, { timeoutMs: 10_000 }).listNetworkSlots({});
-    return { spareTarget: r.spareTarget, slots: r.slots.map((x) => ({ slot: x.slot, state: x.state, owner: x.owner })) };
-  } finally {
-    ch.close();
-  }
 }
 
 describeNode('sandbox network across the lifecycle', () => {
@@ -88,7 +42,7 @@ describeNode('sandbox network across the lifecycle', () => {
 
   beforeAll(async () => {
     inet = await startTestInternet();
-    node = await startNode({ buildTemplate: true, network: true, env: { server: { SANDNODE_SERVER_DNS_UPSTREAMS: `${inet.dns.address}:${inet.dns.port}` } } });
+    node = await startNetworkNode(inet);
   });
   afterAll(async () => {
     await node?.stop();
@@ -96,7 +50,7 @@ describeNode('sandbox network across the lifecycle', () => {
   });
 
   test('drain then resume: the same address, the ingress token still works, traffic flows', async () => {
-    const { sb, token } = await create(n());
+    const { sb, token } = await createNet(n());
     await serve(n(), sb.sandboxId);
     expect(await ingressGet(n(), sb.sandboxId, token)).toEqual({ status: 200, body: `hello from ${sb.sandboxId}` });
     const r = n().cli(['drain', '--json']);
@@ -118,10 +72,11 @@ describeNode('sandbox network across the lifecycle', () => {
 
   test("fork: the child gets its own address and token and the parent's policy; an override policy holds", async () => {
     const policy = { allowOut: [`${inet.address}/32`], denyOut: [], blockAll: true };
-    const { sb: parent, token: parentToken } = await create(n(), policy);
+    const { sb: parent, token: parentToken } = await createNet(n(), policy);
     const f = await n().api.sandboxes.forkSandbox({ parentId: parent.sandboxId, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '', network: undefined });
     const child = f.sandbox!;
-    expect(child.network?.address).toMatch(/^10\.209\./);
+    // from the node's pool (a /24 of the test pools)
+    expect(child.network!.address.split('.').slice(0, 3)).toEqual(n().dirs.network!.pool!.split('.').slice(0, 3));
     expect(child.network?.address).not.toBe(parent.network!.address);
     expect(f.accessToken).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(f.accessToken).not.toBe(parentToken);
@@ -151,7 +106,7 @@ describeNode('sandbox network across the lifecycle', () => {
 
   test('ResetRootfs keeps the address and the policy', async () => {
     const policy = { allowOut: [`${inet.address}/32`], denyOut: [], blockAll: true };
-    const { sb } = await create(n(), policy);
+    const { sb } = await createNet(n(), policy);
     const r = (await n().api.sandboxes.resetRootfs({ sandboxId: sb.sandboxId })).sandbox!;
     expect([r.state, r.network?.address, r.network?.slot, pol(r.network?.egress)]).toEqual([SandboxState.SANDBOX_STATE_RUNNING, sb.network!.address, sb.network!.slot, policy]);
     expect(await echo(n(), sb.sandboxId, inet.address)).toBe('hi\n');
@@ -159,7 +114,7 @@ describeNode('sandbox network across the lifecycle', () => {
   });
 
   test("delete frees the slot's netns, veth and chain, and the slot is handed out again", async () => {
-    const { sb } = await create(n());
+    const { sb } = await createNet(n());
     const s = sb.network!.slot;
     expect(slotOnHost(n(), s)).toEqual({ netns: true, veth: true, chain: true });
     // with the spares made, a delete makes none: what is left of the slot is what delete left
@@ -173,7 +128,7 @@ describeNode('sandbox network across the lifecycle', () => {
     // spares are taken first, lowest first, and refilled from the lowest free slot: s comes back within spareTarget + 1 creates
     const made: Sandbox[] = [];
     for (let i = 0; i <= (await slots(n())).spareTarget && !made.some((m) => m.network!.slot === s); i++) {
-      made.push((await create(n())).sb);
+      made.push((await createNet(n())).sb);
       await waitFor('the spares', async () => (await slots(n())).slots.some((x) => x.slot === s) || made.some((m) => m.network!.slot === s), 10_000, 50);
     }
     const again = made.find((m) => m.network!.slot === s)!;
@@ -187,7 +142,7 @@ describeNode('sandbox network across the lifecycle', () => {
     await stopComponent(n().dirs, 'vmm-supervisor');
     await withEnv({ SANDNODE_VMM_SUPERVISOR_FAILPOINTS: 'runc.create.after-mounts=error' }, () => startComponent(n().dirs, 'vmm-supervisor'));
     try {
-      await expect(create(n())).rejects.toMatchObject({ code: expect.any(Number) });
+      await expect(createNet(n())).rejects.toMatchObject({ code: expect.any(Number) });
       const after = await slots(n());
       expect(after.slots.filter((x) => x.state !== NetworkSlotState.NETWORK_SLOT_STATE_SPARE)).toEqual(before.slots.filter((x) => x.state !== NetworkSlotState.NETWORK_SLOT_STATE_SPARE));
       const records = (await n().api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
@@ -196,13 +151,13 @@ describeNode('sandbox network across the lifecycle', () => {
       await stopComponent(n().dirs, 'vmm-supervisor');
       await startComponent(n().dirs, 'vmm-supervisor');
     }
-    const { sb } = await create(n());
+    const { sb } = await createNet(n());
     expect(await echo(n(), sb.sandboxId, inet.address)).toBe('hi\n');
     await n().api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
   });
 
   test('20 networked sandboxes created at once: distinct addresses, each reaches the test host, none reaches another', async () => {
-    const made = await Promise.all(Array.from({ length: 20 }, async () => (await create(n())).sb));
+    const made = await Promise.all(Array.from({ length: 20 }, async () => (await createNet(n())).sb));
     const addrs = made.map((s) => s.network!.address);
     expect(new Set(addrs).size).toBe(20);
     const ok = await Promise.all(made.map((s) => echo(n(), s.sandboxId, inet.address)));
@@ -246,7 +201,7 @@ describeNode('sandbox network across the lifecycle', () => {
   });
 
   test("down --purge (purgeNode) leaves no table, iface, netns mount or DOCKER-USER rule of the node's", async () => {
-    const { sb } = await create(n());
+    const { sb } = await createNet(n());
     expect(await echo(n(), sb.sandboxId, inet.address)).toBe('hi\n');
     const tag = n().dirs.network!.tag!;
     const runDir = n().dirs.runDir;

@@ -10,18 +10,10 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { COMPONENTS, killComponent, purgeNode, startComponent } from '@sandnode/node-stack';
-import { describeNode, execCollect, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { describeNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { create, echo, fetchIn, startNetworkNode } from './network-helpers';
 
 jest.setTimeout(300_000);
-
-async function echo(node: TestNode, id: string, host: string): Promise<string> {
-  return (await execCollect(node.api, id, ['/bin/busybox', 'sh', '-c', `echo hi | nc -w 2 ${host} 7`], { timeoutMs: 30_000 })).stdout;
-}
-
-async function fetchIn(node: TestNode, id: string, url: string): Promise<string> {
-  const js = `require('http').get(${JSON.stringify(url)},{timeout:5000},r=>{let b='';r.on('data',c=>b+=c);r.on('end',()=>console.log(r.statusCode+' '+b))}).on('error',e=>console.log('error '+(e.code||e.message))).on('timeout',function(){console.log('error timeout');this.destroy()})`;
-  return (await execCollect(node.api, id, ['node', '-e', js], { timeoutMs: 30_000 })).stdout.trim();
-}
 
 function mounted(p: string): boolean {
   return readFileSync('/proc/self/mountinfo', 'utf8')
@@ -35,7 +27,7 @@ describeNode('adoption repairs the kernel network of running sandboxes', () => {
 
   beforeAll(async () => {
     inet = await startTestInternet();
-    node = await startNode({ buildTemplate: true, network: true, env: { server: { SANDNODE_SERVER_DNS_UPSTREAMS: `${inet.dns.address}:${inet.dns.port}` } } });
+    node = await startNetworkNode(inet);
   });
   afterAll(async () => {
     await node?.stop();
@@ -43,16 +35,8 @@ describeNode('adoption repairs the kernel network of running sandboxes', () => {
   });
 
   test('a lost veth, a lost table, a lost netns mount and strays: repaired at the supervisor start', async () => {
-    const plain = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined })).sandbox!;
-    const ruled = (
-      await node.api.sandboxes.createSandbox({
-        template: 'base',
-        timeoutSeconds: 0,
-        metadata: {},
-        requestId: '',
-        network: { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false },
-      })
-    ).sandbox!;
+    const plain = (await create(node)).sb;
+    const { sb: ruled } = await create(node, { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false });
     expect(await echo(node, plain.sandboxId, inet.address)).toBe('hi\n');
     expect(await fetchIn(node, ruled.sandboxId, `http://${inet.names.allowed}/`)).toMatch(/^200 /);
     const tag = node.dirs.network!.tag!;
@@ -77,15 +61,14 @@ describeNode('adoption repairs the kernel network of running sandboxes', () => {
     expect(existsSync(stray.netns)).toBe(false);
     // the sandboxes are the same (not re-made), the node converged: a new one works
     for (const s of [plain, ruled]) expect((await node.api.sandboxes.getSandbox({ sandboxId: s.sandboxId })).sandbox!.pid).toBe(s.pid);
-    const fresh = (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: undefined })).sandbox!;
+    const fresh = (await create(node)).sb;
     expect(await echo(node, fresh.sandboxId, inet.address)).toBe('hi\n');
     for (const s of [fresh, ruled, plain]) await node.api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
   });
 
   test('down --purge (purgeNode) with every daemon killed and networked sandboxes still running: nothing of the node is left', async () => {
     const made = [];
-    for (const pub of [false, true])
-      made.push((await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: { disabled: false, egress: undefined, public: pub } })).sandbox!);
+    for (const pub of [false, true]) made.push((await create(node, { disabled: false, egress: undefined, public: pub })).sb);
     for (const s of made) expect(await echo(node, s.sandboxId, inet.address)).toBe('hi\n');
     const tag = node.dirs.network!.tag!;
     const { runDir } = node.dirs;

@@ -1,8 +1,9 @@
 import dgram from 'node:dgram';
 import net from 'node:net';
 import dnsPacket from 'dns-packet';
-import { createLogger, parseEgressPolicy, type EgressPolicyInput } from '@sandnode/shared';
-import { MapNetworkDirectory, type SandboxNetworkView } from '../core/network-directory';
+import { createLogger } from '@sandnode/shared';
+import { MapNetworkDirectory } from '../core/network-directory';
+import { loopbackView } from './__tests__/loopback-view';
 import { startDnsResolver, type DnsResolver } from './dns-resolver';
 import { UpstreamDns } from './upstream-dns';
 
@@ -52,17 +53,7 @@ async function fakeUpstream(table: Record<string, string>) {
   return { port, seen, hold, truncate, spoof, close: () => (udp.close(), spoofer.close(), tcp.close()) };
 }
 
-const view = (p: Partial<EgressPolicyInput>): SandboxNetworkView => ({
-  sandboxId: 'sb-1',
-  state: 'RUNNING' as SandboxNetworkView['state'],
-  slot: 0,
-  address: '127.0.0.1',
-  gateway: '127.0.0.1',
-  policy: parseEgressPolicy({ allowOut: [], denyOut: [], blockAll: false, ...p }),
-  public: false,
-  accessTokenSha256: '',
-  poddAddress: '',
-});
+const view = loopbackView;
 
 describe('DNS resolver', () => {
   let up: Awaited<ReturnType<typeof fakeUpstream>>;

@@ -2,7 +2,8 @@ import net from 'node:net';
 import tls from 'node:tls';
 import { waitFor } from '@sandnode/testkit';
 import { createLogger, DEFAULT_ALWAYS_DENIED, parseCidrList, parseEgressPolicy, type EgressPolicyInput } from '@sandnode/shared';
-import { MapNetworkDirectory, type SandboxNetworkView } from '../core/network-directory';
+import { MapNetworkDirectory } from '../core/network-directory';
+import { loopbackView } from './__tests__/loopback-view';
 import { decideEgress, startEgressProxy, type EgressProxy } from './egress-proxy';
 import { MAX_PREAMBLE_BYTES } from './preamble';
 import type { UpstreamDns } from './upstream-dns';
@@ -59,17 +60,7 @@ describe('startEgressProxy on loopback', () => {
   let upstreamPort: number;
   let proxy: EgressProxy;
   const dir = new MapNetworkDirectory();
-  const view = (p: Partial<EgressPolicyInput>): SandboxNetworkView => ({
-    sandboxId: 'sb-1',
-    state: 'RUNNING' as SandboxNetworkView['state'],
-    slot: 0,
-    address: '127.0.0.1',
-    gateway: '127.0.0.1',
-    policy: policy(p),
-    public: false,
-    accessTokenSha256: '',
-    poddAddress: '',
-  });
+  const view = loopbackView;
 
   beforeAll(async () => {
     upstream = net.createServer({ allowHalfOpen: true }, (s) => {

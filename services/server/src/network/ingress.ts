@@ -25,7 +25,7 @@
 import http from 'node:http';
 import net from 'node:net';
 import { pipeline, type Duplex, type Readable, type Writable } from 'node:stream';
-import type { Logger } from '@sandnode/shared';
+import { connectTcp, type Logger } from '@sandnode/shared';
 import type { NetworkDirectory, SandboxNetworkView } from '../core/network-directory';
 import type { PoddRelay } from './ingress-podd';
 import { BulkReader } from './relay';
@@ -143,7 +143,7 @@ export function createIngress(o: IngressOptions): Ingress {
   /** dial: sandbox address:port (reading through `onread` when given), else (refused) podd ForwardPort, else PortClosedError. */
   const dial = async (view: SandboxNetworkView, port: number, onread?: net.OnReadOpts): Promise<Duplex> => {
     try {
-      return await connectTcp(view.address, port, limits.connectTimeoutMs, onread);
+      return await connectTcp({ host: view.address, port, noDelay: true, allowHalfOpen: true, ...(onread ? { onread } : {}) }, limits.connectTimeoutMs);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ECONNREFUSED') throw err;
     }
@@ -372,25 +372,6 @@ function rawAnswer(sock: Duplex, status: number, reason: string, retryAfterS?: n
   sock.end(
     `HTTP/1.1 ${status} ${http.STATUS_CODES[status] ?? ''}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n${extra}Connection: close\r\n\r\n${body}`,
   );
-}
-
-function connectTcp(host: string, port: number, timeoutMs: number, onread?: net.OnReadOpts): Promise<net.Socket> {
-  return new Promise((resolve, reject) => {
-    const s = net.connect({ host, port, noDelay: true, allowHalfOpen: true, ...(onread ? { onread } : {}) });
-    const timer = setTimeout(() => {
-      s.destroy();
-      reject(new Error(`connect timed out after ${timeoutMs} ms`));
-    }, timeoutMs);
-    s.once('error', (err) => {
-      clearTimeout(timer);
-      reject(err);
-    });
-    s.once('connect', () => {
-      clearTimeout(timer);
-      s.removeAllListeners('error');
-      resolve(s);
-    });
-  });
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T> {

@@ -9,7 +9,7 @@ import { execFile, execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { promisify } from 'node:util';
 import { createLogger, DEFAULT_ALWAYS_DENIED, parseEgressPolicy, type EgressPolicyInput } from '@sandnode/shared';
-import { claimTestSubnet, randomTag, startTestInternet, type TestInternet } from '@sandnode/testkit';
+import { claimTestSubnet, linkNetns, randomTag, startTestInternet, type TestInternet } from '@sandnode/testkit';
 import { MapNetworkDirectory, type SandboxNetworkView } from '../../core/network-directory';
 import type { DnsResolver } from '../dns-resolver';
 import type { EgressProxy } from '../egress-proxy';
@@ -78,16 +78,7 @@ export async function startEgressFixture(opts: { preambleTimeoutMs?: number; rec
     subnet.own('netns', netns);
     subnet.own('link', hostIf);
     subnet.own('nft', table);
-    const ip = (...a: string[]) => execFileSync('ip', a, { stdio: ['ignore', 'ignore', 'pipe'] });
-    ip('netns', 'add', netns);
-    ip('link', 'add', hostIf, 'type', 'veth', 'peer', 'name', peer);
-    ip('link', 'set', peer, 'netns', netns);
-    ip('addr', 'add', `${gateway}/30`, 'dev', hostIf);
-    ip('link', 'set', hostIf, 'up');
-    ip('-n', netns, 'addr', 'add', `${address}/30`, 'dev', peer);
-    ip('-n', netns, 'link', 'set', peer, 'up');
-    ip('-n', netns, 'link', 'set', 'lo', 'up');
-    ip('-n', netns, 'route', 'add', 'default', 'via', gateway);
+    linkNetns({ netns, hostIface: hostIf, peer, hostAddress: gateway, address });
     // `ip netns exec` bind-mounts this over /etc/resolv.conf: the sandbox asks any address; nft redirects it.
     mkdirSync(etcDir, { recursive: true });
     cleanups.push(() => rmSync(etcDir, { recursive: true, force: true }));
