@@ -7,6 +7,7 @@
  * 127.0.0.1 named by a directory view (the ingress dials view.address).
  */
 import { createHash } from 'node:crypto';
+import http from 'node:http';
 import net from 'node:net';
 import { createLogger, parseEgressPolicy } from '@sandnode/shared';
 import { MapNetworkDirectory, type SandboxNetworkView } from '../../core/network-directory';
@@ -119,6 +120,44 @@ describe('attack2: ingress tunnels after the sandbox turned private or left', ()
     dir.set({ ...view('sb-next', false), accessTokenSha256: createHash('sha256').update('other').digest('hex') }); // same address, new owner
     await expect(tunnelOutcome(sock, 'after-delete')).resolves.toBe('closed');
     dir.remove('sb-next');
+  });
+
+  it('a streamed response (long poll, server-sent events) started while public is cut when the sandbox turns private', async () => {
+    const streams: http.ServerResponse[] = [];
+    const sse = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: first\n\n');
+      streams.push(res);
+    });
+    await new Promise<void>((r) => sse.listen(0, '127.0.0.1', r));
+    const ssePort = (sse.address() as net.AddressInfo).port;
+    try {
+      const id = 'sb-sse';
+      dir.set(view(id, true));
+      const got: string[] = [];
+      const ended = new Promise<void>((resolve) => {
+        const req = http.get({ host: '127.0.0.1', port, path: '/events', headers: { host: `${ssePort}-${id}.localhost` }, agent: false }, (res) => {
+          res.on('data', (d: Buffer) => {
+            got.push(d.toString());
+            if (got.join('').includes('after-private')) return void res.destroy(); // relayed: the test fails below
+            if (got.length === 1) {
+              dir.set(view(id, false)); // UpdateSandboxNetwork --private while the stream is open
+              streams[0]!.write('data: after-private\n\n');
+            }
+          });
+          res.on('error', () => undefined);
+          res.on('close', () => resolve());
+        });
+        req.on('error', () => resolve());
+      });
+      await ended;
+      expect(got.join('')).not.toContain('after-private');
+      dir.remove(id);
+    } finally {
+      for (const r of streams) r.destroy();
+      sse.closeAllConnections();
+      await new Promise<void>((r) => sse.close(() => r()));
+    }
   });
 
   it('a tunnel is still relayed while the sandbox stays as it was (a state change of the same view keeps it)', async () => {
