@@ -203,7 +203,16 @@ export function createIngress(o: IngressOptions): Ingress {
       agent: upstream,
       sandnodeSandboxId: view.sandboxId,
     } as http.RequestOptions);
+    // a body may stream for long (server-sent events, uploads): checked again before each chunk
+    // either way, like a tunnel, so a sandbox made private or deleted stops being reached
+    const revoked = tunnelRevoked(o.directory, view, one(req.headers[ACCESS_TOKEN_HEADER]), () => {
+      log.info({ sandbox_id: view.sandboxId, port }, 'ingress: request cut: the sandbox is gone or no longer lets it in');
+      up.destroy();
+      res.destroy();
+    });
+    req.on('data', revoked);
     up.on('response', (ur) => {
+      ur.on('data', revoked);
       const headers: http.OutgoingHttpHeaders = {};
       for (const [k, v] of Object.entries(ur.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v;
       res.writeHead(ur.statusCode ?? 502, ur.statusMessage, headers);
