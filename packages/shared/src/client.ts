@@ -28,10 +28,14 @@ export const DEFAULT_RETRY_BASE_DELAY_MS = 50;
 export type SandnodeCallOptions = DeadlineOptions & RetryOptions;
 export type ServiceClient<D extends CompatServiceDefinition> = Client<D, SandnodeCallOptions>;
 
-/** createSandnodeChannel opens a channel to "unix:///abs.sock" or "host:port" (TLS when auth names a CA: client-auth.ts). */
-export function createSandnodeChannel(address: string, auth?: ClientAuth): Channel {
+/**
+ * createSandnodeChannel opens a channel to "unix:///abs.sock" or "host:port" (TLS when auth names
+ * a CA: client-auth.ts). maxReceiveBytes: the largest message taken from the peer (default
+ * MAX_MESSAGE_BYTES); a larger one fails its call with RESOURCE_EXHAUSTED.
+ */
+export function createSandnodeChannel(address: string, auth?: ClientAuth, maxReceiveBytes = MAX_MESSAGE_BYTES): Channel {
   return createChannel(address, channelCredentials(auth), {
-    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+    'grpc.max_receive_message_length': maxReceiveBytes,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
     // Peers on a node restart in well under a second (upgrades, slot moves): reconnect fast
     // instead of grpc's default backoff of up to 120 s.

@@ -21,6 +21,12 @@ export const DEFAULT_DNS_MAX_INFLIGHT = 64;
 export const DEFAULT_DNS_TCP_IDLE_MS = 10_000;
 /** Open TCP connections per sandbox. */
 export const DEFAULT_DNS_MAX_TCP_PER_SANDBOX = 16;
+/**
+ * Answers a TCP connection may leave unread in the server's memory (beyond the kernel's socket
+ * buffers), bytes; more and the connection is closed. Answers of refused names come at once, so
+ * the in-flight limit does not bound a client that pipelines queries and never reads.
+ */
+export const DNS_TCP_MAX_UNREAD_BYTES = 256 * 1024;
 
 const RCODE = { SERVFAIL: 2, NXDOMAIN: 3, NOTIMP: 4 } as const;
 const QR = 0x8000;
@@ -151,7 +157,7 @@ export async function startDnsResolver(opts: DnsResolverOptions): Promise<DnsRes
       let buf = Buffer.alloc(0);
       sock.on('data', (d: Buffer) => {
         buf = Buffer.concat([buf, d]);
-        while (buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
+        while (!sock.destroyed && buf.length >= 2 && buf.length >= 2 + buf.readUInt16BE(0)) {
           const msg = buf.subarray(2, 2 + buf.readUInt16BE(0));
           buf = buf.subarray(2 + msg.length);
           handle(view, Buffer.from(msg), true, (b) => {
@@ -159,6 +165,11 @@ export async function startDnsResolver(opts: DnsResolverOptions): Promise<DnsRes
             const len = Buffer.alloc(2);
             len.writeUInt16BE(b.length);
             sock.write(Buffer.concat([len, b]));
+            if (sock.writableLength > DNS_TCP_MAX_UNREAD_BYTES) {
+              c.refused++;
+              log.debug({ sandbox_id: view.sandboxId, unread: sock.writableLength }, 'dns: tcp client does not read its answers: closed');
+              sock.destroy();
+            }
           });
         }
       });

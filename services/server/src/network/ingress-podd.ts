@@ -8,6 +8,9 @@ import { createSandnodeChannel, createServiceClient, PeerFeatures, PODD_FEATURES
 import { PoddServiceDefinition, type ForwardPortRequest } from '@sandnode/shared/proto/podd/v1/podd';
 import type { Channel } from 'nice-grpc';
 
+/** Largest ForwardPort message taken from a podd, bytes: its 64 KiB data chunks and framing, with room. */
+export const MAX_PODD_MESSAGE_BYTES = 128 * 1024;
+
 /** How the ingress opens a relayed connection; undefined when the podd cannot (no feature). */
 export interface PoddRelay {
   /**
@@ -31,7 +34,10 @@ export function poddRelay(): PoddRelay {
   const peer = (address: string): Peer => {
     let p = peers.get(address);
     if (!p) {
-      const channel = createSandnodeChannel(address);
+      // the podd is the guest's (a sandbox may answer for it): it sends at most 64 KiB of data per
+      // message (podd's MAX_FORWARD_CHUNK_BYTES), so a larger one ends the call instead of the
+      // server holding gRPC's 4 MiB per message for each of a tunnel's buffered messages
+      const channel = createSandnodeChannel(address, undefined, MAX_PODD_MESSAGE_BYTES);
       p = { channel, client: createServiceClient(PoddServiceDefinition, channel, { retryAttempts: 0 }), features: new PeerFeatures(channel, `podd at ${address}`) };
       peers.set(address, p);
     }

@@ -29,7 +29,7 @@ import { connectTcp, type Logger } from '@sandnode/shared';
 import type { NetworkDirectory, SandboxNetworkView } from '../core/network-directory';
 import type { PoddRelay } from './ingress-podd';
 import { BulkReader } from './relay';
-import { ACCESS_TOKEN_HEADER, route, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER } from './ingress-route';
+import { ACCESS_TOKEN_HEADER, route, SANDBOX_ID_HEADER, SANDBOX_PORT_HEADER, tokenMatches } from './ingress-route';
 
 /** Bounds of the ingress (config keys ingressMaxConnections, ingressMaxConnectionsPerSandbox, ...). */
 export interface IngressLimits {
@@ -203,7 +203,16 @@ export function createIngress(o: IngressOptions): Ingress {
       agent: upstream,
       sandnodeSandboxId: view.sandboxId,
     } as http.RequestOptions);
+    // a body may stream for long (server-sent events, uploads): checked again before each chunk
+    // either way, like a tunnel, so a sandbox made private or deleted stops being reached
+    const revoked = tunnelRevoked(o.directory, view, one(req.headers[ACCESS_TOKEN_HEADER]), () => {
+      log.info({ sandbox_id: view.sandboxId, port }, 'ingress: request cut: the sandbox is gone or no longer lets it in');
+      up.destroy();
+      res.destroy();
+    });
+    req.on('data', revoked);
     up.on('response', (ur) => {
+      ur.on('data', revoked);
       const headers: http.OutgoingHttpHeaders = {};
       for (const [k, v] of Object.entries(ur.headers)) if (!HOP_BY_HOP.has(k) && v !== undefined) headers[k] = v;
       res.writeHead(ur.statusCode ?? 502, ur.statusMessage, headers);
@@ -262,13 +271,24 @@ export function createIngress(o: IngressOptions): Ingress {
           client.destroy();
           sock.destroy();
         };
+        // the tunnel was checked when it opened; before a chunk is passed on either way it is
+        // checked again against the directory in force, so a sandbox made private (a tunnel without
+        // its token) or deleted (its address perhaps another sandbox's now) is not reached any more
+        const revoked = tunnelRevoked(o.directory, view, one(req.headers[ACCESS_TOKEN_HEADER]), () => {
+          log.info({ sandbox_id: view.sandboxId, port }, 'ingress: tunnel closed: the sandbox is gone or no longer lets it in');
+          end();
+        });
+        client.on('data', revoked);
         pipeline(client, sock, end);
         if (sock instanceof net.Socket) {
           // dialled directly: bulk reads (relay.ts) to the client; its end ends the client, then both close
-          reader.attach(sock, client);
+          reader.attach(sock, client, revoked);
           sock.once('end', () => client.end(end));
           sock.once('close', end);
-        } else pipeline(sock, client, end);
+        } else {
+          sock.on('data', revoked);
+          pipeline(sock, client, end);
+        }
       },
       (err: unknown) => {
         give(view.sandboxId);
@@ -304,6 +324,29 @@ export function createIngress(o: IngressOptions): Ingress {
         server.closeAllConnections();
       }),
   };
+}
+
+/**
+ * tunnelRevoked gives the check a tunnel makes before each chunk: the directory's view of the
+ * tunnel's sandbox is still `opened` (unchanged), or still the same sandbox at the same address
+ * that is public or whose token is `token`; otherwise it calls `close` (once).
+ */
+function tunnelRevoked(dir: NetworkDirectory, opened: SandboxNetworkView, token: string | undefined, close: () => void): () => void {
+  let seen: SandboxNetworkView | undefined = opened;
+  let closed = false;
+  return () => {
+    if (closed) return;
+    const now = dir.bySandboxId(opened.sandboxId);
+    if (now === seen) return;
+    seen = now;
+    if (now && now.address === opened.address && (now.public || tokenMatches(token, now.accessTokenSha256))) return;
+    closed = true;
+    close();
+  };
+}
+
+function one(h: string | string[] | undefined): string | undefined {
+  return Array.isArray(h) ? h[0] : h;
 }
 
 /**

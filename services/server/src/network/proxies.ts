@@ -10,13 +10,20 @@ import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from './e
 import { resolvConfNameservers, UpstreamDns } from './upstream-dns';
 import type { Destination } from './original-dst';
 
+/**
+ * Ranges that reach the host itself when the proxy (a host process) connects to them: refused
+ * whatever networkAlwaysDenied says (network.proto rule 1: loopback and the node's own
+ * addresses; isOwnAddress covers the interfaces' addresses, not these).
+ */
+export const HOST_LOOPBACK_RANGES: readonly string[] = ['0.0.0.0/8', '127.0.0.0/8'];
+
 /** Options of {@link startNetworkProxies}. */
 export interface NetworkProxiesOptions {
   directory: NetworkDirectory;
   logger: Logger;
   /** server key dnsUpstreams, parsed (parseDnsUpstreams); default the IPv4 nameservers of /etc/resolv.conf */
   dnsUpstreams?: Destination[];
-  /** server key networkAlwaysDenied plus the pool and the node's own addresses (CIDR texts); default DEFAULT_ALWAYS_DENIED */
+  /** server key networkAlwaysDenied plus the pool and the node's own addresses (CIDR texts); default DEFAULT_ALWAYS_DENIED; HOST_LOOPBACK_RANGES are always added */
   alwaysDenied?: readonly string[];
   /** the egress proxy: its listener (egressProxyPort; bind IPv4: SO_ORIGINAL_DST is read as IPv4) and limits */
   egress?: Omit<EgressProxyOptions, 'directory' | 'upstream' | 'alwaysDenied' | 'logger'>;
@@ -39,7 +46,7 @@ export interface NetworkProxies {
  */
 export async function startNetworkProxies(opts: NetworkProxiesOptions): Promise<NetworkProxies> {
   const upstream = new UpstreamDns({ upstreams: opts.dnsUpstreams ?? resolvConfNameservers() });
-  const alwaysDenied = parseCidrList(opts.alwaysDenied ?? DEFAULT_ALWAYS_DENIED, 'networkAlwaysDenied');
+  const alwaysDenied = parseCidrList([...new Set([...(opts.alwaysDenied ?? DEFAULT_ALWAYS_DENIED), ...HOST_LOOPBACK_RANGES])], 'networkAlwaysDenied');
   const out: NetworkProxies = {
     upstream,
     close: async () => {
