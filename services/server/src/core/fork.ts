@@ -102,7 +102,10 @@ async function forkNow(
         const rec = newRecord(c, id, { template, templatePoddVersion, templateRootfs, resources: { ...resources }, rootfsGeneration, forkedFrom: parentId }, metadata, timeoutSeconds, requestId);
         // the child's own slot and token; the parent's policy and publicness unless overridden
         const inherited: NetworkChoice = parent.network ? { egress: parent.network.egress, public: parent.network.public } : 'disabled';
-        rec.network = await planNetwork(c.vms, network ?? inherited, 'ForkSandbox', c.tokens, id);
+        // an inherited network is what the parent had, not what the caller asked for: on a node that
+        // can give none now (its supervisor rolled back to one without "vmm.network.v1") the child
+        // gets none, as a create that asks for nothing does
+        rec.network = await planNetwork(c.vms, network ?? inherited, 'ForkSandbox', c.tokens, id, network === undefined);
         child = rec;
         c.touch(rec);
         return cloneParent(c, parent, rec, maxFreezeMs, log);

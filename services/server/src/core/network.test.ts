@@ -161,6 +161,16 @@ describe('sandbox network lifecycle', () => {
       expect(m.directory.size).toBe(3);
     });
 
+    it('on a node that lost its network (supervisor rolled back) a child inherits none; an explicit network is FAILED_PRECONDITION', async () => {
+      const parent = await create({ network: { disabled: false, egress: { allowOut: ['example.com'], denyOut: [], blockAll: true }, public: false } });
+      peers.network = false;
+      const r = await m.fork({ parentId: parent.sandboxId, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '' });
+      expect(r.child.network).toBeUndefined();
+      await expect(
+        m.fork({ parentId: parent.sandboxId, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '', network: { disabled: false, egress: undefined, public: false } }),
+      ).rejects.toThrow(/asks for a network/);
+    });
+
     it('a bad override is INVALID_ARGUMENT before anything is made', async () => {
       const parent = await create();
       const p = m.fork({

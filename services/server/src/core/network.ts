@@ -58,13 +58,14 @@ export async function nodeNetwork(vms: VmPort): Promise<NodeNetwork> {
  * planNetwork decides a new sandbox's network before anything is made: none asked -> the
  * default policy iff the node has network, else none; disabled -> none; a policy -> that one,
  * or FailedPreconditionError (FAILED_PRECONDITION) naming the supervisor, its version and why
- * when the node cannot give one. Returns the NetworkRef to record (slot -1: any free one).
+ * when the node cannot give one (unless `optional`: a policy not asked for by the caller, e.g. a
+ * fork's inherited one, then none). Returns the NetworkRef to record (slot -1: any free one).
  */
-export async function planNetwork(vms: VmPort, choice: NetworkChoice, what: string, token: AccessTokens, id: string): Promise<NetworkRef | undefined> {
+export async function planNetwork(vms: VmPort, choice: NetworkChoice, what: string, token: AccessTokens, id: string, optional = false): Promise<NetworkRef | undefined> {
   if (choice === 'disabled') return undefined;
   const node = await nodeNetwork(vms);
   if (!node.available) {
-    if (choice === undefined) return undefined;
+    if (choice === undefined || optional) return undefined;
     throw new FailedPreconditionError(`${what}: the sandbox asks for a network, but ${node.reason}; ask for none (network.disabled, \`--no-network\`) on this node; nothing was created`);
   }
   const c = choice ?? { egress: canonicalPolicy(undefined, 'egress'), public: false };
