@@ -14,13 +14,10 @@
 import { spawnSync } from 'node:child_process';
 import { Status } from 'nice-grpc-common';
 import { startComponent, stopComponent } from '@sandnode/node-stack';
-import { describeNode, execCollect, killProcesses, serverProcesses, startNode, startTestInternet, waitFor, withEnv, type TestInternet, type TestNode } from '@sandnode/testkit';
+import { create, sh } from './network-helpers';
+import { describeNode, killProcesses, serverProcesses, startNode, startTestInternet, waitFor, withEnv, type TestInternet, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(240_000);
-
-async function sh(node: TestNode, id: string, cmd: string) {
-  return execCollect(node.api, id, ['/bin/busybox', 'sh', '-c', cmd], { timeoutMs: 30_000 });
-}
 
 /** asNobody runs argv on the host as uid/gid 65534 (a local user without privileges). */
 function asNobody(argv: string[]): { status: number | null; stdout: string; stderr: string } {
@@ -42,8 +39,7 @@ describeNode('attack: sandbox network against local users and live policy change
   });
 
   test('a non-root user of the host cannot reach a private sandbox’s server at its address (only the ingress with the token)', async () => {
-    const r = await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', network: { disabled: false, egress: undefined, public: false } });
-    const sb = r.sandbox!;
+    const { sb } = await create(node, { disabled: false, egress: undefined, public: false });
     try {
       await sh(node, sb.sandboxId, `node -e "require('http').createServer((q,s)=>s.end('private-secret')).listen(8080)" >/dev/null 2>&1 & sleep 1`);
       // root on the host (the server's ingress) reaches it: the server is up
@@ -61,15 +57,7 @@ describeNode('attack: sandbox network against local users and live policy change
   });
 
   test('a policy change that refuses a destination resets the open proxied connections to it', async () => {
-    const sb = (
-      await node.api.sandboxes.createSandbox({
-        template: 'base',
-        timeoutSeconds: 0,
-        metadata: {},
-        requestId: '',
-        network: { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false },
-      })
-    ).sandbox!;
+    const sb = (await create(node, { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false })).sb;
     try {
       // a long download through the proxy (tcp 80 of a policy with domain rules), read slowly; after /tmp/go
       // exists it says whether bytes still arrive or the connection was reset/closed
@@ -110,15 +98,7 @@ describeNode('attack: sandbox network against local users and live policy change
   }
 
   test('a server killed between the supervisor’s UpdateVmNetwork and its record: after the restart the record and the kernel agree', async () => {
-    const sb = (
-      await node.api.sandboxes.createSandbox({
-        template: 'base',
-        timeoutSeconds: 0,
-        metadata: {},
-        requestId: '',
-        network: { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false },
-      })
-    ).sandbox!;
+    const sb = (await create(node, { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false })).sb;
     const echoes = async () => (await sh(node, sb.sandboxId, `echo hi | nc -w 3 ${inet.address} 7`)).stdout === 'hi\n';
     try {
       expect(await echoes()).toBe(false); // block_all: the echo port (not proxied) is refused in the kernel
@@ -137,15 +117,7 @@ describeNode('attack: sandbox network against local users and live policy change
   });
 
   test('a supervisor killed after storing UpdateVmNetwork’s policy (the server was told UNAVAILABLE): after its restart the record and the kernel agree', async () => {
-    const sb = (
-      await node.api.sandboxes.createSandbox({
-        template: 'base',
-        timeoutSeconds: 0,
-        metadata: {},
-        requestId: '',
-        network: { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false },
-      })
-    ).sandbox!;
+    const sb = (await create(node, { disabled: false, egress: { allowOut: [inet.names.allowed], denyOut: [], blockAll: true }, public: false })).sb;
     const echoes = async () => (await sh(node, sb.sandboxId, `echo hi | nc -w 3 ${inet.address} 7`)).stdout === 'hi\n';
     try {
       expect(await echoes()).toBe(false);

@@ -134,13 +134,6 @@ export class NetworkServices {
     return this.sockets.get(spec.name);
   }
 
-  /** closeSandbox resets the sandbox's open egress connections (after its delete). */
-  closeSandbox(sandboxId: string): void {
-    this.proxies?.egress?.closeSandbox(sandboxId);
-    this.proxies?.egress?.forget(sandboxId);
-    this.proxies?.dns?.forget(sandboxId);
-  }
-
   private async closeProxies(): Promise<void> {
     const p = this.proxies;
     this.proxies = undefined;
