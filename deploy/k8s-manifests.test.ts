@@ -244,7 +244,7 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
       // the only env vars are the pre-stop hook's, never a daemon key (SANDNODE_<SERVICE>_*),
       // but the servers' TLS file paths (fixed for the pod's life; the config files must stay
       // loadable by the previous release during a rollout, which refuses unknown keys)
-      const allowed = ['SANDNODE_PRESTOP_DEADLINE_S', 'SANDNODE_GRACE_PERIOD_S', 'SANDNODE_RUN_DIR', 'SANDNODE_STATE_DIR', ...(SERVER_SLOTS.includes(c.name) ? TLS_ENV : [])];
+      const allowed = ['SANDNODE_PRESTOP_DEADLINE_S', 'SANDNODE_GRACE_PERIOD_S', 'SANDNODE_RUN_DIR', 'SANDNODE_STATE_DIR', 'SANDNODE_NODE_ID', ...(SERVER_SLOTS.includes(c.name) ? TLS_ENV : [])];
       for (const e of c.env ?? []) expect(allowed).toContain(e.name);
       expect(c.envFrom).toBeUndefined();
     }
@@ -252,6 +252,15 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
     expect(configPathOf(byName.get('server-b')!)).toBe('/etc/sandnode/server-b.json');
     expect(configPathOf(byName.get('ublk-a')!)).toBe('/etc/sandnode/ublk-manager-a.json');
     expect(configPathOf(byName.get('ublk-b')!)).toBe('/etc/sandnode/ublk-manager-b.json');
+  });
+
+  test("node identity: every daemon takes the Kubernetes node's name (downward API), never the pod's", () => {
+    const { byName } = daemonSet(rs);
+    for (const c of byName.values()) {
+      const e = c.env?.find((v) => v.name === 'SANDNODE_NODE_ID');
+      expect(e?.value).toBeUndefined();
+      expect(e?.valueFrom?.fieldRef?.fieldPath).toBe('spec.nodeName');
+    }
   });
 
   test('pre-stop: deadline below terminationGracePeriodSeconds; servers drain, the others wait', () => {

@@ -3,6 +3,7 @@ export * from './errors';
 export * from './logger';
 export * from './config';
 export * from './version';
+export * from './node-id';
 export * from './server';
 export * from './server-guards';
 export * from './client';

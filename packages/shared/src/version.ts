@@ -13,6 +13,8 @@ export interface ComponentInfo {
   version: string;
   commit: string;
   features: string[];
+  /** The node's stable id (see node-id.ts); undefined for podd, which answers "". */
+  nodeId?: string;
 }
 
 /**
@@ -74,6 +76,7 @@ export function versionResponse(info: ComponentInfo): GetVersionResponse {
     pid: process.pid,
     startedAtMs,
     runtime: runtimeName(),
+    nodeId: info.nodeId ?? '',
   };
 }
 

@@ -29,6 +29,7 @@ import {
   waitWhileBusy,
   prepareTrustedDirs,
   type Logger,
+  resolveNodeId,
 } from '@sandnode/shared';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { loadUblkConfig, SERVICE, type UblkConfig } from './config';
@@ -173,7 +174,7 @@ async function start(argv: string[]): Promise<void> {
   // No epoch above the one the node's server lease names is accepted (a forged huge epoch would fence the real server out).
   const fence = new SharedEpochFence(managerDir(cfg.stateDir), { handlerFenced: [FENCE_EPOCH_PATH], leaseFile: serverLeasePath(cfg.stateDir) });
   const server = createServiceServer({
-    info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: features(driver) },
+    info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: features(driver), nodeId: resolveNodeId(cfg.stateDir) },
     log,
     fence,
     // root only on its unix socket (peer credentials): the server is its only caller

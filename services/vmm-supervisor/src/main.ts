@@ -28,6 +28,7 @@ import {
   waitWhileBusy,
   prepareTrustedDirs,
   type EpochFence,
+  resolveNodeId,
 } from '@sandnode/shared';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { loadVmmConfig, SERVICE } from './config';
@@ -183,7 +184,7 @@ async function main(): Promise<void> {
   const fence = vmmEpochFence(supervisorDir, cfg.stateDir);
   made.fence = fence;
   const server = createServiceServer({
-    info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: supervisor.features() },
+    info: { component: SERVICE, version: SUITE_VERSION, commit: buildCommit(), features: supervisor.features(), nodeId: resolveNodeId(cfg.stateDir) },
     log,
     fence,
     // root only on its unix socket (peer credentials): the server is its only caller

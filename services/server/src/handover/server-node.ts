@@ -23,6 +23,7 @@ import {
   type TakeoverResult,
   type TokenIdentity,
   UnauthenticatedError,
+  resolveNodeId,
 } from '@sandnode/shared';
 import { AdminServiceDefinition, type AdminServiceImplementation, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ServerConfig } from '../config';
@@ -116,6 +117,8 @@ export class ServerNode implements StandbyNode, OldServer {
   /** Running Exec streams (a retiring server relays them to completion). */
   streams = 0;
   lastAdoption: AdoptionReport | undefined;
+  /** The node's stable id (GetVersion node_id; shared node-id.ts), the same in every component. */
+  readonly nodeId: string;
 
   constructor(
     readonly cfg: ServerConfig,
@@ -125,6 +128,7 @@ export class ServerNode implements StandbyNode, OldServer {
   ) {
     mkdirSync(cfg.stateDir, { recursive: true });
     mkdirSync(path.join(cfg.runDir, 'sandboxes'), { recursive: true });
+    this.nodeId = resolveNodeId(cfg.stateDir);
     this.lease = new FlockLease(path.join(cfg.stateDir, 'server.lease'));
     this.adminAddress = unixAddress(path.join(cfg.runDir, adminSocketName(cfg.slot || String(process.pid))));
     this.metrics = new MetricsEndpoint(cfg.metricsListen, log);
@@ -137,7 +141,7 @@ export class ServerNode implements StandbyNode, OldServer {
 
   /** The GetVersion answer of this server. */
   info() {
-    return { component: 'server', version: SUITE_VERSION, commit: buildCommit(), features: [...SERVER_FEATURE_LIST] };
+    return { component: 'server', version: SUITE_VERSION, commit: buildCommit(), features: [...SERVER_FEATURE_LIST], nodeId: this.nodeId };
   }
 
   /** The manager of the active server (undefined unless this server was ever active). */

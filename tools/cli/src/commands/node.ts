@@ -136,12 +136,13 @@ export function registerNodeCommands(program: Command): void {
         // status reads this node's sockets and pid files: an --address would be used for the sandbox count only
         requireLocal(cmd, 'status');
         const d = dirsOf(cmd);
-        const components: ({ name: string; version: string | null; features: string[]; up: boolean } & ComponentPid)[] = [];
+        const components: ({ name: string; version: string | null; nodeId: string | null; features: string[]; up: boolean } & ComponentPid)[] = [];
         for (const c of COMPONENTS) {
           const v = await getVersion(d, c);
           // a pid only for a live process: a pid file left by one that died is shown as stale
-          components.push({ name: c, version: v?.version ?? null, ...componentPid(d, c, v?.pid), features: v?.features ?? [], up: !!v });
+          components.push({ name: c, version: v?.version ?? null, nodeId: v ? v.nodeId || null : null, ...componentPid(d, c, v?.pid), features: v?.features ?? [], up: !!v });
         }
+        const node = nodeIdentity(components);
         const all = components.find((c) => c.name === 'server')?.up ? await withServer(d, (api) => listAllSandboxes(api)) : null;
         const sandboxes = all?.length ?? null;
         const isolation = all ? isolationGroups(all) : null;
@@ -153,8 +154,9 @@ export function registerNodeCommands(program: Command): void {
         const fences = Object.fromEntries(health.filter((h) => h.name !== 'server').map((h) => [h.name, { epoch: h.fenceEpoch, aboveServer: h.fencedAboveServer }]));
         const networkMismatches = health.find((h) => h.name === 'server')?.networkMismatches ?? null;
         const network = await nodeNetwork(d, components.find((c) => c.name === 'vmm-supervisor')?.features ?? []);
-        print(!!o.json, { components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches, network }, () =>
+        print(!!o.json, { nodeId: node.nodeId, components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches, network }, () =>
           [
+            node.text,
             table(
               ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
               components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', pidText(c), c.features.join(',')]),
@@ -168,4 +170,19 @@ export function registerNodeCommands(program: Command): void {
         );
       }),
     );
+}
+
+/**
+ * nodeIdentity is the node's id as its components report it (GetVersion node_id): the id they
+ * agree on (null when none answers with one) and the line `status` prints, which names every
+ * component that disagrees (a misconfigured SANDNODE_NODE_ID).
+ */
+export function nodeIdentity(components: { name: string; nodeId: string | null }[]): { nodeId: string | null; text: string } {
+  const said = components.filter((c): c is { name: string; nodeId: string } => !!c.nodeId);
+  const ids = [...new Set(said.map((c) => c.nodeId))];
+  const first = ids[0];
+  if (first === undefined) return { nodeId: null, text: 'node: unknown (no component reports a node id)' };
+  if (ids.length === 1) return { nodeId: first, text: `node: ${first}` };
+  const server = said.find((c) => c.name === 'server')?.nodeId ?? first;
+  return { nodeId: server, text: `node: ${server}; MISMATCH: ${said.map((c) => `${c.name} says ${c.nodeId}`).join(', ')} (check SANDNODE_NODE_ID and <stateDir>/node-id)` };
 }

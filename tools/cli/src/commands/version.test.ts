@@ -21,6 +21,7 @@ const answer = (extra: Partial<GetVersionResponse> = {}): GetVersionResponse => 
   pid: 4242,
   startedAtMs: 0,
   runtime: '', // what a build before the field decodes to
+  nodeId: '', // the same
   ...extra,
 });
 
@@ -39,22 +40,24 @@ describe('version entries', () => {
       commit: 'c0ffee00c0ffee00c0ffee00c0ffee00c0ffee00',
       runtime: 'node 24.22.3',
       pid: 4242,
+      nodeId: null,
     });
-    expect(componentVersion('ublk-manager', undefined)).toEqual({ component: 'ublk-manager', up: false, version: null, commit: null, runtime: null, pid: null });
+    expect(componentVersion('server', answer({ nodeId: 'worker-7' })).nodeId).toBe('worker-7');
+    expect(componentVersion('ublk-manager', undefined)).toEqual({ component: 'ublk-manager', up: false, version: null, commit: null, runtime: null, pid: null, nodeId: null });
     expect(cliVersion()).toMatchObject({ component: 'cli', up: true, version: SUITE_VERSION, runtime: `node ${process.versions.node}`, pid: process.pid });
     expect(cliVersion().commit).toMatch(/^([0-9a-f]{40}|unknown)$/);
   });
 
   it('prints one row per entry for people, the commit shortened', () => {
     const r: VersionReport = {
-      cli: { component: 'cli', up: true, version: '0.3.0', commit: 'abcdef0123456789', runtime: 'node 24.22.3', pid: 1 },
-      components: [componentVersion('server', answer()), componentVersion('ublk-manager', undefined)],
+      cli: { component: 'cli', up: true, version: '0.3.0', commit: 'abcdef0123456789', runtime: 'node 24.22.3', pid: 1, nodeId: null },
+      components: [componentVersion('server', answer({ nodeId: 'node-1' })), componentVersion('ublk-manager', undefined)],
     };
     expect(versionTable(r).split('\n')).toEqual([
-      'COMPONENT     VERSION  COMMIT        RUNTIME',
-      'cli           0.3.0    abcdef012345  node 24.22.3',
-      'server        9.9.1    c0ffee00c0ff  unknown',
-      'ublk-manager  down     -             -',
+      'COMPONENT     VERSION  COMMIT        RUNTIME       NODE',
+      'cli           0.3.0    abcdef012345  node 24.22.3  -',
+      'server        9.9.1    c0ffee00c0ff  unknown       node-1',
+      'ublk-manager  down     -             -             -',
     ]);
   });
 });
@@ -63,7 +66,7 @@ describeWith('the built CLI: sandnode version --json', [built('@sandnode/cli')],
   let root: string;
   const servers: ServiceServer[] = [];
   const infos: Record<'vmm-supervisor' | 'server', ComponentInfo> = {
-    'vmm-supervisor': { component: 'vmm-supervisor', version: '9.9.2', commit: 'aaaa', features: ['vmm.runc'] },
+    'vmm-supervisor': { component: 'vmm-supervisor', version: '9.9.2', commit: 'aaaa', features: ['vmm.runc'], nodeId: 'worker-3' },
     server: { component: 'server', version: '9.9.3', commit: 'bbbb', features: [] },
   };
 
@@ -94,9 +97,9 @@ describeWith('the built CLI: sandnode version --json', [built('@sandnode/cli')],
     // a runtime field in shared's GetVersion answer (once the proto has one) is passed through
     const sent = (c: keyof typeof infos) => (versionResponse(infos[c]) as { runtime?: string }).runtime || 'unknown';
     expect(r.components).toEqual([
-      { component: 'vmm-supervisor', up: true, version: '9.9.2', commit: 'aaaa', runtime: sent('vmm-supervisor'), pid: process.pid },
-      { component: 'ublk-manager', up: false, version: null, commit: null, runtime: null, pid: null },
-      { component: 'server', up: true, version: '9.9.3', commit: 'bbbb', runtime: sent('server'), pid: process.pid },
+      { component: 'vmm-supervisor', up: true, version: '9.9.2', commit: 'aaaa', runtime: sent('vmm-supervisor'), pid: process.pid, nodeId: 'worker-3' },
+      { component: 'ublk-manager', up: false, version: null, commit: null, runtime: null, pid: null, nodeId: null },
+      { component: 'server', up: true, version: '9.9.3', commit: 'bbbb', runtime: sent('server'), pid: process.pid, nodeId: null },
     ]);
   });
 });

@@ -26,6 +26,8 @@ export interface VersionEntry {
   runtime: string | null;
   /** its host pid; null when it did not answer */
   pid: number | null;
+  /** the node's stable id it reports (GetVersion node_id); null for the CLI, a build that does not say, or one that did not answer */
+  nodeId: string | null;
 }
 
 /** What `sandnode version --json` prints. */
@@ -44,20 +46,20 @@ export function runtimeOf(v: GetVersionResponse): string {
 
 /** cliVersion is the CLI's own entry. */
 export function cliVersion(): VersionEntry {
-  return { component: 'cli', up: true, version: SUITE_VERSION, commit: buildCommit(), runtime: runtimeName(), pid: process.pid };
+  return { component: 'cli', up: true, version: SUITE_VERSION, commit: buildCommit(), runtime: runtimeName(), pid: process.pid, nodeId: null };
 }
 
 /** componentVersion is a component's entry from its GetVersion answer (undefined: it did not answer). */
 export function componentVersion(component: string, v: GetVersionResponse | undefined): VersionEntry {
-  if (!v) return { component, up: false, version: null, commit: null, runtime: null, pid: null };
-  return { component, up: true, version: v.version, commit: v.commit, runtime: runtimeOf(v), pid: v.pid };
+  if (!v) return { component, up: false, version: null, commit: null, runtime: null, pid: null, nodeId: null };
+  return { component, up: true, version: v.version, commit: v.commit, runtime: runtimeOf(v), pid: v.pid, nodeId: v.nodeId || null };
 }
 
 /** versionTable renders a report for people: one row per entry, the CLI first. */
 export function versionTable(r: VersionReport): string {
   return table(
-    ['COMPONENT', 'VERSION', 'COMMIT', 'RUNTIME'],
-    [r.cli, ...r.components].map((e) => (e.up ? [e.component, e.version ?? '-', (e.commit ?? '-').slice(0, SHORT_COMMIT), e.runtime ?? '-'] : [e.component, 'down', '-', '-'])),
+    ['COMPONENT', 'VERSION', 'COMMIT', 'RUNTIME', 'NODE'],
+    [r.cli, ...r.components].map((e) => (e.up ? [e.component, e.version ?? '-', (e.commit ?? '-').slice(0, SHORT_COMMIT), e.runtime ?? '-', e.nodeId ?? '-'] : [e.component, 'down', '-', '-', '-'])),
   );
 }
 
