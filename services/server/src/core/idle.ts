@@ -24,7 +24,7 @@
  * that finds a call in flight under the lock does nothing (the caller's entry is counted before
  * it looks at the state).
  */
-import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, SANDBOX_ID_RE, UnavailableError } from '@sandnode/shared';
 import type { CoreContext } from './context';
 import { stopVmKeepingSlot } from './network';
 import { teardown } from './provision';
@@ -255,15 +255,16 @@ export class IdleController {
    * ensureRunning is what an Exec, a file call or an ingress request does first: a sandbox with
    * idle settings that is PAUSED or hibernated is resumed (one resume however many callers; an
    * idle action in progress is waited for first) and waited for at most autoResumeTimeoutMs.
-   * Any other state is left for the operation's own check. Errors: FAILED_PRECONDITION
+   * Any other state, and a malformed or unknown id, is left for the operation's own checks. Errors: FAILED_PRECONDITION
    * (auto_resume off, naming the state), UNAVAILABLE (ResumeWaitError: not RUNNING within the
    * bound, retry after AUTO_RESUME_RETRY_AFTER_MS), the resume's own (NOT_FOUND, ...).
    */
   async ensureRunning(id: string, op: string, signal?: AbortSignal): Promise<void> {
     const acting = this.acting.get(id);
     if (acting) await acting.catch(() => undefined);
-    const rec = this.c.get(id);
-    if (rec.state === 'RUNNING' || !rec.idle || !(rec.state === 'PAUSED' || isHibernated(rec))) return;
+    // a malformed or unknown id is left to the operation: its own checks (and their order) answer
+    const rec = SANDBOX_ID_RE.test(id) ? this.c.store.get(id) : undefined;
+    if (!rec || rec.state === 'RUNNING' || !rec.idle || !(rec.state === 'PAUSED' || isHibernated(rec))) return;
     const what = rec.state === 'PAUSED' ? 'PAUSED' : 'hibernated (DRAINED)';
     if (!rec.idle.settings.autoResume) throw new FailedPreconditionError(`sandbox ${id} is ${what} and its idle.auto_resume is off: ResumeSandbox it first (${op} needs RUNNING)`);
     let p = this.resuming.get(id);

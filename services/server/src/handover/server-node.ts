@@ -525,6 +525,8 @@ export class ServerNode implements StandbyNode, OldServer {
     this.oldSide.stop();
     await this.publicServer?.shutdown(this.cfg.drainMs);
     await this.adminServer?.shutdown(1000);
+    // the activity held in memory goes into the records (core/idle.ts), unless the node was handed over
+    if (this.roles.is('ACTIVE')) this.active?.manager.idle.flush(true);
     this.closeAll();
   }
 
