@@ -8,7 +8,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createLogger, FailedPreconditionError, InvalidArgumentError, UnavailableError } from '@sandnode/shared';
+import { createLogger, FailedPreconditionError, InvalidArgumentError, retryAfterMsOf, UnavailableError } from '@sandnode/shared';
 import { RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { decodeRecord, encodeRecord } from '../store/record-codec';
@@ -200,6 +200,8 @@ describe('idle actions', () => {
     expect(err).toBeInstanceOf(ResumeWaitError);
     expect(err).toBeInstanceOf(UnavailableError);
     expect((err as ResumeWaitError).retryAfterMs).toBeGreaterThan(0);
+    // the server's error middleware sends it as trailer retry-after-ms
+    expect(retryAfterMsOf(err)).toBe((err as ResumeWaitError).retryAfterMs);
     release();
     await m.idle.ensureRunning(id, 'Exec');
     expect(store.get(id)?.state).toBe('RUNNING');
