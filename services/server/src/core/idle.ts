@@ -315,6 +315,8 @@ export class IdleController {
    */
   async tick(): Promise<{ sandboxId: string; action: IdleAction }[]> {
     this.flush();
+    // a handover holds the gate: the next server acts on the same record times
+    if (!this.c.gate.isOpen) return [];
     const done: { sandboxId: string; action: IdleAction }[] = [];
     const now = this.c.now();
     for (const r of this.c.store.list()) {
