@@ -28,7 +28,7 @@ export { ACTIVE_POLL_MS, DEFAULT_ACTIVE_WAIT_MS, DEFAULT_LEASE_STATUS_TIMEOUT_MS
 export { NODE_LOCK_POLL_MS, nodeLockFile, withNodeLock } from './node-lock';
 export { loopDevicesBelow, mountsBelow, purgeNode, sandnodeProcesses, type PurgeReport } from './purge';
 export { missingComponents, startWhatResumeNeeds } from './resume-needs';
-export { isolationText, sandboxJson, stateName, type SandboxJson } from './sandbox-json';
+export { idleJson, isolationText, sandboxJson, stateName, type SandboxIdleJson, type SandboxJson } from './sandbox-json';
 export {
   checkStackDirs,
   DEFAULT_START_TIMEOUT_MS,

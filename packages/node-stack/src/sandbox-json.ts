@@ -2,7 +2,7 @@
  * The JSON view of a sandbox that the CLI prints (`sandbox get --json` and every command that
  * answers with a sandbox); scripts and the compat tests parse it, so fields are only added.
  */
-import { SandboxNetwork, SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import { SandboxNetwork, SandboxState, type IdleStatus, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 
 /**
  * A sandbox's network in the proto JSON mapping (SandboxNetwork.toJSON: lowerCamel names,
@@ -53,6 +53,45 @@ export interface SandboxJson {
   isolation: string[];
   /** its network (address, slot, egress policy, ingress URL), null when it has none */
   network: SandboxNetworkJson | null;
+  /** its idle settings and the next idle action (server feature "server.idle.v1"), null when it has none */
+  idle: SandboxIdleJson | null;
+}
+
+/** The idle part of {@link SandboxJson}: seconds as given at create (0 never), times ISO 8601 UTC or null. */
+export interface SandboxIdleJson {
+  pause_after_s: number;
+  hibernate_after_s: number;
+  paused_ttl_s: number;
+  auto_resume: boolean;
+  last_activity_at: string | null;
+  keep_alive_until: string | null;
+  /** "pause", "hibernate", "delete" or "" (none) */
+  next_action: string;
+  next_action_at: string | null;
+  paused_at: string | null;
+  /** DRAINED by hibernate_after_s (a resume is a cold start on the same disks) */
+  hibernated: boolean;
+}
+
+function isoOrNull(ms: number): string | null {
+  return ms ? new Date(ms).toISOString() : null;
+}
+
+/** idleJson is the idle part of a sandbox for JSON output; null without idle settings. */
+export function idleJson(i: IdleStatus | undefined): SandboxIdleJson | null {
+  if (!i) return null;
+  return {
+    pause_after_s: i.settings?.pauseAfterS ?? 0,
+    hibernate_after_s: i.settings?.hibernateAfterS ?? 0,
+    paused_ttl_s: i.settings?.pausedTtlS ?? 0,
+    auto_resume: i.settings?.autoResume ?? true,
+    last_activity_at: isoOrNull(i.lastActivityMs),
+    keep_alive_until: isoOrNull(i.keepAliveUntilMs),
+    next_action: i.nextAction,
+    next_action_at: isoOrNull(i.nextActionAtMs),
+    paused_at: isoOrNull(i.pausedAtMs),
+    hibernated: i.hibernated,
+  };
 }
 
 /** isolationText is how the CLI shows a sandbox's isolation: "seccomp,cgroup-ns,..." or why there is none. */
@@ -86,5 +125,6 @@ export function sandboxJson(s: Sandbox): SandboxJson {
     forked_from: s.forkedFrom,
     isolation: [...s.isolation],
     network: s.network ? (SandboxNetwork.toJSON(s.network) as SandboxNetworkJson) : null,
+    idle: idleJson(s.idle),
   };
 }

@@ -127,6 +127,8 @@ export const SERVER_FEATURES = {
   egressProxy: 'server.egress-proxy.v1',
   /** the sandboxes' DNS resolver: answers only names the policy allows, forwards to the node's upstreams */
   dns: 'server.dns.v1',
+  /** CreateSandbox idle (pause/hibernate after idle time, paused TTL, auto-resume), KeepAlive, Sandbox.idle (core/idle.ts) */
+  idle: 'server.idle.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */

@@ -50,7 +50,10 @@ export class StoreBusyError extends UnavailableError {
 
 /** retryAfterMsOf gives the retry delay (ms) an error carries, or undefined. */
 export function retryAfterMsOf(err: unknown): number | undefined {
-  return err instanceof StoreBusyError ? err.retryAfterMs : undefined;
+  if (err instanceof StoreBusyError) return err.retryAfterMs;
+  // any UNAVAILABLE that says when to retry (e.g. the server's auto-resume wait, ResumeWaitError)
+  const ms = err instanceof UnavailableError ? (err as { retryAfterMs?: unknown }).retryAfterMs : undefined;
+  return typeof ms === 'number' ? ms : undefined;
 }
 
 /** isSqliteBusy says whether err is better-sqlite3's SqliteError for a held lock (SQLITE_BUSY*, SQLITE_LOCKED*) or a StoreBusyError. */

@@ -4,6 +4,7 @@
  * are listed in services/server/README.md. Invalid values fail the start with an error that
  * names the key (main.ts: exit 2). Same loader shape as `loadUblkConfig` / `loadVmmConfig`.
  */
+import { DEFAULT_AUTO_RESUME_TIMEOUT_MS, DEFAULT_IDLE_ACTIVITY_FLUSH_MS } from './core/idle';
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
 import {
@@ -96,6 +97,10 @@ export const configSchema = z.object({
   poddReadyTimeoutMs: z.coerce.number().int().min(100).default(DEFAULT_PODD_READY_TIMEOUT_MS),
   /** most Exec streams one sandbox may have running at once; one more is RESOURCE_EXHAUSTED */
   maxExecStreamsPerSandbox: z.coerce.number().int().min(1).max(10_000).default(DEFAULT_MAX_EXEC_STREAMS),
+  /** how long an Exec, file call or ingress request waits for the auto-resume of a paused or hibernated sandbox, ms (then UNAVAILABLE / 503) */
+  autoResumeTimeoutMs: z.coerce.number().int().min(100).max(600_000).default(DEFAULT_AUTO_RESUME_TIMEOUT_MS),
+  /** the in-memory activity of a sandbox with idle settings is written to its record at most this often, ms (and at a handover or drain) */
+  idleActivityFlushMs: z.coerce.number().int().min(100).max(600_000).default(DEFAULT_IDLE_ACTIVITY_FLUSH_MS),
   /** how often expired sandboxes are looked for, ms */
   reaperIntervalMs: z.coerce.number().int().min(100).default(1000),
   /** records checked at once during adoption */

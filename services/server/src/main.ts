@@ -29,6 +29,7 @@ import { configSchema, loadServerConfig, SERVICE, type ServerConfig } from './co
 import { checkApiAccess } from './handover/api-access';
 import { loadAccessTokenKey } from './core/network';
 import { MapNetworkDirectory } from './core/network-directory';
+import type { IdleController } from './core/idle';
 import { SandboxManager } from './core/sandbox-manager';
 import { ingressLimitsFromConfig, NetworkServices, parseDnsUpstreams } from './network';
 import { LocalTemplateCatalog } from './core/template-catalog';
@@ -73,20 +74,30 @@ export function parseArgs(argv: string[]): { config?: string; help: boolean } {
  * inside its deadline) while another process holds the DB locked, then answers UNAVAILABLE with
  * retry-after-ms without running (gateWritesWhileBusy); the other methods never wait for the lock.
  */
-export const SANDBOX_WRITES = ['createSandbox', 'pauseSandbox', 'resumeSandbox', 'deleteSandbox', 'setTimeout', 'forkSandbox', 'resetRootfs', 'updateSandboxNetwork'] as const;
+export const SANDBOX_WRITES = ['createSandbox', 'pauseSandbox', 'resumeSandbox', 'deleteSandbox', 'setTimeout', 'forkSandbox', 'resetRootfs', 'updateSandboxNetwork', 'keepAlive'] as const;
 
 /**
  * wiring builds what an active server runs (see the file header). settings (the config as
  * loaded, before derived defaults) are written to the run dir's settings file whenever this
  * server becomes active (handover/settings-file.ts); without them nothing is written.
  */
-export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<string, unknown>, net?: (directory: MapNetworkDirectory, vms: () => VmPeer | undefined) => NetworkServices): NodeWiring {
+export function wiring(
+  cfg: ServerConfig,
+  rootLog: Logger,
+  settings?: Record<string, unknown>,
+  net?: (directory: MapNetworkDirectory, vms: () => VmPeer | undefined, idle: () => IdleController | undefined) => NetworkServices,
+): NodeWiring {
   const podd = new PoddPeers({ timeoutMs: cfg.poddCallTimeoutMs, retryAttempts: cfg.poddRetryAttempts, log: rootLog.child({ peer: 'podd' }) });
   // one directory per process: the network services keep it across activations
   const directory = new MapNetworkDirectory();
   const ingress = { listen: cfg.ingressListen, domain: cfg.ingressDomain };
   let vmsOfActive: VmPeer | undefined;
-  const services = net?.(directory, () => vmsOfActive);
+  let idleOfActive: IdleController | undefined;
+  const services = net?.(
+    directory,
+    () => vmsOfActive,
+    () => idleOfActive,
+  );
   return {
     podd,
     // the ingress, egress proxy and resolver listen on named listeners a handover passes on
@@ -119,7 +130,10 @@ export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<str
         upperBytes: cfg.upperBytes,
         poddReadyTimeoutMs: cfg.poddReadyTimeoutMs,
         maxExecStreamsPerSandbox: cfg.maxExecStreamsPerSandbox,
+        autoResumeTimeoutMs: cfg.autoResumeTimeoutMs,
+        idleActivityFlushMs: cfg.idleActivityFlushMs,
       });
+      idleOfActive = manager.idle;
       manager.gate.holdMs = DEFAULT_HOLD_MS;
       templates.inUse = (name) => manager.templateInUse(name);
       return {
@@ -179,7 +193,7 @@ async function main(argv: string[]): Promise<void> {
   const node = new ServerNode(
     cfg,
     log,
-    wiring(cfg, log, settings, (directory, vms) => {
+    wiring(cfg, log, settings, (directory, vms, idle) => {
       net = new NetworkServices({
         directory,
         ingress: { listen: cfg.ingressListen, domain: cfg.ingressDomain, limits: ingressLimitsFromConfig(cfg) },
@@ -190,6 +204,11 @@ async function main(argv: string[]): Promise<void> {
           return v.networkStatus();
         },
         logger: log,
+        // ingress requests are activity and auto-resume a paused or hibernated sandbox (core/idle.ts)
+        idle: {
+          activity: (id) => idle()?.activity(id),
+          wake: (id) => idle()?.wakeForIngress(id) ?? Promise.resolve({ ok: false, status: 503, reason: 'the server is not active', retryAfterS: 1 }),
+        },
       });
       return net;
     }),

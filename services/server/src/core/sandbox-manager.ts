@@ -17,6 +17,7 @@ import type { CoreContext, RecordOrigin } from './context';
 import { drainOne, type DrainProgress } from './drain';
 import { fork as forkSandbox, type ForkResult, type ForkSandboxArgs } from './fork';
 import { LifecycleGate } from './gate';
+import { DEFAULT_AUTO_RESUME_TIMEOUT_MS, DEFAULT_IDLE_ACTIVITY_FLUSH_MS, IdleController, keepAlive, newIdleRef, validateIdle, type IdleSettingsRequest } from './idle';
 import { DEFAULT_MAX_EXEC_STREAMS, exec as guestExec, ExecStreams, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
 import { AccessTokens, ACCESS_TOKEN_BYTES, planNetwork, syncDirectory, validateNetworkRequest, type NetworkRequest } from './network';
 import { reapplyPolicies, updateNetwork, type UpdateNetworkArgs } from './network-update';
@@ -75,6 +76,10 @@ export interface SandboxManagerOptions {
   directory?: MapNetworkDirectory;
   /** the node key of the access tokens (network.ts, loadAccessTokenKey); default a random one (tests) */
   accessTokenKey?: Buffer;
+  /** how long a call waits for an auto-resume, ms (default DEFAULT_AUTO_RESUME_TIMEOUT_MS; idle.ts) */
+  autoResumeTimeoutMs?: number;
+  /** activity is written to the records at most this often, ms (default DEFAULT_IDLE_ACTIVITY_FLUSH_MS; idle.ts) */
+  idleActivityFlushMs?: number;
 }
 
 export interface CreateSandboxArgs {
@@ -85,6 +90,8 @@ export interface CreateSandboxArgs {
   requestId: string;
   /** CreateSandboxRequest.network; undefined: not set (the node's default) */
   network?: NetworkRequest;
+  /** CreateSandboxRequest.idle; undefined: no idle actions (idle.ts) */
+  idle?: IdleSettingsRequest;
 }
 
 export type { UpdateNetworkArgs } from './network-update';
@@ -117,6 +124,8 @@ export class SandboxManager {
   readonly directory: MapNetworkDirectory;
   /** Ingress access tokens of the sandboxes. */
   readonly tokens: AccessTokens;
+  /** Activity, auto-resume and idle actions (idle.ts). */
+  readonly idle: IdleController;
 
   constructor(private readonly o: SandboxManagerOptions) {
     this.now = o.now ?? Date.now;
@@ -150,6 +159,11 @@ export class SandboxManager {
       touch: (rec) => this.touch(rec),
       gated: (id, fn, signal) => this.gated(id, fn, signal),
     };
+    this.idle = new IdleController(this.ctx, {
+      autoResumeTimeoutMs: o.autoResumeTimeoutMs ?? DEFAULT_AUTO_RESUME_TIMEOUT_MS,
+      flushMs: o.idleActivityFlushMs ?? DEFAULT_IDLE_ACTIVITY_FLUSH_MS,
+      resume: (id) => this.resume(id),
+    });
   }
 
   /** get returns the record of id. Errors: INVALID_ARGUMENT (malformed id), NOT_FOUND. */
@@ -216,6 +230,7 @@ export class SandboxManager {
     const resources = validateResources('resources', args.resources, this.o.resourceDefaults);
     const requestId = validateRequestId('request_id', args.requestId);
     const network = validateNetworkRequest('network', args.network);
+    const idle = validateIdle('idle', args.idle);
     const what = `a create from template ${template}`;
     if (requestId) {
       const inflight = this.requests.join<SandboxRecord>(requestId, what);
@@ -230,7 +245,15 @@ export class SandboxManager {
       try {
         const tpl = await this.o.templates.get(template);
         if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
-        const origin: RecordOrigin = { template, templatePoddVersion: tpl.poddVersion, templateRootfs: tpl.rootfsPath, resources, rootfsGeneration: 1, forkedFrom: '' };
+        const origin: RecordOrigin = {
+          template,
+          templatePoddVersion: tpl.poddVersion,
+          templateRootfs: tpl.rootfsPath,
+          resources,
+          rootfsGeneration: 1,
+          forkedFrom: '',
+          idle: idle && newIdleRef(idle, this.now()),
+        };
         return await this.createFromTemplate(origin, timeoutSeconds, metadata, requestId, network, bootSignal);
       } finally {
         const n = (this.creatingFrom.get(template) ?? 1) - 1;
@@ -398,6 +421,16 @@ export class SandboxManager {
     );
   }
 
+  /** keepAlive: see idle.ts. */
+  keepAlive(id: string, forS: number, signal?: AbortSignal): Promise<SandboxRecord> {
+    return keepAlive(this.ctx, id, forS, signal);
+  }
+
+  /** runIdle: the idle actions that are due (idle.ts IdleController.tick); the reaper runs it. */
+  runIdle(): Promise<{ sandboxId: string; action: string }[]> {
+    return this.idle.tick();
+  }
+
   /** templateInUse says whether a record or a create in flight uses the template. */
   templateInUse(name: string): string | undefined {
     if (this.creatingFrom.has(name)) return 'a create from it is in progress';
@@ -447,6 +480,7 @@ export class SandboxManager {
   /** touch stamps updatedAtMs and persists (durable on return), then puts the record's network view in the directory (or removes it). */
   touch(rec: SandboxRecord): void {
     rec.updatedAtMs = this.now();
+    this.idle.onTouch(rec);
     this.o.store.put(rec);
     syncDirectory(this.directory, rec);
   }

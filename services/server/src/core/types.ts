@@ -92,7 +92,30 @@ export interface SandboxRecord {
   resetUpperDeviceId: string;
   /** the sandbox's network (record.proto NetworkRecord); undefined: none (also in records of 0.2.0) */
   network?: NetworkRef;
+  /** the sandbox's idle settings and timers (record.proto IdleRecord; core/idle.ts); undefined: none */
+  idle?: IdleRef;
   opaque?: unknown;
+}
+
+/** A sandbox's idle settings (sandbox.proto IdleSettings): seconds, 0 = never. */
+export interface IdleSettings {
+  pauseAfterS: number;
+  hibernateAfterS: number;
+  pausedTtlS: number;
+  autoResume: boolean;
+}
+
+/** The idle part of a record; every time is absolute, Unix epoch ms, 0 = none (core/idle.ts). */
+export interface IdleRef {
+  settings: IdleSettings;
+  /** last activity persisted (the active server holds a newer one in memory) */
+  lastActivityMs: number;
+  /** end of the KeepAlive lease */
+  keepAliveUntilMs: number;
+  /** when it was paused or hibernated; 0 while RUNNING */
+  pausedAtMs: number;
+  /** set while DRAINED by hibernate_after_s; counts only with state DRAINED */
+  hibernatedAtMs: number;
 }
 
 /** An egress policy in its wire shape (common.v1.EgressPolicy); in a record always canonical (formatEgressPolicy). */

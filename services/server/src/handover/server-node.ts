@@ -383,6 +383,7 @@ export class ServerNode implements StandbyNode, OldServer {
         await m.checkLiveness();
         await m.retryTeardowns();
         await m.reapplyPolicies();
+        await m.runIdle();
         for (const id of m.expired()) {
           this.log.info({ sandbox_id: id }, 'timeout reached: deleting sandbox');
           await m.delete(id).catch((err: unknown) => this.log.error({ sandbox_id: id, err }, 'reaper delete failed'));
@@ -401,6 +402,7 @@ export class ServerNode implements StandbyNode, OldServer {
   async drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal }): Promise<DrainReport> {
     const a = this.active;
     if (!this.roles.is('ACTIVE') || !a || !this.store) throw new FailedPreconditionError(`drain: this server is ${this.role}, not ACTIVE`);
+    a.manager.idle.flush(true);
     return drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency, signal: o.signal });
   }
 
@@ -418,7 +420,9 @@ export class ServerNode implements StandbyNode, OldServer {
   handoverParts() {
     const store = this.store;
     if (!this.active || !store) return undefined;
-    return { gate: this.active.manager.gate, checkpoint: () => store.checkpoint(), listeners: this.listeners, named: this.named };
+    const idle = this.active.manager.idle;
+    // the activity kept in memory goes into the records before the next server reads them
+    return { gate: this.active.manager.gate, checkpoint: () => (idle.flush(true), store.checkpoint()), listeners: this.listeners, named: this.named };
   }
 
   /**
@@ -525,6 +529,8 @@ export class ServerNode implements StandbyNode, OldServer {
     this.oldSide.stop();
     await this.publicServer?.shutdown(this.cfg.drainMs);
     await this.adminServer?.shutdown(1000);
+    // the activity held in memory goes into the records (core/idle.ts), unless the node was handed over
+    if (this.roles.is('ACTIVE')) this.active?.manager.idle.flush(true);
     this.closeAll();
   }
 

@@ -16,7 +16,7 @@ export const ACCESS_TOKEN_HEADER = 'sandnode-access-token';
 export const RETRY_AFTER_S = 5;
 
 /** A routing answer: where to go, or the HTTP status and one-line reason to answer with. */
-export type Route = { ok: true; view: SandboxNetworkView; port: number } | { ok: false; status: 400 | 401 | 404 | 503; reason: string; retryAfterS?: number };
+export type Route = { ok: true; view: SandboxNetworkView; port: number } | { ok: false; status: 400 | 401 | 404 | 503; reason: string; retryAfterS?: number; notRunning?: string };
 
 const PORT_RE = /^[1-9][0-9]{0,4}$/;
 
@@ -59,7 +59,7 @@ export function tokenMatches(token: string | undefined, accessTokenSha256: strin
  * route decides where a request goes. authority is the CONNECT target (req.url of a CONNECT),
  * tried after the headers and before Host. Answers: 400 (neither headers nor a Host of that
  * form, or a bad port header), 404 (no networked sandbox of that id), 503 + Retry-After (the
- * sandbox is not RUNNING: paused, drained, being created), 401 (private and the token is
+ * sandbox is not RUNNING: paused, drained, being created; notRunning names it, for an auto-resume), 401 (private and the token is
  * missing or wrong).
  */
 export function route(headers: IncomingHttpHeaders, dir: NetworkDirectory, domain: string, authority?: string): Route {
@@ -79,6 +79,6 @@ export function route(headers: IncomingHttpHeaders, dir: NetworkDirectory, domai
   if (!view.public && !tokenMatches(one(headers[ACCESS_TOKEN_HEADER]), view.accessTokenSha256)) {
     return { ok: false, status: 401, reason: `sandbox ${view.sandboxId} is private: send its access token in the ${ACCESS_TOKEN_HEADER} header` };
   }
-  if (view.state !== 'RUNNING') return { ok: false, status: 503, reason: `sandbox ${view.sandboxId} is ${view.state}, not RUNNING: resume it`, retryAfterS: RETRY_AFTER_S };
+  if (view.state !== 'RUNNING') return { ok: false, status: 503, reason: `sandbox ${view.sandboxId} is ${view.state}, not RUNNING: resume it`, retryAfterS: RETRY_AFTER_S, notRunning: view.sandboxId };
   return { ok: true, view, port: target.port };
 }

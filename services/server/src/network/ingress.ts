@@ -64,6 +64,16 @@ export interface IngressOptions {
   limits?: Partial<IngressLimits>;
   /** ForwardPort through the sandbox's podd for ports only 127.0.0.1 inside listens on; none: 502 */
   podd?: PoddRelay;
+  /** idle actions (core/idle.ts): requests and chunks are activity; a request to a sandbox that is not RUNNING wakes it first */
+  idle?: IngressIdle;
+}
+
+/** What the ingress tells the idle actions, and asks of them (core/idle.ts IdleController). */
+export interface IngressIdle {
+  /** activity of sandbox id (a request, a chunk either way) */
+  activity(id: string): void;
+  /** wake auto-resumes id and waits (bounded); the answer to give when it does not come up (409 auto_resume off, 503 + Retry-After) */
+  wake(id: string): Promise<{ ok: true } | { ok: false; status: number; reason: string; retryAfterS?: number }>;
 }
 
 export interface Ingress {
@@ -184,8 +194,17 @@ export function createIngress(o: IngressOptions): Ingress {
 
   server.on('request', (req, res) => {
     const r = route(req.headers, o.directory, o.domain);
+    if (!r.ok && r.notRunning && o.idle) {
+      // a paused or hibernated sandbox is woken (bounded), then the request is routed again
+      return void awake(r.notRunning).then((w) => (w.ok ? forward(req, res) : answer(res, w.status, w.reason, w.retryAfterS)));
+    }
+    forward(req, res, r);
+  });
+  const forward = (req: http.IncomingMessage, res: http.ServerResponse, routed?: ReturnType<typeof route>) => {
+    const r = routed ?? route(req.headers, o.directory, o.domain);
     if (!r.ok) return answer(res, r.status, r.reason, r.retryAfterS);
     const { view, port } = r;
+    o.idle?.activity(view.sandboxId);
     if (!take(view.sandboxId)) return answer(res, 429, `too many connections to sandbox ${view.sandboxId} (${limits.maxPerSandbox})`);
     let released = false;
     const release = () => {
@@ -205,11 +224,17 @@ export function createIngress(o: IngressOptions): Ingress {
     } as http.RequestOptions);
     // a body may stream for long (server-sent events, uploads): checked again before each chunk
     // either way, like a tunnel, so a sandbox made private or deleted stops being reached
-    const revoked = tunnelRevoked(o.directory, view, one(req.headers[ACCESS_TOKEN_HEADER]), () => {
-      log.info({ sandbox_id: view.sandboxId, port }, 'ingress: request cut: the sandbox is gone or no longer lets it in');
-      up.destroy();
-      res.destroy();
-    });
+    const revoked = tunnelRevoked(
+      o.directory,
+      view,
+      one(req.headers[ACCESS_TOKEN_HEADER]),
+      () => {
+        log.info({ sandbox_id: view.sandboxId, port }, 'ingress: request cut: the sandbox is gone or no longer lets it in');
+        up.destroy();
+        res.destroy();
+      },
+      o.idle,
+    );
     req.on('data', revoked);
     up.on('response', (ur) => {
       ur.on('data', revoked);
@@ -240,14 +265,21 @@ export function createIngress(o: IngressOptions): Ingress {
       if (!res.writableFinished) up.destroy();
     });
     pipeBody(req, up, () => req.complete);
-  });
+  };
+  /** awake: the idle wake of id; a failure of the wake itself is a 503. */
+  const awake = (id: string) =>
+    o.idle!.wake(id).catch((err: unknown) => ({ ok: false as const, status: 503, reason: `sandbox ${id} could not be resumed: ${(err as Error).message}`, retryAfterS: 1 }));
 
   /** tunnel: WebSocket upgrade (head = the raw request) and CONNECT (reply 200 first). */
-  const tunnel = (req: http.IncomingMessage, client: Duplex, head: Buffer, connect: boolean) => {
+  const tunnel = (req: http.IncomingMessage, client: Duplex, head: Buffer, connect: boolean, woken = false): void => {
     client.on('error', () => undefined);
     const r = route(req.headers, o.directory, o.domain, connect ? req.url : undefined);
+    if (!r.ok && r.notRunning && o.idle && !woken) {
+      return void awake(r.notRunning).then((w) => (w.ok ? tunnel(req, client, head, connect, true) : rawAnswer(client, w.status, w.reason, w.retryAfterS)));
+    }
     if (!r.ok) return rawAnswer(client, r.status, r.reason, r.retryAfterS);
     const { view, port } = r;
+    o.idle?.activity(view.sandboxId);
     if (!take(view.sandboxId)) return rawAnswer(client, 429, `too many connections to sandbox ${view.sandboxId} (${limits.maxPerSandbox})`);
     const reader = new BulkReader();
     dial(view, port, reader.onread).then(
@@ -274,10 +306,16 @@ export function createIngress(o: IngressOptions): Ingress {
         // the tunnel was checked when it opened; before a chunk is passed on either way it is
         // checked again against the directory in force, so a sandbox made private (a tunnel without
         // its token) or deleted (its address perhaps another sandbox's now) is not reached any more
-        const revoked = tunnelRevoked(o.directory, view, one(req.headers[ACCESS_TOKEN_HEADER]), () => {
-          log.info({ sandbox_id: view.sandboxId, port }, 'ingress: tunnel closed: the sandbox is gone or no longer lets it in');
-          end();
-        });
+        const revoked = tunnelRevoked(
+          o.directory,
+          view,
+          one(req.headers[ACCESS_TOKEN_HEADER]),
+          () => {
+            log.info({ sandbox_id: view.sandboxId, port }, 'ingress: tunnel closed: the sandbox is gone or no longer lets it in');
+            end();
+          },
+          o.idle,
+        );
         client.on('data', revoked);
         pipeline(client, sock, end);
         if (sock instanceof net.Socket) {
@@ -329,13 +367,15 @@ export function createIngress(o: IngressOptions): Ingress {
 /**
  * tunnelRevoked gives the check a tunnel makes before each chunk: the directory's view of the
  * tunnel's sandbox is still `opened` (unchanged), or still the same sandbox at the same address
- * that is public or whose token is `token`; otherwise it calls `close` (once).
+ * that is public or whose token is `token`; otherwise it calls `close` (once). Each chunk is
+ * activity of the sandbox for idle (when given).
  */
-function tunnelRevoked(dir: NetworkDirectory, opened: SandboxNetworkView, token: string | undefined, close: () => void): () => void {
+function tunnelRevoked(dir: NetworkDirectory, opened: SandboxNetworkView, token: string | undefined, close: () => void, idle?: IngressIdle): () => void {
   let seen: SandboxNetworkView | undefined = opened;
   let closed = false;
   return () => {
     if (closed) return;
+    idle?.activity(opened.sandboxId);
     const now = dir.bySandboxId(opened.sandboxId);
     if (now === seen) return;
     seen = now;

@@ -20,7 +20,7 @@ import type { Logger } from '@sandnode/shared';
 import type { NetworkDirectory } from '../core/network-directory';
 import { namedSpec, type NamedListenerName, type NamedListenerSpec } from '../handover/named-listeners';
 import type { NodeNetwork } from '../core/types';
-import { createIngress, type Ingress, type IngressLimits } from './ingress';
+import { createIngress, type Ingress, type IngressIdle, type IngressLimits } from './ingress';
 import { poddRelay, type PoddRelay } from './ingress-podd';
 import { startNetworkProxies, type NetworkProxies } from './proxies';
 import type { Destination } from './original-dst';
@@ -40,6 +40,8 @@ export interface NetworkServicesOptions {
   logger: Logger;
   /** how often late() asks the supervisor, ms (default LATE_CHECK_MS) */
   lateCheckMs?: number;
+  /** the ingress's activity and auto-resume hook (ingress.ts IngressIdle) */
+  idle?: IngressIdle;
 }
 
 /** NetworkServices runs the ingress, egress proxy and resolver of one server process. */
@@ -69,7 +71,7 @@ export class NetworkServices {
     const specs: NamedListenerSpec[] = [];
     if (this.o.ingress.listen) {
       this.podd ??= poddRelay();
-      this.ingress ??= createIngress({ directory: this.o.directory, domain: this.o.ingress.domain, log: this.log, limits: this.o.ingress.limits, podd: this.podd });
+      this.ingress ??= createIngress({ directory: this.o.directory, domain: this.o.ingress.domain, log: this.log, limits: this.o.ingress.limits, podd: this.podd, idle: this.o.idle });
       this.sockets.set('ingress', this.ingress.server);
       specs.push(namedSpec('ingress', this.o.ingress.listen));
     }

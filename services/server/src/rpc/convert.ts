@@ -1,7 +1,8 @@
 /**
  * Conversions between the public proto messages (server.v1) and the domain types.
  */
-import { ForkMethod as PbForkMethod, type Sandbox, type SandboxNetwork, type SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { isHibernated, nextIdleAction } from '../core/idle';
+import { ForkMethod as PbForkMethod, type IdleStatus, type Sandbox, type SandboxNetwork, type SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { ForkMethod } from '../core/sandbox-manager';
 import type { Template } from '@sandnode/shared/proto/server/v1/template';
 import { DrainOutcome, type DrainResponse } from '@sandnode/shared/proto/server/v1/admin';
@@ -41,8 +42,27 @@ function networkToPb(r: SandboxRecord, ingress: IngressAddress): SandboxNetwork 
   };
 }
 
-/** sandboxToPb gives the public view of a record (ingress: where the ingress listener is, for network.ingress_url). */
-export function sandboxToPb(r: SandboxRecord, ingress: IngressAddress = NO_INGRESS): Sandbox {
+/** idleToPb is the public view of a record's idle part (lastActivityMs: the server's newest, epoch ms); undefined without one. */
+function idleToPb(r: SandboxRecord, lastActivityMs: number): IdleStatus | undefined {
+  const i = r.idle;
+  if (!i) return undefined;
+  const next = nextIdleAction(r, Math.max(lastActivityMs, i.lastActivityMs));
+  return {
+    settings: { ...i.settings },
+    lastActivityMs: Math.max(lastActivityMs, i.lastActivityMs),
+    keepAliveUntilMs: i.keepAliveUntilMs,
+    nextAction: next?.action ?? '',
+    nextActionAtMs: next?.atMs ?? 0,
+    pausedAtMs: i.pausedAtMs,
+    hibernated: isHibernated(r),
+  };
+}
+
+/**
+ * sandboxToPb gives the public view of a record (ingress: where the ingress listener is, for
+ * network.ingress_url; lastActivityMs: the in-memory last activity, epoch ms, for idle).
+ */
+export function sandboxToPb(r: SandboxRecord, ingress: IngressAddress = NO_INGRESS, lastActivityMs = 0): Sandbox {
   return {
     sandboxId: r.sandboxId,
     state: stateToPb(r.state),
@@ -60,6 +80,7 @@ export function sandboxToPb(r: SandboxRecord, ingress: IngressAddress = NO_INGRE
     // what the supervisor applied at the current VM's create; a drained sandbox has no VM
     isolation: r.state === 'DRAINED' || !r.vm ? [] : [...(r.vm.isolation ?? [])],
     network: networkToPb(r, ingress),
+    idle: idleToPb(r, lastActivityMs),
   };
 }
 

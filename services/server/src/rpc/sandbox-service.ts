@@ -6,6 +6,7 @@ import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from
 import { Sandbox, type ExecResponse, type SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { SandboxManager } from '../core/sandbox-manager';
 import type { SandboxRecord } from '../core/types';
+import { withIdle } from './idle-hooks';
 import { forkMethodToPb, NO_INGRESS, sandboxToPb as recordToPb, statesFromPb, type IngressAddress } from './convert';
 
 /** listedBytes is what one sandbox adds to a ListSandboxesResponse, bytes: its encoding, the field tag and the length prefix. */
@@ -28,90 +29,98 @@ function varintBytes(n: number): number {
  * ingress is where the ingress listener is (Sandbox.network.ingress_url).
  */
 export function sandboxService(m: SandboxManager, counters: { streams: number } = { streams: 0 }, ingress: IngressAddress = NO_INGRESS): SandboxServiceImplementation<SandnodeCallContext> {
-  const sandboxToPb = (r: SandboxRecord) => recordToPb(r, ingress);
-  return {
-    async createSandbox(req, ctx) {
-      const rec = await m.create(
-        {
-          template: req.template,
-          timeoutSeconds: req.timeoutSeconds,
-          metadata: req.metadata,
-          resources: req.resources,
-          requestId: req.requestId,
-          network: req.network,
-        },
-        ctx.signal,
-      );
-      // a repeat by request_id derives the same token (core/network.ts, AccessTokens)
-      return { sandbox: sandboxToPb(rec), accessToken: m.accessToken(rec) };
-    },
-    async getSandbox(req) {
-      return { sandbox: sandboxToPb(m.get(req.sandboxId)) };
-    },
-    async listSandboxes(req) {
-      // a page is cut by bytes too (MAX_PAGE_BYTES), so it always fits a gRPC message
-      const page = m.list({ states: statesFromPb(req.states), metadata: req.metadata, pageSize: req.pageSize, pageToken: req.pageToken, sizeOf: (r) => listedBytes(sandboxToPb(r)) });
-      return { sandboxes: page.sandboxes.map(sandboxToPb), nextPageToken: page.nextPageToken };
-    },
-    async pauseSandbox(req, ctx) {
-      return { sandbox: sandboxToPb(await m.pause(req.sandboxId, ctx.signal)) };
-    },
-    async resumeSandbox(req, ctx) {
-      return { sandbox: sandboxToPb(await m.resume(req.sandboxId, ctx.signal)) };
-    },
-    async deleteSandbox(req, ctx) {
-      await m.delete(req.sandboxId, ctx.signal);
-      return {};
-    },
-    async setTimeout(req, ctx) {
-      return { sandbox: sandboxToPb(await m.setTimeout(req.sandboxId, req.timeoutSeconds, ctx.signal)) };
-    },
-    async *exec(req, ctx): AsyncIterable<ExecResponse> {
-      requireSandboxId('sandbox_id', req.sandboxId);
-      const events = m.exec(req.sandboxId, { argv: req.argv, env: req.env, cwd: req.cwd, stdin: req.stdin, timeoutMs: req.timeoutMs }, ctx.signal);
-      counters.streams++;
-      try {
-        for await (const ev of events) {
-          switch (ev.kind) {
-            case 'started':
-              yield { event: { $case: 'started', value: { pid: ev.pid } } };
-              break;
-            case 'stdout':
-              yield { event: { $case: 'stdout', value: Buffer.from(ev.data) } };
-              break;
-            case 'stderr':
-              yield { event: { $case: 'stderr', value: Buffer.from(ev.data) } };
-              break;
-            case 'exit':
-              yield { event: { $case: 'exit', value: { exitCode: ev.exitCode, signal: ev.signal } } };
-              break;
+  const sandboxToPb = (r: SandboxRecord) => recordToPb(r, ingress, m.idle.lastActivityMs(r));
+  // activity and auto-resume of every handler that names a sandbox (idle-hooks.ts)
+  return withIdle(
+    {
+      async createSandbox(req, ctx) {
+        const rec = await m.create(
+          {
+            template: req.template,
+            timeoutSeconds: req.timeoutSeconds,
+            metadata: req.metadata,
+            resources: req.resources,
+            requestId: req.requestId,
+            network: req.network,
+            idle: req.idle,
+          },
+          ctx.signal,
+        );
+        // a repeat by request_id derives the same token (core/network.ts, AccessTokens)
+        return { sandbox: sandboxToPb(rec), accessToken: m.accessToken(rec) };
+      },
+      async getSandbox(req) {
+        return { sandbox: sandboxToPb(m.get(req.sandboxId)) };
+      },
+      async listSandboxes(req) {
+        // a page is cut by bytes too (MAX_PAGE_BYTES), so it always fits a gRPC message
+        const page = m.list({ states: statesFromPb(req.states), metadata: req.metadata, pageSize: req.pageSize, pageToken: req.pageToken, sizeOf: (r) => listedBytes(sandboxToPb(r)) });
+        return { sandboxes: page.sandboxes.map(sandboxToPb), nextPageToken: page.nextPageToken };
+      },
+      async pauseSandbox(req, ctx) {
+        return { sandbox: sandboxToPb(await m.pause(req.sandboxId, ctx.signal)) };
+      },
+      async resumeSandbox(req, ctx) {
+        return { sandbox: sandboxToPb(await m.resume(req.sandboxId, ctx.signal)) };
+      },
+      async deleteSandbox(req, ctx) {
+        await m.delete(req.sandboxId, ctx.signal);
+        return {};
+      },
+      async setTimeout(req, ctx) {
+        return { sandbox: sandboxToPb(await m.setTimeout(req.sandboxId, req.timeoutSeconds, ctx.signal)) };
+      },
+      async *exec(req, ctx): AsyncIterable<ExecResponse> {
+        requireSandboxId('sandbox_id', req.sandboxId);
+        const events = m.exec(req.sandboxId, { argv: req.argv, env: req.env, cwd: req.cwd, stdin: req.stdin, timeoutMs: req.timeoutMs }, ctx.signal);
+        counters.streams++;
+        try {
+          for await (const ev of events) {
+            switch (ev.kind) {
+              case 'started':
+                yield { event: { $case: 'started', value: { pid: ev.pid } } };
+                break;
+              case 'stdout':
+                yield { event: { $case: 'stdout', value: Buffer.from(ev.data) } };
+                break;
+              case 'stderr':
+                yield { event: { $case: 'stderr', value: Buffer.from(ev.data) } };
+                break;
+              case 'exit':
+                yield { event: { $case: 'exit', value: { exitCode: ev.exitCode, signal: ev.signal } } };
+                break;
+            }
           }
+        } finally {
+          counters.streams--;
         }
-      } finally {
-        counters.streams--;
-      }
-    },
-    async readFile(req) {
-      if (req.offset > Number.MAX_SAFE_INTEGER) throw new InvalidArgumentError('offset: too large');
-      const r = await m.readFile(req.sandboxId, req.path, req.offset, req.length);
-      return { data: Buffer.from(r.data), sizeBytes: r.sizeBytes, eof: r.eof };
-    },
-    async writeFile(req) {
-      return m.writeFile(req.sandboxId, req.path, req.data, req.mode, req.append);
-    },
-    async forkSandbox(req, ctx) {
-      const r = await m.fork(
-        { parentId: req.parentId, metadata: req.metadata, timeoutSeconds: req.timeoutSeconds, maxFreezeMs: req.maxFreezeMs, requestId: req.requestId, network: req.network },
-        ctx.signal,
-      );
-      return { sandbox: sandboxToPb(r.child), method: forkMethodToPb(r.method), parentHeldMs: r.parentHeldMs, cloneMs: r.cloneMs, forkMs: r.forkMs, accessToken: m.accessToken(r.child) };
-    },
-    async resetRootfs(req, ctx) {
-      return { sandbox: sandboxToPb(await m.resetRootfs(req.sandboxId, ctx.signal)) };
-    },
+      },
+      async readFile(req) {
+        if (req.offset > Number.MAX_SAFE_INTEGER) throw new InvalidArgumentError('offset: too large');
+        const r = await m.readFile(req.sandboxId, req.path, req.offset, req.length);
+        return { data: Buffer.from(r.data), sizeBytes: r.sizeBytes, eof: r.eof };
+      },
+      async writeFile(req) {
+        return m.writeFile(req.sandboxId, req.path, req.data, req.mode, req.append);
+      },
+      async forkSandbox(req, ctx) {
+        const r = await m.fork(
+          { parentId: req.parentId, metadata: req.metadata, timeoutSeconds: req.timeoutSeconds, maxFreezeMs: req.maxFreezeMs, requestId: req.requestId, network: req.network },
+          ctx.signal,
+        );
+        return { sandbox: sandboxToPb(r.child), method: forkMethodToPb(r.method), parentHeldMs: r.parentHeldMs, cloneMs: r.cloneMs, forkMs: r.forkMs, accessToken: m.accessToken(r.child) };
+      },
+      async resetRootfs(req, ctx) {
+        return { sandbox: sandboxToPb(await m.resetRootfs(req.sandboxId, ctx.signal)) };
+      },
 
-    async updateSandboxNetwork(req, ctx) {
-      return { sandbox: sandboxToPb(await m.updateNetwork({ sandboxId: req.sandboxId, egress: req.egress, public: req.public }, ctx.signal)) };
+      async updateSandboxNetwork(req, ctx) {
+        return { sandbox: sandboxToPb(await m.updateNetwork({ sandboxId: req.sandboxId, egress: req.egress, public: req.public }, ctx.signal)) };
+      },
+      async keepAlive(req, ctx) {
+        return { sandbox: sandboxToPb(await m.keepAlive(req.sandboxId, req.forS, ctx.signal)) };
+      },
     },
-  };
+    m.idle,
+  );
 }

@@ -6,8 +6,8 @@
  */
 import { FailedPreconditionError, formatEgressPolicy, parseEgressPolicy, parseIpv4 } from '@sandnode/shared';
 import { SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { DeviceRole as PbRole, RuntimeRecord, type NetworkRecord } from '@sandnode/shared/proto/server/v1/record';
-import { RECORD_SCHEMA, type DeviceRole, type NetworkRef, type SandboxRecord, type SandboxState } from '../core/types';
+import { DeviceRole as PbRole, RuntimeRecord, type IdleRecord, type NetworkRecord } from '@sandnode/shared/proto/server/v1/record';
+import { RECORD_SCHEMA, type DeviceRole, type IdleRef, type NetworkRef, type SandboxRecord, type SandboxState } from '../core/types';
 
 const STATE_TO_PB: Record<SandboxState, PbState> = {
   CREATING: PbState.SANDBOX_STATE_CREATING,
@@ -88,6 +88,7 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
     forkPausedAtMs: rec.forkPausedAtMs,
     machineId: rec.machineId,
     resetUpperDeviceId: rec.resetUpperDeviceId,
+    idle: rec.idle ? idleToPb(rec.idle, base.idle) : undefined,
   };
   // A record that was read with a schema this version knows keeps that schema (lowest that
   // expresses the data); this release only writes schema 1.
@@ -106,6 +107,30 @@ function networkToPb(n: NetworkRef, old: NetworkRecord | undefined): NetworkReco
     public: n.public,
     accessTokenSha256: n.accessTokenSha256,
     hostIfname: n.hostIfname,
+  };
+}
+
+/** idleToPb encodes a record's idle part over the stored one (its unknown fields survive). */
+function idleToPb(i: IdleRef, old: IdleRecord | undefined): IdleRecord {
+  return {
+    ...(old ?? {}),
+    settings: { ...(old?.settings ?? {}), ...i.settings },
+    lastActivityMs: i.lastActivityMs,
+    keepAliveUntilMs: i.keepAliveUntilMs,
+    pausedAtMs: i.pausedAtMs,
+    hibernatedAtMs: i.hibernatedAtMs,
+  };
+}
+
+/** idleFromPb reads a stored idle part; settings without auto_resume (never written so) mean true. */
+function idleFromPb(i: IdleRecord): IdleRef {
+  const s = i.settings;
+  return {
+    settings: { pauseAfterS: s?.pauseAfterS ?? 0, hibernateAfterS: s?.hibernateAfterS ?? 0, pausedTtlS: s?.pausedTtlS ?? 0, autoResume: s?.autoResume ?? true },
+    lastActivityMs: i.lastActivityMs,
+    keepAliveUntilMs: i.keepAliveUntilMs,
+    pausedAtMs: i.pausedAtMs,
+    hibernatedAtMs: i.hibernatedAtMs,
   };
 }
 
@@ -180,6 +205,7 @@ export function decodeRecord(bytes: Uint8Array): SandboxRecord {
     resetUpperDeviceId: msg.resetUpperDeviceId,
     // a record of 0.2.0 has no network field (network_slot -1 or 0): no network
     network: msg.network ? networkFromPb(msg.sandboxId, msg.network) : undefined,
+    idle: msg.idle ? idleFromPb(msg.idle) : undefined,
     opaque: msg,
   };
 }

@@ -1,6 +1,6 @@
 /**
  * `sandnode sandbox create | list | get | exec | pause | resume | fork | reset-rootfs | delete |
- * set-timeout | network | url`: one node's sandboxes (network and url: sandbox-network.ts). Every command that answers with a sandbox prints its
+ * set-timeout | network | url | keepalive`: one node's sandboxes (network and url: sandbox-network.ts; keepalive and the idle flags of create: sandbox-idle.ts). Every command that answers with a sandbox prints its
  * {@link SandboxJson} with --json.
  */
 import { randomBytes } from 'node:crypto';
@@ -10,6 +10,7 @@ import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandb
 import { dirsOf, keyValue, oneOf, wholeNumber } from '../options';
 import { action, print } from '../output';
 import { listAllSandboxes, withServer } from '../server-calls';
+import { addIdleFlags, idleLine, idleRequest, registerIdleCommands, type IdleFlags } from './sandbox-idle';
 import { addNetworkFlags, networkLine, networkRequest, registerNetworkCommands, tokenText, type NetworkFlags } from './sandbox-network';
 
 /** The state names `sandbox list --state` takes: RUNNING, PAUSED, ... */
@@ -50,27 +51,30 @@ function oneLine(s: SandboxJson): string {
 export function registerSandboxCommands(program: Command): Command {
   const sandbox = program.command('sandbox').description('create, inspect, run commands in, pause, resume and delete sandboxes');
 
-  addNetworkFlags(
-    sandbox
-      .command('create')
-      .description(
-        'create a sandbox from a template and start it; it gets a network where the node has one (--allow-out, --deny-out, --block-all, --public, --no-network) and its ingress access token is printed once',
-      )
-      .requiredOption('--template <name>', 'template name', 'base')
-      .option('--timeout <seconds>', 'lifetime in seconds (0: none)', wholeNumber, 0)
-      .option('--metadata <key=value>', 'label (repeatable)', keyValue, {})
-      .option('--vcpus <n>', 'virtual CPUs', wholeNumber, 0)
-      .option('--memory-mib <n>', 'memory limit in MiB', wholeNumber, 0)
-      .option('--disk-bytes <n>', '/workspace size in bytes', wholeNumber, 0)
-      .option('--request-id <id>', 'idempotency key')
-      .option('--json', 'print JSON'),
+  addIdleFlags(
+    addNetworkFlags(
+      sandbox
+        .command('create')
+        .description(
+          'create a sandbox from a template and start it; it gets a network where the node has one (--allow-out, --deny-out, --block-all, --public, --no-network) and its ingress access token is printed once',
+        )
+        .requiredOption('--template <name>', 'template name', 'base')
+        .option('--timeout <seconds>', 'lifetime in seconds (0: none)', wholeNumber, 0)
+        .option('--metadata <key=value>', 'label (repeatable)', keyValue, {})
+        .option('--vcpus <n>', 'virtual CPUs', wholeNumber, 0)
+        .option('--memory-mib <n>', 'memory limit in MiB', wholeNumber, 0)
+        .option('--disk-bytes <n>', '/workspace size in bytes', wholeNumber, 0)
+        .option('--request-id <id>', 'idempotency key')
+        .option('--json', 'print JSON'),
+    ),
   ).action(
     action(
       async (
-        o: JsonOpts & NetworkFlags & { template: string; timeout: number; metadata: Record<string, string>; vcpus: number; memoryMib: number; diskBytes: number; requestId?: string },
+        o: JsonOpts & NetworkFlags & IdleFlags & { template: string; timeout: number; metadata: Record<string, string>; vcpus: number; memoryMib: number; diskBytes: number; requestId?: string },
         cmd: Command,
       ) => {
         const network = networkRequest(o);
+        const idle = idleRequest(o);
         const r = await withServer(dirsOf(cmd), (api) =>
           api.sandboxes.createSandbox({
             template: o.template,
@@ -79,11 +83,12 @@ export function registerSandboxCommands(program: Command): Command {
             resources: { vcpus: o.vcpus, memoryMib: o.memoryMib, diskBytes: o.diskBytes },
             requestId: requestIdOr(o.requestId),
             network,
+            idle,
           }),
         );
         const s = sandboxJson(r.sandbox!);
         // the access token is shown once: the server keeps only its hash
-        print(!!o.json, { ...s, access_token: r.accessToken }, () => [oneLine(s), networkLine(s.network), tokenText(r.accessToken)].filter(Boolean).join('\n'));
+        print(!!o.json, { ...s, access_token: r.accessToken }, () => [oneLine(s), networkLine(s.network), idleLine(s.idle), tokenText(r.accessToken)].filter(Boolean).join('\n'));
       },
     ),
   );
@@ -220,5 +225,6 @@ export function registerSandboxCommands(program: Command): Command {
     );
 
   registerNetworkCommands(sandbox);
+  registerIdleCommands(sandbox);
   return sandbox;
 }

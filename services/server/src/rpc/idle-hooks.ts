@@ -1,0 +1,81 @@
+/**
+ * The SandboxService side of idle actions (core/idle.ts): every handler that names a sandbox
+ * counts as its activity while it runs (an Exec stream until it ends, each event too), and the
+ * handlers that need a RUNNING sandbox (Exec, the file calls, and any later guest call: every
+ * method not in LIFECYCLE) first auto-resume a PAUSED or hibernated one. One wrapper around the
+ * whole implementation, driven by the service definition, so a new RPC is covered without a hook
+ * of its own. Client-streaming methods carry no sandbox id in their first argument and are passed
+ * through as they are.
+ */
+import type { SandnodeCallContext } from '@sandnode/shared';
+import type { CallContext } from 'nice-grpc-common';
+import { SandboxServiceDefinition, type SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
+import type { IdleController } from '../core/idle';
+
+/** Methods that move or look at the record themselves: no auto-resume. */
+const LIFECYCLE = new Set([
+  'createSandbox',
+  'getSandbox',
+  'listSandboxes',
+  'pauseSandbox',
+  'resumeSandbox',
+  'deleteSandbox',
+  'setTimeout',
+  'forkSandbox',
+  'resetRootfs',
+  'updateSandboxNetwork',
+  'keepAlive',
+]);
+/** Methods that are no activity of the sandbox they name (looking at it, or ending its use; KeepAlive is a lease of its own). */
+const NOT_ACTIVITY = new Set(['getSandbox', 'listSandboxes', 'pauseSandbox', 'deleteSandbox', 'keepAlive']);
+
+type Ctx = CallContext & SandnodeCallContext;
+type Handler = (req: unknown, ctx: Ctx) => unknown;
+
+/** sandboxOf is the sandbox a request names (sandbox_id, or a fork's parent_id); "" none. */
+function sandboxOf(req: unknown): string {
+  const r = req as { sandboxId?: unknown; parentId?: unknown } | null;
+  if (typeof r?.sandboxId === 'string') return r.sandboxId;
+  if (typeof r?.parentId === 'string') return r.parentId;
+  return '';
+}
+
+/** withIdle wraps impl's handlers with activity and auto-resume (file header); errors are those of IdleController.ensureRunning and the handler's. */
+export function withIdle(impl: SandboxServiceImplementation<SandnodeCallContext>, idle: IdleController): SandboxServiceImplementation<SandnodeCallContext> {
+  const out: Record<string, Handler> = { ...(impl as unknown as Record<string, Handler>) };
+  for (const [name, def] of Object.entries(SandboxServiceDefinition.methods)) {
+    const orig = out[name];
+    if (!orig || def.requestStream || NOT_ACTIVITY.has(name)) continue;
+    const resume = !LIFECYCLE.has(name);
+    const op = def.name;
+    if (def.responseStream) {
+      out[name] = async function* (req: unknown, ctx: Ctx) {
+        const id = sandboxOf(req);
+        if (!id) return yield* orig(req, ctx) as AsyncIterable<unknown>;
+        const leave = idle.enter(id);
+        try {
+          if (resume) await idle.ensureRunning(id, op, ctx.signal);
+          for await (const ev of orig(req, ctx) as AsyncIterable<unknown>) {
+            idle.activity(id);
+            yield ev;
+          }
+        } finally {
+          leave();
+        }
+      };
+    } else {
+      out[name] = async (req: unknown, ctx: Ctx) => {
+        const id = sandboxOf(req);
+        if (!id) return orig(req, ctx);
+        const leave = idle.enter(id);
+        try {
+          if (resume) await idle.ensureRunning(id, op, ctx.signal);
+          return await orig(req, ctx);
+        } finally {
+          leave();
+        }
+      };
+    }
+  }
+  return out as unknown as SandboxServiceImplementation<SandnodeCallContext>;
+}
