@@ -17,6 +17,7 @@ import { createChannel } from 'nice-grpc';
 import path from 'node:path';
 import { connectServer, upgradeServer, waitForActiveServer, percentile } from '@sandnode/node-stack';
 import { COMPONENTS, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
+import { benchDrain, withVmmMetrics } from './drain';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
@@ -124,7 +125,9 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
   const dirs: StackDirs = { stateDir: path.join(root, 'lu-state'), runDir: path.join(root, 'lu-run'), listen: '127.0.0.1:0' };
   const out: Record<string, unknown> = {};
   try {
-    for (const c of COMPONENTS) await startComponent(dirs, c);
+    await withVmmMetrics(async () => {
+      for (const c of COMPONENTS) await startComponent(dirs, c);
+    });
     let api = connectServer(unixAddress(socketPath(dirs.runDir, 'server')));
     await api.templates.buildTemplate({ name: 'base', replace: false });
     const id = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId;
@@ -244,40 +247,8 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     api.close();
     api = connectServer(unixAddress(socketPath(dirs.runDir, 'server')));
 
-    // (c) drain of N sandboxes at concurrency 8 vs 1: the Drain RPC's wall time, the
-    // server's own duration, each sandbox's time (p50) and how the device manager stopped
-    const n = num('BENCH_DRAIN', 50);
-    const have = (await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes.length;
-    await mapLimit(Array.from({ length: Math.max(0, n - have) }), 4, () => api.sandboxes.createSandbox({ template: 'base' }));
-    const drainMs: Record<string, number> = {};
-    const drainDetail: Record<string, unknown> = {};
-    for (const conc of [8, 1]) {
-      const holder = await waitForActiveServer(dirs.runDir);
-      const ch = createSandnodeChannel(holder.admin);
-      const t0 = performance.now();
-      const r = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs: 600_000 }).drain({ deadlineMs: 600_000, concurrency: conc });
-      drainMs[`c${conc}`] = Math.round(performance.now() - t0);
-      ch.close();
-      drainMs[`c${conc}Preserved`] = r.sandboxes.filter((s) => s.outcome === 1).length;
-      drainDetail[`c${conc}`] = {
-        serverMs: r.durationMs,
-        sandboxP50Ms: r1(
-          percentile(
-            r.sandboxes.map((s) => s.ms),
-            50,
-          ),
-        ),
-        sandboxMaxMs: Math.max(0, ...r.sandboxes.map((s) => s.ms)),
-        deviceManagerStopped: r.deviceManagerStopped,
-        deviceManagerError: r.deviceManagerError,
-      };
-      // bring the node back for the next round: device manager up, sandboxes resumed
-      await startComponent(dirs, 'ublk-manager');
-      await mapLimit(r.sandboxes, 8, (s) => api.sandboxes.resumeSandbox({ sandboxId: s.sandboxId }));
-    }
-    const ratio = r1((drainMs.c1 ?? 0) / (drainMs.c8 ?? 1));
-    out.drain = { sandboxes: n, ...drainMs, ratio, detail: drainDetail, loadAverage: os.loadavg().map(r1), goalRatio: 3 };
-    rows.push([`drain of ${n} sandboxes: concurrency 8 vs 1`, `${drainMs.c8} ms vs ${drainMs.c1} ms (x${ratio}; load avg ${os.loadavg().map(r1).join(' ')})`, 'c=8 >= x3 faster']);
+    // (c) drain of N sandboxes at concurrency 8 vs 1 (drain.ts)
+    out.drain = await benchDrain(dirs, api, rows);
     const all = (await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
     await mapLimit(all, 8, (s) => api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId }));
     api.close();

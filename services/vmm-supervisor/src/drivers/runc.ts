@@ -45,6 +45,7 @@ import { ensureDirNoFollow, openRootDir, replaceFileNoFollow, UnsafePathError } 
 import { runCommand } from './command-runner';
 import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from './podd-socket';
 import { failpoints, FAILPOINTS } from '../core/failpoints';
+import { commandLabel, hostCommands } from '../metrics';
 import { mount, mountsUnder, unmountAllIfMounted } from './mounts';
 import { buildOciSpec } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
@@ -568,6 +569,7 @@ export class RuncDriver implements VmDriver {
     const fd = openSync(consoleLog, 'a', 0o600);
     return new Promise<void>((resolve, reject) => {
       const args = ['--root', this.root, 'run', '-d', '--preserve-fds', '1', '--bundle', bundle, '--pid-file', pidFile, vmId];
+      hostCommands.inc({ command: commandLabel(runc, args) });
       const child = spawn(runc, args, {
         detached: true,
         stdio: ['ignore', fd, fd, poddFd],
