@@ -18,6 +18,7 @@ import { connectServer, upgradeServer, waitForActiveServer, percentile } from '@
 import { COMPONENTS, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { benchDrain, withVmmMetrics } from './drain';
 import { now, startLoadProcess } from './handover-load';
+import { gapIn } from './gaps';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
@@ -40,26 +41,6 @@ async function benchToken(dirs: StackDirs): Promise<string> {
 
 /** AFTER_MS: how long after a switch (or an idle window) its window goes on; the next switch starts 300 ms later. */
 const AFTER_MS = 250;
-
-/**
- * gapIn is the longest time without a successful call around [from, to] (monotonic ms): over
- * the successes inside it, the last one before it and the first one after it (from and to
- * themselves when there is none: an outage that runs past the window counts up to its edge).
- */
-export function gapIn(times: number[], from: number, to: number): number {
-  let prev = from;
-  let next = to;
-  const inside: number[] = [];
-  for (const t of times) {
-    if (t < from) prev = Math.max(prev === from ? t : prev, t);
-    else if (t > to) next = next === to ? t : Math.min(next, t);
-    else inside.push(t);
-  }
-  const pts = [prev, ...inside.sort((x, y) => x - y), next];
-  let gap = 0;
-  for (let i = 1; i < pts.length; i++) gap = Math.max(gap, pts[i]! - pts[i - 1]!);
-  return gap;
-}
 
 /** slowestIn is the longest latency of a fresh-connection call started in [from, to], ms. */
 function slowestIn(calls: { at: number; ms: number }[], from: number, to: number): number {
