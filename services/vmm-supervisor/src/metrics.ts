@@ -5,7 +5,8 @@
  * prom-client is the copy shared depends on (same pinned version, one copy in the tree).
  */
 import { registry } from '@sandnode/shared';
-import { Gauge } from 'prom-client';
+import path from 'node:path';
+import { Counter, Gauge } from 'prom-client';
 
 /**
  * quarantinedRows: rows in the VM table's `quarantine` table (rows that could not be read and
@@ -16,3 +17,28 @@ export const quarantinedRows = new Gauge({
   help: 'VM-table rows of the vmm-supervisor set aside in its quarantine table (unreadable, not served)',
   registers: [registry],
 });
+
+/**
+ * hostCommands: host processes the supervisor started (through its command helpers or itself),
+ * by command: the program's base name, and for runc its subcommand ("runc state", "umount").
+ * Each one is a process start, the bulk of a VM stop's CPU time; the bench divides its rise
+ * during a drain by the sandboxes drained.
+ */
+export const hostCommands = new Counter({
+  name: 'sandnode_vmm_host_commands_total',
+  help: 'Host processes started by the vmm-supervisor (runc, mount, umount, ip, nsenter), by command',
+  labelNames: ['command'],
+  registers: [registry],
+});
+
+/** commandLabel is hostCommands' label of `cmd args`: base name, plus the subcommand for runc (its first argument that is not an option or an option's value). Pure. */
+export function commandLabel(cmd: string, args: readonly string[]): string {
+  const name = path.basename(cmd);
+  if (!name.startsWith('runc')) return name;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i]!;
+    if (a === '--root' || a === '--log' || a === '--log-format') i++;
+    else if (!a.startsWith('-')) return `runc ${a}`;
+  }
+  return 'runc';
+}

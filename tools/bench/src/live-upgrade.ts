@@ -1,7 +1,8 @@
 /**
  * Live-upgrade benchmark (part of `npm run bench`), written to bench/results/live-upgrade.json:
- * (a) server handover vs a naive stop/start restart under the same load (unary GetSandbox
- *     loop over TCP): refused connections, failed RPCs, unavailability window p50/p99
+ * (a) server handover vs a naive stop/start restart under the same load (unary GetSandbox at
+ *     a fixed rate over TCP, from processes of their own: handover-load-main.ts): refused
+ *     connections, failed RPCs, unavailability window p50/p99
  *     (the longest gap between two successful calls around each switch), and for handovers
  *     also a client with a new connection every 10 ms (failed calls, slowest call p50/p99),
  *     each figure with its spread over BENCH_HANDOVER_REPS repetitions;
@@ -9,14 +10,15 @@
  * (c) drain of N sandboxes at concurrency 8 vs 1.
  */
 import { createSandnodeChannel, createServiceClient, mapLimit, socketPath, unixAddress } from '@sandnode/shared';
-import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { AdminServiceDefinition, TokenRole } from '@sandnode/shared/proto/server/v1/admin';
 import { readFileSync } from 'node:fs';
 import os from 'node:os';
-import { createChannel } from 'nice-grpc';
 import path from 'node:path';
 import { connectServer, upgradeServer, waitForActiveServer, percentile } from '@sandnode/node-stack';
 import { COMPONENTS, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
+import { benchDrain, withVmmMetrics } from './drain';
+import { now, startLoadProcess } from './handover-load';
+import { gapIn } from './gaps';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
@@ -37,82 +39,12 @@ async function benchToken(dirs: StackDirs): Promise<string> {
   }
 }
 
-/** load runs GetSandbox in a loop (8 in flight, no retries) and records outcomes. */
-function startLoad(address: string, id: string, token: string) {
-  const ch = createSandnodeChannel(address);
-  const client = createServiceClient(SandboxServiceDefinition, ch, { timeoutMs: 2000, retryAttempts: 1, token });
-  const st = { ok: 0, refused: 0, failed: 0, okTimes: [] as number[], stop: false };
-  const loops = Array.from({ length: 8 }, async () => {
-    while (!st.stop) {
-      try {
-        await client.getSandbox({ sandboxId: id }, { retry: false });
-        st.ok++;
-        st.okTimes.push(performance.now());
-      } catch (err) {
-        const msg = String((err as Error).message);
-        if (/ECONNREFUSED|ENOENT|No connection established/.test(msg)) st.refused++;
-        else st.failed++;
-        await new Promise((r) => setTimeout(r, 5));
-      }
-    }
-  });
-  return {
-    st,
-    async end() {
-      st.stop = true;
-      await Promise.all(loops);
-      ch.close();
-    },
-  };
-}
+/** AFTER_MS: how long after a switch (or an idle window) its window goes on; the next switch starts 300 ms later. */
+const AFTER_MS = 250;
 
-/**
- * freshLoad opens a NEW connection (a channel with its own subchannel pool) every 10 ms and
- * makes one GetSandbox on it (deadline 8 s, no retries): calls records each call's start and
- * latency (ms), failed counts those that were not answered.
- */
-function startFreshLoad(address: string, id: string, token: string) {
-  const st = { calls: [] as { at: number; ms: number }[], failed: 0, errors: new Map<string, number>() };
-  const pending = new Set<Promise<void>>();
-  const timer = setInterval(() => {
-    const ch = createChannel(address, undefined, { 'grpc.use_local_subchannel_pool': 1 });
-    const t0 = performance.now();
-    const p = createServiceClient(SandboxServiceDefinition, ch, { timeoutMs: 8000, retryAttempts: 0, token })
-      .getSandbox({ sandboxId: id }, { retry: false })
-      .then(
-        () => void st.calls.push({ at: t0, ms: performance.now() - t0 }),
-        (err: unknown) => {
-          st.failed++;
-          const k = String((err as Error).message).slice(0, 100);
-          st.errors.set(k, (st.errors.get(k) ?? 0) + 1);
-        },
-      )
-      .finally(() => {
-        ch.close();
-        pending.delete(p);
-      });
-    pending.add(p);
-  }, 10);
-  return {
-    st,
-    async end() {
-      clearInterval(timer);
-      await Promise.all([...pending]);
-    },
-  };
-}
-
-/** gapAround is the longest time without a successful call in [t0-50ms, t1+2s]. */
-function gapAround(times: number[], t0: number, t1: number): number {
-  const w = times.filter((t) => t >= t0 - 50 && t <= t1 + 2000).sort((a, b) => a - b);
-  let gap = 0;
-  for (let i = 1; i < w.length; i++) gap = Math.max(gap, (w[i] as number) - (w[i - 1] as number));
-  return gap;
-}
-
-/** slowestAround is the longest latency of a fresh-connection call started in [t0-50ms, t1+2s], ms. */
-function slowestAround(calls: { at: number; ms: number }[], t0: number, t1: number): number {
-  return Math.max(0, ...calls.filter((c) => c.at >= t0 - 50 && c.at <= t1 + 2000).map((c) => c.ms));
+/** slowestIn is the longest latency of a fresh-connection call started in [from, to], ms. */
+function slowestIn(calls: { at: number; ms: number }[], from: number, to: number): number {
+  return Math.max(0, ...calls.filter((c) => c.at >= from && c.at <= to).map((c) => c.ms));
 }
 
 /** spread is "min–max" of xs, one decimal. */
@@ -124,7 +56,9 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
   const dirs: StackDirs = { stateDir: path.join(root, 'lu-state'), runDir: path.join(root, 'lu-run'), listen: '127.0.0.1:0' };
   const out: Record<string, unknown> = {};
   try {
-    for (const c of COMPONENTS) await startComponent(dirs, c);
+    await withVmmMetrics(async () => {
+      for (const c of COMPONENTS) await startComponent(dirs, c);
+    });
     let api = connectServer(unixAddress(socketPath(dirs.runDir, 'server')));
     await api.templates.buildTemplate({ name: 'base', replace: false });
     const id = (await api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId;
@@ -132,72 +66,80 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     const token = await benchToken(dirs); // TCP needs a bearer token (docs/security.md)
 
     // (a) handover vs naive restart. Handovers in BENCH_HANDOVER_REPS repetitions of
-    // BENCH_HANDOVERS each, under two loads at once: 8 loops of GetSandbox on one open channel
-    // (gap: the longest time without a successful call around each switch) and a new
-    // connection every 10 ms (its slowest call around each switch). p50/p99 per repetition, and
+    // BENCH_HANDOVERS each, under two loads at once, each in a process of its own, niced, at a
+    // fixed rate (handover-load-main.ts): a GetSandbox every BENCH_HANDOVER_CALL_MS (2) ms on
+    // one open channel (gap: the longest time without a successful call around each switch)
+    // and a new connection every 10 ms (its slowest call around each switch). p50/p99 per repetition, and
     // their spread over the repetitions. The same figures over windows of the same length
     // without a handover (idle) are the machine's noise floor: a gap that the idle windows also
     // show comes from the host (CPU contention), not from the handover.
     const rounds = num('BENCH_HANDOVERS', 10);
     const reps = num('BENCH_HANDOVER_REPS', 3);
-    const load = startLoad(tcp, id, token);
-    const fresh = startFreshLoad(tcp, id, token);
+    const base = { address: tcp, sandboxId: id, token, nice: num('BENCH_LOAD_NICE', 10) };
+    const [load, fresh] = await Promise.all([
+      startLoadProcess({ ...base, openCallMs: num('BENCH_HANDOVER_CALL_MS', 2), freshCallMs: 0 }),
+      startLoadProcess({ ...base, openCallMs: 0, freshCallMs: 10 }),
+    ]);
     await new Promise((r) => setTimeout(r, 500));
-    const perRep: { gapP50Ms: number; gapP99Ms: number; freshP50Ms: number; freshP99Ms: number; holdWindowP99Ms: number; idleGapP99Ms: number; idleFreshP99Ms: number }[] = [];
-    const hGaps: number[] = [];
-    const fGaps: number[] = [];
-    const idleGaps: number[] = [];
-    const idleFresh: number[] = [];
+    // windows [switch start - 50 ms, its end + AFTER_MS], monotonic ms; figures after the loads end
+    const windows: { rep: number; idle: boolean; from: number; to: number; holdMs: number }[] = [];
     for (let rep = 0; rep < reps; rep++) {
-      const g: number[] = [];
-      const f: number[] = [];
-      const hold: number[] = [];
       const took: number[] = [];
       for (let i = 0; i < rounds; i++) {
-        const t0 = performance.now();
-        hold.push((await upgradeServer(dirs, '.')).holdWindowMs);
-        took.push(performance.now() - t0);
-        g.push(gapAround(load.st.okTimes, t0, performance.now()));
-        // the fresh calls of this switch are all answered 300 ms later (or have failed)
+        const t0 = now();
+        const holdMs = (await upgradeServer(dirs, '.')).holdWindowMs;
+        took.push(now() - t0);
+        windows.push({ rep, idle: false, from: t0 - 50, to: now() + AFTER_MS, holdMs });
         await new Promise((r) => setTimeout(r, 300));
-        f.push(slowestAround(fresh.st.calls, t0, performance.now() - 300));
       }
-      const ig: number[] = [];
-      const ifr: number[] = [];
       for (let i = 0; i < rounds; i++) {
-        const t0 = performance.now();
+        const t0 = now();
         await new Promise((r) => setTimeout(r, percentile(took, 50)));
-        ig.push(gapAround(load.st.okTimes, t0, performance.now()));
+        windows.push({ rep, idle: true, from: t0 - 50, to: now() + AFTER_MS, holdMs: 0 });
         await new Promise((r) => setTimeout(r, 300));
-        ifr.push(slowestAround(fresh.st.calls, t0, performance.now() - 300));
       }
-      idleGaps.push(...ig);
-      idleFresh.push(...ifr);
-      hGaps.push(...g);
-      fGaps.push(...f);
+    }
+    const [lr, fr] = await Promise.all([load.end(), fresh.end()]);
+    const perRep: { gapP50Ms: number; gapP99Ms: number; freshP50Ms: number; freshP99Ms: number; holdWindowP99Ms: number; idleGapP99Ms: number; idleFreshP99Ms: number }[] = [];
+    const of = (rep: number | undefined, idle: boolean) => windows.filter((w) => (rep === undefined || w.rep === rep) && w.idle === idle);
+    const gaps = (ws: typeof windows) => ws.map((w) => gapIn(lr.okTimes, w.from, w.to));
+    const slowest = (ws: typeof windows) => ws.map((w) => slowestIn(fr.fresh, w.from, w.to));
+    for (let rep = 0; rep < reps; rep++) {
+      const g = gaps(of(rep, false));
+      const f = slowest(of(rep, false));
       perRep.push({
         gapP50Ms: r1(percentile(g, 50)),
         gapP99Ms: r1(percentile(g, 99)),
         freshP50Ms: r1(percentile(f, 50)),
         freshP99Ms: r1(percentile(f, 99)),
-        holdWindowP99Ms: r1(percentile(hold, 99)),
-        idleGapP99Ms: r1(percentile(ig, 99)),
-        idleFreshP99Ms: r1(percentile(ifr, 99)),
+        holdWindowP99Ms: r1(
+          percentile(
+            of(rep, false).map((w) => w.holdMs),
+            99,
+          ),
+        ),
+        idleGapP99Ms: r1(percentile(gaps(of(rep, true)), 99)),
+        idleFreshP99Ms: r1(percentile(slowest(of(rep, true)), 99)),
       });
     }
-    await Promise.all([load.end(), fresh.end()]);
+    const hGaps = gaps(of(undefined, false));
+    const fGaps = slowest(of(undefined, false));
+    const idleGaps = gaps(of(undefined, true));
+    const idleFresh = slowest(of(undefined, true));
     const handover = {
       rounds: rounds * reps,
       repetitions: perRep,
-      ok: load.st.ok,
-      refused: load.st.refused,
-      failed: load.st.failed,
+      openCallMs: num('BENCH_HANDOVER_CALL_MS', 2),
+      ok: lr.ok,
+      refused: lr.refused,
+      failed: lr.failed,
+      errors: lr.errors,
       gapP50Ms: r1(percentile(hGaps, 50)),
       gapP99Ms: r1(percentile(hGaps, 99)),
       gapP99SpreadMs: spread(perRep.map((r) => r.gapP99Ms)),
-      freshCalls: fresh.st.calls.length,
-      freshFailed: fresh.st.failed,
-      freshErrors: Object.fromEntries(fresh.st.errors),
+      freshCalls: fr.fresh.length,
+      freshFailed: fr.freshFailed,
+      freshErrors: fr.freshErrors,
       freshGapP50Ms: r1(percentile(fGaps, 50)),
       freshGapP99Ms: r1(percentile(fGaps, 99)),
       freshGapP99SpreadMs: spread(perRep.map((r) => r.freshP99Ms)),
@@ -210,18 +152,19 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     // the naive restart: same load, stop (SIGTERM) then start on the same port
     const port = serverPort(dirs);
     dirs.listen = `127.0.0.1:${port}`;
-    const load2 = startLoad(tcp, id, token);
+    const load2 = await startLoadProcess({ ...base, openCallMs: num('BENCH_HANDOVER_CALL_MS', 2), freshCallMs: 0 });
     await new Promise((r) => setTimeout(r, 500));
-    const rGaps: number[] = [];
+    const rWindows: { from: number; to: number }[] = [];
     for (let i = 0; i < Math.min(rounds, 5); i++) {
-      const t0 = performance.now();
+      const t0 = now();
       await stopComponent(dirs, 'server');
       await startComponent(dirs, 'server');
-      rGaps.push(gapAround(load2.st.okTimes, t0, performance.now()));
+      rWindows.push({ from: t0 - 50, to: now() + AFTER_MS });
       await new Promise((r) => setTimeout(r, 300));
     }
-    await load2.end();
-    const restart = { rounds: rGaps.length, ok: load2.st.ok, refused: load2.st.refused, failed: load2.st.failed, gapP50Ms: r1(percentile(rGaps, 50)), gapP99Ms: r1(percentile(rGaps, 99)) };
+    const lr2 = await load2.end();
+    const rGaps = rWindows.map((w) => gapIn(lr2.okTimes, w.from, w.to));
+    const restart = { rounds: rGaps.length, ok: lr2.ok, refused: lr2.refused, failed: lr2.failed, gapP50Ms: r1(percentile(rGaps, 50)), gapP99Ms: r1(percentile(rGaps, 99)) };
     out.serverHandover = { handover, naiveRestart: restart, goal: 'handover: 0 refused, 0 failed (open and fresh connections), gap p99 <= 30 ms' };
     rows.push([
       `server handover x${handover.rounds}: refused / failed / gap p50 / p99 (p99 spread over ${reps} reps)`,
@@ -244,40 +187,8 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     api.close();
     api = connectServer(unixAddress(socketPath(dirs.runDir, 'server')));
 
-    // (c) drain of N sandboxes at concurrency 8 vs 1: the Drain RPC's wall time, the
-    // server's own duration, each sandbox's time (p50) and how the device manager stopped
-    const n = num('BENCH_DRAIN', 50);
-    const have = (await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes.length;
-    await mapLimit(Array.from({ length: Math.max(0, n - have) }), 4, () => api.sandboxes.createSandbox({ template: 'base' }));
-    const drainMs: Record<string, number> = {};
-    const drainDetail: Record<string, unknown> = {};
-    for (const conc of [8, 1]) {
-      const holder = await waitForActiveServer(dirs.runDir);
-      const ch = createSandnodeChannel(holder.admin);
-      const t0 = performance.now();
-      const r = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs: 600_000 }).drain({ deadlineMs: 600_000, concurrency: conc });
-      drainMs[`c${conc}`] = Math.round(performance.now() - t0);
-      ch.close();
-      drainMs[`c${conc}Preserved`] = r.sandboxes.filter((s) => s.outcome === 1).length;
-      drainDetail[`c${conc}`] = {
-        serverMs: r.durationMs,
-        sandboxP50Ms: r1(
-          percentile(
-            r.sandboxes.map((s) => s.ms),
-            50,
-          ),
-        ),
-        sandboxMaxMs: Math.max(0, ...r.sandboxes.map((s) => s.ms)),
-        deviceManagerStopped: r.deviceManagerStopped,
-        deviceManagerError: r.deviceManagerError,
-      };
-      // bring the node back for the next round: device manager up, sandboxes resumed
-      await startComponent(dirs, 'ublk-manager');
-      await mapLimit(r.sandboxes, 8, (s) => api.sandboxes.resumeSandbox({ sandboxId: s.sandboxId }));
-    }
-    const ratio = r1((drainMs.c1 ?? 0) / (drainMs.c8 ?? 1));
-    out.drain = { sandboxes: n, ...drainMs, ratio, detail: drainDetail, loadAverage: os.loadavg().map(r1), goalRatio: 3 };
-    rows.push([`drain of ${n} sandboxes: concurrency 8 vs 1`, `${drainMs.c8} ms vs ${drainMs.c1} ms (x${ratio}; load avg ${os.loadavg().map(r1).join(' ')})`, 'c=8 >= x3 faster']);
+    // (c) drain of N sandboxes at concurrency 8 vs 1 (drain.ts)
+    out.drain = await benchDrain(dirs, api, rows);
     const all = (await api.sandboxes.listSandboxes({ pageSize: 1000 })).sandboxes;
     await mapLimit(all, 8, (s) => api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId }));
     api.close();

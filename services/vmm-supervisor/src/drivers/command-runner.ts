@@ -12,6 +12,7 @@ import path from 'node:path';
 import { createInterface } from 'node:readline';
 import { CommandError, DEFAULT_COMMAND_TIMEOUT_MS, InternalError, run as runHere, type RunResult } from '@sandnode/shared';
 import type { SpawnReply, SpawnRequest } from './spawner-child';
+import { commandLabel, hostCommands } from '../metrics';
 
 /** How many helper processes run commands at once. */
 export const DEFAULT_SPAWNERS = 2;
@@ -133,9 +134,11 @@ let shared: CommandRunner | undefined;
 
 /**
  * runCommand runs a host command through the process's CommandRunner (made on first use), or
- * in this process when SANDNODE_VMM_SUPERVISOR_COMMAND_HELPERS is "0".
+ * in this process when SANDNODE_VMM_SUPERVISOR_COMMAND_HELPERS is "0"; counted in the metric
+ * sandnode_vmm_host_commands_total.
  */
 export function runCommand(cmd: string, args: string[], opts: { timeoutMs?: number; input?: string; signal?: AbortSignal } = {}): Promise<RunResult> {
+  hostCommands.inc({ command: commandLabel(cmd, args) });
   if (process.env.SANDNODE_VMM_SUPERVISOR_COMMAND_HELPERS === '0') return runHere(cmd, args, opts);
   shared ??= new CommandRunner();
   return shared.run(cmd, args, opts);

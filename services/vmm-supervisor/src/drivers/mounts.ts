@@ -1,11 +1,13 @@
 /**
- * Host mount helpers: mount/umount through the host commands (run in a command helper, see
- * command-runner.ts), mount points read from /proc/self/mountinfo.
+ * Host mount helpers: mount through the host command (run in a command helper, see
+ * command-runner.ts), unmount in-process with umount2(2) (syscalls.ts: no process start), mount
+ * points read from /proc/self/mountinfo.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { CommandError, InternalError } from '@sandnode/shared';
+import { DEFAULT_COMMAND_TIMEOUT_MS, InternalError } from '@sandnode/shared';
 import { runCommand as run } from './command-runner';
+import { ERRNO, umount2, UMOUNT_NOFOLLOW } from './syscalls';
 
 /** How many times an EBUSY unmount is retried, and the pause between tries in ms. */
 export const DEFAULT_UMOUNT_RETRIES = 20;
@@ -61,30 +63,30 @@ export async function mount(source: string, target: string, type: string, option
 
 /**
  * unmountIfMounted unmounts dir (every layer stacked on it) when it is a mount point, retrying
- * while the kernel says it is busy. Throws InternalError when it stays busy.
+ * while the kernel says it is busy (umount2(2), never following a symlink at dir; each call
+ * bounded by DEFAULT_COMMAND_TIMEOUT_MS, as the umount process it replaces). Throws
+ * InternalError when it stays busy, fails (naming the errno) or the kernel does not answer.
  */
 export async function unmountIfMounted(dir: string): Promise<void> {
-  for (let attempt = 0; isMountPoint(dir); attempt++) {
-    try {
-      await run('umount', [dir]);
-    } catch (err) {
-      const busy = err instanceof CommandError && /busy/i.test(err.stderr);
-      if (!busy) throw err;
-      if (attempt >= DEFAULT_UMOUNT_RETRIES) throw new InternalError(`umount ${dir}: still busy after ${DEFAULT_UMOUNT_RETRIES} tries`);
-      await new Promise((r) => setTimeout(r, UMOUNT_RETRY_DELAY_MS));
-    }
+  const d = path.resolve(dir);
+  for (let attempt = 0; isMountPoint(d); attempt++) {
+    const r = await umount2(d, UMOUNT_NOFOLLOW, DEFAULT_COMMAND_TIMEOUT_MS).catch((err: unknown) => {
+      throw new InternalError((err as Error).message);
+    });
+    if (r.ok) continue;
+    if (r.errno === ERRNO.EINVAL && !isMountPoint(d)) return; // unmounted meanwhile
+    if (r.errno !== ERRNO.EBUSY) throw new InternalError(`umount ${d}: errno ${r.errno}${r.errno === ERRNO.EINVAL ? ' (EINVAL: not a mount point, or a symlink)' : ''}`);
+    if (attempt >= DEFAULT_UMOUNT_RETRIES) throw new InternalError(`umount ${d}: still busy after ${DEFAULT_UMOUNT_RETRIES} tries`);
+    await new Promise((r) => setTimeout(r, UMOUNT_RETRY_DELAY_MS));
   }
 }
 
 /**
- * unmountAllIfMounted unmounts the dirs that are mount points, in the order given (a mount
- * stacked on a later one first), with one `umount` for all of them (one process, not one per
- * dir); what stays mounted (busy) then goes through {@link unmountIfMounted}'s retries.
- * Throws InternalError when one stays busy.
+ * unmountAllIfMounted unmounts the dirs that are mount points, one after the other in the order
+ * given (a mount stacked on a later one first), each through {@link unmountIfMounted} (in-process,
+ * with its retries). Throws InternalError when one stays mounted.
  */
 export async function unmountAllIfMounted(dirs: string[]): Promise<void> {
   const mounted = new Set(mountPoints());
-  const targets = dirs.map((d) => path.resolve(d)).filter((d) => mounted.has(d));
-  if (targets.length > 1) await run('umount', targets).catch(() => undefined); // each one left is retried below, with its error
-  for (const d of targets) await unmountIfMounted(d);
+  for (const d of dirs.map((x) => path.resolve(x)).filter((x) => mounted.has(x))) await unmountIfMounted(d);
 }

@@ -45,6 +45,8 @@ import { ensureDirNoFollow, openRootDir, replaceFileNoFollow, UnsafePathError } 
 import { runCommand } from './command-runner';
 import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from './podd-socket';
 import { failpoints, FAILPOINTS } from '../core/failpoints';
+import { commandLabel, hostCommands } from '../metrics';
+import { deleteStopped, freeze, freezerDir, killFrozen, liveStatus, signalInit, thaw } from './runc-cgroup';
 import { mount, mountsUnder, unmountAllIfMounted } from './mounts';
 import { buildOciSpec } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
@@ -63,6 +65,8 @@ const VM_MOUNTS = ['workspace', 'rootfs', 'upper-dev'];
 export const DEFAULT_RUNC_START_TIMEOUT_MS = 30_000;
 /** Default of the longest a VM may take to be gone after SIGKILL, in ms (config `killWaitMs`). */
 export const DEFAULT_KILL_WAIT_MS = 5_000;
+/** SIGTERM's number (a VM's init gets it first on a stop). */
+const SIGTERM = 15;
 /** Poll interval while waiting for a container to stop, in ms. */
 export const STOP_POLL_MS = 25;
 /** How often a stop checks whether the VM's init process is gone (in-process, /proc), in ms. */
@@ -330,6 +334,10 @@ export class RuncDriver implements VmDriver {
 
   async inspect(vm: VmRef): Promise<LiveStatus> {
     const { vmId, process: expected } = vm;
+    // from its init and cgroup (no process start); runc where that cannot tell
+    const fast = liveStatus(vmId, expected);
+    if (fast === 'stopped') return { state: 'stopped', detail: `pid ${expected.pid} with start ticks ${expected.startTimeTicks} is gone` };
+    if (fast) return { state: fast, process: expected };
     const st = await this.state(vmId, this.bin(vm));
     if (st.status === 'absent') return { state: 'stopped', detail: 'runc has no such container' };
     if (st.status !== 'running' && st.status !== 'paused') return { state: 'stopped', detail: `runc status ${st.status}` };
@@ -339,12 +347,22 @@ export class RuncDriver implements VmDriver {
     return { state: st.status, process: expected };
   }
 
+  /** pause freezes the VM's cgroup as `runc pause` does, in-process (runc-cgroup.ts); with runc when that cannot (not running, no v1 freezer, stuck FREEZING). */
   async pause(vm: VmRef): Promise<void> {
+    const dir = freezerDir(vm.vmId);
+    if (dir && liveStatus(vm.vmId, vm.process) === 'running' && (await freeze(dir))) return;
     await this.exec(this.bin(vm), ['pause', vm.vmId]);
   }
 
+  /** resume thaws the VM's cgroup as `runc resume` does, in-process; with runc when that cannot (not paused, no v1 freezer). */
   async resume(vm: VmRef): Promise<void> {
-    await this.exec(this.bin(vm), ['resume', vm.vmId]);
+    if (!this.thawFast(vm)) await this.exec(this.bin(vm), ['resume', vm.vmId]);
+  }
+
+  /** thawFast thaws a paused VM through its v1 freezer; false (nothing done) when it cannot tell or cannot write it. */
+  private thawFast(vm: VmRef): boolean {
+    const dir = freezerDir(vm.vmId);
+    return dir !== undefined && liveStatus(vm.vmId, vm.process) === 'paused' && thaw(dir);
   }
 
   async stop(vm: VmRef, timeoutMs: number, signal?: AbortSignal): Promise<void> {
@@ -352,14 +370,17 @@ export class RuncDriver implements VmDriver {
     const runc = this.bin(vm);
     // Tasks blocked on a frozen filesystem do not die until it is thawed.
     await this.ports.get(vmId)?.freezer.ensureThawed('stop vm');
-    const st = await this.state(vmId, runc);
+    // from its init and cgroup (no process start); runc where that cannot tell
+    const fast = liveStatus(vmId, vm.process);
+    const st = fast ? { status: fast } : await this.state(vmId, runc);
     if (st.status === 'absent' || st.status === 'stopped') return;
     if (st.status === 'paused') {
       // Frozen tasks do not die until thawed: queue SIGKILL, then thaw.
-      await this.killAll(runc, vmId);
-      await this.exec(runc, ['resume', vmId]).catch(() => undefined); // runc may already have thawed it
+      if (killFrozen(vmId) === undefined) await this.killAll(runc, vmId);
+      if (!this.thawFast(vm)) await this.exec(runc, ['resume', vmId]).catch(() => undefined); // runc may already have thawed it
     } else {
-      await this.exec(runc, ['kill', vmId, 'TERM']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGTERM failed'));
+      const term = signalInit(vm.process, SIGTERM);
+      if (term === 'not-verified') await this.exec(runc, ['kill', vmId, 'TERM']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGTERM failed'));
       if (await this.waitStopped(runc, vmId, timeoutMs, signal, vm.process)) return;
       this.log.info({ vm_id: vmId, timeout_ms: timeoutMs }, 'vm ignored SIGTERM; sending SIGKILL');
       await this.killAll(runc, vmId);
@@ -384,7 +405,9 @@ export class RuncDriver implements VmDriver {
     this.consoles.delete(vmId);
     // A VM whose init is known and gone is stopped (neither paused nor running): no need to
     // ask runc (each runc call is a process start, the bulk of a drain's CPU time).
-    const st = vm.process.pid > 0 && !isAlive(vm.process.pid, vm.process.startTimeTicks) ? { status: 'stopped' as const } : await this.state(vmId, runc);
+    let st: { status: RuncStatus } = vm.process.pid > 0 && !isAlive(vm.process.pid, vm.process.startTimeTicks) ? { status: 'stopped' } : await this.state(vmId, runc);
+    // a stopped container's runc state is removed in-process when that is sure (runc-cgroup.ts)
+    if (st.status === 'stopped' && (await deleteStopped(this.root, vmId))) st = { status: 'absent' };
     if (st.status !== 'absent') {
       if (st.status === 'paused') await this.killAll(runc, vmId);
       await this.exec(runc, ['delete', '--force', vmId]).catch((err: unknown) => {
@@ -568,6 +591,7 @@ export class RuncDriver implements VmDriver {
     const fd = openSync(consoleLog, 'a', 0o600);
     return new Promise<void>((resolve, reject) => {
       const args = ['--root', this.root, 'run', '-d', '--preserve-fds', '1', '--bundle', bundle, '--pid-file', pidFile, vmId];
+      hostCommands.inc({ command: commandLabel(runc, args) });
       const child = spawn(runc, args, {
         detached: true,
         stdio: ['ignore', fd, fd, poddFd],
