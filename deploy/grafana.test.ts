@@ -82,7 +82,11 @@ describe('Grafana dashboard deploy/grafana/sandnode-node.json', () => {
         for (const n of names) if (!known.has(n)) problems.push(`${p.title}: ${n} is not registered`);
         const labels = new Set(names.flatMap((n) => known.get(n) ?? []));
         for (const m of t.expr.matchAll(/\bby\s*\(([^)]*)\)/g)) {
-          for (const l of m[1]!.split(',').map((x) => x.trim()).filter((x) => x && x !== 'le')) if (!labels.has(l)) problems.push(`${p.title}: by (${l}): no such label on ${names.join(', ')}`);
+          for (const l of m[1]!
+            .split(',')
+            .map((x) => x.trim())
+            .filter((x) => x && x !== 'le'))
+            if (!labels.has(l)) problems.push(`${p.title}: by (${l}): no such label on ${names.join(', ')}`);
         }
       }
     }

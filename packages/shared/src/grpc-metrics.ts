@@ -24,10 +24,22 @@ const CODE_LABELS = [...LABELS, 'grpc_code'] as const;
 
 const serverStarted = new Counter({ name: 'grpc_server_started_total', help: 'RPCs started on the server', labelNames: LABELS, registers: [registry] });
 const serverHandled = new Counter({ name: 'grpc_server_handled_total', help: 'RPCs completed on the server, by status code', labelNames: CODE_LABELS, registers: [registry] });
-const serverHandling = new Histogram({ name: 'grpc_server_handling_seconds', help: 'Time from the start of a served RPC to its end, seconds', labelNames: LABELS, buckets: GRPC_HANDLING_BUCKETS, registers: [registry] });
+const serverHandling = new Histogram({
+  name: 'grpc_server_handling_seconds',
+  help: 'Time from the start of a served RPC to its end, seconds',
+  labelNames: LABELS,
+  buckets: GRPC_HANDLING_BUCKETS,
+  registers: [registry],
+});
 const clientStarted = new Counter({ name: 'grpc_client_started_total', help: 'RPCs started by clients of this process', labelNames: LABELS, registers: [registry] });
 const clientHandled = new Counter({ name: 'grpc_client_handled_total', help: 'RPCs completed by clients of this process, by status code', labelNames: CODE_LABELS, registers: [registry] });
-const clientHandling = new Histogram({ name: 'grpc_client_handling_seconds', help: 'Time from the start of a client RPC to its end, seconds', labelNames: LABELS, buckets: GRPC_HANDLING_BUCKETS, registers: [registry] });
+const clientHandling = new Histogram({
+  name: 'grpc_client_handling_seconds',
+  help: 'Time from the start of a client RPC to its end, seconds',
+  labelNames: LABELS,
+  buckets: GRPC_HANDLING_BUCKETS,
+  registers: [registry],
+});
 
 /** grpcLabels are the method labels of a call path "/pkg.Service/Method" and its streaming kind. */
 export function grpcLabels(method: Pick<MethodDescriptor, 'path' | 'requestStream' | 'responseStream'>): { grpc_type: string; grpc_service: string; grpc_method: string } {

@@ -13,7 +13,19 @@ import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { describeWith, NODE_PARTS } from './prereq';
 import { passableTempDir } from './temp-dir';
 import { takeTestPool, type TestPool } from './test-pool';
-import { COMPONENTS, METRICS_LISTEN_ENV, connectServer, findActiveServer, purgeNode, sandnodeProcesses, startComponent, stopComponent, type Component, type ServerApi, type StackDirs } from '@sandnode/node-stack';
+import {
+  COMPONENTS,
+  METRICS_LISTEN_ENV,
+  connectServer,
+  findActiveServer,
+  purgeNode,
+  sandnodeProcesses,
+  startComponent,
+  stopComponent,
+  type Component,
+  type ServerApi,
+  type StackDirs,
+} from '@sandnode/node-stack';
 
 /**
  * describeNode is `describe` when the machine has every part a whole node needs (NODE_PARTS),

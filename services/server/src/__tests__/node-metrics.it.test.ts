@@ -133,7 +133,10 @@ describeNode('metrics and logs of a whole node', () => {
       expect(v.pid).toBe(r.newPid);
       expect({ h, build: sample(text, 'sandnode_build_info', { component: 'server', version: v.version, commit: v.commit, node_id: '', runtime: v.runtime }) }).toEqual({ h, build: 1 });
       // the new server's own counters: it asked the old one for the handover; the old one's CreateSandbox is not in them
-      expect({ h, handover: sample(text, 'grpc_client_handled_total', { grpc_type: 'unary', grpc_service: 'sandnode.server.v1.AdminService', grpc_method: 'Handover', grpc_code: 'OK' }) }).toEqual({ h, handover: 1 });
+      expect({ h, handover: sample(text, 'grpc_client_handled_total', { grpc_type: 'unary', grpc_service: 'sandnode.server.v1.AdminService', grpc_method: 'Handover', grpc_code: 'OK' }) }).toEqual({
+        h,
+        handover: 1,
+      });
       expect(sample(text, 'grpc_server_started_total', { grpc_type: 'unary', grpc_service: SANDBOX, grpc_method: 'CreateSandbox' })).toBeUndefined();
       expect(sample(text, 'sandnode_adoption_seconds_count', { how: 'takeover' })).toBe(1);
       expect(sample(text, 'sandnode_handover_hold_window_seconds_count', {})).toBe(1);
@@ -149,7 +152,11 @@ describeNode('metrics and logs of a whole node', () => {
       const started = await withEnv({ SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: `127.0.0.1:${port}` }, () => startComponent(node.dirs, 'vmm-supervisor', { timeoutMs: 60_000 }));
       expect((await getVersion(node.dirs, 'vmm-supervisor'))?.pid).toBe(started.pid);
       const st = JSON.parse(node.cli(['status', '--json']).stdout) as { components: { name: string; up: boolean; metrics: string | null; metricsError: string | null }[] };
-      expect(st.components.find((c) => c.name === 'vmm-supervisor')).toMatchObject({ up: true, metrics: null, metricsError: expect.stringMatching(new RegExp(`127\\.0\\.0\\.1:${port} is in use \\(EADDRINUSE\\)`)) });
+      expect(st.components.find((c) => c.name === 'vmm-supervisor')).toMatchObject({
+        up: true,
+        metrics: null,
+        metricsError: expect.stringMatching(new RegExp(`127\\.0\\.0\\.1:${port} is in use \\(EADDRINUSE\\)`)),
+      });
       expect(node.cli(['up']).stdout).toMatch(new RegExp(`vmm-supervisor.*not served \\(127\\.0\\.0\\.1:${port} is in use`));
       const errs = logLines(node, 'vmm-supervisor.log').filter((l) => l.pid === started.pid && l.level === 'error' && /cannot serve \/metrics/.test(String(l.msg)));
       expect(errs).toHaveLength(1);

@@ -146,7 +146,15 @@ export function registerNodeCommands(program: Command): void {
           const v = await getVersion(d, c);
           // a pid only for a live process: a pid file left by one that died is shown as stale; a metrics URL only of a component that is up
           const m = v ? metrics[c] : undefined;
-          components.push({ name: c, version: v?.version ?? null, ...componentPid(d, c, v?.pid), features: v?.features ?? [], up: !!v, metrics: m?.url ?? null, metricsError: m && !m.url ? (m.error ?? 'not bound yet') : null });
+          components.push({
+            name: c,
+            version: v?.version ?? null,
+            ...componentPid(d, c, v?.pid),
+            features: v?.features ?? [],
+            up: !!v,
+            metrics: m?.url ?? null,
+            metricsError: m && !m.url ? (m.error ?? 'not bound yet') : null,
+          });
         }
         const all = components.find((c) => c.name === 'server')?.up ? await withServer(d, (api) => listAllSandboxes(api)) : null;
         const sandboxes = all?.length ?? null;
