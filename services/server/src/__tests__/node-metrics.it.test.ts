@@ -60,7 +60,7 @@ describeNode('metrics and logs of a whole node', () => {
     await node?.stop();
   });
 
-  it('every daemon serves /metrics with gRPC, build and process metrics after create, exec and delete; up and status list the URLs', async () => {
+  it('every daemon serves /metrics with gRPC, build and process metrics after create, exec, fork and delete; up and status list the URLs', async () => {
     const urls = Object.fromEntries(COMPONENTS.map((c) => [c, node.metricsUrl(c)]));
     for (const u of Object.values(urls)) expect(u).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
     expect(new Set(Object.values(urls)).size).toBe(3);
@@ -69,6 +69,8 @@ describeNode('metrics and logs of a whole node', () => {
     const running = await scrape(urls.server!);
     expect(sample(running, 'sandnode_sandboxes', { state: 'RUNNING' })).toBe(1);
     expect((await execCollect(node.api, sandboxId, ['echo', 'hi'])).stdout).toBe('hi\n');
+    const child = (await node.api.sandboxes.forkSandbox({ parentId: sandboxId })).sandbox!.sandboxId;
+    await node.api.sandboxes.deleteSandbox({ sandboxId: child });
     await node.api.sandboxes.deleteSandbox({ sandboxId });
 
     const text = Object.fromEntries(await Promise.all(COMPONENTS.map(async (c) => [c, await scrape(urls[c]!)] as const)));
@@ -76,7 +78,7 @@ describeNode('metrics and logs of a whole node', () => {
     const unary = (service: string, method: string) => ({ grpc_type: 'unary', grpc_service: service, grpc_method: method });
     expect(sample(server, 'grpc_server_started_total', unary(SANDBOX, 'CreateSandbox'))).toBe(1);
     expect(sample(server, 'grpc_server_handled_total', { ...unary(SANDBOX, 'CreateSandbox'), grpc_code: 'OK' })).toBe(1);
-    expect(sample(server, 'grpc_server_handled_total', { ...unary(SANDBOX, 'DeleteSandbox'), grpc_code: 'OK' })).toBe(1);
+    expect(sample(server, 'grpc_server_handled_total', { ...unary(SANDBOX, 'DeleteSandbox'), grpc_code: 'OK' })).toBe(2);
     expect(sample(server, 'grpc_server_handled_total', { grpc_type: 'server_stream', grpc_service: SANDBOX, grpc_method: 'Exec', grpc_code: 'OK' })).toBe(1);
     expect(sample(server, 'grpc_server_handling_seconds_count', unary(SANDBOX, 'CreateSandbox'))).toBe(1);
     expect(sample(server, 'grpc_server_handling_seconds_bucket', { ...unary(SANDBOX, 'CreateSandbox'), le: '+Inf' })).toBe(1);
@@ -84,9 +86,16 @@ describeNode('metrics and logs of a whole node', () => {
     expect(sample(server, 'grpc_client_handled_total', { ...unary('sandnode.vmm.v1.VmService', 'CreateVm'), grpc_code: 'OK' })).toBeGreaterThanOrEqual(1);
     expect(sample(server, 'grpc_client_handling_seconds_count', unary('sandnode.vmm.v1.VmService', 'CreateVm'))).toBeGreaterThanOrEqual(1);
     expect(sample(server, 'sandnode_sandboxes', { state: 'RUNNING' })).toBe(0);
+    // the fork: its duration and the time it held the parent, by method (quiesce on a node with a freeze port, else pause)
+    expect(server).toMatch(/^sandnode_fork_seconds_count\{method="(quiesce|pause)"\} 1$/m);
+    expect(server).toMatch(/^sandnode_fork_freeze_window_seconds_count\{method="(quiesce|pause)"\} 1$/m);
+    expect(sample(server, 'sandnode_adoption_seconds_count', { how: 'start' })).toBe(1);
     // the peers' side of the same calls
     expect(sample(text['vmm-supervisor']!, 'grpc_server_handled_total', { ...unary('sandnode.vmm.v1.VmService', 'CreateVm'), grpc_code: 'OK' })).toBeGreaterThanOrEqual(1);
     expect(sample(text['vmm-supervisor']!, 'grpc_server_handled_total', { ...unary('sandnode.vmm.v1.VmService', 'DeleteVm'), grpc_code: 'OK' })).toBeGreaterThanOrEqual(1);
+    // a quiesce fork froze the parent's filesystems through its freeze port once: the supervisor timed it
+    if (/^sandnode_fork_seconds_count\{method="quiesce"\}/m.test(server)) expect(sample(text['vmm-supervisor']!, 'sandnode_vmm_freeze_window_seconds_count', { ended_by: 'caller' })).toBe(1);
+    else expect(server).toMatch(/^sandnode_fork_seconds_count\{method="pause"\} 1$/m);
     expect(text['ublk-manager']).toMatch(/^grpc_server_handled_total\{grpc_type="unary",grpc_service="sandnode\.ublk\.v1\.DeviceService",grpc_method="(Create|Clone)Device",grpc_code="OK"\} [1-9]/m);
     for (const c of COMPONENTS) {
       const v = (await getVersion(node.dirs, c))!;
