@@ -68,7 +68,11 @@ describe('MetricsEndpoint', () => {
     await expect(get(port)).rejects.toThrow(/ECONNREFUSED/);
   });
 
-  it('is disabled by an empty address and writes no status file', async () => {
+  it('is disabled by an empty address and removes a status file an earlier process left', async () => {
+    const before = new MetricsEndpoint({ listen: '127.0.0.1:0', component: 'server', runDir, log });
+    await before.start();
+    expect(readMetricsStatus(runDir, 'server')?.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+    await before.close();
     const m = new MetricsEndpoint({ listen: '', component: 'server', runDir, log });
     await m.start();
     expect(readMetricsStatus(runDir, 'server')).toBeUndefined();

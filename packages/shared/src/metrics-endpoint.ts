@@ -10,7 +10,7 @@
  * Status file: `<runDir>/metrics/<component>.json`, mode 0644, replaced atomically:
  * `{ listen: "127.0.0.1:9464", url: "http://127.0.0.1:9464/metrics" | null, pid, error: string | null }`.
  */
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import type http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -73,10 +73,16 @@ export class MetricsEndpoint {
 
   /**
    * start serves /metrics; resolves after the first bind attempt (served or not: a failed one
-   * keeps retrying in the background). A no-op when disabled or already started.
+   * keeps retrying in the background). A no-op when already started; when disabled it removes
+   * the component's status file.
    */
   async start(): Promise<void> {
-    if (!this.o.listen || this.running) return;
+    if (!this.o.listen) {
+      // off: a status file an earlier process of this component left must not name a URL
+      if (this.o.runDir) rmSync(metricsStatusFile(this.o.runDir, this.o.component), { force: true });
+      return;
+    }
+    if (this.running) return;
     this.running = true;
     this.reported = false;
     await this.attempt();

@@ -167,6 +167,9 @@ describeNode('metrics and logs of a whole node', () => {
         metricsError: expect.stringMatching(new RegExp(`127\\.0\\.0\\.1:${port} is in use \\(EADDRINUSE\\)`)),
       });
       expect(node.cli(['up']).stdout).toMatch(new RegExp(`vmm-supervisor.*not served \\(127\\.0\\.0\\.1:${port} is in use`));
+      // after the upgrades of the test before, up still names the (new) server's URL
+      const up = JSON.parse(node.cli(['up', '--json']).stdout) as { components: { name: string; metrics: string | null }[] };
+      expect(up.components.find((c) => c.name === 'server')?.metrics).toBe(node.metricsUrl('server'));
       const errs = logLines(node, 'vmm-supervisor.log').filter((l) => l.pid === started.pid && l.level === 'error' && /cannot serve \/metrics/.test(String(l.msg)));
       expect(errs).toHaveLength(1);
     } finally {

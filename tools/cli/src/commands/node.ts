@@ -77,12 +77,16 @@ export function registerNodeCommands(program: Command): void {
         const net = await nodeNetwork(d, (await getVersion(d, 'vmm-supervisor'))?.features ?? []);
         if (net && !net.enabled) process.stderr.write(`sandnode: warning: ${networkStatusLine(net)}\n`);
         // what up opened: each daemon's /metrics (its status file; a port in use is said, the daemon runs all the same)
-        const metrics = metricsOf(d.runDir);
-        print(!!o.json, { components: out.map((c) => ({ ...c, metrics: metrics[c.name]?.url ?? null, metricsError: metrics[c.name]?.url ? null : (metrics[c.name]?.error ?? null) })) }, () =>
-          table(
-            ['COMPONENT', 'PID', 'ACTION', 'MS', 'METRICS'],
-            out.map((c) => [c.name, c.pid, c.started ? 'started' : 'already running', c.ms, metricsText(metrics[c.name])]),
-          ),
+        const all = metricsOf(d.runDir);
+        const metrics = Object.fromEntries(out.map((c) => [c.name, all[c.name]?.pid === c.pid ? all[c.name] : undefined]));
+        print(
+          !!o.json,
+          { components: out.map((c) => ({ ...c, metrics: metrics[c.name]?.url ?? null, metricsError: metrics[c.name] && !metrics[c.name]?.url ? (metrics[c.name]?.error ?? null) : null })) },
+          () =>
+            table(
+              ['COMPONENT', 'PID', 'ACTION', 'MS', 'METRICS'],
+              out.map((c) => [c.name, c.pid, c.started ? 'started' : 'already running', c.ms, metricsText(metrics[c.name])]),
+            ),
         );
       }),
     );
@@ -144,8 +148,8 @@ export function registerNodeCommands(program: Command): void {
         const metrics = metricsOf(d.runDir);
         for (const c of COMPONENTS) {
           const v = await getVersion(d, c);
-          // a pid only for a live process: a pid file left by one that died is shown as stale; a metrics URL only of a component that is up
-          const m = v ? metrics[c] : undefined;
+          // a pid only for a live process: a pid file left by one that died is shown as stale; a metrics URL only from the status file of the process that answers
+          const m = v && metrics[c]?.pid === v.pid ? metrics[c] : undefined;
           components.push({
             name: c,
             version: v?.version ?? null,
