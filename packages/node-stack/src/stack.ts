@@ -9,6 +9,7 @@ import { checkTrustedDirs, prepareTrustedDirs, processState, unixAddress } from 
 import { COMPONENTS, findRunning, getVersion, logFile, mainScript, networkEnv, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
 import { DAEMON_POLL_MS, sleep, spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
 import { activeUblkSlot, pointUblkAddress, ublkSlotSocket } from './ublk-slot';
+import { metricsListenEnv } from './metrics-urls';
 
 /** Default time `up` waits for a component to answer, ms. */
 export const DEFAULT_START_TIMEOUT_MS = 60_000;
@@ -28,7 +29,14 @@ const ENV_PREFIX: Record<Component, string> = {
 function componentEnv(dirs: StackDirs, c: Component): NodeJS.ProcessEnv {
   const p = ENV_PREFIX[c];
   // an env var this process has (a test's startNode env, an operator's) wins over dirs.network
-  const env: NodeJS.ProcessEnv = { ...networkEnv(c, dirs.network), ...process.env, [`${p}STATE_DIR`]: path.resolve(dirs.stateDir), [`${p}RUN_DIR`]: path.resolve(dirs.runDir) };
+  // and the /metrics address the component had last on this node (metrics-urls.ts), unless the env names one
+  const env: NodeJS.ProcessEnv = {
+    ...networkEnv(c, dirs.network),
+    ...metricsListenEnv(dirs.runDir, c, process.env),
+    ...process.env,
+    [`${p}STATE_DIR`]: path.resolve(dirs.stateDir),
+    [`${p}RUN_DIR`]: path.resolve(dirs.runDir),
+  };
   if (c === 'server') env[`${p}LISTEN`] = dirs.listen;
   const slot = c === 'ublk-manager' ? activeUblkSlot(dirs) : '';
   if (slot) {

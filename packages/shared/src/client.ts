@@ -17,6 +17,7 @@ import { VersionServiceDefinition, type GetVersionResponse } from './gen/sandnod
 import { MAX_MESSAGE_BYTES } from './server';
 import { epochClientMiddleware } from './epoch-fence';
 import { bearerMiddleware, channelCredentials, type ClientAuth } from './client-auth';
+import { clientMetricsMiddleware } from './grpc-metrics';
 
 /** Default deadline of a unary call, in ms. */
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
@@ -55,7 +56,8 @@ export interface ServiceClientOptions {
   token?: string;
 }
 
-const factory = createClientFactory().use(retryMiddleware).use(deadlineMiddleware);
+// grpc_client_* metrics (grpc-metrics.ts) after retries: one count per attempt, as go-grpc-prometheus
+const factory = createClientFactory().use(retryMiddleware).use(deadlineMiddleware).use(clientMetricsMiddleware);
 
 /**
  * requestIdMethods lists the paths ("/pkg.Service/Method") of def's unary methods whose

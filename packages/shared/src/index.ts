@@ -8,6 +8,8 @@ export * from './server';
 export * from './server-guards';
 export * from './client';
 export * from './metrics';
+export * from './metrics-endpoint';
+export * from './grpc-metrics';
 export * from './proc';
 export * from './durable';
 export * from './freeze-window';

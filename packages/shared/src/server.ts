@@ -20,7 +20,9 @@ import { isAbortError } from 'abort-controller-x';
 import { DeadlineExceededError, toServerError } from './errors';
 import { VersionServiceDefinition } from './gen/sandnode/common/v1/version';
 import { versionService, type ComponentInfo } from './version';
-import { rpcDuration } from './metrics';
+import { setBuildInfo } from './metrics';
+import { startServerCall } from './grpc-metrics';
+import { runWithLogContext, type LogContext } from './logger';
 import { DEADLINE_METADATA_KEY, GrpcHost } from './grpc-host';
 import { epochFenceMiddleware, type EpochFence } from './epoch-fence';
 import { authMiddleware, peerKeyOfSocket, type AuthPolicy } from './connection-auth';
@@ -68,8 +70,10 @@ export const DEFAULT_SERVER_LIMITS: ServerLimits = {
 export interface ServiceServerOptions {
   info: ComponentInfo;
   log: Logger;
-  /** epoch fence for mutating calls (vmm-supervisor, ublk-manager) */
+  /** epoch fence for mutating calls (vmm-supervisor, ublk-manager); its epoch is on every log line of a call */
   fence?: EpochFence;
+  /** the epoch on every log line of a call when there is no fence (the server: its lease epoch) */
+  epoch?: () => number;
   /** connection limits (default DEFAULT_SERVER_LIMITS) */
   limits?: Partial<ServerLimits>;
   /** who may call (connection-auth.ts); undefined: whoever can reach the socket */
@@ -146,24 +150,57 @@ export function reflectionFor(names: string[]): ReturnType<typeof ServerReflecti
   return r;
 }
 
+/**
+ * sandboxIdOf is the sandbox a unary request is about: its sandbox_id, vm_id (the supervisor's
+ * VMs are named by sandbox id), parent_id (fork) or the sandbox of a device id
+ * ("sb-<16 hex>-upper"); undefined for a stream of requests or none.
+ */
+export function sandboxIdOf(request: unknown): string | undefined {
+  if (typeof request !== 'object' || request === null || Symbol.asyncIterator in request) return undefined;
+  const r = request as { sandboxId?: unknown; vmId?: unknown; parentId?: unknown; parentSandboxId?: unknown; deviceId?: unknown };
+  for (const v of [r.sandboxId, r.vmId, r.parentId, r.parentSandboxId]) if (typeof v === 'string' && v !== '') return v;
+  return typeof r.deviceId === 'string' ? /^(sb-[0-9a-f]{16})-/.exec(r.deviceId)?.[1] : undefined;
+}
+
+/**
+ * inLogContext drives gen with the log context fields set on each step: the handler (which
+ * the inner generator starts on its first step) and everything it starts log with them.
+ */
+async function* inLogContext<T, R>(fields: LogContext, gen: AsyncGenerator<T, R, undefined>): AsyncGenerator<T, R, undefined> {
+  let done = false;
+  try {
+    for (;;) {
+      const step = await runWithLogContext(fields, () => gen.next());
+      if (step.done) {
+        done = true;
+        return step.value;
+      }
+      yield step.value;
+    }
+  } finally {
+    if (!done) await runWithLogContext(fields, () => gen.return(undefined as R));
+  }
+}
+
 /** createServiceServer builds a component server with the common middleware and services. */
 export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
   const { info, log } = opts;
+  setBuildInfo(info);
   const health = HealthState();
   const names: string[] = ['sandnode.common.v1.VersionService'];
   const socketPaths: string[] = [];
 
+  const epochOf = opts.epoch ?? (opts.fence ? () => opts.fence!.current : undefined);
+
   async function* errorAndLog<Req, Res>(call: ServerMiddlewareCall<Req, Res, SandnodeCallContext>, context: CallContext) {
     const rpc = call.method.path;
-    // the child logger is made on first use: most calls never log
-    let childLog: Logger | undefined;
-    const child = () => (childLog ??= log.child({ rpc }));
-    const ctx = { ...context } as CallContext & SandnodeCallContext;
-    Object.defineProperty(ctx, 'log', { get: child, enumerable: true });
-    const end = rpcDuration.startTimer({ component: info.component, rpc });
+    // every line logged while the call runs carries rpc, epoch and sandbox_id (logger.ts mixin)
+    const fields: LogContext = { rpc, epoch: epochOf?.(), sandbox_id: sandboxIdOf(call.request) };
+    const ctx = { ...context, log } as CallContext & SandnodeCallContext;
+    const end = startServerCall(call.method);
     let code: Status = Status.OK;
     try {
-      return yield* call.next(call.request, ctx);
+      return yield* inLogContext(fields, call.next(call.request, ctx) as AsyncGenerator<Res, Res | void, undefined>);
     } catch (err) {
       if (isAbortError(err)) {
         code = Status.CANCELLED;
@@ -174,14 +211,14 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
         code = mapped.code;
         const retryAfterMs = retryAfterMsOf(err);
         if (retryAfterMs !== undefined) context.trailer.set(RETRY_AFTER_MS_TRAILER, String(retryAfterMs));
-        if (log.isLevelEnabled('debug')) child().debug({ code: Status[mapped.code], err: mapped.details }, 'rpc failed');
+        if (log.isLevelEnabled('debug')) runWithLogContext(fields, () => log.debug({ code: Status[mapped.code], err: mapped.details }, 'rpc failed'));
         throw mapped;
       }
       code = Status.UNKNOWN;
-      child().error({ err }, 'rpc failed with an unexpected error');
+      runWithLogContext(fields, () => log.error({ err }, 'rpc failed with an unexpected error'));
       throw new ServerError(Status.UNKNOWN, 'internal error (see the component log)');
     } finally {
-      end({ code: Status[code] });
+      end(code);
     }
   }
 

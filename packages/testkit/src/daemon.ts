@@ -76,6 +76,9 @@ if (typeof afterAll === 'function') {
   }
 }
 
+/** The daemons' metricsListen variables set to "" (off). */
+const NO_METRICS = { SANDNODE_SERVER_METRICS_LISTEN: '', SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: '', SANDNODE_UBLK_MANAGER_METRICS_LISTEN: '' };
+
 /**
  * startDaemon spawns `process.execPath main ...args` with process.env + env, stdout and stderr
  * appended to logFile, and waits (waitFor) until GetVersion answers on `unix://<socket>`.
@@ -89,7 +92,8 @@ export async function startDaemon(opts: DaemonOptions): Promise<RunningDaemon> {
     tempDirs.push(dir);
     logFile = path.join(dir, 'daemon.log');
   }
-  const env: NodeJS.ProcessEnv = { ...process.env };
+  // /metrics is on by default on fixed ports (9464-9466): off for a lone test daemon unless opts.env names an address, so parallel tests do not fight for them
+  const env: NodeJS.ProcessEnv = { ...process.env, ...NO_METRICS };
   for (const [k, v] of Object.entries(opts.env ?? {})) {
     if (v === undefined) delete env[k];
     else env[k] = v;

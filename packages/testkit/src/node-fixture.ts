@@ -4,15 +4,28 @@
  */
 import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, processStartTicks, serverLeasePath, socketPath, unixAddress } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, metricsStatusFile, processStartTicks, readMetricsStatus, serverLeasePath, socketPath, unixAddress } from '@sandnode/shared';
 import { AdminServiceDefinition, type ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { describeWith, NODE_PARTS } from './prereq';
 import { passableTempDir } from './temp-dir';
 import { takeTestPool, type TestPool } from './test-pool';
-import { COMPONENTS, connectServer, findActiveServer, purgeNode, sandnodeProcesses, startComponent, stopComponent, type Component, type ServerApi, type StackDirs } from '@sandnode/node-stack';
+import {
+  COMPONENTS,
+  METRICS_LISTEN_ENV,
+  connectServer,
+  findActiveServer,
+  purgeNode,
+  sandnodeProcesses,
+  startComponent,
+  stopComponent,
+  type Component,
+  type ServerApi,
+  type StackDirs,
+} from '@sandnode/node-stack';
 
 /**
  * describeNode is `describe` when the machine has every part a whole node needs (NODE_PARTS),
@@ -35,6 +48,8 @@ export interface TestNode {
    * from the servers' ready lines in <runDir>/logs/server*.log (a handover keeps the port).
    */
   tcpAddress(): string;
+  /** metricsUrl is "http://127.0.0.1:PORT/metrics" of a component, from its metrics status file; throws Error when it serves none. */
+  metricsUrl(c: Component): string;
   /** tcpToken is the secret of an admin bearer token for the TCP listener (made once per node with `sandnode token create`). */
   tcpToken(): string;
   stop(): Promise<void>;
@@ -103,6 +118,18 @@ export function readyPort(runDir: string): number {
   return best.port;
 }
 
+/** freePort is a TCP port on 127.0.0.1 that was free a moment ago (bound to 0 and closed). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as net.AddressInfo).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
 /** startNode starts the three daemons in fresh temp dirs and builds (or reuses) the base template. */
 export async function startNode(
   opts: {
@@ -129,7 +156,12 @@ export async function startNode(
   };
   const killStrays = async () => killProcesses(sandnodeProcesses(dirs.runDir).map((p) => p.pid));
   try {
-    for (const c of COMPONENTS) await withEnv(opts.env?.[c] ?? {}, () => startComponent(dirs, c, { timeoutMs: 60_000 }));
+    // /metrics on free loopback ports, not the fixed defaults, so that parallel nodes do not collide; a
+    // restart or upgrade keeps the port (the metrics status file, the server's settings file)
+    for (const c of COMPONENTS) {
+      const metrics = { [METRICS_LISTEN_ENV[c]]: `127.0.0.1:${await freePort()}` };
+      await withEnv({ ...metrics, ...opts.env?.[c] }, () => startComponent(dirs, c, { timeoutMs: 60_000 }));
+    }
   } catch (err) {
     // stop what did start, so a failed start leaves no daemon or dir behind
     for (const c of [...COMPONENTS].reverse()) await stopComponent(dirs, c).catch(() => undefined);
@@ -160,6 +192,11 @@ export async function startNode(
     },
     tcpAddress() {
       return `127.0.0.1:${readyPort(dirs.runDir)}`;
+    },
+    metricsUrl(c) {
+      const url = readMetricsStatus(dirs.runDir, c)?.url;
+      if (!url) throw new Error(`${c} serves no /metrics (${metricsStatusFile(dirs.runDir, c)}: ${JSON.stringify(readMetricsStatus(dirs.runDir, c) ?? null)})`);
+      return url;
     },
     tcpToken() {
       if (!token) {

@@ -49,3 +49,12 @@ describe('loadServerConfig: ingress keys', () => {
     expect(() => loadServerConfig({ env: { SANDNODE_SERVER_INGRESS_DOMAIN: 'bad domain' } })).toThrow(/ingressDomain/);
   });
 });
+
+describe('loadServerConfig: /metrics', () => {
+  it('serves /metrics on 127.0.0.1:9464 by default; "" turns it off; anything but host:port is refused naming the key', () => {
+    expect(loadServerConfig({ env: {} }).metricsListen).toBe('127.0.0.1:9464');
+    expect(loadServerConfig({ env: { SANDNODE_SERVER_METRICS_LISTEN: '' } }).metricsListen).toBe('');
+    expect(loadServerConfig({ env: { SANDNODE_SERVER_METRICS_LISTEN: '127.0.0.1:19464' } }).metricsListen).toBe('127.0.0.1:19464');
+    expect(() => loadServerConfig({ env: { SANDNODE_SERVER_METRICS_LISTEN: '9464' } })).toThrow(/metricsListen/);
+  });
+});

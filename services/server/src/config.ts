@@ -8,6 +8,7 @@ import { DEFAULT_AUTO_RESUME_TIMEOUT_MS, DEFAULT_IDLE_ACTIVITY_FLUSH_MS } from '
 import path from 'node:path';
 import { readFileSync } from 'node:fs';
 import {
+  defaultMetricsListen,
   ConfigError,
   DEFAULT_DRAIN_CONCURRENCY,
   DEFAULT_DRAIN_DEADLINE_MS,
@@ -109,8 +110,11 @@ export const configSchema = z.object({
   poddBundle: z.string().default(''),
   /** Node binary copied into templates (>= 22); default: the Node this server runs on (the toolchain's, deploy/node-env.sh) */
   templateNode: z.string().default(''),
-  /** Prometheus /metrics "host:port"; empty disables */
-  metricsListen: z.string().default(''),
+  /** Prometheus /metrics "host:port" (default 127.0.0.1:9464); empty disables. Moves with the lease at a handover; a port in use is logged and retried, never fatal */
+  metricsListen: z
+    .string()
+    .regex(/^$|^[^:]+:\d{1,5}$/, 'must be "host:port" or empty')
+    .default(defaultMetricsListen('server')),
   /** the HTTP ingress to sandboxes' ports, "host:port" (docs/network.md); empty disables. Handed over like the gRPC listeners */
   ingressListen: z
     .string()

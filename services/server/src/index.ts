@@ -16,3 +16,4 @@ export {
   type ServerConfig,
 } from './config';
 export { HANDOVER_FAILPOINTS, FORK_FAILPOINTS, SERVER_FAILPOINTS_ENV, type ServerFailpoint } from './handover/failpoints';
+export { registerPoolMetrics, type PoolSnapshot } from './metrics';

@@ -17,7 +17,7 @@ describe('loadUblkConfig', () => {
     const c = loadUblkConfig({ env: { SANDNODE_UBLK_MANAGER_STATE_DIR: '/s', SANDNODE_UBLK_MANAGER_RUN_DIR: '/r' } });
     expect(c).toEqual({
       slot: '',
-      metricsListen: '',
+      metricsListen: '127.0.0.1:9466',
       ublkServer: 'ublk',
       stateDir: '/s',
       runDir: '/r',

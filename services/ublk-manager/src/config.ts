@@ -6,7 +6,7 @@
  * in the service README. Invalid values fail the start with an error that names the key.
  */
 import path from 'node:path';
-import { unixSocketAddress, DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import { unixSocketAddress, defaultMetricsListen, DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
 import { DEFAULT_RELEASE_TIMEOUT_MS } from './core/device-core';
 import { DEFAULT_MAX_DEVICE_SIZE_BYTES, MIN_DEVICE_SIZE_BYTES, SECTOR_BYTES } from './core/types';
 import { DEFAULT_CLONE_TIMEOUT_MS, DEFAULT_MKFS_TIMEOUT_MS } from './drivers/images';
@@ -64,11 +64,11 @@ export const configSchema = z.object({
   cloneTimeoutMs: z.coerce.number().int().min(1000).max(86_400_000).default(DEFAULT_CLONE_TIMEOUT_MS),
   /** Longest `mkfs.ext4` of one CreateDevice, in ms (>= 1000). */
   mkfsTimeoutMs: z.coerce.number().int().min(1000).max(86_400_000).default(DEFAULT_MKFS_TIMEOUT_MS),
-  /** Prometheus `/metrics` on "host:port"; "" disables. */
+  /** Prometheus `/metrics` on "host:port" (default 127.0.0.1:9466); "" disables. A port in use is logged and retried, never fatal. */
   metricsListen: z
     .string()
     .regex(/^$|^[^:]+:\d{1,5}$/, { message: 'must be "host:port" or ""' })
-    .default(''),
+    .default(defaultMetricsListen('ublk-manager')),
   /** The ublk server program of driver "ublk" (ublksrv's `ublk`, or a path). */
   ublkServer: z.string().min(1).default('ublk'),
 });

@@ -12,7 +12,6 @@
  * Usage: sandnode-ublk-manager [--config FILE]
  */
 import { mkdirSync, realpathSync } from 'node:fs';
-import type http from 'node:http';
 import path from 'node:path';
 import {
   buildCommit,
@@ -22,7 +21,7 @@ import {
   UsageError,
   createServiceServer,
   runDaemon,
-  serveMetrics,
+  MetricsEndpoint,
   serverLeasePath,
   SUITE_VERSION,
   UBLK_FEATURES,
@@ -195,7 +194,8 @@ async function start(argv: string[]): Promise<void> {
       { what: 'devices.db' },
     ),
   );
-  let metrics: http.Server | undefined;
+  // a port in use (the slot this one takes over from frees it when it exits) is logged, written to <runDir>/metrics/ublk-manager.json and retried
+  const metrics = new MetricsEndpoint({ listen: cfg.metricsListen, component: SERVICE, runDir: cfg.runDir, log });
   runDaemon({
     server,
     log,
@@ -203,14 +203,14 @@ async function start(argv: string[]): Promise<void> {
     // Devices are left attached on purpose: sandboxes use them and they outlive the manager.
     onStop: async () => {
       manager.stop();
-      if (metrics) await new Promise<void>((r) => metrics?.close(() => r()));
+      await metrics.close();
       store.close();
       slotLock.release();
     },
   });
-  if (cfg.metricsListen !== '') metrics = await serveMetrics(cfg.metricsListen);
+  await metrics.start();
   await server.listen([cfg.listen]);
-  log.info({ listen: cfg.listen, slot: slotName(cfg.slot), driver: driver.name, images_dir: images.dir, metrics: cfg.metricsListen || undefined }, 'serving');
+  log.info({ listen: cfg.listen, slot: slotName(cfg.slot), driver: driver.name, images_dir: images.dir, metrics: metrics.url }, 'serving');
 }
 
 if (require.main === module) {

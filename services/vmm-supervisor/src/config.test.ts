@@ -68,8 +68,9 @@ describe('loadVmmConfig', () => {
     expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_DRIVER: 'qemu' } })).toThrow(ConfigError);
   });
 
-  test('metricsListen is "" (off) by default, "host:port" when set, and refused otherwise naming the key', () => {
-    expect(loadVmmConfig({ env: {} }).metricsListen).toBe('');
+  test('metricsListen is 127.0.0.1:9465 by default, "host:port" or "" (off) when set, and refused otherwise naming the key', () => {
+    expect(loadVmmConfig({ env: {} }).metricsListen).toBe('127.0.0.1:9465');
+    expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: '' } }).metricsListen).toBe('');
     expect(loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: '127.0.0.1:9465' } }).metricsListen).toBe('127.0.0.1:9465');
     expect(() => loadVmmConfig({ env: { SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: '9465' } })).toThrow(/metricsListen.*host:port/);
   });

@@ -4,6 +4,7 @@
  */
 import path from 'node:path';
 import {
+  defaultMetricsListen,
   ConfigError,
   DEFAULT_ALWAYS_DENIED,
   parseCidr,
@@ -173,11 +174,11 @@ export const configSchema = z.object({
       return a as string[];
     })
     .default([...DEFAULT_ALWAYS_DENIED]),
-  /** Prometheus `/metrics` on "host:port"; "" disables. */
+  /** Prometheus `/metrics` on "host:port" (default 127.0.0.1:9465); "" disables. A port in use is logged and retried, never fatal. */
   metricsListen: z
     .string()
     .regex(/^$|^[^:]+:\d{1,5}$/, { message: 'must be "host:port" or ""' })
-    .default(''),
+    .default(defaultMetricsListen('vmm-supervisor')),
 });
 
 /** VmmConfig is the validated config with every derived default filled in (absolute paths). */

@@ -21,3 +21,4 @@ export type { FreezeEnd, FreezeRecord, FreezeStatus, FrozenMount } from './core/
 export { VmFreezer, FREEZE_PORT_MOUNT, FREEZE_SOCKET_NAME } from './drivers/freeze-port';
 export type { Freezer, FreezeResult, ThawResult } from './drivers/freeze-port';
 export { createFreezePortService, freezePortServer } from './rpc/freeze-port-service';
+export { quarantinedRows } from './metrics';

@@ -12,7 +12,6 @@
  * shutdown order and close the table; running VMs are never touched.
  */
 import { existsSync, mkdirSync } from 'node:fs';
-import type http from 'node:http';
 import path from 'node:path';
 import {
   buildCommit,
@@ -22,7 +21,7 @@ import {
   createServiceServer,
   readEpochFile,
   runDaemon,
-  serveMetrics,
+  MetricsEndpoint,
   SUITE_VERSION,
   VMM_FEATURES,
   waitWhileBusy,
@@ -204,22 +203,23 @@ async function main(): Promise<void> {
       { what: 'vm-table.db' },
     ),
   );
-  let metrics: http.Server | undefined;
-  if (cfg.metricsListen !== '') metrics = await serveMetrics(cfg.metricsListen);
+  // a port in use is logged, written to <runDir>/metrics/vmm-supervisor.json and retried: gRPC is served all the same
+  const metrics = new MetricsEndpoint({ listen: cfg.metricsListen, component: SERVICE, runDir: cfg.runDir, log });
+  await metrics.start();
   await server.listen([cfg.listen]);
   runDaemon({
     server,
     log,
     drainMs: cfg.drainMs,
     onStop: async () => {
-      if (metrics) await new Promise<void>((r) => metrics?.close(() => r()));
+      await metrics.close();
       await network.close();
       await driver.close?.();
       closeCommands();
       store.close();
     },
   });
-  log.info({ listen: cfg.listen, state_dir: cfg.stateDir, run_dir: cfg.runDir, epoch: fence.current, metrics: cfg.metricsListen || undefined }, 'serving');
+  log.info({ listen: cfg.listen, state_dir: cfg.stateDir, run_dir: cfg.runDir, epoch: fence.current, metrics: metrics.url }, 'serving');
 }
 
 if (require.main === module) {

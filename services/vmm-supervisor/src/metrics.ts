@@ -1,12 +1,12 @@
 /**
- * Metrics of the vmm-supervisor, in shared's process registry (served on /metrics when
- * `metricsListen` is set).
+ * Metrics of the vmm-supervisor, in shared's process registry (served on /metrics, metricsListen
+ * default 127.0.0.1:9465).
  *
  * prom-client is the copy shared depends on (same pinned version, one copy in the tree).
  */
 import { registry } from '@sandnode/shared';
 import path from 'node:path';
-import { Counter, Gauge } from 'prom-client';
+import { Counter, Gauge, Histogram } from 'prom-client';
 
 /**
  * quarantinedRows: rows in the VM table's `quarantine` table (rows that could not be read and
@@ -41,4 +41,21 @@ export function commandLabel(cmd: string, args: readonly string[]): string {
     else if (!a.startsWith('-')) return `runc ${a}`;
   }
   return 'runc';
+}
+
+/**
+ * freezeWindow: per freeze of a VM's filesystems through its freeze port (fork's quiesce), the
+ * time they were frozen, seconds; label `ended_by` says what thawed them (thaw, watchdog ...).
+ */
+export const freezeWindow = new Histogram({
+  name: 'sandnode_vmm_freeze_window_seconds',
+  help: "Time a VM's filesystems were frozen by one freeze-port freeze, seconds",
+  labelNames: ['ended_by'] as const,
+  buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+  registers: [registry],
+});
+
+/** observeFreezeWindow records an ended freeze (frozenMs in ms). */
+export function observeFreezeWindow(r: { endedBy?: string; frozenMs?: number }): void {
+  if (r.endedBy !== undefined && r.frozenMs !== undefined) freezeWindow.observe({ ended_by: r.endedBy }, r.frozenMs / 1000);
 }

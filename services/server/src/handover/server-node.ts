@@ -14,6 +14,7 @@ import {
   adminSocketName,
   buildCommit,
   createServiceServer,
+  MetricsEndpoint,
   FailedPreconditionError,
   SERVER_FEATURES,
   SUITE_VERSION,
@@ -38,7 +39,7 @@ import { FlockLease } from '../store/flock-lease';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { failpoint } from './failpoints';
 import { OldSideHandover, type OldServer } from './hand-over';
-import { MetricsEndpoint } from './metrics-endpoint';
+import { adoption, observeDrain, setSandboxSource } from '../metrics';
 import { ADMIN_SOCKET_CHECK_MS, bindAdminSocket, checkAdminSocket, type AdminSocketBinding } from './admin-socket';
 import { openListeners, type ListenerSource, type OwnedListener } from './listeners';
 import { namedListenerLosses, openNamedListeners, type NamedListenerSpec, type NamedServe, type OwnedNamedListener } from './named-listeners';
@@ -131,7 +132,7 @@ export class ServerNode implements StandbyNode, OldServer {
     this.nodeId = resolveNodeId(cfg.stateDir);
     this.lease = new FlockLease(path.join(cfg.stateDir, 'server.lease'));
     this.adminAddress = unixAddress(path.join(cfg.runDir, adminSocketName(cfg.slot || String(process.pid))));
-    this.metrics = new MetricsEndpoint(cfg.metricsListen, log);
+    this.metrics = new MetricsEndpoint({ listen: cfg.metricsListen, component: 'server', runDir: cfg.runDir, log });
     this.slotLock = cfg.slot ? new SlotLock(slotLockFile(cfg.runDir, cfg.slot)) : undefined;
   }
 
@@ -186,7 +187,7 @@ export class ServerNode implements StandbyNode, OldServer {
   async startAdmin(admin: AdminServiceImplementation): Promise<void> {
     if (this.slotLock) await this.slotLock.acquire(this.cfg.slot);
     await removeStaleAdminSockets(this.cfg.runDir, path.basename(this.adminPath), this.log);
-    this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }), auth: ADMIN_POLICY });
+    this.adminServer = createServiceServer({ info: this.info(), log: this.log.child({ api: 'admin' }), auth: ADMIN_POLICY, epoch: () => this.epoch });
     this.adminServer.add(AdminServiceDefinition, admin);
     // the handler is attached before the socket accepts anything (listeners.ts)
     const serve = (server: net.Server) => this.adminServer?.serveListener(server);
@@ -293,9 +294,10 @@ export class ServerNode implements StandbyNode, OldServer {
     await this.announceEpoch();
     const report = await adoptAll({ store, vms, devices, podd: this.wiring.podd, manager, log, concurrency: this.cfg.adoptConcurrency });
     this.lastAdoption = report;
+    adoption.observe({ how: 'received' in source ? 'takeover' : 'start' }, report.durationMs / 1000);
     const swept = await sweepOrphans({ store, vms, devices, runDir: this.cfg.runDir, log });
     if (!this.publicServer) {
-      this.publicServer = createServiceServer({ info: this.info(), log, auth: publicPolicy(this.cfg.socketGroup, (secret) => this.verifyToken(secret)) });
+      this.publicServer = createServiceServer({ info: this.info(), log, epoch: () => this.epoch, auth: publicPolicy(this.cfg.socketGroup, (secret) => this.verifyToken(secret)) });
       active.register(this.publicServer);
     }
     const pub = this.publicServer;
@@ -311,6 +313,7 @@ export class ServerNode implements StandbyNode, OldServer {
     }
     this.roles.to('ACTIVE', { newEpoch: true });
     this.wiring.onActive?.();
+    setSandboxSource(() => store.list());
     await this.metrics.start();
     this.startReaper();
     log.info(
@@ -403,7 +406,9 @@ export class ServerNode implements StandbyNode, OldServer {
     const a = this.active;
     if (!this.roles.is('ACTIVE') || !a || !this.store) throw new FailedPreconditionError(`drain: this server is ${this.role}, not ACTIVE`);
     a.manager.idle.flush(true);
-    return drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency, signal: o.signal });
+    const r = await drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency, signal: o.signal });
+    observeDrain(r);
+    return r;
   }
 
   /** handOver: the old server's side of AdminService.Handover (hand-over.ts). */
@@ -455,7 +460,8 @@ export class ServerNode implements StandbyNode, OldServer {
 
   /** releaseMetrics frees the /metrics port for the next server (OldServer). */
   releaseMetrics(): void {
-    this.metrics.close();
+    setSandboxSource(undefined);
+    void this.metrics.close();
   }
 
   /** retakeEpoch (the lease taken back after a failed handover): epoch+1, lease described, fences raised (OldServer). */
@@ -467,6 +473,7 @@ export class ServerNode implements StandbyNode, OldServer {
 
   /** resumeActive: ACTIVE again after a handover that did not complete (it never stopped accepting) (OldServer). */
   resumeActive(o: { newEpoch?: boolean } = {}): void {
+    if (this.store) setSandboxSource(() => this.store?.list() ?? []);
     void this.metrics.start();
     this.roles.to('ACTIVE', o);
     this.active?.manager.gate.open();
@@ -540,7 +547,8 @@ export class ServerNode implements StandbyNode, OldServer {
     this.named = [];
     clearInterval(this.adminWatch);
     this.adminWatch = undefined;
-    this.metrics.close();
+    setSandboxSource(undefined);
+    void this.metrics.close();
     this.wiring.podd.closeAll();
     this.active?.vms.close();
     this.active?.devices.close();

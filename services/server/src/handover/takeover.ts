@@ -31,6 +31,7 @@ import { failpoint } from './failpoints';
 import { receiveFds } from './fd-pass';
 import { sourceAddresses, type ListenerSource } from './listeners';
 import { splitReceived, type HandoverFdMeta } from './named-listeners';
+import { handoverHoldWindow } from '../metrics';
 
 /** Default hold time of lifecycle calls during a handover, ms (HandoverRequest.hold_timeout_ms 0). */
 export const DEFAULT_HOLD_MS = 2000;
@@ -167,6 +168,7 @@ function reportTakeover(node: StandbyNode, res: HandoverResponse, report: Adopti
     adoptionMs: report.durationMs,
     listeners: sourceAddresses(listeners),
   };
+  handoverHoldWindow.observe(result.holdWindowMs / 1000);
   process.stdout.write(`${JSON.stringify(result)}\n`);
   node.log.info(result, 'takeover finished');
   return result;

@@ -6,6 +6,7 @@ import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from
 import { Sandbox, type ExecResponse, type SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { SandboxManager } from '../core/sandbox-manager';
 import type { SandboxRecord } from '../core/types';
+import { observeFork } from '../metrics';
 import { withIdle } from './idle-hooks';
 import { forkMethodToPb, NO_INGRESS, sandboxToPb as recordToPb, statesFromPb, type IngressAddress } from './convert';
 
@@ -108,6 +109,7 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
           { parentId: req.parentId, metadata: req.metadata, timeoutSeconds: req.timeoutSeconds, maxFreezeMs: req.maxFreezeMs, requestId: req.requestId, network: req.network },
           ctx.signal,
         );
+        observeFork(r);
         return { sandbox: sandboxToPb(r.child), method: forkMethodToPb(r.method), parentHeldMs: r.parentHeldMs, cloneMs: r.cloneMs, forkMs: r.forkMs, accessToken: m.accessToken(r.child) };
       },
       async resetRootfs(req, ctx) {

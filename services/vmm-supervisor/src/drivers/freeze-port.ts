@@ -27,6 +27,7 @@ import { checkThawToken, clampFreezeMs, FREEZE_RECORD_SCHEMA, newFreezeToken, st
 import { isMountPoint, mountOptions } from './mounts';
 import { EINVAL, FIFREEZE, FITHAW, fsIoctl, IoctlTimeoutError, type IoctlResult } from './fs-ioctl';
 import { clearDeadline, ensureWatchdog, watchdogDirOf, writeDeadline } from './freeze-watchdog';
+import { observeFreezeWindow } from '../metrics';
 
 /** Dir under the VM dir that the VM sees read-only at {@link FREEZE_PORT_MOUNT}. */
 export const FREEZE_PORT_DIR = 'freeze-port';
@@ -274,6 +275,7 @@ export class VmFreezer implements Freezer {
     if (end !== undefined) {
       const done: FreezeRecord = { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, end) };
       this.save(done);
+      observeFreezeWindow(done);
       this.log.info({ vm_id: this.vmId, frozen_ms: done.frozenMs }, 'the freeze watchdog thawed the filesystems');
       return done;
     }
@@ -283,6 +285,7 @@ export class VmFreezer implements Freezer {
       await this.thawMounts(rec.mounts);
       const done: FreezeRecord = { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, Math.min(Date.now(), rec.deadlineMs)) };
       this.save(done);
+      observeFreezeWindow(done);
       return done;
     }
     return rec;
@@ -297,6 +300,7 @@ export class VmFreezer implements Freezer {
     const wdEnd = readEndFile(rec.watchdogEndFile);
     const done: FreezeRecord = wdEnd !== undefined && wdEnd <= endMs ? { ...rec, endedBy: 'watchdog', frozenMs: windowMs(rec, wdEnd) } : { ...rec, endedBy: by, frozenMs: windowMs(rec, endMs) };
     this.save(done);
+    observeFreezeWindow(done);
     this.log.info({ vm_id: this.vmId, ended_by: done.endedBy, frozen_ms: done.frozenMs }, 'filesystems thawed');
     return { endedBy: done.endedBy!, frozenMs: done.frozenMs! };
   }

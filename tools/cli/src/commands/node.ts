@@ -12,6 +12,8 @@ import {
   findRunning,
   getVersion,
   isolationText,
+  metricsOf,
+  metricsText,
   purgeNode,
   startStack,
   stopComponent,
@@ -74,11 +76,17 @@ export function registerNodeCommands(program: Command): void {
         // a network that is off leaves the node up but makes sandboxes without one: say so (stderr), as status does
         const net = await nodeNetwork(d, (await getVersion(d, 'vmm-supervisor'))?.features ?? []);
         if (net && !net.enabled) process.stderr.write(`sandnode: warning: ${networkStatusLine(net)}\n`);
-        print(!!o.json, { components: out }, () =>
-          table(
-            ['COMPONENT', 'PID', 'ACTION', 'MS'],
-            out.map((c) => [c.name, c.pid, c.started ? 'started' : 'already running', c.ms]),
-          ),
+        // what up opened: each daemon's /metrics (its status file; a port in use is said, the daemon runs all the same)
+        const all = metricsOf(d.runDir);
+        const metrics = Object.fromEntries(out.map((c) => [c.name, all[c.name]?.pid === c.pid ? all[c.name] : undefined]));
+        print(
+          !!o.json,
+          { components: out.map((c) => ({ ...c, metrics: metrics[c.name]?.url ?? null, metricsError: metrics[c.name] && !metrics[c.name]?.url ? (metrics[c.name]?.error ?? null) : null })) },
+          () =>
+            table(
+              ['COMPONENT', 'PID', 'ACTION', 'MS', 'METRICS'],
+              out.map((c) => [c.name, c.pid, c.started ? 'started' : 'already running', c.ms, metricsText(metrics[c.name])]),
+            ),
         );
       }),
     );
@@ -128,7 +136,7 @@ export function registerNodeCommands(program: Command): void {
   program
     .command('status')
     .description(
-      "show the components (version, pid, features), the number of sandboxes, whether the sandbox network is on (and why not), each peer's fence epoch and every quarantined row (count and reason per component)",
+      "show the components (version, pid, metrics URL, features), the number of sandboxes, whether the sandbox network is on (and why not), each peer's fence epoch and every quarantined row (count and reason per component)",
     )
     .option('--json', 'print JSON')
     .action(
@@ -136,11 +144,22 @@ export function registerNodeCommands(program: Command): void {
         // status reads this node's sockets and pid files: an --address would be used for the sandbox count only
         requireLocal(cmd, 'status');
         const d = dirsOf(cmd);
-        const components: ({ name: string; version: string | null; nodeId: string | null; features: string[]; up: boolean } & ComponentPid)[] = [];
+        const components: ({ name: string; version: string | null; nodeId: string | null; features: string[]; up: boolean; metrics: string | null; metricsError: string | null } & ComponentPid)[] = [];
+        const metrics = metricsOf(d.runDir);
         for (const c of COMPONENTS) {
           const v = await getVersion(d, c);
-          // a pid only for a live process: a pid file left by one that died is shown as stale
-          components.push({ name: c, version: v?.version ?? null, nodeId: v ? v.nodeId || null : null, ...componentPid(d, c, v?.pid), features: v?.features ?? [], up: !!v });
+          // a pid only for a live process: a pid file left by one that died is shown as stale; a metrics URL only from the status file of the process that answers
+          const m = v && metrics[c]?.pid === v.pid ? metrics[c] : undefined;
+          components.push({
+            name: c,
+            version: v?.version ?? null,
+            nodeId: v ? v.nodeId || null : null,
+            ...componentPid(d, c, v?.pid),
+            features: v?.features ?? [],
+            up: !!v,
+            metrics: m?.url ?? null,
+            metricsError: m && !m.url ? (m.error ?? 'not bound yet') : null,
+          });
         }
         const node = nodeIdentity(components);
         const all = components.find((c) => c.name === 'server')?.up ? await withServer(d, (api) => listAllSandboxes(api)) : null;
@@ -158,8 +177,8 @@ export function registerNodeCommands(program: Command): void {
           [
             node.text,
             table(
-              ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'FEATURES'],
-              components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', pidText(c), c.features.join(',')]),
+              ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'METRICS', 'FEATURES'],
+              components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', pidText(c), c.metrics ?? (c.metricsError ? `not served (${c.metricsError})` : '-'), c.features.join(',')]),
             ),
             `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
             ...(isolation ?? []).map((g) => `  isolation ${isolationText(g.isolation)}: ${g.sandboxes.length} (${g.sandboxes.join(', ')})`),
