@@ -37,6 +37,11 @@ describeNode('node identity', () => {
     expect(node.cli(['status']).stdout).toContain(`node: ${kept}`);
     const v = JSON.parse(node.cli(['version', '--json']).stdout) as { components: { nodeId: string }[] };
     expect(v.components.map((c) => c.nodeId)).toEqual(COMPONENTS.map(() => kept));
+    // and in each daemon's sandnode_build_info
+    for (const c of COMPONENTS) {
+      const body = await (await fetch(node.metricsUrl(c))).text();
+      expect({ c, info: body.split('\n').find((l) => l.startsWith('sandnode_build_info{')) }).toEqual({ c, info: expect.stringContaining(`node_id="${kept}"`) });
+    }
   });
 
   it('the id survives upgrade server and a kill -9 + restart of vmm-supervisor and ublk-manager', async () => {
