@@ -17,6 +17,7 @@ import type { CoreContext, RecordOrigin } from './context';
 import { drainOne, type DrainProgress } from './drain';
 import { fork as forkSandbox, type ForkResult, type ForkSandboxArgs } from './fork';
 import { LifecycleGate } from './gate';
+import { execStream, listProcesses, signalProcess, type ExecInput, type ExecStreamEvent, type ExecStreamFirst, type ProcessInfo } from './exec-stream';
 import { DEFAULT_MAX_EXEC_STREAMS, exec as guestExec, ExecStreams, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
 import { AccessTokens, ACCESS_TOKEN_BYTES, planNetwork, syncDirectory, validateNetworkRequest, type NetworkRequest } from './network';
 import { reapplyPolicies, updateNetwork, type UpdateNetworkArgs } from './network-update';
@@ -428,6 +429,21 @@ export class SandboxManager {
   /** exec: see guest-io.ts. */
   exec(id: string, args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent> {
     return guestExec(this.ctx, id, args, signal);
+  }
+
+  /** execStream: see exec-stream.ts. */
+  execStream(id: string, first: ExecStreamFirst, input: AsyncIterable<ExecInput>, signal: AbortSignal): Promise<AsyncIterable<ExecStreamEvent>> {
+    return execStream(this.ctx, id, first, input, signal);
+  }
+
+  /** listProcesses: see exec-stream.ts. */
+  listProcesses(id: string): Promise<ProcessInfo[]> {
+    return listProcesses(this.ctx, id);
+  }
+
+  /** signalProcess: see exec-stream.ts. */
+  signalProcess(id: string, execId: string, pid: number, sig: string): Promise<void> {
+    return signalProcess(this.ctx, id, execId, pid, sig);
   }
 
   /** readFile: see guest-io.ts. */

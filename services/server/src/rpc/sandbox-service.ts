@@ -6,6 +6,7 @@ import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from
 import { Sandbox, type ExecResponse, type SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { SandboxManager } from '../core/sandbox-manager';
 import type { SandboxRecord } from '../core/types';
+import { execStreamService } from './exec-stream-service';
 import { forkMethodToPb, NO_INGRESS, sandboxToPb as recordToPb, statesFromPb, type IngressAddress } from './convert';
 
 /** listedBytes is what one sandbox adds to a ListSandboxesResponse, bytes: its encoding, the field tag and the length prefix. */
@@ -30,6 +31,7 @@ function varintBytes(n: number): number {
 export function sandboxService(m: SandboxManager, counters: { streams: number } = { streams: 0 }, ingress: IngressAddress = NO_INGRESS): SandboxServiceImplementation<SandnodeCallContext> {
   const sandboxToPb = (r: SandboxRecord) => recordToPb(r, ingress);
   return {
+    ...execStreamService(m, counters),
     async createSandbox(req, ctx) {
       const rec = await m.create(
         {
