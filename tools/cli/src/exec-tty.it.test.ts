@@ -77,7 +77,7 @@ describeNode('sandnode sandbox exec on a terminal', () => {
     // a command started through the API, so its stream stays open while the CLI looks at it
     let push: (() => void) | undefined;
     const requests = (async function* (): AsyncIterable<ExecStreamRequest> {
-      yield { input: { $case: 'start', value: { sandboxId: id, argv: ['sleep', '100'], env: {}, cwd: '', timeoutMs: 0, pty: false, detachKeepMs: 0 } } };
+      yield { input: { $case: 'start', value: { sandboxId: id, argv: ['sleep', '100'], env: {}, cwd: '', timeoutMs: 0, pty: false, detachKeepMs: 0, size: undefined } } };
       await new Promise<void>((r) => (push = r));
     })();
     const events: ExecStreamResponse[] = [];
