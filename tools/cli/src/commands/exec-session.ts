@@ -72,8 +72,9 @@ function windowSize(): { rows: number; cols: number } | undefined {
  */
 export async function runExecSession(api: ServerApi, o: ExecSessionOptions): Promise<number> {
   const stdin = process.stdin;
+  let reading = false;
   const queue = new RequestQueue(() => {
-    if (o.stdin && !stdin.readableEnded) stdin.resume();
+    if (reading && !stdin.readableEnded) stdin.resume();
   });
   queue.push({ input: { $case: 'start', value: { ...o.start, size: o.start.pty ? windowSize() : undefined } } });
 
@@ -83,7 +84,10 @@ export async function runExecSession(api: ServerApi, o: ExecSessionOptions): Pro
     if (queue.length >= MAX_QUEUED) stdin.pause();
   };
   const onEnd = () => queue.push({ input: { $case: 'closeStdin', value: true } });
-  if (o.stdin) {
+  // stdin is read from the first event on: nothing is taken from it when the call fails (an
+  // older server's UNIMPLEMENTED, then Exec reads stdin itself)
+  const beginInput = () => {
+    reading = true;
     if (o.raw && stdin.isTTY) {
       stdin.setRawMode(true);
       cleanups.push(() => stdin.setRawMode(false));
@@ -91,13 +95,13 @@ export async function runExecSession(api: ServerApi, o: ExecSessionOptions): Pro
     stdin.on('data', onData);
     stdin.once('end', onEnd);
     cleanups.push(() => {
+      reading = false;
       stdin.off('data', onData);
       stdin.off('end', onEnd);
       stdin.pause();
     });
-  } else {
-    queue.push({ input: { $case: 'closeStdin', value: true } });
-  }
+  };
+  if (!o.stdin) queue.push({ input: { $case: 'closeStdin', value: true } });
   if (o.start.pty) {
     const onResize = () => {
       const size = windowSize();
@@ -122,8 +126,10 @@ export async function runExecSession(api: ServerApi, o: ExecSessionOptions): Pro
   try {
     for await (const ev of api.sandboxes.execStream(queue, { signal: leave.signal })) {
       const e = ev.event;
-      if (e?.$case === 'started') execId = e.value.execId;
-      else if (e?.$case === 'stdout') process.stdout.write(e.value);
+      if (e?.$case === 'started') {
+        if (!execId && o.stdin) beginInput();
+        execId = e.value.execId;
+      } else if (e?.$case === 'stdout') process.stdout.write(e.value);
       else if (e?.$case === 'stderr') process.stderr.write(e.value);
       else if (e?.$case === 'exit') code = e.value.exitCode;
     }
