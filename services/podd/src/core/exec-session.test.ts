@@ -4,7 +4,7 @@ import path from 'node:path';
 import { AbortedError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
 import { waitFor } from '@sandnode/testkit';
 import { ExecRunner } from './exec';
-import { ExecSessions, type Session, type SessionEvent } from './exec-session';
+import { ExecSessions, parseSignal, type Session, type SessionEvent } from './exec-session';
 import { ptyAvailable } from './pty';
 
 /** Client is one attach to a session: its events as they come, and the text of its stdout. */
@@ -84,6 +84,9 @@ describe('podd core exec sessions', () => {
     const s = await start({ argv: ['sleep', '100'] });
     const c = new Client(sessions, s);
     expect(sessions.list().find((p) => p.execId === s.execId)).toMatchObject({ pid: s.pid, argv: ['sleep', '100'], running: true, attached: true });
+    expect(() => parseSignal('signal', 'SIGBOGUS')).toThrow(/signal: "SIGBOGUS" is not one of SIGINT/);
+    expect(() => parseSignal('signal', 'SIGSEGV')).toThrow(InvalidArgumentError);
+    expect(parseSignal('signal', 'SIGINT')).toBe('SIGINT');
     sessions.find(s.execId, 0).signal('SIGTERM');
     await c.done;
     expect(c.exit).toEqual({ kind: 'exit', exitCode: 143, signal: 'SIGTERM' });
@@ -175,6 +178,22 @@ describe('podd core exec sessions', () => {
     await expect(sessions.start({ argv: ['sh'], pty: true, size: { rows: 70000, cols: 80 } })).rejects.toThrow(/size.rows: 70000 is not in 1..65535/);
     await expect(sessions.start({ argv: ['true'], detachKeepMs: 86_400_001 })).rejects.toThrow(/detach_keep_ms/);
     expect(sessions.list().length).toBe(n);
+  });
+
+  test('timeout_ms kills the group (exit says SIGKILL); a command left without a client past detach_keep_ms is killed', async () => {
+    const t = await start({ argv: ['sleep', '100'], timeoutMs: 100 });
+    const c = new Client(sessions, t);
+    await c.done;
+    expect(c.exit).toEqual({ kind: 'exit', exitCode: 137, signal: 'SIGKILL' });
+    const d = await start({ argv: ['sleep', '100'], detachKeepMs: 100 });
+    await waitFor('the detached command to be killed', () => d.exit, 10_000);
+    expect(d.exit).toEqual({ exitCode: 137, signal: 'SIGKILL' });
+    // while a client is attached the keep timer does not run
+    const e = await start({ argv: ['sh', '-c', 'sleep 0.5; echo fine'], detachKeepMs: 100 });
+    const ec = new Client(sessions, e);
+    await ec.done;
+    expect(ec.out).toBe('fine\n');
+    expect(ec.exit).toEqual({ kind: 'exit', exitCode: 0, signal: '' });
   });
 
   const ptyTest = ptyAvailable() ? test : test.skip;
