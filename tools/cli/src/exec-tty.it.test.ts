@@ -103,6 +103,27 @@ describeNode('sandnode sandbox exec on a terminal', () => {
     expect(events.at(-1)?.event).toMatchObject({ $case: 'exit', value: { exitCode: 137, signal: 'SIGKILL' } });
   });
 
+  test('a second Ctrl-C leaves the command running; sandbox attach gets its output and exit code', async () => {
+    const child = spawn(process.execPath, [...cliArgs(), 'sandbox', 'exec', '-i', id, '--', 'sh', '-c', 'trap \'echo int\' INT; until read x; do :; done; echo "got $x"; exit 4'], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+    const exited = new Promise<number | null>((resolve) => child.once('exit', resolve));
+    // the first Ctrl-C reaches the command as SIGINT (its trap answers; the interrupted read is retried), the second leaves
+    await waitFor('the command to run', () => /sh -c trap/.test(node.cli(['sandbox', 'ps', id]).stdout), 30_000);
+    child.kill('SIGINT');
+    await waitFor('the trap', () => out.includes('int\n'), 30_000);
+    child.kill('SIGINT');
+    expect(await exited).toBe(130);
+    const execId = /as (ex-[0-9a-f]{16})/.exec(err)?.[1];
+    expect(execId).toBeDefined();
+    const r = node.cli(['sandbox', 'attach', id, execId!], 'hello\n');
+    expect([r.status, r.stdout, r.stderr]).toEqual([4, 'got hello\n', '']);
+  });
+
   test('an option after the command without -- gets the hint', () => {
     const r = node.cli(['sandbox', 'exec', id, 'ls', '-la']);
     expect(r.status).toBe(2);

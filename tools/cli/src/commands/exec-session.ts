@@ -15,10 +15,12 @@ export const MAX_QUEUED = 16;
 
 /** ExecSessionOptions: what to run and how the local terminal takes part. */
 export interface ExecSessionOptions {
-  start: Omit<ExecStreamStart, 'size'>;
+  /** a command to start, or (attach) one to reattach to by its exec id */
+  start?: Omit<ExecStreamStart, 'size'>;
+  attach?: { sandboxId: string; execId: string };
   /** send this process's stdin as typed */
   stdin: boolean;
-  /** the local stdin is a terminal to put in raw mode (tty mode) */
+  /** the local stdin is a terminal to put in raw mode (tty mode); attach: decided by the command's pty */
   raw: boolean;
 }
 
@@ -76,7 +78,9 @@ export async function runExecSession(api: ServerApi, o: ExecSessionOptions): Pro
   const queue = new RequestQueue(() => {
     if (reading && !stdin.readableEnded) stdin.resume();
   });
-  queue.push({ input: { $case: 'start', value: { ...o.start, size: o.start.pty ? windowSize() : undefined } } });
+  if (o.start) queue.push({ input: { $case: 'start', value: { ...o.start, size: o.start.pty ? windowSize() : undefined } } });
+  else if (o.attach) queue.push({ input: { $case: 'attach', value: o.attach } });
+  let raw = o.raw;
 
   const cleanups: Array<() => void> = [];
   const onData = (chunk: Buffer) => {
@@ -88,7 +92,7 @@ export async function runExecSession(api: ServerApi, o: ExecSessionOptions): Pro
   // older server's UNIMPLEMENTED, then Exec reads stdin itself)
   const beginInput = () => {
     reading = true;
-    if (o.raw && stdin.isTTY) {
+    if (raw && stdin.isTTY) {
       stdin.setRawMode(true);
       cleanups.push(() => stdin.setRawMode(false));
     }
@@ -101,17 +105,19 @@ export async function runExecSession(api: ServerApi, o: ExecSessionOptions): Pro
       stdin.pause();
     });
   };
-  if (!o.stdin) queue.push({ input: { $case: 'closeStdin', value: true } });
-  if (o.start.pty) {
+  // a command started without stdin sees EOF at once; an attach leaves stdin as it is
+  if (!o.stdin && o.start) queue.push({ input: { $case: 'closeStdin', value: true } });
+  const followResize = () => {
     const onResize = () => {
       const size = windowSize();
       if (size) queue.push({ input: { $case: 'resize', value: size } });
     };
     process.stdout.on('resize', onResize);
     cleanups.push(() => process.stdout.off('resize', onResize));
-  }
+  };
+  if (o.start?.pty) followResize();
   const leave = new AbortController();
-  if (!o.raw) {
+  if (!o.raw && !o.attach) {
     let interrupts = 0;
     const onSigint = () => {
       if (++interrupts === 1) queue.push({ input: { $case: 'signal', value: 'SIGINT' } });
@@ -127,6 +133,13 @@ export async function runExecSession(api: ServerApi, o: ExecSessionOptions): Pro
     for await (const ev of api.sandboxes.execStream(queue, { signal: leave.signal })) {
       const e = ev.event;
       if (e?.$case === 'started') {
+        if (!execId && o.attach && e.value.pty) {
+          // attached to a pty: this terminal takes its place (raw mode, its size)
+          raw = !!process.stdin.isTTY;
+          followResize();
+          const size = windowSize();
+          if (size) queue.push({ input: { $case: 'resize', value: size } });
+        }
         if (!execId && o.stdin) beginInput();
         execId = e.value.execId;
       } else if (e?.$case === 'stdout') process.stdout.write(e.value);
@@ -135,7 +148,7 @@ export async function runExecSession(api: ServerApi, o: ExecSessionOptions): Pro
     }
   } catch (err) {
     if (!(leave.signal.aborted && err instanceof Error && err.name === 'AbortError')) throw err;
-    process.stderr.write(`\nsandnode: left the command; it runs on in the sandbox as ${execId || 'an unknown exec'} (sandbox ps, sandbox kill)\n`);
+    process.stderr.write(`\nsandnode: left the command; it runs on in the sandbox as ${execId || 'an unknown exec'} (sandbox attach ID ${execId || 'EXEC_ID'}, sandbox ps, sandbox kill)\n`);
     return 130;
   } finally {
     queue.end();

@@ -5,7 +5,8 @@
  * mode here, window size followed), `-it ID -- sh` is an interactive shell. Options of CMD need
  * the `--` (without it commander reads them as sandnode's; the usage hint says so). Against a
  * server without ExecStream, `exec` without -t falls back to Exec (stdin read to its end first).
- * `sandbox ps ID` and `sandbox kill ID PID|EXEC_ID [--signal]` list and signal those commands.
+ * `sandbox ps ID` and `sandbox kill ID PID|EXEC_ID [--signal]` list and signal those commands;
+ * `sandbox attach ID EXEC_ID` reattaches to one (after this CLI left it, or another client went away).
  */
 import type { Command } from 'commander';
 import { table } from '@sandnode/node-stack';
@@ -64,6 +65,17 @@ export function registerExecCommand(sandbox: Command): void {
         });
         // stdin may still hold the event loop (a terminal); the answer is complete
         if (sendStdin) process.stdin.destroy();
+      }),
+    );
+
+  sandbox
+    .command('attach <id> <exec-id>')
+    .description('reattach to a command exec started (its output since the last client left, then live; a pty command gets this terminal) and exit with its exit code')
+    .option('--no-stdin', 'do not send this process standard input')
+    .action(
+      action(async (id: string, execId: string, o: { stdin: boolean }, cmd: Command) => {
+        process.exitCode = await withServer(dirsOf(cmd), (api) => runExecSession(api, { attach: { sandboxId: id, execId }, stdin: o.stdin, raw: false }));
+        if (o.stdin) process.stdin.destroy();
       }),
     );
 
