@@ -180,17 +180,20 @@ describeNode('ExecStream on a real node', () => {
     expect(a.out).toBe('tick 1\ntick 2\ntick 3\ntick 4\nlast\n');
     expect(a.exit).toMatchObject({ exitCode: 0, signal: '' });
 
-    // output printed while nobody is attached is kept
-    const b = start(['sh', '-c', 'read go; echo while away; echo done']);
-    await waitFor('started', () => b.started);
-    b.req.stdin('go\n');
-    await waitFor('the line to be taken', () => b.req.pulled >= 2);
+    // output printed while nobody is attached is kept: the command prints once a file exists,
+    // made by another exec after this client went away
+    const b = start(['sh', '-c', 'echo ack; while [ ! -e /tmp/go-on ]; do sleep 0.05; done; echo while away; echo done']);
+    await b.until(/^ack\n$/);
     b.ac.abort();
     await b.done;
+    await waitFor('detached', async () => (await processes()).find((p) => p.execId === b.started!.execId && !p.attached));
+    const touch = start(['touch', '/tmp/go-on']);
+    await touch.done;
     await waitFor('exit while detached', async () => (await processes()).find((p) => p.execId === b.started!.execId && !p.running));
     const c = attach(b.started!.execId);
     await c.done;
-    expect(b.out + c.out).toBe('while away\ndone\n');
+    expect(b.out).toBe('ack\n');
+    expect(c.out).toBe('while away\ndone\n');
     expect(c.exit).toMatchObject({ exitCode: 0, signal: '' });
     expect(c.started!.droppedBytes).toBe(0);
     await expectCode(
