@@ -4,7 +4,7 @@ import path from 'node:path';
 import { AbortedError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
 import { waitFor } from '@sandnode/testkit';
 import { ExecRunner } from './exec';
-import { ExecSessions, parseSignal, type Session, type SessionEvent } from './exec-session';
+import { ExecSessions, listedArgv, MAX_LISTED_ARGV_BYTES, parseSignal, type Session, type SessionEvent } from './exec-session';
 import { ptyAvailable } from './pty';
 
 /** Client is one attach to a session: its events as they come, and the text of its stdout. */
@@ -194,6 +194,22 @@ describe('podd core exec sessions', () => {
     await ec.done;
     expect(ec.out).toBe('fine\n');
     expect(ec.exit).toEqual({ kind: 'exit', exitCode: 0, signal: '' });
+  });
+
+  test('ListProcesses shows at most MAX_LISTED_ARGV_BYTES of an argv (every command fits one answer)', async () => {
+    expect(listedArgv(['a', 'b'])).toEqual(['a', 'b']);
+    const cut = listedArgv(['sh', '-c', 'x'.repeat(100_000), 'more']);
+    expect(cut).toHaveLength(3);
+    expect(cut[2]).toMatch(/^x+\.\.\.$/);
+    expect(Buffer.byteLength(cut.join(''))).toBeLessThanOrEqual(MAX_LISTED_ARGV_BYTES + 3);
+    const s = await start({ argv: ['sh', '-c', 'exit 0', 'y'.repeat(120_000)] });
+    await new Client(sessions, s).done;
+    expect(
+      sessions
+        .list()
+        .find((p) => p.execId === s.execId)!
+        .argv.join('').length,
+    ).toBeLessThanOrEqual(MAX_LISTED_ARGV_BYTES + 3);
   });
 
   const ptyTest = ptyAvailable() ? test : test.skip;

@@ -31,6 +31,8 @@ export const MAX_DETACH_KEEP_MS = 86_400_000;
 export const FINISHED_KEEP_MS = 60_000;
 /** Most finished commands kept; the oldest is forgotten first. */
 export const MAX_FINISHED = 64;
+/** Most bytes of a command's argv ListProcesses shows (longer ones are cut, marked "..."), so that the list of every command fits a gRPC message. */
+export const MAX_LISTED_ARGV_BYTES = 4096;
 /** Signals a caller may send by name. */
 export const ALLOWED_SIGNALS: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGKILL', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT', 'SIGWINCH'];
 
@@ -178,7 +180,7 @@ export class Session {
     return {
       execId: this.execId,
       pid: this.pid,
-      argv: this.argv,
+      argv: listedArgv(this.argv),
       startedAtMs: this.startedAtMs,
       running: !this.exit,
       exitCode: this.exit?.exitCode ?? 0,
@@ -396,6 +398,28 @@ export class ExecSessions {
       if (s.attachment === me) this.detached(s);
     }
   }
+}
+
+/** listedArgv is argv cut to MAX_LISTED_ARGV_BYTES in all (a cut entry, and the list, end with "..."). */
+export function listedArgv(argv: string[]): string[] {
+  const out: string[] = [];
+  let left = MAX_LISTED_ARGV_BYTES;
+  for (const a of argv) {
+    const n = Buffer.byteLength(a);
+    if (n <= left) {
+      out.push(a);
+      left -= n;
+      continue;
+    }
+    out.push(
+      `${Buffer.from(a)
+        .subarray(0, Math.max(0, left))
+        .toString()
+        .replace(/\uFFFD$/, '')}...`,
+    );
+    break;
+  }
+  return out;
 }
 
 function newExecId(): string {
