@@ -13,6 +13,7 @@ import { table } from '@sandnode/node-stack';
 import { dirsOf, keyValue, wholeNumber } from '../options';
 import { EXIT_FAILURE, UsageError, action, print } from '../output';
 import { withServer } from '../server-calls';
+import { argsOf, commandPath, shellWord } from '../usage';
 import { isUnimplemented, runExecSession } from './exec-session';
 
 /** readStdin reads this process's standard input to its end. */
@@ -20,6 +21,34 @@ async function readStdin(): Promise<Buffer> {
   const chunks: Buffer[] = [];
   for await (const c of process.stdin) chunks.push(c as Buffer);
   return Buffer.concat(chunks);
+}
+
+/**
+ * ownFlagAfterCommand: the line with `--` before the command when one of exec's own options
+ * (-i, -t, --cwd ...) comes after the command's first word without a `--` (commander took it
+ * for sandnode's: `exec ID ls -t` would run `ls` on a pty); undefined otherwise. args is what
+ * follows "exec" on the command line.
+ */
+export function ownFlagAfterCommand(cmd: Command, args: readonly string[]): string | undefined {
+  if (args.includes('--')) return undefined;
+  const takesValue = new Map<string, boolean>();
+  for (const o of cmd.options) for (const f of [o.short, o.long]) if (f) takesValue.set(f, o.required || o.optional);
+  const isOwn = (a: string) => takesValue.has(a.split('=')[0]!) || /^-[it]{2}$/.test(a);
+  // the sandbox id, then the command's first word, each after the options before them
+  let i = 0;
+  let operands = 0;
+  for (; i < args.length; i++) {
+    const a = args[i]!;
+    if (a.startsWith('-') && a !== '-') {
+      if (takesValue.get(a)) i++;
+      continue;
+    }
+    if (++operands === 2) break;
+  }
+  const rest = args.slice(i + 1);
+  if (i >= args.length || !rest.some(isOwn)) return undefined;
+  const before = args.slice(0, i);
+  return [commandPath(cmd), ...before.map(shellWord), '--', ...[args[i]!, ...rest].map(shellWord)].join(' ');
 }
 
 interface ExecOpts {
@@ -44,6 +73,9 @@ export function registerExecCommand(sandbox: Command): void {
     .option('-t, --tty', 'run the command on a pseudo-terminal (raw mode here, resize followed; implies -i)')
     .action(
       action(async (id: string, argv: string[], o: ExecOpts, cmd: Command) => {
+        const raw = argsOf(cmd, process.argv.slice(2));
+        const line = raw ? ownFlagAfterCommand(cmd, raw) : undefined;
+        if (line) throw new UsageError(`an option of sandbox exec after the command is read as sandnode's; put -- before the command: ${line}`);
         const sendStdin = !!(o.interactive || o.stdin || o.tty);
         process.exitCode = await withServer(dirsOf(cmd), async (api) => {
           const start = { sandboxId: id, argv, env: o.env, cwd: o.cwd, timeoutMs: o.timeoutMs, pty: !!o.tty, detachKeepMs: 0 };
