@@ -129,6 +129,8 @@ export const SERVER_FEATURES = {
   dns: 'server.dns.v1',
   /** CreateSandbox idle (pause/hibernate after idle time, paused TTL, auto-resume), KeepAlive, Sandbox.idle (core/idle.ts) */
   idle: 'server.idle.v1',
+  /** SandboxService.ExecStream (streamed stdin, pty, signals, attach), ListProcesses, SignalProcess */
+  execStream: 'server.exec-stream.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */
@@ -141,6 +143,10 @@ export const PODD_FEATURES = {
   quiesce: 'podd.quiesce',
   /** ForwardPort: relays a TCP connection to 127.0.0.1:<port> inside the sandbox (ingress to loopback services) */
   forwardPort: 'podd.forward-port.v1',
+  /** ExecStream (streamed stdin, signals, resize, attach by exec_id), ListProcesses, SignalProcess */
+  execStream: 'podd.exec-stream.v1',
+  /** ExecStream with pty=true: podd can allocate a pseudo-terminal (koffi is in the template) */
+  execPty: 'podd.exec-pty.v1',
 } as const;
 
 /** The answer of a peer's GetVersion, as far as feature checks need it. */

@@ -65,6 +65,13 @@ export async function populate(root: string, parts: { busyboxPath: string; nodeP
   // podd and the init
   await copyFile(parts.bundlePath, at(ROOTFS_PATHS.podd));
   await chmod(at(ROOTFS_PATHS.podd), 0o644);
+  // koffi's native module beside the bundle (podd's pty exec), with its shared libraries.
+  // Optional: without it podd does not list podd.exec-pty.v1.
+  const koffi = path.join(path.dirname(parts.bundlePath), 'koffi.node');
+  if (await isFile(koffi)) {
+    await copyFile(koffi, at(path.join(path.dirname(ROOTFS_PATHS.podd), 'koffi.node')));
+    for (const lib of await sharedLibraries(koffi)) await installHostPath(root, lib);
+  }
   // The descriptor set for podd's server reflection, where shared's loader looks for it
   // (<bundle dir>/../descriptor/sandnode.binpb). Optional: without it reflection lists nothing.
   const descriptor = reflectionDescriptor();

@@ -4,11 +4,13 @@
  * node_modules (it is copied into sandbox templates as /opt/sandnode/podd.js). Defines the
  * build constants shared/src/version.ts reads: __SANDNODE_VERSION__ (this package's version)
  * and __SANDNODE_COMMIT__ (SANDNODE_BUILD_COMMIT, else `git rev-parse HEAD`, else "unknown").
- * Run after `tsc -b services/podd/tsconfig.build.json` (it bundles dist/main.js).
+ * Run after `tsc -b services/podd/tsconfig.build.json` (it bundles dist/main.js). Copies koffi's
+ * native module (linux glibc build) beside the bundle as dist/koffi.node: podd's pty support
+ * (src/core/pty.ts) loads it from there, and the template builder copies it into templates.
  */
 'use strict';
 const { execFileSync } = require('node:child_process');
-const { readFileSync, existsSync } = require('node:fs');
+const { copyFileSync, readFileSync, existsSync } = require('node:fs');
 const path = require('node:path');
 const esbuild = require('esbuild');
 
@@ -26,6 +28,17 @@ function commit() {
     );
   } catch {
     return 'unknown';
+  }
+}
+
+/** koffiNative is the path of koffi's prebuilt module for this platform (glibc), or undefined. */
+function koffiNative() {
+  try {
+    const dir = path.dirname(require.resolve(`@koromix/koffi-${process.platform}-${process.arch}/package.json`, { paths: [path.dirname(require.resolve('koffi'))] }));
+    const p = path.join(dir, `${process.platform}_${process.arch}`, 'koffi.node');
+    return existsSync(p) ? p : undefined;
+  } catch {
+    return undefined;
   }
 }
 
@@ -50,6 +63,9 @@ async function main() {
       __SANDNODE_COMMIT__: JSON.stringify(sha),
     },
   });
+  const native = koffiNative();
+  if (native) copyFileSync(native, path.join(pkgDir, 'dist', 'koffi.node'));
+  else console.error('bundle: koffi native module not found: podd in templates will not offer pty exec');
   console.error(`bundle: ${path.relative(process.cwd(), outfile)} (podd ${version}, commit ${sha})`);
 }
 

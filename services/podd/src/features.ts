@@ -8,13 +8,14 @@ import { PODD_FEATURES } from '@sandnode/shared';
 /** Component name podd reports. */
 export const PODD_COMPONENT = 'podd';
 
-/** Features every podd lists: exec streaming, the file RPCs, confinement of file RPCs (beneath), ForwardPort. */
-export const PODD_BASE_FEATURES: readonly string[] = [PODD_FEATURES.exec, PODD_FEATURES.files, PODD_FEATURES.filesBeneath, PODD_FEATURES.forwardPort];
+/** Features every podd lists: exec streaming, the file RPCs, confinement of file RPCs (beneath), ForwardPort, ExecStream. */
+export const PODD_BASE_FEATURES: readonly string[] = [PODD_FEATURES.exec, PODD_FEATURES.files, PODD_FEATURES.filesBeneath, PODD_FEATURES.forwardPort, PODD_FEATURES.execStream];
 
 /**
  * poddFeatures is the feature list of this podd: PODD_BASE_FEATURES, plus "podd.quiesce"
- * (Quiesce / Thaw / GetFreezeStatus) when the host's freeze port existed at start.
+ * (Quiesce / Thaw / GetFreezeStatus) when the host's freeze port existed at start, plus
+ * "podd.exec-pty.v1" when pseudo-terminals can be made (koffi loads, /dev/ptmx exists).
  */
-export function poddFeatures(hasFreezePort: boolean): string[] {
-  return hasFreezePort ? [...PODD_BASE_FEATURES, PODD_FEATURES.quiesce] : [...PODD_BASE_FEATURES];
+export function poddFeatures(hasFreezePort: boolean, hasPty = false): string[] {
+  return [...PODD_BASE_FEATURES, ...(hasFreezePort ? [PODD_FEATURES.quiesce] : []), ...(hasPty ? [PODD_FEATURES.execPty] : [])];
 }

@@ -17,6 +17,8 @@ import { loadPoddConfig } from './config';
 import { parseFlags, USAGE } from './flags';
 import { poddFailpoints } from './core/failpoints';
 import { ExecRunner } from './core/exec';
+import { ExecSessions } from './core/exec-session';
+import { ptyAvailable } from './core/pty';
 import { PortForwarder } from './core/forward';
 import { PODD_COMPONENT, poddFeatures } from './features';
 import { Quiescer } from './core/quiesce';
@@ -45,19 +47,20 @@ async function main(): Promise<void> {
   const log = createLogger(PODD_COMPONENT, SUITE_VERSION, cfg.logLevel);
   if (failpoints.list().length) log.warn({ failpoints: failpoints.list() }, 'failpoints are active (tests only)');
   const runner = new ExecRunner({ defaultCwd: cfg.defaultCwd, maxChunkBytes: cfg.maxChunkBytes, maxRunning: cfg.maxExecs });
+  const sessions = new ExecSessions({ runner, defaultCwd: cfg.defaultCwd, maxChunkBytes: cfg.maxChunkBytes });
 
   // The freeze port is bound by the host before the VM starts; no port -> no podd.quiesce.
   const hasFreezePort = existsSync(cfg.freezeSocket);
   const quiescer = new Quiescer({ port: createFreezePortClient(cfg.freezeSocket, cfg.freezePortTimeoutMs), failpoints, syncTimeoutMs: cfg.syncTimeoutMs, log });
   const server = createServiceServer({
-    info: { component: PODD_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: poddFeatures(hasFreezePort) },
+    info: { component: PODD_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: poddFeatures(hasFreezePort, ptyAvailable()) },
     log,
   });
-  server.add(PoddServiceDefinition, poddService({ runner, startedAtMs, quiescer, forwarder: new PortForwarder() }));
+  server.add(PoddServiceDefinition, poddService({ runner, sessions, startedAtMs, quiescer, forwarder: new PortForwarder() }));
 
   // Registered before runDaemon's handler, so commands get SIGTERM before the drain starts.
   const termChildren = () => {
-    const n = runner.signalAll('SIGTERM');
+    const n = runner.signalAll('SIGTERM') + sessions.signalAll('SIGTERM');
     if (n > 0) log.info({ groups: n }, 'sent SIGTERM to running commands');
   };
   process.on('SIGTERM', termChildren);
@@ -67,7 +70,7 @@ async function main(): Promise<void> {
     log,
     drainMs: cfg.drainMs,
     onStop: () => {
-      const n = runner.signalAll('SIGKILL');
+      const n = runner.signalAll('SIGKILL') + sessions.signalAll('SIGKILL');
       if (n > 0) log.warn({ groups: n }, 'sent SIGKILL to commands that outlived the drain');
     },
   });

@@ -20,7 +20,7 @@ export function commandPath(cmd: Command): string {
 }
 
 /** argsOf is what follows cmd's own name in argv (the command line after `node main.js`); undefined when its words are not all there. */
-function argsOf(cmd: Command, argv: readonly string[]): readonly string[] | undefined {
+export function argsOf(cmd: Command, argv: readonly string[]): readonly string[] | undefined {
   let at = 0;
   for (const w of commandWords(cmd).slice(1)) {
     const i = argv.indexOf(w, at);

@@ -146,8 +146,8 @@ export function exitCodeOf(code: number | null, signal: NodeJS.Signals | null): 
   return { exitCode: code ?? 0, signal: '' };
 }
 
-/** Sends sig to the process group led by pid; false when the group is gone. */
-function killGroup(pid: number, sig: NodeJS.Signals): boolean {
+/** killGroup sends sig to the process group led by pid; false when the group is gone. */
+export function killGroup(pid: number, sig: NodeJS.Signals): boolean {
   try {
     process.kill(-pid, sig);
     return true;
@@ -200,19 +200,7 @@ export class ExecRunner {
    */
   async *run(spec: ExecSpec, signal?: AbortSignal): AsyncGenerator<ExecEvent, void, undefined> {
     validateExecSpec(spec);
-    const cap = execCap(this.opts.maxRunning ?? DEFAULT_MAX_EXECS, (this.opts.openFiles ?? openFileLimit)());
-    if (this.slots >= cap) {
-      throw new ResourceExhaustedError(`podd runs ${this.slots} commands, the most it may at once (podd key maxExecs, bounded by its open-file limit); wait for one to end`);
-    }
-    this.slots++;
-    let held = true;
-    const slot: Slot = {
-      spawned: false,
-      release: () => {
-        if (held) this.slots--;
-        held = false;
-      },
-    };
+    const slot: Slot = { spawned: false, release: this.takeSlot() };
     try {
       yield* this.spawnAndStream(spec, slot, signal);
     } finally {
@@ -220,6 +208,24 @@ export class ExecRunner {
       // when the child's pipes close
       if (!slot.spawned) slot.release();
     }
+  }
+
+  /**
+   * takeSlot takes one of the places for a running command (shared by Exec and ExecStream);
+   * call the returned release exactly once (more calls do nothing). Errors: RESOURCE_EXHAUSTED
+   * (maxRunning commands run, see execCap).
+   */
+  takeSlot(): () => void {
+    const cap = execCap(this.opts.maxRunning ?? DEFAULT_MAX_EXECS, (this.opts.openFiles ?? openFileLimit)());
+    if (this.slots >= cap) {
+      throw new ResourceExhaustedError(`podd runs ${this.slots} commands, the most it may at once (podd key maxExecs, bounded by its open-file limit); wait for one to end`);
+    }
+    this.slots++;
+    let held = true;
+    return () => {
+      if (held) this.slots--;
+      held = false;
+    };
   }
 
   /** spawnAndStream is run after its slot was taken. */
@@ -363,7 +369,7 @@ export class ExecRunner {
 }
 
 /** checkCwd: cwd must be an existing directory, else InvalidArgumentError naming cwd. */
-async function checkCwd(cwd: string): Promise<void> {
+export async function checkCwd(cwd: string): Promise<void> {
   let st;
   try {
     st = await stat(cwd);

@@ -10,9 +10,13 @@ import type { ExecRunner } from '../core/exec';
 import type { PortForwarder } from '../core/forward';
 import { readFile, statPath, writeFile } from '../core/files';
 import { execEventToProto, execSpecFromProto, fileInfoToProto } from './convert';
+import type { ExecSessions } from '../core/exec-session';
+import { execStreamHandlers } from './exec-stream';
 
 export interface PoddServiceDeps {
   runner: ExecRunner;
+  /** ExecStream commands (core/exec-session.ts). */
+  sessions: ExecSessions;
   /** When podd started, epoch ms (for uptime_ms). */
   startedAtMs: number;
   /** Quiesce / Thaw / GetFreezeStatus over the host's freeze port. */
@@ -31,6 +35,7 @@ export function thawEndedByToProto(end: FreezeEnd): ThawEndedBy {
 /** poddService implements sandnode.podd.v1.PoddService over the core. */
 export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<SandnodeCallContext> {
   return {
+    ...execStreamHandlers(deps.sessions),
     async health() {
       return { ok: true, uptimeMs: Date.now() - deps.startedAtMs, hostname: hostname() };
     },

@@ -18,6 +18,7 @@ import { drainOne, type DrainProgress } from './drain';
 import { fork as forkSandbox, type ForkResult, type ForkSandboxArgs } from './fork';
 import { LifecycleGate } from './gate';
 import { DEFAULT_AUTO_RESUME_TIMEOUT_MS, DEFAULT_IDLE_ACTIVITY_FLUSH_MS, IdleController, keepAlive, newIdleRef, validateIdle, type IdleSettingsRequest } from './idle';
+import { execStream, listProcesses, signalProcess, type ExecInput, type ExecStreamEvent, type ExecStreamFirst, type ProcessInfo } from './exec-stream';
 import { DEFAULT_MAX_EXEC_STREAMS, exec as guestExec, ExecStreams, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
 import { AccessTokens, ACCESS_TOKEN_BYTES, planNetwork, syncDirectory, validateNetworkRequest, type NetworkRequest } from './network';
 import { reapplyPolicies, updateNetwork, type UpdateNetworkArgs } from './network-update';
@@ -461,6 +462,21 @@ export class SandboxManager {
   /** exec: see guest-io.ts. */
   exec(id: string, args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent> {
     return guestExec(this.ctx, id, args, signal);
+  }
+
+  /** execStream: see exec-stream.ts. */
+  execStream(id: string, first: ExecStreamFirst, input: AsyncIterable<ExecInput>, signal: AbortSignal): Promise<AsyncIterable<ExecStreamEvent>> {
+    return execStream(this.ctx, id, first, input, signal);
+  }
+
+  /** listProcesses: see exec-stream.ts. */
+  listProcesses(id: string): Promise<ProcessInfo[]> {
+    return listProcesses(this.ctx, id);
+  }
+
+  /** signalProcess: see exec-stream.ts. */
+  signalProcess(id: string, execId: string, pid: number, sig: string): Promise<void> {
+    return signalProcess(this.ctx, id, execId, pid, sig);
   }
 
   /** readFile: see guest-io.ts. */

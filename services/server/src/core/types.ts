@@ -357,6 +357,8 @@ export interface PoddClient {
   exec(args: ExecArgs, signal: AbortSignal): AsyncIterable<ExecEvent>;
   readFile(path: string, offset: number, length: number): Promise<{ data: Uint8Array; sizeBytes: number; eof: boolean }>;
   writeFile(path: string, data: Uint8Array, mode: number, append: boolean): Promise<{ sizeBytes: number }>;
+  /** execStreams speaks podd's ExecStream / ListProcesses / SignalProcess (check podd.exec-stream.v1 first); absent in fakes without it */
+  readonly execStreams?: PoddExecStreams;
   close(): void;
 }
 
@@ -365,6 +367,8 @@ export interface PoddConnector {
   connect(address: string): PoddClient;
   forget(address: string): void;
 }
+
+import type { PoddExecStreams } from './exec-stream';
 
 /** Template as the server knows it. */
 export type { TemplateInfo } from '@sandnode/template-builder';

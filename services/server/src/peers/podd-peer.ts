@@ -11,6 +11,8 @@ import type { Channel } from 'nice-grpc';
 import { DEFAULT_PODD_CALL_TIMEOUT_MS, DEFAULT_PODD_RETRY_ATTEMPTS } from '../config';
 import type { ExecArgs, ExecEvent, PoddClient, PoddConnector, PeerVersion, PoddFreeze, PoddThaw } from '../core/types';
 import { withMappedErrors } from './peer-errors';
+import { poddExecStreams } from './podd-exec-stream';
+import type { PoddExecStreams } from '../core/exec-stream';
 
 /** How the server calls podds. */
 export interface PoddPeerOptions {
@@ -29,6 +31,7 @@ class PoddPeer implements PoddClient {
   readonly channel: Channel;
   readonly client: ServiceClient<typeof PoddServiceDefinition>;
   readonly features: PeerFeatures;
+  readonly execStreams: PoddExecStreams;
 
   constructor(address: string, o: PoddPeerOptions) {
     this.channel = createSandnodeChannel(address);
@@ -38,6 +41,7 @@ class PoddPeer implements PoddClient {
     });
     this.client = withMappedErrors(client, 'podd', o.log);
     this.features = new PeerFeatures(this.channel, `podd at ${address}`);
+    this.execStreams = poddExecStreams(this.client);
   }
 
   async health(timeoutMs: number): Promise<boolean> {

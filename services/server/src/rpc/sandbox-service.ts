@@ -7,6 +7,7 @@ import { Sandbox, type ExecResponse, type SandboxServiceImplementation } from '@
 import type { SandboxManager } from '../core/sandbox-manager';
 import type { SandboxRecord } from '../core/types';
 import { observeFork } from '../metrics';
+import { execStreamService } from './exec-stream-service';
 import { withIdle } from './idle-hooks';
 import { forkMethodToPb, NO_INGRESS, sandboxToPb as recordToPb, statesFromPb, type IngressAddress } from './convert';
 

@@ -1,12 +1,20 @@
 /**
- * `sandnode sandbox exec ID [options] -- CMD...`: run a command in a sandbox, stream its
- * output to this process's stdout and stderr, and exit with its exit code. Options of CMD
- * need the `--` (without it commander reads them as sandnode's; the usage hint says so).
+ * `sandnode sandbox exec ID [options] -- CMD...`: run a command in a sandbox through ExecStream,
+ * stream its output to this process's stdout and stderr, and exit with its exit code; `-i`
+ * sends this process's stdin as it is typed, `-t` runs the command on a pseudo-terminal (raw
+ * mode here, window size followed), `-it ID -- sh` is an interactive shell. Options of CMD need
+ * the `--` (without it commander reads them as sandnode's; the usage hint says so). Against a
+ * server without ExecStream, `exec` without -t falls back to Exec (stdin read to its end first).
+ * `sandbox ps ID` and `sandbox kill ID PID|EXEC_ID [--signal]` list and signal those commands;
+ * `sandbox attach ID EXEC_ID` reattaches to one (after this CLI left it, or another client went away).
  */
 import type { Command } from 'commander';
+import { table } from '@sandnode/node-stack';
 import { dirsOf, keyValue, wholeNumber } from '../options';
-import { EXIT_FAILURE, action } from '../output';
+import { EXIT_FAILURE, UsageError, action, print } from '../output';
 import { withServer } from '../server-calls';
+import { argsOf, commandPath, shellWord } from '../usage';
+import { isUnimplemented, runExecSession } from './exec-session';
 
 /** readStdin reads this process's standard input to its end. */
 async function readStdin(): Promise<Buffer> {
@@ -15,29 +23,123 @@ async function readStdin(): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-/** registerExecCommand adds `exec` to the sandbox command group. */
+/**
+ * ownFlagAfterCommand: the line with `--` before the command when one of exec's own options
+ * (-i, -t, --cwd ...) comes after the command's first word without a `--` (commander took it
+ * for sandnode's: `exec ID ls -t` would run `ls` on a pty); undefined otherwise. args is what
+ * follows "exec" on the command line.
+ */
+export function ownFlagAfterCommand(cmd: Command, args: readonly string[]): string | undefined {
+  if (args.includes('--')) return undefined;
+  const takesValue = new Map<string, boolean>();
+  for (const o of cmd.options) for (const f of [o.short, o.long]) if (f) takesValue.set(f, o.required || o.optional);
+  const isOwn = (a: string) => takesValue.has(a.split('=')[0]!) || /^-[it]{2}$/.test(a);
+  // the sandbox id, then the command's first word, each after the options before them
+  let i = 0;
+  let operands = 0;
+  for (; i < args.length; i++) {
+    const a = args[i]!;
+    if (a.startsWith('-') && a !== '-') {
+      if (takesValue.get(a)) i++;
+      continue;
+    }
+    if (++operands === 2) break;
+  }
+  const rest = args.slice(i + 1);
+  if (i >= args.length || !rest.some(isOwn)) return undefined;
+  const before = args.slice(0, i);
+  return [commandPath(cmd), ...before.map(shellWord), '--', ...[args[i]!, ...rest].map(shellWord)].join(' ');
+}
+
+interface ExecOpts {
+  cwd: string;
+  env: Record<string, string>;
+  timeoutMs: number;
+  stdin?: boolean;
+  interactive?: boolean;
+  tty?: boolean;
+}
+
+/** registerExecCommand adds `exec`, `ps` and `kill` to the sandbox command group. */
 export function registerExecCommand(sandbox: Command): void {
   sandbox
     .command('exec <id> <cmd...>')
-    .description('run a command in the sandbox, stream its output and exit with its exit code (use -- before the command)')
+    .description('run a command in the sandbox, stream its output and exit with its exit code (use -- before the command; -it ID -- sh for a shell)')
     .option('--cwd <dir>', 'working directory inside the sandbox', '')
     .option('--env <key=value>', 'environment variable (repeatable)', keyValue, {})
     .option('--timeout-ms <ms>', 'kill the command after this many ms (0: no limit)', wholeNumber, 0)
-    .option('--stdin', 'pass this process standard input to the command')
+    .option('-i, --interactive', 'send this process standard input to the command as it is typed')
+    .option('--stdin', 'the same as -i')
+    .option('-t, --tty', 'run the command on a pseudo-terminal (raw mode here, resize followed; implies -i)')
     .action(
-      action(async (id: string, argv: string[], o: { cwd: string; env: Record<string, string>; timeoutMs: number; stdin?: boolean }, cmd: Command) => {
-        // a stream that ends without an exit event (the sandbox went away) is a failure
-        let code = EXIT_FAILURE;
-        await withServer(dirsOf(cmd), async (api) => {
-          const stdin = o.stdin ? await readStdin() : Buffer.alloc(0);
+      action(async (id: string, argv: string[], o: ExecOpts, cmd: Command) => {
+        const raw = argsOf(cmd, process.argv.slice(2));
+        const line = raw ? ownFlagAfterCommand(cmd, raw) : undefined;
+        if (line) throw new UsageError(`an option of sandbox exec after the command is read as sandnode's; put -- before the command: ${line}`);
+        const sendStdin = !!(o.interactive || o.stdin || o.tty);
+        process.exitCode = await withServer(dirsOf(cmd), async (api) => {
+          const start = { sandboxId: id, argv, env: o.env, cwd: o.cwd, timeoutMs: o.timeoutMs, pty: !!o.tty, detachKeepMs: 0 };
+          try {
+            return await runExecSession(api, { start, stdin: sendStdin, raw: !!o.tty });
+          } catch (err) {
+            if (!isUnimplemented(err) || o.tty) throw err;
+          }
+          // a server of an older release: Exec, stdin read to its end first
+          let code = EXIT_FAILURE;
+          const stdin = sendStdin ? await readStdin() : Buffer.alloc(0);
           for await (const ev of api.sandboxes.exec({ sandboxId: id, argv, env: o.env, cwd: o.cwd, stdin, timeoutMs: o.timeoutMs })) {
             const e = ev.event;
             if (e?.$case === 'stdout') process.stdout.write(e.value);
             else if (e?.$case === 'stderr') process.stderr.write(e.value);
             else if (e?.$case === 'exit') code = e.value.exitCode;
           }
+          return code;
         });
-        process.exitCode = code;
+        // stdin may still hold the event loop (a terminal); the answer is complete
+        if (sendStdin) process.stdin.destroy();
+      }),
+    );
+
+  sandbox
+    .command('attach <id> <exec-id>')
+    .description('reattach to a command exec started (its output since the last client left, then live; a pty command gets this terminal) and exit with its exit code')
+    .option('--no-stdin', 'do not send this process standard input')
+    .action(
+      action(async (id: string, execId: string, o: { stdin: boolean }, cmd: Command) => {
+        process.exitCode = await withServer(dirsOf(cmd), (api) => runExecSession(api, { attach: { sandboxId: id, execId }, stdin: o.stdin, raw: false }));
+        if (o.stdin) process.stdin.destroy();
+      }),
+    );
+
+  sandbox
+    .command('ps <id>')
+    .description('list the commands exec started in the sandbox (running, or ended in the last minute)')
+    .option('--json', 'print JSON')
+    .action(
+      action(async (id: string, o: { json?: boolean }, cmd: Command) => {
+        const r = await withServer(dirsOf(cmd), (api) => api.sandboxes.listProcesses({ sandboxId: id }));
+        const rows = r.processes.map((p) => [
+          p.execId,
+          p.pid,
+          p.running ? 'running' : p.signal ? `killed (${p.signal})` : `exited ${p.exitCode}`,
+          new Date(p.startedAtMs).toISOString(),
+          p.pty ? 'tty' : '',
+          p.argv.join(' '),
+        ]);
+        print(!!o.json, { processes: r.processes.map(({ _unknownFields, ...p }) => p) }, () => table(['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', 'COMMAND'], rows));
+      }),
+    );
+
+  sandbox
+    .command('kill <id> <pid>')
+    .description('send a signal to a command exec started (by its pid in the sandbox or its exec id)')
+    .option('--signal <name>', 'SIGINT, SIGTERM, SIGKILL, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGSTOP, SIGCONT or SIGWINCH (the SIG may be left out)', 'SIGTERM')
+    .action(
+      action(async (id: string, target: string, o: { signal: string }, cmd: Command) => {
+        const byPid = /^\d+$/.test(target);
+        if (!byPid && !target.startsWith('ex-')) throw new UsageError(`kill: ${JSON.stringify(target)} is neither a pid nor an exec id (ex-...)`);
+        const signal = o.signal.toUpperCase().startsWith('SIG') ? o.signal.toUpperCase() : `SIG${o.signal.toUpperCase()}`;
+        await withServer(dirsOf(cmd), (api) => api.sandboxes.signalProcess({ sandboxId: id, pid: byPid ? Number(target) : 0, execId: byPid ? '' : target, signal }));
       }),
     );
 }

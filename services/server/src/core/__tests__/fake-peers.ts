@@ -5,6 +5,7 @@
 import path from 'node:path';
 import { AlreadyExistsError, createLogger, DeadlineExceededError, FailedPreconditionError, formatIpv4, parseIpv4 } from '@sandnode/shared';
 import type { SandboxManagerOptions } from '../sandbox-manager';
+import type { PoddExecStreams } from '../exec-stream';
 import type { ExecArgs, ExecEvent, VmFreezeInfo, ClonedDevice, DeviceInfo, DevicePort, NetworkSlotInfo, PoddClient, PoddConnector, RecordStore, TemplateCatalog, VmInfo, VmPort } from '../types';
 
 /** The fake supervisor's pool: slot s is 10.209.0.(4s)/30, gateway +1, VM +2. */
@@ -39,6 +40,8 @@ export class Peers {
   readonly vms = new Map<string, VmInfo>();
   /** podd Exec, when a test sets it */
   exec: ((args: ExecArgs, signal: AbortSignal) => AsyncIterable<ExecEvent>) | undefined;
+  /** podd ExecStream / ListProcesses / SignalProcess, when a test sets it (add podd.exec-stream.v1 to poddFeatures too) */
+  execStreams: PoddExecStreams | undefined;
   /** called inside clone, while the parent is held */
   onClone: (deadlineMs?: number) => void = () => undefined;
   /**
@@ -208,6 +211,7 @@ export class Peers {
       writeFile: async () => {
         throw new Error('not used');
       },
+      execStreams: this.execStreams,
       close: () => undefined,
     }),
     forget: () => undefined,
