@@ -58,6 +58,18 @@ describeNode('idle pause, hibernate, TTL and auto-resume (whole node)', () => {
     await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
   });
 
+  test('the CLI exec (ExecStream) auto-resumes an idle-paused sandbox too, with the same pid', async () => {
+    const sb = await create({ pauseAfterS: 2 });
+    await sh(sb.sandboxId, 'echo via-cli > /workspace/mark');
+    await waitState(sb.sandboxId, SandboxState.SANDBOX_STATE_PAUSED, 'the idle pause');
+    const r = node.cli(['sandbox', 'exec', sb.sandboxId, '--', '/bin/busybox', 'cat', '/workspace/mark']);
+    expect({ status: r.status, stdout: r.stdout, stderr: r.stderr }).toEqual({ status: 0, stdout: 'via-cli\n', stderr: '' });
+    const back = await get(sb.sandboxId);
+    expect(back.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
+    expect(back.pid).toBe(sb.pid);
+    await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
+  });
+
   test('two Execs at once on a paused sandbox: both run, one resume', async () => {
     const sb = await create({ pauseAfterS: 2 });
     await waitState(sb.sandboxId, SandboxState.SANDBOX_STATE_PAUSED, 'the idle pause');

@@ -3,7 +3,8 @@
  * convert. The first request names the sandbox and starts or attaches; later requests are
  * relayed to podd in order, pulled only as fast as podd takes them (stdin backpressure reaches
  * the caller through gRPC flow control). counters.streams counts the stream like an Exec, so a
- * retiring server relays it to its end.
+ * retiring server relays it to its end. ExecStream auto-resumes a PAUSED or hibernated sandbox and
+ * counts as its activity (core/idle.ts), as Exec does.
  */
 import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from '@sandnode/shared';
 import type { ExecStreamRequest, ExecStreamResponse, SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
@@ -82,12 +83,24 @@ export function execStreamService(m: SandboxManager, counters: { streams: number
           if (i) yield i;
         }
       }
-      const events = await m.execStream(sandboxId, first, input(), ctx.signal);
-      counters.streams++;
+      // idle actions (core/idle.ts): the stream is activity while it runs, and a PAUSED or
+      // hibernated sandbox is auto-resumed first, as for Exec (idle-hooks.ts cannot see the id
+      // of a client-streaming call: it is in the first message)
+      const leave = m.idle.enter(sandboxId);
       try {
-        for await (const ev of events) yield eventToPb(ev);
+        await m.idle.ensureRunning(sandboxId, 'ExecStream', ctx.signal);
+        const events = await m.execStream(sandboxId, first, input(), ctx.signal);
+        counters.streams++;
+        try {
+          for await (const ev of events) {
+            m.idle.activity(sandboxId);
+            yield eventToPb(ev);
+          }
+        } finally {
+          counters.streams--;
+        }
       } finally {
-        counters.streams--;
+        leave();
       }
     },
     async listProcesses(req) {

@@ -35,6 +35,7 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
   // activity and auto-resume of every handler that names a sandbox (idle-hooks.ts)
   return withIdle(
     {
+      ...execStreamService(m, counters),
       async createSandbox(req, ctx) {
         const rec = await m.create(
           {
