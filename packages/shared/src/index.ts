@@ -6,6 +6,7 @@ export * from './version';
 export * from './server';
 export * from './server-guards';
 export * from './client';
+export { DEFAULT_PEER_CONNECT_WAIT_MS, neverSent, probeConnect, requireReachable, unreachableMessage, waitReady, type PeerConnect } from './peer-connect';
 export * from './metrics';
 export * from './proc';
 export * from './durable';

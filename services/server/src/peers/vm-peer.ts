@@ -3,12 +3,12 @@
  * and error mapping as for DevicePeer (PeerOptions). Optional RPCs are used only when the
  * supervisor lists their feature (GetVersion, asked once per connection).
  */
-import { createSandnodeChannel, createServiceClient, isCode, missingFeature, PeerFeatures, Status, VMM_FEATURES, type ServiceClient } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, isCode, missingFeature, PeerFeatures, requireReachable, Status, VMM_FEATURES, type PeerConnect, type ServiceClient } from '@sandnode/shared';
 import { DriveRole, FreezeEndedBy, NetworkSlotState, VmServiceDefinition, VmState, type Vm, type VmNetwork } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { Channel } from 'nice-grpc';
 import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
 import type { EgressPolicyWire, NetworkSlotInfo, NodeNetwork, VmFreezeInfo, VmInfo, VmNetworkInfo, VmPort } from '../core/types';
-import type { PeerOptions } from './device-peer';
+import { peerConnect, type PeerOptions } from './device-peer';
 import { announceEpoch, EPOCH_PROBE_ID } from './epoch-announce';
 import { withMappedErrors } from './peer-errors';
 
@@ -63,17 +63,25 @@ export class VmPeer implements VmPort {
   readonly channel: Channel;
   readonly client: ServiceClient<typeof VmServiceDefinition>;
   readonly features: PeerFeatures;
+  private readonly peer: PeerConnect;
 
   /** address is "unix:///abs/vmm-supervisor.sock". */
   constructor(address: string, o: PeerOptions = {}) {
     this.channel = createSandnodeChannel(address);
+    this.peer = peerConnect('vmm-supervisor', address, o);
     const client = createServiceClient(VmServiceDefinition, this.channel, {
       timeoutMs: o.timeoutMs ?? DEFAULT_PEER_CALL_TIMEOUT_MS,
       epoch: o.epoch ?? (() => 0),
       retryAttempts: o.retryAttempts ?? DEFAULT_PEER_RETRY_ATTEMPTS,
+      peer: this.peer,
     });
     this.client = withMappedErrors(client, 'vmm-supervisor', o.log);
-    this.features = new PeerFeatures(this.channel, 'vmm-supervisor');
+    this.features = new PeerFeatures(this.channel, 'vmm-supervisor', this.peer);
+  }
+
+  /** reachable waits up to connectWaitMs for the supervisor's channel; UNAVAILABLE naming it and its socket when it stays away (nothing is sent). */
+  reachable(signal?: AbortSignal): Promise<void> {
+    return requireReachable(this.channel, this.peer, signal);
   }
 
   /**
