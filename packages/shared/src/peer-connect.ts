@@ -5,7 +5,8 @@
  * process. Such a call is safe to send again whatever its idempotency, so a client made with a
  * {@link PeerConnect} waits for the channel to be READY and retries a call that was never sent,
  * both within one bound per call: min(the call's deadline, first time the peer was seen
- * unreachable + waitMs). A call that may have reached the peer (the connection dropped under
+ * unreachable + waitMs). Once a wait ran out, later calls fail at once while nothing listens at
+ * the address (ENOENT/ECONNREFUSED), so a retrying caller does not wait a bound per attempt. A call that may have reached the peer (the connection dropped under
  * it) is not retried here: only the retry middleware retries it, and only if it is idempotent.
  * A peer still unreachable at the bound gives UNAVAILABLE naming the component, its address and
  * the connect error ("vmm-supervisor is not reachable at /run/x.sock (connect: ENOENT) ...").
@@ -65,9 +66,50 @@ export interface PeerConnectCallOptions {
 
 /** Thrown by the inner middleware (not a ClientError, so the retry middleware does not retry it); the outer one makes the UNAVAILABLE. */
 class PeerUnreachable extends Error {
-  constructor(readonly st: ConnectState) {
+  constructor(readonly down: Down) {
     super('peer unreachable');
   }
+}
+
+/** How a peer was found unreachable: the probe's connect answer and since when, ms since the epoch. */
+interface Down {
+  how: string;
+  sinceMs: number;
+}
+
+/**
+ * When each channel's peer was first found unreachable past a wait (deleted once READY). While
+ * it lasts and a connect is refused outright (ENOENT, ECONNREFUSED: nothing listens), a call
+ * fails at once instead of waiting again: a caller that retries (the shared client retries
+ * UNAVAILABLE) does not wait a bound per attempt. A peer that listens again is waited for.
+ */
+const outages = new WeakMap<Channel, number>();
+
+/** refused: the probe found nothing listening. */
+const refused = (how: string) => how === 'ENOENT' || how === 'ECONNREFUSED';
+
+/**
+ * awaitPeer waits until channel is READY (undefined) or untilMs passes (how it was down); at
+ * once when the channel's outage is known and nothing listens. signal's reason when it aborts.
+ */
+async function awaitPeer(channel: Channel, peer: PeerConnect, untilMs: number, signal?: AbortSignal): Promise<Down | undefined> {
+  if (channel.getConnectivityState(false) === connectivityState.READY) {
+    outages.delete(channel);
+    return undefined;
+  }
+  const known = outages.get(channel);
+  if (known !== undefined) {
+    const how = await probeConnect(peer.address);
+    if (refused(how)) return { how, sinceMs: known };
+  }
+  const t0 = Date.now();
+  if (await waitReady(channel, untilMs, signal)) {
+    outages.delete(channel);
+    return undefined;
+  }
+  const sinceMs = known ?? t0;
+  outages.set(channel, sinceMs);
+  return { how: await probeConnect(peer.address), sinceMs };
 }
 
 /**
@@ -106,10 +148,9 @@ export function probeConnect(address: string): Promise<string> {
   });
 }
 
-/** unreachableMessage is the UNAVAILABLE text for peer after waitedMs. */
-export async function unreachableMessage(peer: PeerConnect, waitedMs: number): Promise<string> {
-  const how = await probeConnect(peer.address);
-  return `${peer.name} is not reachable at ${displayAddress(peer.address)} (connect: ${how}; waited ${waitedMs} ms); ${peer.hint ?? 'is it running? `sandnode up` starts it'}`;
+/** unreachableMessage is the UNAVAILABLE text for peer, found unreachable (connect answer `how`) for forMs. */
+export function unreachableMessage(peer: PeerConnect, how: string, forMs: number): string {
+  return `${peer.name} is not reachable at ${displayAddress(peer.address)} (connect: ${how}; for ${Math.max(0, Math.round(forMs))} ms); ${peer.hint ?? 'is it running? `sandnode up` starts it'}`;
 }
 
 /**
@@ -149,7 +190,7 @@ export function connectBoundMiddleware(peer: PeerConnect): ClientMiddleware<{ de
     try {
       return yield* call.next(call.request, { ...options, peerConnectState });
     } catch (err) {
-      if (err instanceof PeerUnreachable) throw new ClientError(call.method.path, Status.UNAVAILABLE, await unreachableMessage(peer, Date.now() - (err.st.since ?? Date.now())));
+      if (err instanceof PeerUnreachable) throw new ClientError(call.method.path, Status.UNAVAILABLE, unreachableMessage(peer, err.down.how, Date.now() - err.down.sinceMs));
       throw err;
     }
   };
@@ -161,17 +202,18 @@ export function connectBoundMiddleware(peer: PeerConnect): ClientMiddleware<{ de
  * established" is sent again (unary and server-streaming calls: their request is a message,
  * not a stream that may be half read). Both end at the call's bound (see the file header).
  */
-export function connectAttemptMiddleware(channel: Channel): ClientMiddleware<PeerConnectCallOptions & { signal?: AbortSignal }> {
+export function connectAttemptMiddleware(channel: Channel, peer: PeerConnect): ClientMiddleware<PeerConnectCallOptions & { signal?: AbortSignal }> {
   return async function* connectAttempt(call, options) {
     const { peerConnectState: st, ...rest } = options;
     if (!st) return yield* call.next(call.request, rest);
     for (;;) {
-      if (channel.getConnectivityState(false) !== connectivityState.READY && !(await waitReady(channel, until(st), rest.signal))) throw new PeerUnreachable(st);
+      const down = await awaitPeer(channel, peer, until(st), rest.signal);
+      if (down) throw new PeerUnreachable(down);
       try {
         return yield* call.next(call.request, rest);
       } catch (err) {
         if (call.requestStream || !neverSent(err)) throw err;
-        if (Date.now() >= until(st)) throw new PeerUnreachable(st);
+        if (Date.now() >= until(st)) throw new PeerUnreachable({ how: await probeConnect(peer.address), sinceMs: st.since ?? Date.now() });
         // grpc-js said "no connection" on a channel it reports READY (a race): not a tight loop
         if (channel.getConnectivityState(false) === connectivityState.READY) await delay(rest.signal ?? new AbortController().signal, RESEND_PAUSE_MS);
       }
@@ -187,7 +229,6 @@ export function connectAttemptMiddleware(channel: Channel): ClientMiddleware<Pee
 export async function requireReachable(channel: Channel, peer: PeerConnect, signal?: AbortSignal): Promise<void> {
   const waitMs = peer.waitMs ?? DEFAULT_PEER_CONNECT_WAIT_MS;
   if (waitMs <= 0) return;
-  const t0 = Date.now();
-  if (await waitReady(channel, t0 + waitMs, signal)) return;
-  throw new UnavailableError(await unreachableMessage(peer, Date.now() - t0));
+  const down = await awaitPeer(channel, peer, Date.now() + waitMs, signal);
+  if (down) throw new UnavailableError(unreachableMessage(peer, down.how, Date.now() - down.sinceMs));
 }
