@@ -15,9 +15,23 @@ import { connectivityState } from '@grpc/grpc-js';
 import { createServer, Status, type Server } from 'nice-grpc';
 import { VmServiceDefinition, type VmServiceImplementation } from './gen/sandnode/vmm/v1/vmm';
 import { createSandnodeChannel, createServiceClient } from './client';
-import { DEFAULT_PEER_CONNECT_WAIT_MS } from './peer-connect';
+import { DEFAULT_PEER_CONNECT_WAIT_MS, neverSent } from './peer-connect';
+import { ClientError } from 'nice-grpc-common';
 
 jest.setTimeout(30_000);
+
+describe('neverSent', () => {
+  it("is grpc-js's answer to a call that never left, and nothing else", () => {
+    const e = (code: Status, details: string) => new ClientError('/p.S/M', code, details);
+    expect(neverSent(e(Status.UNAVAILABLE, 'No connection established. Last error: Error: connect ENOENT /x.sock. Resolution note: '))).toBe(true);
+    expect(neverSent(e(Status.INTERNAL, 'Failed to start HTTP/2 stream with error The session has been destroyed'))).toBe(true);
+    expect(neverSent(e(Status.UNAVAILABLE, 'Connection dropped'))).toBe(false); // may have reached the peer
+    expect(neverSent(e(Status.UNAVAILABLE, 'read ECONNRESET'))).toBe(false);
+    expect(neverSent(e(Status.UNAVAILABLE, 'handed the node over: retry'))).toBe(false); // the peer answered it
+    expect(neverSent(e(Status.INTERNAL, 'No connection established'))).toBe(false);
+    expect(neverSent(new Error('No connection established'))).toBe(false);
+  });
+});
 
 describe('peer clients wait for a restarting peer', () => {
   let dir: string;

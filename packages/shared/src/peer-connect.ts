@@ -114,10 +114,14 @@ async function awaitPeer(channel: Channel, peer: PeerConnect, untilMs: number, s
 
 /**
  * neverSent says whether err is grpc-js's answer to a call that never left the process: the
- * channel had no connection when the call was picked (pick_first's "No connection established").
+ * channel had no connection when the call was picked (pick_first's UNAVAILABLE "No connection
+ * established"), or the picked connection closed before the call's stream could be opened
+ * (INTERNAL "Failed to start HTTP/2 stream", grpc-js's progress NOT_STARTED).
  */
 export function neverSent(err: unknown): boolean {
-  return err instanceof ClientError && err.code === Status.UNAVAILABLE && /^(\w+: )?No connection established/.test(err.details);
+  if (!(err instanceof ClientError)) return false;
+  if (err.code === Status.UNAVAILABLE) return /^(\w+: )?No connection established/.test(err.details);
+  return err.code === Status.INTERNAL && err.details.startsWith('Failed to start HTTP/2 stream');
 }
 
 /** socketPath is the filesystem path of a "unix://" address, else the address itself. */
