@@ -64,6 +64,7 @@ export class VmPeer implements VmPort {
   readonly client: ServiceClient<typeof VmServiceDefinition>;
   readonly features: PeerFeatures;
   private readonly peer: PeerConnect;
+  private readonly log: PeerOptions['log'];
 
   /** address is "unix:///abs/vmm-supervisor.sock". */
   constructor(address: string, o: PeerOptions = {}) {
@@ -76,6 +77,7 @@ export class VmPeer implements VmPort {
       peer: this.peer,
     });
     this.client = withMappedErrors(client, 'vmm-supervisor', o.log);
+    this.log = o.log;
     this.features = new PeerFeatures(this.channel, 'vmm-supervisor', this.peer);
   }
 
@@ -217,12 +219,32 @@ export class VmPeer implements VmPort {
     return (await this.client.listVms({})).vms.map(toInfo);
   }
 
+  /** pause: PauseVm (not retried), answered by the VM's state when its answer was lost ({@link orReached}). */
   async pause(vmId: string): Promise<VmInfo> {
-    return toInfo((await this.client.pauseVm({ vmId })).vm);
+    return this.orReached(vmId, 'PAUSED', async () => toInfo((await this.client.pauseVm({ vmId })).vm));
   }
 
+  /** resume: ResumeVm (not retried), answered by the VM's state when its answer was lost ({@link orReached}). */
   async resume(vmId: string): Promise<VmInfo> {
-    return toInfo((await this.client.resumeVm({ vmId })).vm);
+    return this.orReached(vmId, 'RUNNING', async () => toInfo((await this.client.resumeVm({ vmId })).vm));
+  }
+
+  /**
+   * orReached runs call (PauseVm/ResumeVm: not idempotent, never sent twice); when it ends
+   * UNAVAILABLE (the supervisor died under it: the VM may have changed, the answer is lost) it
+   * asks GetVm once the supervisor is back (within the connect wait) and answers the VM when it
+   * is in state `want`, so the record follows the VM; else the UNAVAILABLE stays.
+   */
+  private async orReached(vmId: string, want: VmInfo['state'], call: () => Promise<VmInfo>): Promise<VmInfo> {
+    try {
+      return await call();
+    } catch (err) {
+      if (!isCode(err, Status.UNAVAILABLE)) throw err;
+      const vm = await this.get(vmId).catch(() => undefined);
+      if (vm?.state !== want) throw err;
+      this.log?.warn({ vm_id: vmId, state: want, err }, 'the supervisor went away before it answered; the VM is in the state asked for');
+      return vm;
+    }
   }
 
   async delete(vmId: string, opts: { keepNetwork?: boolean } = {}): Promise<void> {
