@@ -123,8 +123,10 @@ describe('peer clients wait for a restarting peer', () => {
     }
     expect(calls).toEqual({ pauseVm: 0, deleteVm: 0 });
     // the outage is known (later calls fail at once while nothing listens), yet a peer that listens again is waited for
+    // (a wait longer than the channel's reconnect backoff, as the default is: that is what lets a restarted peer in)
     await start();
-    await expect(client.pauseVm({ vmId: 'b' })).resolves.toBeDefined();
+    const after = createServiceClient(VmServiceDefinition, channel, { peer: peerOf(), timeoutMs: 20_000 });
+    await expect(after.pauseVm({ vmId: 'b' })).resolves.toBeDefined();
     expect(calls.pauseVm).toBe(1);
     channel.close();
   });

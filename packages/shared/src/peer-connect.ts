@@ -37,7 +37,11 @@ export interface PeerConnect {
   name: string;
   /** its address: "unix:///abs/path.sock" or "host:port" */
   address: string;
-  /** bound of the wait for READY, ms (default DEFAULT_PEER_CONNECT_WAIT_MS); 0 turns the wait off */
+  /**
+   * bound of the wait for READY, ms (default DEFAULT_PEER_CONNECT_WAIT_MS); 0 turns the wait off.
+   * Keep it above the channel's grpc.max_reconnect_backoff_ms (1000 in createSandnodeChannel):
+   * a shorter wait can end inside the backoff, before the channel tries the restarted peer.
+   */
   waitMs?: number;
   /** what to do, ending the message (default "is it running? `sandnode up` starts it") */
   hint?: string;
