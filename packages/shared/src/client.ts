@@ -6,6 +6,8 @@
  * nice-grpc retry middleware. A call whose request has a `request_id` field (CreateSandbox,
  * ForkSandbox) is idempotent only by that key: it is retried when request_id is set and never
  * when it is empty, whatever the proto's option says ({@link requestIdRetryMiddleware}).
+ * A client made with `peer` (peer-connect.ts) also waits, within a bound, for a restarting peer
+ * and sends again a call that never left (any RPC), and names the peer when it stays away.
  */
 import { createChannel, createClientFactory } from 'nice-grpc';
 import type { Channel, Client, ClientMiddleware, CompatServiceDefinition } from 'nice-grpc';
@@ -18,6 +20,7 @@ import { MAX_MESSAGE_BYTES } from './server';
 import { epochClientMiddleware } from './epoch-fence';
 import { bearerMiddleware, channelCredentials, type ClientAuth } from './client-auth';
 import { clientMetricsMiddleware } from './grpc-metrics';
+import { connectAttemptMiddleware, connectBoundMiddleware, type PeerConnect } from './peer-connect';
 
 /** Default deadline of a unary call, in ms. */
 export const DEFAULT_CALL_TIMEOUT_MS = 30_000;
@@ -54,10 +57,21 @@ export interface ServiceClientOptions {
   epoch?: () => number;
   /** a bearer token sent on every call (client-auth.ts) */
   token?: string;
+  /**
+   * the peer behind channel: calls wait up to min(deadline, peer.waitMs) for a restarting peer,
+   * a call that never left is sent again, and one that still finds no peer is UNAVAILABLE naming
+   * it (peer-connect.ts). Without it calls fail as grpc-js says.
+   */
+  peer?: PeerConnect;
 }
 
 // grpc_client_* metrics (grpc-metrics.ts) after retries: one count per attempt, as go-grpc-prometheus
 const factory = createClientFactory().use(retryMiddleware).use(deadlineMiddleware).use(clientMetricsMiddleware);
+
+/** peerFactory is factory with the connect middlewares of peer-connect.ts: one per attempt inside the retries, the bound outside the deadline. */
+function peerFactory(channel: Channel, peer: PeerConnect): typeof factory {
+  return createClientFactory().use(connectAttemptMiddleware(channel, peer)).use(retryMiddleware).use(deadlineMiddleware).use(clientMetricsMiddleware).use(connectBoundMiddleware(peer)) as unknown as typeof factory;
+}
 
 /**
  * requestIdMethods lists the paths ("/pkg.Service/Method") of def's unary methods whose
@@ -103,7 +117,8 @@ export function createServiceClient<D extends CompatServiceDefinition>(def: D, c
     };
   }
   const keyed = requestIdMethods(def);
-  const f0 = keyed.size > 0 ? factory.use(requestIdRetryMiddleware(keyed)) : factory;
+  const base = opts.peer ? peerFactory(channel, opts.peer) : factory;
+  const f0 = keyed.size > 0 ? base.use(requestIdRetryMiddleware(keyed)) : base;
   const f1 = opts.epoch ? f0.use(epochClientMiddleware(opts.epoch)) : f0;
   const f = opts.token ? f1.use(bearerMiddleware(opts.token)) : f1;
   // eslint-disable-next-line @typescript-eslint/no-explicit-any
@@ -119,11 +134,13 @@ export class PeerFeatures {
   private version: Promise<GetVersionResponse> | undefined;
   private readonly client: ServiceClient<typeof VersionServiceDefinition>;
 
+  /** peer: as ServiceClientOptions.peer (wait for a restarting peer, name it when it stays away). */
   constructor(
     channel: Channel,
     private readonly peerName: string,
+    peer?: PeerConnect,
   ) {
-    this.client = createServiceClient(VersionServiceDefinition, channel, { timeoutMs: 5000 });
+    this.client = createServiceClient(VersionServiceDefinition, channel, { timeoutMs: 5000, ...(peer ? { peer } : {}) });
   }
 
   /** get returns the peer's GetVersion answer, asking once. */

@@ -7,6 +7,7 @@ export * from './node-id';
 export * from './server';
 export * from './server-guards';
 export * from './client';
+export { DEFAULT_PEER_CONNECT_WAIT_MS, neverSent, probeConnect, requireReachable, unreachableMessage, waitReady, type PeerConnect } from './peer-connect';
 export * from './metrics';
 export * from './metrics-endpoint';
 export * from './grpc-metrics';

@@ -35,6 +35,8 @@ const GIB = 1024 * 1024 * 1024;
 export const DEFAULT_PEER_CALL_TIMEOUT_MS = 60_000;
 /** Retries of an idempotent call to the vmm-supervisor or the ublk-manager on UNAVAILABLE (key `peerRetryAttempts`). */
 export const DEFAULT_PEER_RETRY_ATTEMPTS = 8;
+/** How long a call to the vmm-supervisor or the ublk-manager waits for it to be reachable (a restart), ms; 0: no wait (key `peerConnectWaitMs`). */
+export const DEFAULT_PEER_CONNECT_WAIT_MS = 3000;
 /** Deadline of a unary call to a sandbox's podd, ms (key `poddCallTimeoutMs`). */
 export const DEFAULT_PODD_CALL_TIMEOUT_MS = 30_000;
 /** Retries of an idempotent call to a podd on UNAVAILABLE (key `poddRetryAttempts`). */
@@ -156,6 +158,8 @@ export const configSchema = z.object({
   peerCallTimeoutMs: ms(100).default(DEFAULT_PEER_CALL_TIMEOUT_MS),
   /** retries of an idempotent call to the vmm-supervisor / ublk-manager on UNAVAILABLE */
   peerRetryAttempts: z.coerce.number().int().min(0).max(100).default(DEFAULT_PEER_RETRY_ATTEMPTS),
+  /** how long a call to the vmm-supervisor / ublk-manager waits for it to be reachable (a restart); past it UNAVAILABLE names the peer, ms */
+  peerConnectWaitMs: z.coerce.number().int().min(0).max(600_000).default(DEFAULT_PEER_CONNECT_WAIT_MS),
   /** deadline of a unary call to a podd, ms */
   poddCallTimeoutMs: ms(100).default(DEFAULT_PODD_CALL_TIMEOUT_MS),
   /** retries of an idempotent call to a podd on UNAVAILABLE */

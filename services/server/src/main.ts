@@ -111,7 +111,7 @@ export function wiring(
       }
     },
     activate({ store, epoch, log, streams }) {
-      const peer = { epoch, timeoutMs: cfg.peerCallTimeoutMs, retryAttempts: cfg.peerRetryAttempts };
+      const peer = { epoch, timeoutMs: cfg.peerCallTimeoutMs, retryAttempts: cfg.peerRetryAttempts, connectWaitMs: cfg.peerConnectWaitMs };
       const vms = new VmPeer(cfg.vmmAddress, { ...peer, log: log.child({ peer: 'vmm-supervisor' }) });
       const devices = new DevicePeer(cfg.ublkAddress, { ...peer, log: log.child({ peer: 'ublk-manager' }) });
       const templates = new LocalTemplateCatalog({ templatesDir: cfg.templatesDir, poddBundlePath: cfg.poddBundle, poddVersion: cfg.poddVersion, nodePath: cfg.templateNode, store });

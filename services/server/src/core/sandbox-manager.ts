@@ -291,6 +291,7 @@ export class SandboxManager {
     return this.locks.run(id, async () => {
       signal?.throwIfAborted(); // nothing made yet
       await requireDeviceManager(this.ctx, 'CreateSandbox');
+      await this.vms.reachable?.(signal); // a supervisor that is down: UNAVAILABLE naming it, nothing made
       // what the node can give, decided before anything is made (FAILED_PRECONDITION leaves nothing)
       rec.network = await planNetwork(this.vms, network, 'CreateSandbox', this.tokens, id);
       signal?.throwIfAborted();

@@ -232,6 +232,8 @@ export interface VmFreezeInfo {
 
 /** VmPort is the server's view of the vmm-supervisor. */
 export interface VmPort {
+  /** reachable resolves once the supervisor can be called; UnavailableError naming it and its socket when it stays away past the peer wait (nothing sent) */
+  reachable?(signal?: AbortSignal): Promise<void>;
   create(args: {
     vmId: string;
     templateRootfs: string;

@@ -4,7 +4,19 @@
  * `retryAttempts` times on UNAVAILABLE (`peerRetryAttempts`), and errors are mapped
  * (peer-errors.ts: the manager's INTERNAL text stays in the server log).
  */
-import { createSandnodeChannel, createServiceClient, isCode, PeerFeatures, Status, UBLK_FEATURES, UnavailableError, type Logger, type ServiceClient } from '@sandnode/shared';
+import {
+  createSandnodeChannel,
+  createServiceClient,
+  isCode,
+  PeerFeatures,
+  requireReachable,
+  Status,
+  UBLK_FEATURES,
+  UnavailableError,
+  type Logger,
+  type PeerConnect,
+  type ServiceClient,
+} from '@sandnode/shared';
 import { DeviceServiceDefinition, DeviceState, Filesystem, type Device } from '@sandnode/shared/proto/ublk/v1/ublk';
 import type { Channel, ClientError } from 'nice-grpc';
 import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
@@ -22,6 +34,17 @@ export interface PeerOptions {
   retryAttempts?: number;
   /** where the text of a peer's INTERNAL/UNKNOWN errors goes */
   log?: Logger;
+  /**
+   * how long a call waits for a restarting peer, ms (config `peerConnectWaitMs`, default
+   * DEFAULT_PEER_CONNECT_WAIT_MS; 0: no wait): within min(deadline, this) a call that never left
+   * is sent again whatever its RPC, after it UNAVAILABLE names the peer (shared peer-connect.ts)
+   */
+  connectWaitMs?: number;
+}
+
+/** peerConnect is what a peer client waits for (shared PeerConnect). */
+export function peerConnect(name: string, address: string, o: PeerOptions): PeerConnect {
+  return { name, address, ...(o.connectWaitMs !== undefined ? { waitMs: o.connectWaitMs } : {}) };
 }
 
 function toInfo(d: Device | undefined): DeviceInfo {
@@ -34,18 +57,26 @@ export class DevicePeer implements DevicePort {
   readonly client: ServiceClient<typeof DeviceServiceDefinition>;
   readonly features: PeerFeatures;
   private readonly log: Logger | undefined;
+  private readonly peer: PeerConnect;
 
   /** address is "unix:///abs/ublk-manager.sock". */
   constructor(address: string, o: PeerOptions = {}) {
     this.channel = createSandnodeChannel(address);
+    this.peer = peerConnect('ublk-manager', address, o);
     const client = createServiceClient(DeviceServiceDefinition, this.channel, {
       timeoutMs: o.timeoutMs ?? DEFAULT_PEER_CALL_TIMEOUT_MS,
       epoch: o.epoch ?? (() => 0),
       retryAttempts: o.retryAttempts ?? DEFAULT_PEER_RETRY_ATTEMPTS,
+      peer: this.peer,
     });
     this.client = withMappedErrors(client, 'ublk-manager', o.log);
     this.log = o.log;
-    this.features = new PeerFeatures(this.channel, 'ublk-manager');
+    this.features = new PeerFeatures(this.channel, 'ublk-manager', this.peer);
+  }
+
+  /** reachable waits up to connectWaitMs for the ublk-manager's channel; UNAVAILABLE naming it and its socket when it stays away. */
+  reachable(signal?: AbortSignal): Promise<void> {
+    return requireReachable(this.channel, this.peer, signal);
   }
   /**
    * fenceEpoch raises the ublk-manager's epoch fence to epoch and says how: DeviceService.FenceEpoch
@@ -66,10 +97,11 @@ export class DevicePeer implements DevicePort {
 
   /**
    * clone is CloneDevice (retried on UNAVAILABLE) with deadlineMs (ms from now; default the
-   * call timeout). A ublk-manager that is gone (killed mid-clone, not restarted) answers every
-   * retry UNAVAILABLE until the deadline ends them: that is UnavailableError (UNAVAILABLE, naming
-   * ublk-manager; the last error goes to the log), not the deadline's DEADLINE_EXCEEDED, which stays for a
-   * manager that answered nothing in time.
+   * call timeout). A ublk-manager that is gone (killed mid-clone, not restarted) is
+   * UnavailableError (UNAVAILABLE) naming it and its socket when the connect wait ends, just
+   * before the deadline; with the wait off (connectWaitMs 0) retries that meet the deadline are
+   * UnavailableError too (the last error goes to the log). The deadline's DEADLINE_EXCEEDED
+   * stays for a manager that got the call and answered nothing in time.
    */
   async clone(deviceId: string, sourceId: string, sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice> {
     let unavailable: ClientError | undefined;

@@ -3,12 +3,12 @@
  * and error mapping as for DevicePeer (PeerOptions). Optional RPCs are used only when the
  * supervisor lists their feature (GetVersion, asked once per connection).
  */
-import { createSandnodeChannel, createServiceClient, isCode, missingFeature, PeerFeatures, Status, VMM_FEATURES, type ServiceClient } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, isCode, missingFeature, PeerFeatures, requireReachable, Status, VMM_FEATURES, type PeerConnect, type ServiceClient } from '@sandnode/shared';
 import { DriveRole, FreezeEndedBy, NetworkSlotState, VmServiceDefinition, VmState, type Vm, type VmNetwork } from '@sandnode/shared/proto/vmm/v1/vmm';
 import type { Channel } from 'nice-grpc';
 import { DEFAULT_PEER_CALL_TIMEOUT_MS, DEFAULT_PEER_RETRY_ATTEMPTS } from '../config';
 import type { EgressPolicyWire, NetworkSlotInfo, NodeNetwork, VmFreezeInfo, VmInfo, VmNetworkInfo, VmPort } from '../core/types';
-import type { PeerOptions } from './device-peer';
+import { peerConnect, type PeerOptions } from './device-peer';
 import { announceEpoch, EPOCH_PROBE_ID } from './epoch-announce';
 import { withMappedErrors } from './peer-errors';
 
@@ -63,17 +63,27 @@ export class VmPeer implements VmPort {
   readonly channel: Channel;
   readonly client: ServiceClient<typeof VmServiceDefinition>;
   readonly features: PeerFeatures;
+  private readonly peer: PeerConnect;
+  private readonly log: PeerOptions['log'];
 
   /** address is "unix:///abs/vmm-supervisor.sock". */
   constructor(address: string, o: PeerOptions = {}) {
     this.channel = createSandnodeChannel(address);
+    this.peer = peerConnect('vmm-supervisor', address, o);
     const client = createServiceClient(VmServiceDefinition, this.channel, {
       timeoutMs: o.timeoutMs ?? DEFAULT_PEER_CALL_TIMEOUT_MS,
       epoch: o.epoch ?? (() => 0),
       retryAttempts: o.retryAttempts ?? DEFAULT_PEER_RETRY_ATTEMPTS,
+      peer: this.peer,
     });
     this.client = withMappedErrors(client, 'vmm-supervisor', o.log);
-    this.features = new PeerFeatures(this.channel, 'vmm-supervisor');
+    this.log = o.log;
+    this.features = new PeerFeatures(this.channel, 'vmm-supervisor', this.peer);
+  }
+
+  /** reachable waits up to connectWaitMs for the supervisor's channel; UNAVAILABLE naming it and its socket when it stays away (nothing is sent). */
+  reachable(signal?: AbortSignal): Promise<void> {
+    return requireReachable(this.channel, this.peer, signal);
   }
 
   /**
@@ -209,12 +219,32 @@ export class VmPeer implements VmPort {
     return (await this.client.listVms({})).vms.map(toInfo);
   }
 
+  /** pause: PauseVm (not retried), answered by the VM's state when its answer was lost ({@link orReached}). */
   async pause(vmId: string): Promise<VmInfo> {
-    return toInfo((await this.client.pauseVm({ vmId })).vm);
+    return this.orReached(vmId, 'PAUSED', async () => toInfo((await this.client.pauseVm({ vmId })).vm));
   }
 
+  /** resume: ResumeVm (not retried), answered by the VM's state when its answer was lost ({@link orReached}). */
   async resume(vmId: string): Promise<VmInfo> {
-    return toInfo((await this.client.resumeVm({ vmId })).vm);
+    return this.orReached(vmId, 'RUNNING', async () => toInfo((await this.client.resumeVm({ vmId })).vm));
+  }
+
+  /**
+   * orReached runs call (PauseVm/ResumeVm: not idempotent, never sent twice); when it ends
+   * UNAVAILABLE (the supervisor died under it: the VM may have changed, the answer is lost) it
+   * asks GetVm once the supervisor is back (within the connect wait) and answers the VM when it
+   * is in state `want`, so the record follows the VM; else the UNAVAILABLE stays.
+   */
+  private async orReached(vmId: string, want: VmInfo['state'], call: () => Promise<VmInfo>): Promise<VmInfo> {
+    try {
+      return await call();
+    } catch (err) {
+      if (!isCode(err, Status.UNAVAILABLE)) throw err;
+      const vm = await this.get(vmId).catch(() => undefined);
+      if (vm?.state !== want) throw err;
+      this.log?.warn({ vm_id: vmId, state: want, err }, 'the supervisor went away before it answered; the VM is in the state asked for');
+      return vm;
+    }
   }
 
   async delete(vmId: string, opts: { keepNetwork?: boolean } = {}): Promise<void> {
