@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # host-setup.sh: make a fresh Debian 12 machine ready to build and run sandnode (idempotent).
-# Installs the host parts sandnode drives (runc, busybox-static, e2fsprogs, util-linux,
+# Installs the host parts sandnode drives (runc, busybox-static, e2fsprogs, xfsprogs for the
+# ublk-manager's image pool (an XFS reflink file system in a file), util-linux,
 # fio for benchmarks, shellcheck for npm run lint, openssl for `sandnode certs init`, acl: setfacl lets the user namespace root pass a 0700 parent of the run dir, nftables +
 # iproute2 for sandbox networking (docs/network.md), iptables for Docker's DOCKER-USER chain, curl for the network tests, tmux for the CLI's `exec -it` test under a real terminal) with apt when missing; Node 24 (deploy/node-version) from the npm
 # registry into .toolchain/ when the machine's node is older than 22 (deploy/toolchain.sh);
@@ -13,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pkg in runc busybox-static e2fsprogs mount fio shellcheck openssl acl nftables iproute2 iptables curl tmux; do
+for pkg in runc busybox-static e2fsprogs xfsprogs mount fio shellcheck openssl acl nftables iproute2 iptables curl tmux; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

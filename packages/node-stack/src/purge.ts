@@ -150,7 +150,13 @@ export async function purgeNode(dirs: StackDirs): Promise<PurgeReport> {
   // the network first: its netns bind mounts (nsfs) are not mounts classifyMounts would take for ours
   report.network = purgeNodeNetwork({ tag: dirs.network?.tag ?? defaultNetworkTag(dirs.stateDir), runDir });
   const loops = loopBackingFiles();
-  const { ours, foreign } = classifyMounts(readMounts(), { runDir, stateDir }, loops);
+  const classified = classifyMounts(readMounts(), { runDir, stateDir }, loops);
+  const { ours } = classified;
+  // the ublk-manager's image pool (an XFS file system in <stateDir>/ublk-manager/pool/images.xfs,
+  // mounted on <stateDir>/images): unmounted after the image loop devices on it are detached
+  const poolFile = path.join(stateDir, 'ublk-manager', 'pool', 'images.xfs');
+  const poolMounts = classified.foreign.filter((m) => loops.get(m.source) === poolFile && m.mountPoint === path.join(stateDir, 'images'));
+  const foreign = classified.foreign.filter((m) => !poolMounts.includes(m));
   /** mount points not to enter: foreign ones and ours that would not unmount */
   const blocked = foreign.map((m) => ({ at: m.mountPoint, why: `a ${m.fsType} mount sandnode did not make (from ${m.source})` }));
   for (const m of ours) {
@@ -174,6 +180,25 @@ export async function purgeNode(dirs: StackDirs): Promise<PurgeReport> {
   }
   for (const [dev, backing] of loops) {
     if (!isSandnodeImage(backing, stateDir)) continue;
+    await run('losetup', ['-d', dev]).catch(() => undefined);
+    report.loopDevices.push(dev);
+  }
+  for (const m of poolMounts) {
+    // the detaches above complete once the kernel lets go of the image files: retry a while
+    let err: unknown;
+    for (let i = 0; i < 50; i++) {
+      err = await run('umount', [m.mountPoint]).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      if (err === undefined) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    if (err === undefined) report.mounts.push(m.mountPoint);
+    else blocked.push({ at: m.mountPoint, why: `the image pool, which would not unmount (${(err as Error).message.split('\n')[0]})` });
+  }
+  for (const [dev, backing] of loops) {
+    if (backing !== poolFile) continue;
     await run('losetup', ['-d', dev]).catch(() => undefined);
     report.loopDevices.push(dev);
   }

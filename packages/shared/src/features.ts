@@ -91,6 +91,8 @@ export const UBLK_FEATURES = {
   foreignMountns: 'ublk.foreign-mountns.v1',
   /** DeviceService.CloneDevice */
   clone: 'ublk.clone',
+  /** CloneDevice is FICLONE on a reflink file system (native or the image pool) and says clone_method / copy_reason; empty ext4 devices are template clones */
+  reflinkClone: 'ublk.reflink-clone.v1',
   /** DeviceService.FenceEpoch: an explicit epoch announcement (before it, a DeleteDevice of an unknown id) */
   fenceEpoch: 'ublk.fence-epoch.v1',
   /** ListDevicesResponse carries the quarantined rows of the slot's device table and the fence epoch (`sandnode status`) */

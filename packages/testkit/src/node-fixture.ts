@@ -317,7 +317,8 @@ export async function inventory(dirs: StackDirs): Promise<NodeInventory> {
       const b = readFileSync(`/sys/block/${n}/loop/backing_file`, 'utf8')
         .trim()
         .replace(/ \(deleted\)$/, '');
-      if (b.startsWith(`${stateDir}/`)) loopBackingFiles.push(b);
+      // the ublk-manager's image pool (an XFS file system in a file, mounted on <stateDir>/images) is the node's, not a sandbox's
+      if (b.startsWith(`${stateDir}/`) && b !== path.join(stateDir, 'ublk-manager', 'pool', 'images.xfs')) loopBackingFiles.push(b);
     } catch {
       /* not attached */
     }

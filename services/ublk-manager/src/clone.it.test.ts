@@ -16,7 +16,22 @@ import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/versi
 import { DeviceServiceDefinition, DeviceState, Filesystem, type CloneDeviceRequest, type Device } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { describeWith, expectCode, PARTS } from '@sandnode/testkit';
 import { lockSlot } from './store/locks';
-import { backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, httpGet, loopsUnder, MIB, mountsUnder, spawnDaemon, tempRoot, waitForLog, type Daemon, type Exit } from './__tests__/handover-harness';
+import {
+  imageFiles,
+  backingOf,
+  buildDaemon,
+  cleanUpUnder,
+  DAEMON_PARTS,
+  httpGet,
+  loopsUnder,
+  MIB,
+  mountsUnder,
+  spawnDaemon,
+  tempRoot,
+  waitForLog,
+  type Daemon,
+  type Exit,
+} from './__tests__/handover-harness';
 
 const GIB = 1024 * MIB;
 const MAX = 2 * GIB;
@@ -96,7 +111,7 @@ describeWith('ublk-manager CloneDevice (loop driver, real daemon)', [...DAEMON_P
 
   /** snapshot is everything a refused call must leave as it was. */
   async function snapshot(): Promise<unknown> {
-    return { devices: (await client.listDevices({})).devices, images: readdirSync(imagesDir).sort(), rows: rows() };
+    return { devices: (await client.listDevices({})).devices, images: imageFiles(imagesDir), rows: rows() };
   }
 
   const req = (over: Partial<CloneDeviceRequest> = {}): CloneDeviceRequest => ({
@@ -172,8 +187,8 @@ describeWith('ublk-manager CloneDevice (loop driver, real daemon)', [...DAEMON_P
     expect(res.cloneMs).toBeGreaterThanOrEqual(1);
     expect(res.copiedBytes).toBe(srcAllocated);
     // reflinked is true only where the images dir's file system has FICLONE.
-    const probe = spawnSync('cp', ['--reflink=always', parent.backingFile, path.join(tmp, 'probe.img')]);
-    rmSync(path.join(tmp, 'probe.img'), { force: true });
+    const probe = spawnSync('cp', ['--reflink=always', parent.backingFile, path.join(imagesDir, '.probe.img')]);
+    rmSync(path.join(imagesDir, '.probe.img'), { force: true });
     expect(res.reflinked).toBe(probe.status === 0);
 
     expect(spawnSync('e2fsck', ['-fn', d.backingFile]).status).toBe(0);
@@ -189,7 +204,7 @@ describeWith('ublk-manager CloneDevice (loop driver, real daemon)', [...DAEMON_P
 
     expect(rows().find((r) => r.device_id === 'child')).toEqual({ device_id: 'child', state: 'ready', cloned_from: 'parent' });
     expect((await client.getDevice({ deviceId: 'child' })).device).toEqual(d);
-    expect(readdirSync(imagesDir).sort()).toEqual(['child.img', 'parent.img']);
+    expect(imageFiles(imagesDir)).toEqual(['child.img', 'parent.img']);
   });
 
   it('isolation: a write to the source after the clone is not in the clone, and a write to the clone is not in the source', async () => {
@@ -246,7 +261,7 @@ describeWith('ublk-manager CloneDevice (loop driver, real daemon)', [...DAEMON_P
     }
     // b is not running any more: the next call ends retiring and is served.
     expect(await snapshot()).toEqual(before);
-    expect(mountsUnder(tmp)).toEqual([parentMnt]);
+    expect(mountsUnder(tmp).filter((m) => m !== imagesDir)).toEqual([parentMnt]);
   });
 
   it('clones a read-only or a detached source without source_quiesced', async () => {

@@ -32,7 +32,19 @@ describe('loadUblkConfig', () => {
       releaseTimeoutMs: 30_000,
       cloneTimeoutMs: 600_000,
       mkfsTimeoutMs: 120_000,
+      imagePool: true,
+      imagePoolInitialBytes: 16 * 1024 ** 3,
+      imagePoolMaxBytes: 512 * 1024 ** 3,
+      imagePoolMinFreeBytes: 4 * 1024 ** 3,
+      imagePoolCheckMs: 10_000,
+      emptyImageTemplates: true,
     });
+  });
+
+  it('turns the image pool off and sizes it from env; refuses a pool below 512 MiB naming the key', () => {
+    const env = { SANDNODE_UBLK_MANAGER_IMAGE_POOL: 'false', SANDNODE_UBLK_MANAGER_IMAGE_POOL_MAX_BYTES: String(2 * 1024 ** 3), SANDNODE_UBLK_MANAGER_EMPTY_IMAGE_TEMPLATES: 'off' };
+    expect(loadUblkConfig({ env })).toMatchObject({ imagePool: false, imagePoolMaxBytes: 2 * 1024 ** 3, emptyImageTemplates: false });
+    expect(() => loadUblkConfig({ env: { SANDNODE_UBLK_MANAGER_IMAGE_POOL_INITIAL_BYTES: String(100 * 1024 ** 2) } })).toThrow(/imagePoolInitialBytes/);
   });
 
   it('gives slot a and b their own socket; validates slot and metricsListen', () => {

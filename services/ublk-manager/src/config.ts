@@ -10,6 +10,7 @@ import { unixSocketAddress, defaultMetricsListen, DEFAULT_DRAIN_MS, DEFAULT_RUN_
 import { DEFAULT_RELEASE_TIMEOUT_MS } from './core/device-core';
 import { DEFAULT_MAX_DEVICE_SIZE_BYTES, MIN_DEVICE_SIZE_BYTES, SECTOR_BYTES } from './core/types';
 import { DEFAULT_CLONE_TIMEOUT_MS, DEFAULT_MKFS_TIMEOUT_MS } from './drivers/images';
+import { DEFAULT_POOL_CHECK_MS, DEFAULT_POOL_INITIAL_BYTES, DEFAULT_POOL_MAX_BYTES, DEFAULT_POOL_MIN_FREE_BYTES, MIN_POOL_BYTES } from './drivers/image-pool';
 
 /** The service name used in env var names and logs. */
 export const SERVICE = 'ublk-manager';
@@ -64,6 +65,21 @@ export const configSchema = z.object({
   cloneTimeoutMs: z.coerce.number().int().min(1000).max(86_400_000).default(DEFAULT_CLONE_TIMEOUT_MS),
   /** Longest `mkfs.ext4` of one CreateDevice, in ms (>= 1000). */
   mkfsTimeoutMs: z.coerce.number().int().min(1000).max(86_400_000).default(DEFAULT_MKFS_TIMEOUT_MS),
+  /**
+   * Make an image pool (an XFS reflink file system in `<stateDir>/ublk-manager/pool/images.xfs`,
+   * mounted on the images dir) when the images dir's file system has no reflink; false: clones copy.
+   */
+  imagePool: boolish.default(true),
+  /** Size of a new image pool file (sparse), bytes (>= 512 MiB). */
+  imagePoolInitialBytes: z.coerce.number().int().min(MIN_POOL_BYTES).max(Number.MAX_SAFE_INTEGER).default(DEFAULT_POOL_INITIAL_BYTES),
+  /** Largest the image pool grows to, bytes (>= 512 MiB; below imagePoolInitialBytes means no growth). */
+  imagePoolMaxBytes: z.coerce.number().int().min(MIN_POOL_BYTES).max(Number.MAX_SAFE_INTEGER).default(DEFAULT_POOL_MAX_BYTES),
+  /** The image pool grows when less than this is free in it, bytes. */
+  imagePoolMinFreeBytes: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(DEFAULT_POOL_MIN_FREE_BYTES),
+  /** How often the image pool's free space is checked, ms (0: only before an image is made). */
+  imagePoolCheckMs: ms(3_600_000).default(DEFAULT_POOL_CHECK_MS),
+  /** Make empty ext4 devices by FICLONE of a pre-formatted empty image per size (where reflink works) instead of mkfs.ext4. */
+  emptyImageTemplates: boolish.default(true),
   /** Prometheus `/metrics` on "host:port" (default 127.0.0.1:9466); "" disables. A port in use is logged and retried, never fatal. */
   metricsListen: z
     .string()
@@ -89,6 +105,12 @@ export interface UblkConfig {
   releaseTimeoutMs: number;
   cloneTimeoutMs: number;
   mkfsTimeoutMs: number;
+  imagePool: boolean;
+  imagePoolInitialBytes: number;
+  imagePoolMaxBytes: number;
+  imagePoolMinFreeBytes: number;
+  imagePoolCheckMs: number;
+  emptyImageTemplates: boolean;
   metricsListen: string;
   ublkServer: string;
 }

@@ -13,7 +13,7 @@ import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { DeviceServiceDefinition, Filesystem, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { ClientError, Status } from 'nice-grpc-common';
 import { describeWith, expectCode, writeLeaseRecord } from '@sandnode/testkit';
-import { backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, loopsUnder, MIB, spawnDaemon, tempRoot, waitForLog, type Daemon, type Slot } from './__tests__/handover-harness';
+import { imageLoopsUnder, backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, MIB, spawnDaemon, tempRoot, waitForLog, type Daemon, type Slot } from './__tests__/handover-harness';
 
 jest.setTimeout(180_000);
 
@@ -195,6 +195,6 @@ describeWith('ublk-manager handover during sandbox churn (loop driver, real proc
     expect((await client('a').listDevices({})).devices).toEqual([]);
     await expectOwnedBy('b', all);
     for (const id of all) expect((await client('b').deleteDevice({ deviceId: id })).existed).toBe(true);
-    expect([...loopsUnder(tmp).keys()]).toEqual([]);
+    expect([...imageLoopsUnder(tmp).keys()]).toEqual([]);
   });
 });

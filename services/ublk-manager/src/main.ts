@@ -2,7 +2,7 @@
 /**
  * sandnode-ublk-manager: the daemon that owns block devices. Order at start: config ->
  * failpoints -> driver check (fails naming what is missing) -> slot lock (exit 3 when another
- * process of the slot holds it) -> device table of the slot -> takeover of the devices of a
+ * process of the slot holds it) -> image pool (found, adopted or made: drivers/image-pool.ts) -> device table of the slot -> takeover of the devices of a
  * slot that is not running -> crash convergence of released rows -> adoption of the devices
  * the table knows -> epoch fence -> serve DeviceService
  * (+ VersionService, health, reflection) and /metrics when configured. SIGTERM/SIGINT run the
@@ -35,6 +35,7 @@ import { loadUblkConfig, SERVICE, type UblkConfig } from './config';
 import { DeviceManager } from './core/device-manager';
 import type { BlockDriver } from './core/driver';
 import { activeFailpoints, FAILPOINTS_ENV, setFailpoints } from './core/failpoints';
+import { ImagePool } from './drivers/image-pool';
 import { FileImages } from './drivers/images';
 import { LoopDriver } from './drivers/loop';
 import { UblkDriver } from './drivers/ublk';
@@ -55,7 +56,7 @@ const CAPABILITY_FEATURES = { quiesce: UBLK_FEATURES.quiesce, 'user-recovery': U
  * `ublk.loop` / `ublk.ublk` (driver), `ublk.adoption.v1`, `ublk.slots.v1` (A/B slots on one
  * state dir), `ublk.handover.v1` (Quiesce/Resume/Release/Recover/AbortHandover/HandoverAll),
  * `ublk.epoch-fence.v1`, `ublk.fence-epoch.v1` (FenceEpoch), `ublk.foreign-mountns.v1`,
- * `ublk.clone`, plus `ublk.quiesce`, `ublk.user-recovery`, `ublk.reissue` when the driver has
+ * `ublk.clone`, `ublk.reflink-clone.v1` (CloneDevice says clone_method; FICLONE on a reflink images fs or the image pool), plus `ublk.quiesce`, `ublk.user-recovery`, `ublk.reissue` when the driver has
  * them on this kernel.
  */
 export function features(driver: BlockDriver): string[] {
@@ -68,6 +69,7 @@ export function features(driver: BlockDriver): string[] {
     UBLK_FEATURES.fenceEpoch,
     UBLK_FEATURES.foreignMountns,
     UBLK_FEATURES.clone,
+    UBLK_FEATURES.reflinkClone,
     UBLK_FEATURES.quarantineReport,
     ...driver.capabilities().map((c) => CAPABILITY_FEATURES[c]),
   ];
@@ -157,7 +159,27 @@ async function start(argv: string[]): Promise<void> {
   const dbFile = deviceDbPath(cfg.stateDir, cfg.slot);
   if (cfg.slot === '' && migrateLegacyTable(cfg.stateDir, dbFile)) log.warn({ to: dbFile }, 'moved the device table of release 0.0.1 (<stateDir>/ublk/devices.db) to the slot layout');
 
-  const images = new FileImages(cfg.imagesDir, { mkfsTimeoutMs: cfg.mkfsTimeoutMs, cloneTimeoutMs: cfg.cloneTimeoutMs });
+  // The image pool comes before anything reads the images dir: it may be mounted on it.
+  const pool = new ImagePool({
+    imagesDir: cfg.imagesDir,
+    poolDir: path.join(managerDir(cfg.stateDir), 'pool'),
+    enabled: cfg.imagePool,
+    initialBytes: cfg.imagePoolInitialBytes,
+    maxBytes: cfg.imagePoolMaxBytes,
+    minFreeBytes: cfg.imagePoolMinFreeBytes,
+    log: log.child({ component: 'image-pool' }),
+  });
+  const poolStatus = await pool.setup();
+  const images = new FileImages(cfg.imagesDir, {
+    mkfsTimeoutMs: cfg.mkfsTimeoutMs,
+    cloneTimeoutMs: cfg.cloneTimeoutMs,
+    pool,
+    noReflink: poolStatus.mode === 'none' ? poolStatus.reason : undefined,
+    templates: cfg.emptyImageTemplates,
+    log,
+  });
+  await images.templates?.removeStaleTemps();
+  pool.watch(cfg.imagePoolCheckMs);
   // another process holding devices.db locked is waited for asynchronously (never on the event loop)
   const store = await waitWhileBusy(() => new SqliteDeviceStore(dbFile, { log, imagesDir: images.dir }), { what: `${dbFile}: open`, maxWaitMs: DEVICE_DB_OPEN_WAIT_MS });
   const peers = new FileSlotPeers(cfg.stateDir, cfg.slot, images.dir);
@@ -203,6 +225,7 @@ async function start(argv: string[]): Promise<void> {
     // Devices are left attached on purpose: sandboxes use them and they outlive the manager.
     onStop: async () => {
       manager.stop();
+      pool.stop();
       await metrics.close();
       store.close();
       slotLock.release();
@@ -210,7 +233,7 @@ async function start(argv: string[]): Promise<void> {
   });
   await metrics.start();
   await server.listen([cfg.listen]);
-  log.info({ listen: cfg.listen, slot: slotName(cfg.slot), driver: driver.name, images_dir: images.dir, metrics: metrics.url }, 'serving');
+  log.info({ listen: cfg.listen, slot: slotName(cfg.slot), driver: driver.name, images_dir: images.dir, images: poolStatus.mode, metrics: metrics.url }, 'serving');
 }
 
 if (require.main === module) {

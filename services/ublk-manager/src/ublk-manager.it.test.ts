@@ -7,7 +7,7 @@
  * mount or loop device fails the suite).
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { Status } from 'nice-grpc-common';
@@ -15,7 +15,21 @@ import { createSandnodeChannel, createServiceClient } from '@sandnode/shared';
 import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import { Capability, DeviceServiceDefinition, DeviceState, Filesystem, type CreateDeviceRequest } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { describeWith, expectCode, writeLeaseRecord } from '@sandnode/testkit';
-import { backingOf, buildDaemon, cleanUpUnder, DAEMON_PARTS, loopsUnder, MIB, ROOT, spawnDaemon as spawnMain, tempRoot, waitForLog, type Daemon, type Exit } from './__tests__/handover-harness';
+import {
+  imageLoopsUnder,
+  imageFiles,
+  backingOf,
+  buildDaemon,
+  cleanUpUnder,
+  DAEMON_PARTS,
+  MIB,
+  ROOT,
+  spawnDaemon as spawnMain,
+  tempRoot,
+  waitForLog,
+  type Daemon,
+  type Exit,
+} from './__tests__/handover-harness';
 
 const MAX = 512 * MIB;
 
@@ -197,7 +211,7 @@ describeWith('ublk-manager daemon (loop driver)', DAEMON_PARTS, () => {
     await expectCode(client.getDevice({ deviceId: '../x' }), IA, 'device_id');
     await expectCode(client.deleteDevice({ deviceId: 'A' }), IA, 'device_id');
     expect(await client.listDevices({})).toEqual(before);
-    expect(readdirSync(imagesDir).sort()).toEqual(['dev-a.img', 'dev-clone.img', 'dev-raw.img']);
+    expect(imageFiles(imagesDir)).toEqual(['dev-a.img', 'dev-clone.img', 'dev-raw.img']);
   });
 
   it('refuses to delete a mounted device (FAILED_PRECONDITION), nothing changed', async () => {
@@ -271,7 +285,7 @@ describeWith('ublk-manager daemon (loop driver)', DAEMON_PARTS, () => {
     expect((await client.deleteDevice({ deviceId: 'dev-a' })).existed).toBe(false);
     expect((await client.deleteDevice({ deviceId: 'never-was' })).existed).toBe(false);
     expect((await client.listDevices({})).devices).toEqual([]);
-    expect(loopsUnder(tmp).size).toBe(0);
+    expect(imageLoopsUnder(tmp).size).toBe(0);
     expect(existsSync(srcImage)).toBe(true);
   });
 

@@ -48,6 +48,7 @@ import { benchUserns } from './userns';
 import { benchFreezePort } from './freeze-port';
 import { benchAbuse } from './abuse';
 import { benchNetwork } from './network';
+import { benchReflink } from './reflink';
 import { percentile } from '@sandnode/node-stack';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
@@ -55,7 +56,7 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /** The sections BENCH_SECTIONS may name. */
-const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse', 'network'] as const;
+const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse', 'network', 'reflink'] as const;
 type Section = (typeof SECTIONS)[number];
 
 function wantedSections(): Set<Section> {
@@ -210,6 +211,7 @@ async function main(): Promise<void> {
     if (want.has('userns')) results.userns = await section('user namespace', rows, () => benchUserns(root, rows));
     if (want.has('freeze-port')) results.freezePort = await section('freeze port', rows, () => benchFreezePort(root, rows));
     if (want.has('network')) results.network = await section('network', rows, () => benchNetwork(rows));
+    if (want.has('reflink')) results.reflink = await section('reflink', rows, () => benchReflink(root, rows));
   } finally {
     rmSync(root, { recursive: true, force: true });
   }

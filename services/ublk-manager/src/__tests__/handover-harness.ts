@@ -113,6 +113,11 @@ export function loopsUnder(dir: string): Map<string, string> {
   return out;
 }
 
+/** imageLoopsUnder is loopsUnder without the image pool's own loop device (`.../ublk-manager/pool/images.xfs`). */
+export function imageLoopsUnder(dir: string): Map<string, string> {
+  return new Map([...loopsUnder(dir)].filter(([, f]) => !f.endsWith('/ublk-manager/pool/images.xfs')));
+}
+
 export function isMounted(dir: string): boolean {
   return readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
@@ -133,6 +138,13 @@ export function mountsUnder(dir: string): string[] {
  * by a file under it (waiting up to 5 s for the kernel to let go), removes dir; then throws naming any mount or loop device left, so a
  * leak fails the suite instead of staying on the machine.
  */
+/** imageFiles lists the images dir, sorted, without the empty ext4 templates dir (`.templates`, drivers/empty-images.ts). */
+export function imageFiles(imagesDir: string): string[] {
+  return readdirSync(imagesDir)
+    .filter((n) => n !== '.templates')
+    .sort();
+}
+
 export function cleanUpUnder(dir: string): void {
   for (const m of mountsUnder(dir).reverse()) {
     spawnSync('fsfreeze', ['--unfreeze', m], { stdio: 'ignore' });
@@ -145,6 +157,8 @@ export function cleanUpUnder(dir: string): void {
   for (let i = 0; i < 50 && left.length > 0; i++) {
     spawnSync('sleep', ['0.1']);
     for (const dev of loopsUnder(dir).keys()) spawnSync('losetup', ['-d', dev]);
+    // the image pool (mounted on the images dir) unmounts once the image loop devices on it are gone
+    for (const m of mountsUnder(dir).reverse()) spawnSync('umount', [m]);
     left = [...mountsUnder(dir), ...loopsUnder(dir).keys()];
   }
   if (left.length === 0) rmSync(dir, { recursive: true, force: true });

@@ -32,6 +32,10 @@ export interface CloneOutcome {
   totalMs: number;
   /** True when the extents were shared (FICLONE) rather than copied. */
   reflinked: boolean;
+  /** How the image was made: "reflink" (FICLONE, O(1)), "copy" (the allocated data copied), "" for an existing clone. */
+  cloneMethod: 'reflink' | 'copy' | '';
+  /** Why it was copied (cloneMethod "copy"), e.g. "the images file system has no reflink (FICLONE: EOPNOTSUPP)"; '' otherwise. */
+  copyReason: string;
   /** Allocated bytes of the source image (st_blocks * 512); 0 when an existing clone was returned. */
   copiedBytes: number;
   /** False when an existing clone of the same source was returned (nothing done). */
@@ -94,7 +98,7 @@ export class DeviceClone {
         throw new AlreadyExistsError(`device_id "${id}" exists (${what}, read_only=${existing.readOnly}); requested a clone of "${sourceId}" read_only=${input.readOnly}`);
       }
       const device = await this.core.ensureAttached(existing);
-      return { device, cloneMs: 0, totalMs: performance.now() - t0, reflinked: false, copiedBytes: 0, created: false };
+      return { device, cloneMs: 0, totalMs: performance.now() - t0, reflinked: false, cloneMethod: '', copyReason: '', copiedBytes: 0, created: false };
     }
     const src = this.core.store.get(sourceId);
     this.core.refuseDuringHandover(sourceId, src, 'CloneDevice');
@@ -139,7 +143,7 @@ export class DeviceClone {
     let attached: AttachedDevice | undefined;
     let persisted = false;
     try {
-      copy = await this.core.images.clone(src.backingFile, backingFile, { signal });
+      copy = await this.core.images.clone(src.backingFile, backingFile, { signal, confined: true });
       step = 'record the device';
       this.core.store.update(id, { state: 'ready' }, this.core.now());
       persisted = true;
@@ -166,6 +170,7 @@ export class DeviceClone {
         size_bytes: rec.sizeBytes,
         copied_bytes: copy.sourceAllocatedBytes,
         reflinked: copy.reflinked,
+        copy_reason: copy.copyReason || undefined,
         clone_ms: copy.copyMs,
         sync_ms: copy.syncMs,
         total_ms: totalMs,
@@ -178,6 +183,8 @@ export class DeviceClone {
       cloneMs: copy.copyMs,
       totalMs,
       reflinked: copy.reflinked,
+      cloneMethod: copy.reflinked ? 'reflink' : 'copy',
+      copyReason: copy.copyReason,
       copiedBytes: copy.sourceAllocatedBytes,
       created: true,
     };

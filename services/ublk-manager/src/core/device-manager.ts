@@ -277,10 +277,14 @@ export class DeviceManager {
     this.core.store.insert(rec);
     let step = 'make the image';
     let attached: AttachedDevice | undefined;
+    let made: { method: string; reason: string } | undefined;
     try {
       if (spec.sourceImage !== '') {
         step = `clone ${spec.sourceImage}`;
         await this.core.images.clone(spec.sourceImage, backingFile);
+      } else if (spec.filesystem === 'ext4' && this.core.images.createExt4) {
+        step = 'make the empty ext4 image';
+        made = await this.core.images.createExt4(backingFile, sizeBytes);
       } else {
         step = 'create the sparse image';
         await this.core.images.createEmpty(backingFile, sizeBytes);
@@ -297,7 +301,10 @@ export class DeviceManager {
       await this.core.undoCreate(id, backingFile, attached);
       throw this.core.explain(err, `CreateDevice "${id}": ${step} failed`);
     }
-    this.core.log.info({ device_id: id, path: attached.path, size_bytes: sizeBytes, source_image: spec.sourceImage || undefined }, 'device created');
+    this.core.log.info(
+      { device_id: id, path: attached.path, size_bytes: sizeBytes, source_image: spec.sourceImage || undefined, made_by: made?.method, mkfs_reason: made?.reason || undefined },
+      'device created',
+    );
     return this.core.deviceFrom({ ...rec, state: 'ready', path: attached.path }, attached);
   }
 }

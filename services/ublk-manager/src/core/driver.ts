@@ -85,6 +85,8 @@ export interface CloneResult {
    * dir has no reflink, e.g. ext4: cp(1) then copies the allocated ranges, holes stay holes).
    */
   reflinked: boolean;
+  /** Why the data was copied rather than shared ('' when reflinked), e.g. "the images file system has no reflink (FICLONE: EOPNOTSUPP)". */
+  copyReason: string;
   /** Time cp(1) took, in ms (performance.now()): the window in which the source is read. */
   copyMs: number;
   /** Time the fsync of the copy, the rename and the directory fsync took, in ms. */
@@ -118,7 +120,14 @@ export interface ImageOps {
    * removed; ResourceExhaustedError when the disk is full. opts.signal (the caller's) cancels
    * the copy (the copy command is killed, the temp file removed).
    */
-  clone(src: string, dst: string, opts?: { signal?: AbortSignal }): Promise<CloneResult>;
+  clone(src: string, dst: string, opts?: { signal?: AbortSignal; confined?: boolean }): Promise<CloneResult>;
+  /**
+   * createExt4 makes file (must not exist) an empty ext4 image of sizeBytes: a FICLONE of the
+   * pre-formatted empty image of that size where the images file system has reflink, else
+   * (or when that fails) a sparse file formatted by mkfs.ext4. Returns how ("template" or
+   * "mkfs") and, for mkfs, why. Optional: without it the manager runs createEmpty + formatExt4.
+   */
+  createExt4?(file: string, sizeBytes: number): Promise<{ method: 'template' | 'mkfs'; reason: string }>;
   /**
    * cloneTemps lists the temp files of clones in the images dir (left by a crash mid-clone,
    * or written right now by a running clone) with the image each was going to become.

@@ -1,7 +1,8 @@
-import { openSync, readdirSync, readFileSync, statSync, writeSync, closeSync, ftruncateSync } from 'node:fs';
+import { mkdirSync, openSync, readdirSync, symlinkSync, readFileSync, statSync, writeSync, closeSync, ftruncateSync } from 'node:fs';
 import path from 'node:path';
-import { CommandError, ResourceExhaustedError, run } from '@sandnode/shared';
+import { CommandError, InvalidArgumentError, ResourceExhaustedError, run } from '@sandnode/shared';
 import { useTempDir } from '@sandnode/testkit';
+import { probeReflink } from './ficlone';
 import { CLONE_TEMP_RE, FileImages, type RunFn } from './images';
 
 const MIB = 1024 * 1024;
@@ -19,7 +20,7 @@ describe('FileImages.clone (real cp on the test host)', () => {
   let dir: string;
   beforeEach(() => (dir = tempDir()));
 
-  it('tries cp --reflink=always once; where FICLONE is unsupported copies sparse and says reflinked=false; no temp left', async () => {
+  it('tries FICLONE once; where it is unsupported copies sparse (cp of the opened fd) and says why; no temp left', async () => {
     const calls: string[][] = [];
     const rec: RunFn = (cmd, args, opts) => {
       calls.push([cmd, ...args]);
@@ -30,16 +31,21 @@ describe('FileImages.clone (real cp on the test host)', () => {
     makeSparse(src, 64, 2);
     const a = await images.clone(src, images.imagePath('a'));
     const b = await images.clone(src, images.imagePath('b'));
-    expect(calls[0]?.slice(0, 2)).toEqual(['cp', '--reflink=always']);
+    const native = (await probeReflink(images.dir)).ok && (await probeReflink(dir)).ok;
     if (a.reflinked) {
-      // A file system with reflink (btrfs, XFS): every clone shares extents.
+      // A file system with reflink (btrfs, XFS): every clone shares extents, no process runs.
+      expect(native).toBe(true);
       expect(b.reflinked).toBe(true);
-      expect(calls).toHaveLength(2);
+      expect(calls).toHaveLength(0);
     } else {
-      // ext4/tmpfs: one failed FICLONE attempt, then sparse copies only.
-      expect(calls.map((c) => c[1])).toEqual(['--reflink=always', '--reflink=auto', '--reflink=auto']);
-      expect(calls[1]).toContain('--sparse=always');
+      // ext4/tmpfs: FICLONE fails as unsupported, then sparse copies only (never retried).
+      expect(a.copyReason).toMatch(/FICLONE: (EOPNOTSUPP|EXDEV|EINVAL|ENOTTY)/);
       expect(b.reflinked).toBe(false);
+      expect(calls.map((c) => c.slice(0, 3))).toEqual([
+        ['cp', '--reflink=auto', '--sparse=always'],
+        ['cp', '--reflink=auto', '--sparse=always'],
+      ]);
+      expect(calls[0]?.[4]).toMatch(new RegExp(`^/proc/${process.pid}/fd/\\d+$`));
     }
     const srcSt = statSync(src);
     expect(a.sourceAllocatedBytes).toBe(srcSt.blocks * 512);
@@ -73,5 +79,23 @@ describe('FileImages.clone (real cp on the test host)', () => {
     closeSync(openSync(path.join(images.dir, 'kid2.img'), 'w'));
     expect(await images.cloneTemps()).toEqual([{ file: path.join(images.dir, '.kid.img.clone-0a1b2c3d.tmp'), target: images.imagePath('kid') }]);
     expect(CLONE_TEMP_RE.test('.x.img.clone-zz.tmp')).toBe(false);
+  });
+});
+
+describe('FileImages.clone of a confined source (CloneDevice)', () => {
+  const tempDir = useTempDir('ublk-images-confined');
+
+  it('refuses a source that is a symbolic link or lies outside the images file system, and makes nothing', async () => {
+    const dir = tempDir();
+    const images = new FileImages(path.join(dir, 'images'));
+    const outside = path.join(dir, 'secret');
+    makeSparse(outside, 2, 1);
+    symlinkSync(outside, images.imagePath('evil'));
+    await expect(images.clone(images.imagePath('evil'), images.imagePath('kid'), { confined: true })).rejects.toThrow(InvalidArgumentError);
+    await expect(images.clone(images.imagePath('evil'), images.imagePath('kid'), { confined: true })).rejects.toThrow(/symbolic link/);
+    // a directory in the images dir is not an image either
+    mkdirSync(images.imagePath('dir'));
+    await expect(images.clone(images.imagePath('dir'), images.imagePath('kid'), { confined: true })).rejects.toThrow(/not a regular file/);
+    expect(readdirSync(images.dir).sort()).toEqual(['dir.img', 'evil.img']);
   });
 });

@@ -86,7 +86,7 @@ describe('LoopDriver (fake sysfs)', () => {
     };
     const d = new LoopDriver({ directIo: true, log, run, sysfsRoot: host.sys, procRoot: host.proc, devRoot: `${host.sys}/no-dev` });
     expect(await d.attach('/images/a.img', { readOnly: true })).toEqual({ path: '/dev/loop0', backingFile: '/images/a.img', readOnly: true, flags: ['direct-io'] });
-    expect(calls).toEqual([['--find', '--show', '--read-only', '--direct-io=on', '/images/a.img']]);
+    expect(calls).toEqual([['--find', '--show', '--sector-size=512', '--read-only', '--direct-io=on', '/images/a.img']]);
   });
 
   it('falls back to buffered I/O when losetup refuses direct I/O, detaching a half-made device', async () => {
@@ -107,9 +107,9 @@ describe('LoopDriver (fake sysfs)', () => {
     const d = new LoopDriver({ directIo: true, log, run, sysfsRoot: host.sys, procRoot: host.proc, devRoot: `${host.sys}/no-dev` });
     expect(await d.attach('/images/a.img', { readOnly: false })).toEqual({ path: '/dev/loop2', backingFile: '/images/a.img', readOnly: false, flags: [] });
     expect(calls).toEqual([
-      ['--find', '--show', '--direct-io=on', '/images/a.img'],
+      ['--find', '--show', '--sector-size=512', '--direct-io=on', '/images/a.img'],
       ['-d', '/dev/loop1'],
-      ['--find', '--show', '/images/a.img'],
+      ['--find', '--show', '--sector-size=512', '/images/a.img'],
     ]);
   });
 

@@ -34,6 +34,9 @@ export const DEFAULT_LOSETUP_TIMEOUT_MS = 30_000;
 /** Time the synchronous `losetup -O BACK-INO` of the foreign-mount-namespace check may take, in ms. */
 export const DEFAULT_BACKING_INODE_TIMEOUT_MS = 5000;
 
+/** Logical sector size of every loop device attached here, bytes (`losetup --sector-size`). */
+export const LOOP_SECTOR_BYTES = 512;
+
 /** Flag reported when a loop device does direct I/O on its backing file. */
 export const FLAG_DIRECT_IO = 'direct-io';
 
@@ -187,7 +190,10 @@ export class LoopDriver implements BlockDriver {
    * Errors: ResourceExhaustedError when no loop device is free; CommandError (INTERNAL) else.
    */
   async attach(backingFile: string, opts: AttachOptions): Promise<AttachedDevice> {
-    const args = ['--find', '--show', ...(opts.readOnly ? ['--read-only'] : [])];
+    // 512-byte logical sectors always: with direct I/O the kernel would otherwise take the
+    // backing file's block size (4096 on XFS, the image pool), which an ext4 of 1 KiB blocks
+    // (mkfs.ext4 picks them below 512 MiB) cannot be mounted from
+    const args = ['--find', '--show', `--sector-size=${LOOP_SECTOR_BYTES}`, ...(opts.readOnly ? ['--read-only'] : [])];
     if (this.directIo) {
       try {
         return await this.losetup([...args, '--direct-io=on', backingFile]);

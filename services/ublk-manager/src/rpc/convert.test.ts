@@ -56,9 +56,19 @@ describe('convert', () => {
       sourceImage: '',
       clonedFrom: 'p',
     };
-    expect(cloneToPb({ device, cloneMs: 0.2, totalMs: 3, reflinked: true, copiedBytes: 8192, created: true })).toMatchObject({ cloneMs: 1, reflinked: true, copiedBytes: 8192 });
-    expect(cloneToPb({ device, cloneMs: 41.3, totalMs: 50, reflinked: false, copiedBytes: 8192, created: true }).cloneMs).toBe(42);
-    expect(cloneToPb({ device, cloneMs: 0, totalMs: 1, reflinked: false, copiedBytes: 0, created: false }).cloneMs).toBe(0);
+    expect(cloneToPb({ device, cloneMs: 0.2, totalMs: 3, reflinked: true, cloneMethod: 'reflink', copyReason: '', copiedBytes: 8192, created: true })).toMatchObject({
+      cloneMs: 1,
+      reflinked: true,
+      copiedBytes: 8192,
+      cloneMethod: 'reflink',
+      copyReason: '',
+    });
+    expect(cloneToPb({ device, cloneMs: 41.3, totalMs: 50, reflinked: false, cloneMethod: 'copy', copyReason: 'no reflink', copiedBytes: 8192, created: true })).toMatchObject({
+      cloneMs: 42,
+      cloneMethod: 'copy',
+      copyReason: 'no reflink',
+    });
+    expect(cloneToPb({ device, cloneMs: 0, totalMs: 1, reflinked: false, cloneMethod: '', copyReason: '', copiedBytes: 0, created: false }).cloneMs).toBe(0);
   });
 
   it('maps capabilities', () => {

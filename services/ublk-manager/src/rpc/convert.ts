@@ -89,6 +89,8 @@ export function cloneToPb(r: CloneOutcome): CloneDeviceResponse {
     cloneMs: r.created ? Math.max(1, Math.ceil(r.cloneMs)) : 0,
     reflinked: r.reflinked,
     copiedBytes: r.copiedBytes,
+    cloneMethod: r.cloneMethod,
+    copyReason: r.copyReason,
   };
 }
 

@@ -94,7 +94,7 @@ export class FakeImages implements ImageOps {
     if (opts.signal?.aborted) throw Object.assign(new Error('The operation was aborted'), { name: 'AbortError', code: 'ABORT_ERR' });
     if (this.files.has(dst)) throw new Error('EEXIST');
     this.files.set(dst, this.files.get(src) ?? 0);
-    return { reflinked: false, copyMs: 3, syncMs: 1, sourceAllocatedBytes: 4096 };
+    return { reflinked: false, copyReason: 'fake', copyMs: 3, syncMs: 1, sourceAllocatedBytes: 4096 };
   }
   async cloneTemps(): Promise<{ file: string; target: string }[]> {
     return [...this.temps].map(([file, target]) => ({ file, target }));
