@@ -127,6 +127,8 @@ export const SERVER_FEATURES = {
   egressProxy: 'server.egress-proxy.v1',
   /** the sandboxes' DNS resolver: answers only names the policy allows, forwards to the node's upstreams */
   dns: 'server.dns.v1',
+  /** SandboxService.DownloadFile / UploadFile (streamed, any size, offsets) / ListDirectory / StatFile */
+  filesStream: 'server.files.stream.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */
@@ -139,6 +141,8 @@ export const PODD_FEATURES = {
   quiesce: 'podd.quiesce',
   /** ForwardPort: relays a TCP connection to 127.0.0.1:<port> inside the sandbox (ingress to loopback services) */
   forwardPort: 'podd.forward-port.v1',
+  /** DownloadFile / UploadFile (streamed, any size, offsets) / ListDirectory, and Stat's beneath: walks without following symlinks */
+  filesStream: 'podd.files.stream.v1',
 } as const;
 
 /** The answer of a peer's GetVersion, as far as feature checks need it. */
