@@ -85,9 +85,10 @@ async function localCopy(src: string, dst: string): Promise<number> {
   return performance.now() - t0;
 }
 
-/** benchFiles copies into sandbox id of the node at dirs and back; rows get the table line. */
-export async function benchFiles(api: ServerApi, dirs: StackDirs, id: string, rows: (string | number)[][]): Promise<FilesBench> {
+/** benchFiles copies into a sandbox of its own (a /workspace of twice the size) of the node at dirs and back; rows get the table line. */
+export async function benchFiles(api: ServerApi, dirs: StackDirs, rows: (string | number)[][]): Promise<FilesBench> {
   const bytes = Math.max(1, num('BENCH_FILES_MB', 1024)) * MiB;
+  const id = (await api.sandboxes.createSandbox({ template: 'base', resources: { vcpus: 0, memoryMib: 0, diskBytes: 2 * bytes + 256 * MiB, pids: 0 } })).sandbox!.sandboxId;
   const dir = path.join(dirs.stateDir, '..', 'bench-files');
   const src = path.join(dir, 'in.bin');
   const back = path.join(dir, 'out.bin');
@@ -106,7 +107,6 @@ export async function benchFiles(api: ServerApi, dirs: StackDirs, id: string, ro
     for await (const ev of api.sandboxes.exec({ sandboxId: id, argv: ['cat', '/workspace/bench-files.bin'] })) if (ev.event?.$case === 'stdout') catBytes += ev.event.value.length;
     const catMs = performance.now() - t0;
     if (catBytes !== bytes) throw new Error(`exec cat gave ${catBytes} bytes of ${bytes}`);
-    for await (const _ of api.sandboxes.exec({ sandboxId: id, argv: ['rm', '-f', '/workspace/bench-files.bin'] })) void _;
     const r: FilesBench = {
       bytes,
       cpInMbPerSec: up.out.mbPerSec,
@@ -131,5 +131,6 @@ export async function benchFiles(api: ServerApi, dirs: StackDirs, id: string, ro
     return r;
   } finally {
     rmSync(dir, { recursive: true, force: true });
+    await api.sandboxes.deleteSandbox({ sandboxId: id }).catch(() => undefined);
   }
 }

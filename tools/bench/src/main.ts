@@ -138,7 +138,7 @@ async function benchFirstNode(root: string, want: Set<Section>, results: Record<
     if (want.has('abuse')) results.abuse = await section('abuse', rows, () => benchAbuse(address, ids, rows));
 
     // 3c. sandbox cp in and out (bench/files.ts)
-    if (want.has('files')) results.files = await section('files', rows, () => benchFiles(api, dirs, ids[0] as string, rows));
+    if (want.has('files')) results.files = await section('files', rows, () => benchFiles(api, dirs, rows));
 
     // 3b. fork of a parent with 100 MB in /workspace (bench/fork.ts)
     if (want.has('fork') && num('BENCH_FORKS', 20) > 0) results.fork = await section('fork', rows, () => benchFork(api, rows));

@@ -99,23 +99,33 @@ export async function* downloadFile(p: string, offset: number, beneath: string, 
     await w.release();
   }
   const { fh, st } = opened;
+  const readAt = async (pos: number): Promise<Buffer> => {
+    const buf = Buffer.allocUnsafe(STREAM_CHUNK_BYTES);
+    try {
+      const { bytesRead } = await fh.read(buf, 0, buf.length, pos);
+      return buf.subarray(0, bytesRead);
+    } catch (err) {
+      throw fsError(err, p, 'read');
+    }
+  };
+  // one read ahead: the next chunk is read while the consumer takes this one (it waits for the
+  // consumer, so at most two chunks are in memory)
+  let next: Promise<Buffer> | undefined;
   try {
     yield { data: Buffer.alloc(0), offset, sizeBytes: st.size };
     let pos = offset;
+    next = readAt(pos);
     for (;;) {
       signal?.throwIfAborted();
-      const buf = Buffer.allocUnsafe(STREAM_CHUNK_BYTES);
-      let bytesRead;
-      try {
-        ({ bytesRead } = await fh.read(buf, 0, buf.length, pos));
-      } catch (err) {
-        throw fsError(err, p, 'read');
-      }
-      if (bytesRead === 0) return;
-      yield { data: buf.subarray(0, bytesRead), offset: pos, sizeBytes: 0 };
-      pos += bytesRead;
+      const data = await next;
+      if (data.length === 0) return;
+      const at0 = pos;
+      pos += data.length;
+      next = readAt(pos);
+      yield { data, offset: at0, sizeBytes: 0 };
     }
   } finally {
+    await next?.catch(() => undefined); // never close the fd under a read
     await fh.close();
   }
 }

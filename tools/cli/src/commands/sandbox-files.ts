@@ -118,16 +118,17 @@ async function upload(api: ServerApi, src: string, r: RemoteSpec, o: { resume?: 
     const cur = dest === r ? there : await statRemote(api, dest);
     if (cur?.type === FileType.FILE_TYPE_REGULAR && cur.sizeBytes <= st.size) offset = cur.sizeBytes;
   }
-  const whole = createHash('sha256');
-  await hashPrefix(src, offset, whole);
+  // one hash when the whole file is sent (offset 0), two when a resume sends only its tail
   const sent = createHash('sha256');
+  const whole = offset === 0 ? sent : createHash('sha256');
+  await hashPrefix(src, offset, whole);
   const progress = new Progress(st.size, offset, o.json === true);
   let pos = offset;
   async function* requests(): AsyncIterable<UploadFileRequest> {
     yield { part: { $case: 'header', value: { sandboxId: dest.sandboxId, path: dest.path, offset, mode: st.mode & 0o777, inPlace: o.resume === true } } };
     for await (const c of createReadStream(src, { start: offset, highWaterMark: UPLOAD_CHUNK_BYTES })) {
       const b = c as Buffer;
-      whole.update(b);
+      if (whole !== sent) whole.update(b);
       sent.update(b);
       pos += b.length;
       progress.tick(pos);
@@ -147,7 +148,7 @@ async function upload(api: ServerApi, src: string, r: RemoteSpec, o: { resume?: 
     progress.end();
   }
   const ms = Date.now() - t0;
-  const mine = sent.digest('hex');
+  const mine = sent.copy().digest('hex');
   if (res.sha256 !== mine || res.bytesWritten !== pos - offset) {
     throw new CliError(`the sandbox wrote ${res.bytesWritten} bytes with sha256 ${res.sha256}, this side sent ${pos - offset} with sha256 ${mine}: the copy is damaged; copy again`);
   }
