@@ -156,6 +156,21 @@ describeNode('streamed files through the node (UploadFile / DownloadFile / ListD
     await sh(node.api, id, 'rm -f /workspace/resumed.bin /workspace/big.bin');
   });
 
+  it('a download cut short continues with cp --resume from the bytes the local file has', async () => {
+    const small = path.join(tmp, 'small.bin');
+    const sha = await writeRandom(small, 5 * MiB + 333);
+    expect((await cli(['sandbox', 'cp', small, `${id}:small.bin`]).done).status).toBe(0);
+    const part = path.join(tmp, 'part.bin');
+    // the first 2 MiB, as a cut download leaves them
+    const h = createWriteStream(part);
+    for await (const c of createReadStream(small, { end: 2 * MiB - 1 })) h.write(c as Buffer);
+    await new Promise<void>((r) => h.end(() => r()));
+    const r = await cli(['sandbox', 'cp', '--resume', `${id}:small.bin`, part, '--json']).done;
+    expect(r.status).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ offset: 2 * MiB, bytes: 5 * MiB + 333, bytesSent: 3 * MiB + 333, sha256: sha });
+    expect(await sha256Of(part)).toBe(sha);
+  });
+
   it('a directory of 10,000 entries is listed in bounded, ordered pages', async () => {
     await sh(node.api, id, 'mkdir -p /workspace/many && cd /workspace/many && i=0; while [ $i -lt 10000 ]; do : > "f$i"; i=$((i+1)); done; ln -s / link');
     const names: string[] = [];
