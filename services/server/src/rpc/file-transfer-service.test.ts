@@ -1,7 +1,7 @@
 import { FailedPreconditionError, InvalidArgumentError, PODD_FEATURES, UnimplementedError } from '@sandnode/shared';
 import type { SandboxManager } from '../core/sandbox-manager';
 import type { SandboxRecord } from '../core/types';
-import { fileTransferService, type PoddFileRelay } from './file-transfer-service';
+import { FileStreams, fileTransferService, type PoddFileRelay } from './file-transfer-service';
 
 const ID = 'sb-0123456789abcdef';
 
@@ -54,5 +54,30 @@ describe('file transfer relay (server)', () => {
       yield { part: { $case: 'data' as const, value: Buffer.from('x') } };
     }
     await expect(svc.uploadFile(data(), ctx)).rejects.toThrow(/header/);
+  });
+
+  test('transfers per sandbox are capped: one more is RESOURCE_EXHAUSTED, a finished one frees its slot', async () => {
+    const held: Array<() => void> = [];
+    const client = {
+      downloadFile: async function* () {
+        yield { data: Buffer.alloc(0), offset: 0, sizeBytes: 1 };
+        await new Promise<void>((r) => held.push(r));
+      },
+    };
+    const podds = { raw: () => ({ client, features: { get: async () => ({ version: 'x', features: [PODD_FEATURES.filesStream] }) } }) } as unknown as PoddFileRelay;
+    const svc = fileTransferService(manager('RUNNING'), podds, { streams: 0 }, new FileStreams(2));
+    const open = async () => {
+      const it = svc.downloadFile({ sandboxId: ID, path: 'f', offset: 0 }, ctx)[Symbol.asyncIterator]();
+      await it.next();
+      return it;
+    };
+    const a = await open();
+    await open();
+    await expect(open()).rejects.toThrow(/2 file transfers running/);
+    const done = a.next();
+    held.shift()?.();
+    await done;
+    await expect(open()).resolves.toBeDefined();
+    for (const r of held) r();
   });
 });

@@ -7,7 +7,17 @@
  * the other side took the last one (nice-grpc waits for 'drain' on writes and pulls reads), so
  * a transfer holds a few chunks in the server, never the file, and a slow end slows the other.
  */
-import { FailedPreconditionError, InvalidArgumentError, PODD_FEATURES, requireSandboxId, UnimplementedError, type PeerFeatures, type SandnodeCallContext, type ServiceClient } from '@sandnode/shared';
+import {
+  FailedPreconditionError,
+  InvalidArgumentError,
+  PODD_FEATURES,
+  requireSandboxId,
+  ResourceExhaustedError,
+  UnimplementedError,
+  type PeerFeatures,
+  type SandnodeCallContext,
+  type ServiceClient,
+} from '@sandnode/shared';
 import type { EntryType, UploadFileRequest as PoddUploadFileRequest } from '@sandnode/shared/proto/podd/v1/files';
 import type { FileType as PoddFileType, PoddServiceDefinition } from '@sandnode/shared/proto/podd/v1/podd';
 import { FileType, type DownloadFileResponse, type FileInfo, type UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
@@ -18,6 +28,30 @@ import { MAX_FILE_CHUNK_BYTES, workspacePath } from '../core/validate';
 
 /** The root every relayed path is confined below (podd's beneath). */
 export const WORKSPACE = '/workspace';
+
+/** Most DownloadFile + UploadFile streams one sandbox may have running at once; one more is RESOURCE_EXHAUSTED. */
+export const MAX_FILE_STREAMS_PER_SANDBOX = 16;
+
+/** FileStreams counts the transfers running per sandbox, so that one caller cannot hold a sandbox's podd with a flood of streams. */
+export class FileStreams {
+  private readonly running = new Map<string, number>();
+  constructor(readonly max = MAX_FILE_STREAMS_PER_SANDBOX) {}
+
+  /** enter takes a slot of sandbox id and returns its release (idempotent). Errors: RESOURCE_EXHAUSTED. */
+  enter(id: string): () => void {
+    const n = this.running.get(id) ?? 0;
+    if (n >= this.max) throw new ResourceExhaustedError(`sandbox ${id} has ${n} file transfers running (the most, ${this.max}); wait for one to end`);
+    this.running.set(id, n + 1);
+    let done = false;
+    return () => {
+      if (done) return;
+      done = true;
+      const left = (this.running.get(id) ?? 1) - 1;
+      if (left <= 0) this.running.delete(id);
+      else this.running.set(id, left);
+    };
+  }
+}
 
 /** Where the relay finds a sandbox's podd (PoddPeers.raw). */
 export interface PoddFileRelay {
@@ -58,9 +92,10 @@ function checkOffset(offset: number): void {
 /**
  * fileTransferService implements the streamed file calls over m (records) and podds (the
  * sandboxes' podd clients); counters.streams counts running transfers beside Exec streams
- * (a retiring server relays them to their end).
+ * (a retiring server relays them to their end); slots caps the transfers per sandbox
+ * (RESOURCE_EXHAUSTED above MAX_FILE_STREAMS_PER_SANDBOX).
  */
-export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | undefined, counters: { streams: number } = { streams: 0 }): FileCalls {
+export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | undefined, counters: { streams: number } = { streams: 0 }, slots = new FileStreams()): FileCalls {
   /**
    * podd returns the podd client of a RUNNING sandbox that has the streamed file calls.
    * Errors: INVALID_ARGUMENT (id), NOT_FOUND, FAILED_PRECONDITION (not RUNNING: names the
@@ -89,6 +124,7 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       const abs = workspacePath('path', req.path);
       checkOffset(req.offset);
       const client = await podd(req.sandboxId, 'DownloadFile');
+      const release = slots.enter(req.sandboxId);
       counters.streams++;
       try {
         for await (const c of client.downloadFile({ path: abs, offset: req.offset, beneath: WORKSPACE }, { signal: ctx.signal })) {
@@ -96,6 +132,7 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
         }
       } finally {
         counters.streams--;
+        release();
       }
     },
 
@@ -123,6 +160,7 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
           yield { part: { $case: 'data', value: data } };
         }
       }
+      const release = slots.enter(h.sandboxId);
       counters.streams++;
       try {
         // no deadline of its own (a unary default would cut a large upload): the caller's
@@ -131,6 +169,7 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
         return { sizeBytes: r.sizeBytes, bytesWritten: r.bytesWritten, sha256: r.sha256 };
       } finally {
         counters.streams--;
+        release();
       }
     },
 
