@@ -5,15 +5,17 @@
  * both directions checked against the local file. Beside them, baselines from the same run:
  * the same bytes out through `exec cat` (the Exec stream), and a raw local copy of the file
  * (read + write + fsync on the host disk). The host's load average is recorded before and
- * after: the machine is shared, so a figure is only as good as the load beside it.
+ * after: the machine is shared, so a figure is only as good as the load beside it; and the CPU
+ * time the server and podd spent per GiB, which the load does not inflate much.
  * Goal: >= 200 MB/s each way.
  */
 import { spawn } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
-import { createReadStream, createWriteStream, rmSync } from 'node:fs';
+import { createReadStream, createWriteStream, readFileSync, rmSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { askVersion } from '@sandnode/shared';
 import type { ServerApi, StackDirs } from '@sandnode/node-stack';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
@@ -35,6 +37,9 @@ export interface FilesBench {
   execCatOutMbPerSec: number;
   /** a raw local copy (read + write + fsync), MB/s */
   localCopyMbPerSec: number;
+  /** CPU time (user + system) the server and the sandbox's podd spent per GiB moved, ms, in and out */
+  serverCpuMsPerGiB: { in: number; out: number };
+  poddCpuMsPerGiB: { in: number; out: number };
   /** os.loadavg() (1, 5, 15 min) before and after the section, on a host of `cpus` cores */
   loadBefore: number[];
   loadAfter: number[];
@@ -68,6 +73,28 @@ async function cli(dirs: StackDirs, args: string[]): Promise<{ out: { mbPerSec: 
   return { out: JSON.parse(stdout) as { mbPerSec: number; sha256: string; bytes: number }, wallMs: performance.now() - t0 };
 }
 
+/** cpuMs is the user + system CPU time of pid from /proc, ms (clock ticks of 10 ms); 0 when it cannot be read. */
+function cpuMs(pid: number): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? [];
+    return (Number(f[11]) + Number(f[12])) * 10;
+  } catch {
+    return 0;
+  }
+}
+
+/** poddPid finds the podd among the children of the sandbox's init (host pid); 0 when not found. */
+function poddPid(initPid: number): number {
+  try {
+    for (const c of readFileSync(`/proc/${initPid}/task/${initPid}/children`, 'utf8').trim().split(/\s+/)) {
+      if (c && readFileSync(`/proc/${c}/cmdline`, 'utf8').includes('podd')) return Number(c);
+    }
+  } catch {
+    /* not found */
+  }
+  return 0;
+}
+
 async function localCopy(src: string, dst: string): Promise<number> {
   const t0 = performance.now();
   const fh = await open(dst, 'w');
@@ -88,7 +115,11 @@ async function localCopy(src: string, dst: string): Promise<number> {
 /** benchFiles copies into a sandbox of its own (a /workspace of twice the size) of the node at dirs and back; rows get the table line. */
 export async function benchFiles(api: ServerApi, dirs: StackDirs, rows: (string | number)[][]): Promise<FilesBench> {
   const bytes = Math.max(1, num('BENCH_FILES_MB', 1024)) * MiB;
-  const id = (await api.sandboxes.createSandbox({ template: 'base', resources: { vcpus: 0, memoryMib: 0, diskBytes: 2 * bytes + 256 * MiB, pids: 0 } })).sandbox!.sandboxId;
+  const sb = (await api.sandboxes.createSandbox({ template: 'base', resources: { vcpus: 0, memoryMib: 0, diskBytes: 2 * bytes + 256 * MiB, pids: 0 } })).sandbox!;
+  const id = sb.sandboxId;
+  const serverPid = (await askVersion(`unix://${dirs.runDir}/server.sock`)).pid;
+  const podd = poddPid(sb.pid);
+  const perGiB = (ms: number) => Math.round((ms * 1024 * MiB) / bytes);
   const dir = path.join(dirs.stateDir, '..', 'bench-files');
   const src = path.join(dir, 'in.bin');
   const back = path.join(dir, 'out.bin');
@@ -100,8 +131,11 @@ export async function benchFiles(api: ServerApi, dirs: StackDirs, rows: (string 
     const sha = await writeRandom(src, bytes);
     const local = await localCopy(src, path.join(dir, 'local.bin'));
     rmSync(path.join(dir, 'local.bin'));
+    const c0 = [cpuMs(serverPid), cpuMs(podd)];
     const up = await cli(dirs, ['sandbox', 'cp', src, `${id}:/workspace/bench-files.bin`]);
+    const c1 = [cpuMs(serverPid), cpuMs(podd)];
     const down = await cli(dirs, ['sandbox', 'cp', `${id}:/workspace/bench-files.bin`, back]);
+    const c2 = [cpuMs(serverPid), cpuMs(podd)];
     const t0 = performance.now();
     let catBytes = 0;
     for await (const ev of api.sandboxes.exec({ sandboxId: id, argv: ['cat', '/workspace/bench-files.bin'] })) if (ev.event?.$case === 'stdout') catBytes += ev.event.value.length;
@@ -116,6 +150,8 @@ export async function benchFiles(api: ServerApi, dirs: StackDirs, rows: (string 
       sha256Intact: up.out.sha256 === sha && down.out.sha256 === sha && up.out.bytes === bytes && down.out.bytes === bytes,
       execCatOutMbPerSec: mbps(bytes, catMs),
       localCopyMbPerSec: mbps(bytes, local),
+      serverCpuMsPerGiB: { in: perGiB((c1[0] ?? 0) - (c0[0] ?? 0)), out: perGiB((c2[0] ?? 0) - (c1[0] ?? 0)) },
+      poddCpuMsPerGiB: { in: perGiB((c1[1] ?? 0) - (c0[1] ?? 0)), out: perGiB((c2[1] ?? 0) - (c1[1] ?? 0)) },
       loadBefore,
       loadAfter: os.loadavg().map(r1),
       cpus: os.cpus().length,
@@ -125,7 +161,7 @@ export async function benchFiles(api: ServerApi, dirs: StackDirs, rows: (string 
       `files: sandbox cp ${bytes / MiB} MiB in / out`,
       `${r.cpInMbPerSec} / ${r.cpOutMbPerSec} MB/s (sha256 ${r.sha256Intact ? 'intact' : 'DIFFERENT'})`,
       '>= 200 MB/s',
-      `baseline exec cat ${r.execCatOutMbPerSec} MB/s, local copy ${r.localCopyMbPerSec} MB/s; load ${loadBefore.join(' ')} -> ${r.loadAfter.join(' ')} on ${r.cpus} cpus`,
+      `baseline exec cat ${r.execCatOutMbPerSec} MB/s, local copy ${r.localCopyMbPerSec} MB/s; CPU ms/GiB in/out server ${r.serverCpuMsPerGiB.in}/${r.serverCpuMsPerGiB.out}, podd ${r.poddCpuMsPerGiB.in}/${r.poddCpuMsPerGiB.out}; load ${loadBefore.join(' ')} -> ${r.loadAfter.join(' ')} on ${r.cpus} cpus`,
     ]);
     if (!r.sha256Intact) throw new Error('sandbox cp changed the bytes (sha256 differs)');
     return r;
