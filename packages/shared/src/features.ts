@@ -133,6 +133,8 @@ export const SERVER_FEATURES = {
   idle: 'server.idle.v1',
   /** SandboxService.ExecStream (streamed stdin, pty, signals, attach), ListProcesses, SignalProcess */
   execStream: 'server.exec-stream.v1',
+  /** SandboxService.DownloadFile / UploadFile (streamed, any size, offsets) / ListDirectory / StatFile */
+  filesStream: 'server.files.stream.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */
@@ -149,6 +151,8 @@ export const PODD_FEATURES = {
   execStream: 'podd.exec-stream.v1',
   /** ExecStream with pty=true: podd can allocate a pseudo-terminal (koffi is in the template) */
   execPty: 'podd.exec-pty.v1',
+  /** DownloadFile / UploadFile (streamed, any size, offsets) / ListDirectory, and Stat's beneath: walks without following symlinks */
+  filesStream: 'podd.files.stream.v1',
 } as const;
 
 /** The answer of a peer's GetVersion, as far as feature checks need it. */

@@ -51,6 +51,9 @@ export const METHOD_RECEIVE_LIMITS: Readonly<Record<string, number>> = {
   // above 3 MiB still gets the contract's INVALID_ARGUMENT from the validator
   '/sandnode.server.v1.SandboxService/WriteFile': 4 * MiB,
   '/sandnode.podd.v1.PoddService/WriteFile': 4 * MiB,
+  // streamed uploads: each data message at most 3 MiB (1 MiB from the CLI), like WriteFile
+  '/sandnode.server.v1.SandboxService/UploadFile': 4 * MiB,
+  '/sandnode.podd.v1.PoddService/UploadFile': 4 * MiB,
   // a VmSpec (drives, env) and a list of every device id of a node: well below 1 MiB
   '/sandnode.vmm.v1.VmService/CreateVm': MiB,
   '/sandnode.ublk.v1.DeviceService/HandoverAll': MiB,

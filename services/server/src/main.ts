@@ -141,7 +141,7 @@ export function wiring(
         vms,
         devices,
         register(server) {
-          server.add(SandboxServiceDefinition, gateWritesWhileBusy(sandboxService(manager, streams, ingress), SANDBOX_WRITES, store, { what: 'records.db' }));
+          server.add(SandboxServiceDefinition, gateWritesWhileBusy(sandboxService(manager, streams, ingress, podd), SANDBOX_WRITES, store, { what: 'records.db' }));
           server.add(TemplateServiceDefinition, templateService(templates));
         },
       };

@@ -27,7 +27,8 @@
  * alternating rounds on a node of its own (BENCH_USERNS_ROUNDS, BENCH_USERNS_CREATES, BENCH_USERNS_EXECS).
  * Then sandbox networking (network.ts, issue 12 §6): slot setup, create with vs without network,
  * ingress vs direct and nginx, egress proxy vs kernel NAT, memory of 1000 ingress connections.
- * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port, abuse, network;
+ * Then `sandbox cp` in and out (files.ts; BENCH_FILES_MB, default 1024) beside `exec cat` and a local copy.
+ * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port, abuse, network, files;
  * default all) runs only those (create runs whenever a section of the first node does: they
  * need its sandboxes) and writes bench/results/foundation-<a>+<b>.json instead;
  * BENCH_SKIP_LIVE_UPGRADE=1 skips live-upgrade.ts.
@@ -47,6 +48,7 @@ import { benchGetSandbox } from './getsandbox';
 import { benchUserns } from './userns';
 import { benchFreezePort } from './freeze-port';
 import { benchAbuse } from './abuse';
+import { benchFiles } from './files';
 import { benchNetwork } from './network';
 import { benchReflink } from './reflink';
 import { percentile } from '@sandnode/node-stack';
@@ -56,7 +58,7 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /** The sections BENCH_SECTIONS may name. */
-const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse', 'network', 'reflink'] as const;
+const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse', 'network', 'reflink', 'files'] as const;
 type Section = (typeof SECTIONS)[number];
 
 function wantedSections(): Set<Section> {
@@ -136,6 +138,9 @@ async function benchFirstNode(root: string, want: Set<Section>, results: Record<
     // 3a. GetSandbox under abuse (abuse.ts)
     if (want.has('abuse')) results.abuse = await section('abuse', rows, () => benchAbuse(address, ids, rows));
 
+    // 3c. sandbox cp in and out (bench/files.ts)
+    if (want.has('files')) results.files = await section('files', rows, () => benchFiles(api, dirs, rows));
+
     // 3b. fork of a parent with 100 MB in /workspace (bench/fork.ts)
     if (want.has('fork') && num('BENCH_FORKS', 20) > 0) results.fork = await section('fork', rows, () => benchFork(api, rows));
 
@@ -204,7 +209,7 @@ async function main(): Promise<void> {
   };
   const rows: (string | number)[][] = [];
   try {
-    if (['create', 'exec', 'getsandbox', 'abuse', 'fork', 'adoption'].some((s) => want.has(s as Section))) await benchFirstNode(root, want, results, rows);
+    if (['create', 'exec', 'getsandbox', 'abuse', 'fork', 'adoption', 'files'].some((s) => want.has(s as Section))) await benchFirstNode(root, want, results, rows);
     if (want.has('device') && num('BENCH_DEVICE_ROUNDS', 3) > 0) results.deviceHandover = await section('device handover', rows, () => benchDeviceStall(root, rows));
     if (want.has('live-upgrade')) results.liveUpgrade = await section('live upgrade', rows, () => benchLiveUpgrade(root, rows));
     if (want.has('chaos') && num('BENCH_CHAOS_STEPS', 300) > 0) results.chaos = await section('chaos', rows, () => benchChaos(rows));

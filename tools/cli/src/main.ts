@@ -6,7 +6,7 @@
  *   sandnode template build [NAME] [--replace] | template list [--json]
  *   sandnode sandbox create --template base [--json] | list | get ID | exec ID -- CMD... |
  *                    pause ID | resume ID | fork ID | reset-rootfs ID | delete ID... |
- *                    set-timeout ID SECONDS
+ *                    set-timeout ID SECONDS | cp SRC DST | ls ID [PATH] | stat ID PATH
  *   sandnode upgrade server | ublk-manager (--from-build DIR | --standby)
  *   sandnode drain [--deadline-ms MS] [--concurrency N]
  *   sandnode certs init [--dir D] [--force]
@@ -25,6 +25,7 @@ import { registerDrainCommand } from './commands/drain';
 import { registerNodeCommands } from './commands/node';
 import { registerSandboxCommands } from './commands/sandbox';
 import { registerExecCommand } from './commands/sandbox-exec';
+import { registerFileCommands } from './commands/sandbox-files';
 import { registerTemplateCommands } from './commands/template';
 import { registerTokenCommands } from './commands/token';
 import { registerUpgradeCommands } from './commands/upgrade';
@@ -40,7 +41,9 @@ const program = addGlobalOptions(new Command('sandnode').description('Operate a 
 registerNodeCommands(program);
 registerVersionCommand(program);
 registerTemplateCommands(program);
-registerExecCommand(registerSandboxCommands(program));
+const sandboxGroup = registerSandboxCommands(program);
+registerExecCommand(sandboxGroup);
+registerFileCommands(sandboxGroup);
 registerUpgradeCommands(program);
 registerDrainCommand(program);
 registerTokenCommands(program);

@@ -12,6 +12,7 @@ import { readFile, statPath, writeFile } from '../core/files';
 import { execEventToProto, execSpecFromProto, fileInfoToProto } from './convert';
 import type { ExecSessions } from '../core/exec-session';
 import { execStreamHandlers } from './exec-stream';
+import { fileStreamService, statWithBeneath } from './file-stream-service';
 
 export interface PoddServiceDeps {
   runner: ExecRunner;
@@ -59,8 +60,9 @@ export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<Sa
       return writeFile(req.path, req.data, { mode: req.mode, append: req.append, createParents: req.createParents, beneath: req.beneath });
     },
     async stat(req) {
-      return fileInfoToProto(await statPath(req.path));
+      return statWithBeneath(req, async (p) => fileInfoToProto(await statPath(p)));
     },
+    ...fileStreamService(),
     /**
      * Quiesce: max_freeze_ms 0 -> 1500, clamped to [100, 5000] ms; sync + syncfs, then the host
      * freezes with its watchdog. FAILED_PRECONDITION (a freeze holds), UNAVAILABLE (no freeze

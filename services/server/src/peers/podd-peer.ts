@@ -120,6 +120,15 @@ export class PoddPeers implements PoddConnector {
     return p;
   }
 
+  /**
+   * raw is the cached podd client of address itself (errors mapped) and its features, for the
+   * streamed file relay (rpc/file-transfer-service.ts), which passes proto messages through.
+   */
+  raw(address: string): { client: ServiceClient<typeof PoddServiceDefinition>; features: PeerFeatures } {
+    const p = this.connect(address) as PoddPeer;
+    return { client: p.client, features: p.features };
+  }
+
   forget(address: string): void {
     this.peers.get(address)?.close();
     this.peers.delete(address);

@@ -9,6 +9,7 @@ import type { SandboxRecord } from '../core/types';
 import { observeFork } from '../metrics';
 import { execStreamService } from './exec-stream-service';
 import { withIdle } from './idle-hooks';
+import { fileTransferService, type PoddFileRelay } from './file-transfer-service';
 import { forkMethodToPb, NO_INGRESS, sandboxToPb as recordToPb, statesFromPb, type IngressAddress } from './convert';
 
 /** listedBytes is what one sandbox adds to a ListSandboxesResponse, bytes: its encoding, the field tag and the length prefix. */
@@ -27,15 +28,23 @@ function varintBytes(n: number): number {
 }
 
 /**
- * counters.streams counts running Exec streams (a retiring server relays them to the end);
- * ingress is where the ingress listener is (Sandbox.network.ingress_url).
+ * counters.streams counts running Exec streams and file transfers (a retiring server relays
+ * them to the end); ingress is where the ingress listener is (Sandbox.network.ingress_url);
+ * podds reaches the sandboxes' podds for the streamed file calls (file-transfer-service.ts;
+ * without it they are UNIMPLEMENTED).
  */
-export function sandboxService(m: SandboxManager, counters: { streams: number } = { streams: 0 }, ingress: IngressAddress = NO_INGRESS): SandboxServiceImplementation<SandnodeCallContext> {
+export function sandboxService(
+  m: SandboxManager,
+  counters: { streams: number } = { streams: 0 },
+  ingress: IngressAddress = NO_INGRESS,
+  podds?: PoddFileRelay,
+): SandboxServiceImplementation<SandnodeCallContext> {
   const sandboxToPb = (r: SandboxRecord) => recordToPb(r, ingress, m.idle.lastActivityMs(r));
   // activity and auto-resume of every handler that names a sandbox (idle-hooks.ts)
   return withIdle(
     {
       ...execStreamService(m, counters),
+      ...fileTransferService(m, podds, counters),
       async createSandbox(req, ctx) {
         const rec = await m.create(
           {

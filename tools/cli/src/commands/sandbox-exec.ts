@@ -9,9 +9,10 @@
  * `sandbox attach ID EXEC_ID` reattaches to one (after this CLI left it, or another client went away).
  */
 import type { Command } from 'commander';
+import { ClientError, Status } from 'nice-grpc-common';
 import { table } from '@sandnode/node-stack';
 import { dirsOf, keyValue, wholeNumber } from '../options';
-import { EXIT_FAILURE, UsageError, action, print } from '../output';
+import { CliError, EXIT_FAILURE, UsageError, action, print } from '../output';
 import { withServer } from '../server-calls';
 import { argsOf, commandPath, shellWord } from '../usage';
 import { isUnimplemented, runExecSession } from './exec-session';
@@ -21,6 +22,23 @@ async function readStdin(): Promise<Buffer> {
   const chunks: Buffer[] = [];
   for await (const c of process.stdin) chunks.push(c as Buffer);
   return Buffer.concat(chunks);
+}
+
+/** Most stdin bytes one Exec carries (the server's limit, SandboxService.Exec: 3 MiB); ExecStream streams stdin without a limit. */
+export const MAX_EXEC_STDIN_BYTES = 3 * 1024 * 1024;
+
+/**
+ * stdinTooLarge: the human error for an Exec refused because its stdin (n bytes) passed the
+ * limit (INVALID_ARGUMENT from the server, or RESOURCE_EXHAUSTED from gRPC's message limit);
+ * the gRPC code stays in --json (CliError's cause). Other errors pass. Only a server without
+ * ExecStream (the fallback to Exec) has the limit.
+ */
+export function stdinTooLarge(err: unknown, n: number, id: string): unknown {
+  if (n <= MAX_EXEC_STDIN_BYTES || !(err instanceof ClientError) || (err.code !== Status.RESOURCE_EXHAUSTED && err.code !== Status.INVALID_ARGUMENT)) return err;
+  return new CliError(
+    `stdin is limited to ${MAX_EXEC_STDIN_BYTES} bytes (3 MiB) per exec by this server (it has no ExecStream), this was ${n}; to move a file in, use: sandnode sandbox cp FILE ${id}:/workspace/FILE`,
+    { cause: err },
+  );
 }
 
 /**
@@ -87,11 +105,15 @@ export function registerExecCommand(sandbox: Command): void {
           // a server of an older release: Exec, stdin read to its end first
           let code = EXIT_FAILURE;
           const stdin = sendStdin ? await readStdin() : Buffer.alloc(0);
-          for await (const ev of api.sandboxes.exec({ sandboxId: id, argv, env: o.env, cwd: o.cwd, stdin, timeoutMs: o.timeoutMs })) {
-            const e = ev.event;
-            if (e?.$case === 'stdout') process.stdout.write(e.value);
-            else if (e?.$case === 'stderr') process.stderr.write(e.value);
-            else if (e?.$case === 'exit') code = e.value.exitCode;
+          try {
+            for await (const ev of api.sandboxes.exec({ sandboxId: id, argv, env: o.env, cwd: o.cwd, stdin, timeoutMs: o.timeoutMs })) {
+              const e = ev.event;
+              if (e?.$case === 'stdout') process.stdout.write(e.value);
+              else if (e?.$case === 'stderr') process.stderr.write(e.value);
+              else if (e?.$case === 'exit') code = e.value.exitCode;
+            }
+          } catch (err) {
+            throw stdinTooLarge(err, stdin.length, id);
           }
           return code;
         });

@@ -1,0 +1,271 @@
+/**
+ * `sandnode sandbox cp SRC DST | ls ID [PATH] | stat ID PATH`: files in and out of a sandbox,
+ * like `kubectl cp`. One side of `cp` is `sb-<16 hex>:PATH` (PATH relative to /workspace, or
+ * absolute below it), the other a local file. Any size: the bytes stream (UploadFile /
+ * DownloadFile, feature "server.files.stream.v1"), one chunk in memory at a time. A copy goes
+ * to a temp file beside the target that replaces it at the end, so a cut copy leaves the
+ * target as it was; `--resume` writes in place and continues from the target's size instead.
+ * Progress goes to stderr on a TTY; `--json` prints {source, destination, bytes, bytesSent,
+ * offset, sha256, durationMs, mbPerSec} (sha256 of the whole file).
+ */
+import { createHash, randomBytes, type Hash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import { open, rename, stat, unlink } from 'node:fs/promises';
+import path from 'node:path';
+import type { Command } from 'commander';
+import { ClientError, Status } from 'nice-grpc-common';
+import { FileType, type FileInfo, type UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
+import type { ServerApi } from '@sandnode/node-stack';
+import { dirsOf } from '../options';
+import { action, CliError, print, UsageError } from '../output';
+import { withServer } from '../server-calls';
+
+/** Bytes per UploadFile data message (1 MiB). */
+export const UPLOAD_CHUNK_BYTES = 1024 * 1024;
+
+/** A `sb-<id>:PATH` operand. */
+export interface RemoteSpec {
+  sandboxId: string;
+  path: string;
+}
+
+/** parseRemote reads `sb-<16 hex>:PATH`; undefined for a local path. */
+export function parseRemote(s: string): RemoteSpec | undefined {
+  const m = /^(sb-[0-9a-f]{16}):(.*)$/.exec(s);
+  return m ? { sandboxId: m[1] ?? '', path: m[2] ?? '' } : undefined;
+}
+
+/** What `cp` reports. */
+export interface CopyResult {
+  source: string;
+  destination: string;
+  /** the file's size after the copy, bytes */
+  bytes: number;
+  /** bytes moved by this run (less than bytes after --resume) */
+  bytesSent: number;
+  /** where this run started, bytes */
+  offset: number;
+  /** SHA-256 of the whole file, lowercase hex */
+  sha256: string;
+  durationMs: number;
+  /** bytesSent / duration, 10^6 bytes per second */
+  mbPerSec: number;
+}
+
+const mib = (n: number) => (n / 1048576).toFixed(1);
+/** rate is bytes per ms as MB/s (10^6 bytes), one decimal. */
+const rate = (bytes: number, ms: number) => Math.round((bytes / 1e3 / Math.max(ms, 1)) * 10) / 10;
+
+/** Progress on stderr when it is a TTY (and not --json): bytes, percent and rate, at most 4 times a second. */
+class Progress {
+  private last = 0;
+  private readonly on: boolean;
+  private readonly t0 = Date.now();
+  constructor(
+    private readonly total: number,
+    private readonly start: number,
+    json: boolean,
+  ) {
+    this.on = !json && process.stderr.isTTY === true;
+  }
+  tick(done: number): void {
+    const now = Date.now();
+    if (!this.on || now - this.last < 250) return;
+    this.last = now;
+    const pct = this.total ? Math.floor((100 * done) / this.total) : 100;
+    process.stderr.write(`\r${mib(done)} / ${mib(this.total)} MiB  ${pct}%  ${rate(done - this.start, now - this.t0).toFixed(0)} MB/s   `);
+  }
+  end(): void {
+    if (this.on) process.stderr.write('\n');
+  }
+}
+
+/** hashPrefix feeds the first n bytes of a local file into h (the part a resumed copy does not send). */
+async function hashPrefix(file: string, n: number, h: Hash): Promise<void> {
+  if (n === 0) return;
+  for await (const c of createReadStream(file, { start: 0, end: n - 1, highWaterMark: UPLOAD_CHUNK_BYTES })) h.update(c as Buffer);
+}
+
+/** streamFailed turns an UNIMPLEMENTED of an older server into words (the gRPC code stays in --json); other errors pass. */
+function streamFailed(err: unknown): unknown {
+  if (err instanceof ClientError && err.code === Status.UNIMPLEMENTED && !/podd/.test(err.details)) {
+    return new CliError('the server lacks the streamed file calls (feature "server.files.stream.v1"): upgrade it (sandnode upgrade server)', { cause: err });
+  }
+  return err;
+}
+
+async function statRemote(api: ServerApi, r: RemoteSpec): Promise<FileInfo | undefined> {
+  try {
+    return (await api.sandboxes.statFile({ sandboxId: r.sandboxId, path: r.path })).info;
+  } catch (err) {
+    if (err instanceof ClientError && err.code === Status.NOT_FOUND && /no such file/.test(err.details)) return undefined;
+    throw streamFailed(err);
+  }
+}
+
+/** upload copies local file src to r (into it when r is a directory). */
+async function upload(api: ServerApi, src: string, r: RemoteSpec, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
+  const st = await stat(src).catch((err: NodeJS.ErrnoException) => {
+    throw new CliError(`${src}: ${err.code ?? err.message}`);
+  });
+  if (st.isDirectory()) throw new UsageError(`${src} is a directory: copying directories is not built yet (copy a tar file and unpack it with sandbox exec)`);
+  if (!st.isFile()) throw new UsageError(`${src} is not a regular file`);
+  let dest = r;
+  const there = await statRemote(api, r);
+  if (r.path.endsWith('/') || there?.type === FileType.FILE_TYPE_DIRECTORY) dest = { ...r, path: path.posix.join(r.path || '/workspace', path.basename(src)) };
+  let offset = 0;
+  if (o.resume) {
+    const cur = dest === r ? there : await statRemote(api, dest);
+    if (cur?.type === FileType.FILE_TYPE_REGULAR && cur.sizeBytes <= st.size) offset = cur.sizeBytes;
+  }
+  // one hash when the whole file is sent (offset 0), two when a resume sends only its tail
+  const sent = createHash('sha256');
+  const whole = offset === 0 ? sent : createHash('sha256');
+  await hashPrefix(src, offset, whole);
+  const progress = new Progress(st.size, offset, o.json === true);
+  let pos = offset;
+  async function* requests(): AsyncIterable<UploadFileRequest> {
+    yield { part: { $case: 'header', value: { sandboxId: dest.sandboxId, path: dest.path, offset, mode: st.mode & 0o777, inPlace: o.resume === true } } };
+    for await (const c of createReadStream(src, { start: offset, highWaterMark: UPLOAD_CHUNK_BYTES })) {
+      const b = c as Buffer;
+      if (whole !== sent) whole.update(b);
+      sent.update(b);
+      pos += b.length;
+      progress.tick(pos);
+      yield { part: { $case: 'data', value: b } };
+    }
+    // the end says the upload is complete (a stream cut before it is never committed), with the hash podd checks
+    yield { part: { $case: 'end', value: { sha256: sent.copy().digest('hex') } } };
+  }
+  const t0 = Date.now();
+  let res;
+  try {
+    // no deadline: the size decides how long it takes; Ctrl-C ends it
+    res = await api.sandboxes.uploadFile(requests(), { deadline: undefined, retry: false });
+  } catch (err) {
+    throw streamFailed(err);
+  } finally {
+    progress.end();
+  }
+  const ms = Date.now() - t0;
+  const mine = sent.copy().digest('hex');
+  if (res.sha256 !== mine || res.bytesWritten !== pos - offset) {
+    throw new CliError(`the sandbox wrote ${res.bytesWritten} bytes with sha256 ${res.sha256}, this side sent ${pos - offset} with sha256 ${mine}: the copy is damaged; copy again`);
+  }
+  return {
+    source: src,
+    destination: `${dest.sandboxId}:${dest.path}`,
+    bytes: res.sizeBytes,
+    bytesSent: pos - offset,
+    offset,
+    sha256: whole.digest('hex'),
+    durationMs: ms,
+    mbPerSec: rate(pos - offset, ms),
+  };
+}
+
+/** download copies r to local dst (into it when dst is a directory). */
+async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
+  let target = dst;
+  const local = await stat(dst).catch(() => undefined);
+  if (dst.endsWith('/') || local?.isDirectory()) target = path.join(dst, path.posix.basename(r.path));
+  const cur = target === dst ? local : await stat(target).catch(() => undefined);
+  const offset = o.resume && cur?.isFile() ? cur.size : 0;
+  const tmp = o.resume ? target : path.join(path.dirname(target), `.${path.basename(target)}.sandnode-download-${randomBytes(6).toString('hex')}`);
+  const whole = createHash('sha256');
+  await hashPrefix(target, offset, whole);
+  const fh = await open(tmp, o.resume ? 'a' : 'wx', 0o644);
+  let pos = offset;
+  let committed = false;
+  const t0 = Date.now();
+  let progress: Progress | undefined;
+  try {
+    for await (const m of api.sandboxes.downloadFile({ sandboxId: r.sandboxId, path: r.path, offset })) {
+      progress ??= new Progress(m.sizeBytes, offset, o.json === true);
+      if (m.data.length === 0) continue;
+      if (m.offset !== pos) throw new CliError(`the stream skipped from byte ${pos} to ${m.offset}; copy again`);
+      await fh.write(m.data, 0, m.data.length, o.resume ? null : pos);
+      whole.update(m.data);
+      pos += m.data.length;
+      progress.tick(pos);
+    }
+    await fh.sync();
+    if (!o.resume) await rename(tmp, target);
+    committed = true;
+  } catch (err) {
+    throw streamFailed(err);
+  } finally {
+    progress?.end();
+    await fh.close();
+    if (!committed && !o.resume) await unlink(tmp).catch(() => undefined);
+  }
+  const ms = Date.now() - t0;
+  return { source: `${r.sandboxId}:${r.path}`, destination: target, bytes: pos, bytesSent: pos - offset, offset, sha256: whole.digest('hex'), durationMs: ms, mbPerSec: rate(pos - offset, ms) };
+}
+
+const TYPE_WORD: Record<number, string> = { [FileType.FILE_TYPE_REGULAR]: 'file', [FileType.FILE_TYPE_DIRECTORY]: 'dir', [FileType.FILE_TYPE_SYMLINK]: 'link', [FileType.FILE_TYPE_OTHER]: 'other' };
+
+function infoLine(e: FileInfo): string {
+  return `${(TYPE_WORD[e.type] ?? '?').padEnd(5)} ${e.mode.toString(8).padStart(4, '0')} ${String(e.sizeBytes).padStart(12)} ${new Date(e.mtimeMs).toISOString()} ${e.name}`;
+}
+
+/** infoJson is FileInfo as the proto JSON mapping shows it (the type by its enum name). */
+const infoJson = (e: FileInfo) => ({ name: e.name, type: FileType[e.type], sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs });
+
+/** registerFileCommands adds `cp`, `ls` and `stat` to the sandbox command group. */
+export function registerFileCommands(sandbox: Command): void {
+  sandbox
+    .command('cp <src> <dst>')
+    .description('copy a file into (cp ./f sb-ID:/workspace/f) or out of (cp sb-ID:/workspace/f ./f) a sandbox; any size, streamed')
+    .option('--resume', 'write in place and continue from the size the target has (after a cut copy)')
+    .option('--json', 'print the result as JSON (bytes, sha256, rate)')
+    .action(
+      action(async (src: string, dst: string, o: { resume?: boolean; json?: boolean }, cmd: Command) => {
+        const from = parseRemote(src);
+        const to = parseRemote(dst);
+        if ((from && to) || (!from && !to)) throw new UsageError('cp: exactly one of SRC and DST is a sandbox path (sb-<id>:PATH)');
+        const r = await withServer(dirsOf(cmd), (api) => (to ? upload(api, src, to, o) : download(api, from as RemoteSpec, dst, o)));
+        print(o.json === true, r, () => `${r.source} -> ${r.destination}: ${r.bytes} bytes (${r.bytesSent} sent from ${r.offset}) in ${r.durationMs} ms, ${r.mbPerSec} MB/s, sha256 ${r.sha256}`);
+      }),
+    );
+  sandbox
+    .command('ls <id> [path]')
+    .description('list a directory of the sandbox (below /workspace; default /workspace)')
+    .option('--json', 'print {entries: [...]} (the proto JSON of FileInfo)')
+    .action(
+      action(async (id: string, p: string | undefined, o: { json?: boolean }, cmd: Command) => {
+        const entries = await withServer(dirsOf(cmd), async (api) => {
+          const all: FileInfo[] = [];
+          let token = '';
+          try {
+            do {
+              const page = await api.sandboxes.listDirectory({ sandboxId: id, path: p ?? '', pageSize: 1000, pageToken: token });
+              all.push(...page.entries);
+              token = page.nextPageToken;
+            } while (token);
+          } catch (err) {
+            throw streamFailed(err);
+          }
+          return all;
+        });
+        print(o.json === true, { entries: entries.map(infoJson) }, () => entries.map(infoLine).join('\n') || '(empty)');
+      }),
+    );
+  sandbox
+    .command('stat <id> <path>')
+    .description('describe a path of the sandbox (below /workspace; a symlink is described, not followed)')
+    .option('--json', 'print the proto JSON of FileInfo')
+    .action(
+      action(async (id: string, p: string, o: { json?: boolean }, cmd: Command) => {
+        const info = await withServer(dirsOf(cmd), async (api) => {
+          try {
+            return (await api.sandboxes.statFile({ sandboxId: id, path: p })).info;
+          } catch (err) {
+            throw streamFailed(err);
+          }
+        });
+        if (!info) throw new CliError('the server answered without a description');
+        print(o.json === true, infoJson(info), () => infoLine(info));
+      }),
+    );
+}
