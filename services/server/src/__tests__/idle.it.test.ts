@@ -8,7 +8,7 @@
  * bad input are refused; the CLI's flags and `sandbox keepalive` reach the server. Short timers
  * (2-3 s) and waitFor, never a timed assertion. The ingress side is idle-ingress.it.test.ts.
  */
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Status } from 'nice-grpc-common';
 import { killComponent, startComponent, upgradeServer } from '@sandnode/node-stack';
@@ -67,6 +67,21 @@ describeNode('idle pause, hibernate, TTL and auto-resume (whole node)', () => {
     const back = await get(sb.sandboxId);
     expect(back.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
     expect(back.pid).toBe(sb.pid);
+    await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
+  });
+
+  test('sandbox cp (UploadFile, a client stream) and a download auto-resume an idle-paused sandbox', async () => {
+    const sb = await create({ pauseAfterS: 2 });
+    await waitState(sb.sandboxId, SandboxState.SANDBOX_STATE_PAUSED, 'the idle pause');
+    const local = path.join(node.dirs.stateDir, '..', `cp-${sb.sandboxId}.txt`);
+    writeFileSync(local, 'uploaded while paused\n');
+    const up = node.cli(['sandbox', 'cp', local, `${sb.sandboxId}:/workspace/up.txt`]);
+    expect({ status: up.status, stderr: up.stderr }).toEqual({ status: 0, stderr: '' });
+    expect((await get(sb.sandboxId)).state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
+    await waitState(sb.sandboxId, SandboxState.SANDBOX_STATE_PAUSED, 'the second idle pause');
+    const back = `${local}.back`;
+    const down = node.cli(['sandbox', 'cp', `${sb.sandboxId}:/workspace/up.txt`, back]);
+    expect({ status: down.status, stderr: down.stderr, data: readFileSync(back, 'utf8') }).toEqual({ status: 0, stderr: '', data: 'uploaded while paused\n' });
     await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
   });
 

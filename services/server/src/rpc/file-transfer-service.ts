@@ -144,6 +144,11 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       const abs = workspacePath('path', h.path);
       checkOffset(h.offset);
       if (h.mode > 0o777) throw new InvalidArgumentError(`mode: ${h.mode.toString(8)} is not a permission mode (0..0777)`);
+      // idle actions (core/idle.ts): like the other file calls (idle-hooks.ts, which cannot see
+      // the id in a client stream's header), an upload auto-resumes a PAUSED or hibernated
+      // sandbox, holds idle actions off while it runs and counts as activity
+      requireSandboxId('header.sandbox_id', h.sandboxId);
+      await m.idle.ensureRunning(h.sandboxId, 'UploadFile', ctx.signal);
       const client = await podd(h.sandboxId, 'UploadFile');
       async function* relay(): AsyncIterable<PoddUploadFileRequest> {
         yield { part: { $case: 'header', value: { path: abs, offset: h.offset, mode: h.mode, createParents: true, inPlace: h.inPlace, beneath: WORKSPACE } } };
@@ -161,6 +166,7 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
         }
       }
       const release = slots.enter(h.sandboxId);
+      const leave = m.idle.enter(h.sandboxId);
       counters.streams++;
       try {
         // no deadline of its own (a unary default would cut a large upload): the caller's
@@ -169,6 +175,8 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
         return { sizeBytes: r.sizeBytes, bytesWritten: r.bytesWritten, sha256: r.sha256 };
       } finally {
         counters.streams--;
+        leave();
+        m.idle.activity(h.sandboxId);
         release();
       }
     },
