@@ -12,6 +12,7 @@ import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Status } from 'nice-grpc-common';
 import { killComponent, startComponent, upgradeServer } from '@sandnode/node-stack';
+import type { UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
 import { SandboxState, type IdleSettings, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 import { describeNode, execCollect, expectCode, startNode, waitFor, type TestNode } from '@sandnode/testkit';
 
@@ -82,6 +83,15 @@ describeNode('idle pause, hibernate, TTL and auto-resume (whole node)', () => {
     const back = `${local}.back`;
     const down = node.cli(['sandbox', 'cp', `${sb.sandboxId}:/workspace/up.txt`, back]);
     expect({ status: down.status, stderr: down.stderr, data: readFileSync(back, 'utf8') }).toEqual({ status: 0, stderr: '', data: 'uploaded while paused\n' });
+    // an API caller's UploadFile alone (no StatFile first, as the CLI does) resumes it too
+    await waitState(sb.sandboxId, SandboxState.SANDBOX_STATE_PAUSED, 'the third idle pause');
+    async function* direct(): AsyncIterable<UploadFileRequest> {
+      yield { part: { $case: 'header', value: { sandboxId: sb.sandboxId, path: 'direct.txt', offset: 0, mode: 0, inPlace: false } } };
+      yield { part: { $case: 'data', value: Buffer.from('direct') } };
+      yield { part: { $case: 'end', value: { sha256: '' } } };
+    }
+    expect(await node.api.sandboxes.uploadFile(direct(), { deadline: undefined, retry: false })).toMatchObject({ sizeBytes: 6 });
+    expect((await get(sb.sandboxId)).state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
     await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
   });
 
