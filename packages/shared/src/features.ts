@@ -127,6 +127,8 @@ export const SERVER_FEATURES = {
   egressProxy: 'server.egress-proxy.v1',
   /** the sandboxes' DNS resolver: answers only names the policy allows, forwards to the node's upstreams */
   dns: 'server.dns.v1',
+  /** warm pools: AdminService.SetPool/GetPoolStatus, CreateSandboxResponse.from_pool/create_ms/pool_miss */
+  pool: 'server.pool.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */
