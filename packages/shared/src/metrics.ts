@@ -5,6 +5,9 @@
 import http from 'node:http';
 import { collectDefaultMetrics, Histogram, Registry } from 'prom-client';
 
+/** Gauge, for components' own metrics on {@link registry} (prom-client's). */
+export { Gauge } from 'prom-client';
+
 /** The process-wide registry. */
 export const registry = new Registry();
 collectDefaultMetrics({ register: registry, prefix: 'sandnode_' });

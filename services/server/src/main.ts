@@ -30,6 +30,7 @@ import { checkApiAccess } from './handover/api-access';
 import { loadAccessTokenKey } from './core/network';
 import { MapNetworkDirectory } from './core/network-directory';
 import { SandboxManager } from './core/sandbox-manager';
+import { setPoolMetricsSource } from './core/pool-metrics';
 import { ingressLimitsFromConfig, NetworkServices, parseDnsUpstreams } from './network';
 import { LocalTemplateCatalog } from './core/template-catalog';
 import { setServerFailpoints } from './handover/failpoints';
@@ -119,13 +120,18 @@ export function wiring(cfg: ServerConfig, rootLog: Logger, settings?: Record<str
         upperBytes: cfg.upperBytes,
         poddReadyTimeoutMs: cfg.poddReadyTimeoutMs,
         maxExecStreamsPerSandbox: cfg.maxExecStreamsPerSandbox,
+        pool: { configs: store.pools(), fillConcurrency: cfg.poolFillConcurrency, healthIntervalMs: cfg.poolHealthIntervalMs },
       });
       manager.gate.holdMs = DEFAULT_HOLD_MS;
       templates.inUse = (name) => manager.templateInUse(name);
+      templates.retire = (name) => manager.retireTemplate(name);
+      setPoolMetricsSource(manager.pool ? () => manager.pool!.status() : undefined);
+      const resourceDefaults = { vcpus: cfg.defaultVcpus, memoryMib: cfg.defaultMemoryMib, diskBytes: cfg.defaultDiskBytes };
       return {
         manager,
         vms,
         devices,
+        poolAdmin: manager.pool ? { pool: manager.pool, configs: store.pools(), templates, resourceDefaults, now: Date.now } : undefined,
         register(server) {
           server.add(SandboxServiceDefinition, gateWritesWhileBusy(sandboxService(manager, streams, ingress), SANDBOX_WRITES, store, { what: 'records.db' }));
           server.add(TemplateServiceDefinition, templateService(templates));

@@ -12,7 +12,7 @@
  * CREATING and DELETING records are torn down, RUNNING/PAUSED ones are verified and kept.
  */
 import { randomBytes } from 'node:crypto';
-import { FailedPreconditionError, InvalidArgumentError, KeyedMutex, NotFoundError, requireSandboxId, run, SANDBOX_ID_RE, type Logger } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, KeyedMutex, NotFoundError, requireSandboxId, run, SANDBOX_ID_RE, UnavailableError, type Logger } from '@sandnode/shared';
 import type { CoreContext, RecordOrigin } from './context';
 import { drainOne, type DrainProgress } from './drain';
 import { fork as forkSandbox, type ForkResult, type ForkSandboxArgs } from './fork';
@@ -22,11 +22,14 @@ import { AccessTokens, ACCESS_TOKEN_BYTES, planNetwork, syncDirectory, validateN
 import { reapplyPolicies, updateNetwork, type UpdateNetworkArgs } from './network-update';
 import { MapNetworkDirectory } from './network-directory';
 import { checkLiveness, expired, retryTeardowns } from './reaper';
-import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, newRecord, newSandboxId, requireDeviceManager, teardown } from './provision';
+import { WarmPool } from './pool';
+import { claimFromPool } from './pool-claim';
+import { DEFAULT_POOL_FILL_CONCURRENCY, DEFAULT_POOL_HEALTH_INTERVAL_MS, isPoolMember, type PoolConfig, type PoolConfigStore } from './pool-config';
+import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, newRecord, newSandboxId, PODD_HEALTH_CALL_MS, requireDeviceManager, teardown } from './provision';
 import { RequestTracker } from './request-tracker';
 import { resetRootfs, switchUpper } from './reset-rootfs';
 import { requireState, transition, type Operation } from './transitions';
-import type { DeviceInfo, DevicePort, ExecArgs, ExecEvent, PoddConnector, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
+import type { DeviceInfo, DevicePort, ExecArgs, ExecEvent, PoddConnector, PoolMark, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
 import { validateMetadata, validateRequestId, validateResources, validateTemplateName, validateTimeoutSeconds, type ResourceDefaults } from './validate';
 
 export type { ForkMethod, ForkResult, ForkSandboxArgs } from './fork';
@@ -75,6 +78,19 @@ export interface SandboxManagerOptions {
   directory?: MapNetworkDirectory;
   /** the node key of the access tokens (network.ts, loadAccessTokenKey); default a random one (tests) */
   accessTokenKey?: Buffer;
+  /**
+   * warm pools (pool.ts): where their configs are kept, member creates at once (default
+   * DEFAULT_POOL_FILL_CONCURRENCY), health interval of a waiting member, ms (default
+   * DEFAULT_POOL_HEALTH_INTERVAL_MS); absent (or a store without claimPoolMember): no pools
+   */
+  pool?: { configs: PoolConfigStore; fillConcurrency?: number; healthIntervalMs?: number };
+}
+
+/** What CreateSandbox answers besides the record. */
+export interface CreateResult {
+  rec: SandboxRecord;
+  /** why a template with a pool was created cold ("" from the pool or without a pool) */
+  poolMiss: string;
 }
 
 export interface CreateSandboxArgs {
@@ -117,6 +133,10 @@ export class SandboxManager {
   readonly directory: MapNetworkDirectory;
   /** Ingress access tokens of the sandboxes. */
   readonly tokens: AccessTokens;
+  /** The warm pools (undefined without pool configs). */
+  readonly pool: WarmPool | undefined;
+  /** User creates that boot (not from the pool) in flight: the pool refills only while none runs. */
+  private coldCreates = 0;
 
   constructor(private readonly o: SandboxManagerOptions) {
     this.now = o.now ?? Date.now;
@@ -150,6 +170,25 @@ export class SandboxManager {
       touch: (rec) => this.touch(rec),
       gated: (id, fn, signal) => this.gated(id, fn, signal),
     };
+    const pool = o.pool;
+    this.pool =
+      pool && o.store.claimPoolMember
+        ? new WarmPool({
+            store: o.store,
+            configs: pool.configs,
+            log: o.log.child({ component: 'warm-pool' }),
+            now: () => this.now(),
+            resourceDefaults: o.resourceDefaults,
+            fillConcurrency: pool.fillConcurrency ?? DEFAULT_POOL_FILL_CONCURRENCY,
+            healthIntervalMs: pool.healthIntervalMs ?? DEFAULT_POOL_HEALTH_INTERVAL_MS,
+            createMember: (c, resources) => this.createPoolMember(c, resources),
+            deleteMember: (id) => this.delete(id),
+            healthy: (rec) => o.podd.connect(rec.poddAddress).health(PODD_HEALTH_CALL_MS),
+            templateRootfs: async (name) => (await o.templates.get(name))?.rootfsPath,
+            coldCreatesInFlight: () => this.coldCreates,
+            active: () => this.gate.isOpen,
+          })
+        : undefined;
   }
 
   /** get returns the record of id. Errors: INVALID_ARGUMENT (malformed id), NOT_FOUND. */
@@ -180,6 +219,8 @@ export class SandboxManager {
     const matches = this.o.store
       .list()
       .filter((r) => r.sandboxId > after)
+      // warm-pool members are no user's sandboxes (pool.ts)
+      .filter((r) => !isPoolMember(r))
       // a state this version cannot name (UNKNOWN: a newer server's, say 7 or 9) matches no filter,
       // not even one naming a value this version does not know; an unfiltered list shows it
       .filter((r) => args.states.length === 0 || (r.state !== 'UNKNOWN' && args.states.includes(r.state)))
@@ -210,6 +251,16 @@ export class SandboxManager {
    * of the peers; on failure everything made is torn down and the record removed.
    */
   async create(args: CreateSandboxArgs, signal?: AbortSignal): Promise<SandboxRecord> {
+    return (await this.createDetailed(args, signal)).rec;
+  }
+
+  /**
+   * createDetailed is create that also says why a template with a warm pool was created cold.
+   * A create of a template with a pool first claims a member (pool-claim.ts: one
+   * compare-and-swap of its record, then the request's metadata, timeout and policy) and boots
+   * only when there is none or it cannot give what is asked. Errors: those of create.
+   */
+  async createDetailed(args: CreateSandboxArgs, signal?: AbortSignal): Promise<CreateResult> {
     const template = validateTemplateName('template', args.template);
     const timeoutSeconds = validateTimeoutSeconds('timeout_seconds', args.timeoutSeconds);
     const metadata = validateMetadata('metadata', args.metadata);
@@ -218,10 +269,10 @@ export class SandboxManager {
     const network = validateNetworkRequest('network', args.network);
     const what = `a create from template ${template}`;
     if (requestId) {
-      const inflight = this.requests.join<SandboxRecord>(requestId, what);
+      const inflight = this.requests.join<CreateResult>(requestId, what);
       if (inflight) return inflight;
       const existing = this.o.store.findByRequestId(requestId);
-      if (existing) return this.existingCreate(existing, template);
+      if (existing) return { rec: this.existingCreate(existing, template), poolMiss: '' };
     }
     const bootSignal = requestId ? undefined : signal;
     // Registered before the first await, so a parallel create with the same request_id joins it.
@@ -230,8 +281,23 @@ export class SandboxManager {
       try {
         const tpl = await this.o.templates.get(template);
         if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
+        let poolMiss = '';
+        if (this.pool) {
+          const got = await claimFromPool(this.ctx, this.pool, { template, resources, metadata, timeoutSeconds, requestId, network });
+          if (got.rec) {
+            this.o.log.info({ sandbox_id: got.rec.sandboxId, template, pool: got.rec.pool?.key }, 'sandbox claimed from the warm pool');
+            return { rec: got.rec, poolMiss: '' };
+          }
+          poolMiss = got.miss;
+        }
         const origin: RecordOrigin = { template, templatePoddVersion: tpl.poddVersion, templateRootfs: tpl.rootfsPath, resources, rootfsGeneration: 1, forkedFrom: '' };
-        return await this.createFromTemplate(origin, timeoutSeconds, metadata, requestId, network, bootSignal);
+        this.coldCreates++;
+        try {
+          return { rec: await this.createFromTemplate(origin, timeoutSeconds, metadata, requestId, network, bootSignal), poolMiss };
+        } finally {
+          this.coldCreates--;
+          if (this.coldCreates === 0) this.pool?.fill();
+        }
       } finally {
         const n = (this.creatingFrom.get(template) ?? 1) - 1;
         if (n > 0) this.creatingFrom.set(template, n);
@@ -241,8 +307,29 @@ export class SandboxManager {
     return this.requests.track(requestId, what, p);
   }
 
+  /**
+   * createPoolMember boots a READY member of pool c by the normal create path (through the
+   * handover gate; no metadata, timeout or request_id; the node's default network).
+   */
+  private createPoolMember(c: PoolConfig, resources: Resources): Promise<SandboxRecord> {
+    return this.gate.run(async () => {
+      this.creatingFrom.set(c.template, (this.creatingFrom.get(c.template) ?? 0) + 1);
+      try {
+        const tpl = await this.o.templates.get(c.template);
+        if (!tpl) throw new NotFoundError(`template ${JSON.stringify(c.template)} not found (build it: sandnode template build ${c.template})`);
+        const origin: RecordOrigin = { template: c.template, templatePoddVersion: tpl.poddVersion, templateRootfs: tpl.rootfsPath, resources, rootfsGeneration: 1, forkedFrom: '' };
+        return await this.createFromTemplate(origin, 0, {}, '', undefined, undefined, { key: c.key, state: 'READY', claimedAtMs: 0 });
+      } finally {
+        const n = (this.creatingFrom.get(c.template) ?? 1) - 1;
+        if (n > 0) this.creatingFrom.set(c.template, n);
+        else this.creatingFrom.delete(c.template);
+      }
+    });
+  }
+
   /** existingCreate answers a repeated request_id: the same sandbox, if it still lives. */
   private existingCreate(rec: SandboxRecord, template: string): SandboxRecord {
+    if (rec.pool?.state === 'CLAIMING') throw new UnavailableError(`request_id: ${rec.requestId}: the claim of sandbox ${rec.sandboxId} was cut and it is being torn down; retry to create anew`);
     if (rec.forkedFrom) throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId}, a fork of ${rec.forkedFrom}`);
     if (rec.template !== template) {
       throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId} from template ${rec.template}`);
@@ -260,10 +347,12 @@ export class SandboxManager {
     requestId: string,
     network: ReturnType<typeof validateNetworkRequest>,
     signal: AbortSignal | undefined,
+    pool?: PoolMark,
   ): Promise<SandboxRecord> {
     const id = newSandboxId();
     const log = this.o.log.child({ sandbox_id: id });
     const rec = newRecord(this.ctx, id, origin, metadata, timeoutSeconds, requestId);
+    if (pool) rec.pool = pool;
     return this.locks.run(id, async () => {
       signal?.throwIfAborted(); // nothing made yet
       await requireDeviceManager(this.ctx, 'CreateSandbox');
@@ -401,8 +490,14 @@ export class SandboxManager {
   /** templateInUse says whether a record or a create in flight uses the template. */
   templateInUse(name: string): string | undefined {
     if (this.creatingFrom.has(name)) return 'a create from it is in progress';
-    const users = this.o.store.list().filter((r) => r.template === name);
+    // warm-pool members are retired by the rebuild (retireTemplate), they do not hold it off
+    const users = this.o.store.list().filter((r) => r.template === name && !isPoolMember(r));
     return users.length ? `it is used by ${users.length} sandbox(es), e.g. ${users[0]?.sandboxId}` : undefined;
+  }
+
+  /** retireTemplate: see pool.ts (nothing to do without pools). */
+  retireTemplate(name: string): Promise<() => void> {
+    return this.pool ? this.pool.retireTemplate(name) : Promise.resolve(() => undefined);
   }
 
   /** checkLiveness: see reaper.ts. */

@@ -30,6 +30,8 @@ import { adoptAll, type AdoptionReport } from '../core/adoption';
 import { drainNode, type DrainReport } from '../core/drain';
 import { sweepOrphans } from '../core/orphan-sweep';
 import type { SandboxManager } from '../core/sandbox-manager';
+import { isPoolMember } from '../core/pool-config';
+import type { PoolAdminPort } from '../rpc/pool-service';
 import type { DevicePeer } from '../peers/device-peer';
 import type { PoddPeers } from '../peers/podd-peer';
 import type { VmPeer } from '../peers/vm-peer';
@@ -61,6 +63,8 @@ export interface ActiveParts {
   devices: DevicePeer;
   /** register adds the public services (SandboxService, TemplateService) to server. */
   register(server: ServiceServer): void;
+  /** the warm pools' admin side (AdminService.SetPool/GetPoolStatus); absent: no pools */
+  poolAdmin?: PoolAdminPort;
 }
 
 /** The construction main.ts owns. */
@@ -145,9 +149,14 @@ export class ServerNode implements StandbyNode, OldServer {
     return this.active?.manager;
   }
 
-  /** How many sandboxes the records hold (0 without records). */
+  /** How many sandboxes the records hold (0 without records); warm-pool members are no user's and not counted. */
   sandboxCount(): number {
-    return this.store?.list().length ?? 0;
+    return this.store?.list().filter((r) => !isPoolMember(r)).length ?? 0;
+  }
+
+  /** poolAdmin: the warm pools of this server while ACTIVE (AdminService.SetPool/GetPoolStatus). */
+  poolAdmin(): PoolAdminPort | undefined {
+    return this.roles.is('ACTIVE') ? this.active?.poolAdmin : undefined;
   }
 
   /** quarantinedRecords: the rows of records.db set aside as unservable, oldest first (none before this server opened the records). */
@@ -379,6 +388,8 @@ export class ServerNode implements StandbyNode, OldServer {
         await m.checkLiveness();
         await m.retryTeardowns();
         await m.reapplyPolicies();
+        // warm pools: retire what must go, health, refill (after the liveness pass marked dead VMs)
+        await m.pool?.tick();
         for (const id of m.expired()) {
           this.log.info({ sandbox_id: id }, 'timeout reached: deleting sandbox');
           await m.delete(id).catch((err: unknown) => this.log.error({ sandbox_id: id, err }, 'reaper delete failed'));

@@ -31,7 +31,8 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
   const sandboxToPb = (r: SandboxRecord) => recordToPb(r, ingress);
   return {
     async createSandbox(req, ctx) {
-      const rec = await m.create(
+      const t0 = performance.now();
+      const { rec, poolMiss } = await m.createDetailed(
         {
           template: req.template,
           timeoutSeconds: req.timeoutSeconds,
@@ -43,7 +44,8 @@ export function sandboxService(m: SandboxManager, counters: { streams: number } 
         ctx.signal,
       );
       // a repeat by request_id derives the same token (core/network.ts, AccessTokens)
-      return { sandbox: sandboxToPb(rec), accessToken: m.accessToken(rec) };
+      const createMs = Math.min(0xffffffff, Math.round(performance.now() - t0));
+      return { sandbox: sandboxToPb(rec), accessToken: m.accessToken(rec), fromPool: (rec.pool?.claimedAtMs ?? 0) > 0, createMs, poolMiss };
     },
     async getSandbox(req) {
       return { sandbox: sandboxToPb(m.get(req.sandboxId)) };
