@@ -5,7 +5,7 @@
  * size; a claimed sandbox has the request's metadata, timeout and request_id; the pool survives
  * `upgrade server` (handover) and kill -9 of the server (config kept, members adopted, a cut
  * refill torn down, nothing leaked); a member whose VM dies is replaced; a template rebuild
- * retires the template's members.
+ * retires the template's members; a drain deletes the members rather than preserving them.
  */
 import { PoolState } from '@sandnode/shared/proto/server/v1/record';
 import { SandboxState, type CreateSandboxResponse } from '@sandnode/shared/proto/server/v1/sandbox';
@@ -166,5 +166,15 @@ describeNode('warm pools on a real node', () => {
     expect(off.status).toBe(0);
     await waitFor('the pooltpl members retired', () => !records(node).some((r) => r.poolKey === 'pooltpl'));
     expect(await poolOf(node, 'pooltpl')).toBeUndefined();
+  });
+
+  test('a drain deletes the members instead of preserving them: its report names only user sandboxes (last: it stops the ublk-manager)', async () => {
+    await waitReady(node, 'base', 3);
+    const u = (await node.api.sandboxes.createSandbox({ template: 'base', metadata: { who: 'user' } })).sandbox!;
+    const r = node.cli(['drain', '--json']);
+    expect(r.status).toBe(0);
+    expect((JSON.parse(r.stdout) as { sandboxes: { id: string; outcome: string }[] }).sandboxes).toEqual([expect.objectContaining({ id: u.sandboxId, outcome: 'PRESERVED' })]);
+    expect(records(node).filter((x) => x.poolState !== PoolState.POOL_STATE_UNSPECIFIED)).toEqual([]);
+    expect(records(node).map((x) => x.id)).toEqual([u.sandboxId]);
   });
 });

@@ -73,6 +73,9 @@ interface Stats {
   nextFillAtMs: number;
 }
 
+/** retireTemplate's name for every template (a drain). */
+export const ALL_TEMPLATES = '*';
+
 /** PoolUnfit: a member cannot give what a create asks (thrown by a claim's apply: nothing is written). */
 export class PoolUnfit extends Error {}
 
@@ -118,7 +121,7 @@ export class WarmPool {
       return { miss: why };
     };
     if (!c) return miss(`the request's resources differ from those of the pool${pools.length > 1 ? 's' : ''} of ${template}`, pools[0]!.key);
-    if (this.retiring.has(template)) return miss(`the pool of ${template} is being retired (template rebuild)`, c.key);
+    if (this.held(template)) return miss(`the pool of ${template} is being retired (template rebuild)`, c.key);
     let rec: SandboxRecord | undefined;
     try {
       rec = this.p.store.claimPoolMember(c.key, (m) => apply(m, c.key));
@@ -194,7 +197,7 @@ export class WarmPool {
       const c = configs.get(mark.key);
       let why = '';
       if (!c) why = 'its pool was removed';
-      else if (this.retiring.has(m.template)) why = 'its template is being rebuilt';
+      else if (this.held(m.template)) why = 'its template is being rebuilt (or the node drained)';
       else if (m.state !== 'RUNNING') why = `it is ${m.state}`;
       else {
         if (!rootfs.has(m.template)) rootfs.set(m.template, await this.p.templateRootfs(m.template).catch(() => undefined));
@@ -259,7 +262,7 @@ export class WarmPool {
       return;
     }
     for (const c of configs) {
-      if (this.retiring.has(c.template)) continue;
+      if (this.held(c.template)) continue;
       const s = this.stat(c.key);
       if (this.p.now() < s.nextFillAtMs) continue;
       // CREATING members of this process are the fills in flight; those of a crash are torn down by adoption
@@ -295,18 +298,24 @@ export class WarmPool {
       });
   }
 
+  /** held says whether the template's pools are held (a rebuild of it, or a drain: ALL_TEMPLATES). */
+  private held(template: string): boolean {
+    return this.retiring.has(template) || this.retiring.has(ALL_TEMPLATES);
+  }
+
   /**
-   * retireTemplate (a template rebuild): no claim or refill of the template's pools until the
-   * returned function is called; waits for the refills in flight, then deletes every member
-   * of the template. Errors: those of a member's teardown (the rebuild is refused: a member
-   * still uses the template).
+   * retireTemplate (a template rebuild; ALL_TEMPLATES: a drain, whose members are not worth
+   * preserving): no claim or refill of the template's pools until the returned function is
+   * called; waits for the refills in flight, then deletes every member of the template.
+   * Errors: those of a member's teardown (the rebuild is refused: a member still uses the template).
    */
   async retireTemplate(name: string): Promise<() => void> {
     this.retiring.add(name);
     const done = () => void this.retiring.delete(name);
+    const mine = (template: string | undefined) => name === ALL_TEMPLATES || template === name;
     try {
-      while ([...this.filling.keys()].some((k) => this.p.configs.list().find((c) => c.key === k)?.template === name)) await new Promise((r) => setTimeout(r, 50));
-      for (const m of this.members().filter((r) => r.template === name && !this.claiming.has(r.sandboxId))) {
+      while ([...this.filling.keys()].some((k) => mine(this.p.configs.list().find((c) => c.key === k)?.template))) await new Promise((r) => setTimeout(r, 50));
+      for (const m of this.members().filter((r) => mine(r.template) && !this.claiming.has(r.sandboxId))) {
         if (m.state === 'RUNNING' && m.pool?.state === 'READY' && !this.takeBack(m)) continue;
         this.claiming.add(m.sandboxId);
         try {
@@ -315,7 +324,7 @@ export class WarmPool {
           this.claiming.delete(m.sandboxId);
         }
       }
-      this.p.log.info({ template: name }, 'warm pool members of the template retired for its rebuild');
+      this.p.log.info({ template: name }, 'warm pool members retired (template rebuild or drain)');
       return done;
     } catch (err) {
       done();

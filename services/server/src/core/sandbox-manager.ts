@@ -279,8 +279,7 @@ export class SandboxManager {
     const p = this.gate.run(async () => {
       this.creatingFrom.set(template, (this.creatingFrom.get(template) ?? 0) + 1);
       try {
-        const tpl = await this.o.templates.get(template);
-        if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
+        // a claim first: the template's members are retired before a rebuild or removal of it (pool.ts), so a member needs no template lookup
         let poolMiss = '';
         if (this.pool) {
           const got = await claimFromPool(this.ctx, this.pool, { template, resources, metadata, timeoutSeconds, requestId, network });
@@ -290,6 +289,8 @@ export class SandboxManager {
           }
           poolMiss = got.miss;
         }
+        const tpl = await this.o.templates.get(template);
+        if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
         const origin: RecordOrigin = { template, templatePoddVersion: tpl.poddVersion, templateRootfs: tpl.rootfsPath, resources, rootfsGeneration: 1, forkedFrom: '' };
         this.coldCreates++;
         try {
@@ -353,26 +354,41 @@ export class SandboxManager {
     const log = this.o.log.child({ sandbox_id: id });
     const rec = newRecord(this.ctx, id, origin, metadata, timeoutSeconds, requestId);
     if (pool) rec.pool = pool;
+    // the step timings of the create (ms each, in the 'sandbox created' log line; the bench's pool section sums them up)
+    const steps: Record<string, number> = {};
+    let last = performance.now();
+    const mark = (step: string) => {
+      const t = performance.now();
+      steps[step] = Math.round((t - last) * 10) / 10;
+      last = t;
+    };
     return this.locks.run(id, async () => {
+      mark('lockWait');
       signal?.throwIfAborted(); // nothing made yet
       await requireDeviceManager(this.ctx, 'CreateSandbox');
+      mark('ublkVersion');
       // what the node can give, decided before anything is made (FAILED_PRECONDITION leaves nothing)
       rec.network = await planNetwork(this.vms, network, 'CreateSandbox', this.tokens, id);
+      mark('planNetwork');
       signal?.throwIfAborted();
       this.o.store.put(rec);
+      mark('recordCreating');
       const t0 = this.now();
       try {
         const upper = await this.devices.createEmpty(`${id}-upper`, this.ctx.upperBytes);
         rec.devices.push({ deviceId: upper.deviceId, role: 'rootfs-upper', path: upper.path, backingFile: upper.backingFile, sizeBytes: upper.sizeBytes });
+        mark('upperDevice');
         signal?.throwIfAborted();
         const ws = await this.devices.createEmpty(`${id}-ws`, origin.resources.diskBytes);
         rec.devices.push({ deviceId: ws.deviceId, role: 'workspace', path: ws.path, backingFile: ws.backingFile, sizeBytes: ws.sizeBytes });
+        mark('workspaceDevice');
         this.touch(rec);
+        mark('recordDevices');
         // bootVm looks at signal after every step and commits RUNNING only if the caller is
         // still there; from its return to the answer there is no await, so the caller cannot
         // go away unseen in between
-        await bootVm(this.ctx, rec, signal);
-        log.info({ pid: rec.vm?.pid, template: origin.template, ms: this.now() - t0 }, 'sandbox created');
+        await bootVm(this.ctx, rec, signal, mark);
+        log.info({ pid: rec.vm?.pid, template: origin.template, ms: this.now() - t0, steps, pool: pool?.key }, 'sandbox created');
         return rec;
       } catch (err) {
         log.warn({ err }, 'create failed; tearing down');

@@ -30,6 +30,7 @@ import { adoptAll, type AdoptionReport } from '../core/adoption';
 import { drainNode, type DrainReport } from '../core/drain';
 import { sweepOrphans } from '../core/orphan-sweep';
 import type { SandboxManager } from '../core/sandbox-manager';
+import { ALL_TEMPLATES } from '../core/pool';
 import { isPoolMember } from '../core/pool-config';
 import type { PoolAdminPort } from '../rpc/pool-service';
 import type { DevicePeer } from '../peers/device-peer';
@@ -408,7 +409,16 @@ export class ServerNode implements StandbyNode, OldServer {
   async drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal }): Promise<DrainReport> {
     const a = this.active;
     if (!this.roles.is('ACTIVE') || !a || !this.store) throw new FailedPreconditionError(`drain: this server is ${this.role}, not ACTIVE`);
-    return drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency, signal: o.signal });
+    // warm-pool members are not preserved: deleted first, no refill while the drain runs (pool.ts)
+    const resumePool = await a.manager.retireTemplate(ALL_TEMPLATES).catch((err: unknown) => {
+      this.log.warn({ err }, 'drain: could not retire every warm pool member; they are drained like any sandbox');
+      return () => undefined;
+    });
+    try {
+      return await drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency, signal: o.signal });
+    } finally {
+      resumePool();
+    }
   }
 
   /** handOver: the old server's side of AdminService.Handover (hand-over.ts). */
