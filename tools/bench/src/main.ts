@@ -27,7 +27,7 @@
  * alternating rounds on a node of its own (BENCH_USERNS_ROUNDS, BENCH_USERNS_CREATES, BENCH_USERNS_EXECS).
  * Then sandbox networking (network.ts, issue 12 §6): slot setup, create with vs without network,
  * ingress vs direct and nginx, egress proxy vs kernel NAT, memory of 1000 ingress connections.
- * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port, abuse, network;
+ * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port, abuse, network, pool;
  * default all) runs only those (create runs whenever a section of the first node does: they
  * need its sandboxes) and writes bench/results/foundation-<a>+<b>.json instead;
  * BENCH_SKIP_LIVE_UPGRADE=1 skips live-upgrade.ts.
@@ -48,6 +48,7 @@ import { benchUserns } from './userns';
 import { benchFreezePort } from './freeze-port';
 import { benchAbuse } from './abuse';
 import { benchNetwork } from './network';
+import { benchPool } from './pool';
 import { percentile } from '@sandnode/node-stack';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
@@ -55,7 +56,7 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /** The sections BENCH_SECTIONS may name. */
-const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse', 'network'] as const;
+const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse', 'network', 'pool'] as const;
 type Section = (typeof SECTIONS)[number];
 
 function wantedSections(): Set<Section> {
@@ -210,6 +211,7 @@ async function main(): Promise<void> {
     if (want.has('userns')) results.userns = await section('user namespace', rows, () => benchUserns(root, rows));
     if (want.has('freeze-port')) results.freezePort = await section('freeze port', rows, () => benchFreezePort(root, rows));
     if (want.has('network')) results.network = await section('network', rows, () => benchNetwork(rows));
+    if (want.has('pool')) results.pool = await section('pool', rows, () => benchPool(root, rows));
   } finally {
     rmSync(root, { recursive: true, force: true });
   }
