@@ -26,6 +26,8 @@ import type { ResourceDefaults } from './validate';
 /** First backoff after a failed refill, ms (doubles up to MAX_FILL_BACKOFF_MS). */
 const FILL_BACKOFF_MS = 1000;
 const MAX_FILL_BACKOFF_MS = 30_000;
+/** How long after a claim the refill pass runs, ms (claims of one burst share one pass). */
+const FILL_KICK_MS = 50;
 
 /** What the pool needs of the manager. */
 export interface PoolPorts {
@@ -89,6 +91,8 @@ export class WarmPool {
   private readonly stats = new Map<string, Stats>();
   private readonly checkedAtMs = new Map<string, number>();
   private ticking = false;
+  /** a fill is scheduled by kick */
+  private kicked = false;
 
   constructor(private readonly p: PoolPorts) {}
 
@@ -131,7 +135,7 @@ export class WarmPool {
     }
     if (!rec) return miss(`the pool ${c.key} is empty (0 ready, ${this.filling.get(c.key) ?? 0} filling, size ${c.size})`, c.key);
     this.stat(c.key).claimed++;
-    setImmediate(() => this.fill());
+    this.kick();
     return { rec, miss: '' };
   }
 
@@ -244,6 +248,19 @@ export class WarmPool {
   private takeBack(m: SandboxRecord): boolean {
     const key = m.pool!.key;
     return !!this.p.store.claimPoolMember?.(key, (r) => ({ ...r, updatedAtMs: this.p.now(), pool: { key, state: 'CLAIMING', claimedAtMs: 0 } }), m.sandboxId);
+  }
+
+  /**
+   * kick runs fill once FILL_KICK_MS from now: a burst of claims schedules one refill pass
+   * (each pass reads every record), after the burst's answers went out.
+   */
+  kick(): void {
+    if (this.kicked) return;
+    this.kicked = true;
+    setTimeout(() => {
+      this.kicked = false;
+      this.fill();
+    }, FILL_KICK_MS).unref();
   }
 
   /**
