@@ -11,11 +11,10 @@
  * ~330 ms). The load average at the start and end is reported: the host is shared and loaded,
  * so figures are noisy.
  *
- * Reading the pooled figures: the server's own create_ms is the claim alone (p50 2-3 ms); the
- * 50 claims of a burst run one after another on the server's event loop (each a synchronous
- * SQLite compare-and-swap with its fsync, synchronous=FULL), and their answers go out together,
- * so every caller sees about the sum (50 x ~7 ms on the loaded host). Committing the claims
- * of one burst in one transaction (one fsync) is the next step toward p50 <= 20 ms.
+ * Reading the pooled figures: the claims of a burst that arrive in one event-loop turn are
+ * written in one SQLite transaction (one fsync; core/pool.ts enqueue) and their answers leave
+ * together, so the callers' latencies are close to one another: the client-side p50 is about
+ * the burst's total, the server's create_ms each claim's own share.
  */
 import { readFileSync } from 'node:fs';
 import os from 'node:os';

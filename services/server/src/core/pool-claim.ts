@@ -40,7 +40,7 @@ export async function claimFromPool(c: CoreContext, pool: WarmPool, a: PoolClaim
   const now = c.now();
   const asked = a.network && a.network !== 'disabled' ? a.network : undefined;
   let needsPolicy = false;
-  const got = pool.claim(a.template, a.resources, (m, key) => {
+  const got = await pool.claim(a.template, a.resources, (m, key) => {
     const why = networkFit(a.network, m);
     if (why) throw new PoolUnfit(why);
     needsPolicy = !!(asked && m.network && !samePolicy(m.network.egress, asked.egress));

@@ -93,6 +93,9 @@ export class WarmPool {
   private ticking = false;
   /** a fill is scheduled by kick */
   private kicked = false;
+  /** claims waiting for this turn's transaction, by pool key */
+  private readonly queued = new Map<string, { apply: (m: SandboxRecord) => SandboxRecord; done: (r: SandboxRecord | undefined | Error) => void }[]>();
+  private flushing = false;
 
   constructor(private readonly p: PoolPorts) {}
 
@@ -112,31 +115,68 @@ export class WarmPool {
   /**
    * claim takes a READY member of template's pool whose resources are `resources` (filled in),
    * writing apply(member) in the same compare-and-swap; apply may throw PoolUnfit (the member
-   * cannot give what is asked: nothing written). Returns the claimed record, or the reason
-   * there is none (miss; "" when the template has no pool).
+   * cannot give what is asked: nothing written). Resolves to the claimed record, or the reason
+   * there is none (miss; "" when the template has no pool). The claims of one event-loop turn
+   * share one transaction (enqueue). Errors: the store's (StoreBusyError: UNAVAILABLE).
    */
-  claim(template: string, resources: Resources, apply: (member: SandboxRecord, key: string) => SandboxRecord): { rec?: SandboxRecord; miss: string } {
-    if (!this.p.store.claimPoolMember) return { miss: '' };
+  claim(template: string, resources: Resources, apply: (member: SandboxRecord, key: string) => SandboxRecord): Promise<{ rec?: SandboxRecord; miss: string }> {
+    if (!this.p.store.claimPoolMember) return Promise.resolve({ miss: '' });
     const pools = this.p.configs.list().filter((c) => c.template === template);
-    if (pools.length === 0) return { miss: '' };
+    if (pools.length === 0) return Promise.resolve({ miss: '' });
     const c = pools.find((x) => sameResources(effectiveResources(x, this.p.resourceDefaults), resources));
     const miss = (why: string, key: string) => {
       this.stat(key).missed++;
       return { miss: why };
     };
-    if (!c) return miss(`the request's resources differ from those of the pool${pools.length > 1 ? 's' : ''} of ${template}`, pools[0]!.key);
-    if (this.held(template)) return miss(`the pool of ${template} is being retired (template rebuild)`, c.key);
-    let rec: SandboxRecord | undefined;
-    try {
-      rec = this.p.store.claimPoolMember(c.key, (m) => apply(m, c.key));
-    } catch (err) {
-      if (err instanceof PoolUnfit) return miss(err.message, c.key);
-      throw err;
-    }
-    if (!rec) return miss(`the pool ${c.key} is empty (0 ready, ${this.filling.get(c.key) ?? 0} filling, size ${c.size})`, c.key);
-    this.stat(c.key).claimed++;
-    this.kick();
-    return { rec, miss: '' };
+    if (!c) return Promise.resolve(miss(`the request's resources differ from those of the pool${pools.length > 1 ? 's' : ''} of ${template}`, pools[0]!.key));
+    if (this.held(template)) return Promise.resolve(miss(`the pool of ${template} is being retired (template rebuild)`, c.key));
+    return new Promise<SandboxRecord | undefined | Error>((resolve) => this.enqueue(c.key, (m) => apply(m, c.key), resolve)).then((r) => {
+      if (r instanceof PoolUnfit) return miss(r.message, c.key);
+      if (r instanceof Error) throw r;
+      if (!r) return miss(`the pool ${c.key} is empty (0 ready, ${this.filling.get(c.key) ?? 0} filling, size ${c.size})`, c.key);
+      this.stat(c.key).claimed++;
+      this.kick();
+      return { rec: r, miss: '' };
+    });
+  }
+
+  /**
+   * enqueue queues a claim; the claims queued in one turn of the event loop are written in one
+   * transaction per pool (RecordStore.claimPoolMembers: one fsync for a burst), or one by one
+   * with a store without it.
+   */
+  private enqueue(key: string, apply: (m: SandboxRecord) => SandboxRecord, done: (r: SandboxRecord | undefined | Error) => void): void {
+    const q = this.queued.get(key) ?? [];
+    q.push({ apply, done });
+    this.queued.set(key, q);
+    if (this.flushing) return;
+    this.flushing = true;
+    setImmediate(() => {
+      this.flushing = false;
+      const all = [...this.queued];
+      this.queued.clear();
+      const store = this.p.store;
+      for (const [k, items] of all) {
+        let results: (SandboxRecord | undefined | Error)[];
+        try {
+          results = store.claimPoolMembers
+            ? store.claimPoolMembers(
+                k,
+                items.map((i) => i.apply),
+              )
+            : items.map((i) => {
+                try {
+                  return store.claimPoolMember!(k, i.apply);
+                } catch (err) {
+                  return err as Error;
+                }
+              });
+        } catch (err) {
+          results = items.map(() => err as Error);
+        }
+        items.forEach((it, i) => it.done(results[i]));
+      }
+    });
   }
 
   /** members lists the pool members in the records (READY or CLAIMING, any state). */

@@ -195,6 +195,8 @@ export interface RecordStore {
    * processes too. undefined when none was left. Absent: the store has no pools.
    */
   claimPoolMember?(key: string, apply: (rec: SandboxRecord) => SandboxRecord, id?: string): SandboxRecord | undefined;
+  /** claimPoolMembers: claimPoolMember for each of applies in one durable transaction; per item the record, undefined (none left) or the Error its apply threw. */
+  claimPoolMembers?(key: string, applies: ((rec: SandboxRecord) => SandboxRecord)[]): (SandboxRecord | undefined | Error)[];
   /** quarantinedIds lists the sandbox ids of rows set aside as unservable (their parts are not orphans). */
   quarantinedIds?(): string[];
   close(): void;

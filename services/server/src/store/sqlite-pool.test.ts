@@ -75,6 +75,18 @@ describe('warm pool rows in records.db', () => {
     b.close();
   });
 
+  it('a burst of claims in one transaction: each member to one caller, a refused apply writes nothing and the others stand', () => {
+    const s = new SqliteRecordStore(file, log);
+    for (let i = 1; i <= 5; i++) s.put(member(i));
+    const unfit = () => {
+      throw new Error('unfit');
+    };
+    const got = s.claimPoolMembers('base', [claimAs(0), unfit, claimAs(2), claimAs(3), claimAs(4), claimAs(5), claimAs(6)]);
+    expect(got.map((r) => (r instanceof Error ? r.message : r?.sandboxId))).toEqual([1, 'unfit', 2, 3, 4, 5, undefined].map((x) => (typeof x === 'number' ? member(x).sandboxId : x)));
+    expect([1, 2, 3, 4, 5].map((n) => s.get(member(n).sandboxId)?.requestId)).toEqual(['req-0', 'req-2', 'req-3', 'req-4', 'req-5']);
+    s.close();
+  });
+
   it('a claim of one id takes only that member, only while it is READY and RUNNING', () => {
     const s = new SqliteRecordStore(file, log);
     s.put(member(1));

@@ -238,6 +238,29 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
     return undefined;
   }
 
+  /**
+   * claimPoolMembers is claimPoolMember for each of applies in one transaction (one fsync for a
+   * burst of claims): item i is the record claimed for applies[i], undefined when none was
+   * left, or the Error its apply (or the write) threw (that item wrote nothing; the others stand).
+   * StoreBusyError (UNAVAILABLE) when the DB is locked (nothing written).
+   */
+  claimPoolMembers(key: string, applies: ((rec: SandboxRecord) => SandboxRecord)[]): (SandboxRecord | undefined | Error)[] {
+    if (!this.stmts.claim) return applies.map(() => undefined);
+    return busyToUnavailable(`records.db: claims of pool ${key}`, () =>
+      this.db
+        .transaction(() =>
+          applies.map((apply) => {
+            try {
+              return this.claimPoolMember(key, apply);
+            } catch (err) {
+              return err instanceof Error ? err : new Error(String(err));
+            }
+          }),
+        )
+        .immediate(),
+    );
+  }
+
   delete(id: string): void {
     if (!this.stmts.del) throw new Error('record store is read-only');
     const del = this.stmts.del;
