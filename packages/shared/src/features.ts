@@ -135,6 +135,8 @@ export const SERVER_FEATURES = {
   execStream: 'server.exec-stream.v1',
   /** SandboxService.DownloadFile / UploadFile (streamed, any size, offsets) / ListDirectory / StatFile */
   filesStream: 'server.files.stream.v1',
+  /** warm pools: AdminService.SetPool/GetPoolStatus, CreateSandboxResponse.from_pool/create_ms/pool_miss */
+  pool: 'server.pool.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */

@@ -9,6 +9,9 @@ import { collectDefaultMetrics, Gauge, Registry } from 'prom-client';
 import type { ComponentInfo } from './version';
 import { runtimeName } from './version';
 
+/** Gauge, for components' own metrics on {@link registry} (prom-client's). */
+export { Gauge } from 'prom-client';
+
 /** The process-wide registry. */
 export const registry = new Registry();
 collectDefaultMetrics({ register: registry });

@@ -24,6 +24,7 @@ import {
 import { DEFAULT_ADOPT_CONCURRENCY } from './core/adoption';
 import { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES } from './core/provision';
 import { DEFAULT_MAX_EXEC_STREAMS } from './core/guest-io';
+import { DEFAULT_POOL_FILL_CONCURRENCY, DEFAULT_POOL_HEALTH_INTERVAL_MS } from './core/pool-config';
 import { DEFAULT_INGRESS_LIMITS } from './network/ingress';
 
 /** The service name used in env var names and logs. */
@@ -106,6 +107,10 @@ export const configSchema = z.object({
   idleActivityFlushMs: z.coerce.number().int().min(100).max(600_000).default(DEFAULT_IDLE_ACTIVITY_FLUSH_MS),
   /** how often expired sandboxes are looked for, ms */
   reaperIntervalMs: z.coerce.number().int().min(100).default(1000),
+  /** warm-pool members created at once, node-wide (core/pool.ts); user creates go first */
+  poolFillConcurrency: z.coerce.number().int().min(1).max(64).default(DEFAULT_POOL_FILL_CONCURRENCY),
+  /** how often each waiting warm-pool member's podd is asked for health, ms; one that fails is replaced */
+  poolHealthIntervalMs: z.coerce.number().int().min(100).max(3_600_000).default(DEFAULT_POOL_HEALTH_INTERVAL_MS),
   /** records checked at once during adoption */
   adoptConcurrency: z.coerce.number().int().min(1).max(256).default(DEFAULT_ADOPT_CONCURRENCY),
   /** podd bundle copied into templates; default: the built @sandnode/podd */

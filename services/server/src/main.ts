@@ -31,6 +31,7 @@ import { loadAccessTokenKey } from './core/network';
 import { MapNetworkDirectory } from './core/network-directory';
 import type { IdleController } from './core/idle';
 import { SandboxManager } from './core/sandbox-manager';
+import { setPoolMetricsSource } from './core/pool-metrics';
 import { ingressLimitsFromConfig, NetworkServices, parseDnsUpstreams } from './network';
 import { LocalTemplateCatalog } from './core/template-catalog';
 import { setServerFailpoints } from './handover/failpoints';
@@ -132,14 +133,19 @@ export function wiring(
         maxExecStreamsPerSandbox: cfg.maxExecStreamsPerSandbox,
         autoResumeTimeoutMs: cfg.autoResumeTimeoutMs,
         idleActivityFlushMs: cfg.idleActivityFlushMs,
+        pool: { configs: store.pools(), fillConcurrency: cfg.poolFillConcurrency, healthIntervalMs: cfg.poolHealthIntervalMs },
       });
       idleOfActive = manager.idle;
       manager.gate.holdMs = DEFAULT_HOLD_MS;
       templates.inUse = (name) => manager.templateInUse(name);
+      templates.retire = (name) => manager.retireTemplate(name);
+      setPoolMetricsSource(manager.pool ? () => manager.pool!.status() : undefined);
+      const resourceDefaults = { vcpus: cfg.defaultVcpus, memoryMib: cfg.defaultMemoryMib, diskBytes: cfg.defaultDiskBytes };
       return {
         manager,
         vms,
         devices,
+        poolAdmin: manager.pool ? { pool: manager.pool, configs: store.pools(), templates, resourceDefaults, now: Date.now } : undefined,
         register(server) {
           server.add(SandboxServiceDefinition, gateWritesWhileBusy(sandboxService(manager, streams, ingress, podd), SANDBOX_WRITES, store, { what: 'records.db' }));
           server.add(TemplateServiceDefinition, templateService(templates));

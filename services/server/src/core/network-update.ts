@@ -39,19 +39,7 @@ export async function updateNetwork(c: CoreContext, args: UpdateNetworkArgs, sig
       const rec = c.requireState(id, 'UpdateSandboxNetwork');
       const n = rec.network;
       if (!n) throw new FailedPreconditionError(`sandbox ${id} has no network (created with network disabled, on a node without network, or by an older server)`);
-      if (rec.state !== 'DRAINED') {
-        if (!c.vms.updateNetwork) throw new FailedPreconditionError(`sandbox ${id}: the vmm-supervisor cannot change a network`);
-        try {
-          await c.vms.updateNetwork(rec.vm?.vmId ?? id, egress);
-        } catch (err) {
-          // no definite answer: the supervisor may have stored (and, after a restart, applied) the
-          // new policy while the record keeps the old one; the reaper sets the record's back
-          if (!DEFINITE.has((err as { code?: number }).code ?? -1)) c.unsurePolicies.add(id);
-          throw err;
-        }
-        c.unsurePolicies.delete(id);
-        failpoint('network.after-vm-update');
-      }
+      if (rec.state !== 'DRAINED') await setVmEgress(c, rec, egress);
       n.egress = egress;
       if (args.public !== undefined) n.public = args.public;
       c.touch(rec);
@@ -60,6 +48,27 @@ export async function updateNetwork(c: CoreContext, args: UpdateNetworkArgs, sig
     },
     signal,
   );
+}
+
+/**
+ * setVmEgress replaces the egress policy of rec's VM (vmm UpdateVmNetwork, epoch-fenced); the
+ * caller holds the sandbox's lock and updates the record after. A call without a definite
+ * answer puts the sandbox in c.unsurePolicies (the reaper sets the record's policy back).
+ * Errors: FAILED_PRECONDITION (a supervisor without network), the supervisor's.
+ */
+export async function setVmEgress(c: CoreContext, rec: SandboxRecord, egress: EgressPolicyWire): Promise<void> {
+  const id = rec.sandboxId;
+  if (!c.vms.updateNetwork) throw new FailedPreconditionError(`sandbox ${id}: the vmm-supervisor cannot change a network`);
+  try {
+    await c.vms.updateNetwork(rec.vm?.vmId ?? id, egress);
+  } catch (err) {
+    // no definite answer: the supervisor may have stored (and, after a restart, applied) the
+    // new policy while the record keeps the old one; the reaper sets the record's back
+    if (!DEFINITE.has((err as { code?: number }).code ?? -1)) c.unsurePolicies.add(id);
+    throw err;
+  }
+  c.unsurePolicies.delete(id);
+  failpoint('network.after-vm-update');
 }
 
 /**

@@ -113,14 +113,17 @@ async function waitForPodd(c: CoreContext, rec: SandboxRecord, signal?: AbortSig
  * went away) is looked at before every step and after the last one: once it fired, bootVm
  * throws signal.reason and does not persist RUNNING (the caller tears the sandbox down). The
  * last look and the RUNNING commit run in one synchronous stretch, so a caller of bootVm that
- * answers without another await answers only a boot whose caller was still there.
+ * answers without another await answers only a boot whose caller was still there. mark(step)
+ * is called as each step ends (runDir, vmCreate, recordVm, poddReady, recordRunning: the
+ * create's step timings, see sandbox-manager.ts).
  */
-export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortSignal): Promise<void> {
+export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortSignal, mark: (step: string) => void = () => undefined): Promise<void> {
   const upper = rec.devices.find((d) => d.role === 'rootfs-upper');
   const ws = rec.devices.find((d) => d.role === 'workspace');
   if (!upper || !ws) throw new FailedPreconditionError(`sandbox ${rec.sandboxId}: its record lacks a device`);
   const dir = sandboxDir(c.runDir, rec.sandboxId);
   await mkdir(dir, { recursive: true, mode: 0o700 });
+  mark('runDir');
   signal?.throwIfAborted();
   const vm = await c.vms.create({
     vmId: rec.vm?.vmId ?? rec.sandboxId,
@@ -143,14 +146,18 @@ export async function bootVm(c: CoreContext, rec: SandboxRecord, signal?: AbortS
     await c.vms.delete(vm.vmId).catch((e: unknown) => c.log.warn({ sandbox_id: rec.sandboxId, err: e }, 'could not delete a VM made without its network'));
     throw err;
   } finally {
+    mark('vmCreate');
     c.touch(rec);
+    mark('recordVm');
   }
   await waitForPodd(c, rec, signal);
+  mark('poddReady');
   // no await from here to the return: the caller cannot go away between this look and RUNNING
   signal?.throwIfAborted();
   transition(rec, 'RUNNING');
   rec.resumeMethod = '';
   c.touch(rec);
+  mark('recordRunning');
 }
 
 /**

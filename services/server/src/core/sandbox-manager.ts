@@ -12,7 +12,7 @@
  * CREATING and DELETING records are torn down, RUNNING/PAUSED ones are verified and kept.
  */
 import { randomBytes } from 'node:crypto';
-import { FailedPreconditionError, InvalidArgumentError, KeyedMutex, NotFoundError, requireSandboxId, run, SANDBOX_ID_RE, type Logger } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, KeyedMutex, NotFoundError, requireSandboxId, run, SANDBOX_ID_RE, UnavailableError, type Logger } from '@sandnode/shared';
 import type { CoreContext, RecordOrigin } from './context';
 import { drainOne, type DrainProgress } from './drain';
 import { fork as forkSandbox, type ForkResult, type ForkSandboxArgs } from './fork';
@@ -24,11 +24,14 @@ import { AccessTokens, ACCESS_TOKEN_BYTES, planNetwork, syncDirectory, validateN
 import { reapplyPolicies, updateNetwork, type UpdateNetworkArgs } from './network-update';
 import { MapNetworkDirectory } from './network-directory';
 import { checkLiveness, expired, retryTeardowns } from './reaper';
-import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, newRecord, newSandboxId, requireDeviceManager, teardown } from './provision';
+import { WarmPool } from './pool';
+import { claimFromPool } from './pool-claim';
+import { DEFAULT_POOL_FILL_CONCURRENCY, DEFAULT_POOL_HEALTH_INTERVAL_MS, isPoolMember, type PoolConfig, type PoolConfigStore } from './pool-config';
+import { bootVm, coldStart, DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, newRecord, newSandboxId, PODD_HEALTH_CALL_MS, requireDeviceManager, teardown } from './provision';
 import { RequestTracker } from './request-tracker';
 import { resetRootfs, switchUpper } from './reset-rootfs';
 import { requireState, transition, type Operation } from './transitions';
-import type { DeviceInfo, DevicePort, ExecArgs, ExecEvent, PoddConnector, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
+import type { DeviceInfo, DevicePort, ExecArgs, ExecEvent, PoddConnector, PoolMark, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
 import { validateMetadata, validateRequestId, validateResources, validateTemplateName, validateTimeoutSeconds, type ResourceDefaults } from './validate';
 
 export type { ForkMethod, ForkResult, ForkSandboxArgs } from './fork';
@@ -81,6 +84,19 @@ export interface SandboxManagerOptions {
   autoResumeTimeoutMs?: number;
   /** activity is written to the records at most this often, ms (default DEFAULT_IDLE_ACTIVITY_FLUSH_MS; idle.ts) */
   idleActivityFlushMs?: number;
+  /**
+   * warm pools (pool.ts): where their configs are kept, member creates at once (default
+   * DEFAULT_POOL_FILL_CONCURRENCY), health interval of a waiting member, ms (default
+   * DEFAULT_POOL_HEALTH_INTERVAL_MS); absent (or a store without claimPoolMember): no pools
+   */
+  pool?: { configs: PoolConfigStore; fillConcurrency?: number; healthIntervalMs?: number };
+}
+
+/** What CreateSandbox answers besides the record. */
+export interface CreateResult {
+  rec: SandboxRecord;
+  /** why a template with a pool was created cold ("" from the pool or without a pool) */
+  poolMiss: string;
 }
 
 export interface CreateSandboxArgs {
@@ -127,6 +143,10 @@ export class SandboxManager {
   readonly tokens: AccessTokens;
   /** Activity, auto-resume and idle actions (idle.ts). */
   readonly idle: IdleController;
+  /** The warm pools (undefined without pool configs). */
+  readonly pool: WarmPool | undefined;
+  /** User creates that boot (not from the pool) in flight: the pool refills only while none runs. */
+  private coldCreates = 0;
 
   constructor(private readonly o: SandboxManagerOptions) {
     this.now = o.now ?? Date.now;
@@ -165,6 +185,25 @@ export class SandboxManager {
       flushMs: o.idleActivityFlushMs ?? DEFAULT_IDLE_ACTIVITY_FLUSH_MS,
       resume: (id) => this.resume(id),
     });
+    const pool = o.pool;
+    this.pool =
+      pool && o.store.claimPoolMember
+        ? new WarmPool({
+            store: o.store,
+            configs: pool.configs,
+            log: o.log.child({ component: 'warm-pool' }),
+            now: () => this.now(),
+            resourceDefaults: o.resourceDefaults,
+            fillConcurrency: pool.fillConcurrency ?? DEFAULT_POOL_FILL_CONCURRENCY,
+            healthIntervalMs: pool.healthIntervalMs ?? DEFAULT_POOL_HEALTH_INTERVAL_MS,
+            createMember: (c, resources) => this.createPoolMember(c, resources),
+            deleteMember: (id) => this.delete(id),
+            healthy: (rec) => o.podd.connect(rec.poddAddress).health(PODD_HEALTH_CALL_MS),
+            templateRootfs: async (name) => (await o.templates.get(name))?.rootfsPath,
+            coldCreatesInFlight: () => this.coldCreates,
+            active: () => this.gate.isOpen,
+          })
+        : undefined;
   }
 
   /** get returns the record of id. Errors: INVALID_ARGUMENT (malformed id), NOT_FOUND. */
@@ -195,6 +234,8 @@ export class SandboxManager {
     const matches = this.o.store
       .list()
       .filter((r) => r.sandboxId > after)
+      // warm-pool members are no user's sandboxes (pool.ts)
+      .filter((r) => !isPoolMember(r))
       // a state this version cannot name (UNKNOWN: a newer server's, say 7 or 9) matches no filter,
       // not even one naming a value this version does not know; an unfiltered list shows it
       .filter((r) => args.states.length === 0 || (r.state !== 'UNKNOWN' && args.states.includes(r.state)))
@@ -225,6 +266,16 @@ export class SandboxManager {
    * of the peers; on failure everything made is torn down and the record removed.
    */
   async create(args: CreateSandboxArgs, signal?: AbortSignal): Promise<SandboxRecord> {
+    return (await this.createDetailed(args, signal)).rec;
+  }
+
+  /**
+   * createDetailed is create that also says why a template with a warm pool was created cold.
+   * A create of a template with a pool first claims a member (pool-claim.ts: one
+   * compare-and-swap of its record, then the request's metadata, timeout and policy) and boots
+   * only when there is none or it cannot give what is asked. Errors: those of create.
+   */
+  async createDetailed(args: CreateSandboxArgs, signal?: AbortSignal): Promise<CreateResult> {
     const template = validateTemplateName('template', args.template);
     const timeoutSeconds = validateTimeoutSeconds('timeout_seconds', args.timeoutSeconds);
     const metadata = validateMetadata('metadata', args.metadata);
@@ -234,16 +285,26 @@ export class SandboxManager {
     const idle = validateIdle('idle', args.idle);
     const what = `a create from template ${template}`;
     if (requestId) {
-      const inflight = this.requests.join<SandboxRecord>(requestId, what);
+      const inflight = this.requests.join<CreateResult>(requestId, what);
       if (inflight) return inflight;
       const existing = this.o.store.findByRequestId(requestId);
-      if (existing) return this.existingCreate(existing, template);
+      if (existing) return { rec: this.existingCreate(existing, template), poolMiss: '' };
     }
     const bootSignal = requestId ? undefined : signal;
     // Registered before the first await, so a parallel create with the same request_id joins it.
     const p = this.gate.run(async () => {
       this.creatingFrom.set(template, (this.creatingFrom.get(template) ?? 0) + 1);
       try {
+        // a claim first: the template's members are retired before a rebuild or removal of it (pool.ts), so a member needs no template lookup
+        let poolMiss = '';
+        if (this.pool) {
+          const got = await claimFromPool(this.ctx, this.pool, { template, resources, metadata, timeoutSeconds, requestId, network, idle: idle && newIdleRef(idle, this.now()) });
+          if (got.rec) {
+            this.o.log.info({ sandbox_id: got.rec.sandboxId, template, pool: got.rec.pool?.key }, 'sandbox claimed from the warm pool');
+            return { rec: got.rec, poolMiss: '' };
+          }
+          poolMiss = got.miss;
+        }
         const tpl = await this.o.templates.get(template);
         if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
         const origin: RecordOrigin = {
@@ -255,7 +316,13 @@ export class SandboxManager {
           forkedFrom: '',
           idle: idle && newIdleRef(idle, this.now()),
         };
-        return await this.createFromTemplate(origin, timeoutSeconds, metadata, requestId, network, bootSignal);
+        this.coldCreates++;
+        try {
+          return { rec: await this.createFromTemplate(origin, timeoutSeconds, metadata, requestId, network, bootSignal), poolMiss };
+        } finally {
+          this.coldCreates--;
+          if (this.coldCreates === 0) this.pool?.fill();
+        }
       } finally {
         const n = (this.creatingFrom.get(template) ?? 1) - 1;
         if (n > 0) this.creatingFrom.set(template, n);
@@ -265,8 +332,29 @@ export class SandboxManager {
     return this.requests.track(requestId, what, p);
   }
 
+  /**
+   * createPoolMember boots a READY member of pool c by the normal create path (through the
+   * handover gate; no metadata, timeout or request_id; the node's default network).
+   */
+  private createPoolMember(c: PoolConfig, resources: Resources): Promise<SandboxRecord> {
+    return this.gate.run(async () => {
+      this.creatingFrom.set(c.template, (this.creatingFrom.get(c.template) ?? 0) + 1);
+      try {
+        const tpl = await this.o.templates.get(c.template);
+        if (!tpl) throw new NotFoundError(`template ${JSON.stringify(c.template)} not found (build it: sandnode template build ${c.template})`);
+        const origin: RecordOrigin = { template: c.template, templatePoddVersion: tpl.poddVersion, templateRootfs: tpl.rootfsPath, resources, rootfsGeneration: 1, forkedFrom: '' };
+        return await this.createFromTemplate(origin, 0, {}, '', undefined, undefined, { key: c.key, state: 'READY', claimedAtMs: 0 });
+      } finally {
+        const n = (this.creatingFrom.get(c.template) ?? 1) - 1;
+        if (n > 0) this.creatingFrom.set(c.template, n);
+        else this.creatingFrom.delete(c.template);
+      }
+    });
+  }
+
   /** existingCreate answers a repeated request_id: the same sandbox, if it still lives. */
   private existingCreate(rec: SandboxRecord, template: string): SandboxRecord {
+    if (rec.pool?.state === 'CLAIMING') throw new UnavailableError(`request_id: ${rec.requestId}: the claim of sandbox ${rec.sandboxId} was cut and it is being torn down; retry to create anew`);
     if (rec.forkedFrom) throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId}, a fork of ${rec.forkedFrom}`);
     if (rec.template !== template) {
       throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId} from template ${rec.template}`);
@@ -284,31 +372,49 @@ export class SandboxManager {
     requestId: string,
     network: ReturnType<typeof validateNetworkRequest>,
     signal: AbortSignal | undefined,
+    pool?: PoolMark,
   ): Promise<SandboxRecord> {
     const id = newSandboxId();
     const log = this.o.log.child({ sandbox_id: id });
     const rec = newRecord(this.ctx, id, origin, metadata, timeoutSeconds, requestId);
+    if (pool) rec.pool = pool;
+    // the step timings of the create (ms each, in the 'sandbox created' log line; the bench's pool section sums them up)
+    const steps: Record<string, number> = {};
+    let last = performance.now();
+    const mark = (step: string) => {
+      const t = performance.now();
+      steps[step] = Math.round((t - last) * 10) / 10;
+      last = t;
+    };
     return this.locks.run(id, async () => {
+      mark('lockWait');
       signal?.throwIfAborted(); // nothing made yet
       await requireDeviceManager(this.ctx, 'CreateSandbox');
+      mark('ublkVersion');
       await this.vms.reachable?.(signal); // a supervisor that is down: UNAVAILABLE naming it, nothing made
+      mark('vmmReachable');
       // what the node can give, decided before anything is made (FAILED_PRECONDITION leaves nothing)
       rec.network = await planNetwork(this.vms, network, 'CreateSandbox', this.tokens, id);
+      mark('planNetwork');
       signal?.throwIfAborted();
       this.o.store.put(rec);
+      mark('recordCreating');
       const t0 = this.now();
       try {
         const upper = await this.devices.createEmpty(`${id}-upper`, this.ctx.upperBytes);
         rec.devices.push({ deviceId: upper.deviceId, role: 'rootfs-upper', path: upper.path, backingFile: upper.backingFile, sizeBytes: upper.sizeBytes });
+        mark('upperDevice');
         signal?.throwIfAborted();
         const ws = await this.devices.createEmpty(`${id}-ws`, origin.resources.diskBytes);
         rec.devices.push({ deviceId: ws.deviceId, role: 'workspace', path: ws.path, backingFile: ws.backingFile, sizeBytes: ws.sizeBytes });
+        mark('workspaceDevice');
         this.touch(rec);
+        mark('recordDevices');
         // bootVm looks at signal after every step and commits RUNNING only if the caller is
         // still there; from its return to the answer there is no await, so the caller cannot
         // go away unseen in between
-        await bootVm(this.ctx, rec, signal);
-        log.info({ pid: rec.vm?.pid, template: origin.template, ms: this.now() - t0 }, 'sandbox created');
+        await bootVm(this.ctx, rec, signal, mark);
+        log.info({ pid: rec.vm?.pid, template: origin.template, ms: this.now() - t0, steps, pool: pool?.key }, 'sandbox created');
         return rec;
       } catch (err) {
         log.warn({ err }, 'create failed; tearing down');
@@ -436,8 +542,14 @@ export class SandboxManager {
   /** templateInUse says whether a record or a create in flight uses the template. */
   templateInUse(name: string): string | undefined {
     if (this.creatingFrom.has(name)) return 'a create from it is in progress';
-    const users = this.o.store.list().filter((r) => r.template === name);
+    // warm-pool members are retired by the rebuild (retireTemplate), they do not hold it off
+    const users = this.o.store.list().filter((r) => r.template === name && !isPoolMember(r));
     return users.length ? `it is used by ${users.length} sandbox(es), e.g. ${users[0]?.sandboxId}` : undefined;
+  }
+
+  /** retireTemplate: see pool.ts (nothing to do without pools). */
+  retireTemplate(name: string): Promise<() => void> {
+    return this.pool ? this.pool.retireTemplate(name) : Promise.resolve(() => undefined);
   }
 
   /** checkLiveness: see reaper.ts. */

@@ -6,6 +6,7 @@
 import { FailedPreconditionError } from '@sandnode/shared';
 import { buildTemplate, listTemplates, readTemplate } from '@sandnode/template-builder';
 import type { RecordStore, TemplateCatalog, TemplateInfo } from './types';
+import { isPoolMember } from './pool-config';
 import { validateTemplateName } from './validate';
 
 export interface LocalTemplateCatalogOptions {
@@ -21,6 +22,11 @@ export class LocalTemplateCatalog implements TemplateCatalog {
   private building: Promise<TemplateInfo> | undefined;
   /** inUse says why a template must not be replaced now (set by the sandbox manager). */
   inUse: (name: string) => string | undefined = () => undefined;
+  /**
+   * retire runs before a replacing build checks the template's users: the warm pool deletes
+   * the template's members (pool.ts) and holds off refills until the returned function is called.
+   */
+  retire: (name: string) => Promise<() => void> = () => Promise.resolve(() => undefined);
 
   constructor(private readonly o: LocalTemplateCatalogOptions) {}
 
@@ -44,17 +50,19 @@ export class LocalTemplateCatalog implements TemplateCatalog {
       // counted by inUse): no create can slip between the check and the swap.
       if (this.replacing.has(name)) throw new FailedPreconditionError(`template ${name} is already being rebuilt`);
       this.replacing.add(name);
-      const users = this.o.store.list().filter((r) => r.template === name);
-      const why = users.length ? `it is used by ${users.length} sandbox(es), e.g. ${users[0]?.sandboxId}; delete them first` : this.inUse(name);
-      if (why) {
-        this.replacing.delete(name);
-        throw new FailedPreconditionError(`template ${name} cannot be replaced now: ${why}`);
-      }
     }
+    let resumePool = () => undefined as void;
     try {
+      if (replace) {
+        resumePool = await this.retire(name);
+        const users = this.o.store.list().filter((r) => r.template === name && !isPoolMember(r));
+        const why = users.length ? `it is used by ${users.length} sandbox(es), e.g. ${users[0]?.sandboxId}; delete them first` : this.inUse(name);
+        if (why) throw new FailedPreconditionError(`template ${name} cannot be replaced now: ${why}`);
+      }
       return await this.buildOne(name, replace);
     } finally {
       if (replace) this.replacing.delete(name);
+      resumePool();
     }
   }
 

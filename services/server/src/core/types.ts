@@ -94,6 +94,8 @@ export interface SandboxRecord {
   network?: NetworkRef;
   /** the sandbox's idle settings and timers (record.proto IdleRecord; core/idle.ts); undefined: none */
   idle?: IdleRef;
+  /** the warm-pool part (record.proto PoolRecord); undefined for a sandbox never in a pool (pool.ts) */
+  pool?: PoolMark;
   opaque?: unknown;
 }
 
@@ -116,6 +118,15 @@ export interface IdleRef {
   pausedAtMs: number;
   /** set while DRAINED by hibernate_after_s; counts only with state DRAINED */
   hibernatedAtMs: number;
+}
+
+/** A record's warm-pool part: READY (a member waiting), CLAIMING (claimed, the request's policy being applied), NONE (claimed from a pool). */
+export interface PoolMark {
+  /** the pool's key (pool-config.ts poolKey) */
+  key: string;
+  state: 'READY' | 'CLAIMING' | 'NONE';
+  /** when a CreateSandbox claimed it, epoch ms; 0 for a member */
+  claimedAtMs: number;
 }
 
 /** An egress policy in its wire shape (common.v1.EgressPolicy); in a record always canonical (formatEgressPolicy). */
@@ -200,6 +211,15 @@ export interface RecordStore {
    * needles: a superset of those listing one of those ids (callers check the fields). Absent: callers filter list().
    */
   mentioning?(needles: string[], exceptId: string): SandboxRecord[];
+  /**
+   * claimPoolMember moves one READY member of pool key (id: that one only) that is RUNNING out
+   * of the pool with one compare-and-swap on the row (durable on return): apply(rec) gives the
+   * record to write (its pool state no longer READY). Exactly one caller gets a member, across
+   * processes too. undefined when none was left. Absent: the store has no pools.
+   */
+  claimPoolMember?(key: string, apply: (rec: SandboxRecord) => SandboxRecord, id?: string): SandboxRecord | undefined;
+  /** claimPoolMembers: claimPoolMember for each of applies in one durable transaction; per item the record, undefined (none left) or the Error its apply threw. */
+  claimPoolMembers?(key: string, applies: ((rec: SandboxRecord) => SandboxRecord)[]): (SandboxRecord | undefined | Error)[];
   /** quarantinedIds lists the sandbox ids of rows set aside as unservable (their parts are not orphans). */
   quarantinedIds?(): string[];
   close(): void;

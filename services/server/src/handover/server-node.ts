@@ -32,6 +32,9 @@ import { adoptAll, type AdoptionReport } from '../core/adoption';
 import { drainNode, type DrainReport } from '../core/drain';
 import { sweepOrphans } from '../core/orphan-sweep';
 import type { SandboxManager } from '../core/sandbox-manager';
+import { ALL_TEMPLATES } from '../core/pool';
+import { isPoolMember } from '../core/pool-config';
+import type { PoolAdminPort } from '../rpc/pool-service';
 import type { DevicePeer } from '../peers/device-peer';
 import type { PoddPeers } from '../peers/podd-peer';
 import type { VmPeer } from '../peers/vm-peer';
@@ -63,6 +66,8 @@ export interface ActiveParts {
   devices: DevicePeer;
   /** register adds the public services (SandboxService, TemplateService) to server. */
   register(server: ServiceServer): void;
+  /** the warm pools' admin side (AdminService.SetPool/GetPoolStatus); absent: no pools */
+  poolAdmin?: PoolAdminPort;
 }
 
 /** The construction main.ts owns. */
@@ -150,9 +155,14 @@ export class ServerNode implements StandbyNode, OldServer {
     return this.active?.manager;
   }
 
-  /** How many sandboxes the records hold (0 without records). */
+  /** How many sandboxes the records hold (0 without records); warm-pool members are no user's and not counted. */
   sandboxCount(): number {
-    return this.store?.list().length ?? 0;
+    return this.store?.list().filter((r) => !isPoolMember(r)).length ?? 0;
+  }
+
+  /** poolAdmin: the warm pools of this server while ACTIVE (AdminService.SetPool/GetPoolStatus). */
+  poolAdmin(): PoolAdminPort | undefined {
+    return this.roles.is('ACTIVE') ? this.active?.poolAdmin : undefined;
   }
 
   /** quarantinedRecords: the rows of records.db set aside as unservable, oldest first (none before this server opened the records). */
@@ -387,6 +397,8 @@ export class ServerNode implements StandbyNode, OldServer {
         await m.retryTeardowns();
         await m.reapplyPolicies();
         await m.runIdle();
+        // warm pools: retire what must go, health, refill (after the liveness pass marked dead VMs)
+        await m.pool?.tick();
         for (const id of m.expired()) {
           this.log.info({ sandbox_id: id }, 'timeout reached: deleting sandbox');
           await m.delete(id).catch((err: unknown) => this.log.error({ sandbox_id: id, err }, 'reaper delete failed'));
@@ -406,9 +418,18 @@ export class ServerNode implements StandbyNode, OldServer {
     const a = this.active;
     if (!this.roles.is('ACTIVE') || !a || !this.store) throw new FailedPreconditionError(`drain: this server is ${this.role}, not ACTIVE`);
     a.manager.idle.flush(true);
-    const r = await drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency, signal: o.signal });
-    observeDrain(r);
-    return r;
+    // warm-pool members are not preserved: deleted first, no refill while the drain runs (pool.ts)
+    const resumePool = await a.manager.retireTemplate(ALL_TEMPLATES).catch((err: unknown) => {
+      this.log.warn({ err }, 'drain: could not retire every warm pool member; they are drained like any sandbox');
+      return () => undefined;
+    });
+    try {
+      const r = await drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency, signal: o.signal });
+      observeDrain(r);
+      return r;
+    } finally {
+      resumePool();
+    }
   }
 
   /** handOver: the old server's side of AdminService.Handover (hand-over.ts). */

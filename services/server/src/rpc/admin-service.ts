@@ -14,6 +14,7 @@ import { drainReportToPb } from './convert';
 import { handoverLosses } from './handover-losses';
 import type { Role } from '../handover/roles';
 import { FlockLease } from '../store/flock-lease';
+import { getPoolStatus, setPool, type PoolAdminPort } from './pool-service';
 
 /** Most sandboxes a Drain may stop at once. */
 export const MAX_DRAIN_CONCURRENCY = 256;
@@ -36,6 +37,8 @@ export interface AdminPort {
   finishHandover(token: string): { streamsRunning: number };
   takeover(opts: { holdMs?: number; finishTimeoutMs?: number; signal?: AbortSignal }): Promise<TakeoverResult>;
   drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal }): Promise<DrainReport>;
+  /** The warm pools of the active server (undefined unless ACTIVE with pools). */
+  poolAdmin?(): PoolAdminPort | undefined;
   /** The API tokens (ACTIVE only; FailedPreconditionError otherwise). */
   tokens?(): Pick<SqliteTokenStore, 'create' | 'list' | 'revoke'>;
 }
@@ -133,6 +136,12 @@ export function adminService(node: AdminPort): AdminServiceImplementation<Sandno
     },
     async revokeToken(req) {
       return { token: tokenToPb(tokensOf(node).revoke(req.nameOrId)) };
+    },
+    async setPool(req) {
+      return setPool(node.poolAdmin?.(), req);
+    },
+    async getPoolStatus() {
+      return getPoolStatus(node.poolAdmin?.());
     },
   };
 }

@@ -46,7 +46,8 @@ export function sandboxService(
       ...execStreamService(m, counters),
       ...fileTransferService(m, podds, counters),
       async createSandbox(req, ctx) {
-        const rec = await m.create(
+        const t0 = performance.now();
+        const { rec, poolMiss } = await m.createDetailed(
           {
             template: req.template,
             timeoutSeconds: req.timeoutSeconds,
@@ -59,7 +60,8 @@ export function sandboxService(
           ctx.signal,
         );
         // a repeat by request_id derives the same token (core/network.ts, AccessTokens)
-        return { sandbox: sandboxToPb(rec), accessToken: m.accessToken(rec) };
+        const createMs = Math.min(0xffffffff, Math.round(performance.now() - t0));
+        return { sandbox: sandboxToPb(rec), accessToken: m.accessToken(rec), fromPool: (rec.pool?.claimedAtMs ?? 0) > 0, createMs, poolMiss };
       },
       async getSandbox(req) {
         return { sandbox: sandboxToPb(m.get(req.sandboxId)) };

@@ -6,8 +6,8 @@
  */
 import { FailedPreconditionError, formatEgressPolicy, parseEgressPolicy, parseIpv4 } from '@sandnode/shared';
 import { SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
-import { DeviceRole as PbRole, RuntimeRecord, type IdleRecord, type NetworkRecord } from '@sandnode/shared/proto/server/v1/record';
-import { RECORD_SCHEMA, type DeviceRole, type IdleRef, type NetworkRef, type SandboxRecord, type SandboxState } from '../core/types';
+import { DeviceRole as PbRole, PoolState as PbPoolState, RuntimeRecord, type IdleRecord, type NetworkRecord, type PoolRecord } from '@sandnode/shared/proto/server/v1/record';
+import { RECORD_SCHEMA, type DeviceRole, type IdleRef, type NetworkRef, type PoolMark, type SandboxRecord, type SandboxState } from '../core/types';
 
 const STATE_TO_PB: Record<SandboxState, PbState> = {
   CREATING: PbState.SANDBOX_STATE_CREATING,
@@ -89,6 +89,7 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
     machineId: rec.machineId,
     resetUpperDeviceId: rec.resetUpperDeviceId,
     idle: rec.idle ? idleToPb(rec.idle, base.idle) : undefined,
+    pool: rec.pool ? poolToPb(rec.pool, base.pool) : undefined,
   };
   // A record that was read with a schema this version knows keeps that schema (lowest that
   // expresses the data); this release only writes schema 1.
@@ -206,6 +207,28 @@ export function decodeRecord(bytes: Uint8Array): SandboxRecord {
     // a record of 0.2.0 has no network field (network_slot -1 or 0): no network
     network: msg.network ? networkFromPb(msg.sandboxId, msg.network) : undefined,
     idle: msg.idle ? idleFromPb(msg.idle) : undefined,
+    pool: msg.pool ? poolFromPb(msg.pool) : undefined,
     opaque: msg,
   };
+}
+
+const POOL_STATES: [PoolMark['state'], PbPoolState][] = [
+  ['READY', PbPoolState.POOL_STATE_READY],
+  ['CLAIMING', PbPoolState.POOL_STATE_CLAIMING],
+  ['NONE', PbPoolState.POOL_STATE_UNSPECIFIED],
+];
+
+/** poolToPb encodes a record's pool part over the stored one (its unknown fields survive). */
+function poolToPb(p: PoolMark, old: PoolRecord | undefined): PoolRecord {
+  return { ...(old ?? {}), key: p.key, state: POOL_STATES.find(([s]) => s === p.state)?.[1] ?? PbPoolState.POOL_STATE_UNSPECIFIED, claimedAtMs: p.claimedAtMs };
+}
+
+/** poolFromPb reads a stored pool part; a state this version cannot name is NONE (not a member: never claimed). */
+function poolFromPb(p: PoolRecord): PoolMark {
+  return { key: p.key, state: POOL_STATES.find(([, v]) => v === p.state)?.[0] ?? 'NONE', claimedAtMs: p.claimedAtMs };
+}
+
+/** poolColumn is the value of records.pool for rec: the pool key of a READY member, else "" (what a claim looks for). */
+export function poolColumn(rec: SandboxRecord): string {
+  return rec.pool?.state === 'READY' ? rec.pool.key : '';
 }

@@ -22,7 +22,8 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { busyToUnavailable, privateDbFile, RESOURCE_ID_RE, SANDBOX_ID_RE, SQLITE_BUSY_TIMEOUT_MS, waitWhileBusy, type Logger, type WriteProbe } from '@sandnode/shared';
 import type { RecordStore, SandboxRecord } from '../core/types';
-import { decodeRecord, encodeRecord } from './record-codec';
+import { decodeRecord, encodeRecord, poolColumn } from './record-codec';
+import { SqlitePoolStore } from './sqlite-pool-store';
 import { SqliteTokenStore } from './sqlite-token-store';
 
 /**
@@ -43,6 +44,7 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
   readonly quarantined = new Map<string, string>();
   private readonly readOnly: boolean;
   private tokenStore: SqliteTokenStore | undefined;
+  private poolStore: SqlitePoolStore | undefined;
 
   /**
    * open opens the store like the constructor, waiting asynchronously (backoff, at most
@@ -89,6 +91,7 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
           record BLOB
         );
       `);
+        addPoolColumn(this.db);
       }
       this.stmts = {
         get: this.db.prepare<[string], { record: Buffer }>('SELECT record FROM records WHERE sandbox_id = ?'),
@@ -97,10 +100,17 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
         put: readOnly
           ? undefined
           : this.db.prepare(
-              `INSERT INTO records (sandbox_id, state, request_id, updated_at_ms, record) VALUES (?, ?, ?, ?, ?)
+              `INSERT INTO records (sandbox_id, state, request_id, updated_at_ms, record, pool) VALUES (?, ?, ?, ?, ?, ?)
              ON CONFLICT(sandbox_id) DO UPDATE SET state = excluded.state, request_id = excluded.request_id,
-             updated_at_ms = excluded.updated_at_ms, record = excluded.record`,
+             updated_at_ms = excluded.updated_at_ms, record = excluded.record, pool = excluded.pool`,
             ),
+        poolCandidates: readOnly
+          ? undefined
+          : this.db.prepare<[{ key: string; id: string }], { sandbox_id: string; record: Buffer }>(
+              "SELECT sandbox_id, record FROM records WHERE pool = @key AND state = 'RUNNING' AND (@id = '' OR sandbox_id = @id) ORDER BY updated_at_ms, sandbox_id LIMIT 16",
+            ),
+        // the compare-and-swap of a claim: the row changes only while it is still a READY member of the pool
+        claim: readOnly ? undefined : this.db.prepare("UPDATE records SET state = ?, request_id = ?, updated_at_ms = ?, record = ?, pool = ? WHERE sandbox_id = ? AND pool = ? AND state = 'RUNNING'"),
         del: readOnly ? undefined : this.db.prepare('DELETE FROM records WHERE sandbox_id = ?'),
       };
       if (!readOnly) this.quarantineBadRows();
@@ -200,7 +210,55 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
     const bytes = encodeRecord(rec);
     if (bytes.length > MAX_RECORD_BYTES) throw new Error(`runtime record ${rec.sandboxId}: ${bytes.length} bytes, more than ${MAX_RECORD_BYTES}`);
     const put = this.stmts.put;
-    busyToUnavailable(`records.db: write of ${rec.sandboxId}`, () => put.run(rec.sandboxId, rec.state, rec.requestId, rec.updatedAtMs, Buffer.from(bytes)));
+    busyToUnavailable(`records.db: write of ${rec.sandboxId}`, () => put.run(rec.sandboxId, rec.state, rec.requestId, rec.updatedAtMs, Buffer.from(bytes), poolColumn(rec)));
+  }
+
+  /**
+   * claimPoolMember: see RecordStore. The swap is one UPDATE whose WHERE is the row's pool column
+   * (the key of a READY member) and state RUNNING: a second claimer (this process or another
+   * server on the same records.db) finds it changed and tries the next member. Throws like put
+   * for a record apply made unwritable (nothing written), StoreBusyError (UNAVAILABLE).
+   */
+  claimPoolMember(key: string, apply: (rec: SandboxRecord) => SandboxRecord, id = ''): SandboxRecord | undefined {
+    const candidates = this.stmts.poolCandidates;
+    const claim = this.stmts.claim;
+    if (!candidates || !claim || !key) return undefined;
+    for (const row of busyToUnavailable('records.db: read', () => candidates.all({ key, id }))) {
+      const rec = this.readRow(row.sandbox_id, row.record);
+      if (!rec || rec.pool?.state !== 'READY' || rec.pool.key !== key) continue;
+      const next = apply(rec);
+      if (poolColumn(next) === key) throw new Error(`runtime record ${rec.sandboxId}: a claim must take it out of pool ${key}`);
+      const bad = partIdProblem(next);
+      if (bad) throw new Error(`runtime record ${next.sandboxId}: ${bad}`);
+      const bytes = encodeRecord(next);
+      if (bytes.length > MAX_RECORD_BYTES) throw new Error(`runtime record ${next.sandboxId}: ${bytes.length} bytes, more than ${MAX_RECORD_BYTES}`);
+      const r = busyToUnavailable(`records.db: claim of ${rec.sandboxId}`, () => claim.run(next.state, next.requestId, next.updatedAtMs, Buffer.from(bytes), poolColumn(next), rec.sandboxId, key));
+      if (r.changes === 1) return next;
+    }
+    return undefined;
+  }
+
+  /**
+   * claimPoolMembers is claimPoolMember for each of applies in one transaction (one fsync for a
+   * burst of claims): item i is the record claimed for applies[i], undefined when none was
+   * left, or the Error its apply (or the write) threw (that item wrote nothing; the others stand).
+   * StoreBusyError (UNAVAILABLE) when the DB is locked (nothing written).
+   */
+  claimPoolMembers(key: string, applies: ((rec: SandboxRecord) => SandboxRecord)[]): (SandboxRecord | undefined | Error)[] {
+    if (!this.stmts.claim) return applies.map(() => undefined);
+    return busyToUnavailable(`records.db: claims of pool ${key}`, () =>
+      this.db
+        .transaction(() =>
+          applies.map((apply) => {
+            try {
+              return this.claimPoolMember(key, apply);
+            } catch (err) {
+              return err instanceof Error ? err : new Error(String(err));
+            }
+          }),
+        )
+        .immediate(),
+    );
   }
 
   delete(id: string): void {
@@ -251,11 +309,14 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
 
   /** quarantineBadRows sets aside, at open, every row rowProblem rejects (the rest are left as they are). */
   private quarantineBadRows(): void {
-    const rows = this.db.prepare<[], { sandbox_id: string; record: unknown }>('SELECT sandbox_id, record FROM records').all();
+    const rows = this.db.prepare<[], { sandbox_id: string; record: unknown; pool: string }>('SELECT sandbox_id, record, pool FROM records').all();
     const good: SandboxRecord[] = [];
     for (const row of rows) {
       const rec = this.readRow(row.sandbox_id, row.record);
-      if (rec) good.push(rec);
+      if (!rec) continue;
+      good.push(rec);
+      // the pool column follows the blob (a writer without pools may have copied or rewritten a row)
+      if (row.pool !== poolColumn(rec)) this.db.prepare('UPDATE records SET pool = ? WHERE sandbox_id = ?').run(poolColumn(rec), row.sandbox_id);
     }
     for (const [id, why] of borrowedParts(good)) this.setAside(id, why);
     const held = this.db.prepare<[], { sandbox_id: string; reason: string }>('SELECT sandbox_id, reason FROM quarantine ORDER BY rowid').all();
@@ -279,6 +340,12 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
   tokens(): SqliteTokenStore {
     if (this.readOnly) throw new Error('record store is read-only');
     return (this.tokenStore ??= new SqliteTokenStore(this.db, this.log, (key, why) => this.quarantined.set(key, why)));
+  }
+
+  /** pools: the warm-pool configs in this database (sqlite-pool-store.ts; the table is made on first use). Throws on a read-only store. */
+  pools(): SqlitePoolStore {
+    if (this.readOnly) throw new Error('record store is read-only');
+    return (this.poolStore ??= new SqlitePoolStore(this.db, this.log));
   }
 
   /** epoch is the node's current epoch (0 before the first takeover). */
@@ -361,4 +428,15 @@ export function borrowedParts(recs: SandboxRecord[]): Map<string, string> {
     for (const id of ids) if (id !== owner && !out.has(id)) out.set(id, `it lists ${part} of sandbox ${owner}`);
   }
   return out;
+}
+
+/**
+ * addPoolColumn adds records.pool (the pool key of a READY warm-pool member, else "") and its
+ * index to a records.db made by a server without pools. Servers without pools name their
+ * columns on insert, so the column's default ("") is what they write.
+ */
+function addPoolColumn(db: Database.Database): void {
+  const cols = db.prepare<[], { name: string }>('PRAGMA table_info(records)').all();
+  if (!cols.some((c) => c.name === 'pool')) db.exec("ALTER TABLE records ADD COLUMN pool TEXT NOT NULL DEFAULT ''");
+  db.exec("CREATE INDEX IF NOT EXISTS records_pool ON records(pool) WHERE pool != ''");
 }

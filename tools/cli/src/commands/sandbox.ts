@@ -88,7 +88,9 @@ export function registerSandboxCommands(program: Command): Command {
         );
         const s = sandboxJson(r.sandbox!);
         // the access token is shown once: the server keeps only its hash
-        print(!!o.json, { ...s, access_token: r.accessToken }, () => [oneLine(s), networkLine(s.network), idleLine(s.idle), tokenText(r.accessToken)].filter(Boolean).join('\n'));
+        const pool = { from_pool: r.fromPool, create_ms: r.createMs, pool_miss: r.poolMiss };
+        const how = `created in ${r.createMs} ms${r.fromPool ? ' (from the warm pool)' : r.poolMiss ? ` (cold: ${r.poolMiss})` : ''}`;
+        print(!!o.json, { ...s, access_token: r.accessToken, ...pool }, () => [oneLine(s), networkLine(s.network), idleLine(s.idle), tokenText(r.accessToken), how].filter(Boolean).join('\n'));
       },
     ),
   );

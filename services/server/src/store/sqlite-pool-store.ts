@@ -1,0 +1,82 @@
+/**
+ * Warm-pool configs (core/pool-config.ts) in the `pools` table of records.db, so that every
+ * server of the node (the next one after a handover or a restart) fills the same pools. The
+ * table is made when missing; servers without pools never read it. A row that cannot be
+ * trusted (a key that does not match its template and resources, a size out of range) is
+ * logged and skipped, never served.
+ */
+import type Database from 'better-sqlite3';
+import { busyToUnavailable, type Logger } from '@sandnode/shared';
+import { MAX_POOL_SIZE, poolKey, type PoolConfig, type PoolConfigStore } from '../core/pool-config';
+import type { Resources } from '../core/types';
+
+interface Row {
+  key: string;
+  template: string;
+  size: number;
+  resources: string;
+  updated_at_ms: number;
+}
+
+export class SqlitePoolStore implements PoolConfigStore {
+  private readonly warned = new Set<string>();
+
+  constructor(
+    private readonly db: Database.Database,
+    private readonly log: Logger,
+  ) {
+    db.exec(`CREATE TABLE IF NOT EXISTS pools (
+      key TEXT PRIMARY KEY,
+      template TEXT NOT NULL,
+      size INTEGER NOT NULL,
+      resources TEXT NOT NULL DEFAULT '',
+      updated_at_ms INTEGER NOT NULL
+    )`);
+  }
+
+  /** list returns the servable pools ordered by key. StoreBusyError (UNAVAILABLE) when the DB is locked. */
+  list(): PoolConfig[] {
+    const rows = busyToUnavailable('records.db: read', () => this.db.prepare<[], Row>('SELECT key, template, size, resources, updated_at_ms FROM pools ORDER BY key').all());
+    return rows.flatMap((r) => {
+      const c = this.fromRow(r);
+      if (typeof c !== 'string') return [c];
+      if (!this.warned.has(r.key)) this.log.error({ pool: r.key, reason: c }, 'warm pool row skipped: not served');
+      this.warned.add(r.key);
+      return [];
+    });
+  }
+
+  /** set inserts or replaces c (durable on return). */
+  set(c: PoolConfig): void {
+    busyToUnavailable(`records.db: write of pool ${c.key}`, () =>
+      this.db
+        .prepare(
+          `INSERT INTO pools (key, template, size, resources, updated_at_ms) VALUES (?, ?, ?, ?, ?)
+           ON CONFLICT(key) DO UPDATE SET template = excluded.template, size = excluded.size, resources = excluded.resources, updated_at_ms = excluded.updated_at_ms`,
+        )
+        .run(c.key, c.template, c.size, c.resources ? JSON.stringify(c.resources) : '', c.updatedAtMs),
+    );
+  }
+
+  /** delete removes the pool keyed key (durable on return). */
+  delete(key: string): void {
+    busyToUnavailable(`records.db: delete of pool ${key}`, () => this.db.prepare('DELETE FROM pools WHERE key = ?').run(key));
+  }
+
+  /** fromRow: the pool a row holds, or why it cannot be served. */
+  private fromRow(r: Row): PoolConfig | string {
+    if (!Number.isInteger(r.size) || r.size < 1 || r.size > MAX_POOL_SIZE) return `size ${r.size} is out of range 1..${MAX_POOL_SIZE}`;
+    let resources: Resources | undefined;
+    if (r.resources) {
+      try {
+        const v = JSON.parse(r.resources) as Resources;
+        if (![v.vcpus, v.memoryMib, v.diskBytes, v.pids].every((n) => Number.isSafeInteger(n) && n >= 0)) return 'resources are not whole numbers';
+        resources = { vcpus: v.vcpus, memoryMib: v.memoryMib, diskBytes: v.diskBytes, pids: v.pids };
+      } catch {
+        return 'resources are not JSON';
+      }
+    }
+    if (poolKey(r.template, resources) !== r.key) return `key ${JSON.stringify(r.key)} is not that of template ${JSON.stringify(r.template)} and its resources`;
+    return { key: r.key, template: r.template, size: r.size, resources, updatedAtMs: r.updated_at_ms };
+  }
+}
