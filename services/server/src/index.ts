@@ -16,4 +16,7 @@ export {
   type ServerConfig,
 } from './config';
 export { HANDOVER_FAILPOINTS, FORK_FAILPOINTS, SERVER_FAILPOINTS_ENV, type ServerFailpoint } from './handover/failpoints';
-export { registerPoolMetrics, type PoolSnapshot } from './metrics';
+// the server's metrics (registered in shared's registry on load), so tools that check the
+// dashboard against the registry (deploy/grafana.test.ts) see every one
+import './metrics';
+import './core/pool-metrics';

@@ -9,7 +9,7 @@
  *   sandnode_fork_freeze_window_seconds{method}     histogram, time the parent was held (frozen or paused) by a fork
  *   sandnode_drain_seconds                          histogram, one node drain
  *   sandnode_drain_sandbox_seconds{outcome}         histogram, one sandbox of a drain
- *   sandnode_pool_*                                 gauges a warm pool registers with {@link registerPoolMetrics}
+ *   sandnode_pool_*                                 warm-pool gauges by pool (core/pool-metrics.ts)
  *
  * prom-client is the copy shared depends on (same pinned version, one copy in the tree).
  */
@@ -100,35 +100,4 @@ export function observeFork(r: { method: string; forkMs: number; parentHeldMs: n
 export function observeDrain(r: { durationMs: number; sandboxes: { outcome: string; ms: number }[] }): void {
   drainDuration.observe(r.durationMs / 1000);
   for (const s of r.sandboxes) drainSandbox.observe({ outcome: s.outcome }, s.ms / 1000);
-}
-
-/** What a warm pool reports at each scrape. */
-export interface PoolSnapshot {
-  /** sandboxes ready to hand out, by template */
-  ready: Record<string, number>;
-  /** the pool's target size, by template */
-  target: Record<string, number>;
-}
-
-let poolSource: (() => PoolSnapshot) | undefined;
-
-const poolGauge = (name: string, help: string, pick: (s: PoolSnapshot) => Record<string, number>) =>
-  new Gauge({
-    name,
-    help,
-    labelNames: ['template'] as const,
-    registers: [registry],
-    collect() {
-      this.reset();
-      if (!poolSource) return;
-      for (const [template, n] of Object.entries(pick(poolSource()))) this.set({ template }, n);
-    },
-  });
-
-poolGauge('sandnode_pool_ready', 'Warm-pool sandboxes ready to hand out, by template', (s) => s.ready);
-poolGauge('sandnode_pool_target', 'Warm-pool target size, by template', (s) => s.target);
-
-/** registerPoolMetrics makes sandnode_pool_ready / sandnode_pool_target read source at each scrape (undefined: no pool, no series). */
-export function registerPoolMetrics(source: (() => PoolSnapshot) | undefined): void {
-  poolSource = source;
 }

@@ -94,6 +94,10 @@ describeNode('warm pools on a real node', () => {
     expect((await execCollect(node.api, s.sandboxId, ['hostname'])).stdout).toBe(`${s.sandboxId}\n`);
     expect((await node.api.sandboxes.listSandboxes({})).sandboxes.map((x) => x.sandboxId)).toEqual([s.sandboxId]);
     // a create the members cannot give goes cold and says why
+    // idle settings come with the claim, their timers counted from it (idle.ts)
+    const idled = await node.api.sandboxes.createSandbox({ template: 'base', idle: { pauseAfterS: 300, hibernateAfterS: 0, pausedTtlS: 0 } });
+    expect([idled.fromPool, idled.sandbox?.idle?.settings?.pauseAfterS, idled.sandbox?.idle?.nextAction]).toEqual([true, 300, 'pause']);
+    await node.api.sandboxes.deleteSandbox({ sandboxId: idled.sandbox!.sandboxId });
     const other = await node.api.sandboxes.createSandbox({ template: 'base', resources: { vcpus: 2, memoryMib: 0, diskBytes: 0, pids: 0 } });
     expect([other.fromPool, other.poolMiss]).toEqual([false, "the request's resources differ from those of the pool of base"]);
     await node.api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });
