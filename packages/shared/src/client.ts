@@ -70,7 +70,12 @@ const factory = createClientFactory().use(retryMiddleware).use(deadlineMiddlewar
 
 /** peerFactory is factory with the connect middlewares of peer-connect.ts: one per attempt inside the retries, the bound outside the deadline. */
 function peerFactory(channel: Channel, peer: PeerConnect): typeof factory {
-  return createClientFactory().use(connectAttemptMiddleware(channel, peer)).use(retryMiddleware).use(deadlineMiddleware).use(clientMetricsMiddleware).use(connectBoundMiddleware(peer)) as unknown as typeof factory;
+  return createClientFactory()
+    .use(connectAttemptMiddleware(channel, peer))
+    .use(retryMiddleware)
+    .use(deadlineMiddleware)
+    .use(clientMetricsMiddleware)
+    .use(connectBoundMiddleware(peer)) as unknown as typeof factory;
 }
 
 /**

@@ -9,7 +9,14 @@ import { PODD_FEATURES } from '@sandnode/shared';
 export const PODD_COMPONENT = 'podd';
 
 /** Features every podd lists: exec streaming, the file RPCs, confinement of file RPCs (beneath), ForwardPort, ExecStream, the streamed file RPCs. */
-export const PODD_BASE_FEATURES: readonly string[] = [PODD_FEATURES.exec, PODD_FEATURES.files, PODD_FEATURES.filesBeneath, PODD_FEATURES.forwardPort, PODD_FEATURES.execStream, PODD_FEATURES.filesStream];
+export const PODD_BASE_FEATURES: readonly string[] = [
+  PODD_FEATURES.exec,
+  PODD_FEATURES.files,
+  PODD_FEATURES.filesBeneath,
+  PODD_FEATURES.forwardPort,
+  PODD_FEATURES.execStream,
+  PODD_FEATURES.filesStream,
+];
 
 /**
  * poddFeatures is the feature list of this podd: PODD_BASE_FEATURES, plus "podd.quiesce"

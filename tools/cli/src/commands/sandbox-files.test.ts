@@ -17,7 +17,9 @@ describe('exec --stdin above its limit', () => {
   const refused = new ClientError('/sandnode.server.v1.SandboxService/Exec', Status.RESOURCE_EXHAUSTED, 'Received message larger than max (5242900 vs 4194304)');
   test('says the limit and points to sandbox cp, keeping the gRPC code for --json', () => {
     const r = describeError(stdinTooLarge(refused, 5 * 1024 * 1024, 'sb-0123456789abcdef'));
-    expect(r.message).toMatch(/^stdin is limited to 3145728 bytes \(3 MiB\) per exec by this server \(it has no ExecStream\), this was 5242880; .*sandnode sandbox cp FILE sb-0123456789abcdef:\/workspace\/FILE/);
+    expect(r.message).toMatch(
+      /^stdin is limited to 3145728 bytes \(3 MiB\) per exec by this server \(it has no ExecStream\), this was 5242880; .*sandnode sandbox cp FILE sb-0123456789abcdef:\/workspace\/FILE/,
+    );
     expect(r).toMatchObject({ code: 'RESOURCE_EXHAUSTED', grpcCode: Status.RESOURCE_EXHAUSTED });
   });
   test('other errors, and a refusal of stdin within the limit, pass unchanged', () => {
