@@ -54,6 +54,11 @@ export const METHOD_RECEIVE_LIMITS: Readonly<Record<string, number>> = {
   // streamed uploads: each data message at most 3 MiB (1 MiB from the CLI), like WriteFile
   '/sandnode.server.v1.SandboxService/UploadFile': 4 * MiB,
   '/sandnode.podd.v1.PoddService/UploadFile': 4 * MiB,
+  // ExecStream: the first message carries argv and env (at most 1 MiB together, as Exec), later
+  // ones stdin chunks as read (a pipe gives 64 KiB, which with its framing is above the 64 KiB
+  // default: the stream was reset, "RST_STREAM with code 0", for any stdin above 64 KiB)
+  '/sandnode.server.v1.SandboxService/ExecStream': 4 * MiB,
+  '/sandnode.podd.v1.PoddService/ExecStream': 4 * MiB,
   // a VmSpec (drives, env) and a list of every device id of a node: well below 1 MiB
   '/sandnode.vmm.v1.VmService/CreateVm': MiB,
   '/sandnode.ublk.v1.DeviceService/HandoverAll': MiB,

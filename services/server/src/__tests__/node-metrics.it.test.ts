@@ -99,7 +99,7 @@ describeNode('metrics and logs of a whole node', () => {
     expect(text['ublk-manager']).toMatch(/^grpc_server_handled_total\{grpc_type="unary",grpc_service="sandnode\.ublk\.v1\.DeviceService",grpc_method="(Create|Clone)Device",grpc_code="OK"\} [1-9]/m);
     for (const c of COMPONENTS) {
       const v = (await getVersion(node.dirs, c))!;
-      expect({ c, build: sample(text[c]!, 'sandnode_build_info', { component: c, version: v.version, commit: v.commit, node_id: '', runtime: v.runtime }) }).toEqual({ c, build: 1 });
+      expect({ c, build: sample(text[c]!, 'sandnode_build_info', { component: c, version: v.version, commit: v.commit, node_id: v.nodeId, runtime: v.runtime }) }).toEqual({ c, build: 1 });
       expect(text[c]).toMatch(/^process_cpu_user_seconds_total \d/m);
       expect(text[c]).toMatch(/^process_resident_memory_bytes \d/m);
       expect(text[c]).toMatch(/^nodejs_eventloop_lag_seconds \d/m);
@@ -140,7 +140,7 @@ describeNode('metrics and logs of a whole node', () => {
       const text = await scrape(url);
       const v = (await getVersion(node.dirs, 'server'))!;
       expect(v.pid).toBe(r.newPid);
-      expect({ h, build: sample(text, 'sandnode_build_info', { component: 'server', version: v.version, commit: v.commit, node_id: '', runtime: v.runtime }) }).toEqual({ h, build: 1 });
+      expect({ h, build: sample(text, 'sandnode_build_info', { component: 'server', version: v.version, commit: v.commit, node_id: v.nodeId, runtime: v.runtime }) }).toEqual({ h, build: 1 });
       // the new server's own counters: it asked the old one for the handover; the old one's CreateSandbox is not in them
       expect({ h, handover: sample(text, 'grpc_client_handled_total', { grpc_type: 'unary', grpc_service: 'sandnode.server.v1.AdminService', grpc_method: 'Handover', grpc_code: 'OK' }) }).toEqual({
         h,
