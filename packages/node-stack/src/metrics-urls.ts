@@ -14,17 +14,6 @@ export const METRICS_LISTEN_ENV: Record<Component, string> = {
   server: 'SANDNODE_SERVER_METRICS_LISTEN',
 };
 
-/**
- * metricsListenEnv is `{ SANDNODE_<C>_METRICS_LISTEN: listen }` of the component's last
- * metrics status file when env does not set it, else {} (the daemon's default applies).
- */
-export function metricsListenEnv(runDir: string, c: Component, env: NodeJS.ProcessEnv): Record<string, string> {
-  const key = METRICS_LISTEN_ENV[c];
-  if (env[key] !== undefined) return {};
-  const st = readMetricsStatus(runDir, c);
-  return st?.listen ? { [key]: st.listen } : {};
-}
-
 /** One component's /metrics as its status file says: url null while not served (error says why), or no file at all (undefined). */
 export type ComponentMetrics = Pick<MetricsStatus, 'listen' | 'url' | 'error' | 'pid'>;
 

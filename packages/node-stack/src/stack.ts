@@ -9,7 +9,6 @@ import { checkTrustedDirs, prepareTrustedDirs, processState, unixAddress } from 
 import { COMPONENTS, findRunning, getVersion, logFile, mainScript, networkEnv, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
 import { DAEMON_POLL_MS, sleep, spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
 import { activeUblkSlot, pointUblkAddress, ublkSlotSocket } from './ublk-slot';
-import { metricsListenEnv } from './metrics-urls';
 
 /** Default time `up` waits for a component to answer, ms. */
 export const DEFAULT_START_TIMEOUT_MS = 60_000;
@@ -28,11 +27,13 @@ const ENV_PREFIX: Record<Component, string> = {
 /** componentEnv is this process's environment plus the component's dirs, the node's network settings (dirs.network) and, for ublk-manager, its slot. */
 function componentEnv(dirs: StackDirs, c: Component): NodeJS.ProcessEnv {
   const p = ENV_PREFIX[c];
-  // an env var this process has (a test's startNode env, an operator's) wins over dirs.network
-  // and the /metrics address the component had last on this node (metrics-urls.ts), unless the env names one
+  // an env var this process has (a test's startNode env, an operator's) wins over dirs.network.
+  // The /metrics address is the component's own config (its default, or what its config or env
+  // names): never the address a previous process had, which a daemon of another build (an
+  // upgrade or rollback with --from-build, in a slot beside the old one) would meet in use, and
+  // builds before 0.3.0 exit on EADDRINUSE
   const env: NodeJS.ProcessEnv = {
     ...networkEnv(c, dirs.network),
-    ...metricsListenEnv(dirs.runDir, c, process.env),
     ...process.env,
     [`${p}STATE_DIR`]: path.resolve(dirs.stateDir),
     [`${p}RUN_DIR`]: path.resolve(dirs.runDir),

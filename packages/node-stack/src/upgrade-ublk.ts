@@ -11,7 +11,6 @@ import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/versio
 import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { mainScript, nodeFor, versionAt, writePidFile, type StackDirs } from './components';
 import { spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
-import { metricsListenEnv } from './metrics-urls';
 import { findActiveServer } from './lease';
 import { percentile } from './stats';
 import { pointUblkAddress, setActiveUblkSlot, ublkSlotSocket } from './ublk-slot';
@@ -80,7 +79,6 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
       node: nodeFor(buildDir),
       logPath,
       env: {
-        ...metricsListenEnv(runDir, 'ublk-manager', process.env),
         ...process.env,
         SANDNODE_UBLK_MANAGER_STATE_DIR: path.resolve(dirs.stateDir),
         SANDNODE_UBLK_MANAGER_RUN_DIR: runDir,

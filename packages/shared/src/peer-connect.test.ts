@@ -119,7 +119,7 @@ describe('peer clients wait for a restarting peer', () => {
     for (const call of [() => client.pauseVm({ vmId: 'a' }), () => client.deleteVm({ vmId: 'a' })]) {
       const err = (await call().catch((e: unknown) => e)) as { code: Status; details: string };
       expect(err.code).toBe(Status.UNAVAILABLE);
-      expect(err.details).toMatch(new RegExp(`^vmm-supervisor is not reachable at ${sock} \\(connect: ENOENT; for \\d+ ms\\); is it running\\? \`sandnode up\` starts it$`));
+      expect(err.details).toMatch(new RegExp(`^vmm-supervisor is not reachable \\(connect: ENOENT; for \\d+ ms\\); is it running\\? \`sandnode up\` starts it$`));
     }
     expect(calls).toEqual({ pauseVm: 0, deleteVm: 0 });
     // the outage is known (later calls fail at once while nothing listens), yet a peer that listens again is waited for
@@ -139,7 +139,7 @@ describe('peer clients wait for a restarting peer', () => {
     await new Promise((r) => child.once('exit', r));
     const channel = createSandnodeChannel(`unix://${sock}`);
     const client = createServiceClient(VmServiceDefinition, channel, { peer: peerOf(300), timeoutMs: 20_000 });
-    await expect(client.resumeVm({ vmId: 'a' })).rejects.toMatchObject({ code: Status.UNAVAILABLE, details: expect.stringContaining(`not reachable at ${sock} (connect: ECONNREFUSED;`) });
+    await expect(client.resumeVm({ vmId: 'a' })).rejects.toMatchObject({ code: Status.UNAVAILABLE, details: expect.stringContaining(`not reachable (connect: ECONNREFUSED;`) });
     channel.close();
   });
 });

@@ -9,7 +9,8 @@
  * the address (ENOENT/ECONNREFUSED), so a retrying caller does not wait a bound per attempt. A call that may have reached the peer (the connection dropped under
  * it) is not retried here: only the retry middleware retries it, and only if it is idempotent.
  * A peer still unreachable at the bound gives UNAVAILABLE naming the component, its address and
- * the connect error ("vmm-supervisor is not reachable at /run/x.sock (connect: ENOENT) ...").
+ * the connect error ("vmm-supervisor is not reachable (connect: ENOENT; for 3000 ms) ..."), never the
+ * socket path (the message reaches public API callers).
  *
  * Two middlewares: {@link connectBoundMiddleware} (outside the deadline and retry middlewares:
  * sees the deadline, turns "unreachable" into the ClientError) and
@@ -158,7 +159,8 @@ export function probeConnect(address: string): Promise<string> {
 
 /** unreachableMessage is the UNAVAILABLE text for peer, found unreachable (connect answer `how`) for forMs. */
 export function unreachableMessage(peer: PeerConnect, how: string, forMs: number): string {
-  return `${peer.name} is not reachable at ${displayAddress(peer.address)} (connect: ${how}; for ${Math.max(0, Math.round(forMs))} ms); ${peer.hint ?? 'is it running? `sandnode up` starts it'}`;
+  // no host path: the message reaches public API callers (`sandnode status` shows the sockets)
+  return `${peer.name} is not reachable (connect: ${how}; for ${Math.max(0, Math.round(forMs))} ms); ${peer.hint ?? 'is it running? `sandnode up` starts it'}`;
 }
 
 /**

@@ -21,7 +21,7 @@ describe('DevicePeer.clone', () => {
     try {
       const err = await peer.clone('sb-1-upper', 'sb-0-upper', true, 300).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(UnavailableError);
-      expect((err as Error).message).toMatch(new RegExp(`^ublk-manager is not reachable at ${sock} \\(connect: ENOENT; for \\d+ ms\\); is it running\\? `));
+      expect((err as Error).message).toMatch(new RegExp(`^ublk-manager is not reachable \\(connect: ENOENT; for \\d+ ms\\); is it running\\? `));
     } finally {
       peer.channel.close();
     }
@@ -56,7 +56,7 @@ describe('DevicePeer.clone', () => {
     try {
       const err = await peer.clone('sb-1-upper', 'sb-0-upper', true, 300).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(UnavailableError);
-      expect((err as Error).message).toContain(`ublk-manager is not reachable at ${sock} (connect: accepted, but no gRPC answer;`);
+      expect((err as Error).message).toContain(`ublk-manager is not reachable (connect: accepted, but no gRPC answer;`);
     } finally {
       peer.channel.close();
       for (const s of conns) s.destroy();
