@@ -246,7 +246,13 @@ export async function runDemo(base: StackDirs, opts: { keep: boolean }): Promise
     try {
       await step('stop the stack and check that nothing is left', async () => {
         for (const c of [...COMPONENTS].reverse()) await stopComponent(dirs, c);
+        // the ublk-manager's image pool (an XFS file in a loop device, mounted on <stateDir>/images)
+        // outlives the ublk-manager by design; removing it is purge's job, not a leftover
+        const poolMount = path.join(dirs.stateDir, 'images');
+        const poolLoops = loopDevicesBelow(path.join(dirs.stateDir, 'ublk-manager', 'pool'));
         const purge = await purgeNode(dirs);
+        const purgedMounts = purge.mounts.filter((m) => m !== poolMount);
+        const purgedLoops = purge.loopDevices.filter((d) => !poolLoops.includes(d));
         rmSync(root, { recursive: true, force: true });
         const leftovers: string[] = [];
         const loops = loopDevicesBelow(dirs.stateDir);
@@ -257,8 +263,10 @@ export async function runDemo(base: StackDirs, opts: { keep: boolean }): Promise
         if (procs.length) leftovers.push(`processes ${procs.map((p) => p.pid).join(' ')}`);
         const runcList = existsSync(path.join(dirs.runDir, 'runc')) ? (await run('runc', ['--root', path.join(dirs.runDir, 'runc'), 'list', '-q'])).stdout.trim() : '';
         if (runcList) leftovers.push(`runc containers ${runcList}`);
-        if (purge.containers.length || purge.mounts.length || purge.loopDevices.length) {
-          leftovers.push(`purge had to remove ${purge.containers.length} containers, ${purge.mounts.length} mounts, ${purge.loopDevices.length} loop devices`);
+        if (purge.containers.length || purgedMounts.length || purgedLoops.length) {
+          leftovers.push(
+            `purge had to remove ${purge.containers.length} containers (${purge.containers.join(' ') || '-'}), ${purgedMounts.length} mounts (${purgedMounts.join(' ') || '-'}), ${purgedLoops.length} loop devices (${purgedLoops.join(' ') || '-'})`,
+          );
         }
         if (leftovers.length) throw new Error(`left behind: ${leftovers.join('; ')}`);
         return 'no loop device, mount, runc container or sandnode process left';

@@ -10,7 +10,7 @@ import { EXIT_FAILURE, EXIT_OK, action } from '../output';
 export function registerDemoCommand(program: Command): void {
   program
     .command('demo')
-    .description('the main job: a full tour on a fresh node (needs root): 3 sandboxes, files, streams, pause/resume, server kill -9 + adoption, cleanup')
+    .description('the main job: a full tour on a fresh node (needs root): 3 sandboxes, files, streams, pause/resume, server kill -9 + adoption, live server and ublk-manager upgrades, fork, cleanup')
     .option('--keep', 'leave the stack running afterwards')
     .action(
       action(async (o: { keep?: boolean }, cmd: Command) => {

@@ -121,11 +121,12 @@ export function registerSandboxCommands(program: Command): Command {
     .action(
       action(async (id: string, o: JsonOpts, cmd: Command) => {
         const s = sandboxJson((await withServer(dirsOf(cmd), (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!);
+        const width = Math.max(...Object.keys(s).map((k) => k.length));
         print(!!o.json, s, () =>
           Object.entries(s)
             .map(
               ([k, v]) =>
-                `${k.padEnd(13)} ${k === 'isolation' ? isolationText(s.isolation) : k === 'network' && v === null ? 'none' : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`,
+                `${k.padEnd(width)} ${k === 'isolation' ? isolationText(s.isolation) : k === 'network' && v === null ? 'none' : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`,
             )
             .join('\n'),
         );
