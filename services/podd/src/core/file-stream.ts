@@ -11,7 +11,7 @@ import { constants as fsc, type Stats } from 'node:fs';
 import { lstat, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { FailedPreconditionError, InvalidArgumentError } from '@sandnode/shared';
 import { DEFAULT_FILE_MODE, fsError } from './files';
-import { MAX_FILE_BYTES } from './limits';
+import { MAX_FILE_BYTES, MAX_NAME_BYTES } from './limits';
 import { at, checkStreamPath, walkParent } from './walk';
 
 /** Bytes per DownloadFile message (1 MiB: well under gRPC's 4 MiB message limit, large enough for fast copies). */
@@ -55,6 +55,26 @@ export interface UploadResult {
   bytesWritten: number;
   /** SHA-256 of the bytes written, lowercase hex */
   sha256: string;
+}
+
+/** The bytes of an upload temp name that are not the target's name: the dot, UPLOAD_TEMP_MARK and 12 hex digits. */
+const TEMP_OVERHEAD_BYTES = 1 + UPLOAD_TEMP_MARK.length + 12;
+
+/**
+ * uploadTempName is a new temp name for an upload to name: `.<name>.sandnode-upload-<12 hex>`,
+ * name cut at a character boundary so the whole stays within MAX_NAME_BYTES bytes (a cut by
+ * characters, not bytes, made a long non-ASCII name ENAMETOOLONG).
+ */
+export function uploadTempName(name: string): string {
+  let kept = '';
+  let bytes = 0;
+  for (const ch of name) {
+    const n = Buffer.byteLength(ch);
+    if (bytes + n > MAX_NAME_BYTES - TEMP_OVERHEAD_BYTES) break;
+    kept += ch;
+    bytes += n;
+  }
+  return `.${kept}${UPLOAD_TEMP_MARK}${randomBytes(6).toString('hex')}`;
 }
 
 function checkOffset(offset: number): void {
@@ -179,7 +199,7 @@ export async function uploadFile(parts: AsyncIterable<UploadPart>): Promise<Uplo
     const inPlace = h.inPlace || h.offset > 0;
     if (h.offset > 0 && !before) throw new FailedPreconditionError(`offset: ${h.offset} is beyond the end of ${h.path}, which does not exist (resume from offset 0)`);
     const mode = before ? before.mode & 0o7777 : h.mode || DEFAULT_FILE_MODE;
-    const tmp = inPlace ? '' : `.${w.name.slice(0, 200)}${UPLOAD_TEMP_MARK}${randomBytes(6).toString('hex')}`;
+    const tmp = inPlace ? '' : uploadTempName(w.name);
     const flags = inPlace ? fsc.O_WRONLY | fsc.O_CREAT : fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL;
     const { fh, st } = await openRegular(w.dir.fd, inPlace ? w.name : tmp, h.path, w.confined, flags, mode);
     let committed = false;
