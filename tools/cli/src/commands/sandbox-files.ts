@@ -164,14 +164,32 @@ async function upload(api: ServerApi, src: string, r: RemoteSpec, o: { resume?: 
   };
 }
 
-/** download copies r to local dst (into it when dst is a directory). */
-async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
+/** The longest file name of Linux file systems (NAME_MAX), bytes. */
+const NAME_MAX_BYTES = 255;
+const DOWNLOAD_TEMP_MARK = '.sandnode-download-';
+
+/**
+ * downloadTempName is a new temp name beside a download's target name: `.<name>.sandnode-download-<12 hex>`,
+ * name cut at a character boundary so the whole stays within NAME_MAX_BYTES (a long target name made it ENAMETOOLONG).
+ */
+function downloadTempName(name: string): string {
+  const room = NAME_MAX_BYTES - 1 - DOWNLOAD_TEMP_MARK.length - 12;
+  let kept = '';
+  for (const ch of name) {
+    if (Buffer.byteLength(kept + ch) > room) break;
+    kept += ch;
+  }
+  return `.${kept}${DOWNLOAD_TEMP_MARK}${randomBytes(6).toString('hex')}`;
+}
+
+/** download copies r to local dst (into it when dst is a directory). Errors: CliError (a damaged or cut stream), the stream's ClientError. */
+export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
   let target = dst;
   const local = await stat(dst).catch(() => undefined);
   if (dst.endsWith('/') || local?.isDirectory()) target = path.join(dst, path.posix.basename(r.path));
   const cur = target === dst ? local : await stat(target).catch(() => undefined);
   const offset = o.resume && cur?.isFile() ? cur.size : 0;
-  const tmp = o.resume ? target : path.join(path.dirname(target), `.${path.basename(target)}.sandnode-download-${randomBytes(6).toString('hex')}`);
+  const tmp = o.resume ? target : path.join(path.dirname(target), downloadTempName(path.basename(target)));
   const whole = createHash('sha256');
   await hashPrefix(target, offset, whole);
   const fh = await open(tmp, o.resume ? 'a' : 'wx', 0o644);
