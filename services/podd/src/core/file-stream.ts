@@ -102,7 +102,8 @@ async function openRegular(dirFd: number, name: string, p: string, confined: boo
 
 /**
  * downloadFile streams the regular file p from offset: a first chunk with its size and no
- * data, then chunks of at most STREAM_CHUNK_BYTES up to the end of the file. The file is
+ * data, then chunks of at most STREAM_CHUNK_BYTES up to that size (bytes appended while it
+ * streams are not sent; a file cut short ends the stream early). The file is
  * open (and its directory walk done) before the first chunk; a symlink swapped in later changes
  * nothing. Stops reading when signal aborts. Errors: INVALID_ARGUMENT (path, offset),
  * NOT_FOUND, FAILED_PRECONDITION (not a regular file, a symlink on the way below beneath).
@@ -119,8 +120,11 @@ export async function* downloadFile(p: string, offset: number, beneath: string, 
     await w.release();
   }
   const { fh, st } = opened;
+  // the file as it was opened: a writer that appends while it streams cannot make it endless
+  const end = st.size;
   const readAt = async (pos: number): Promise<Buffer> => {
-    const buf = Buffer.allocUnsafe(STREAM_CHUNK_BYTES);
+    if (pos >= end) return Buffer.alloc(0);
+    const buf = Buffer.allocUnsafe(Math.min(STREAM_CHUNK_BYTES, end - pos));
     try {
       const { bytesRead } = await fh.read(buf, 0, buf.length, pos);
       return buf.subarray(0, bytesRead);
