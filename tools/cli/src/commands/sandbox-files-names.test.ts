@@ -40,3 +40,31 @@ describe('sandbox cp download temp names stay within NAME_MAX', () => {
     expect(readdirSync(dir)).toEqual([name]); // no temp file left behind
   });
 });
+
+// The sandbox runs podd: a hostile one can announce a size and then send without end, to fill the
+// disk of the host that runs `sandbox cp`. The copy stops at the announced size (without --resume it keeps nothing).
+describe('sandbox cp download from a sandbox that sends more than it announced', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = mkdtempSync(path.join(tmpdir(), 'cli-over-'));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  test('fails at the first byte past the size and leaves no file', async () => {
+    let sent = 0;
+    const api = {
+      sandboxes: {
+        async *downloadFile() {
+          yield { data: Buffer.alloc(0), offset: 0, sizeBytes: 10 };
+          for (let pos = 0; pos < 64 * 1024 * 1024; pos += 1024 * 1024) {
+            sent += 1024 * 1024;
+            yield { data: Buffer.alloc(1024 * 1024, 7), offset: pos, sizeBytes: 0 };
+          }
+        },
+      },
+    } as unknown as ServerApi;
+    await expect(download(api, { sandboxId: 'sb-0123456789abcdef', path: '/workspace/f' }, `${dir}/`, { json: true })).rejects.toThrow(/more than the 10 bytes/);
+    expect(sent).toBe(1024 * 1024); // stopped at the first message past the size
+    expect(readdirSync(dir)).toEqual([]);
+  });
+});

@@ -197,11 +197,17 @@ export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { 
   let committed = false;
   const t0 = Date.now();
   let progress: Progress | undefined;
+  let size = 0;
   try {
     for await (const m of api.sandboxes.downloadFile({ sandboxId: r.sandboxId, path: r.path, offset })) {
-      progress ??= new Progress(m.sizeBytes, offset, o.json === true);
+      if (!progress) {
+        progress = new Progress(m.sizeBytes, offset, o.json === true);
+        size = m.sizeBytes;
+      }
       if (m.data.length === 0) continue;
       if (m.offset !== pos) throw new CliError(`the stream skipped from byte ${pos} to ${m.offset}; copy again`);
+      // podd runs in the sandbox: one that sends past the size it announced is not written out (it could fill this disk)
+      if (pos + m.data.length > size) throw new CliError(`the sandbox sent more than the ${size} bytes the file had when the copy began; stopped there (only the bytes up to that size were written)`);
       await fh.write(m.data, 0, m.data.length, o.resume ? null : pos);
       whole.update(m.data);
       pos += m.data.length;
