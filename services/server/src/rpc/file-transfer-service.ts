@@ -9,6 +9,7 @@
  */
 import {
   FailedPreconditionError,
+  InternalError,
   InvalidArgumentError,
   PODD_FEATURES,
   requireSandboxId,
@@ -127,7 +128,13 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       const release = slots.enter(req.sandboxId);
       counters.streams++;
       try {
+        // podd runs in the sandbox: past the size it announced first (the file as opened) nothing is relayed
+        let size: number | undefined;
         for await (const c of client.downloadFile({ path: abs, offset: req.offset, beneath: WORKSPACE }, { signal: ctx.signal })) {
+          size ??= c.sizeBytes;
+          if (c.data.length > 0 && c.offset + c.data.length > size) {
+            throw new InternalError(`DownloadFile: the podd of sandbox ${req.sandboxId} sent more than the ${size} bytes it announced for ${abs}; the stream was ended`);
+          }
           yield { data: c.data, offset: c.offset, sizeBytes: c.sizeBytes };
         }
       } finally {
