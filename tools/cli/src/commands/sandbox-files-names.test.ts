@@ -2,7 +2,8 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { ServerApi } from '@sandnode/node-stack';
-import { download } from './sandbox-files';
+import { FileType, type FileInfo } from '@sandnode/shared/proto/server/v1/files';
+import { download, infoLine } from './sandbox-files';
 
 /** fakeApi answers DownloadFile with data (a first message with the size, then the data), as the server does. */
 function fakeApi(data: Buffer): ServerApi {
@@ -66,5 +67,23 @@ describe('sandbox cp download from a sandbox that sends more than it announced',
     await expect(download(api, { sandboxId: 'sb-0123456789abcdef', path: '/workspace/f' }, `${dir}/`, { json: true })).rejects.toThrow(/more than the 10 bytes/);
     expect(sent).toBe(1024 * 1024); // stopped at the first message past the size
     expect(readdirSync(dir)).toEqual([]);
+  });
+});
+
+// File names come from the sandbox. `sandbox ls` prints them to the operator's terminal: one named
+// with escape sequences (OSC to retitle, CSI to move the cursor and erase lines, a C1 CSI) must
+// not reach the terminal as such.
+describe('sandbox ls shows control characters of names escaped', () => {
+  const entry = (name: string): FileInfo => ({ name, type: FileType.FILE_TYPE_REGULAR, sizeBytes: 1, mode: 0o644, mtimeMs: 0 });
+  test.each([
+    ['an OSC title', '\u001b]0;owned\u0007x', '\\x1b]0;owned\\x07x'],
+    ['cursor up and erase line', 'a\u001b[1A\u001b[2Kb', 'a\\x1b[1A\\x1b[2Kb'],
+    ['a newline and a carriage return', 'fake\nfile  0644\rz', 'fake\\x0afile  0644\\x0dz'],
+    ['a C1 CSI and DEL', 'c\u009b2Jd\u007f', 'c\\x9b2Jd\\x7f'],
+    ['a plain non-ASCII name', 'dé字😀.txt', 'dé字😀.txt'],
+  ])('%s', (_what, name, shown) => {
+    const line = infoLine(entry(name));
+    expect(line.endsWith(` ${shown}`)).toBe(true);
+    expect(line).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/); // eslint-disable-line no-control-regex
   });
 });

@@ -229,8 +229,19 @@ export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { 
 
 const TYPE_WORD: Record<number, string> = { [FileType.FILE_TYPE_REGULAR]: 'file', [FileType.FILE_TYPE_DIRECTORY]: 'dir', [FileType.FILE_TYPE_SYMLINK]: 'link', [FileType.FILE_TYPE_OTHER]: 'other' };
 
-function infoLine(e: FileInfo): string {
-  return `${(TYPE_WORD[e.type] ?? '?').padEnd(5)} ${e.mode.toString(8).padStart(4, '0')} ${String(e.sizeBytes).padStart(12)} ${new Date(e.mtimeMs).toISOString()} ${e.name}`;
+/** infoLine is one line of `sandbox ls` / `sandbox stat`: type, mode (octal), size (bytes), mtime (ISO), name (control characters escaped). */
+export function infoLine(e: FileInfo): string {
+  return `${(TYPE_WORD[e.type] ?? '?').padEnd(5)} ${e.mode.toString(8).padStart(4, '0')} ${String(e.sizeBytes).padStart(12)} ${new Date(e.mtimeMs).toISOString()} ${shownName(e.name)}`;
+}
+
+/**
+ * shownName is a file name as a terminal may show it: control characters (C0, DEL, C1) as \xNN.
+ * The names come from the sandbox: one named with escape sequences would otherwise drive the
+ * operator's terminal (retitle it, rewrite earlier lines, hide entries), as GNU ls's quoting prevents.
+ */
+export function shownName(name: string): string {
+  // eslint-disable-next-line no-control-regex
+  return name.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
 }
 
 /** infoJson is FileInfo as the proto JSON mapping shows it (the type by its enum name). */
