@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { ServerApi } from '@sandnode/node-stack';
 import { FileType, type FileInfo } from '@sandnode/shared/proto/server/v1/files';
+import { processRows } from './sandbox-exec';
 import { download, infoLine } from './sandbox-files';
 
 /** fakeApi answers DownloadFile with data (a first message with the size, then the data), as the server does. */
@@ -85,5 +86,14 @@ describe('sandbox ls shows control characters of names escaped', () => {
     const line = infoLine(entry(name));
     expect(line.endsWith(` ${shown}`)).toBe(true);
     expect(line).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/); // eslint-disable-line no-control-regex
+  });
+});
+
+// `sandbox ps` prints what the sandbox's podd says of its commands: the same escaping applies.
+describe('sandbox ps shows control characters escaped', () => {
+  test('exec id, signal and command line', () => {
+    const p = { execId: 'x\u001b[2J', pid: 7, argv: ['sh', '-c', 'echo \u001b]0;owned\u0007'], startedAtMs: 0, running: false, exitCode: 0, signal: 'SIG\u009bK', pty: false, attached: false };
+    const row = processRows([p])[0]!;
+    expect(row).toEqual(['x\\x1b[2J', 7, 'killed (SIG\\x9bK)', new Date(0).toISOString(), '', 'sh -c echo \\x1b]0;owned\\x07']);
   });
 });
