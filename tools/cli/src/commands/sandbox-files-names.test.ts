@@ -4,7 +4,7 @@ import path from 'node:path';
 import type { ServerApi } from '@sandnode/node-stack';
 import { FileType, type FileInfo } from '@sandnode/shared/proto/server/v1/files';
 import { processRows } from './sandbox-exec';
-import { download, infoLine } from './sandbox-files';
+import { download, infoLine, listAll, LS_MAX_ENTRIES } from './sandbox-files';
 
 /** fakeApi answers DownloadFile with data (a first message with the size, then the data), as the server does. */
 function fakeApi(data: Buffer): ServerApi {
@@ -95,5 +95,41 @@ describe('sandbox ps shows control characters escaped', () => {
     const p = { execId: 'x\u001b[2J', pid: 7, argv: ['sh', '-c', 'echo \u001b]0;owned\u0007'], startedAtMs: 0, running: false, exitCode: 0, signal: 'SIG\u009bK', pty: false, attached: false };
     const row = processRows([p])[0]!;
     expect(row).toEqual(['x\\x1b[2J', 7, 'killed (SIG\\x9bK)', new Date(0).toISOString(), '', 'sh -c echo \\x1b]0;owned\\x07']);
+  });
+});
+
+// The pages of `sandbox ls` come from the sandbox's podd: one that answers with a page token it
+// gave before, or with pages without end, must not keep the CLI collecting (memory) forever.
+describe('sandbox ls of a podd that pages without end', () => {
+  const entry: FileInfo = { name: 'f', type: FileType.FILE_TYPE_REGULAR, sizeBytes: 1, mode: 0o644, mtimeMs: 0 };
+  const page = Array.from({ length: 1000 }, () => entry);
+  function pagingApi(tokenOf: (call: number) => string): { api: ServerApi; calls: () => number } {
+    let calls = 0;
+    const api = {
+      sandboxes: {
+        listDirectory: async () => {
+          if (++calls > 5000) throw new Error('the test bound: the listing did not stop');
+          return { entries: page, nextPageToken: tokenOf(calls) };
+        },
+      },
+    } as unknown as ServerApi;
+    return { api, calls: () => calls };
+  }
+
+  test('a page token seen before stops the listing with a CliError', async () => {
+    const { api, calls } = pagingApi((n) => `t${n % 3}`);
+    await expect(listAll(api, 'sb-0123456789abcdef', '')).rejects.toThrow(/came back to a page it gave before/);
+    expect(calls()).toBe(4); // t1, t2, t0, then t1 again
+  });
+
+  test('more than LS_MAX_ENTRIES entries stop the listing with a CliError', async () => {
+    const { api, calls } = pagingApi((n) => `t${n}`);
+    await expect(listAll(api, 'sb-0123456789abcdef', 'd')).rejects.toThrow(`more than ${LS_MAX_ENTRIES} entries`);
+    expect(calls()).toBe(LS_MAX_ENTRIES / 1000 + 1);
+  });
+
+  test('a listing that ends is returned whole', async () => {
+    const { api } = pagingApi((n) => (n < 3 ? `t${n}` : ''));
+    expect(await listAll(api, 'sb-0123456789abcdef', '')).toHaveLength(3000);
   });
 });

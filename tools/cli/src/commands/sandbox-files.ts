@@ -248,6 +248,34 @@ export function shownName(name: string): string {
 const infoJson = (e: FileInfo) => ({ name: e.name, type: FileType[e.type], sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs });
 
 /** registerFileCommands adds `cp`, `ls` and `stat` to the sandbox command group. */
+/** The most entries `sandbox ls` collects, and the size of the pages it asks for. */
+export const LS_MAX_ENTRIES = 1_000_000;
+const LS_PAGE_SIZE = 1000;
+
+/**
+ * listAll lists directory p of sandbox id page by page. The pages come from the sandbox's podd:
+ * a page token seen before (a loop) or more than LS_MAX_ENTRIES entries end it with a CliError
+ * instead of collecting without end. Errors: CliError, and the calls' (streamFailed).
+ */
+export async function listAll(api: ServerApi, id: string, p: string): Promise<FileInfo[]> {
+  const all: FileInfo[] = [];
+  const seen = new Set<string>();
+  let token = '';
+  try {
+    do {
+      const page = await api.sandboxes.listDirectory({ sandboxId: id, path: p, pageSize: LS_PAGE_SIZE, pageToken: token });
+      all.push(...page.entries);
+      token = page.nextPageToken;
+      if (token && seen.has(token)) throw new CliError(`the sandbox's listing of ${p || '/workspace'} came back to a page it gave before (after ${all.length} entries); stopped`);
+      seen.add(token);
+      if (all.length > LS_MAX_ENTRIES) throw new CliError(`${p || '/workspace'} has more than ${LS_MAX_ENTRIES} entries; stopped (list a directory below it)`);
+    } while (token);
+  } catch (err) {
+    throw streamFailed(err);
+  }
+  return all;
+}
+
 export function registerFileCommands(sandbox: Command): void {
   sandbox
     .command('cp <src> <dst>')
@@ -269,20 +297,7 @@ export function registerFileCommands(sandbox: Command): void {
     .option('--json', 'print {entries: [...]} (the proto JSON of FileInfo)')
     .action(
       action(async (id: string, p: string | undefined, o: { json?: boolean }, cmd: Command) => {
-        const entries = await withServer(dirsOf(cmd), async (api) => {
-          const all: FileInfo[] = [];
-          let token = '';
-          try {
-            do {
-              const page = await api.sandboxes.listDirectory({ sandboxId: id, path: p ?? '', pageSize: 1000, pageToken: token });
-              all.push(...page.entries);
-              token = page.nextPageToken;
-            } while (token);
-          } catch (err) {
-            throw streamFailed(err);
-          }
-          return all;
-        });
+        const entries = await withServer(dirsOf(cmd), (api) => listAll(api, id, p ?? ''));
         print(o.json === true, { entries: entries.map(infoJson) }, () => entries.map(infoLine).join('\n') || '(empty)');
       }),
     );
