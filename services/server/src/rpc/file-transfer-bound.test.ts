@@ -37,3 +37,25 @@ describe('DownloadFile relay (server) of a podd that sends past the size it anno
     expect(sent).toBe(4 * MIB);
   });
 });
+
+// ListDirectory entries come from podd: a name with "/", NUL, "." or ".." would lead an API
+// caller that joins names into paths (a recursive copy) out of the directory it copies into.
+describe('ListDirectory relay (server) of a podd that names entries as paths', () => {
+  test.each(['../../etc/cron.d/x', 'a/b', '..', '.', '', 'a\0b'])('an entry named %j is INTERNAL naming the sandbox; nothing is returned', async (bad) => {
+    const entry = (name: string) => ({ name, type: 1, sizeBytes: 1, mode: 0o644, mtimeMs: 0 });
+    const client = { listDirectory: async () => ({ entries: [entry('ok'), entry(bad)], nextPageToken: '' }) };
+    const podds = { raw: () => ({ client, features: { get: async () => ({ version: '0.3.0', features: [PODD_FEATURES.filesStream], component: 'podd' }) } }) } as unknown as PoddFileRelay;
+    const svc = fileTransferService(manager, podds);
+    const err = await Promise.resolve(svc.listDirectory({ sandboxId: ID, path: '', pageSize: 10, pageToken: '' }, ctx)).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InternalError);
+    expect((err as Error).message).toMatch(new RegExp(`${ID}.*not a file name`));
+  });
+
+  test('plain names, non-ASCII and dot-files included, are relayed', async () => {
+    const names = ['a', '.hidden', '..x', 'dé字😀', 'x y'];
+    const client = { listDirectory: async () => ({ entries: names.map((name) => ({ name, type: 1, sizeBytes: 1, mode: 0o644, mtimeMs: 0 })), nextPageToken: '' }) };
+    const podds = { raw: () => ({ client, features: { get: async () => ({ version: '0.3.0', features: [PODD_FEATURES.filesStream], component: 'podd' }) } }) } as unknown as PoddFileRelay;
+    const r = await fileTransferService(manager, podds).listDirectory({ sandboxId: ID, path: '', pageSize: 10, pageToken: '' }, ctx);
+    expect(r.entries.map((e) => e.name)).toEqual(names);
+  });
+});

@@ -67,6 +67,9 @@ function workspaceDir(field: string, p: string): string {
   return workspacePath(field, p);
 }
 
+/** isFileName: name is one directory entry's name (not empty, ".", "..", nor holding "/" or NUL). */
+const isFileName = (name: string): boolean => name !== '' && name !== '.' && name !== '..' && !name.includes('/') && !name.includes('\0');
+
 /** Which SandboxService call needs a RUNNING sandbox with a streaming podd. */
 type Call = 'DownloadFile' | 'UploadFile' | 'ListDirectory' | 'StatFile';
 
@@ -192,6 +195,10 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       const abs = workspaceDir('path', req.path);
       const client = await podd(req.sandboxId, 'ListDirectory');
       const page = await client.listDirectory({ path: abs, pageSize: req.pageSize, pageToken: req.pageToken, beneath: WORKSPACE }, { signal: ctx.signal });
+      // podd runs in the sandbox: a "name" that is a path would lead a caller that joins names (a recursive copy) elsewhere
+      const bad = page.entries.find((e) => !isFileName(e.name));
+      if (bad)
+        throw new InternalError(`ListDirectory: the podd of sandbox ${req.sandboxId} listed ${JSON.stringify(bad.name.slice(0, 100))} in ${abs}, which is not a file name; nothing was returned`);
       return {
         entries: page.entries.map((e): FileInfo => ({ name: e.name, type: typeToPb(e.type), sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs })),
         nextPageToken: page.nextPageToken,
