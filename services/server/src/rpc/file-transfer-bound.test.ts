@@ -56,6 +56,6 @@ describe('ListDirectory relay (server) of a podd that names entries as paths', (
     const client = { listDirectory: async () => ({ entries: names.map((name) => ({ name, type: 1, sizeBytes: 1, mode: 0o644, mtimeMs: 0 })), nextPageToken: '' }) };
     const podds = { raw: () => ({ client, features: { get: async () => ({ version: '0.3.0', features: [PODD_FEATURES.filesStream], component: 'podd' }) } }) } as unknown as PoddFileRelay;
     const r = await fileTransferService(manager, podds).listDirectory({ sandboxId: ID, path: '', pageSize: 10, pageToken: '' }, ctx);
-    expect(r.entries.map((e) => e.name)).toEqual(names);
+    expect((r.entries ?? []).map((e) => e.name)).toEqual(names);
   });
 });
