@@ -11,7 +11,7 @@ import { constants as fsc, type Stats } from 'node:fs';
 import { lstat, open, rename, unlink, type FileHandle } from 'node:fs/promises';
 import { FailedPreconditionError, InvalidArgumentError } from '@sandnode/shared';
 import { DEFAULT_FILE_MODE, fsError } from './files';
-import { MAX_FILE_BYTES } from './limits';
+import { MAX_FILE_BYTES, MAX_NAME_BYTES } from './limits';
 import { at, checkStreamPath, walkParent } from './walk';
 
 /** Bytes per DownloadFile message (1 MiB: well under gRPC's 4 MiB message limit, large enough for fast copies). */
@@ -57,6 +57,26 @@ export interface UploadResult {
   sha256: string;
 }
 
+/** The bytes of an upload temp name that are not the target's name: the dot, UPLOAD_TEMP_MARK and 12 hex digits. */
+const TEMP_OVERHEAD_BYTES = 1 + UPLOAD_TEMP_MARK.length + 12;
+
+/**
+ * uploadTempName is a new temp name for an upload to name: `.<name>.sandnode-upload-<12 hex>`,
+ * name cut at a character boundary so the whole stays within MAX_NAME_BYTES bytes (a cut by
+ * characters, not bytes, made a long non-ASCII name ENAMETOOLONG).
+ */
+export function uploadTempName(name: string): string {
+  let kept = '';
+  let bytes = 0;
+  for (const ch of name) {
+    const n = Buffer.byteLength(ch);
+    if (bytes + n > MAX_NAME_BYTES - TEMP_OVERHEAD_BYTES) break;
+    kept += ch;
+    bytes += n;
+  }
+  return `.${kept}${UPLOAD_TEMP_MARK}${randomBytes(6).toString('hex')}`;
+}
+
 function checkOffset(offset: number): void {
   if (!Number.isSafeInteger(offset) || offset < 0) throw new InvalidArgumentError('offset: must be a non-negative integer');
 }
@@ -82,7 +102,8 @@ async function openRegular(dirFd: number, name: string, p: string, confined: boo
 
 /**
  * downloadFile streams the regular file p from offset: a first chunk with its size and no
- * data, then chunks of at most STREAM_CHUNK_BYTES up to the end of the file. The file is
+ * data, then chunks of at most STREAM_CHUNK_BYTES up to that size (bytes appended while it
+ * streams are not sent; a file cut short ends the stream early). The file is
  * open (and its directory walk done) before the first chunk; a symlink swapped in later changes
  * nothing. Stops reading when signal aborts. Errors: INVALID_ARGUMENT (path, offset),
  * NOT_FOUND, FAILED_PRECONDITION (not a regular file, a symlink on the way below beneath).
@@ -99,8 +120,11 @@ export async function* downloadFile(p: string, offset: number, beneath: string, 
     await w.release();
   }
   const { fh, st } = opened;
+  // the file as it was opened: a writer that appends while it streams cannot make it endless
+  const end = st.size;
   const readAt = async (pos: number): Promise<Buffer> => {
-    const buf = Buffer.allocUnsafe(STREAM_CHUNK_BYTES);
+    if (pos >= end) return Buffer.alloc(0);
+    const buf = Buffer.allocUnsafe(Math.min(STREAM_CHUNK_BYTES, end - pos));
     try {
       const { bytesRead } = await fh.read(buf, 0, buf.length, pos);
       return buf.subarray(0, bytesRead);
@@ -179,7 +203,7 @@ export async function uploadFile(parts: AsyncIterable<UploadPart>): Promise<Uplo
     const inPlace = h.inPlace || h.offset > 0;
     if (h.offset > 0 && !before) throw new FailedPreconditionError(`offset: ${h.offset} is beyond the end of ${h.path}, which does not exist (resume from offset 0)`);
     const mode = before ? before.mode & 0o7777 : h.mode || DEFAULT_FILE_MODE;
-    const tmp = inPlace ? '' : `.${w.name.slice(0, 200)}${UPLOAD_TEMP_MARK}${randomBytes(6).toString('hex')}`;
+    const tmp = inPlace ? '' : uploadTempName(w.name);
     const flags = inPlace ? fsc.O_WRONLY | fsc.O_CREAT : fsc.O_WRONLY | fsc.O_CREAT | fsc.O_EXCL;
     const { fh, st } = await openRegular(w.dir.fd, inPlace ? w.name : tmp, h.path, w.confined, flags, mode);
     let committed = false;

@@ -9,6 +9,7 @@
  */
 import {
   FailedPreconditionError,
+  InternalError,
   InvalidArgumentError,
   PODD_FEATURES,
   requireSandboxId,
@@ -65,6 +66,9 @@ function workspaceDir(field: string, p: string): string {
   if (p === '' || path.posix.normalize(p) === WORKSPACE || path.posix.normalize(p) === `${WORKSPACE}/`) return WORKSPACE;
   return workspacePath(field, p);
 }
+
+/** isFileName: name is one directory entry's name (not empty, ".", "..", nor holding "/" or NUL). */
+const isFileName = (name: string): boolean => name !== '' && name !== '.' && name !== '..' && !name.includes('/') && !name.includes('\0');
 
 /** Which SandboxService call needs a RUNNING sandbox with a streaming podd. */
 type Call = 'DownloadFile' | 'UploadFile' | 'ListDirectory' | 'StatFile';
@@ -127,7 +131,13 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       const release = slots.enter(req.sandboxId);
       counters.streams++;
       try {
+        // podd runs in the sandbox: past the size it announced first (the file as opened) nothing is relayed
+        let size: number | undefined;
         for await (const c of client.downloadFile({ path: abs, offset: req.offset, beneath: WORKSPACE }, { signal: ctx.signal })) {
+          size ??= c.sizeBytes;
+          if (c.data.length > 0 && c.offset + c.data.length > size) {
+            throw new InternalError(`DownloadFile: the podd of sandbox ${req.sandboxId} sent more than the ${size} bytes it announced for ${abs}; the stream was ended`);
+          }
           yield { data: c.data, offset: c.offset, sizeBytes: c.sizeBytes };
         }
       } finally {
@@ -185,6 +195,10 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       const abs = workspaceDir('path', req.path);
       const client = await podd(req.sandboxId, 'ListDirectory');
       const page = await client.listDirectory({ path: abs, pageSize: req.pageSize, pageToken: req.pageToken, beneath: WORKSPACE }, { signal: ctx.signal });
+      // podd runs in the sandbox: a "name" that is a path would lead a caller that joins names (a recursive copy) elsewhere
+      const bad = page.entries.find((e) => !isFileName(e.name));
+      if (bad)
+        throw new InternalError(`ListDirectory: the podd of sandbox ${req.sandboxId} listed ${JSON.stringify(bad.name.slice(0, 100))} in ${abs}, which is not a file name; nothing was returned`);
       return {
         entries: page.entries.map((e): FileInfo => ({ name: e.name, type: typeToPb(e.type), sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs })),
         nextPageToken: page.nextPageToken,

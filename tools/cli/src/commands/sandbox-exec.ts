@@ -16,6 +16,8 @@ import { CliError, EXIT_FAILURE, UsageError, action, print } from '../output';
 import { withServer } from '../server-calls';
 import { argsOf, commandPath, shellWord } from '../usage';
 import { isUnimplemented, runExecSession } from './exec-session';
+import { shownName } from './sandbox-files';
+import type { ProcessInfo } from '@sandnode/shared/proto/server/v1/sandbox';
 
 /** readStdin reads this process's standard input to its end. */
 async function readStdin(): Promise<Buffer> {
@@ -79,6 +81,22 @@ interface ExecOpts {
 }
 
 /** registerExecCommand adds `exec`, `ps` and `kill` to the sandbox command group. */
+/**
+ * processRows are the table rows of `sandbox ps`: exec id, pid, status, start (ISO), tty, command.
+ * Every string comes from the sandbox's podd, so control characters are shown escaped (shownName):
+ * a command line holding escape sequences must not drive the operator's terminal.
+ */
+export function processRows(processes: readonly ProcessInfo[]): (string | number)[][] {
+  return processes.map((p) => [
+    shownName(p.execId),
+    p.pid,
+    p.running ? 'running' : p.signal ? `killed (${shownName(p.signal)})` : `exited ${p.exitCode}`,
+    new Date(p.startedAtMs).toISOString(),
+    p.pty ? 'tty' : '',
+    shownName(p.argv.join(' ')),
+  ]);
+}
+
 export function registerExecCommand(sandbox: Command): void {
   sandbox
     .command('exec <id> <cmd...>')
@@ -140,14 +158,7 @@ export function registerExecCommand(sandbox: Command): void {
     .action(
       action(async (id: string, o: { json?: boolean }, cmd: Command) => {
         const r = await withServer(dirsOf(cmd), (api) => api.sandboxes.listProcesses({ sandboxId: id }));
-        const rows = r.processes.map((p) => [
-          p.execId,
-          p.pid,
-          p.running ? 'running' : p.signal ? `killed (${p.signal})` : `exited ${p.exitCode}`,
-          new Date(p.startedAtMs).toISOString(),
-          p.pty ? 'tty' : '',
-          p.argv.join(' '),
-        ]);
+        const rows = processRows(r.processes);
         print(!!o.json, { processes: r.processes.map(({ _unknownFields, ...p }) => p) }, () => table(['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', 'COMMAND'], rows));
       }),
     );

@@ -164,14 +164,32 @@ async function upload(api: ServerApi, src: string, r: RemoteSpec, o: { resume?: 
   };
 }
 
-/** download copies r to local dst (into it when dst is a directory). */
-async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
+/** The longest file name of Linux file systems (NAME_MAX), bytes. */
+const NAME_MAX_BYTES = 255;
+const DOWNLOAD_TEMP_MARK = '.sandnode-download-';
+
+/**
+ * downloadTempName is a new temp name beside a download's target name: `.<name>.sandnode-download-<12 hex>`,
+ * name cut at a character boundary so the whole stays within NAME_MAX_BYTES (a long target name made it ENAMETOOLONG).
+ */
+function downloadTempName(name: string): string {
+  const room = NAME_MAX_BYTES - 1 - DOWNLOAD_TEMP_MARK.length - 12;
+  let kept = '';
+  for (const ch of name) {
+    if (Buffer.byteLength(kept + ch) > room) break;
+    kept += ch;
+  }
+  return `.${kept}${DOWNLOAD_TEMP_MARK}${randomBytes(6).toString('hex')}`;
+}
+
+/** download copies r to local dst (into it when dst is a directory). Errors: CliError (a damaged or cut stream), the stream's ClientError. */
+export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
   let target = dst;
   const local = await stat(dst).catch(() => undefined);
   if (dst.endsWith('/') || local?.isDirectory()) target = path.join(dst, path.posix.basename(r.path));
   const cur = target === dst ? local : await stat(target).catch(() => undefined);
   const offset = o.resume && cur?.isFile() ? cur.size : 0;
-  const tmp = o.resume ? target : path.join(path.dirname(target), `.${path.basename(target)}.sandnode-download-${randomBytes(6).toString('hex')}`);
+  const tmp = o.resume ? target : path.join(path.dirname(target), downloadTempName(path.basename(target)));
   const whole = createHash('sha256');
   await hashPrefix(target, offset, whole);
   const fh = await open(tmp, o.resume ? 'a' : 'wx', 0o644);
@@ -179,11 +197,17 @@ async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?
   let committed = false;
   const t0 = Date.now();
   let progress: Progress | undefined;
+  let size = 0;
   try {
     for await (const m of api.sandboxes.downloadFile({ sandboxId: r.sandboxId, path: r.path, offset })) {
-      progress ??= new Progress(m.sizeBytes, offset, o.json === true);
+      if (!progress) {
+        progress = new Progress(m.sizeBytes, offset, o.json === true);
+        size = m.sizeBytes;
+      }
       if (m.data.length === 0) continue;
       if (m.offset !== pos) throw new CliError(`the stream skipped from byte ${pos} to ${m.offset}; copy again`);
+      // podd runs in the sandbox: one that sends past the size it announced is not written out (it could fill this disk)
+      if (pos + m.data.length > size) throw new CliError(`the sandbox sent more than the ${size} bytes the file had when the copy began; stopped there (only the bytes up to that size were written)`);
       await fh.write(m.data, 0, m.data.length, o.resume ? null : pos);
       whole.update(m.data);
       pos += m.data.length;
@@ -205,14 +229,53 @@ async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?
 
 const TYPE_WORD: Record<number, string> = { [FileType.FILE_TYPE_REGULAR]: 'file', [FileType.FILE_TYPE_DIRECTORY]: 'dir', [FileType.FILE_TYPE_SYMLINK]: 'link', [FileType.FILE_TYPE_OTHER]: 'other' };
 
-function infoLine(e: FileInfo): string {
-  return `${(TYPE_WORD[e.type] ?? '?').padEnd(5)} ${e.mode.toString(8).padStart(4, '0')} ${String(e.sizeBytes).padStart(12)} ${new Date(e.mtimeMs).toISOString()} ${e.name}`;
+/** infoLine is one line of `sandbox ls` / `sandbox stat`: type, mode (octal), size (bytes), mtime (ISO), name (control characters escaped). */
+export function infoLine(e: FileInfo): string {
+  return `${(TYPE_WORD[e.type] ?? '?').padEnd(5)} ${e.mode.toString(8).padStart(4, '0')} ${String(e.sizeBytes).padStart(12)} ${new Date(e.mtimeMs).toISOString()} ${shownName(e.name)}`;
+}
+
+/**
+ * shownName is a file name as a terminal may show it: control characters (C0, DEL, C1) as \xNN.
+ * The names come from the sandbox: one named with escape sequences would otherwise drive the
+ * operator's terminal (retitle it, rewrite earlier lines, hide entries), as GNU ls's quoting prevents.
+ */
+export function shownName(name: string): string {
+  // eslint-disable-next-line no-control-regex
+  return name.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
 }
 
 /** infoJson is FileInfo as the proto JSON mapping shows it (the type by its enum name). */
 const infoJson = (e: FileInfo) => ({ name: e.name, type: FileType[e.type], sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs });
 
 /** registerFileCommands adds `cp`, `ls` and `stat` to the sandbox command group. */
+/** The most entries `sandbox ls` collects, and the size of the pages it asks for. */
+export const LS_MAX_ENTRIES = 1_000_000;
+const LS_PAGE_SIZE = 1000;
+
+/**
+ * listAll lists directory p of sandbox id page by page. The pages come from the sandbox's podd:
+ * a page token seen before (a loop) or more than LS_MAX_ENTRIES entries end it with a CliError
+ * instead of collecting without end. Errors: CliError, and the calls' (streamFailed).
+ */
+export async function listAll(api: ServerApi, id: string, p: string): Promise<FileInfo[]> {
+  const all: FileInfo[] = [];
+  const seen = new Set<string>();
+  let token = '';
+  try {
+    do {
+      const page = await api.sandboxes.listDirectory({ sandboxId: id, path: p, pageSize: LS_PAGE_SIZE, pageToken: token });
+      all.push(...page.entries);
+      token = page.nextPageToken;
+      if (token && seen.has(token)) throw new CliError(`the sandbox's listing of ${p || '/workspace'} came back to a page it gave before (after ${all.length} entries); stopped`);
+      seen.add(token);
+      if (all.length > LS_MAX_ENTRIES) throw new CliError(`${p || '/workspace'} has more than ${LS_MAX_ENTRIES} entries; stopped (list a directory below it)`);
+    } while (token);
+  } catch (err) {
+    throw streamFailed(err);
+  }
+  return all;
+}
+
 export function registerFileCommands(sandbox: Command): void {
   sandbox
     .command('cp <src> <dst>')
@@ -234,20 +297,7 @@ export function registerFileCommands(sandbox: Command): void {
     .option('--json', 'print {entries: [...]} (the proto JSON of FileInfo)')
     .action(
       action(async (id: string, p: string | undefined, o: { json?: boolean }, cmd: Command) => {
-        const entries = await withServer(dirsOf(cmd), async (api) => {
-          const all: FileInfo[] = [];
-          let token = '';
-          try {
-            do {
-              const page = await api.sandboxes.listDirectory({ sandboxId: id, path: p ?? '', pageSize: 1000, pageToken: token });
-              all.push(...page.entries);
-              token = page.nextPageToken;
-            } while (token);
-          } catch (err) {
-            throw streamFailed(err);
-          }
-          return all;
-        });
+        const entries = await withServer(dirsOf(cmd), (api) => listAll(api, id, p ?? ''));
         print(o.json === true, { entries: entries.map(infoJson) }, () => entries.map(infoLine).join('\n') || '(empty)');
       }),
     );
