@@ -30,13 +30,13 @@ function runcContainers(runDir: string): string[] {
   return r.status === 0 ? ((JSON.parse(r.stdout || '[]') as { id: string }[] | null) ?? []).map((c) => c.id) : [];
 }
 
-/** backing files of the loop devices attached below root */
+/** backing files of the sandboxes' loop devices attached below root (the ublk-manager's image pool file, `<root>/ublk-manager/pool/`, is no sandbox's device) */
 function loopBackingFiles(root: string): string[] {
   const r = spawnSync('losetup', ['--list', '--noheadings', '--output', 'BACK-FILE'], { encoding: 'utf8' });
   return r.stdout
     .split('\n')
     .map((l) => l.trim().replace(/ \(deleted\)$/, ''))
-    .filter((l) => l.startsWith(`${root}/`));
+    .filter((l) => l.startsWith(`${root}/`) && !l.startsWith(`${root}/ublk-manager/pool/`));
 }
 
 describeNode('node drain', () => {
