@@ -31,6 +31,8 @@ const common = { rootDir: __dirname, roots, transform, testEnvironment: 'node', 
 module.exports = {
   // testTimeout is a global option (ignored inside projects); integration files also set their own.
   testTimeout: 120000,
+  // jest.sequencer.js: jest's order, with the few files that must run on a fresh process first
+  testSequencer: '<rootDir>/jest.sequencer.js',
   projects: [
     { displayName: 'unit', ...common, testMatch: ['**/*.test.ts'], testPathIgnorePatterns: [...testPathIgnorePatterns, '\\.it\\.test\\.ts$'] },
     { displayName: 'integration', ...common, testMatch: ['**/*.it.test.ts'], testPathIgnorePatterns },
