@@ -84,6 +84,7 @@ describe('checkInvariants', () => {
     ['an orphan container', (s) => s.containers.push(B), /orphan container/],
     ['an orphan device', (s) => s.devices.push({ deviceId: `${B}-ws`, backingFile: '/state/images/x.img', state: 'ATTACHED' }), /orphan device/],
     ['an orphan loop device', (s) => s.loopBackingFiles.push('/state/images/gone.img'), /orphan loop device on \/state\/images\/gone.img/],
+    ['a leaked loop device on the image pool file', (s) => (s.poolLoops = 2), /2 loop devices on the image pool file/],
     ['an orphan dir', (s) => s.dirs.push(B), /orphan dir sandboxes\/sb-00000000000000b2/],
     ['a component that does not answer', (s) => s.unreachable.push('ublk-manager: ListDevices: UNAVAILABLE'), /component does not answer: ublk-manager/],
   ])('finds %s', (_, spoil, want) => {

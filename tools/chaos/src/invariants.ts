@@ -22,8 +22,10 @@ export interface NodeSnapshot {
   containers: string[];
   /** the device manager's devices (ListDevices) */
   devices: { deviceId: string; backingFile: string; state: string }[];
-  /** backing files of the attached loop devices below the state dir */
+  /** backing files of the attached loop devices below the state dir (the image pool's own file excepted) */
   loopBackingFiles: string[];
+  /** loop devices attached to the ublk-manager's image pool file (`<stateDir>/ublk-manager/pool/images.xfs`): 0 or 1 */
+  poolLoops?: number;
   /** <runDir>/sandboxes/* */
   dirs: string[];
   /** live sandnode daemons of this run dir: pid and component */
@@ -119,6 +121,7 @@ export function checkInvariants(s: NodeSnapshot, expected: readonly Expectation[
   for (const d of s.devices) if (!owned(d.deviceId)) out.push(`orphan device ${d.deviceId}`);
   const backing = new Set(s.devices.map((d) => d.backingFile));
   for (const b of s.loopBackingFiles) if (!backing.has(b)) out.push(`orphan loop device on ${b}`);
+  if ((s.poolLoops ?? 0) > 1) out.push(`${s.poolLoops} loop devices on the image pool file (one is the pool's, the rest leaked)`);
   for (const d of s.dirs) if (!byId.has(d)) out.push(`orphan dir sandboxes/${d}`);
   return out;
 }

@@ -95,7 +95,11 @@ export async function snapshot(dirs: StackDirs, staleSince: Map<string, number>)
   }
   const runc = spawnSync('runc', ['--root', path.join(runDir, 'runc'), 'list', '--format', 'json'], { encoding: 'utf8' });
   if (runc.status === 0) s.containers = ((JSON.parse(runc.stdout || '[]') as { id: string }[] | null) ?? []).map((c) => c.id).sort();
-  s.loopBackingFiles = loopBackingFilesBelow(stateDir);
+  // the ublk-manager's image pool (an XFS file on its own loop device) is no sandbox's device: at most one loop on it
+  const poolFile = path.join(stateDir, 'ublk-manager', 'pool', 'images.xfs');
+  const loops = loopBackingFilesBelow(stateDir);
+  s.loopBackingFiles = loops.filter((b) => b !== poolFile);
+  s.poolLoops = loops.length - s.loopBackingFiles.length;
   const sbDir = path.join(runDir, 'sandboxes');
   s.dirs = existsSync(sbDir) ? readdirSync(sbDir).sort() : [];
   s.processes = sandnodeProcesses(runDir).map((p) => ({ pid: p.pid, component: /services\/(vmm-supervisor|ublk-manager|server)\/dist/.exec(p.cmd)?.[1] ?? '?' }));
