@@ -10,6 +10,7 @@ import { InvalidArgumentError, requireSandboxId, type SandnodeCallContext } from
 import type { ExecStreamRequest, ExecStreamResponse, SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { ExecInput, ExecStreamEvent, ExecStreamFirst } from '../core/exec-stream';
 import type { SandboxManager } from '../core/sandbox-manager';
+import { idleStream } from './idle-hooks';
 
 type Handlers = Pick<SandboxServiceImplementation<SandnodeCallContext>, 'execStream' | 'listProcesses' | 'signalProcess'>;
 
@@ -83,25 +84,17 @@ export function execStreamService(m: SandboxManager, counters: { streams: number
           if (i) yield i;
         }
       }
-      // idle actions (core/idle.ts): the stream is activity while it runs, and a PAUSED or
-      // hibernated sandbox is auto-resumed first, as for Exec (idle-hooks.ts cannot see the id
-      // of a client-streaming call: it is in the first message)
-      const leave = m.idle.enter(sandboxId);
-      try {
-        await m.idle.ensureRunning(sandboxId, 'ExecStream', ctx.signal);
+      // idle actions (idle-hooks.ts, which cannot see the id of a client stream: it is in the
+      // first message): activity while it runs, a PAUSED or hibernated sandbox auto-resumed first
+      yield* idleStream(m.idle, sandboxId, 'ExecStream', ctx.signal, async function* () {
         const events = await m.execStream(sandboxId, first, input(), ctx.signal);
         counters.streams++;
         try {
-          for await (const ev of events) {
-            m.idle.activity(sandboxId);
-            yield eventToPb(ev);
-          }
+          for await (const ev of events) yield eventToPb(ev);
         } finally {
           counters.streams--;
         }
-      } finally {
-        leave();
-      }
+      });
     },
     async listProcesses(req) {
       requireSandboxId('sandbox_id', req.sandboxId);

@@ -25,6 +25,7 @@ import { FileType, type DownloadFileResponse, type FileInfo, type UploadFileRequ
 import type { SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import path from 'node:path';
 import type { SandboxManager } from '../core/sandbox-manager';
+import { idleCall } from './idle-hooks';
 import { MAX_FILE_CHUNK_BYTES, workspacePath } from '../core/validate';
 
 /** The root every relayed path is confined below (podd's beneath). */
@@ -158,37 +159,35 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       // the id in a client stream's header), an upload auto-resumes a PAUSED or hibernated
       // sandbox, holds idle actions off while it runs and counts as activity
       requireSandboxId('header.sandbox_id', h.sandboxId);
-      await m.idle.ensureRunning(h.sandboxId, 'UploadFile', ctx.signal);
-      const client = await podd(h.sandboxId, 'UploadFile');
-      async function* relay(): AsyncIterable<PoddUploadFileRequest> {
-        yield { part: { $case: 'header', value: { path: abs, offset: h.offset, mode: h.mode, createParents: true, inPlace: h.inPlace, beneath: WORKSPACE } } };
-        for (let r = await it.next(); !r.done; r = await it.next()) {
-          const part = (r.value as UploadFileRequest).part;
-          if (part?.$case === 'header') throw new InvalidArgumentError('header: an upload has exactly one header, its first message');
-          if (part?.$case === 'end') {
-            // the caller said the upload is complete: pass it on and read no further
-            yield { part: { $case: 'end', value: { sha256: part.value.sha256 } } };
-            return;
+      return idleCall(m.idle, h.sandboxId, 'UploadFile', ctx.signal, async () => {
+        const client = await podd(h.sandboxId, 'UploadFile');
+        async function* relay(): AsyncIterable<PoddUploadFileRequest> {
+          yield { part: { $case: 'header', value: { path: abs, offset: h.offset, mode: h.mode, createParents: true, inPlace: h.inPlace, beneath: WORKSPACE } } };
+          for (let r = await it.next(); !r.done; r = await it.next()) {
+            const part = (r.value as UploadFileRequest).part;
+            if (part?.$case === 'header') throw new InvalidArgumentError('header: an upload has exactly one header, its first message');
+            if (part?.$case === 'end') {
+              // the caller said the upload is complete: pass it on and read no further
+              yield { part: { $case: 'end', value: { sha256: part.value.sha256 } } };
+              return;
+            }
+            const data = part?.$case === 'data' ? part.value : Buffer.alloc(0);
+            if (data.length > MAX_FILE_CHUNK_BYTES) throw new InvalidArgumentError(`data: ${data.length} bytes in one message, at most ${MAX_FILE_CHUNK_BYTES}`);
+            yield { part: { $case: 'data', value: data } };
           }
-          const data = part?.$case === 'data' ? part.value : Buffer.alloc(0);
-          if (data.length > MAX_FILE_CHUNK_BYTES) throw new InvalidArgumentError(`data: ${data.length} bytes in one message, at most ${MAX_FILE_CHUNK_BYTES}`);
-          yield { part: { $case: 'data', value: data } };
         }
-      }
-      const release = slots.enter(h.sandboxId);
-      const leave = m.idle.enter(h.sandboxId);
-      counters.streams++;
-      try {
-        // no deadline of its own (a unary default would cut a large upload): the caller's
-        // deadline and cancellation reach podd through ctx.signal; never retried (the stream is consumed)
-        const r = await client.uploadFile(relay(), { signal: ctx.signal, deadline: undefined, retry: false });
-        return { sizeBytes: r.sizeBytes, bytesWritten: r.bytesWritten, sha256: r.sha256 };
-      } finally {
-        counters.streams--;
-        leave();
-        m.idle.activity(h.sandboxId);
-        release();
-      }
+        const release = slots.enter(h.sandboxId);
+        counters.streams++;
+        try {
+          // no deadline of its own (a unary default would cut a large upload): the caller's
+          // deadline and cancellation reach podd through ctx.signal; never retried (the stream is consumed)
+          const r = await client.uploadFile(relay(), { signal: ctx.signal, deadline: undefined, retry: false });
+          return { sizeBytes: r.sizeBytes, bytesWritten: r.bytesWritten, sha256: r.sha256 };
+        } finally {
+          counters.streams--;
+          release();
+        }
+      });
     },
 
     async listDirectory(req, ctx) {

@@ -52,30 +52,45 @@ export function withIdle(impl: SandboxServiceImplementation<SandnodeCallContext>
       out[name] = async function* (req: unknown, ctx: Ctx) {
         const id = sandboxOf(req);
         if (!id) return yield* orig(req, ctx) as AsyncIterable<unknown>;
-        const leave = idle.enter(id);
-        try {
-          if (resume) await idle.ensureRunning(id, op, ctx.signal);
-          for await (const ev of orig(req, ctx) as AsyncIterable<unknown>) {
-            idle.activity(id);
-            yield ev;
-          }
-        } finally {
-          leave();
-        }
+        yield* idleStream(idle, id, resume ? op : undefined, ctx.signal, () => orig(req, ctx) as AsyncIterable<unknown>);
       };
     } else {
       out[name] = async (req: unknown, ctx: Ctx) => {
         const id = sandboxOf(req);
         if (!id) return orig(req, ctx);
-        const leave = idle.enter(id);
-        try {
-          if (resume) await idle.ensureRunning(id, op, ctx.signal);
-          return await orig(req, ctx);
-        } finally {
-          leave();
-        }
+        return idleCall(idle, id, resume ? op : undefined, ctx.signal, async () => orig(req, ctx));
       };
     }
   }
   return out as unknown as SandboxServiceImplementation<SandnodeCallContext>;
+}
+
+/**
+ * idleCall runs fn as a call of sandbox id for idle actions (core/idle.ts): in flight (no idle
+ * action runs meanwhile) and activity; with op set, a PAUSED or hibernated sandbox is
+ * auto-resumed first. Errors: IdleController.ensureRunning's, then fn's. For handlers that find
+ * the id themselves (a client stream names it in its first message).
+ */
+export async function idleCall<T>(idle: IdleController, id: string, op: string | undefined, signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T> {
+  const leave = idle.enter(id);
+  try {
+    if (op) await idle.ensureRunning(id, op, signal);
+    return await fn();
+  } finally {
+    leave();
+  }
+}
+
+/** idleStream is idleCall for a stream of events: each event is activity too. */
+export async function* idleStream<T>(idle: IdleController, id: string, op: string | undefined, signal: AbortSignal | undefined, events: () => AsyncIterable<T>): AsyncIterable<T> {
+  const leave = idle.enter(id);
+  try {
+    if (op) await idle.ensureRunning(id, op, signal);
+    for await (const ev of events()) {
+      idle.activity(id);
+      yield ev;
+    }
+  } finally {
+    leave();
+  }
 }
