@@ -2,7 +2,8 @@
  * The server's named failpoints for crash tests (containerd's `integration/failpoint` idea),
  * on the shared {@link Failpoints} parser: env `SANDNODE_SERVER_FAILPOINTS` lists
  * `name[=action]` pairs separated by commas (action `kill`, the default, SIGKILLs this process
- * at that point; `error` throws INTERNAL there; `off` does nothing). main.ts parses it once at
+ * at that point; `error` throws INTERNAL there; `pause` (PAUSABLE_FAILPOINTS) waits there for
+ * SIGUSR2; `off` does nothing). main.ts parses it once at
  * start (`setServerFailpoints`): an unknown name or action fails the start naming it. Unset
  * in production: every check is one map lookup. Each service has its own variable, so a server
  * failpoint in `sandnode up`'s environment does not reach the ublk-manager.
@@ -16,8 +17,11 @@ export const HANDOVER_FAILPOINTS = [
   'handover.after-release', // old: lease released, before answering
   'takeover.after-fds', // new: listeners received, lease not taken
   'takeover.after-lease', // new: lease taken (epoch+1), before adoption
-  'takeover.after-serve', // new: ready to serve (adopted, handlers attached), before FinishHandover and accepting
+  'takeover.after-serve', // new: serving (adopted, handlers attached and warmed up, accepting beside the old server), before FinishHandover
 ] as const;
+
+/** The failpoints that accept `pause` (reached through {@link failpointAsync}; SIGUSR2 goes on). */
+export const PAUSABLE_FAILPOINTS: readonly ServerFailpoint[] = ['takeover.after-serve'];
 
 /** The failpoints of ForkSandbox and ResetRootfs (crash tests of the server). */
 export const FORK_FAILPOINTS = [
@@ -35,7 +39,7 @@ export const NETWORK_FAILPOINTS = [
 export type ServerFailpoint = (typeof HANDOVER_FAILPOINTS)[number] | (typeof FORK_FAILPOINTS)[number] | (typeof NETWORK_FAILPOINTS)[number];
 
 /** The server's failpoints (env `SANDNODE_SERVER_FAILPOINTS`). */
-export const serverFailpoints = new Failpoints<ServerFailpoint>({ service: 'server', names: [...HANDOVER_FAILPOINTS, ...FORK_FAILPOINTS, ...NETWORK_FAILPOINTS] });
+export const serverFailpoints = new Failpoints<ServerFailpoint>({ service: 'server', names: [...HANDOVER_FAILPOINTS, ...FORK_FAILPOINTS, ...NETWORK_FAILPOINTS], pausable: PAUSABLE_FAILPOINTS });
 
 /** SERVER_FAILPOINTS_ENV is "SANDNODE_SERVER_FAILPOINTS". */
 export const SERVER_FAILPOINTS_ENV = serverFailpoints.env;
@@ -51,6 +55,11 @@ export function setServerFailpoints(list: string | undefined = process.env[SERVE
     throw new ConfigError((err as Error).message);
   }
   return serverFailpoints.list();
+}
+
+/** failpointAsync runs any action set for name; `pause` (PAUSABLE_FAILPOINTS only) waits for SIGUSR2. */
+export async function failpointAsync(name: ServerFailpoint): Promise<void> {
+  await serverFailpoints.hitAsync(name);
 }
 
 /** failpoint runs the action set for name, if any (`kill`: SIGKILL now; `error`: throws InternalError). */

@@ -5,10 +5,12 @@
  *   records, send the listening sockets to the standby's fd socket, free the /metrics port,
  *   release the lease, answer with a token; this server goes on accepting and serving (reads;
  *   lifecycle calls are held) while the standby adopts. Then a watchdog waits for
- *   FinishHandover, which the standby sends once it can serve and before it accepts:
- *     FinishHandover(token)                      -> stop accepting at once (new connections wait
- *                                                   in the backlog for the standby), RETIRING
- *                                                   (GOAWAY, streams finish, exit)
+ *   FinishHandover, which the standby sends once it serves (it accepts on the same sockets
+ *   already, so for a moment both processes accept and each serves what it accepted):
+ *     FinishHandover(token)                      -> stop accepting at once (new connections go
+ *                                                   to the standby alone), RETIRING (GOAWAY:
+ *                                                   clients reconnect into the standby; streams
+ *                                                   finish, exit)
  *     standby dead or no finish, lease free      -> lease retaken, epoch+1, fences raised, ACTIVE
  *                                                   (ACTIVE also when a peer does not answer;
  *                                                   exit when a peer knows a higher epoch)
@@ -132,7 +134,7 @@ export class OldSideHandover {
   finish(token: string): { streamsRunning: number } {
     if (!this.running || token !== this.running.token) throw new FailedPreconditionError('finish_handover: no handover with that token is in progress');
     this.stop();
-    // before the answer: the standby accepts once it has it, and only one process may accept
+    // before the answer: the standby accepts already (it asks only once it does); from here on only it does
     this.node.stopAccepting();
     const streams = this.node.streams;
     this.node.beginRetire();

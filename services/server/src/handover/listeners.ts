@@ -12,7 +12,9 @@
  * (its client waits for the HTTP/2 settings until its deadline). So the caller passes the
  * net.Server with its handler attached (GrpcHost.serveListener) and the listening starts only
  * then (openListeners); until that moment new connections wait in the kernel's backlog of the
- * listening socket, which both servers of a handover share.
+ * listening socket, which both servers of a handover share. In a handover the new server
+ * starts accepting before the old one stops (both serve what they accept, for a few ms), so
+ * no connection waits for the switch.
  */
 import { chmodSync, linkSync, lstatSync, rmSync } from 'node:fs';
 import net from 'node:net';
@@ -58,8 +60,16 @@ export async function openListeners(src: ListenerSource, prepare: (server: net.S
     prepare(s, address);
     return s;
   };
-  if ('fresh' in src) for (const a of src.fresh) out.push(await bindListener(a, ready(a)));
-  else for (const r of src.received) out.push(await adoptListener(r.address, r.fd, ready(r.address)));
+  // all at once (each listen is a round trip through the event loop): a handover's switch waits for the slowest, not the sum
+  const opening = 'fresh' in src ? src.fresh.map((a) => bindListener(a, ready(a))) : src.received.map((r) => adoptListener(r.address, r.fd, ready(r.address)));
+  const got = await Promise.allSettled(opening);
+  const failed = got.find((g): g is PromiseRejectedResult => g.status === 'rejected');
+  for (const g of got) if (g.status === 'fulfilled') out.push(g.value);
+  if (failed) {
+    // the ones that opened close again (not awaited: close waits for accepted connections): the caller gets none
+    for (const l of out) l.server.close();
+    throw failed.reason;
+  }
   return out;
 }
 

@@ -45,6 +45,7 @@ import { OldSideHandover, type OldServer } from './hand-over';
 import { adoption, observeDrain, setSandboxSource } from '../metrics';
 import { ADMIN_SOCKET_CHECK_MS, bindAdminSocket, checkAdminSocket, type AdminSocketBinding } from './admin-socket';
 import { openListeners, type ListenerSource, type OwnedListener } from './listeners';
+import { warmUp } from './warm-up';
 import { namedListenerLosses, openNamedListeners, type NamedListenerSpec, type NamedServe, type OwnedNamedListener } from './named-listeners';
 import { ADMIN_POLICY, publicPolicy, shareSocket, tcpCredentials } from './api-access';
 import { Roles, type Role } from './roles';
@@ -282,10 +283,11 @@ export class ServerNode implements StandbyNode, OldServer {
 
   /**
    * becomeActive (holding the lease): epoch+1, raise the fences, adopt, sweep orphans, attach
-   * the handlers, run o.beforeServing (a takeover: FinishHandover, after which the old server
-   * accepts no more), then accept on the listeners of source (a connection that arrives before
-   * waits in the socket's backlog: listeners.ts). o.peerWaitMs: how long vmm-supervisor and
-   * ublk-manager get to answer, ms (an Error naming the one that did not).
+   * the handlers, warm them up (warm-up.ts), accept on the listeners of source (all at once;
+   * the handlers are attached before each listens: listeners.ts), then run o.beforeServing (a
+   * takeover: FinishHandover, after which the old server accepts no more and sends GOAWAY).
+   * o.peerWaitMs: how long vmm-supervisor and ublk-manager get to answer, ms (an Error naming
+   * the one that did not).
    */
   async becomeActive(source: ListenerSource, atLeastEpoch: number, o: { peerWaitMs?: number; beforeServing?: () => Promise<void> } = {}): Promise<AdoptionReport> {
     const peerWaitMs = o.peerWaitMs ?? this.cfg.peerStartTimeoutMs;
@@ -299,6 +301,11 @@ export class ServerNode implements StandbyNode, OldServer {
     const active = this.wiring.activate({ store, epoch: () => this.epoch, log, streams: this });
     this.active = active;
     const { manager, vms, devices } = active;
+    if (!this.publicServer) {
+      this.publicServer = createServiceServer({ info: this.info(), log, epoch: () => this.epoch, auth: publicPolicy(this.cfg.socketGroup, (secret) => this.verifyToken(secret)) });
+      active.register(this.publicServer);
+    }
+    const pub = this.publicServer;
     await waitFor('vmm-supervisor', () => vms.features.get(), peerWaitMs);
     await waitFor('ublk-manager', () => devices.features.get(), peerWaitMs);
     await this.announceEpoch();
@@ -306,28 +313,34 @@ export class ServerNode implements StandbyNode, OldServer {
     this.lastAdoption = report;
     adoption.observe({ how: 'received' in source ? 'takeover' : 'start' }, report.durationMs / 1000);
     const swept = await sweepOrphans({ store, vms, devices, runDir: this.cfg.runDir, log });
-    if (!this.publicServer) {
-      this.publicServer = createServiceServer({ info: this.info(), log, epoch: () => this.epoch, auth: publicPolicy(this.cfg.socketGroup, (secret) => this.verifyToken(secret)) });
-      active.register(this.publicServer);
-    }
-    const pub = this.publicServer;
-    await o.beforeServing?.();
+    // The first calls of a fresh process are slow (warm-up.ts): made here, not by the first
+    // clients after the switch. After the adoption, not beside it: run concurrently with the
+    // adoption's peer calls, a warm-up connection aborted the process in 3 of 10 runs of
+    // handover-fresh-conn.it (libuv: uv__finish_close assertion); after it, 0 in 18.
+    const warm = await warmUp(pub, this.cfg.runDir, store.list().slice(0, 4).map((r) => r.sandboxId), log);
     const tcpCreds = tcpCredentials(this.cfg);
-    const listeners = await openListeners(source, (s, address) => pub.serveListener(s, address.startsWith('unix://') ? undefined : tcpCreds));
+    // Accept before FinishHandover: for a moment both servers accept on the shared sockets,
+    // and both serve what they accept (the old one serves reads and, after FinishHandover,
+    // sends GOAWAY). The clients it sends GOAWAY reconnect into a process that already
+    // accepts, so the switch costs them a reconnect, not this server's listen steps.
+    const [listeners, named] = await Promise.all([
+      openListeners(source, (s, address) => pub.serveListener(s, address.startsWith('unix://') ? undefined : tcpCreds)),
+      this.wiring.named ? Promise.resolve(this.wiring.named.wanted()).then((specs) => openNamedListeners(specs, 'received' in source ? (source.named ?? []) : [], this.wiring.named!.serve)) : undefined,
+    ]);
     this.listeners = listeners;
     if ('fresh' in source) shareSocket(this.cfg.socket, this.cfg.socketGroup);
-    if (this.wiring.named) {
-      const got = await openNamedListeners(await this.wiring.named.wanted(), 'received' in source ? (source.named ?? []) : [], this.wiring.named.serve);
-      this.named = got.opened;
-      for (const f of got.failed) log.error({ err: f.err, listener: f.spec.name, address: f.spec.address }, 'could not open a named listener: it is off on this server');
+    if (named) {
+      this.named = named.opened;
+      for (const f of named.failed) log.error({ err: f.err, listener: f.spec.name, address: f.spec.address }, 'could not open a named listener: it is off on this server');
     }
     this.roles.to('ACTIVE', { newEpoch: true });
+    await o.beforeServing?.();
     this.wiring.onActive?.();
     setSandboxSource(() => store.list());
     await this.metrics.start();
     this.startReaper();
     log.info(
-      { listeners: listeners.map((l) => l.address), named: this.named.map((l) => `${l.name} ${l.kind} ${l.address}`), adopted: report.adopted.length, adoption_ms: report.durationMs, swept },
+      { listeners: listeners.map((l) => l.address), named: this.named.map((l) => `${l.name} ${l.kind} ${l.address}`), adopted: report.adopted.length, adoption_ms: report.durationMs, swept, warm_up: warm },
       'active',
     );
     const tcp = listeners.find((l) => l.port > 0);

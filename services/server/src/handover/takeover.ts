@@ -4,8 +4,9 @@
  *
  *   peers answer? -> PrepareHandover (preflight) -> listen on the fd socket -> Handover on the
  *   active (it holds calls, sends its listening sockets, releases the lease, goes on accepting)
- *   -> receive the sockets -> take the lease (epoch+1) -> adopt, handlers ready ->
- *   FinishHandover (the old server stops accepting, retires) -> accept on those sockets
+ *   -> receive the sockets -> take the lease (epoch+1) -> adopt, handlers ready and warmed
+ *   up -> accept on those sockets (beside the old server for a moment) -> FinishHandover (the
+ *   old server stops accepting and retires: GOAWAY)
  *
  * If the active server dies during Handover and the lease is free, this server takes the node
  * over as a failover would (with the sockets if they arrived, else fresh ones).
@@ -27,7 +28,7 @@ import { AdminServiceDefinition, type HandoverResponse } from '@sandnode/shared/
 import type { ServerConfig } from '../config';
 import type { AdoptionReport } from '../core/adoption';
 import { FlockLease } from '../store/flock-lease';
-import { failpoint } from './failpoints';
+import { failpoint, failpointAsync } from './failpoints';
 import { receiveFds } from './fd-pass';
 import { sourceAddresses, type ListenerSource } from './listeners';
 import { splitReceived, type HandoverFdMeta } from './named-listeners';
@@ -132,12 +133,12 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
     failpoint('takeover.after-fds');
     if (!(await lease.acquire(cfg.leaseAcquireTimeoutMs))) throw new UnavailableError(`the old server did not release the lease within ${cfg.leaseAcquireTimeoutMs} ms`);
     const listeners = received(msg);
-    // Ready to serve: FinishHandover makes the old server stop accepting (it answers after
-    // that), then this one accepts. Connections that arrive in between wait in the backlog.
+    // Serving: this one accepts on the sockets, then FinishHandover makes the old server stop
+    // accepting (it answers after that) and send GOAWAY, so its clients reconnect to this one.
     const report = await node.becomeActive(listeners, Number(res.epoch), {
       peerWaitMs,
       beforeServing: async () => {
-        failpoint('takeover.after-serve');
+        await failpointAsync('takeover.after-serve');
         try {
           await admin.finishHandover({ token: res.token, newEpoch: node.epoch });
         } catch (err) {
