@@ -21,7 +21,7 @@ async function whoAnswers(address: string, token?: string): Promise<number> {
   const ch = createChannel(address, undefined, { 'grpc.use_local_subchannel_pool': 1 });
   try {
     const md = token ? Metadata({ authorization: `Bearer ${token}` }) : undefined;
-    return (await createClient(VersionServiceDefinition, ch).getVersion({}, { deadline: new Date(Date.now() + 8000), metadata: md })).pid;
+    return (await createClient(VersionServiceDefinition, ch).getVersion({}, { signal: AbortSignal.timeout(8000), metadata: md })).pid;
   } finally {
     ch.close();
   }

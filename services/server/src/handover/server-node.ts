@@ -317,7 +317,15 @@ export class ServerNode implements StandbyNode, OldServer {
     // clients after the switch. After the adoption, not beside it: run concurrently with the
     // adoption's peer calls, a warm-up connection aborted the process in 3 of 10 runs of
     // handover-fresh-conn.it (libuv: uv__finish_close assertion); after it, 0 in 18.
-    const warm = await warmUp(pub, this.cfg.runDir, store.list().slice(0, 4).map((r) => r.sandboxId), log);
+    const warm = await warmUp(
+      pub,
+      this.cfg.runDir,
+      store
+        .list()
+        .slice(0, 4)
+        .map((r) => r.sandboxId),
+      log,
+    );
     const tcpCreds = tcpCredentials(this.cfg);
     // Accept before FinishHandover: for a moment both servers accept on the shared sockets,
     // and both serve what they accept (the old one serves reads and, after FinishHandover,
@@ -325,7 +333,9 @@ export class ServerNode implements StandbyNode, OldServer {
     // accepts, so the switch costs them a reconnect, not this server's listen steps.
     const [listeners, named] = await Promise.all([
       openListeners(source, (s, address) => pub.serveListener(s, address.startsWith('unix://') ? undefined : tcpCreds)),
-      this.wiring.named ? Promise.resolve(this.wiring.named.wanted()).then((specs) => openNamedListeners(specs, 'received' in source ? (source.named ?? []) : [], this.wiring.named!.serve)) : undefined,
+      this.wiring.named
+        ? Promise.resolve(this.wiring.named.wanted()).then((specs) => openNamedListeners(specs, 'received' in source ? (source.named ?? []) : [], this.wiring.named!.serve))
+        : undefined,
     ]);
     this.listeners = listeners;
     if ('fresh' in source) shareSocket(this.cfg.socket, this.cfg.socketGroup);
@@ -340,7 +350,14 @@ export class ServerNode implements StandbyNode, OldServer {
     await this.metrics.start();
     this.startReaper();
     log.info(
-      { listeners: listeners.map((l) => l.address), named: this.named.map((l) => `${l.name} ${l.kind} ${l.address}`), adopted: report.adopted.length, adoption_ms: report.durationMs, swept, warm_up: warm },
+      {
+        listeners: listeners.map((l) => l.address),
+        named: this.named.map((l) => `${l.name} ${l.kind} ${l.address}`),
+        adopted: report.adopted.length,
+        adoption_ms: report.durationMs,
+        swept,
+        warm_up: warm,
+      },
       'active',
     );
     const tcp = listeners.find((l) => l.port > 0);
