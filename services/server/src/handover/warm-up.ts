@@ -15,7 +15,7 @@
  * sandbox has): they change nothing and are not activity for the idle actions
  * (rpc/idle-hooks.ts NOT_ACTIVITY). They are counted in grpc_server_handled_total like any call.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { lstatSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, type Logger, type ServiceServer } from '@sandnode/shared';
@@ -34,7 +34,8 @@ const ROUNDS = 4;
  */
 export async function warmUp(host: ServiceServer, runDir: string, ids: string[], log: Logger, budgetMs = WARM_UP_BUDGET_MS): Promise<{ calls: number; ms: number; callMs: number[] }> {
   const t0 = performance.now();
-  const dir = mkdtempSync(path.join(runDir, 'warm-'));
+  sweepWarmUpDirs(runDir, log);
+  const dir = mkdtempSync(path.join(runDir, `warm-${process.pid}-`));
   const sock = path.join(dir, 's.sock');
   const listener = net.createServer();
   host.serveListener(listener);
@@ -68,4 +69,49 @@ export async function warmUp(host: ServiceServer, runDir: string, ids: string[],
     rmSync(dir, { recursive: true, force: true });
   }
   return { calls, ms: Math.round(performance.now() - t0), callMs: took };
+}
+
+/** A warm-up dir's name: `warm-<pid of the server that made it>-<random>`. */
+const WARM_DIR = /^warm-(\d+)-[A-Za-z0-9]+$/;
+
+/**
+ * sweepWarmUpDirs removes the warm-up dirs under runDir that a server killed during its warm-up
+ * left (orphan sweep): those whose maker's pid no longer runs, and those of the old unnamed
+ * form `warm-XXXXXX`. A dir of a live process is kept (it may be warming up right now). Only
+ * real directories directly under runDir are removed (lstat: a symlink is not followed).
+ * Never throws. Returns the names removed.
+ */
+export function sweepWarmUpDirs(runDir: string, log?: Logger): string[] {
+  const removed: string[] = [];
+  let names: string[];
+  try {
+    names = readdirSync(runDir);
+  } catch {
+    return removed;
+  }
+  for (const name of names) {
+    if (!name.startsWith('warm-')) continue;
+    const m = WARM_DIR.exec(name);
+    if (m && pidRuns(Number(m[1]))) continue;
+    const p = path.join(runDir, name);
+    try {
+      if (!lstatSync(p).isDirectory()) continue;
+      rmSync(p, { recursive: true, force: true });
+      removed.push(name);
+    } catch (err) {
+      log?.debug({ err, dir: name }, 'could not remove a stale warm-up dir');
+    }
+  }
+  if (removed.length > 0) log?.info({ dirs: removed }, 'removed warm-up dirs of servers that no longer run');
+  return removed;
+}
+
+function pidRuns(pid: number): boolean {
+  if (!Number.isSafeInteger(pid) || pid <= 0) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
 }
