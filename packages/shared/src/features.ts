@@ -137,6 +137,8 @@ export const SERVER_FEATURES = {
   filesStream: 'server.files.stream.v1',
   /** warm pools: AdminService.SetPool/GetPoolStatus, CreateSandboxResponse.from_pool/create_ms/pool_miss */
   pool: 'server.pool.v1',
+  /** ForkSandboxRequest.idle; a child without it takes the parent's idle settings (core/fork.ts) */
+  forkIdle: 'server.fork-idle.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */

@@ -69,6 +69,39 @@ describe('ForkSandbox negotiation', () => {
     expect(store.get(p)!.state).toBe('RUNNING');
   });
 
+  it("the child takes the parent's idle settings with its own timers from the fork; the parent's lease and activity are not inherited", async () => {
+    const p = await m.create({
+      template: 'base',
+      timeoutSeconds: 0,
+      metadata: {},
+      resources: undefined,
+      requestId: '',
+      idle: { pauseAfterS: 60, hibernateAfterS: 600, pausedTtlS: 0, autoResume: false },
+    });
+    await m.keepAlive(p.sandboxId, 3600);
+    const before = Date.now();
+    const r = await m.fork({ parentId: p.sandboxId, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '' });
+    const child = store.get(r.child.sandboxId)!;
+    expect(child.idle?.settings).toEqual({ pauseAfterS: 60, hibernateAfterS: 600, pausedTtlS: 0, autoResume: false });
+    expect(child.idle?.keepAliveUntilMs).toBe(0);
+    expect(child.idle!.lastActivityMs).toBeGreaterThanOrEqual(before);
+    expect(store.get(p.sandboxId)!.idle?.keepAliveUntilMs).toBeGreaterThan(0);
+  });
+
+  it("ForkSandboxRequest.idle replaces the parent's settings; a parent without idle settings gives none", async () => {
+    const r1 = await m.fork({ parentId: parent.sandboxId, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '' });
+    expect(store.get(r1.child.sandboxId)!.idle).toBeUndefined();
+    const r2 = await m.fork({ parentId: parent.sandboxId, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '', idle: { pauseAfterS: 5, hibernateAfterS: 0, pausedTtlS: 30 } });
+    expect(store.get(r2.child.sandboxId)!.idle?.settings).toEqual({ pauseAfterS: 5, hibernateAfterS: 0, pausedTtlS: 30, autoResume: true });
+  });
+
+  it('bad ForkSandboxRequest.idle: INVALID_ARGUMENT and nothing is forked or held', async () => {
+    const bad = m.fork({ parentId: parent.sandboxId, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '', idle: { pauseAfterS: 60, hibernateAfterS: 30, pausedTtlS: 0 } });
+    await expect(bad).rejects.toThrow(/idle\.hibernate_after_s: 30 must be above pause_after_s/);
+    expect(childIds()).toEqual([]);
+    expect(peers.events).toEqual([]);
+  });
+
   it('a podd without podd.quiesce (an older template): pause -> host sync -> clone -> resume, marked on the parent while it is held', async () => {
     peers.poddFeatures = ['podd.exec.v1'];
     const marks: number[] = [];

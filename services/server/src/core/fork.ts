@@ -12,9 +12,10 @@ import { FailedPreconditionError, InvalidArgumentError, isCode, requireFeature, 
 import { failpoint } from '../handover/failpoints';
 import type { CoreContext } from './context';
 import { planNetwork, validateNetworkRequest, type NetworkChoice, type NetworkRequest } from './network';
+import { newIdleRef, validateIdle, type IdleSettingsRequest } from './idle';
 import { holdParent, type ParentHold } from './parent-hold';
 import { bootVm, newRecord, newSandboxId, teardown } from './provision';
-import type { SandboxRecord } from './types';
+import type { IdleSettings, SandboxRecord } from './types';
 import { validateMaxFreezeMs, validateMetadata, validateRequestId, validateTimeoutSeconds } from './validate';
 
 export type { ForkMethod } from './parent-hold';
@@ -28,6 +29,8 @@ export interface ForkSandboxArgs {
   requestId: string;
   /** ForkSandboxRequest.network; undefined: the parent's policy and publicness on a new slot (none if the parent has none) */
   network?: NetworkRequest;
+  /** ForkSandboxRequest.idle; undefined: the parent's idle settings, timers from the fork */
+  idle?: IdleSettingsRequest;
 }
 
 export interface ForkResult extends ParentHold {
@@ -53,6 +56,7 @@ export async function fork(c: CoreContext, args: ForkSandboxArgs, signal?: Abort
   const maxFreezeMs = validateMaxFreezeMs('max_freeze_ms', args.maxFreezeMs);
   const requestId = validateRequestId('request_id', args.requestId);
   const network = validateNetworkRequest('network', args.network);
+  const idle = validateIdle('idle', args.idle);
   const what = `a fork of ${args.parentId}`;
   if (requestId) {
     const inflight = c.requests.join<ForkResult>(requestId, what);
@@ -62,7 +66,7 @@ export async function fork(c: CoreContext, args: ForkSandboxArgs, signal?: Abort
   }
   c.get(args.parentId);
   const bootSignal = requestId ? undefined : signal;
-  const p = c.gate.run(() => forkNow(c, args.parentId, metadata, timeoutSeconds, maxFreezeMs, requestId, network, bootSignal), signal);
+  const p = c.gate.run(() => forkNow(c, args.parentId, { metadata, timeoutSeconds, maxFreezeMs, requestId, network, idle }, bootSignal), signal);
   return c.requests.track(requestId, what, p);
 }
 
@@ -77,16 +81,19 @@ function existingFork(rec: SandboxRecord, parentId: string): ForkResult {
   return { child: rec, method: 'existing', parentHeldMs: 0, cloneMs: 0, forkMs: 0 };
 }
 
-async function forkNow(
-  c: CoreContext,
-  parentId: string,
-  metadata: Record<string, string>,
-  timeoutSeconds: number,
-  maxFreezeMs: number,
-  requestId: string,
-  network: NetworkChoice,
-  signal: AbortSignal | undefined,
-): Promise<ForkResult> {
+/** The validated fork arguments of forkNow. */
+interface ForkPlan {
+  metadata: Record<string, string>;
+  timeoutSeconds: number;
+  maxFreezeMs: number;
+  requestId: string;
+  network: NetworkChoice;
+  /** undefined: the parent's */
+  idle: IdleSettings | undefined;
+}
+
+async function forkNow(c: CoreContext, parentId: string, plan: ForkPlan, signal: AbortSignal | undefined): Promise<ForkResult> {
+  const { metadata, timeoutSeconds, maxFreezeMs, requestId, network } = plan;
   const t0 = c.now();
   // Negotiation before anything is made: the device manager must clone (asked now, not from
   // a cache: a handover may have rolled it back).
@@ -100,6 +107,9 @@ async function forkNow(
         const parent = c.requireState(parentId, 'ForkSandbox');
         const { template, templatePoddVersion, templateRootfs, resources, rootfsGeneration } = parent;
         const rec = newRecord(c, id, { template, templatePoddVersion, templateRootfs, resources: { ...resources }, rootfsGeneration, forkedFrom: parentId }, metadata, timeoutSeconds, requestId);
+        // the child's idle settings: the request's, else the parent's; its own timers from now
+        const idleSettings = plan.idle ?? (parent.idle ? { ...parent.idle.settings } : undefined);
+        if (idleSettings) rec.idle = newIdleRef(idleSettings, c.now());
         // the child's own slot and token; the parent's policy and publicness unless overridden
         const inherited: NetworkChoice = parent.network ? { egress: parent.network.egress, public: parent.network.public } : 'disabled';
         // an inherited network is what the parent had, not what the caller asked for: on a node that

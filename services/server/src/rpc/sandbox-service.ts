@@ -119,7 +119,7 @@ export function sandboxService(
       },
       async forkSandbox(req, ctx) {
         const r = await m.fork(
-          { parentId: req.parentId, metadata: req.metadata, timeoutSeconds: req.timeoutSeconds, maxFreezeMs: req.maxFreezeMs, requestId: req.requestId, network: req.network },
+          { parentId: req.parentId, metadata: req.metadata, timeoutSeconds: req.timeoutSeconds, maxFreezeMs: req.maxFreezeMs, requestId: req.requestId, network: req.network, idle: req.idle },
           ctx.signal,
         );
         observeFork(r);

@@ -163,21 +163,25 @@ export function registerSandboxCommands(program: Command): Command {
     );
 
   addNetworkFlags(
-    sandbox
-      .command('fork <id>')
-      .description(
-        "fork a RUNNING or PAUSED sandbox: a new sandbox from crash-consistent copy-on-write clones of its rootfs and /workspace (its own address and token; the parent's policy unless network flags are given)",
-      )
-      .option('--metadata <key=value>', "the child's label (repeatable)", keyValue, {})
-      .option('--timeout <seconds>', "the child's lifetime in seconds (0: none)", wholeNumber, 0)
-      .option('--max-freeze-ms <ms>', "longest the parent's filesystems may stay frozen, ms (0: 1500; 100..5000, below 100 counts as 100)", wholeNumber, 0)
-      .option('--request-id <id>', 'idempotency key')
-      .option('--json', 'print JSON'),
+    addIdleFlags(
+      sandbox
+        .command('fork <id>')
+        .description(
+          "fork a RUNNING or PAUSED sandbox: a new sandbox from crash-consistent copy-on-write clones of its rootfs and /workspace (its own address and token; the parent's policy unless network flags are given, the parent's idle settings unless idle flags are given)",
+        )
+        .option('--metadata <key=value>', "the child's label (repeatable)", keyValue, {})
+        .option('--timeout <seconds>', "the child's lifetime in seconds (0: none)", wholeNumber, 0)
+        .option('--max-freeze-ms <ms>', "longest the parent's filesystems may stay frozen, ms (0: 1500; 100..5000, below 100 counts as 100)", wholeNumber, 0)
+        .option('--request-id <id>', 'idempotency key')
+        .option('--json', 'print JSON'),
+    ),
   ).action(
-    action(async (id: string, o: JsonOpts & NetworkFlags & { metadata: Record<string, string>; timeout: number; maxFreezeMs: number; requestId?: string }, cmd: Command) => {
+    action(async (id: string, o: JsonOpts & NetworkFlags & IdleFlags & { metadata: Record<string, string>; timeout: number; maxFreezeMs: number; requestId?: string }, cmd: Command) => {
       const network = networkRequest(o);
+      // no idle flag: the child takes the parent's idle settings; any idle flag: these settings instead
+      const idle = idleRequest(o);
       const r = await withServer(dirsOf(cmd), (api) =>
-        api.sandboxes.forkSandbox({ parentId: id, metadata: o.metadata, timeoutSeconds: o.timeout, maxFreezeMs: o.maxFreezeMs, requestId: requestIdOr(o.requestId), network }),
+        api.sandboxes.forkSandbox({ parentId: id, metadata: o.metadata, timeoutSeconds: o.timeout, maxFreezeMs: o.maxFreezeMs, requestId: requestIdOr(o.requestId), network, idle }),
       );
       const s = sandboxJson(r.sandbox!);
       const method = forkMethodName(r.method);
