@@ -55,6 +55,8 @@ export interface SandboxJson {
   network: SandboxNetworkJson | null;
   /** its idle settings and the next idle action (server feature "server.idle.v1"), null when it has none */
   idle: SandboxIdleJson | null;
+  /** the names of the sandbox's environment variables (create --env), sorted; values are never shown */
+  env_keys: string[];
 }
 
 /** The idle part of {@link SandboxJson}: seconds as given at create (0 never), times ISO 8601 UTC or null. */
@@ -126,5 +128,6 @@ export function sandboxJson(s: Sandbox): SandboxJson {
     isolation: [...s.isolation],
     network: s.network ? (SandboxNetwork.toJSON(s.network) as SandboxNetworkJson) : null,
     idle: idleJson(s.idle),
+    env_keys: [...s.envKeys],
   };
 }

@@ -139,6 +139,8 @@ export const SERVER_FEATURES = {
   pool: 'server.pool.v1',
   /** ForkSandboxRequest.idle; a child without it takes the parent's idle settings (core/fork.ts) */
   forkIdle: 'server.fork-idle.v1',
+  /** CreateSandboxRequest.env: a sandbox's environment, applied to every Exec/ExecStream; Sandbox.env_keys */
+  sandboxEnv: 'server.sandbox-env.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */

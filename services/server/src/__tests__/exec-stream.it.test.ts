@@ -102,7 +102,8 @@ describeNode('ExecStream on a real node', () => {
 
   beforeAll(async () => {
     node = await startNode();
-    id = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!.sandboxId;
+    // an environment at create (CreateSandboxRequest.env): every command starts with it
+    id = (await node.api.sandboxes.createSandbox({ template: 'base', env: { SANDBOX_ENV: 'from-create', SHADOWED: 'sandbox' } })).sandbox!.sandboxId;
   });
   afterAll(async () => {
     await node?.stop();
@@ -120,6 +121,15 @@ describeNode('ExecStream on a real node', () => {
     expect(s.started).toMatchObject({ pty: false, droppedBytes: 0 });
     expect(s.started!.execId).toMatch(/^ex-[0-9a-f]{16}$/);
     expect(s.exit).toMatchObject({ exitCode: 0, signal: '' });
+  });
+
+  test("the sandbox's env (from create) is in every command's environment; the call's own env wins per name", async () => {
+    const s = start(['sh', '-c', 'echo "$SANDBOX_ENV $SHADOWED"'], { env: { SHADOWED: 'call' } });
+    await s.done;
+    expect([s.error, s.out, s.exit?.exitCode]).toEqual([undefined, 'from-create call\n', 0]);
+    const pty = start(['sh', '-c', 'echo "$SANDBOX_ENV"'], { pty: true, rows: 24 });
+    await pty.done;
+    expect(pty.out).toBe('from-create\r\n');
   });
 
   test('pty: tty is /dev/pts/N, stty size follows a resize, Ctrl-C interrupts sleep 100 and the shell lives on', async () => {

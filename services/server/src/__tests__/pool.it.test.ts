@@ -2,7 +2,7 @@
  * Warm pools on a real node (issue 14 §2): `sandnode pool set` fills a pool with real sandboxes
  * that ListSandboxes and `sandnode status` never show; 50 concurrent creates get each member at
  * most once (one compare-and-swap of its record), distinct ids, and the pool refills to its
- * size; a claimed sandbox has the request's metadata, timeout and request_id; the pool survives
+ * size; a claimed sandbox has the request's metadata, timeout, request_id, idle settings and env; the pool survives
  * `upgrade server` (handover) and kill -9 of the server (config kept, members adopted, a cut
  * refill torn down, nothing leaked); a member whose VM dies is replaced; a template rebuild
  * retires the template's members; a drain deletes the members rather than preserving them.
@@ -98,6 +98,12 @@ describeNode('warm pools on a real node', () => {
     const idled = await node.api.sandboxes.createSandbox({ template: 'base', idle: { pauseAfterS: 300, hibernateAfterS: 0, pausedTtlS: 0 } });
     expect([idled.fromPool, idled.sandbox?.idle?.settings?.pauseAfterS, idled.sandbox?.idle?.nextAction]).toEqual([true, 300, 'pause']);
     await node.api.sandboxes.deleteSandbox({ sandboxId: idled.sandbox!.sandboxId });
+    // the request's environment comes with the claim too (applied per command, no reboot)
+    const envd = await node.api.sandboxes.createSandbox({ template: 'base', env: { POOL_ENV: 'claimed', SHADOW: 'sandbox' } });
+    expect([envd.fromPool, envd.sandbox?.envKeys]).toEqual([true, ['POOL_ENV', 'SHADOW']]);
+    const printed = await execCollect(node.api, envd.sandbox!.sandboxId, ['sh', '-c', 'echo "$POOL_ENV $SHADOW"'], { env: { SHADOW: 'call' } });
+    expect(printed.stdout).toBe('claimed call\n');
+    await node.api.sandboxes.deleteSandbox({ sandboxId: envd.sandbox!.sandboxId });
     const other = await node.api.sandboxes.createSandbox({ template: 'base', resources: { vcpus: 2, memoryMib: 0, diskBytes: 0, pids: 0 } });
     expect([other.fromPool, other.poolMiss]).toEqual([false, "the request's resources differ from those of the pool of base"]);
     await node.api.sandboxes.deleteSandbox({ sandboxId: s.sandboxId });

@@ -14,7 +14,7 @@ import type { Operation } from './transitions';
 import type { DevicePort, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
 
 /** The parts of a record a new one copies from a template or a fork's parent. */
-export type RecordOrigin = Pick<SandboxRecord, 'template' | 'templatePoddVersion' | 'templateRootfs' | 'resources' | 'rootfsGeneration' | 'forkedFrom' | 'idle'>;
+export type RecordOrigin = Pick<SandboxRecord, 'template' | 'templatePoddVersion' | 'templateRootfs' | 'resources' | 'rootfsGeneration' | 'forkedFrom' | 'idle' | 'env'>;
 
 export interface CoreContext {
   readonly store: RecordStore;

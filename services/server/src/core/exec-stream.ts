@@ -7,7 +7,7 @@
  */
 import { FailedPreconditionError, PODD_FEATURES } from '@sandnode/shared';
 import type { CoreContext } from './context';
-import { DEFAULT_EXEC_CWD } from './guest-io';
+import { commandEnv, DEFAULT_EXEC_CWD } from './guest-io';
 import type { PoddClient } from './types';
 import { validateArgv, validateCwd } from './validate';
 
@@ -87,9 +87,14 @@ export async function execStream(c: CoreContext, id: string, first: ExecStreamFi
     validateCwd('cwd', first.start.cwd);
   }
   const podd = await poddStreams(c, id, first.kind === 'start' && first.start.pty);
+  let f: ExecStreamFirst = first;
+  if (first.kind === 'start') {
+    const env = commandEnv(c.get(id), first.start.env);
+    validateArgv('argv', first.start.argv, env);
+    f = { kind: 'start', start: { ...first.start, env, cwd: first.start.cwd || DEFAULT_EXEC_CWD } };
+  }
   const release = c.execStreams.enter(id);
   try {
-    const f: ExecStreamFirst = first.kind === 'start' ? { kind: 'start', start: { ...first.start, cwd: first.start.cwd || DEFAULT_EXEC_CWD } } : first;
     const events = podd.execStream(f, input, signal);
     signal.addEventListener('abort', release, { once: true });
     return released(events, release);

@@ -106,7 +106,9 @@ async function forkNow(c: CoreContext, parentId: string, plan: ForkPlan, signal:
       const held = await c.locks.run(parentId, async () => {
         const parent = c.requireState(parentId, 'ForkSandbox');
         const { template, templatePoddVersion, templateRootfs, resources, rootfsGeneration } = parent;
-        const rec = newRecord(c, id, { template, templatePoddVersion, templateRootfs, resources: { ...resources }, rootfsGeneration, forkedFrom: parentId }, metadata, timeoutSeconds, requestId);
+        // the child keeps the parent's environment, as a forked process does
+        const origin = { template, templatePoddVersion, templateRootfs, resources: { ...resources }, rootfsGeneration, forkedFrom: parentId, env: { ...(parent.env ?? {}) } };
+        const rec = newRecord(c, id, origin, metadata, timeoutSeconds, requestId);
         // the child's idle settings: the request's, else the parent's; its own timers from now
         const idleSettings = plan.idle ?? (parent.idle ? { ...parent.idle.settings } : undefined);
         if (idleSettings) rec.idle = newIdleRef(idleSettings, c.now());

@@ -6,7 +6,7 @@
  */
 import { InvalidArgumentError, ResourceExhaustedError } from '@sandnode/shared';
 import type { CoreContext } from './context';
-import type { ExecArgs, ExecEvent } from './types';
+import type { ExecArgs, ExecEvent, SandboxRecord } from './types';
 import { MAX_FILE_CHUNK_BYTES, validateArgv, validateChunk, validateCwd, workspacePath } from './validate';
 
 /** The working directory of an Exec that names none. */
@@ -55,9 +55,11 @@ export function exec(c: CoreContext, id: string, args: ExecArgs, signal: AbortSi
   validateCwd('cwd', args.cwd);
   validateChunk('stdin', args.stdin.length);
   const rec = c.requireState(id, 'Exec');
+  const env = commandEnv(rec, args.env);
+  validateArgv('argv', args.argv, env);
   const release = c.execStreams.enter(id);
   try {
-    const events = c.podd.connect(rec.poddAddress).exec({ ...args, cwd: args.cwd || DEFAULT_EXEC_CWD }, signal);
+    const events = c.podd.connect(rec.poddAddress).exec({ ...args, env, cwd: args.cwd || DEFAULT_EXEC_CWD }, signal);
     // the caller going away ends the slot too, even if the stream was never read
     signal.addEventListener('abort', release, { once: true });
     return released(events, release);
@@ -65,6 +67,14 @@ export function exec(c: CoreContext, id: string, args: ExecArgs, signal: AbortSi
     release();
     throw err;
   }
+}
+
+/**
+ * commandEnv is the environment a command in rec starts with: the sandbox's (CreateSandboxRequest.env)
+ * under the call's own, which wins per name.
+ */
+export function commandEnv(rec: Pick<SandboxRecord, 'env'>, callEnv: Record<string, string>): Record<string, string> {
+  return { ...(rec.env ?? {}), ...callEnv };
 }
 
 /** released passes events on and calls release when the stream ends, fails or is abandoned. */

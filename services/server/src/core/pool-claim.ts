@@ -21,6 +21,8 @@ export interface PoolClaimArgs {
   network: NetworkChoice;
   /** the request's idle settings and timers (idle.ts newIdleRef, counted from the claim); undefined: none */
   idle?: IdleRef;
+  /** the request's environment (CreateSandboxRequest.env, validated) */
+  env: Record<string, string>;
 }
 
 /** networkFit says why member cannot give the asked network ("" when it can). */
@@ -53,6 +55,8 @@ export async function claimFromPool(c: CoreContext, pool: WarmPool, a: PoolClaim
       expiresAtMs: a.timeoutSeconds ? now + a.timeoutSeconds * 1000 : 0,
       // the request's idle settings, their timers from the claim (a member has none of its own)
       idle: a.idle,
+      // the request's environment: applied per command, so a member needs no reboot for it
+      env: { ...a.env },
       // the caller's sandbox was made for it now (a member's boot time is not the caller's)
       createdAtMs: now,
       updatedAtMs: now,

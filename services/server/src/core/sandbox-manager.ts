@@ -32,7 +32,7 @@ import { RequestTracker } from './request-tracker';
 import { resetRootfs, switchUpper } from './reset-rootfs';
 import { requireState, transition, type Operation } from './transitions';
 import type { DeviceInfo, DevicePort, ExecArgs, ExecEvent, PoddConnector, PoolMark, RecordStore, Resources, SandboxRecord, SandboxState, TemplateCatalog, VmPort } from './types';
-import { validateMetadata, validateRequestId, validateResources, validateTemplateName, validateTimeoutSeconds, type ResourceDefaults } from './validate';
+import { validateMetadata, validateRequestId, validateResources, validateSandboxEnv, validateTemplateName, validateTimeoutSeconds, type ResourceDefaults } from './validate';
 
 export type { ForkMethod, ForkResult, ForkSandboxArgs } from './fork';
 export { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES, FORKED_FROM_ENV, ownedDeviceIds } from './provision';
@@ -109,6 +109,8 @@ export interface CreateSandboxArgs {
   network?: NetworkRequest;
   /** CreateSandboxRequest.idle; undefined: no idle actions (idle.ts) */
   idle?: IdleSettingsRequest;
+  /** CreateSandboxRequest.env: the environment of every command in the sandbox; undefined: none */
+  env?: Record<string, string>;
 }
 
 export type { UpdateNetworkArgs } from './network-update';
@@ -283,6 +285,7 @@ export class SandboxManager {
     const requestId = validateRequestId('request_id', args.requestId);
     const network = validateNetworkRequest('network', args.network);
     const idle = validateIdle('idle', args.idle);
+    const env = validateSandboxEnv('env', args.env);
     const what = `a create from template ${template}`;
     if (requestId) {
       const inflight = this.requests.join<CreateResult>(requestId, what);
@@ -298,7 +301,7 @@ export class SandboxManager {
         // a claim first: the template's members are retired before a rebuild or removal of it (pool.ts), so a member needs no template lookup
         let poolMiss = '';
         if (this.pool) {
-          const got = await claimFromPool(this.ctx, this.pool, { template, resources, metadata, timeoutSeconds, requestId, network, idle: idle && newIdleRef(idle, this.now()) });
+          const got = await claimFromPool(this.ctx, this.pool, { template, resources, metadata, timeoutSeconds, requestId, network, idle: idle && newIdleRef(idle, this.now()), env });
           if (got.rec) {
             this.o.log.info({ sandbox_id: got.rec.sandboxId, template, pool: got.rec.pool?.key }, 'sandbox claimed from the warm pool');
             return { rec: got.rec, poolMiss: '' };
@@ -315,6 +318,7 @@ export class SandboxManager {
           rootfsGeneration: 1,
           forkedFrom: '',
           idle: idle && newIdleRef(idle, this.now()),
+          env,
         };
         this.coldCreates++;
         try {

@@ -96,6 +96,8 @@ export interface SandboxRecord {
   idle?: IdleRef;
   /** the warm-pool part (record.proto PoolRecord); undefined for a sandbox never in a pool (pool.ts) */
   pool?: PoolMark;
+  /** the sandbox's environment for every Exec/ExecStream (CreateSandboxRequest.env); undefined or {}: none */
+  env?: Record<string, string>;
   opaque?: unknown;
 }
 

@@ -64,6 +64,31 @@ export function validateMetadata(field: string, md: Record<string, string>): Rec
   return { ...md };
 }
 
+/** Most variables in a sandbox's environment (CreateSandboxRequest.env). */
+export const MAX_SANDBOX_ENV_ENTRIES = 64;
+/** Most bytes of a sandbox's environment, all "NAME=VALUE" with a NUL each. */
+export const MAX_SANDBOX_ENV_BYTES = 65536;
+/** An environment variable's name in a sandbox's environment. */
+export const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]{0,127}$/;
+
+/**
+ * validateSandboxEnv checks CreateSandboxRequest.env: at most MAX_SANDBOX_ENV_ENTRIES entries,
+ * names matching ENV_NAME_RE, no NUL in a value, at most MAX_SANDBOX_ENV_BYTES together.
+ * Throws InvalidArgumentError naming the entry (never echoing a value: it may be a secret).
+ */
+export function validateSandboxEnv(field: string, env: Record<string, string> | undefined): Record<string, string> {
+  const entries = Object.entries(env ?? {});
+  if (entries.length > MAX_SANDBOX_ENV_ENTRIES) throw new InvalidArgumentError(`${field}: ${entries.length} variables, at most ${MAX_SANDBOX_ENV_ENTRIES}`);
+  let total = 0;
+  for (const [k, v] of entries) {
+    if (!ENV_NAME_RE.test(k)) throw new InvalidArgumentError(`${field}: name ${JSON.stringify(k.slice(0, 80))} must match ${ENV_NAME_RE.source}`);
+    if (v.includes('\0')) throw new InvalidArgumentError(`${field}[${k}]: the value contains a NUL byte`);
+    total += Buffer.byteLength(k) + Buffer.byteLength(v) + 2;
+  }
+  if (total > MAX_SANDBOX_ENV_BYTES) throw new InvalidArgumentError(`${field}: ${total} bytes as NAME=VALUE, at most ${MAX_SANDBOX_ENV_BYTES} together`);
+  return Object.fromEntries(entries);
+}
+
 /** validateMaxFreezeMs checks a fork's max_freeze_ms (0 = default 1500; at most 5000). */
 export function validateMaxFreezeMs(field: string, ms: number): number {
   if (!Number.isInteger(ms) || ms < 0 || ms > MAX_FREEZE_MS) throw new InvalidArgumentError(`${field}: ${ms} is out of range 0..${MAX_FREEZE_MS} ms`);

@@ -81,6 +81,7 @@ export function sandboxToPb(r: SandboxRecord, ingress: IngressAddress = NO_INGRE
     isolation: r.state === 'DRAINED' || !r.vm ? [] : [...(r.vm.isolation ?? [])],
     network: networkToPb(r, ingress),
     idle: idleToPb(r, lastActivityMs),
+    envKeys: Object.keys(r.env ?? {}).sort(),
   };
 }
 

@@ -33,7 +33,7 @@ describe('SandboxService network fields', () => {
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const req = { template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'rq-1', network: undefined };
+  const req = { template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'rq-1', network: undefined, env: {} };
 
   it('CreateSandbox: the token and the network with its ingress URL; a repeat by request_id the same token; fork its own', async () => {
     const a = await svc.createSandbox(req, ctx);

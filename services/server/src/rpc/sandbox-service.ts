@@ -56,6 +56,7 @@ export function sandboxService(
             requestId: req.requestId,
             network: req.network,
             idle: req.idle,
+            env: req.env,
           },
           ctx.signal,
         );

@@ -90,6 +90,7 @@ export function encodeRecord(rec: SandboxRecord): Uint8Array {
     resetUpperDeviceId: rec.resetUpperDeviceId,
     idle: rec.idle ? idleToPb(rec.idle, base.idle) : undefined,
     pool: rec.pool ? poolToPb(rec.pool, base.pool) : undefined,
+    env: { ...(rec.env ?? {}) },
   };
   // A record that was read with a schema this version knows keeps that schema (lowest that
   // expresses the data); this release only writes schema 1.
@@ -208,6 +209,7 @@ export function decodeRecord(bytes: Uint8Array): SandboxRecord {
     network: msg.network ? networkFromPb(msg.sandboxId, msg.network) : undefined,
     idle: msg.idle ? idleFromPb(msg.idle) : undefined,
     pool: msg.pool ? poolFromPb(msg.pool) : undefined,
+    env: Object.keys(msg.env).length > 0 ? { ...msg.env } : undefined,
     opaque: msg,
   };
 }

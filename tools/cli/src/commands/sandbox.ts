@@ -61,6 +61,7 @@ export function registerSandboxCommands(program: Command): Command {
         .requiredOption('--template <name>', 'template name', 'base')
         .option('--timeout <seconds>', 'lifetime in seconds (0: none)', wholeNumber, 0)
         .option('--metadata <key=value>', 'label (repeatable)', keyValue, {})
+        .option('--env <NAME=VALUE>', "environment variable of every command run in the sandbox (repeatable; exec's own --env wins; kept by forks; shown by name only)", keyValue, {})
         .option('--vcpus <n>', 'virtual CPUs', wholeNumber, 0)
         .option('--memory-mib <n>', 'memory limit in MiB', wholeNumber, 0)
         .option('--disk-bytes <n>', '/workspace size in bytes', wholeNumber, 0)
@@ -70,7 +71,9 @@ export function registerSandboxCommands(program: Command): Command {
   ).action(
     action(
       async (
-        o: JsonOpts & NetworkFlags & IdleFlags & { template: string; timeout: number; metadata: Record<string, string>; vcpus: number; memoryMib: number; diskBytes: number; requestId?: string },
+        o: JsonOpts &
+          NetworkFlags &
+          IdleFlags & { template: string; timeout: number; metadata: Record<string, string>; env: Record<string, string>; vcpus: number; memoryMib: number; diskBytes: number; requestId?: string },
         cmd: Command,
       ) => {
         const network = networkRequest(o);
@@ -84,6 +87,7 @@ export function registerSandboxCommands(program: Command): Command {
             requestId: requestIdOr(o.requestId),
             network,
             idle,
+            env: o.env,
           }),
         );
         const s = sandboxJson(r.sandbox!);
