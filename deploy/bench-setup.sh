@@ -21,5 +21,3 @@ apt-get install -y -qq --no-install-recommends nginx-light >/dev/null 2>&1 || {
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends nginx-light >/dev/null
 }
-# the package starts its own nginx on port 80 where an init system runs; the bench runs its own
-if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet nginx 2>/dev/null; then systemctl stop nginx && systemctl disable --quiet nginx || true; fi
