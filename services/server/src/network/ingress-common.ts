@@ -272,6 +272,21 @@ export class IngressCore {
     return `too many connections to sandbox ${id} (${this.limits.maxPerSandbox})`;
   }
 
+  /** handle: the Ingress of an engine's server; close() stops accepting, ends the tunnels, then calls endAll (the engine's connections and pool). */
+  handle(server: net.Server, endAll: () => void): Ingress {
+    return {
+      server,
+      engine: this.o.engine ?? 'raw',
+      openPerSandbox: (id) => this.openPerSandbox(id),
+      close: () =>
+        new Promise<void>((resolve) => {
+          server.close(() => resolve());
+          for (const t of this.tunnels) t.destroy();
+          endAll();
+        }),
+    };
+  }
+
   /** dial: sandbox address:port (reading through `onread` when given), else (refused) podd ForwardPort, else PortClosedError. */
   async dial(view: SandboxNetworkView, port: number, onread?: net.OnReadOpts): Promise<Duplex> {
     try {

@@ -155,18 +155,10 @@ export function createNodeHttpIngress(o: IngressOptions): Ingress {
     } else socket.destroy();
   });
 
-  return {
-    server,
-    engine: 'node-http',
-    openPerSandbox: (id) => core.openPerSandbox(id),
-    close: () =>
-      new Promise<void>((resolve) => {
-        for (const t of core.tunnels) t.destroy();
-        upstream.destroy();
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  };
+  return core.handle(server, () => {
+    upstream.destroy();
+    server.closeAllConnections();
+  });
 }
 
 /** pairs: node's rawHeaders [k, v, k, v, ...] as [k, v] pairs. */

@@ -134,18 +134,10 @@ export function createRawIngress(o: IngressOptions): Ingress {
     conns.add(c);
     sock.once('close', () => conns.delete(c));
   });
-  return {
-    server,
-    engine: 'raw',
-    openPerSandbox: (id) => core.openPerSandbox(id),
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        for (const t of core.tunnels) t.destroy();
-        for (const c of conns) c.teardown();
-        pool.close();
-      }),
-  };
+  return core.handle(server, () => {
+    for (const c of conns) c.teardown();
+    pool.close();
+  });
 }
 
 /** A client connection (file header). */
