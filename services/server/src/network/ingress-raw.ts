@@ -28,6 +28,7 @@ import type { Duplex } from 'node:stream';
 import type { SandboxNetworkView } from '../core/network-directory';
 import { route } from './ingress-route';
 import { answerBytes, connectionTokens, forwardedFields, IngressCore, requestHead, type ClientSlot, type Headers, type Ingress, type IngressOptions } from './ingress-common';
+import { BULK_READ_BYTES, SMALL_READ_BYTES } from './relay';
 import { BodyTracker, findHeadEnd, HttpParseError, parseHead, requestFraming, responseFraming, type Framing, type MessageHead } from './http1';
 
 /** How long a free upstream connection is kept, ms (below the usual 5 s keep-alive of servers). */
@@ -45,8 +46,44 @@ interface Upstream {
   key: string;
   free: boolean;
   timer?: NodeJS.Timeout;
+  /** the exchange's reader: `b` is valid during the call only (a copy is kept when more is needed), unless `held` is set */
   onData?: (b: Buffer) => void;
   onEnd?: () => void;
+  /** set by onData when a write still holds b (queued): the read buffer is not reused */
+  held: boolean;
+  /** a read of the socket (free: the connection is dropped) */
+  dispatch: (b: Buffer) => void;
+}
+
+/**
+ * UpstreamReads: net.connect's `onread` for a direct upstream connection: reads go into one
+ * reusable buffer (64 KiB, 256 KiB once reads fill it, as relay.ts's BulkReader) and to the
+ * exchange, instead of a new Buffer per read through the stream machinery; a buffer a queued
+ * write still holds is let go (the next read gets a new one).
+ */
+class UpstreamReads {
+  up: Upstream | undefined;
+  readonly onread: net.OnReadOpts;
+  private spare: Buffer | undefined;
+  private size = SMALL_READ_BYTES;
+
+  constructor() {
+    this.onread = { buffer: () => (this.spare ??= Buffer.allocUnsafe(this.size)), callback: (n, buf) => this.got(n, buf as Buffer) };
+  }
+
+  private got(n: number, buf: Buffer): boolean {
+    const up = this.up;
+    if (!up) return false;
+    const size = n === buf.length ? BULK_READ_BYTES : n < 4096 ? SMALL_READ_BYTES : this.size;
+    if (size !== this.size) {
+      this.size = size;
+      this.spare = undefined;
+    }
+    up.held = false;
+    up.dispatch(buf.subarray(0, n));
+    if (up.held) this.spare = undefined;
+    return true;
+  }
 }
 
 /** Kept-alive upstream connections per sandbox id + address + port (a deleted sandbox's are never reused for the next owner of its address). */
@@ -64,10 +101,11 @@ class UpstreamPool {
     return up;
   }
 
-  /** wrap attaches the listeners of a new upstream connection. */
-  wrap(sock: Duplex, key: string): Upstream {
-    const up: Upstream = { sock, key, free: false };
-    sock.on('data', (b: Buffer) => (up.free ? this.drop(up) : up.onData?.(b)));
+  /** wrap attaches the listeners of a new upstream connection; `reads`: the onread it was dialled with (a direct connection), else 'data' events are read. */
+  wrap(sock: Duplex, key: string, reads?: UpstreamReads): Upstream {
+    const up: Upstream = { sock, key, free: false, held: false, dispatch: (b) => (up.free ? this.drop(up) : up.onData?.(b)) };
+    if (reads && sock instanceof net.Socket) reads.up = up;
+    else sock.on('data', up.dispatch);
     sock.on('end', () => (up.free ? this.drop(up) : up.onEnd?.()));
     sock.on('close', () => {
       if (up.free) this.drop(up);
@@ -301,9 +339,10 @@ class ClientConn {
     const key = `${view.sandboxId}|${view.address}|${port}`;
     const pooled = this.pool.get(key);
     if (pooled) return this.attach(ex, pooled);
-    this.core.dial(view, port).then(
+    const reads = new UpstreamReads();
+    this.core.dial(view, port, reads.onread).then(
       (sock) => {
-        const up = this.pool.wrap(sock, key);
+        const up = this.pool.wrap(sock, key, reads);
         if (this.ex !== ex || this.closed) return void sock.destroy();
         this.attach(ex, up);
         this.pump();
@@ -374,6 +413,7 @@ class ClientConn {
       const end = findHeadEnd(ex.respBuf);
       if (end < 0) {
         if (ex.respBuf.length > MAX_RESPONSE_HEAD) throw new Error(`response head over ${MAX_RESPONSE_HEAD} bytes`);
+        if (ex.respBuf.buffer === b.buffer) ex.respBuf = Buffer.from(ex.respBuf); // part of the reader's buffer, read into again
         return;
       }
       const head = parseHead(ex.respBuf, end, false);
@@ -410,7 +450,9 @@ class ClientConn {
   }
 
   private toClient(ex: Exchange, b: Buffer): void {
-    if (!this.sock.write(b) && !this.clientFull && ex.up) {
+    const ok = this.sock.write(b);
+    if (ex.up && this.sock.writableLength > 0) ex.up.held = true; // queued: the write holds b
+    if (!ok && !this.clientFull && ex.up) {
       this.clientFull = true;
       const up = ex.up;
       up.sock.pause();
