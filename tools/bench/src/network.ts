@@ -209,7 +209,13 @@ async function benchIngress(direct: Target, ingress: Target, sb: { id: string; a
     engines.push(e);
     return { name: `engine-${engine}`, host: '127.0.0.1', port: e.port, headers: { host: `${SANDBOX_PORT}-${sb.id}.localhost`, 'sandnode-access-token': sb.token } };
   };
-  const targets: Target[] = [direct, ingress, await engineTarget('raw'), await engineTarget('node-http'), ...(nginx ? [{ name: 'nginx', host: '127.0.0.1', port: nginxPort, headers: { host: `127.0.0.1:${nginxPort}` } }] : [])];
+  const targets: Target[] = [
+    direct,
+    ingress,
+    await engineTarget('raw'),
+    await engineTarget('node-http'),
+    ...(nginx ? [{ name: 'nginx', host: '127.0.0.1', port: nginxPort, headers: { host: `127.0.0.1:${nginxPort}` } }] : []),
+  ];
   type Samples = { mibPerS: number[]; rps: number[]; lat: number[]; latP50: number[] };
   const s: Record<string, Samples> = Object.fromEntries(targets.map((t) => [t.name, { mibPerS: [], rps: [], lat: [], latP50: [] }]));
   try {

@@ -51,7 +51,13 @@ export const MAX_CHUNK_LINE = 4096;
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
 // field values: visible ASCII, obs-text, SP and HTAB (no CR, LF, NUL or other controls)
-const BAD_VALUE = /[\x00-\x08\x0a-\x1f\x7f]/;
+function badValue(v: string): boolean {
+  for (let i = 0; i < v.length; i++) {
+    const c = v.charCodeAt(i);
+    if ((c < 0x20 && c !== 0x09) || c === 0x7f) return true;
+  }
+  return false;
+}
 const TARGET = /^[\x21-\x7e\x80-\xff]+$/;
 
 /** findHeadEnd: the offset just past the CRLFCRLF ending a head in buf (from `from`), or -1. */
@@ -93,7 +99,7 @@ export function parseHead(buf: Buffer, end: number, request: boolean): MessageHe
     const name = l.slice(0, colon);
     if (!TOKEN.test(name)) throw new HttpParseError(400, `bad header name`);
     const value = l.slice(colon + 1).replace(/^[ \t]+|[ \t]+$/g, '');
-    if (BAD_VALUE.test(value)) throw new HttpParseError(400, `bad value of header ${name}`);
+    if (badValue(value)) throw new HttpParseError(400, `bad value of header ${name}`);
     const k = name.toLowerCase();
     const had = head.headers[k];
     head.headers[k] = had === undefined ? value : Array.isArray(had) ? [...had, value] : [had, value];
