@@ -14,6 +14,7 @@
  * Usage (root; after `npx tsc -b services/server/tsconfig.build.json`):
  *   bash deploy/node-env.sh node services/server/scripts/bench-ingress.js [--requests N] [--rounds R]
  *
+ * Engine: BENCH_INGRESS_ENGINE=raw (default) or node-http (config ingressEngine).
  * Profiling the ingress process: BENCH_INGRESS_NODE_ARGS='--cpu-prof --cpu-prof-dir=D' (node
  * flags), BENCH_INGRESS_PREFIX='strace -c -f -o F' (a command it runs under). The ingress exits
  * by itself when its stdin closes (so profiles and strace summaries are written); the other
@@ -73,7 +74,7 @@ const { createIngress } = require(${JSON.stringify(path.join(DIST, 'network/ingr
 const { MapNetworkDirectory } = require(${JSON.stringify(path.join(DIST, 'core/network-directory.js'))});
 const { createLogger } = require(${JSON.stringify(SHARED)});
 const dir = new MapNetworkDirectory(); dir.set(${JSON.stringify(view)});
-const ing = createIngress({ directory: dir, domain: 'localhost', log: createLogger('server', 'bench', 'silent') });
+const ing = createIngress({ engine: process.env.BENCH_INGRESS_ENGINE || 'raw', directory: dir, domain: 'localhost', log: createLogger('server', 'bench', 'silent') });
 ing.server.listen(0, '127.0.0.1', () => process.stdout.write('port ' + ing.server.address().port + '\\n'));
 process.stdin.resume();
 process.stdin.on('end', () => process.exit(0));

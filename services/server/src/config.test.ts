@@ -48,6 +48,11 @@ describe('loadServerConfig: ingress keys', () => {
     expect(() => loadServerConfig({ env: { SANDNODE_SERVER_INGRESS_LISTEN: '8480' } })).toThrow(/ingressListen/);
     expect(() => loadServerConfig({ env: { SANDNODE_SERVER_INGRESS_DOMAIN: 'bad domain' } })).toThrow(/ingressDomain/);
   });
+  it('ingressEngine: raw by default, node-http selectable, anything else refused naming the key', () => {
+    expect(loadServerConfig({ env: {} }).ingressEngine).toBe('raw');
+    expect(loadServerConfig({ env: { SANDNODE_SERVER_INGRESS_ENGINE: 'node-http' } }).ingressEngine).toBe('node-http');
+    expect(() => loadServerConfig({ env: { SANDNODE_SERVER_INGRESS_ENGINE: 'nginx' } })).toThrow(/ingressEngine/);
+  });
 });
 
 describe('loadServerConfig: /metrics', () => {

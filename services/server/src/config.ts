@@ -25,7 +25,7 @@ import { DEFAULT_ADOPT_CONCURRENCY } from './core/adoption';
 import { DEFAULT_PODD_READY_TIMEOUT_MS, DEFAULT_UPPER_BYTES } from './core/provision';
 import { DEFAULT_MAX_EXEC_STREAMS } from './core/guest-io';
 import { DEFAULT_POOL_FILL_CONCURRENCY, DEFAULT_POOL_HEALTH_INTERVAL_MS } from './core/pool-config';
-import { DEFAULT_INGRESS_LIMITS } from './network/ingress';
+import { DEFAULT_INGRESS_LIMITS, INGRESS_ENGINES, type IngressEngine as IngressEngineName } from './network/ingress';
 
 /** The service name used in env var names and logs. */
 export const SERVICE = 'server';
@@ -137,6 +137,8 @@ export const configSchema = z.object({
     .string()
     .regex(/^$|^\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?(\s*,\s*\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?)*$/, 'comma-separated IPv4 address[:port] list, or empty')
     .default(''),
+  /** which ingress engine serves: "raw" (own HTTP/1.1 head parser, bodies passed through as they came) or "node-http" (node:http); same behaviour, raw is faster */
+  ingressEngine: z.enum(INGRESS_ENGINES as [IngressEngineName, ...IngressEngineName[]]).default('raw'),
   /** client connections the ingress holds at once */
   ingressMaxConnections: z.coerce.number().int().min(1).max(1_000_000).default(DEFAULT_INGRESS_LIMITS.maxConnections),
   /** forwarded requests, WebSockets and tunnels per sandbox at once; one more answers 429 */

@@ -202,7 +202,7 @@ async function main(argv: string[]): Promise<void> {
     wiring(cfg, log, settings, (directory, vms, idle) => {
       net = new NetworkServices({
         directory,
-        ingress: { listen: cfg.ingressListen, domain: cfg.ingressDomain, limits: ingressLimitsFromConfig(cfg) },
+        ingress: { listen: cfg.ingressListen, domain: cfg.ingressDomain, limits: ingressLimitsFromConfig(cfg), engine: cfg.ingressEngine },
         dnsUpstreams: cfg.dnsUpstreams ? parseDnsUpstreams(cfg.dnsUpstreams.split(',').map((e) => e.trim())) : undefined,
         networkStatus: async () => {
           const v = vms();

@@ -12,7 +12,9 @@
  *   sandbox address and through nginx (Debian's package; the figure is skipped naming it when
  *   absent) in front of the same port; BENCH_NET_ROUNDS (default 3) rounds, targets in turn.
  *   Goals: >= 80% of direct throughput, +<= 0.5 ms p50 over direct, not behind nginx by more
- *   than 20% (throughput >= 0.8x nginx's, p50 <= 1.2x nginx's);
+ *   than 20% (throughput >= 0.8x nginx's, p50 <= 1.2x nginx's); in the same rounds both ingress
+ *   engines (raw, node-http), each in a process of its own in front of the same port
+ *   (network-engines.ts), so the engines compare with nothing else different;
  * - egress, same sandbox, same test internet server, rounds alternating kernel NAT (no domain
  *   rule) and the egress proxy (a domain rule: port 80 redirected to the proxy), checked by a
  *   Host the policy refuses (403 through the proxy only): a download (BENCH_NET_EGRESS_MIB,
@@ -29,6 +31,7 @@ import path from 'node:path';
 import { sandnodeProcesses, type ServerApi } from '@sandnode/node-stack';
 import { execCollect, startNode, startTestInternet, type TestInternet, type TestNode } from '@sandnode/testkit';
 import { download, latency, openUpgraded, p, requestsPerSecond, type Target } from './network-load';
+import { startEngineIngress, type EngineIngress } from './network-engines';
 import { EGRESS_CLIENT, freePort, nginxBinary, SANDBOX_PORT, SANDBOX_SERVER, startNginx } from './network-scripts';
 import { slotSetupMs } from './network-slots';
 import { spreadOf, type Spread } from './results';
@@ -146,7 +149,7 @@ export async function benchNetwork(rows: (string | number)[][]): Promise<Record<
     const ingressB: Target = { name: 'ingress', host: '127.0.0.1', port: b.ingressPort, headers: { host: b.ingressHost, 'sandnode-access-token': b.token } };
     // memory first: the load phases grow the server's heap, which RSS keeps, and would hide the connections' cost
     await benchMemory(node, [ingress, ingressB], out, rows);
-    await benchIngress(direct, ingress, tmp, out, rows);
+    await benchIngress(direct, ingress, a, tmp, out, rows);
     await benchEgress(api, a.id, inet, out, rows);
   } finally {
     await node?.stop();
@@ -191,7 +194,7 @@ async function benchCreate(api: ServerApi, out: Record<string, Figure>, rows: (s
 }
 
 /** benchIngress: download, requests/s and latency through the ingress, direct and nginx, rounds with the targets in turn. */
-async function benchIngress(direct: Target, ingress: Target, tmp: string, out: Record<string, Figure>, rows: (string | number)[][]): Promise<void> {
+async function benchIngress(direct: Target, ingress: Target, sb: { id: string; address: string; token: string }, tmp: string, out: Record<string, Figure>, rows: (string | number)[][]): Promise<void> {
   const rounds = Math.max(1, num('BENCH_NET_ROUNDS', 3));
   const bytes = Math.max(1, num('BENCH_NET_DOWNLOAD_MIB', 256)) * 2 ** 20;
   const rpsMs = Math.max(100, num('BENCH_NET_RPS_MS', 3000));
@@ -199,7 +202,20 @@ async function benchIngress(direct: Target, ingress: Target, tmp: string, out: R
   const bin = nginxBinary();
   const nginxPort = bin ? await freePort() : 0;
   const nginx = bin ? await startNginx(bin, tmp, `${direct.host}:${direct.port}`, nginxPort) : undefined;
-  const targets: Target[] = [direct, ingress, ...(nginx ? [{ name: 'nginx', host: '127.0.0.1', port: nginxPort, headers: { host: `127.0.0.1:${nginxPort}` } }] : [])];
+  // the two engines, each in a process of its own in front of the same port (network-engines.ts)
+  const engines: EngineIngress[] = [];
+  const engineTarget = async (engine: 'raw' | 'node-http'): Promise<Target> => {
+    const e = await startEngineIngress(engine, sb.id, sb.address, sb.token);
+    engines.push(e);
+    return { name: `engine-${engine}`, host: '127.0.0.1', port: e.port, headers: { host: `${SANDBOX_PORT}-${sb.id}.localhost`, 'sandnode-access-token': sb.token } };
+  };
+  const targets: Target[] = [
+    direct,
+    ingress,
+    await engineTarget('raw'),
+    await engineTarget('node-http'),
+    ...(nginx ? [{ name: 'nginx', host: '127.0.0.1', port: nginxPort, headers: { host: `127.0.0.1:${nginxPort}` } }] : []),
+  ];
   type Samples = { mibPerS: number[]; rps: number[]; lat: number[]; latP50: number[] };
   const s: Record<string, Samples> = Object.fromEntries(targets.map((t) => [t.name, { mibPerS: [], rps: [], lat: [], latP50: [] }]));
   try {
@@ -221,13 +237,24 @@ async function benchIngress(direct: Target, ingress: Target, tmp: string, out: R
     }
   } finally {
     await nginx?.stop();
+    for (const e of engines) await e.stop();
   }
   const d = s.direct!;
   const i = s.ingress!;
   const g = s.nginx;
   const ratio = (a: number[], b: number[]) => a.map((v, k) => r2(v / (b[k] as number)));
   const detail = (x: Samples) => ({ downloadMibPerS: r1(median(x.mibPerS)), requestsPerS: Math.round(median(x.rps)), latencyP50Ms: p(x.lat, 50), latencyP99Ms: p(x.lat, 99) });
-  const details = { direct: detail(d), ingress: detail(i), ...(g ? { nginx: detail(g) } : {}), rounds, downloadBytes: bytes, clients: 32 };
+  const er = s['engine-raw']!;
+  const en = s['engine-node-http']!;
+  const details = { direct: detail(d), ingress: detail(i), engineRaw: detail(er), engineNodeHttp: detail(en), ...(g ? { nginx: detail(g) } : {}), rounds, downloadBytes: bytes, clients: 32 };
+  figure(out, rows, 'ingressEngines', 'network: ingress engines raw / node-http: download MiB/s, requests/s, GET p50 ms', {
+    value: `${r1(median(er.mibPerS))} / ${r1(median(en.mibPerS))}, ${Math.round(median(er.rps))} / ${Math.round(median(en.rps))}, ${p(er.lat, 50)} / ${p(en.lat, 50)}`,
+    unit: '',
+    goal: 'raw at least node-http on each (the reason it is the default)',
+    result: pass(median(er.mibPerS) >= median(en.mibPerS) && median(er.rps) >= median(en.rps) && p(er.lat, 50) <= p(en.lat, 50)),
+    spread: `raw/node-http per round: download ${spreadOf(ratio(er.mibPerS, en.mibPerS)).text}, req/s ${spreadOf(ratio(er.rps, en.rps)).text}`,
+    detail: { raw: detail(er), nodeHttp: detail(en), direct: detail(d) },
+  });
   const dl = r2(median(i.mibPerS) / median(d.mibPerS));
   figure(out, rows, 'ingressDownload', 'network: ingress download MiB/s (direct, nginx)', {
     value: `${r1(median(i.mibPerS))} (${r1(median(d.mibPerS))}, ${g ? r1(median(g.mibPerS)) : 'no nginx'}) = ${Math.round(dl * 100)}% of direct`,

@@ -20,7 +20,7 @@ import type { Logger } from '@sandnode/shared';
 import type { NetworkDirectory } from '../core/network-directory';
 import { namedSpec, type NamedListenerName, type NamedListenerSpec } from '../handover/named-listeners';
 import type { NodeNetwork } from '../core/types';
-import { createIngress, type Ingress, type IngressIdle, type IngressLimits } from './ingress';
+import { createIngress, type Ingress, type IngressEngine, type IngressIdle, type IngressLimits } from './ingress';
 import { poddRelay, type PoddRelay } from './ingress-podd';
 import { startNetworkProxies, type NetworkProxies } from './proxies';
 import type { Destination } from './original-dst';
@@ -31,8 +31,8 @@ export const LATE_CHECK_MS = 1000;
 /** Options of {@link NetworkServices}. */
 export interface NetworkServicesOptions {
   directory: NetworkDirectory;
-  /** config ingressListen ("" off) and ingressDomain */
-  ingress: { listen: string; domain: string; limits?: Partial<IngressLimits> };
+  /** config ingressListen ("" off), ingressDomain and ingressEngine (default 'raw') */
+  ingress: { listen: string; domain: string; limits?: Partial<IngressLimits>; engine?: IngressEngine };
   /** config dnsUpstreams, parsed; default the nameservers of /etc/resolv.conf */
   dnsUpstreams?: Destination[];
   /** reads the node's network from the vmm-supervisor (VmPeer.networkStatus) */
@@ -71,7 +71,15 @@ export class NetworkServices {
     const specs: NamedListenerSpec[] = [];
     if (this.o.ingress.listen) {
       this.podd ??= poddRelay();
-      this.ingress ??= createIngress({ directory: this.o.directory, domain: this.o.ingress.domain, log: this.log, limits: this.o.ingress.limits, podd: this.podd, idle: this.o.idle });
+      this.ingress ??= createIngress({
+        directory: this.o.directory,
+        domain: this.o.ingress.domain,
+        log: this.log,
+        limits: this.o.ingress.limits,
+        podd: this.podd,
+        idle: this.o.idle,
+        engine: this.o.ingress.engine,
+      });
       this.sockets.set('ingress', this.ingress.server);
       specs.push(namedSpec('ingress', this.o.ingress.listen));
     }

@@ -1,0 +1,594 @@
+/**
+ * The raw-socket ingress engine (config `ingressEngine: raw`, the default): HTTP/1.1 on
+ * net.Socket with its own strict head parser (http1.ts). Only the request head is read and
+ * rewritten (routing, hop-by-hop fields, X-Forwarded-*, the token stripped); body bytes are
+ * passed between the client socket and the upstream socket as they came (no re-framing), their
+ * framing only tracked to find where a message ends.
+ *
+ * Per client connection, one exchange at a time (pipelined requests wait in `pending`, bounded):
+ *
+ *   IDLE ──head──▶ route ──▶ [not RUNNING: wake] ──▶ slot ──▶ dial / pooled upstream
+ *    ▲               │ error: answer (kept alive when the request has no body, else close)
+ *    │               │ CONNECT / Upgrade: the shared tunnel (ingress-common.ts), never back here
+ *    │               ▼
+ *    │      request head + body ──▶ upstream       response head (rewritten) + body ──▶ client
+ *    └──── both ends seen: the upstream back to the pool (when reusable), the next pending head
+ *
+ * Pipelined heads are taken in a loop (never one call per request, so a packet of thousands
+ * cannot grow the stack) and only while the client reads its answers (writableNeedDrain stops
+ * the loop until 'drain'). Backpressure both ways: a full upstream pauses the client socket, a
+ * full client pauses the upstream, and `pending` over PENDING_LIMIT pauses the client.
+ * Answers: 400 (bad head, smuggling forms, bad chunk), 431 (head over maxHeaderBytes), 408
+ * (head not complete in headersTimeoutMs), 502 (a bad or cut response head from the sandbox);
+ * routing answers as the node:http engine's (ingress-route.ts).
+ */
+import type { IncomingHttpHeaders } from 'node:http';
+import net from 'node:net';
+import type { Duplex } from 'node:stream';
+import type { SandboxNetworkView } from '../core/network-directory';
+import { route } from './ingress-route';
+import { answerBytes, connectionTokens, forwardedFields, IngressCore, requestHead, type ClientSlot, type Headers, type Ingress, type IngressOptions } from './ingress-common';
+import { BULK_READ_BYTES, SMALL_READ_BYTES } from './relay';
+import { BodyTracker, findHeadEnd, HttpParseError, parseHead, requestFraming, responseFraming, type Framing, type MessageHead } from './http1';
+
+/** How long a free upstream connection is kept, ms (below the usual 5 s keep-alive of servers). */
+const FREE_UPSTREAM_MS = 4000;
+/** Free upstream connections kept per sandbox address:port. */
+const MAX_FREE_PER_KEY = 64;
+/** Largest response head taken from a sandbox, bytes. */
+const MAX_RESPONSE_HEAD = 64 * 1024;
+
+const EMPTY = Buffer.alloc(0);
+
+/** One upstream connection; its listeners are attached once and call the exchange using it. */
+interface Upstream {
+  sock: Duplex;
+  key: string;
+  free: boolean;
+  timer?: NodeJS.Timeout;
+  /** the exchange's reader: `b` is valid during the call only (a copy is kept when more is needed), unless `held` is set */
+  onData?: (b: Buffer) => void;
+  onEnd?: () => void;
+  /** set by onData when a write still holds b (queued): the read buffer is not reused */
+  held: boolean;
+  /** a read of the socket (free: the connection is dropped) */
+  dispatch: (b: Buffer) => void;
+}
+
+/**
+ * UpstreamReads: net.connect's `onread` for a direct upstream connection: reads go into one
+ * reusable buffer (64 KiB, 256 KiB once reads fill it, as relay.ts's BulkReader) and to the
+ * exchange, instead of a new Buffer per read through the stream machinery; a buffer a queued
+ * write still holds is let go (the next read gets a new one).
+ */
+class UpstreamReads {
+  up: Upstream | undefined;
+  readonly onread: net.OnReadOpts;
+  private spare: Buffer | undefined;
+  private size = SMALL_READ_BYTES;
+
+  constructor() {
+    this.onread = { buffer: () => (this.spare ??= Buffer.allocUnsafe(this.size)), callback: (n, buf) => this.got(n, buf as Buffer) };
+  }
+
+  private got(n: number, buf: Buffer): boolean {
+    const up = this.up;
+    if (!up) return false;
+    const size = n === buf.length ? BULK_READ_BYTES : n < 4096 ? SMALL_READ_BYTES : this.size;
+    if (size !== this.size) {
+      this.size = size;
+      this.spare = undefined;
+    }
+    up.held = false;
+    up.dispatch(buf.subarray(0, n));
+    if (up.held) this.spare = undefined;
+    return true;
+  }
+}
+
+/** Kept-alive upstream connections per sandbox id + address + port (a deleted sandbox's are never reused for the next owner of its address). */
+class UpstreamPool {
+  private readonly free = new Map<string, Upstream[]>();
+
+  /** get: a free connection for key (the most recently used), or undefined. */
+  get(key: string): Upstream | undefined {
+    const list = this.free.get(key);
+    const up = list?.pop();
+    if (list && list.length === 0) this.free.delete(key);
+    if (!up) return undefined;
+    clearTimeout(up.timer);
+    up.free = false;
+    return up;
+  }
+
+  /** wrap attaches the listeners of a new upstream connection; `reads`: the onread it was dialled with (a direct connection), else 'data' events are read. */
+  wrap(sock: Duplex, key: string, reads?: UpstreamReads): Upstream {
+    const up: Upstream = { sock, key, free: false, held: false, dispatch: (b) => (up.free ? this.drop(up) : up.onData?.(b)) };
+    if (reads && sock instanceof net.Socket) reads.up = up;
+    else sock.on('data', up.dispatch);
+    sock.on('end', () => (up.free ? this.drop(up) : up.onEnd?.()));
+    sock.on('close', () => {
+      if (up.free) this.drop(up);
+      else up.onEnd?.();
+    });
+    sock.on('error', () => undefined);
+    return up;
+  }
+
+  /** put keeps up for the next request to the same key (FREE_UPSTREAM_MS at most). */
+  put(up: Upstream): void {
+    up.onData = undefined;
+    up.onEnd = undefined;
+    const list = this.free.get(up.key) ?? [];
+    if (up.sock.destroyed || list.length >= MAX_FREE_PER_KEY) return void up.sock.destroy();
+    up.free = true;
+    up.timer = setTimeout(() => this.drop(up), FREE_UPSTREAM_MS);
+    list.push(up);
+    this.free.set(up.key, list);
+  }
+
+  private drop(up: Upstream): void {
+    clearTimeout(up.timer);
+    const list = this.free.get(up.key);
+    const i = list?.indexOf(up) ?? -1;
+    if (list && i >= 0) list.splice(i, 1);
+    if (list && list.length === 0) this.free.delete(up.key);
+    up.sock.destroy();
+  }
+
+  close(): void {
+    for (const list of this.free.values()) for (const up of list) up.sock.destroy();
+    this.free.clear();
+  }
+}
+
+/** One request/response exchange of a client connection. */
+interface Exchange {
+  head: MessageHead;
+  framing: Framing;
+  reqBody: BodyTracker;
+  view?: SandboxNetworkView;
+  port?: number;
+  up?: Upstream;
+  revoked: () => void;
+  respState: 'head' | 'body' | 'done';
+  respBuf: Buffer;
+  respBody?: BodyTracker;
+  /** the upstream may serve the next request */
+  reusable: boolean;
+  reqEnded: boolean;
+  taken: boolean;
+}
+
+/** createRawIngress builds the raw engine (file header). */
+export function createRawIngress(o: IngressOptions): Ingress {
+  const core = new IngressCore({ ...o, engine: 'raw' });
+  const pool = new UpstreamPool();
+  const conns = new Set<ClientConn>();
+  const server = net.createServer({ allowHalfOpen: true, noDelay: true }, (sock) => {
+    const slot = core.admit(sock);
+    if (!slot) return;
+    const c = new ClientConn(core, pool, sock, slot);
+    conns.add(c);
+    sock.once('close', () => conns.delete(c));
+  });
+  return core.handle(server, () => {
+    for (const c of conns) c.teardown();
+    pool.close();
+  });
+}
+
+/** A client connection (file header). */
+class ClientConn {
+  private pending: Buffer = EMPTY;
+  private ex: Exchange | undefined;
+  private closed = false;
+  private tunneled = false;
+  private closeAfter = false;
+  private pumping = false;
+  private again = false;
+  private upFull = false;
+  private clientFull = false;
+  private headTimer: NodeJS.Timeout | undefined;
+  private readonly pendingLimit: number;
+  private readonly peer: string;
+  private readonly onData = (b: Buffer) => this.data(b);
+
+  constructor(
+    private readonly core: IngressCore,
+    private readonly pool: UpstreamPool,
+    private readonly sock: net.Socket,
+    private readonly slot: ClientSlot,
+  ) {
+    this.pendingLimit = Math.max(core.limits.maxHeaderBytes, 64 * 1024);
+    this.peer = sock.remoteAddress ?? '';
+    sock.on('data', this.onData);
+    sock.on('end', () => this.clientEnded());
+    sock.on('error', () => undefined);
+    sock.once('close', () => this.teardown());
+    sock.on('drain', () => {
+      if (!this.tunneled) this.pump();
+    });
+    sock.setTimeout(core.limits.idleTimeoutMs, () => sock.destroy());
+  }
+
+  private data(b: Buffer): void {
+    if (this.closed) return;
+    const ex = this.ex;
+    try {
+      if (ex?.up && !ex.reqBody.done && this.pending.length === 0) {
+        // the common case of a body: straight through, no copy
+        const n = ex.reqBody.feed(b);
+        if (n) this.toUpstream(ex, n === b.length ? b : b.subarray(0, n));
+        if (n < b.length) this.pending = b.subarray(n);
+        if (ex.reqBody.done) this.reqDone(ex);
+      } else this.pending = this.pending.length ? Buffer.concat([this.pending, b]) : b;
+    } catch (err) {
+      return this.fail(err);
+    }
+    this.pump();
+  }
+
+  /** pump takes pending bytes: the current request's body, else the next heads, in a loop (never recursing per request). */
+  private pump(): void {
+    if (this.pumping) {
+      this.again = true;
+      return;
+    }
+    this.pumping = true;
+    try {
+      do {
+        this.again = false;
+        this.step();
+      } while (this.again && !this.closed && !this.tunneled);
+    } catch (err) {
+      this.fail(err);
+    } finally {
+      this.pumping = false;
+    }
+    this.reading();
+  }
+
+  private step(): void {
+    const { maxHeaderBytes } = this.core.limits;
+    while (!this.closed && !this.tunneled) {
+      const ex = this.ex;
+      if (ex) {
+        if (!ex.up || ex.reqBody.done || this.pending.length === 0) return;
+        const b = this.pending;
+        const n = ex.reqBody.feed(b);
+        this.pending = b.subarray(n);
+        if (n) this.toUpstream(ex, b.subarray(0, n));
+        if (ex.reqBody.done) this.reqDone(ex);
+        if (this.ex === ex) return;
+        continue;
+      }
+      if (this.closeAfter) return void this.sock.end();
+      if (this.sock.writableNeedDrain) return; // the client does not read its answers: wait for 'drain'
+      let skip = 0; // empty lines before a request line are ignored (RFC 9112 2.2)
+      while (this.pending[skip] === 0x0d && this.pending[skip + 1] === 0x0a) skip += 2;
+      if (skip) this.pending = this.pending.subarray(skip);
+      if (this.pending.length === 0) return;
+      const end = findHeadEnd(this.pending);
+      if (end < 0 || end > maxHeaderBytes) {
+        if (this.pending.length > maxHeaderBytes || end > maxHeaderBytes) throw new HttpParseError(431, `request head over ${maxHeaderBytes} bytes`);
+        this.headTimer ??= setTimeout(() => this.fail(new HttpParseError(408, `request head not complete in ${this.core.limits.headersTimeoutMs} ms`)), this.core.limits.headersTimeoutMs);
+        return;
+      }
+      clearTimeout(this.headTimer);
+      this.headTimer = undefined;
+      const head = parseHead(this.pending, end, true);
+      this.pending = this.pending.subarray(end);
+      this.begin(head);
+    }
+  }
+
+  /** reading pauses or resumes the client socket by the pending bound and the upstream's backpressure. */
+  private reading(): void {
+    if (this.closed || this.tunneled) return;
+    const want = this.pending.length < this.pendingLimit && !this.upFull;
+    if (want && this.sock.isPaused()) this.sock.resume();
+    else if (!want && !this.sock.isPaused()) this.sock.pause();
+  }
+
+  private begin(head: MessageHead): void {
+    const h = head.headers as Headers;
+    const conn = connectionTokens(h);
+    if (head.method === 'CONNECT' || (h.upgrade !== undefined && conn.has('upgrade'))) return this.tunnel(head);
+    const framing = requestFraming(head);
+    if (head.minor === 0 || conn.has('close')) this.closeAfter = true;
+    const ex: Exchange = {
+      head,
+      framing,
+      reqBody: new BodyTracker(framing, this.core.limits.maxHeaderBytes),
+      revoked: () => undefined,
+      respState: 'head',
+      respBuf: EMPTY,
+      reusable: true,
+      reqEnded: framing.kind === 'none',
+      taken: false,
+    };
+    this.ex = ex;
+    this.slot.busy++;
+    this.routed(ex, false);
+  }
+
+  private routed(ex: Exchange, woken: boolean): void {
+    const { o } = this.core;
+    const r = route(ex.head.headers as IncomingHttpHeaders, o.directory, o.domain);
+    if (!r.ok && r.notRunning && o.idle && !woken) {
+      void this.core.awake(r.notRunning).then((w) => {
+        if (this.ex !== ex || this.closed) return;
+        if (w.ok) this.routed(ex, true);
+        else this.answer(ex, w.status, w.reason, w.retryAfterS);
+        this.pump();
+      });
+      return;
+    }
+    if (!r.ok) return this.answer(ex, r.status, r.reason, r.retryAfterS);
+    const { view, port } = r;
+    o.idle?.activity(view.sandboxId);
+    if (!this.core.take(view.sandboxId)) return this.answer(ex, 429, this.core.tooMany(view.sandboxId));
+    ex.taken = true;
+    ex.view = view;
+    ex.port = port;
+    ex.revoked = this.core.revoked(view, ex.head.headers as Headers, () => {
+      this.core.log.info({ sandbox_id: view.sandboxId, port }, 'ingress: request cut: the sandbox is gone or no longer lets it in');
+      this.teardown();
+    });
+    const key = `${view.sandboxId}|${view.address}|${port}`;
+    const pooled = this.pool.get(key);
+    if (pooled) return this.attach(ex, pooled);
+    const reads = new UpstreamReads();
+    this.core.dial(view, port, reads.onread).then(
+      (sock) => {
+        const up = this.pool.wrap(sock, key, reads);
+        if (this.ex !== ex || this.closed) return void sock.destroy();
+        this.attach(ex, up);
+        this.pump();
+      },
+      (err: unknown) => {
+        if (this.ex !== ex || this.closed) return;
+        const e = this.core.dialError(err, view, port);
+        this.answer(ex, e.status, e.reason);
+        this.pump();
+      },
+    );
+  }
+
+  /** attach sends the request head upstream and starts the exchange on `up`. */
+  private attach(ex: Exchange, up: Upstream): void {
+    ex.up = up;
+    up.onData = (b) => this.fromUpstream(ex, b);
+    up.onEnd = () => this.upstreamEnded(ex);
+    const fields = forwardedFields(ex.head.raw, ex.head.headers as Headers, this.peer, ex.port!, { upgrade: false, keepFraming: true });
+    up.sock.write(requestHead(ex.head.method, ex.head.target, fields));
+    if (ex.reqEnded) return;
+    // the body bytes already here go with the head in one write
+    up.sock.cork();
+    this.pump();
+    process.nextTick(() => up.sock.uncork());
+  }
+
+  private toUpstream(ex: Exchange, b: Buffer): void {
+    ex.revoked();
+    const up = ex.up!;
+    if (this.closed || up.sock.destroyed) return;
+    if (!up.sock.write(b) && !this.upFull) {
+      this.upFull = true;
+      up.sock.once('drain', () => {
+        this.upFull = false;
+        this.reading();
+      });
+    }
+  }
+
+  private reqDone(ex: Exchange): void {
+    ex.reqEnded = true;
+    if (ex.respState === 'done') this.finish(ex);
+  }
+
+  private fromUpstream(ex: Exchange, b: Buffer): void {
+    if (this.ex !== ex || this.closed) return;
+    ex.revoked();
+    if (this.closed) return;
+    try {
+      if (ex.respState === 'head') return this.responseHead(ex, b);
+      if (ex.respState === 'body') {
+        const n = ex.respBody!.feed(b);
+        if (n) this.toClient(ex, n === b.length ? b : b.subarray(0, n));
+        if (n < b.length) ex.reusable = false; // bytes after the response: that connection is not trusted again
+        if (ex.respBody!.done) this.respDone(ex);
+        return;
+      }
+      ex.reusable = false;
+    } catch (err) {
+      this.badUpstream(ex, (err as Error).message);
+    }
+  }
+
+  private responseHead(ex: Exchange, b: Buffer): void {
+    ex.respBuf = ex.respBuf.length ? Buffer.concat([ex.respBuf, b]) : b;
+    for (;;) {
+      const end = findHeadEnd(ex.respBuf);
+      if (end < 0) {
+        if (ex.respBuf.length > MAX_RESPONSE_HEAD) throw new Error(`response head over ${MAX_RESPONSE_HEAD} bytes`);
+        if (ex.respBuf.buffer === b.buffer) ex.respBuf = Buffer.from(ex.respBuf); // part of the reader's buffer, read into again
+        return;
+      }
+      const head = parseHead(ex.respBuf, end, false);
+      if (head.status === 101) throw new Error('101 to a request that asked for no upgrade');
+      if (head.status < 200) {
+        // 100 Continue, 103 Early Hints: passed on, the final response follows
+        this.toClient(ex, ex.respBuf.subarray(0, end));
+        ex.respBuf = ex.respBuf.subarray(end);
+        continue;
+      }
+      const framing = responseFraming(head, ex.head.method);
+      const upConn = connectionTokens(head.headers as Headers);
+      if (upConn.has('close') || head.minor === 0 || framing.kind === 'close') ex.reusable = false;
+      if (framing.kind === 'close') this.closeAfter = true;
+      let s = `HTTP/1.1 ${head.status} ${head.reason}\r\n`;
+      for (const [k, v] of head.raw) {
+        const l = k.toLowerCase();
+        if (l === 'connection' || l === 'keep-alive' || l === 'proxy-connection' || (upConn.has(l) && l !== 'content-length' && l !== 'transfer-encoding')) continue;
+        s += `${k}: ${v}\r\n`;
+      }
+      if (this.closeAfter) s += 'Connection: close\r\n';
+      s += '\r\n';
+      const rest = ex.respBuf.subarray(end);
+      ex.respBuf = EMPTY;
+      ex.respState = 'body';
+      ex.respBody = new BodyTracker(framing);
+      const n = ex.respBody.feed(rest);
+      if (n < rest.length) ex.reusable = false;
+      // the head goes out with the body bytes that came with it (one write); alone when none did
+      this.toClient(ex, n ? Buffer.concat([Buffer.from(s, 'latin1'), rest.subarray(0, n)]) : Buffer.from(s, 'latin1'));
+      if (ex.respBody.done) this.respDone(ex);
+      return;
+    }
+  }
+
+  private toClient(ex: Exchange, b: Buffer): void {
+    const ok = this.sock.write(b);
+    if (ex.up && this.sock.writableLength > 0) ex.up.held = true; // queued: the write holds b
+    if (!ok && !this.clientFull && ex.up) {
+      this.clientFull = true;
+      const up = ex.up;
+      up.sock.pause();
+      this.sock.once('drain', () => {
+        this.clientFull = false;
+        up.sock.resume();
+      });
+    }
+  }
+
+  private respDone(ex: Exchange): void {
+    ex.respState = 'done';
+    if (ex.reqEnded) return this.finish(ex);
+    // answered before the request body ended (e.g. 413): that body is not read on; both close after
+    ex.reusable = false;
+    this.closeAfter = true;
+    this.finish(ex);
+  }
+
+  /** finish ends an exchange: the upstream pooled (reusable) or closed, the slot freed, the next head taken. */
+  private finish(ex: Exchange): void {
+    if (this.ex !== ex) return;
+    this.ex = undefined;
+    this.release(ex);
+    const up = ex.up;
+    if (up) {
+      up.onData = undefined;
+      up.onEnd = undefined;
+      if (this.clientFull) up.sock.resume();
+      if (ex.reusable && ex.reqEnded) this.pool.put(up);
+      else up.sock.destroy();
+    }
+    this.clientFull = false;
+    this.upFull = false;
+    if (this.closeAfter) return void this.sock.end();
+    if (!this.pumping) this.pump();
+    else this.again = true;
+  }
+
+  private release(ex: Exchange): void {
+    this.slot.busy--;
+    if (ex.taken && ex.view) this.core.give(ex.view.sandboxId);
+    ex.taken = false;
+  }
+
+  /** upstreamEnded: the sandbox closed its side during the exchange. */
+  private upstreamEnded(ex: Exchange): void {
+    if (this.ex !== ex || this.closed) return;
+    if (ex.respState === 'head') return this.badUpstream(ex, 'closed the connection before a whole response head');
+    if (ex.respState === 'body' && ex.respBody && !ex.respBody.done) {
+      if (ex.respBody.endOfInput()) {
+        ex.reusable = false;
+        return this.respDone(ex);
+      }
+      // cut short: the client sees the connection break, never a clean end
+      return this.teardown();
+    }
+  }
+
+  /** answer gives an ingress answer to the exchange (kept alive when the request has no body). */
+  private answer(ex: Exchange, status: number, reason: string, retryAfterS?: number): void {
+    if (ex.framing.kind !== 'none') this.closeAfter = true;
+    this.sock.write(answerBytes(status, reason, retryAfterS, this.closeAfter));
+    ex.reusable = false;
+    ex.respState = 'done';
+    ex.reqEnded = true;
+    this.finish(ex);
+  }
+
+  private badUpstream(ex: Exchange, why: string): void {
+    this.core.log.info({ sandbox_id: ex.view?.sandboxId, port: ex.port, why }, 'ingress: bad response from a sandbox');
+    if (ex.respState !== 'head') return this.teardown();
+    this.closeAfter = true;
+    this.answer(ex, 502, `port ${ex.port} of sandbox ${ex.view?.sandboxId} broke the response: ${why}`);
+  }
+
+  /** fail answers a bad request (400/408/431 with the reason) and closes; mid-response it only closes. */
+  private fail(err: unknown): void {
+    if (this.closed) return;
+    const ex = this.ex;
+    if (!(err instanceof HttpParseError) || (ex && ex.respState !== 'head')) {
+      if (!(err instanceof HttpParseError)) this.core.log.warn({ err }, 'ingress: connection failed');
+      return this.teardown();
+    }
+    const reason = err.status === 431 ? `request head too large: ${err.message}` : err.status === 408 ? `request head too slow: ${err.message}` : `bad request: ${err.message}`;
+    this.closed = true;
+    clearTimeout(this.headTimer);
+    if (ex) {
+      this.ex = undefined;
+      this.release(ex);
+      ex.up?.sock.destroy();
+    }
+    this.sock.end(answerBytes(err.status, reason, undefined, true));
+    this.sock.setTimeout(1000, () => this.sock.destroy());
+  }
+
+  private clientEnded(): void {
+    if (this.closed || this.tunneled) return;
+    const ex = this.ex;
+    if (ex && !ex.reqEnded) return this.teardown(); // the request body is cut short
+    this.closeAfter = true;
+    if (!ex) this.sock.end();
+  }
+
+  /** tunnel hands the connection to the shared WebSocket/CONNECT tunnel (ingress-common.ts). */
+  private tunnel(head: MessageHead): void {
+    this.tunneled = true;
+    clearTimeout(this.headTimer);
+    this.sock.off('data', this.onData);
+    this.sock.pause();
+    this.sock.setTimeout(0);
+    this.slot.busy++; // a tunnel stays busy until it closes
+    const rest = this.pending;
+    this.pending = EMPTY;
+    const { method, target, raw } = head;
+    const h = head.headers as Headers;
+    this.core.tunnel({
+      client: this.sock,
+      rest,
+      headers: h,
+      connect: method === 'CONNECT' ? target : undefined,
+      upstreamHead: (port) => requestHead(method, target, forwardedFields(raw, h, this.peer, port, { upgrade: true, keepFraming: true })),
+    });
+  }
+
+  /** teardown closes the client and the exchange's upstream, freeing what it holds. Idempotent. */
+  teardown(): void {
+    if (this.tunneled) return void this.sock.destroy();
+    clearTimeout(this.headTimer);
+    const ex = this.ex;
+    this.ex = undefined;
+    if (ex) {
+      this.release(ex);
+      ex.up?.sock.destroy();
+    }
+    this.closed = true;
+    this.sock.destroy();
+  }
+}
