@@ -15,6 +15,7 @@ import { runCommand as run } from '../drivers/command-runner';
 import { isMountPoint } from '../drivers/mounts';
 import { resolveExecutable } from '../drivers/binary';
 import { slotSetups } from '../metrics';
+import { failpoints, FAILPOINTS } from '../core/failpoints';
 import { WorkerBrokenError, type NetWorker, type SlotSetupPath } from './net-worker';
 
 const IP_FORWARD = '/proc/sys/net/ipv4/ip_forward';
@@ -155,6 +156,7 @@ export async function makeNetns(a: SlotAddresses): Promise<void> {
 /** createSlot makes a slot from nothing: netns, veth pair, addresses, routes (3 spawns). Throws CommandError; the caller undoes with destroySlot. */
 export async function createSlot(a: SlotAddresses, mode: GuestMode = 'veth'): Promise<void> {
   await makeNetns(a);
+  failpoints.hit(FAILPOINTS.networkSlotHalfMade);
   await run('ip', ['-batch', '-'], { input: hostBatch(a) });
   await run('nsenter', [`--net=${a.netnsPath}`, 'sh', '-c', NETNS_SETUP], { input: slotNetnsBatch(a, mode) });
 }
@@ -170,7 +172,9 @@ export async function makeSlot(a: SlotAddresses, mode: GuestMode, worker: NetWor
   if (worker && mode === 'veth' && !worker.broken) {
     mkdirSync(a.netnsPath.slice(0, a.netnsPath.lastIndexOf('/')), { recursive: true, mode: 0o755 });
     try {
-      await worker.createSlot({ netnsPath: a.netnsPath, hostIfname: a.hostIfname, address: a.address, gateway: a.gateway, prefixLen: SLOT_PREFIX, existing: isMountPoint(a.netnsPath) });
+      await worker.createSlot({ netnsPath: a.netnsPath, hostIfname: a.hostIfname, address: a.address, gateway: a.gateway, prefixLen: SLOT_PREFIX, existing: isMountPoint(a.netnsPath) }, () =>
+        failpoints.hit(FAILPOINTS.networkSlotHalfMade),
+      );
       slotSetups.inc({ path: 'netlink' });
       return 'netlink';
     } catch (err) {

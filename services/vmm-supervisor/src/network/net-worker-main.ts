@@ -10,7 +10,7 @@
  * the spawn path), so no request ever runs in a slot's namespace by mistake.
  *
  * Protocol: parent -> {id, op, args}; worker -> {id, ok: true, result} | {id, ok: false, error,
- * errno, step}. Ops: createSlot (veth mode), destroySlot, nft, links.
+ * errno, step}. Ops: slotNetns + slotHost (a veth-mode slot), destroySlot, nft, links.
  */
 import { parentPort } from 'node:worker_threads';
 import type * as Koffi from 'koffi' with { 'resolution-mode': 'import' };
@@ -150,12 +150,12 @@ interface SlotArgs {
 }
 
 /**
- * createSlot: the netns (unshare + bind mount on netnsPath, or setns into the existing one),
+ * slotNetns + slotHost (two requests, so that a failpoint can stop between them): the netns (unshare + bind mount on netnsPath, or setns into the existing one),
  * IPv6 off in it, lo up, the veth pair eth0 <-> hostIfname (the host end moved to the host
  * netns in the same message), address/prefixLen + default route via gateway on eth0, then on
  * the host gateway/prefixLen on hostIfname and up. The caller undoes a failure with destroySlot.
  */
-function createSlot(a: SlotArgs): void {
+function slotNetns(a: SlotArgs): void {
   let nsFd = -1;
   if (a.existing) {
     nsFd = sys(`open ${a.netnsPath}`, c.open(a.netnsPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0));
@@ -185,6 +185,9 @@ function createSlot(a: SlotArgs): void {
   } finally {
     if (nsFd >= 0) c.close(nsFd);
   }
+}
+
+function slotHost(a: SlotArgs): void {
   const h = hostRtnl();
   const idx = h.index(a.hostIfname);
   h.request(`${a.hostIfname} address`, (s) => nl.newAddr(s, idx, a.gateway, a.prefixLen));
@@ -256,7 +259,8 @@ function nftRun(text: string): string {
 parentPort?.on('message', (m: { id: number; op: string; args: unknown }) => {
   try {
     let result: unknown;
-    if (m.op === 'createSlot') createSlot(m.args as SlotArgs);
+    if (m.op === 'slotNetns') slotNetns(m.args as SlotArgs);
+    else if (m.op === 'slotHost') slotHost(m.args as SlotArgs);
     else if (m.op === 'destroySlot') destroySlot(m.args as { netnsPath: string; hostIfname: string });
     else if (m.op === 'nft') result = nftRun(m.args as string);
     else if (m.op === 'links') result = links(m.args as string);

@@ -121,9 +121,11 @@ export class NetWorker {
     });
   }
 
-  /** createSlot makes a veth-mode slot (see net-worker-main.ts). */
-  createSlot(a: WorkerSlot): Promise<void> {
-    return this.call('createSlot', a);
+  /** createSlot makes a veth-mode slot (see net-worker-main.ts); between: runs between its netns half and its host half (failpoints). */
+  async createSlot(a: WorkerSlot, between: () => void = () => {}): Promise<void> {
+    await this.call('slotNetns', a);
+    between();
+    await this.call('slotHost', a);
   }
 
   /** destroySlot removes a slot's host veth, netns mount and file (idempotent). */
