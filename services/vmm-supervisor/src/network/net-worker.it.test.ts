@@ -13,9 +13,10 @@ import os from 'node:os';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import { createLogger, DEFAULT_ALWAYS_DENIED, ifacePrefix, makeLayout, parseCidrList, slotAddresses, tableName, type NetLayout, type SlotAddresses } from '@sandnode/shared';
-import { describeWith, takeTestPool, type TestPool } from '@sandnode/testkit';
+import { describeWith, takeTestPool, waitFor, type TestPool } from '@sandnode/testkit';
 import { NET_PARTS } from '../__tests__/net-fixture';
-import { createSlot, deleteTable, destroySlot, hostLinks } from './net-host';
+import { createSlot, deleteTable, destroySlot, hostLinks, makeSlot, removeSlot } from './net-host';
+import { slotSetups } from '../metrics';
 import { NetworkManager } from './manager';
 import { NetWorker, WorkerCallError, type SlotSetupPath } from './net-worker';
 import { SlotStore } from './slot-store';
@@ -136,6 +137,23 @@ describeWith('network worker (integration)', NET_PARTS, () => {
     expect(execFileSync('nft', ['list', 'chain', ...t.split(' '), 'c']).toString()).toContain('accept'); // the flush did not happen
     for (let i = 0; i < 40; i++) expect(await worker.nft(`list set ${t} nope${i}`)).toMatch(/No such file/); // unread buffers once crashed the process
     expect(await worker.nft(`delete table ${t}`)).toBe('');
+  });
+
+  test('a worker that dies is broken with its reason; makeSlot then makes the slot by spawning, and counts the path', async () => {
+    const w = new NetWorker();
+    const a = slotAddresses(layout, 3);
+    expect(await makeSlot(a, 'veth', w, log)).toBe('netlink');
+    await removeSlot(a, w);
+    await (w as unknown as { worker: { terminate(): Promise<number> } }).worker.terminate();
+    await waitFor('the worker marked broken', () => w.broken, 5000);
+    expect(w.broken).toMatch(/exited/);
+    const before = (await slotSetups.get()).values.find((v) => v.labels.path === 'spawn')?.value ?? 0;
+    expect(await makeSlot(a, 'veth', w, log)).toBe('spawn');
+    expect((await slotSetups.get()).values.find((v) => v.labels.path === 'spawn')?.value).toBe(before + 1);
+    expect(slotView(a)).toMatchObject({ hostUp: true, hostAddrs: [`${a.gateway}/30`] });
+    await removeSlot(a, w); // the spawn path's destroy
+    expect(leftovers(layout)).toEqual([]);
+    await w.close();
   });
 
   /** crashMidSetup runs a manager in a child process that SIGKILLs itself at network.slot.half-made. */
