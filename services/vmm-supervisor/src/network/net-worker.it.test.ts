@@ -33,7 +33,10 @@ function slotView(a: SlotAddresses): unknown {
   const host = ipj(['-4', 'addr', 'show', 'dev', a.hostIfname]) as { flags: string[]; addr_info: { local: string; prefixlen: number }[] }[];
   const inside = ipj(['-4', 'addr'], a.netnsPath) as { ifname: string; flags: string[]; addr_info: { local: string; prefixlen: number }[] }[];
   const routes = ipj(['-4', 'route'], a.netnsPath) as { dst: string; gateway?: string; dev: string }[];
-  const v6 = execFileSync('nsenter', [`--net=${a.netnsPath}`, 'cat', '/proc/sys/net/ipv6/conf/all/disable_ipv6', '/proc/sys/net/ipv6/conf/default/disable_ipv6']).toString().split('\n').filter(Boolean);
+  const v6 = execFileSync('nsenter', [`--net=${a.netnsPath}`, 'cat', '/proc/sys/net/ipv6/conf/all/disable_ipv6', '/proc/sys/net/ipv6/conf/default/disable_ipv6'])
+    .toString()
+    .split('\n')
+    .filter(Boolean);
   return {
     hostUp: host[0]?.flags.includes('UP'),
     hostAddrs: host[0]?.addr_info.map((x) => `${x.local}/${x.prefixlen}`),
@@ -46,9 +49,11 @@ function slotView(a: SlotAddresses): unknown {
 /** leftovers: host links of the layout's prefix, slot netns files (not the node's `tag` file), mounts under its netns dir. */
 function leftovers(layout: NetLayout): string[] {
   const links = (ipj(['link']) as { ifname: string }[]).map((l) => l.ifname).filter((n) => n.startsWith(ifacePrefix(layout)));
-  const files = existsSync(layout.netnsDir) ? readdirSync(layout.netnsDir)
+  const files = existsSync(layout.netnsDir)
+    ? readdirSync(layout.netnsDir)
         .filter((f) => f !== 'tag')
-        .map((f) => `netns/${f}`) : [];
+        .map((f) => `netns/${f}`)
+    : [];
   const mounts = readFileSync('/proc/self/mountinfo', 'utf8')
     .split('\n')
     .filter((l) => l.includes(layout.netnsDir))
@@ -224,7 +229,13 @@ const m = new NetworkManager({ layout, store: new SlotStore(db), spareTarget: cf
       spareTarget: 0,
       slotSetup: via,
       log,
-      nft: { layout, dnsPort: pool.settings.dnsPort!, egressProxyPort: pool.settings.egressProxyPort!, proxiedPorts: [80], alwaysDenied: parseCidrList([...DEFAULT_ALWAYS_DENIED, pool.settings.pool!], 'a') },
+      nft: {
+        layout,
+        dnsPort: pool.settings.dnsPort!,
+        egressProxyPort: pool.settings.egressProxyPort!,
+        proxiedPorts: [80],
+        alwaysDenied: parseCidrList([...DEFAULT_ALWAYS_DENIED, pool.settings.pool!], 'a'),
+      },
     });
     try {
       await m.start(new Map());

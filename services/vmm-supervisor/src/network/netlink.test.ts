@@ -44,7 +44,12 @@ describe('netlink codec', () => {
     expect(nl.decodeLink(m.body)).toEqual({ index: 0, flags: 0, name: 'eth0', kind: 'veth' });
     // without a netns fd the peer has no NET_NS_FD
     const m2 = nl.parseMessages(nl.newVeth(1, 'a', 'b', -1))[0]!;
-    const peer2 = nl.parseAttrs(nl.parseAttrs(nl.parseAttrs(nl.parseAttrs(m2.body.subarray(16)).get(nl.IFLA.LINKINFO)!).get(nl.IFLA_INFO.DATA)!).get(nl.VETH_INFO_PEER)!.subarray(16));
+    const peer2 = nl.parseAttrs(
+      nl
+        .parseAttrs(nl.parseAttrs(nl.parseAttrs(m2.body.subarray(16)).get(nl.IFLA.LINKINFO)!).get(nl.IFLA_INFO.DATA)!)
+        .get(nl.VETH_INFO_PEER)!
+        .subarray(16),
+    );
     expect(peer2.has(nl.IFLA.NET_NS_FD)).toBe(false);
   });
 

@@ -123,10 +123,7 @@ export function newVeth(seq: number, name: string, peer: string, peerNsFd: numbe
     strAttr(IFLA.IFNAME, checkIfname(name)),
     {
       type: IFLA.LINKINFO,
-      value: [
-        strAttr(IFLA_INFO.KIND, 'veth'),
-        { type: IFLA_INFO.DATA, value: [{ type: VETH_INFO_PEER, value: Buffer.concat([ifinfomsg(0), encodeAttrs(peerAttrs)]) }] },
-      ],
+      value: [strAttr(IFLA_INFO.KIND, 'veth'), { type: IFLA_INFO.DATA, value: [{ type: VETH_INFO_PEER, value: Buffer.concat([ifinfomsg(0), encodeAttrs(peerAttrs)]) }] }],
     },
   ];
   return message(RTM.NEWLINK, NLM_F.REQUEST | NLM_F.ACK | NLM_F.CREATE | NLM_F.EXCL, seq, Buffer.concat([ifinfomsg(0), encodeAttrs(attrs)]));
@@ -176,7 +173,18 @@ export function newAddr(seq: number, index: number, address: string, prefixLen: 
   b.writeUInt8(0, 3); // scope universe
   b.writeUInt32LE(index >>> 0, 4);
   const ip = ipv4(address);
-  return message(RTM.NEWADDR, NLM_F.REQUEST | NLM_F.ACK | NLM_F.CREATE | NLM_F.REPLACE, seq, Buffer.concat([b, encodeAttrs([{ type: IFA.LOCAL, value: ip }, { type: IFA.ADDRESS, value: ip }])]));
+  return message(
+    RTM.NEWADDR,
+    NLM_F.REQUEST | NLM_F.ACK | NLM_F.CREATE | NLM_F.REPLACE,
+    seq,
+    Buffer.concat([
+      b,
+      encodeAttrs([
+        { type: IFA.LOCAL, value: ip },
+        { type: IFA.ADDRESS, value: ip },
+      ]),
+    ]),
+  );
 }
 
 /** newDefaultRoute sets the main table's IPv4 default route via gateway on ifindex (create or replace). */
