@@ -97,6 +97,7 @@ export class NetworkManager {
   /** The in-process path (rtnetlink + libnftables on a worker thread); undefined: spawn path. */
   private readonly worker: NetWorker | undefined;
   private filling: Promise<void> | undefined;
+  private fillSoon: NodeJS.Immediate | undefined;
   private closed = false;
 
   constructor(opts: NetworkManagerOptions) {
@@ -323,7 +324,7 @@ export class NetworkManager {
       this.log.info({ slot: s, vm_id: vmId, owner: req.owner, from: before?.state ?? 'free' }, 'network slot in use');
       return this.infoOf(row);
     });
-    this.topUpSpares();
+    this.topUpSoon(); // after this answer: the refill's first synchronous steps are not the caller's wait
     return info;
   }
 
@@ -387,6 +388,8 @@ export class NetworkManager {
   /** close stops making spares (the slots stay). */
   async close(): Promise<void> {
     this.closed = true;
+    if (this.fillSoon) clearImmediate(this.fillSoon);
+    this.fillSoon = undefined;
     await this.filling;
     this.session.close();
     await this.worker?.close();
@@ -394,7 +397,16 @@ export class NetworkManager {
 
   /** idle resolves when no spare is being made (tests, bench). */
   async idle(): Promise<void> {
-    while (this.filling) await this.filling;
+    while (this.filling || this.fillSoon) await (this.filling ?? new Promise((r) => setImmediate(r)));
+  }
+
+  /** topUpSoon starts topUpSpares on the next turn of the event loop (once). */
+  private topUpSoon(): void {
+    if (this.fillSoon || this.closed) return;
+    this.fillSoon = setImmediate(() => {
+      this.fillSoon = undefined;
+      this.topUpSpares();
+    });
   }
 
   private async free(row: SlotRow): Promise<void> {

@@ -15,6 +15,7 @@
 import { parentPort } from 'node:worker_threads';
 import type * as Koffi from 'koffi' with { 'resolution-mode': 'import' };
 import * as nl from './netlink';
+import { nftRun } from './nft-lib';
 
 const koffi = require('koffi') as typeof Koffi;
 
@@ -219,41 +220,6 @@ function links(prefix: string): { name: string; up: boolean; addrs: string[] }[]
     byIndex.get(a.index)?.addrs.push(`${a.address}/${a.prefixLen}`);
   }
   return [...byIndex.values()];
-}
-
-interface Nft {
-  ctx: unknown;
-  run: (ctx: unknown, text: string) => number;
-  err: (ctx: unknown) => string;
-  out: (ctx: unknown) => string;
-}
-let nft: Nft | undefined;
-
-/** nftRun applies text as one transaction; returns '' or nft's error text. Throws StepError when libnftables is not there. */
-function nftRun(text: string): string {
-  if (!nft) {
-    let l;
-    try {
-      l = koffi.load('libnftables.so.1');
-    } catch (err) {
-      throw new StepError('load libnftables.so.1', 0, (err as Error).message);
-    }
-    const ctx = (l.func('void *nft_ctx_new(uint32_t flags)') as (f: number) => unknown)(0);
-    if (!ctx) throw new StepError('nft_ctx_new', 0, 'returned NULL');
-    (l.func('int nft_ctx_buffer_error(void *ctx)') as (x: unknown) => number)(ctx);
-    (l.func('int nft_ctx_buffer_output(void *ctx)') as (x: unknown) => number)(ctx);
-    nft = {
-      ctx,
-      run: l.func('int nft_run_cmd_from_buffer(void *ctx, const char *buf)') as Nft['run'],
-      err: l.func('const char *nft_ctx_get_error_buffer(void *ctx)') as Nft['err'],
-      out: l.func('const char *nft_ctx_get_output_buffer(void *ctx)') as Nft['out'],
-    };
-  }
-  const rc = nft.run(nft.ctx, text);
-  // always read both buffers: they are memstreams that libnftables rewinds on read (left unread, they crashed the process at exit)
-  const err = nft.err(nft.ctx) ?? '';
-  nft.out(nft.ctx);
-  return rc === 0 ? '' : err.trim() || `nft_run_cmd_from_buffer returned ${rc}`;
 }
 
 parentPort?.on('message', (m: { id: number; op: string; args: unknown }) => {
