@@ -59,3 +59,15 @@ export const freezeWindow = new Histogram({
 export function observeFreezeWindow(r: { endedBy?: string; frozenMs?: number }): void {
   if (r.endedBy !== undefined && r.frozenMs !== undefined) freezeWindow.observe({ ended_by: r.endedBy }, r.frozenMs / 1000);
 }
+
+/**
+ * slotSetups: network slots made (a fresh acquire, a spare, a repair that made one anew), by
+ * path: `netlink` (in-process: the network worker's rtnetlink and libc calls) or `spawn` (the
+ * `unshare`/`ip`/`nsenter` processes: SANDNODE_SLOT_SETUP=spawn, tap mode, or a broken worker).
+ */
+export const slotSetups = new Counter({
+  name: 'sandnode_vmm_slot_setups_total',
+  help: 'Network slots the vmm-supervisor made, by path (netlink: in-process; spawn: ip/nsenter/unshare processes)',
+  labelNames: ['path'] as const,
+  registers: [registry],
+});

@@ -28,7 +28,7 @@
  * Then sandbox networking (network.ts, issue 12 §6): slot setup, create with vs without network,
  * ingress vs direct and nginx, egress proxy vs kernel NAT, memory of 1000 ingress connections.
  * Then `sandbox cp` in and out (files.ts; BENCH_FILES_MB, default 1024) beside `exec cat` and a local copy.
- * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port, abuse, network, reflink, files, pool;
+ * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port, abuse, network, slots (network's slot setup only), reflink, files, pool;
  * default all) runs only those (create runs whenever a section of the first node does: they
  * need its sandboxes) and writes bench/results/foundation-<a>+<b>.json instead;
  * BENCH_SKIP_LIVE_UPGRADE=1 skips live-upgrade.ts.
@@ -49,7 +49,7 @@ import { benchUserns } from './userns';
 import { benchFreezePort } from './freeze-port';
 import { benchAbuse } from './abuse';
 import { benchFiles } from './files';
-import { benchNetwork } from './network';
+import { benchNetwork, benchSlots } from './network';
 import { benchReflink } from './reflink';
 import { benchPool } from './pool';
 import { percentile } from '@sandnode/node-stack';
@@ -59,7 +59,7 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /** The sections BENCH_SECTIONS may name. */
-const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse', 'network', 'reflink', 'files', 'pool'] as const;
+const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse', 'network', 'slots', 'reflink', 'files', 'pool'] as const;
 type Section = (typeof SECTIONS)[number];
 
 function wantedSections(): Set<Section> {
@@ -217,6 +217,7 @@ async function main(): Promise<void> {
     if (want.has('userns')) results.userns = await section('user namespace', rows, () => benchUserns(root, rows));
     if (want.has('freeze-port')) results.freezePort = await section('freeze port', rows, () => benchFreezePort(root, rows));
     if (want.has('network')) results.network = await section('network', rows, () => benchNetwork(rows));
+    else if (want.has('slots')) results.slots = await section('slots', rows, () => benchSlots(rows));
     if (want.has('reflink')) results.reflink = await section('reflink', rows, () => benchReflink(root, rows));
     if (want.has('pool')) results.pool = await section('pool', rows, () => benchPool(root, rows));
   } finally {

@@ -4,11 +4,13 @@
  * tag and ports: @sandnode/testkit takeTestPool), timed around acquire: the slot in use with
  * its egress rules in force. "fresh": no spare (netns + veth + addresses + one nft
  * transaction); "pool": from a spare made in the background beforehand (one nft transaction).
- * Every acquire is released before the next; everything made is removed at the end.
+ * Every acquire is released before the next; everything made is removed at the end. path:
+ * "netlink" (in-process: the network worker) or "spawn" (ip/nsenter/unshare and `nft -i`), as
+ * SANDNODE_SLOT_SETUP picks it on a node.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
-import path from 'node:path';
+import nodePath from 'node:path';
 import Database from 'better-sqlite3';
 import { createLogger, DEFAULT_ALWAYS_DENIED, makeLayout, parseCidrList } from '@sandnode/shared';
 import { takeTestPool } from '@sandnode/testkit';
@@ -16,17 +18,22 @@ import { NetworkManager } from '@sandnode/vmm-supervisor/dist/network/manager';
 import { SlotStore } from '@sandnode/vmm-supervisor/dist/network/slot-store';
 import { deleteTable, destroySlot, removeDockerAllow } from '@sandnode/vmm-supervisor/dist/network/net-host';
 import { closeCommands } from '@sandnode/vmm-supervisor/dist/drivers/command-runner';
+import type { SlotSetupPath } from '@sandnode/vmm-supervisor/dist/network/net-worker';
 
-/** slotSetupMs acquires and releases a slot n times with spareTarget spares (0: fresh every time) and gives each acquire's ms. Needs root, nft, ip. */
-export async function slotSetupMs(n: number, spareTarget: number): Promise<number[]> {
+/** slotSetupMs acquires and releases a slot n times with spareTarget spares (0: fresh every time) through path and gives each acquire's ms. Needs root, nft, ip. */
+export async function slotSetupMs(n: number, spareTarget: number, path: SlotSetupPath = 'netlink'): Promise<number[]> {
   const pool = takeTestPool();
-  const dir = mkdtempSync(path.join(os.tmpdir(), 'sandnode-bench-slots-'));
+  const dir = mkdtempSync(nodePath.join(os.tmpdir(), 'sandnode-bench-slots-'));
   const layout = makeLayout(pool.settings.pool!, pool.settings.tag!, dir);
-  const db = new Database(path.join(dir, 'vm-table.db'));
+  const db = new Database(nodePath.join(dir, 'vm-table.db'));
+  // as the supervisor opens its VM table (sqlite-vm-store.ts): WAL, synchronous=FULL
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = FULL');
   const m = new NetworkManager({
     layout,
     store: new SlotStore(db),
     spareTarget,
+    slotSetup: path,
     log: createLogger('bench-slots', '0', 'silent'),
     nft: {
       layout,

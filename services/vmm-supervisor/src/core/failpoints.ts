@@ -14,6 +14,8 @@ export const FAILPOINTS = {
   createAfterMounts: 'runc.create.after-mounts',
   /** network: UpdateVmNetwork's new policy is in the slot table, the nft change not applied yet. */
   networkUpdateAfterStore: 'network.update.after-store',
+  /** network: a new slot is half made (its netns is bound; netlink path: with the veth, no host address; spawn path: no veth yet). */
+  networkSlotHalfMade: 'network.slot.half-made',
 } as const;
 
 /** A vmm-supervisor failpoint name. */

@@ -37,6 +37,7 @@ import { isMountPoint } from '../drivers/mounts';
 import * as host from './net-host';
 import { renderSlotDelta, renderTable, type NftSettings, type NftSlot } from './nft-render';
 import { NftSession } from './nft-session';
+import { NetWorker, slotSetupFromEnv, type SlotSetupPath } from './net-worker';
 import type { SlotRow, SlotStore } from './slot-store';
 import { failpoints, FAILPOINTS } from '../core/failpoints';
 
@@ -75,6 +76,8 @@ export interface NetworkManagerOptions {
   off?: string;
   /** How VMs meet their netns: "veth" (runc, default) or "tap" (firecracker). */
   mode?: host.GuestMode;
+  /** How slots are made and nft changes applied (default: SANDNODE_SLOT_SETUP, else netlink). */
+  slotSetup?: SlotSetupPath;
 }
 
 const KEY = 'net';
@@ -91,7 +94,10 @@ export class NetworkManager {
   private disabled: string | undefined;
   private readonly mode: host.GuestMode;
   private readonly session: NftSession;
+  /** The in-process path (rtnetlink + libnftables on a worker thread); undefined: spawn path. */
+  private readonly worker: NetWorker | undefined;
   private filling: Promise<void> | undefined;
+  private fillSoon: NodeJS.Immediate | undefined;
   private closed = false;
 
   constructor(opts: NetworkManagerOptions) {
@@ -102,7 +108,8 @@ export class NetworkManager {
     this.log = opts.log.child({ part: 'network' });
     this.disabled = opts.off;
     this.mode = opts.mode ?? 'veth';
-    this.session = new NftSession(tableName(this.layout), this.log);
+    this.worker = (opts.slotSetup ?? slotSetupFromEnv()) === 'netlink' ? new NetWorker() : undefined;
+    this.session = new NftSession(tableName(this.layout), this.log, this.worker);
   }
 
   /** status is the node's network settings and whether it is on. */
@@ -190,7 +197,7 @@ export class NetworkManager {
           continue;
         }
         if (row.state === 'in-use' && !vms.has(row.vmId)) {
-          await host.destroySlot(a);
+          await host.removeSlot(a, this.worker);
           this.store.delete(row.slot);
           freed.push(row.slot);
           this.log.warn({ slot: row.slot, vm_id: row.vmId }, 'adopt: slot of a VM the table does not have; freed');
@@ -202,13 +209,13 @@ export class NetworkManager {
       for (const name of links.keys()) {
         const s = slotOfIfname(this.layout, name);
         if (s !== undefined && !owned.has(s) && !this.making.has(s)) {
-          await host.destroySlot(this.addresses(s));
+          await host.removeSlot(this.addresses(s), this.worker);
           swept.push(name);
         }
       }
       for (const s of host.netnsFiles(this.layout)) {
         if (!owned.has(s) && !this.making.has(s)) {
-          await host.destroySlot(this.addresses(s));
+          await host.removeSlot(this.addresses(s), this.worker);
           swept.push(`netns/${s}`);
         }
       }
@@ -231,8 +238,8 @@ export class NetworkManager {
     }
     if (!isMountPoint(a.netnsPath)) {
       // the namespace is gone (a reboot, a manual umount): a VM in it lost it too; make it anew
-      await host.destroySlot(a);
-      await host.createSlot(a, this.mode);
+      await host.removeSlot(a, this.worker);
+      await host.makeSlot(a, this.mode, this.worker, this.log);
       this.log.warn({ slot: a.slot }, 'adopt: netns was missing; slot made again');
       return true;
     }
@@ -304,12 +311,12 @@ export class NetworkManager {
       const row: SlotRow = { slot: s, state: 'in-use', owner: req.owner, vmId, egress, ...(before?.state === 'reserved' ? { wasReserved: true } : {}) };
       this.store.put(row);
       try {
-        if (fresh) await host.createSlot(this.addresses(s), this.mode);
+        if (fresh) await host.makeSlot(this.addresses(s), this.mode, this.worker, this.log);
         await this.applyChange(s, undefined, parseEgressPolicy(egress));
       } catch (err) {
         if (before) this.store.put(before);
         else {
-          await host.destroySlot(this.addresses(s)).catch(() => undefined);
+          await host.removeSlot(this.addresses(s), this.worker).catch(() => undefined);
           this.store.delete(s);
         }
         throw err;
@@ -317,7 +324,7 @@ export class NetworkManager {
       this.log.info({ slot: s, vm_id: vmId, owner: req.owner, from: before?.state ?? 'free' }, 'network slot in use');
       return this.infoOf(row);
     });
-    this.topUpSpares();
+    this.topUpSoon(); // after this answer: the refill's first synchronous steps are not the caller's wait
     return info;
   }
 
@@ -381,19 +388,31 @@ export class NetworkManager {
   /** close stops making spares (the slots stay). */
   async close(): Promise<void> {
     this.closed = true;
+    if (this.fillSoon) clearImmediate(this.fillSoon);
+    this.fillSoon = undefined;
     await this.filling;
     this.session.close();
+    await this.worker?.close();
   }
 
   /** idle resolves when no spare is being made (tests, bench). */
   async idle(): Promise<void> {
-    while (this.filling) await this.filling;
+    while (this.filling || this.fillSoon) await (this.filling ?? new Promise((r) => setImmediate(r)));
+  }
+
+  /** topUpSoon starts topUpSpares on the next turn of the event loop (once). */
+  private topUpSoon(): void {
+    if (this.fillSoon || this.closed) return;
+    this.fillSoon = setImmediate(() => {
+      this.fillSoon = undefined;
+      this.topUpSpares();
+    });
   }
 
   private async free(row: SlotRow): Promise<void> {
     const a = this.addresses(row.slot);
     if (row.state === 'in-use') await this.applyChange(row.slot, parseEgressPolicy(row.egress), undefined, (x) => x.slot !== row.slot);
-    await host.destroySlot(a);
+    await host.removeSlot(a, this.worker);
     this.store.delete(row.slot);
     this.log.info({ slot: row.slot }, 'network slot freed');
   }
@@ -446,10 +465,10 @@ export class NetworkManager {
           });
           if (s === undefined) return;
           try {
-            await host.createSlot(this.addresses(s), this.mode);
+            await host.makeSlot(this.addresses(s), this.mode, this.worker, this.log);
             await this.mutex.run(KEY, async () => this.store.put({ slot: s, state: 'spare', owner: '', vmId: '', egress: { allowOut: [], denyOut: [], blockAll: false } }));
           } catch (err) {
-            await host.destroySlot(this.addresses(s)).catch(() => undefined);
+            await host.removeSlot(this.addresses(s), this.worker).catch(() => undefined);
             this.log.warn({ err, slot: s }, 'could not make a spare network slot');
             return;
           } finally {

@@ -1,15 +1,22 @@
 /**
  * Host side of the node's network: the commands that make, check and remove slots (netns bind
  * mount, veth pair, addresses, routes), apply the nftables table and check the host at start.
- * Each slot costs three process spawns (`unshare --net=<file> true`, one host `ip -batch -`,
- * one `nsenter --net=<file> ip -batch -`); every nft change is one `nft -f -` transaction.
- * Errors: CommandError (the failing command and its stderr) from runCommand.
+ * On the spawn path each slot costs three process spawns (`unshare --net=<file> true`, one
+ * host `ip -batch -`, one `nsenter --net=<file> ip -batch -`); makeSlot/removeSlot take the
+ * in-process path (the network worker: rtnetlink, no process) when given a worker, and fall
+ * back to the spawn path when the worker is broken. Both paths make the same host state, so
+ * adoption and the orphan sweep treat them alike.
+ * Errors: CommandError (the failing command and its stderr) from runCommand; WorkerCallError
+ * (the failing step and errno) from the worker.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { CommandError, cidrsOverlap, parseCidr, type Logger, ifacePrefix, SLOT_PREFIX, tableName, type NetLayout, type SlotAddresses } from '@sandnode/shared';
 import { runCommand as run } from '../drivers/command-runner';
 import { isMountPoint } from '../drivers/mounts';
 import { resolveExecutable } from '../drivers/binary';
+import { slotSetups } from '../metrics';
+import { failpoints, FAILPOINTS } from '../core/failpoints';
+import { WorkerBrokenError, type NetWorker, type SlotSetupPath } from './net-worker';
 
 const IP_FORWARD = '/proc/sys/net/ipv4/ip_forward';
 
@@ -149,8 +156,49 @@ export async function makeNetns(a: SlotAddresses): Promise<void> {
 /** createSlot makes a slot from nothing: netns, veth pair, addresses, routes (3 spawns). Throws CommandError; the caller undoes with destroySlot. */
 export async function createSlot(a: SlotAddresses, mode: GuestMode = 'veth'): Promise<void> {
   await makeNetns(a);
+  failpoints.hit(FAILPOINTS.networkSlotHalfMade);
   await run('ip', ['-batch', '-'], { input: hostBatch(a) });
   await run('nsenter', [`--net=${a.netnsPath}`, 'sh', '-c', NETNS_SETUP], { input: slotNetnsBatch(a, mode) });
+}
+
+/**
+ * makeSlot makes slot a from nothing like createSlot, through worker when one is given and the
+ * mode is veth (tap mode needs /dev/net/tun ioctls: always spawned), else by spawning; counts
+ * the path in sandnode_vmm_slot_setups_total and returns it. A broken worker (WorkerBrokenError)
+ * falls back to spawning after removing what it may have made; a failed step throws
+ * (WorkerCallError / CommandError) and the caller undoes with removeSlot.
+ */
+export async function makeSlot(a: SlotAddresses, mode: GuestMode, worker: NetWorker | undefined, log: Logger): Promise<SlotSetupPath> {
+  if (worker && mode === 'veth' && !worker.broken) {
+    mkdirSync(a.netnsPath.slice(0, a.netnsPath.lastIndexOf('/')), { recursive: true, mode: 0o755 });
+    try {
+      await worker.createSlot({ netnsPath: a.netnsPath, hostIfname: a.hostIfname, address: a.address, gateway: a.gateway, prefixLen: SLOT_PREFIX, existing: isMountPoint(a.netnsPath) }, () =>
+        failpoints.hit(FAILPOINTS.networkSlotHalfMade),
+      );
+      slotSetups.inc({ path: 'netlink' });
+      return 'netlink';
+    } catch (err) {
+      if (!(err instanceof WorkerBrokenError)) throw err;
+      log.warn({ err, slot: a.slot }, 'network worker broken: slot setup falls back to spawning ip/nsenter');
+      await destroySlot(a);
+    }
+  }
+  await createSlot(a, mode);
+  slotSetups.inc({ path: 'spawn' });
+  return 'spawn';
+}
+
+/** removeSlot removes slot a like destroySlot, through worker when one is given and usable. Idempotent. */
+export async function removeSlot(a: SlotAddresses, worker: NetWorker | undefined): Promise<void> {
+  if (worker && !worker.broken) {
+    try {
+      await worker.destroySlot(a);
+      return;
+    } catch (err) {
+      if (!(err instanceof WorkerBrokenError)) throw err;
+    }
+  }
+  await destroySlot(a);
 }
 
 /** Run in a new slot netns before its ip batch: IPv6 off (IPv4 only: no link-local address either), then the batch from stdin. */

@@ -1,3 +1,7 @@
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import Database from 'better-sqlite3';
 import { parseSlotRow, SlotStore, type SlotRow } from './slot-store';
 
@@ -48,5 +52,30 @@ describe('SlotStore', () => {
       [JSON.stringify({ ...row(1), wasReserved: 'yes' }), /wasReserved/],
     ];
     for (const [raw, why] of bad) expect(() => parseSlotRow(raw, 1)).toThrow(why);
+  });
+
+  test('on a WAL file (slot writes commit with synchronous=NORMAL) the connection is FULL again after put, and the row survives a kill -9 right after it', () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'slot-store-wal-'));
+    try {
+      const file = path.join(dir, 'vm-table.db');
+      const child = `
+        const Database = require(${JSON.stringify(require.resolve('better-sqlite3'))});
+        const { SlotStore } = require(${JSON.stringify(path.resolve(__dirname, '../../dist/network/slot-store.js'))});
+        const db = new Database(${JSON.stringify(file)}); db.pragma('journal_mode = WAL'); db.pragma('synchronous = FULL');
+        const s = new SlotStore(db);
+        s.put(${JSON.stringify(row(9))});
+        if (db.pragma('synchronous', { simple: true }) !== 2) process.exit(5);
+        process.kill(process.pid, 'SIGKILL');`;
+      const r = spawnSync(process.execPath, ['-e', child], { encoding: 'utf8' });
+      expect({ signal: r.signal, status: r.status, stderr: r.stderr }).toEqual({ signal: 'SIGKILL', status: null, stderr: '' });
+      const again = new Database(file);
+      try {
+        expect(new SlotStore(again).get(9)).toEqual(row(9));
+      } finally {
+        again.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

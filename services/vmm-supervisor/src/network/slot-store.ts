@@ -69,44 +69,76 @@ interface Row {
   record: unknown;
 }
 
-/** SlotStore persists SlotRows (durable on return: the file is synchronous=FULL). */
+/**
+ * SlotStore persists SlotRows. Writes commit with `synchronous=NORMAL` on a WAL file (the VM
+ * table's own writes stay FULL): a committed row is in the WAL when put/delete returns, so it
+ * survives a crash of the process (kill -9) but not a power loss, and skips the WAL fsync
+ * (~3 ms of a pool acquire here). A power loss also takes every netns and veth the rows
+ * describe, and adopt() re-makes or frees slots from the rows it finds (docs/decisions.md,
+ * "Slot rows: durable against a crash, not a power loss"). On a file that is not WAL the
+ * connection's own setting is used.
+ */
 export class SlotStore {
+  private readonly wal: boolean;
+  private readonly stmts = new Map<string, Database.Statement>();
+
   constructor(
     private readonly db: Database.Database,
     private readonly onQuarantine: (q: QuarantinedSlot) => void = () => {},
   ) {
+    this.wal = String(db.pragma('journal_mode', { simple: true })).toLowerCase() === 'wal';
     db.exec('CREATE TABLE IF NOT EXISTS network_slots (slot INTEGER PRIMARY KEY, record TEXT NOT NULL)');
     db.exec('CREATE TABLE IF NOT EXISTS network_slot_quarantine (slot INTEGER NOT NULL, raw TEXT, reason TEXT NOT NULL, quarantined_at_ms INTEGER NOT NULL)');
   }
 
   /** list returns every good row, ordered by slot; bad rows are quarantined. */
   list(): SlotRow[] {
-    return this.read(busyToUnavailable('vm-table.db: read slots', () => this.db.prepare('SELECT slot, record FROM network_slots ORDER BY slot').all() as Row[]));
+    return this.read(busyToUnavailable('vm-table.db: read slots', () => this.stmt('SELECT slot, record FROM network_slots ORDER BY slot').all() as Row[]));
   }
 
   /** get returns slot's row, or undefined (free, or quarantined just now). */
   get(slot: number): SlotRow | undefined {
-    const r = busyToUnavailable('vm-table.db: read slot', () => this.db.prepare('SELECT slot, record FROM network_slots WHERE slot = ?').get(slot) as Row | undefined);
+    const r = busyToUnavailable('vm-table.db: read slot', () => this.stmt('SELECT slot, record FROM network_slots WHERE slot = ?').get(slot) as Row | undefined);
     return r ? this.read([r])[0] : undefined;
   }
 
   /** quarantinedSlots are the slot numbers with a quarantined row (never allocated). */
   quarantinedSlots(): Set<number> {
-    return new Set((this.db.prepare('SELECT slot FROM network_slot_quarantine').all() as { slot: number }[]).map((r) => r.slot));
+    return new Set((this.stmt('SELECT slot FROM network_slot_quarantine').all() as { slot: number }[]).map((r) => r.slot));
   }
 
-  /** put writes row (durable on return). */
+  /** put writes row (durable against a process crash on return; see the class). */
   put(row: SlotRow): void {
     const text = JSON.stringify(row);
     parseSlotRow(text, row.slot);
     busyToUnavailable(`vm-table.db: write slot ${row.slot}`, () =>
-      this.db.prepare('INSERT INTO network_slots (slot, record) VALUES (?, ?) ON CONFLICT(slot) DO UPDATE SET record = excluded.record').run(row.slot, text),
+      this.crashSafe(() => this.stmt('INSERT INTO network_slots (slot, record) VALUES (?, ?) ON CONFLICT(slot) DO UPDATE SET record = excluded.record').run(row.slot, text)),
     );
   }
 
-  /** delete frees slot (durable on return); returns whether it had a row. */
+  /** stmt is sql prepared once per store (a prepare costs more than these one-row statements). */
+  private stmt(sql: string): Database.Statement {
+    let st = this.stmts.get(sql);
+    if (!st) this.stmts.set(sql, (st = this.db.prepare(sql)));
+    return st;
+  }
+
+  /** crashSafe runs one write committing with synchronous=NORMAL (WAL only), then restores the connection's setting. */
+  private crashSafe<T>(fn: () => T): T {
+    if (!this.wal || this.db.inTransaction) return fn();
+    const was = Number(this.db.pragma('synchronous', { simple: true }));
+    if (was <= 1) return fn();
+    this.db.pragma('synchronous = NORMAL');
+    try {
+      return fn();
+    } finally {
+      this.db.pragma(`synchronous = ${was}`);
+    }
+  }
+
+  /** delete frees slot (durable against a process crash on return); returns whether it had a row. */
   delete(slot: number): boolean {
-    return busyToUnavailable(`vm-table.db: delete slot ${slot}`, () => this.db.prepare('DELETE FROM network_slots WHERE slot = ?').run(slot).changes > 0);
+    return busyToUnavailable(`vm-table.db: delete slot ${slot}`, () => this.crashSafe(() => this.stmt('DELETE FROM network_slots WHERE slot = ?').run(slot).changes > 0));
   }
 
   private read(rows: Row[]): SlotRow[] {
@@ -120,7 +152,7 @@ export class SlotStore {
           this.db
             .prepare('INSERT INTO network_slot_quarantine (slot, raw, reason, quarantined_at_ms) VALUES (?, ?, ?, ?)')
             .run(r.slot, typeof r.record === 'string' ? r.record : null, reason, Date.now());
-          this.db.prepare('DELETE FROM network_slots WHERE slot = ?').run(r.slot);
+          this.stmt('DELETE FROM network_slots WHERE slot = ?').run(r.slot);
         })();
         this.onQuarantine({ slot: r.slot, reason });
       }
