@@ -6,7 +6,7 @@
  *   /usr/local/bin/node       the Node the build's node_modules were built for (nodeFor)
  *   /usr/local/bin/sandnode   the CLI (`node /app/tools/cli/bin/sandnode.js`)
  *   /usr/bin/...              IMAGE_TOOLS copied from the host (runc, static busybox and its
- *                             applets, e2fsprogs, util-linux, nftables, iproute2, coreutils)
+ *                             applets, dash as /bin/sh, e2fsprogs, util-linux, nftables, iproute2, coreutils)
  *   /usr/lib/...              every library `ldd` lists for them (merged /usr)
  *   /app                      the build: package.json, per workspace package.json + dist + bin
  *                             + data files, the descriptor set, deploy/, and node_modules
@@ -27,6 +27,7 @@ export const IMAGE_TOOLS = [
   'runc',
   'busybox',
   'bash',
+  'dash',
   'mkfs.ext4',
   'mke2fs',
   'e2fsck',
@@ -36,6 +37,7 @@ export const IMAGE_TOOLS = [
   'losetup',
   'mount',
   'umount',
+  'ldd',
   'nsenter',
   'setpriv',
   'fsfreeze',
@@ -148,6 +150,11 @@ export function stageImageRoot(dir: string, node: string, tools: readonly string
     if (!existsSync(dst)) copyFileSync(realpathSync(lib), dst);
     fp.update(`${lib}\n`);
   }
+  // /bin/sh is a real shell: Debian's static busybox prefers its own applets inside `sh -c`,
+  // so `sh -c 'exec ip -batch -'` would run busybox's ip, which lacks netns and -batch
+  const shell = ['dash', 'bash'].find((t) => bins.some(([n]) => n === t));
+  if (!shell) throw new Error('neither dash nor bash is on PATH: /bin/sh of the image needs one');
+  symlinkSync(shell, path.join(dir, 'usr', 'bin', 'sh'));
   const applets = spawnSync(path.join(dir, 'usr', 'bin', 'busybox'), ['--list'], { encoding: 'utf8' })
     .stdout.split('\n')
     .filter(Boolean);
@@ -174,7 +181,7 @@ interface LockEntry {
  * package-lock.json v2/v3 `packages`) that the RUNTIME_WORKSPACES need: the closure of their
  * dependencies, optional and required peer dependencies, resolved the way Node does (nearest
  * node_modules first, then each parent's). Workspace links (node_modules/@sandnode/*) are
- * listed too. Throws when the build has no lockfile v2+ or a required dependency is not in it.
+ * listed too, and the link of every runtime workspace (the CLI resolves the daemons by package name). Throws when the build has no lockfile v2+ or a required dependency is not in it.
  */
 export function runtimeModules(buildDir: string): string[] {
   const lockFile = path.join(buildDir, 'package-lock.json');
@@ -212,6 +219,8 @@ export function runtimeModules(buildDir: string): string[] {
     }
   };
   for (const ws of RUNTIME_WORKSPACES) if (pkgs[ws]) visit(ws);
+  // every runtime workspace's own link (the CLI finds the daemons as @sandnode/<service>)
+  for (const [at, e] of Object.entries(pkgs)) if (e.link && e.resolved && (RUNTIME_WORKSPACES as readonly string[]).includes(e.resolved)) out.add(at);
   return [...out].filter((p) => existsSync(path.join(buildDir, p))).sort();
 }
 
@@ -304,7 +313,7 @@ function inspectImage(bin: string, ref: string): { id: string; env: string[]; si
 
 /** fingerprintOf hashes the inputs: recipe, commit, tag, staged root, and the build's paths (sizes, mtimes; node_modules entries by their package.json). */
 function fingerprintOf(o: NodeImageOptions, rootFp: string, paths: string[]): string {
-  const h = createHash('sha256').update(`recipe node-image 1\n${o.commit}\n${o.version}\n${rootFp}\n${o.modules ?? 'runtime'}\n`);
+  const h = createHash('sha256').update(`recipe node-image 2\n${o.commit}\n${o.version}\n${rootFp}\n${o.modules ?? 'runtime'}\n`);
   const walk = (p: string) => {
     const st = lstatSync(p);
     h.update(`${path.relative(o.buildDir, p)} ${st.size} ${st.mtimeMs}\n`);
@@ -372,6 +381,9 @@ export async function buildNodeImage(o: NodeImageOptions): Promise<NodeImageResu
     const changes = [
       'ENV PATH=/usr/local/bin:/usr/bin:/bin',
       `ENV SANDNODE_BUILD_COMMIT=${o.commit}`,
+      // the CLI's dirs where deploy/k8s mounts them (not /app/.sandnode, inside the image)
+      'ENV SANDNODE_STATE_DIR=/var/lib/sandnode',
+      'ENV SANDNODE_RUN_DIR=/run/sandnode',
       `ENV SANDNODE_IMAGE_FP=${fp}`,
       'WORKDIR /app',
       `LABEL org.opencontainers.image.version=${o.version} org.opencontainers.image.revision=${o.commit || 'unknown'} org.opencontainers.image.title=sandnode`,
