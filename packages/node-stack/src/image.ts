@@ -192,7 +192,7 @@ export function runtimeModules(buildDir: string): string[] {
   const seen = new Set<string>();
   const resolve = (from: string, name: string): string | undefined => {
     // from "node_modules/a/node_modules/b": b's own node_modules, then a's, then the root's
-    for (let d = from; ; ) {
+    for (let d = from; ;) {
       const cand = d ? `${d}/node_modules/${name}` : `node_modules/${name}`;
       if (pkgs[cand]) return cand;
       if (!d) return undefined;
@@ -429,4 +429,81 @@ export function nodeImageTag(buildDir: string, repo = 'sandnode'): string {
   const v = (JSON.parse(readFileSync(path.join(buildDir, 'package.json'), 'utf8')) as { version?: unknown }).version;
   if (typeof v !== 'string' || !/^[0-9A-Za-z][0-9A-Za-z_.-]{0,127}$/.test(v)) throw new Error(`${buildDir}/package.json: version ${JSON.stringify(v)} is not a valid image tag`);
   return `${repo}:${v}`;
+}
+
+/** Capability names by bit number (linux/capability.h), for the fallback of privilegedRunArgs. */
+const CAP_NAMES = [
+  'CHOWN',
+  'DAC_OVERRIDE',
+  'DAC_READ_SEARCH',
+  'FOWNER',
+  'FSETID',
+  'KILL',
+  'SETGID',
+  'SETUID',
+  'SETPCAP',
+  'LINUX_IMMUTABLE',
+  'NET_BIND_SERVICE',
+  'NET_BROADCAST',
+  'NET_ADMIN',
+  'NET_RAW',
+  'IPC_LOCK',
+  'IPC_OWNER',
+  'SYS_MODULE',
+  'SYS_RAWIO',
+  'SYS_CHROOT',
+  'SYS_PTRACE',
+  'SYS_PACCT',
+  'SYS_ADMIN',
+  'SYS_BOOT',
+  'SYS_NICE',
+  'SYS_RESOURCE',
+  'SYS_TIME',
+  'SYS_TTY_CONFIG',
+  'MKNOD',
+  'LEASE',
+  'AUDIT_WRITE',
+  'AUDIT_CONTROL',
+  'SETFCAP',
+  'MAC_OVERRIDE',
+  'MAC_ADMIN',
+  'SYSLOG',
+  'WAKE_ALARM',
+  'BLOCK_SUSPEND',
+  'AUDIT_READ',
+  'PERFMON',
+  'BPF',
+  'CHECKPOINT_RESTORE',
+];
+
+/**
+ * privilegedRunArgs are the `docker run` flags for a container that may run the whole node
+ * (runc, loop devices, mounts, netns, nftables) from image: `--privileged` when a privileged
+ * one-shot container of image starts on this engine; else (an engine that runs inside a
+ * container without every capability: "unable to apply caps") the nearest equivalent: every
+ * capability this process has, seccomp/AppArmor/system paths unconfined, every device allowed,
+ * the host's cgroup tree bound writable. `note` says which and why.
+ */
+export function privilegedRunArgs(image: string, bin = 'docker'): { args: string[]; note: string } {
+  const probe = docker(bin, ['run', '--rm', '--privileged', '--network', 'none', '--entrypoint', '/usr/bin/true', image]);
+  if (probe.status === 0) return { args: ['--privileged'], note: 'privileged mode' };
+  const capBnd = BigInt(`0x${/CapBnd:\s*([0-9a-f]+)/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? '0'}`);
+  const lacking = CAP_NAMES.filter((_, i) => (capBnd & (1n << BigInt(i))) === 0n);
+  const args = [
+    '--cap-add',
+    'ALL',
+    ...lacking.flatMap((c) => ['--cap-drop', c]),
+    '--security-opt',
+    'seccomp=unconfined',
+    '--security-opt',
+    'apparmor=unconfined',
+    '--security-opt',
+    'systempaths=unconfined',
+    '--device-cgroup-rule',
+    'a *:* rwm',
+    '-v',
+    '/sys/fs/cgroup:/sys/fs/cgroup',
+  ];
+  const why = /unable to apply caps[^\n]*/.exec(probe.stderr)?.[0] ?? probe.stderr.trim().slice(-200);
+  return { args, note: `privileged mode fails here (${why}): all capabilities but ${lacking.join(', ') || 'none'}, unconfined, every device, /sys/fs/cgroup bound` };
 }

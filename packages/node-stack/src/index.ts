@@ -53,6 +53,7 @@ export {
   IMAGE_TOOLS,
   imagePaths,
   nodeImageTag,
+  privilegedRunArgs,
   RUNTIME_WORKSPACES,
   runtimeModules,
   stageImageRoot,

@@ -19,7 +19,9 @@ const OWN_BUILD = path.resolve(__dirname, '..', '..', '..', '..');
 /** commitOf is the git commit of dir (`git rev-parse HEAD`), "" when it is no git checkout. */
 function commitOf(dir: string): string {
   try {
-    return execFileSync('git', ['rev-parse', 'HEAD'], { cwd: dir, stdio: ['ignore', 'pipe', 'ignore'], timeout: 5000 }).toString().trim();
+    return execFileSync('git', ['rev-parse', 'HEAD'], { cwd: dir, stdio: ['ignore', 'pipe', 'ignore'], timeout: 5000 })
+      .toString()
+      .trim();
   } catch {
     return '';
   }
@@ -31,7 +33,7 @@ export function registerImageCommands(program: Command): void {
     .command('image')
     .description("the node's container image")
     .command('build')
-    .description('build the node image from this machine\'s parts into the local Docker engine, tagged sandnode:<release version>')
+    .description("build the node image from this machine's parts into the local Docker engine, tagged sandnode:<release version>")
     .option('--build-dir <dir>', 'the built checkout to package (default: the one this CLI runs from)', OWN_BUILD)
     .option('--tag <ref>', 'image reference (default: <repo>:<version of package.json>)')
     .option('--repo <name>', 'repository part of the default tag', 'sandnode')
