@@ -1,7 +1,7 @@
 import { existsSync, lstatSync, mkdirSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { useTempDir } from '@sandnode/testkit';
-import { imagePaths, nodeImageTag, runtimeModules, stageImageRoot } from './image';
+import { buildNodeImage, imagePaths, nodeImageTag, runtimeModules, stageImageRoot } from './image';
 
 const tmp = useTempDir('node-image-');
 
@@ -104,5 +104,11 @@ describe('stageImageRoot', () => {
     expect(r.fingerprint).toMatch(/^[0-9a-f]{64}$/);
     // node's libraries (ldd) are in the image
     expect(existsSync(path.join(root, 'usr/lib/x86_64-linux-gnu/libc.so.6'))).toBe(true);
+  });
+});
+
+describe('buildNodeImage', () => {
+  it.each(['--help', 'Sandnode:1', 'sandnode', 'sandnode:', 'a b:1', 'sandnode:-x', 'sandnode:1;rm'])('refuses the image reference %j before doing anything', async (tag) => {
+    await expect(buildNodeImage({ buildDir: tmp(), tag, node: process.execPath, commit: '', version: '1', docker: '/nonexistent/docker' })).rejects.toThrow(/is not <name>:<tag>/);
   });
 });

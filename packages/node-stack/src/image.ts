@@ -255,11 +255,14 @@ export function imagePaths(buildDir: string, modules: ImageModules): string[] {
   });
 }
 
+/** An image reference with a tag: [host[:port]/]name[/name...]:tag (docker's grammar, without digests). */
+const IMAGE_REF = /^(?:[a-z0-9]+(?:[.-][a-z0-9]+)*(?::[0-9]+)?\/)?[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$/;
+
 /** What buildNodeImage is asked for. */
 export interface NodeImageOptions {
   /** a built checkout (package.json, dist of every runtime workspace, node_modules) */
   buildDir: string;
-  /** image reference to tag, e.g. "sandnode:0.3.0" */
+  /** image reference to tag, e.g. "sandnode:0.3.0" (refused unless name:tag) */
   tag: string;
   /** the Node binary the build's node_modules were built for */
   node: string;
@@ -339,6 +342,7 @@ function fingerprintOf(o: NodeImageOptions, rootFp: string, paths: string[]): st
  */
 export async function buildNodeImage(o: NodeImageOptions): Promise<NodeImageResult> {
   const t0 = Date.now();
+  if (!IMAGE_REF.test(o.tag)) throw new Error(`image reference ${JSON.stringify(o.tag)} is not <name>:<tag> (lowercase name components, tag [A-Za-z0-9_.-], at most 128 characters)`);
   const bin = o.docker ?? 'docker';
   const log = o.log ?? (() => undefined);
   const buildDir = path.resolve(o.buildDir);
