@@ -22,6 +22,7 @@ import { ServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { DaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
+import { PodMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/PodMonitor';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import type { IPodSpec } from 'kubernetes-models/v1/PodSpec';
 import { configSchema as ublkConfigSchema, loadUblkConfig } from '@sandnode/ublk-manager';
@@ -125,6 +126,8 @@ const MODELS: Record<string, new (data: never) => { validate(): void }> = {
   'v1/ConfigMap': ConfigMap,
   'apps/v1/DaemonSet': DaemonSet,
   'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy,
+  // the prometheus-operator CRD's schema (@kubernetes-models/prometheus-operator)
+  'monitoring.coreos.com/v1/PodMonitor': PodMonitor,
 };
 
 function validateResource(r: Resource): void {
@@ -138,6 +141,7 @@ function validateResource(r: Resource): void {
 const RENDERS: Record<string, () => Resource[]> = {
   base: () => render(path.join(K8S, 'base')),
   'overlays/example': () => render(path.join(K8S, 'overlays/example')),
+  'overlays/monitoring': () => render(path.join(K8S, 'overlays/monitoring')),
 };
 
 function daemonSet(rs: Resource[]): { ds: Resource; pod: IPodSpec; byName: Map<string, IContainer> } {
@@ -156,6 +160,17 @@ const CONTAINERS = ['vmm', 'server-a', 'server-b', 'ublk-a', 'ublk-b'];
 const SERVER_SLOTS = ['server-a', 'server-b'];
 /** The servers' TLS files (server keys tlsCa/tlsCert/tlsKey), set by env: see the daemon set. */
 const TLS_ENV = ['SANDNODE_SERVER_TLS_CA', 'SANDNODE_SERVER_TLS_CERT', 'SANDNODE_SERVER_TLS_KEY'];
+/**
+ * Each container's /metrics: the env var of its daemon's metricsListen key, the port and its
+ * name (declared once for the servers: the active one serves it, it moves with the lease).
+ */
+const METRICS: Record<string, { env: string; port: number; name?: string }> = {
+  vmm: { env: 'SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN', port: 9465, name: 'metrics-vmm' },
+  'server-a': { env: 'SANDNODE_SERVER_METRICS_LISTEN', port: 9464, name: 'metrics-server' },
+  'server-b': { env: 'SANDNODE_SERVER_METRICS_LISTEN', port: 9464 },
+  'ublk-a': { env: 'SANDNODE_UBLK_MANAGER_METRICS_LISTEN', port: 9466, name: 'metrics-ublk-a' },
+  'ublk-b': { env: 'SANDNODE_UBLK_MANAGER_METRICS_LISTEN', port: 9467, name: 'metrics-ublk-b' },
+};
 
 function configMapData(rs: Resource[]): Record<string, string> {
   const cm = rs.find((r) => r.kind === 'ConfigMap' && r.metadata.name === 'sandnode-config');
@@ -175,14 +190,17 @@ function configPathOf(c: IContainer): string {
 describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
   const rs = RENDERS[which]!();
 
-  test('renders the namespace, service account, config map, daemon set and network policy', () => {
-    expect(rs.map((r) => `${r.kind}/${r.metadata.name}`).sort()).toEqual([
-      'ConfigMap/sandnode-config',
-      'DaemonSet/sandnode',
-      'Namespace/sandnode',
-      'NetworkPolicy/sandnode-api',
-      'ServiceAccount/sandnode',
-    ]);
+  test('renders the namespace, service account, config map, daemon set and network policy (monitoring: + PodMonitor, metrics policy)', () => {
+    expect(rs.map((r) => `${r.kind}/${r.metadata.name}`).sort()).toEqual(
+      [
+        'ConfigMap/sandnode-config',
+        'DaemonSet/sandnode',
+        'Namespace/sandnode',
+        'NetworkPolicy/sandnode-api',
+        ...(which === 'overlays/monitoring' ? ['NetworkPolicy/sandnode-metrics', 'PodMonitor/sandnode'] : []),
+        'ServiceAccount/sandnode',
+      ].sort(),
+    );
     for (const r of rs) if (r.kind !== 'Namespace') expect(r.metadata.namespace).toBe('sandnode');
   });
 
@@ -244,7 +262,16 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
       // the only env vars are the pre-stop hook's, never a daemon key (SANDNODE_<SERVICE>_*),
       // but the servers' TLS file paths (fixed for the pod's life; the config files must stay
       // loadable by the previous release during a rollout, which refuses unknown keys)
-      const allowed = ['SANDNODE_PRESTOP_DEADLINE_S', 'SANDNODE_GRACE_PERIOD_S', 'SANDNODE_RUN_DIR', 'SANDNODE_STATE_DIR', 'SANDNODE_NODE_ID', ...(SERVER_SLOTS.includes(c.name) ? TLS_ENV : [])];
+      // and the metrics listener (its port is declared in the pod spec; a 0.2.0 vmm-supervisor refuses the key in its file)
+      const allowed = [
+        'SANDNODE_PRESTOP_DEADLINE_S',
+        'SANDNODE_GRACE_PERIOD_S',
+        'SANDNODE_RUN_DIR',
+        'SANDNODE_STATE_DIR',
+        'SANDNODE_NODE_ID',
+        METRICS[c.name]!.env,
+        ...(SERVER_SLOTS.includes(c.name) ? TLS_ENV : []),
+      ];
       for (const e of c.env ?? []) expect(allowed).toContain(e.name);
       expect(c.envFrom).toBeUndefined();
     }
@@ -297,7 +324,7 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
 
   test('the public gRPC port is declared once and matches the servers listen key', () => {
     const { pod } = daemonSet(rs);
-    const ports = pod.containers.flatMap((c) => (c.ports ?? []).map((p) => ({ c: c.name, ...p })));
+    const ports = pod.containers.flatMap((c) => (c.ports ?? []).map((p) => ({ c: c.name, ...p }))).filter((p) => !p.name?.startsWith('metrics-'));
     expect(ports).toEqual([{ c: 'server-a', name: 'grpc', containerPort: 7070, protocol: 'TCP' }]);
     const data = configMapData(rs);
     for (const f of ['server-a.json', 'server-b.json']) expect((JSON.parse(data[f]!) as { listen: string }).listen).toBe('0.0.0.0:7070');
@@ -318,7 +345,7 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
     }
     // no other container sees the key
     for (const c of byName.values()) if (!SERVER_SLOTS.includes(c.name)) expect(c.volumeMounts?.some((m) => m.name === 'api-tls')).toBe(false);
-    const nps = rs.filter((r) => r.kind === 'NetworkPolicy');
+    const nps = rs.filter((r) => r.kind === 'NetworkPolicy' && r.metadata.name === 'sandnode-api');
     expect(nps).toHaveLength(1);
     const np = nps[0]!.spec as { podSelector: { matchLabels: Record<string, string> }; policyTypes: string[]; ingress: { from: unknown[]; ports: unknown[] }[] };
     const labels = (daemonSet(rs).ds.spec as { template: { metadata: { labels: Record<string, string> } } }).template.metadata.labels;
@@ -348,6 +375,58 @@ describe.each(Object.keys(RENDERS))('deploy/k8s/%s', (which) => {
     for (const v of Object.values(data)) expect(JSON.parse(v)).toMatchObject({ version: 1, stateDir: '/var/lib/sandnode', runDir: '/run/sandnode' });
   });
 
+  test('a metrics port per component: on the pod IP by its env var, declared with a unique name, none shared by two daemons that run at once', () => {
+    const { byName } = daemonSet(rs);
+    const declared: { c: string; name: string; port: number }[] = [];
+    for (const c of byName.values()) {
+      const m = METRICS[c.name]!;
+      expect(envOf(c, m.env)).toBe(`0.0.0.0:${m.port}`);
+      const ps = (c.ports ?? []).filter((p) => p.name?.startsWith('metrics-'));
+      expect(ps).toEqual(m.name ? [{ name: m.name, containerPort: m.port, protocol: 'TCP' }] : []);
+      for (const p of ps) declared.push({ c: c.name, name: p.name!, port: p.containerPort });
+    }
+    // port names are at most 15 characters (IANA_SVC_NAME) and unique in the pod
+    for (const d of declared) expect(d.name.length).toBeLessThanOrEqual(15);
+    expect(new Set(declared.map((d) => d.name)).size).toBe(declared.length);
+    expect(new Set(declared.map((d) => d.port)).size).toBe(declared.length);
+    // the only shared port is the servers', which only the active slot serves
+    expect(new Set(Object.values(METRICS).map((m) => m.port)).size).toBe(Object.keys(METRICS).length - 1);
+    // the config files leave the key to the env var (no file value a 0.2.0 daemon could refuse)
+    for (const v of Object.values(configMapData(rs))) expect(Object.keys(JSON.parse(v) as object)).not.toContain('metricsListen');
+  });
+
+  test('scheduling: system-node-critical, tolerates every taint (one pod on every node, control plane included)', () => {
+    const { pod } = daemonSet(rs);
+    expect(pod.priorityClassName).toBe('system-node-critical');
+    // an empty key with operator Exists matches every taint of every effect
+    expect(pod.tolerations).toEqual([{ operator: 'Exists' }]);
+    expect(pod.nodeSelector).toBeUndefined();
+    expect(pod.affinity).toBeUndefined();
+  });
+
+  if (which === 'overlays/monitoring') {
+    test('PodMonitor scrapes every declared metrics port of the pod; the metrics policy admits exactly those ports', () => {
+      const { ds, pod } = daemonSet(rs);
+      const pm = rs.find((r) => r.kind === 'PodMonitor')!;
+      const spec = pm.spec as { selector: { matchLabels: Record<string, string> }; podMetricsEndpoints: { port: string; path: string; relabelings?: unknown[] }[] };
+      const labels = (ds.spec as { template: { metadata: { labels: Record<string, string> } } }).template.metadata.labels;
+      for (const [k, v] of Object.entries(spec.selector.matchLabels)) expect(labels[k]).toBe(v);
+      const metricsPorts = pod.containers.flatMap((c) => c.ports ?? []).filter((p) => p.name?.startsWith('metrics-'));
+      expect(spec.podMetricsEndpoints.map((e) => e.port).sort()).toEqual(metricsPorts.map((p) => p.name).sort());
+      for (const e of spec.podMetricsEndpoints) {
+        expect(e.path).toBe('/metrics');
+        expect(e.relabelings).toContainEqual({ sourceLabels: ['__meta_kubernetes_pod_node_name'], targetLabel: 'node' });
+      }
+      const np = rs.find((r) => r.kind === 'NetworkPolicy' && r.metadata.name === 'sandnode-metrics')!.spec as {
+        podSelector: { matchLabels: Record<string, string> };
+        ingress: { ports: { port: number; protocol: string }[] }[];
+      };
+      for (const [k, v] of Object.entries(np.podSelector.matchLabels)) expect(labels[k]).toBe(v);
+      expect(np.ingress.flatMap((i) => i.ports.map((p) => p.port)).sort()).toEqual(metricsPorts.map((p) => p.containerPort).sort());
+      expect(np.ingress.flatMap((i) => i.ports.map((p) => p.port))).not.toContain(7070);
+    });
+  }
+
   if (which === 'overlays/example') {
     test('the overlay sets a registry image with a tag on every container and the longer deadline', () => {
       const { pod, byName } = daemonSet(rs);
@@ -370,6 +449,11 @@ describe('schema validation is live', () => {
     const ds = structuredClone(daemonSet(RENDERS.base!()).ds);
     (podSpecOf(ds)!.terminationGracePeriodSeconds as unknown) = 'sixty';
     expect(() => validateResource(ds)).toThrow(/terminationGracePeriodSeconds/);
+  });
+  test('a PodMonitor of the wrong shape is rejected (the CRD schema is live too)', () => {
+    const pm = structuredClone(RENDERS['overlays/monitoring']!().find((r) => r.kind === 'PodMonitor')!);
+    (pm.spec as { podMetricsEndpoints: unknown }).podMetricsEndpoints = 'metrics-vmm';
+    expect(() => validateResource(pm)).toThrow(/podMetricsEndpoints/);
   });
   test('a missing required field is rejected', () => {
     const ds = structuredClone(daemonSet(RENDERS.base!()).ds);

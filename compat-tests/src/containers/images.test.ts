@@ -1,7 +1,8 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { useTempDir } from '@sandnode/testkit';
-import { buildPaths, imageName } from './images';
+import { REPO_ROOT } from '../releases';
+import { buildPaths, imageName, usesReleaseImage } from './images';
 
 const tmp = useTempDir('compat-images-');
 
@@ -61,5 +62,13 @@ describe('imageName', () => {
   it('is sandnode-compat:<label>-<commit12> with the label made a valid tag', () => {
     expect(imageName({ label: 'N', version: '0.3.0', commit: 'abcdef0123456789', dir: '/' })).toBe('sandnode-compat:N-abcdef012345');
     expect(imageName({ label: '0.2.0+x', version: '0.2.0', commit: 'a'.repeat(40), dir: '/' })).toBe('sandnode-compat:0.2.0-x-aaaaaaaaaaaa');
+  });
+});
+
+describe('usesReleaseImage', () => {
+  it('is true for this checkout (N runs from sandnode:<version>, the release image), false for a cached release build', () => {
+    expect(usesReleaseImage({ dir: REPO_ROOT })).toBe(true);
+    expect(usesReleaseImage({ dir: `${REPO_ROOT}/` })).toBe(true);
+    expect(usesReleaseImage({ dir: `${REPO_ROOT}/compat-tests/.cache/builds/0.2.0-a414803acff4` })).toBe(false);
   });
 });

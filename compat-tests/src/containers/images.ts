@@ -1,5 +1,9 @@
 /**
- * The image of a build, made locally (no registry: images are imported FROM scratch): /app =
+ * The image of a build, made locally (no registry: images are imported FROM scratch). N (this
+ * checkout) runs from the node's release image itself, `sandnode:<version>` as
+ * `sandnode image build` / `npm run image` makes it (@sandnode/node-stack image.ts), so the
+ * container mode tests what deploy/k8s deploys; the releases before it have no image of their
+ * own and get this file's recipe: /app =
  * the build (package.json + dist + bin of packages/*, tools/*, services/*, the common package's
  * descriptor, node_modules, deploy), plus node, runc, busybox (sh and applets), util-linux,
  * e2fsprogs, coreutils tools and every library `ldd` lists. An image is reused while its
@@ -10,7 +14,8 @@ import { createHash } from 'node:crypto';
 import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, readdirSync, realpathSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ImageName } from 'testcontainers';
-import { nodeFor } from '../releases';
+import { buildNodeImage, nodeImageTag } from '@sandnode/node-stack';
+import { nodeFor, REPO_ROOT } from '../releases';
 import type { Build } from '../types';
 import { runtime } from './engine';
 
@@ -114,7 +119,12 @@ function buildFingerprint(b: Build, toolsFp: string): string {
   return h.digest('hex').slice(0, 16);
 }
 
-/** imageName is `sandnode-compat:<label>-<commit12>`. */
+/** usesReleaseImage: build b is this checkout (N), which runs from the node's release image (`sandnode:<version>`), not this file's recipe. */
+export function usesReleaseImage(b: Pick<Build, 'dir'>): boolean {
+  return path.resolve(b.dir) === path.resolve(REPO_ROOT);
+}
+
+/** imageName is `sandnode-compat:<label>-<commit12>` (the recipe's images: releases before N). */
 export function imageName(b: Build): string {
   return `sandnode-compat:${b.label.replace(/[^A-Za-z0-9_.-]/g, '-')}-${b.commit.slice(0, 12)}`;
 }
@@ -159,6 +169,10 @@ function tarOf(b: Build, toolsDir: string): { stream: NodeJS.ReadableStream; don
  */
 export async function ensureImage(b: Build, toolsDir: string, toolsFp: string): Promise<{ image: string; built: boolean; ms: number }> {
   const t0 = Date.now();
+  if (usesReleaseImage(b)) {
+    const r = await buildNodeImage({ buildDir: b.dir, tag: nodeImageTag(b.dir), node: nodeFor(b), commit: b.commit, version: b.version });
+    return { image: r.image, built: r.built, ms: Date.now() - t0 };
+  }
   const image = imageName(b);
   const ref = ImageName.fromString(image);
   const fp = buildFingerprint(b, toolsFp);

@@ -25,7 +25,8 @@
  *   other hostPath           remapped to a dir of this run (never the host's real state dir)
  *   startupProbe exec        the wait strategy: the probe's argv run in the container until it
  *                            succeeds (period shortened to PROBE_PERIOD_MS)
- *   image                    the build the step asks for: `sandnode-compat:<label>-<commit12>`
+ *   image                    the build the step asks for: N `sandnode:<version>` (the release
+ *                            image), a release `sandnode-compat:<label>-<commit12>`
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';

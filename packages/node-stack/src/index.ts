@@ -48,3 +48,17 @@ export { activeUblkSlot, pointUblkAddress, setActiveUblkSlot, ublkSlotSocket, ty
 export { DEFAULT_STANDBY_PROBE_TIMEOUT_MS, DEFAULT_UPGRADE_TIMEOUT_MS, findStandbys, upgradeServer, upgradeServerViaStandby, type StandbyServer } from './upgrade';
 export { GIVE_UP_STOP_TIMEOUT_MS, upgradeUblkManager, type UblkUpgradeResult } from './upgrade-ublk';
 export { buildServerFeatures, previewServerUpgrade, type UpgradePreview } from './upgrade-dry-run';
+export {
+  buildNodeImage,
+  IMAGE_TOOLS,
+  imagePaths,
+  nodeImageTag,
+  privilegedRunArgs,
+  RUNTIME_WORKSPACES,
+  runtimeModules,
+  stageImageRoot,
+  type ImageModules,
+  type NodeImageOptions,
+  type NodeImageResult,
+  type StagedRoot,
+} from './image';

@@ -10,6 +10,7 @@
  *   sandnode upgrade server | ublk-manager (--from-build DIR | --standby)
  *   sandnode drain [--deadline-ms MS] [--concurrency N]
  *   sandnode certs init [--dir D] [--force]
+ *   sandnode image build [--build-dir DIR] [--tag REF] [--modules runtime|all] [--force]
  *   sandnode token create --name N [--role admin|read] [--ttl-ms MS] | token list | token revoke NAME|ID
  *   sandnode demo
  *
@@ -25,6 +26,7 @@ import { registerDrainCommand } from './commands/drain';
 import { registerNodeCommands } from './commands/node';
 import { registerPoolCommands } from './commands/pool';
 import { registerSandboxCommands } from './commands/sandbox';
+import { registerImageCommands } from './commands/image';
 import { registerExecCommand } from './commands/sandbox-exec';
 import { registerFileCommands } from './commands/sandbox-files';
 import { registerTemplateCommands } from './commands/template';
@@ -50,6 +52,7 @@ registerDrainCommand(program);
 registerTokenCommands(program);
 registerPoolCommands(program);
 registerCertsCommands(program);
+registerImageCommands(program);
 registerDemoCommand(program);
 installUsageErrors(program);
 
