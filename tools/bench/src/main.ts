@@ -40,7 +40,7 @@ import path from 'node:path';
 import { socketPath, unixAddress, mapLimit } from '@sandnode/shared';
 import { connectServer, table, type ServerApi, COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { benchFork } from './fork';
-import { spreadOf, writeBenchResults } from './results';
+import { samples, spreadOf, writeBenchResults } from './results';
 import { runChaos, type ChaosReport } from '@sandnode/chaos';
 import { benchLiveUpgrade } from './live-upgrade';
 import { benchDeviceStall } from './device-stall';
@@ -115,7 +115,7 @@ async function benchFirstNode(root: string, want: Set<Section>, results: Record<
     }
     if (want.has('create')) {
       const spread = spreadOf(createMs);
-      results.create = { n: creates, p50Ms: r1(percentile(createMs, 50)), p95Ms: r1(percentile(createMs, 95)), spreadMs: spread, goalP50Ms: 300 };
+      results.create = { n: creates, p50Ms: r1(percentile(createMs, 50)), p95Ms: r1(percentile(createMs, 95)), spreadMs: spread, goalP50Ms: 300, samplesMs: samples(createMs) };
       rows.push(['sandbox create p50 / p95', `${r1(percentile(createMs, 50))} / ${r1(percentile(createMs, 95))} ms`, 'p50 <= 300 ms', `${spread.text} ms`]);
     }
 
@@ -129,7 +129,7 @@ async function benchFirstNode(root: string, want: Set<Section>, results: Record<
         execMs.push(performance.now() - t0);
       }
       const spread = spreadOf(execMs);
-      results.exec = { n: execs, p50Ms: r1(percentile(execMs, 50)), p95Ms: r1(percentile(execMs, 95)), spreadMs: spread, goalP50Ms: 20 };
+      results.exec = { n: execs, p50Ms: r1(percentile(execMs, 50)), p95Ms: r1(percentile(execMs, 95)), spreadMs: spread, goalP50Ms: 20, samplesMs: samples(execMs) };
       rows.push(['exec round trip (true) p50 / p95', `${r1(percentile(execMs, 50))} / ${r1(percentile(execMs, 95))} ms`, 'p50 <= 20 ms', `${spread.text} ms`]);
     }
 
