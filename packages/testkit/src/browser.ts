@@ -71,7 +71,9 @@ export async function renderPage(html: string, opts: { boxesOf?: string; timeout
   const file = path.join(dir, 'page.html');
   writeFileSync(file, html);
   const url = `file://${file}`;
-  const { chromium } = await import('playwright-core'); // loaded here: importing testkit must not load a browser driver
+  // loaded here, not at the top: importing testkit (the bench does) must not load a browser driver
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { chromium } = require('playwright-core') as typeof import('playwright-core');
   const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'], timeout: opts.timeoutMs ?? 60_000 });
   try {
     const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
