@@ -78,11 +78,12 @@ describe('Grafana dashboard deploy/grafana/sandnode-node.json', () => {
     for (const p of dashboard.panels) {
       const { x, y, w, h } = p.gridPos;
       const hit = new Set<string>();
-      for (let i = x; i < x + w; i++) for (let j = y; j < y + h; j++) {
-        const other = taken.get(`${i},${j}`);
-        if (other) hit.add(other);
-        taken.set(`${i},${j}`, `${p.id} "${p.title}"`);
-      }
+      for (let i = x; i < x + w; i++)
+        for (let j = y; j < y + h; j++) {
+          const other = taken.get(`${i},${j}`);
+          if (other) hit.add(other);
+          taken.set(`${i},${j}`, `${p.id} "${p.title}"`);
+        }
       for (const o of hit) overlaps.push(`${p.id} "${p.title}" overlaps ${o}`);
     }
     expect(overlaps).toEqual([]);

@@ -20,7 +20,16 @@ describe('plots', () => {
   const noBadText = (svg: string) => expect(svg).not.toMatch(/NaN|undefined|Infinity/);
 
   it('histogram: one bar per non-empty bin per series, not-finite samples counted, an empty series named', () => {
-    const svg = histogram({ title: 't', xLabel: 'ms', series: [{ label: 'a', values: [1, 2, 2, 3, NaN] }, { label: 'b', values: [] }], goal: { value: 2.5, label: 'goal' }, bins: 4 });
+    const svg = histogram({
+      title: 't',
+      xLabel: 'ms',
+      series: [
+        { label: 'a', values: [1, 2, 2, 3, NaN] },
+        { label: 'b', values: [] },
+      ],
+      goal: { value: 2.5, label: 'goal' },
+      bins: 4,
+    });
     noBadText(svg);
     expect(svg.match(/class="mark"/g)).toHaveLength(3);
     expect(svg).toContain('a: n=4, p50 2, p99 3, 1 not finite');
@@ -34,7 +43,15 @@ describe('plots', () => {
   });
 
   it('bars: red on the wrong side of the goal (max by default, min when asked)', () => {
-    const groups = [{ label: 'g', values: [{ label: 'x', value: 10 }, { label: 'y', value: 60 }] }];
+    const groups = [
+      {
+        label: 'g',
+        values: [
+          { label: 'x', value: 10 },
+          { label: 'y', value: 60 },
+        ],
+      },
+    ];
     const max = bars({ title: 't', yLabel: 'ms', groups, goal: { value: 50, label: 'goal' } });
     const min = bars({ title: 't', yLabel: 'ms', groups, goal: { value: 50, label: 'goal' }, goalIs: 'min' });
     noBadText(max);
@@ -44,7 +61,20 @@ describe('plots', () => {
   });
 
   it('lanes: a band per span and a path of ticks per lane with points', () => {
-    const svg = lanes({ title: 't', xLabel: 'ms', lanes: [{ label: 'l', points: [1, 2, 50], spans: [{ from: 0, to: 10, kind: 'switch' }, { from: 2, to: 50, kind: 'gap' }] }] });
+    const svg = lanes({
+      title: 't',
+      xLabel: 'ms',
+      lanes: [
+        {
+          label: 'l',
+          points: [1, 2, 50],
+          spans: [
+            { from: 0, to: 10, kind: 'switch' },
+            { from: 2, to: 50, kind: 'gap' },
+          ],
+        },
+      ],
+    });
     noBadText(svg);
     expect(svg.match(/class="mark"/g)).toHaveLength(3);
   });

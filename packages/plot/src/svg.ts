@@ -164,7 +164,9 @@ export function histogram(o: HistogramOptions): string {
     sh.forEach((v, b) => {
       if (v === 0) return;
       const x0 = x(d0 + b * w);
-      L.push(`<rect class="mark" x="${x0.toFixed(1)}" y="${y(v).toFixed(1)}" width="${Math.max(1, x(d0 + (b + 1) * w) - x0 - 1).toFixed(1)}" height="${(y(0) - y(v)).toFixed(1)}" fill="${colour}" fill-opacity="0.55"/>`);
+      L.push(
+        `<rect class="mark" x="${x0.toFixed(1)}" y="${y(v).toFixed(1)}" width="${Math.max(1, x(d0 + (b + 1) * w) - x0 - 1).toFixed(1)}" height="${(y(0) - y(v)).toFixed(1)}" fill="${colour}" fill-opacity="0.55"/>`,
+      );
     });
   });
   axisX(L, box, d0, d1, x, o.xLabel);
@@ -292,7 +294,9 @@ export function lanes(o: LanesOptions): string {
     for (const s of lane.spans) {
       if (!Number.isFinite(s.from) || !Number.isFinite(s.to)) continue;
       const a = cx(s.from);
-      L.push(`<rect class="mark" x="${a.toFixed(1)}" y="${y0 + 1}" width="${Math.max(1, cx(s.to) - a).toFixed(1)}" height="${rowH - 2}" fill="${SPAN_FILL[s.kind]}" fill-opacity="${s.kind === 'gap' ? 0.8 : 1}"/>`);
+      L.push(
+        `<rect class="mark" x="${a.toFixed(1)}" y="${y0 + 1}" width="${Math.max(1, cx(s.to) - a).toFixed(1)}" height="${rowH - 2}" fill="${SPAN_FILL[s.kind]}" fill-opacity="${s.kind === 'gap' ? 0.8 : 1}"/>`,
+      );
     }
     const ticks = lane.points
       .filter((p) => Number.isFinite(p) && p >= 0 && p <= xMax)

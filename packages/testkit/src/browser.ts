@@ -8,6 +8,7 @@
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import type * as Playwright from 'playwright-core';
 import type { Part } from './prereq';
 
 /** CHROMIUM: the browser binary (Debian's package `chromium`; SANDNODE_CHROMIUM overrides). */
@@ -72,8 +73,7 @@ export async function renderPage(html: string, opts: { boxesOf?: string; timeout
   writeFileSync(file, html);
   const url = `file://${file}`;
   // loaded here, not at the top: importing testkit (the bench does) must not load a browser driver
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const { chromium } = require('playwright-core') as typeof import('playwright-core');
+  const { chromium } = require('playwright-core') as typeof Playwright;
   const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'], timeout: opts.timeoutMs ?? 60_000 });
   try {
     const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });

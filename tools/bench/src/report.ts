@@ -100,7 +100,12 @@ function forkPart(r: Obj): Part | undefined {
   const goalHeld = num(o.goalFreezeWindowP99Ms);
   part.figures.push([
     {
-      svg: histogram({ title: `fork latency (parent with ${fmt(num(o.parentWorkspaceMB))} MB, ${String(o.method)})`, xLabel: 'latency (ms)', series: [{ label: 'fork', values: forkMs }], goal: { value: goalFork, label: `goal: p50 <= ${fmt(goalFork)} ms` } }),
+      svg: histogram({
+        title: `fork latency (parent with ${fmt(num(o.parentWorkspaceMB))} MB, ${String(o.method)})`,
+        xLabel: 'latency (ms)',
+        series: [{ label: 'fork', values: forkMs }],
+        goal: { value: goalFork, label: `goal: p50 <= ${fmt(goalFork)} ms` },
+      }),
       caption: `${forkMs.length} forks one at a time, as the client sees them.`,
     },
     {
