@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * `npm run bench`: measures a real node (every component a process, runc containers on loop
- * devices) and writes bench/results/foundation.json plus a table on stdout:
+ * devices) and writes bench/results/foundation.json, the HTML report of it beside it
+ * (foundation.html, report.ts: plots of the raw samples the JSON keeps) and a table on stdout:
  * - sandbox create latency p50/p95 (goal p50 <= 300 ms),
  * - exec round trip p50 (`true`, goal <= 20 ms),
  * - GetSandbox unary throughput through the server (goal >= 3,000 calls/s), with the shared
