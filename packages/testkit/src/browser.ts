@@ -5,7 +5,7 @@
  * request that left the page (a self-contained report makes none). Tests assert on the report
  * with {@link pageProblems}; suites need {@link PARTS_BROWSER}.
  */
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { accessSync, constants, mkdtempSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type * as Playwright from 'playwright-core';
@@ -15,7 +15,17 @@ import type { Part } from './prereq';
 export const CHROMIUM = process.env.SANDNODE_CHROMIUM ?? '/usr/bin/chromium';
 
 /** The part "a headless chromium": `.ci/run` installs it (apt), so its absence fails under CI=true. */
-export const PARTS_BROWSER: Part = { name: `chromium (apt-get install chromium; at ${CHROMIUM})`, present: () => existsSync(CHROMIUM), ciProvides: true };
+export const PARTS_BROWSER: Part = { name: `chromium (apt-get install chromium; at ${CHROMIUM})`, present: () => isExecutable(CHROMIUM), ciProvides: true };
+
+/** isExecutable: file is a regular file (after symlinks) that we may execute. */
+function isExecutable(file: string): boolean {
+  try {
+    accessSync(file, constants.X_OK);
+    return statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
 
 /** One plot as rendered: its kind (data-plot), title, size in CSS px and how many drawn marks have a non-zero box. */
 export interface RenderedPlot {
