@@ -17,6 +17,7 @@ const PACKAGES = {
   testkit: 'packages/testkit',
   'template-builder': 'packages/template-builder',
   'node-stack': 'packages/node-stack',
+  plot: 'packages/plot',
   podd: 'services/podd',
   'vmm-supervisor': 'services/vmm-supervisor',
   'ublk-manager': 'services/ublk-manager',

@@ -72,6 +72,23 @@ describe('Grafana dashboard deploy/grafana/sandnode-node.json', () => {
     expect(dashboard.templating.list.map((v) => v.name)).toEqual(expect.arrayContaining(['datasource', 'instance']));
   });
 
+  it('lays its panels out without overlap (gridPos cells of two panels, rows included, never meet)', () => {
+    const taken = new Map<string, string>();
+    const overlaps: string[] = [];
+    for (const p of dashboard.panels) {
+      const { x, y, w, h } = p.gridPos;
+      const hit = new Set<string>();
+      for (let i = x; i < x + w; i++)
+        for (let j = y; j < y + h; j++) {
+          const other = taken.get(`${i},${j}`);
+          if (other) hit.add(other);
+          taken.set(`${i},${j}`, `${p.id} "${p.title}"`);
+        }
+      for (const o of hit) overlaps.push(`${p.id} "${p.title}" overlaps ${o}`);
+    }
+    expect(overlaps).toEqual([]);
+  });
+
   it('queries only metrics the code registers, grouping by labels they have', async () => {
     const known = await registered();
     const problems: string[] = [];

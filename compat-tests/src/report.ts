@@ -1,10 +1,13 @@
 /**
  * The report: `matrix.json` (exactly {cells, upgrades, wallMs}), `matrix.md` and a
- * self-contained `matrix.html` (inline CSS, no network) with the grid of combinations x
- * scenarios, every upgrade/rollback step with its timings, extra sections and the wall time.
+ * self-contained `matrix.html` (inline CSS and SVG, no scripts, no network) with the grid of
+ * combinations x scenarios, every upgrade/rollback run as a timeline (a Gantt of its steps,
+ * one row per component) and a table of its steps with their timings, extra sections and the
+ * wall time.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { gantt, type GanttBar } from '@sandnode/plot';
 import { COMPONENTS, type CellResult, type Report, type ReportSection, type ScenarioResult, type UpgradeRun } from './types';
 
 /** scenarioNames lists the scenario columns in first-seen order. */
@@ -80,9 +83,26 @@ function upgradeMarkdown(u: UpgradeRun): string[] {
   return L;
 }
 
+/** The Gantt's row for the steps that touch no one component (start, checks, records). */
+export const NODE_LANE = 'node (checks)';
+
+/**
+ * upgradeGantt draws the run's steps on a time axis, one row per component (steps without one
+ * on NODE_LANE); a step without startMs (an older report) starts where the one before it ended.
+ */
+export function upgradeGantt(u: UpgradeRun): string {
+  let at = 0;
+  const bars: GanttBar[] = u.steps.map((s) => {
+    const from = s.startMs ?? at;
+    at = from + s.ms;
+    return { lane: s.component ?? NODE_LANE, from: from / 1000, to: (from + s.ms) / 1000, label: s.name, status: s.result };
+  });
+  return gantt({ title: `upgrade and rollback run ${u.from} -> ${u.to} -> ${u.from}: steps per component`, xLabel: 's from the run start', lanes: [...COMPONENTS, NODE_LANE], bars });
+}
+
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 
-/** toHtml renders a self-contained page (inline CSS, no scripts, no network). */
+/** toHtml renders a self-contained page (inline CSS and SVG, no scripts, no network). */
 export function toHtml(r: Report, sections: ReportSection[] = [], meta: string[] = []): string {
   const names = scenarioNames(r.cells);
   const badge = (x: string, title = '') => `<td class="${esc(x.replace('/', ''))}" title="${esc(title)}">${esc(x)}</td>`;
@@ -123,6 +143,7 @@ export function toHtml(r: Report, sections: ReportSection[] = [], meta: string[]
     H.push(
       `<h2>Upgrade and rollback run ${esc(u.from)} &rarr; ${esc(u.to)} &rarr; ${esc(u.from)}: <span class="${u.result}">${u.result}</span>${u.ms !== undefined ? ` (${(u.ms / 1000).toFixed(1)} s)` : ''}</h2>`,
     );
+    H.push(`<figure>${upgradeGantt(u)}<figcaption>green: passed, red: failed, grey: n/a; hover a step for its name and duration</figcaption></figure>`);
     H.push('<table><tr><th>step</th><th>result</th><th>ms</th><th>timings</th><th>detail</th></tr>');
     for (const s of u.steps) {
       H.push(`<tr><td>${esc(s.name)}</td>${badge(s.result)}<td>${s.ms}</td><td>${esc(timingText(s.timings))}</td><td>${esc(s.detail ?? '')}`);

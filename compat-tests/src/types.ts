@@ -61,6 +61,8 @@ export interface UpgradeStep {
   result: 'pass' | 'fail' | 'n/a';
   /** wall time in ms */
   ms: number;
+  /** when the step began, ms from the run's start (the Gantt in matrix.html); absent in reports written before it was kept */
+  startMs?: number;
   /** component touched by the step, when it touches one */
   component?: Component;
   from?: string;

@@ -53,7 +53,7 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
     const s0 = Date.now();
     try {
       const r = (await fn()) ?? {};
-      const st: UpgradeStep = { name, result: 'pass', ms: Date.now() - s0, ...extra, ...r };
+      const st: UpgradeStep = { name, result: 'pass', ms: Date.now() - s0, startMs: s0 - t0, ...extra, ...r };
       if (st.scenarios?.some((x) => x.result === 'fail')) st.result = 'fail';
       run.steps.push(st);
       if (st.result === 'fail') failed = true;
@@ -71,7 +71,7 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
     } catch (err) {
       const c = extra.component ?? 'server';
       const gs = grpcStatusOf(err);
-      run.steps.push({ name, result: 'fail', ms: Date.now() - s0, ...extra, detail: `${gs ? `${gs}: ` : ''}${(err as Error).message}`, logExcerpt: node.logTail(c) });
+      run.steps.push({ name, result: 'fail', ms: Date.now() - s0, startMs: s0 - t0, ...extra, detail: `${gs ? `${gs}: ` : ''}${(err as Error).message}`, logExcerpt: node.logTail(c) });
       failed = true;
       log(`  ${name}: FAIL (${Date.now() - s0} ms) ${(err as Error).message}`);
       return false;

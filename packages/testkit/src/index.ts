@@ -11,3 +11,4 @@ export * from './sqlite-lock';
 export * from './fuzz-random';
 export * from './test-subnet';
 export * from './test-internet';
+export * from './browser';

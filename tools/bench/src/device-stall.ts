@@ -19,7 +19,7 @@ import path from 'node:path';
 import { mapLimit, socketPath, unixAddress } from '@sandnode/shared';
 import { COMPONENTS, connectServer, percentile, purgeNode, startComponent, stopComponent, upgradeUblkManager, type StackDirs } from '@sandnode/node-stack';
 import type { WriterReport } from './fsync-writer';
-import { spreadOf, type Spread } from './results';
+import { samples, spreadOf, type Spread } from './results';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 
@@ -45,6 +45,11 @@ export interface DeviceStallRound {
   baselineWrites: number;
   baselineWriteP99Ms: number;
   writeErrors: string[];
+  /** raw figures (the HTML report plots them): each device's stall, ms, as HandoverAll reported it */
+  deviceStallsMs: { deviceId: string; stallMs: number }[];
+  /** write + fdatasync latencies, ms, of the writes during the handover and of the baseline window */
+  writeSamplesMs: number[];
+  baselineWriteSamplesMs: number[];
 }
 
 /** What benchDeviceStall measured. */
@@ -151,6 +156,9 @@ export async function benchDeviceStall(root: string, rows: (string | number)[][]
           baselineWrites: quiet.length,
           baselineWriteP99Ms: r1(percentile(quiet, 99)),
           writeErrors: report.files.flatMap((f) => f.errors.map((e) => `${f.file}: ${e}`)),
+          deviceStallsMs: u.devices.map((d) => ({ deviceId: d.deviceId, stallMs: Math.round(d.stallMs * 100) / 100 })),
+          writeSamplesMs: samples(during),
+          baselineWriteSamplesMs: samples(quiet),
         });
       }
       await mapLimit(ids, 4, (id) => api.sandboxes.deleteSandbox({ sandboxId: id }));

@@ -15,7 +15,7 @@ import { socketPath, unixAddress } from '@sandnode/shared';
 import { ForkMethod } from '@sandnode/shared/proto/server/v1/sandbox';
 import { connectServer, table, type ServerApi, COMPONENTS, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { percentile } from '@sandnode/node-stack';
-import { spreadOf, writeBenchResults, type Spread } from './results';
+import { samples, spreadOf, writeBenchResults, type Spread } from './results';
 
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
@@ -34,6 +34,9 @@ export interface ForkBench {
   /** spread over the forks */
   forkSpreadMs: Spread;
   freezeWindowSpreadMs: Spread;
+  /** the raw figures, one per fork in order, ms (the HTML report plots them) */
+  forkSamplesMs: number[];
+  freezeWindowSamplesMs: number[];
 }
 
 /** benchFork forks a parent with BENCH_FORK_MB in /workspace BENCH_FORKS times; rows get the table lines. */
@@ -71,6 +74,8 @@ export async function benchFork(api: ServerApi, rows: (string | number)[][]): Pr
       goalFreezeWindowP99Ms: 50,
       forkSpreadMs: spreadOf(forkMs),
       freezeWindowSpreadMs: spreadOf(heldMs),
+      forkSamplesMs: samples(forkMs),
+      freezeWindowSamplesMs: samples(heldMs),
     };
     rows.push([
       `fork (parent with ${mb} MB in /workspace, ${method}) p50 / p95`,

@@ -1,4 +1,4 @@
-import { gapIn } from './gaps';
+import { gapIn, timelineOf } from './gaps';
 import { costPer, parseHostCommands } from './vmm-cost';
 
 describe('gapIn', () => {
@@ -26,5 +26,15 @@ describe('vmm cost', () => {
     const before = { commands: { 'runc state': 7, umount: 2 }, cpuMs: 100, sysMs: 40, serverCpuMs: 10 };
     const after = { commands: { 'runc state': 13, umount: 2, 'runc delete': 2 }, cpuMs: 160, sysMs: 60, serverCpuMs: 14 };
     expect(costPer(before, after, 2)).toEqual({ processStarts: 4, byCommand: { 'runc state': 3, 'runc delete': 1 }, cpuMs: 30, sysMs: 10, serverCpuMs: 2 });
+  });
+});
+
+describe('timelineOf', () => {
+  it('keeps the successes inside the window and the nearest one on each side, relative to its start', () => {
+    expect(timelineOf([0, 10, 12, 40, 45, 47, 100], 11, 46)).toEqual([-1, 1, 29, 34, 36]);
+    // none before, none after: only the inside ones
+    expect(timelineOf([20, 25], 10, 30)).toEqual([10, 15]);
+    // an outage across the window: the edges' neighbours only, so gapIn's 190 ms shows
+    expect(timelineOf([0, 10, 200], 50, 60)).toEqual([-40, 150]);
   });
 });

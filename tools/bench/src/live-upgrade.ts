@@ -18,7 +18,7 @@ import { connectServer, upgradeServer, waitForActiveServer, percentile } from '@
 import { COMPONENTS, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { benchDrain, withVmmMetrics } from './drain';
 import { now, startLoadProcess } from './handover-load';
-import { gapIn } from './gaps';
+import { gapIn, timelineOf } from './gaps';
 
 const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
@@ -82,20 +82,22 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     ]);
     await new Promise((r) => setTimeout(r, 500));
     // windows [switch start - 50 ms, its end + AFTER_MS], monotonic ms; figures after the loads end
-    const windows: { rep: number; idle: boolean; from: number; to: number; holdMs: number }[] = [];
+    const windows: { rep: number; idle: boolean; from: number; to: number; holdMs: number; switchEnd: number }[] = [];
     for (let rep = 0; rep < reps; rep++) {
       const took: number[] = [];
       for (let i = 0; i < rounds; i++) {
         const t0 = now();
         const holdMs = (await upgradeServer(dirs, '.')).holdWindowMs;
-        took.push(now() - t0);
-        windows.push({ rep, idle: false, from: t0 - 50, to: now() + AFTER_MS, holdMs });
+        const t1 = now();
+        took.push(t1 - t0);
+        windows.push({ rep, idle: false, from: t0 - 50, to: t1 + AFTER_MS, holdMs, switchEnd: t1 });
         await new Promise((r) => setTimeout(r, 300));
       }
       for (let i = 0; i < rounds; i++) {
         const t0 = now();
         await new Promise((r) => setTimeout(r, percentile(took, 50)));
-        windows.push({ rep, idle: true, from: t0 - 50, to: now() + AFTER_MS, holdMs: 0 });
+        const t1 = now();
+        windows.push({ rep, idle: true, from: t0 - 50, to: t1 + AFTER_MS, holdMs: 0, switchEnd: t1 });
         await new Promise((r) => setTimeout(r, 300));
       }
     }
@@ -154,18 +156,33 @@ export async function benchLiveUpgrade(root: string, rows: (string | number)[][]
     dirs.listen = `127.0.0.1:${port}`;
     const load2 = await startLoadProcess({ ...base, openCallMs: num('BENCH_HANDOVER_CALL_MS', 2), freshCallMs: 0 });
     await new Promise((r) => setTimeout(r, 500));
-    const rWindows: { from: number; to: number }[] = [];
+    const rWindows: { from: number; to: number; switchEnd: number }[] = [];
     for (let i = 0; i < Math.min(rounds, 5); i++) {
       const t0 = now();
       await stopComponent(dirs, 'server');
       await startComponent(dirs, 'server');
-      rWindows.push({ from: t0 - 50, to: now() + AFTER_MS });
+      const t1 = now();
+      rWindows.push({ from: t0 - 50, to: t1 + AFTER_MS, switchEnd: t1 });
       await new Promise((r) => setTimeout(r, 300));
     }
     const lr2 = await load2.end();
     const rGaps = rWindows.map((w) => gapIn(lr2.okTimes, w.from, w.to));
     const restart = { rounds: rGaps.length, ok: lr2.ok, refused: lr2.refused, failed: lr2.failed, gapP50Ms: r1(percentile(rGaps, 50)), gapP99Ms: r1(percentile(rGaps, 99)) };
-    out.serverHandover = { handover, naiveRestart: restart, goal: 'handover: 0 refused, 0 failed (open and fresh connections), gap p99 <= 30 ms' };
+    // the raw timeline (the HTML report draws it): per window, ms from its start, the switch
+    // [50, switchEndMs], the successful calls of the open channel, the gap gapIn measured
+    const lane = (w: { from: number; to: number; switchEnd: number }, times: number[]) => ({
+      lengthMs: r1(w.to - w.from),
+      switchEndMs: r1(w.switchEnd - w.from),
+      gapMs: r1(gapIn(times, w.from, w.to)),
+      okMs: timelineOf(times, w.from, w.to),
+    });
+    const timeline = {
+      switchStartMs: 50,
+      handovers: of(undefined, false).map((w) => ({ rep: w.rep, holdMs: r1(w.holdMs), ...lane(w, lr.okTimes) })),
+      idle: of(undefined, true).map((w) => ({ rep: w.rep, ...lane(w, lr.okTimes) })),
+      naiveRestarts: rWindows.map((w) => lane(w, lr2.okTimes)),
+    };
+    out.serverHandover = { handover, naiveRestart: restart, timeline, goal: 'handover: 0 refused, 0 failed (open and fresh connections), gap p99 <= 30 ms' };
     rows.push([
       `server handover x${handover.rounds}: refused / failed / gap p50 / p99 (p99 spread over ${reps} reps)`,
       `${handover.refused} / ${handover.failed} / ${handover.gapP50Ms} / ${handover.gapP99Ms} ms (${handover.gapP99SpreadMs})`,

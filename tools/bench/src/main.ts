@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * `npm run bench`: measures a real node (every component a process, runc containers on loop
- * devices) and writes bench/results/foundation.json plus a table on stdout:
+ * devices) and writes bench/results/foundation.json, the HTML report of it beside it
+ * (foundation.html, report.ts: plots of the raw samples the JSON keeps) and a table on stdout:
  * - sandbox create latency p50/p95 (goal p50 <= 300 ms),
  * - exec round trip p50 (`true`, goal <= 20 ms),
  * - GetSandbox unary throughput through the server (goal >= 3,000 calls/s), with the shared
@@ -40,7 +41,7 @@ import path from 'node:path';
 import { socketPath, unixAddress, mapLimit } from '@sandnode/shared';
 import { connectServer, table, type ServerApi, COMPONENTS, killComponent, logFile, purgeNode, startComponent, stopComponent, type StackDirs } from '@sandnode/node-stack';
 import { benchFork } from './fork';
-import { spreadOf, writeBenchResults } from './results';
+import { samples, spreadOf, writeBenchResults } from './results';
 import { runChaos, type ChaosReport } from '@sandnode/chaos';
 import { benchLiveUpgrade } from './live-upgrade';
 import { benchDeviceStall } from './device-stall';
@@ -115,7 +116,7 @@ async function benchFirstNode(root: string, want: Set<Section>, results: Record<
     }
     if (want.has('create')) {
       const spread = spreadOf(createMs);
-      results.create = { n: creates, p50Ms: r1(percentile(createMs, 50)), p95Ms: r1(percentile(createMs, 95)), spreadMs: spread, goalP50Ms: 300 };
+      results.create = { n: creates, p50Ms: r1(percentile(createMs, 50)), p95Ms: r1(percentile(createMs, 95)), spreadMs: spread, goalP50Ms: 300, samplesMs: samples(createMs) };
       rows.push(['sandbox create p50 / p95', `${r1(percentile(createMs, 50))} / ${r1(percentile(createMs, 95))} ms`, 'p50 <= 300 ms', `${spread.text} ms`]);
     }
 
@@ -129,7 +130,7 @@ async function benchFirstNode(root: string, want: Set<Section>, results: Record<
         execMs.push(performance.now() - t0);
       }
       const spread = spreadOf(execMs);
-      results.exec = { n: execs, p50Ms: r1(percentile(execMs, 50)), p95Ms: r1(percentile(execMs, 95)), spreadMs: spread, goalP50Ms: 20 };
+      results.exec = { n: execs, p50Ms: r1(percentile(execMs, 50)), p95Ms: r1(percentile(execMs, 95)), spreadMs: spread, goalP50Ms: 20, samplesMs: samples(execMs) };
       rows.push(['exec round trip (true) p50 / p95', `${r1(percentile(execMs, 50))} / ${r1(percentile(execMs, 95))} ms`, 'p50 <= 20 ms', `${spread.text} ms`]);
     }
 

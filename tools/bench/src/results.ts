@@ -1,14 +1,24 @@
 /** Where `npm run bench` writes its results: `<repo>/bench/results/<name>.json`. */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { benchReportHtml } from './report';
 
-/** writeBenchResults writes results as `bench/results/<name>.json` (pretty JSON) and returns the path. */
-export function writeBenchResults(name: string, results: unknown): string {
+/**
+ * writeBenchResults writes results as `bench/results/<name>.json` (pretty JSON) and, beside it,
+ * the HTML report of those results (`<name>.html`, report.ts); returns the JSON's path.
+ */
+export function writeBenchResults(name: string, results: Record<string, unknown>): string {
   const outDir = path.resolve(__dirname, '..', '..', '..', 'bench', 'results');
   mkdirSync(outDir, { recursive: true });
   const out = path.join(outDir, `${name}.json`);
   writeFileSync(out, `${JSON.stringify(results, null, 2)}\n`);
+  writeFileSync(path.join(outDir, `${name}.html`), benchReportHtml(results, `${name}.json`));
   return out;
+}
+
+/** samples rounds raw samples to 0.01 (their unit kept) so the JSON stays readable; the HTML report plots them (report.ts). */
+export function samples(xs: readonly number[]): number[] {
+  return xs.map((x) => Math.round(x * 100) / 100);
 }
 
 /** Spread of one figure over its repetitions (rounds or samples), same unit as the figure. */

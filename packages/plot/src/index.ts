@@ -1,0 +1,2 @@
+/** @sandnode/plot: small SVG plots for the bench and compat reports (svg.ts). */
+export * from './svg';
