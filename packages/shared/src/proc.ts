@@ -68,6 +68,31 @@ export function processLiveness(pid: number, startTicks: number): Liveness {
   return 'alive';
 }
 
+/** How long openFilesLimit keeps what it read of /proc/self/limits, ms. */
+const LIMITS_CACHE_MS = 1000;
+let limitsCache: { at: number; soft: number | undefined } | undefined;
+
+/**
+ * openFilesLimit returns this process's soft RLIMIT_NOFILE (the "Max open files" line of
+ * /proc/self/limits; read at most every second, since the limit can be changed from outside
+ * with prlimit(1)), or undefined when it cannot be read or is unlimited.
+ */
+export function openFilesLimit(now = Date.now()): number | undefined {
+  if (limitsCache && now - limitsCache.at < LIMITS_CACHE_MS) return limitsCache.soft;
+  let soft: number | undefined;
+  try {
+    const line = readFileSync('/proc/self/limits', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
+    const v = Number(line?.slice('Max open files'.length).trim().split(/\s+/)[0]);
+    soft = Number.isSafeInteger(v) && v > 0 ? v : undefined;
+  } catch {
+    soft = limitsCache?.soft; // out of descriptors, say: keep the last known value
+  }
+  limitsCache = { at: now, soft };
+  return soft;
+}
+
 /** processState returns the state letter of /proc/<pid>/stat (R, S, D, Z, T ...), or undefined. */
 export function processState(pid: number): string | undefined {
   try {
