@@ -33,6 +33,66 @@ export function isSameProcess(pid: number, startTicks: number): boolean {
   return t !== undefined && t === startTicks;
 }
 
+/**
+ * What /proc says of a process that started at given start ticks: `alive` (it runs, not a
+ * zombie), `gone` (no such process, a zombie, or the pid was reused), or `unknown` when
+ * /proc/<pid>/stat could not be read for another reason (EMFILE/ENFILE when the caller is out
+ * of file descriptors, EACCES, ENOMEM ...): nothing may be decided on `unknown`.
+ */
+export type Liveness = 'alive' | 'gone' | 'unknown';
+
+/** The errors of reading /proc/<pid>/stat that mean the process does not exist (any more). */
+const GONE_ERRNOS = new Set(['ENOENT', 'ESRCH']);
+
+/**
+ * processLiveness reads /proc/<pid>/stat once and says whether pid still runs as the process
+ * that started at startTicks (see {@link Liveness}). Unlike isSameProcess, a read that failed
+ * for a reason other than "no such process" answers `unknown`, never `gone`: a caller short of
+ * file descriptors (a sandbox flooding the egress proxy to the server's RLIMIT_NOFILE) must not
+ * take a live VM for a dead one (attacker finding: the reaper marked every sandbox ERROR).
+ */
+export function processLiveness(pid: number, startTicks: number): Liveness {
+  if (!Number.isInteger(pid) || pid <= 0) return 'gone';
+  let stat: string;
+  try {
+    stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  } catch (err) {
+    return GONE_ERRNOS.has((err as NodeJS.ErrnoException).code ?? '') ? 'gone' : 'unknown';
+  }
+  const close = stat.lastIndexOf(')');
+  if (close < 0) return 'unknown';
+  const rest = stat.slice(close + 2).split(' ');
+  const ticks = Number(rest[19]);
+  if (!Number.isFinite(ticks)) return 'unknown';
+  if (ticks !== startTicks || rest[0] === 'Z' || rest[0] === 'X') return 'gone';
+  return 'alive';
+}
+
+/** How long openFilesLimit keeps what it read of /proc/self/limits, ms. */
+const LIMITS_CACHE_MS = 1000;
+let limitsCache: { at: number; soft: number | undefined } | undefined;
+
+/**
+ * openFilesLimit returns this process's soft RLIMIT_NOFILE (the "Max open files" line of
+ * /proc/self/limits; read at most every second, since the limit can be changed from outside
+ * with prlimit(1)), or undefined when it cannot be read or is unlimited.
+ */
+export function openFilesLimit(now = Date.now()): number | undefined {
+  if (limitsCache && now - limitsCache.at < LIMITS_CACHE_MS) return limitsCache.soft;
+  let soft: number | undefined;
+  try {
+    const line = readFileSync('/proc/self/limits', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Max open files'));
+    const v = Number(line?.slice('Max open files'.length).trim().split(/\s+/)[0]);
+    soft = Number.isSafeInteger(v) && v > 0 ? v : undefined;
+  } catch {
+    soft = limitsCache?.soft; // out of descriptors, say: keep the last known value
+  }
+  limitsCache = { at: now, soft };
+  return soft;
+}
+
 /** processState returns the state letter of /proc/<pid>/stat (R, S, D, Z, T ...), or undefined. */
 export function processState(pid: number): string | undefined {
   try {

@@ -4,7 +4,7 @@
  * passed are listed for deletion. Each takes the sandbox's lock and re-reads the record under
  * it; a sandbox with an operation running or waiting is skipped until the next round.
  */
-import { isSameProcess, processState } from '@sandnode/shared';
+import { processLiveness, type Liveness } from '@sandnode/shared';
 import type { CoreContext } from './context';
 import { teardown } from './provision';
 import { isLive, transition } from './transitions';
@@ -18,24 +18,27 @@ const EXPIRABLE: readonly SandboxState[] = ['RUNNING', 'PAUSED', 'ERROR', 'DRAIN
 /** The states of an interrupted create or delete. */
 const INTERRUPTED: readonly SandboxState[] = ['CREATING', 'DELETING'];
 
-/** vmAlive: the process is the VM's (same start ticks) and not a zombie. */
-function vmAlive(pid: number, ticks: number): boolean {
-  return isSameProcess(pid, ticks) && processState(pid) !== 'Z';
-}
-
 /**
  * checkLiveness marks ERROR every RUNNING or PAUSED sandbox whose VM process is gone (pid +
  * start ticks no longer match, or a zombie), so that the API does not report a dead sandbox
- * as running. Cheap: reads /proc only. Returns the ids marked.
+ * as running. Cheap: reads /proc only. A VM whose /proc entry cannot be read (processLiveness
+ * `unknown`: the server is out of file descriptors, say) is left as it is until a round that
+ * can tell; it is logged, once per round. Returns the ids marked.
  */
 export async function checkLiveness(c: CoreContext): Promise<string[]> {
   const marked: string[] = [];
+  const unknown: string[] = [];
+  const liveness = (vm: { pid: number; startTimeTicks: number }, id: string): Liveness => {
+    const l = processLiveness(vm.pid, vm.startTimeTicks);
+    if (l === 'unknown' && !unknown.includes(id)) unknown.push(id);
+    return l;
+  };
   for (const r of c.store.list()) {
     if (!isLive(r) || !r.vm || c.locks.busy(r.sandboxId)) continue;
-    if (vmAlive(r.vm.pid, r.vm.startTimeTicks)) continue;
+    if (liveness(r.vm, r.sandboxId) !== 'gone') continue;
     await c.locks.run(r.sandboxId, async () => {
       const rec = c.store.get(r.sandboxId);
-      if (!rec?.vm || !isLive(rec) || vmAlive(rec.vm.pid, rec.vm.startTimeTicks)) return;
+      if (!rec?.vm || !isLive(rec) || liveness(rec.vm, rec.sandboxId) !== 'gone') return;
       transition(rec, 'ERROR');
       rec.errorMessage = `its VM process (pid ${rec.vm.pid}) is gone`;
       c.touch(rec);
@@ -44,6 +47,7 @@ export async function checkLiveness(c: CoreContext): Promise<string[]> {
       c.log.error({ sandbox_id: rec.sandboxId, pid: rec.vm.pid }, 'sandbox VM process is gone: marked ERROR');
     });
   }
+  if (unknown.length) c.log.warn({ sandbox_ids: unknown }, 'liveness: /proc could not be read for these VMs (out of file descriptors?); left as they are until it can');
   return marked;
 }
 

@@ -17,13 +17,28 @@
  */
 import net from 'node:net';
 import os from 'node:os';
-import { domainMatches, evaluateEgress, normalizeName, type Cidr, type EgressVerdict, type Logger } from '@sandnode/shared';
+import { domainMatches, evaluateEgress, normalizeName, openFilesLimit, type Cidr, type EgressVerdict, type Logger } from '@sandnode/shared';
 import type { NetworkDirectory, SandboxNetworkView } from '../core/network-directory';
 import { originalDestination as readOriginalDst, type Destination } from './original-dst';
 import { MAX_PREAMBLE_BYTES, parsePreamble, type Preamble } from './preamble';
 import { BulkReader } from './relay';
 import { listenTcp, newTraffic, type SandboxTraffic, type TcpListen } from './sockets';
 import type { UpstreamDns } from './upstream-dns';
+
+/**
+ * Share of the server's soft RLIMIT_NOFILE that all proxied connections of the node together
+ * may hold: at most limit / EGRESS_FD_SHARE_DIVISOR connections (each is two descriptors, the
+ * sandbox's and the upstream one, so at most half of the server's descriptors). Attacker
+ * finding: the per-sandbox cap alone let a few sandboxes put the server at its limit (EMFILE
+ * for its API, podd and SQLite); one more connection is reset.
+ */
+export const EGRESS_FD_SHARE_DIVISOR = 4;
+
+/** nodeEgressCap is the default node-wide cap: openFilesLimit() / EGRESS_FD_SHARE_DIVISOR (no cap when the limit is unknown). */
+export function nodeEgressCap(): number {
+  const limit = openFilesLimit();
+  return limit === undefined ? Number.POSITIVE_INFINITY : Math.max(1, Math.floor(limit / EGRESS_FD_SHARE_DIVISOR));
+}
 
 /** Open connections one sandbox may have through the proxy (server key egressMaxConnections). */
 export const DEFAULT_EGRESS_MAX_CONNECTIONS = 1024;
@@ -45,6 +60,8 @@ export interface EgressProxyOptions {
   logger: Logger;
   /** per sandbox (default DEFAULT_EGRESS_MAX_CONNECTIONS) */
   maxConnections?: number;
+  /** of the whole node, asked at each connection (default nodeEgressCap: a share of the server's RLIMIT_NOFILE) */
+  maxTotalConnections?: () => number;
   /** ms (default DEFAULT_EGRESS_IDLE_MS) */
   idleTimeoutMs?: number;
   /** ms (default DEFAULT_PREAMBLE_TIMEOUT_MS) */
@@ -144,6 +161,9 @@ export async function decideEgress(
 /** startEgressProxy listens on opts.listen and proxies until close(). Rejects on a bind error. */
 export async function startEgressProxy(opts: EgressProxyOptions): Promise<EgressProxy> {
   const maxConns = opts.maxConnections ?? DEFAULT_EGRESS_MAX_CONNECTIONS;
+  const maxTotal = opts.maxTotalConnections ?? nodeEgressCap;
+  let totalWarnedAt = 0;
+  const limitWarnedAt = new Map<string, number>();
   const idleMs = opts.idleTimeoutMs ?? DEFAULT_EGRESS_IDLE_MS;
   const preambleMs = opts.preambleTimeoutMs ?? DEFAULT_PREAMBLE_TIMEOUT_MS;
   const connectMs = opts.connectTimeoutMs ?? DEFAULT_UPSTREAM_CONNECT_MS;
@@ -164,7 +184,20 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     t.connections++;
     if (t.open >= maxConns) {
       t.refused++;
-      log.warn({ sandbox_id: view.sandboxId, open: t.open }, 'egress: connection limit reached');
+      // at most one line per sandbox per second: a sandbox reconnecting in a loop must not fill the server's log
+      const now = Date.now();
+      if (now - (limitWarnedAt.get(view.sandboxId) ?? 0) > 1000) {
+        limitWarnedAt.set(view.sandboxId, now);
+        log.warn({ sandbox_id: view.sandboxId, open: t.open, refused: t.refused }, 'egress: connection limit reached');
+      }
+      return client.resetAndDestroy();
+    }
+    if (open.size >= maxTotal()) {
+      t.refused++;
+      if (Date.now() - totalWarnedAt > 1000) {
+        totalWarnedAt = Date.now();
+        log.warn({ sandbox_id: view.sandboxId, open: open.size }, 'egress: node-wide connection limit reached (a share of the server RLIMIT_NOFILE)');
+      }
       return client.resetAndDestroy();
     }
     t.open++;
@@ -259,6 +292,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       for (const [s, owner] of open) if (owner === id) s.resetAndDestroy();
     },
     forget: (id) => {
+      limitWarnedAt.delete(id);
       if (counters.get(id)?.open === 0) counters.delete(id);
     },
     close: async () => {

@@ -14,7 +14,7 @@
 import { readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
-import { isSameProcess, processState } from '@sandnode/shared';
+import { isSameProcess, processLiveness } from '@sandnode/shared';
 import { signalVerified } from './syscalls';
 
 /** The cgroup filesystem root of the host. */
@@ -52,11 +52,13 @@ export function readFreezer(dir: string): FreezerState | undefined {
  * liveStatus is what `runc state` would say of a VM whose init is init (pid, start ticks):
  * 'stopped' when that process is gone or a zombie (runc's status is its init's), 'paused' or
  * 'running' from the freezer when it runs, undefined when it cannot tell (no freezer dir,
- * FREEZING, init unknown).
+ * FREEZING, init unknown, /proc unreadable).
  */
 export function liveStatus(vmId: string, init: { pid: number; startTimeTicks: number }, root = CGROUP_ROOT): 'stopped' | 'paused' | 'running' | undefined {
   if (init.pid <= 0) return undefined;
-  if (!isSameProcess(init.pid, init.startTimeTicks) || processState(init.pid) === 'Z') return 'stopped';
+  const l = processLiveness(init.pid, init.startTimeTicks);
+  if (l === 'gone') return 'stopped';
+  if (l === 'unknown') return undefined; // /proc unreadable (EMFILE ...): never "stopped" on a failed read
   const dir = path.join(root, 'freezer', vmCgroupPath(vmId));
   const s = readFreezer(dir);
   if (s === 'FROZEN') return selfFreezing(dir) ? 'paused' : undefined; // frozen through an ancestor: not runc's "paused"

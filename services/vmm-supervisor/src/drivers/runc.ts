@@ -32,7 +32,7 @@ import { spawn } from 'node:child_process';
 import { closeSync, existsSync, fchownSync, fstatSync, mkdirSync, openSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, rm } from 'node:fs/promises';
 import path from 'node:path';
-import { CommandError, FailedPreconditionError, InternalError, isSameProcess, processStartTicks, processState, run, VMM_FEATURES } from '@sandnode/shared';
+import { CommandError, FailedPreconditionError, InternalError, processLiveness, processStartTicks, run, VMM_FEATURES } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
 import { HostStepError } from '../core/host-error';
@@ -72,9 +72,13 @@ export const STOP_POLL_MS = 25;
 /** How often a stop checks whether the VM's init process is gone (in-process, /proc), in ms. */
 export const INIT_POLL_MS = 2;
 
-/** isAlive says whether pid still runs as the process that started at startTicks (a zombie counts as gone). */
+/**
+ * isAlive says whether pid still runs as the process that started at startTicks (a zombie counts
+ * as gone); a /proc entry that cannot be read (EMFILE ...) counts as alive: a VM is never taken
+ * for stopped on a read that failed (processLiveness).
+ */
 function isAlive(pid: number, startTicks: number): boolean {
-  return isSameProcess(pid, startTicks) && processState(pid) !== 'Z';
+  return processLiveness(pid, startTicks) !== 'gone';
 }
 
 /** RuncDriverOptions configure the driver. */
@@ -341,7 +345,7 @@ export class RuncDriver implements VmDriver {
     const st = await this.state(vmId, this.bin(vm));
     if (st.status === 'absent') return { state: 'stopped', detail: 'runc has no such container' };
     if (st.status !== 'running' && st.status !== 'paused') return { state: 'stopped', detail: `runc status ${st.status}` };
-    if (st.pid !== expected.pid || !isSameProcess(expected.pid, expected.startTimeTicks)) {
+    if (st.pid !== expected.pid || processLiveness(expected.pid, expected.startTimeTicks) === 'gone') {
       return { state: 'stopped', detail: `pid ${expected.pid} with start ticks ${expected.startTimeTicks} is gone (runc pid ${st.pid})` };
     }
     return { state: st.status, process: expected };
