@@ -191,6 +191,14 @@ export function loadConfig<S extends z.ZodObject<z.ZodRawShape>>(schema: S, opts
   return result.data;
 }
 
+/**
+ * logConfigNotes logs each note once at warn, with the file, its kind and keys as fields (a
+ * daemon calls it right after its logger exists: the config is read before).
+ */
+export function logConfigNotes(log: { warn(obj: object, msg: string): void }, notes: readonly ConfigNote[]): void {
+  for (const n of notes) log.warn({ configFile: n.file, ignoredKeys: n.keys, kind: n.kind }, n.message);
+}
+
 /** What {@link writeConfigSlots} writes: the config's keys and which of them each format's readers know. */
 export interface ConfigSlotsSpec {
   /** the keys and their values (JSON values; `version` and `required` are not keys) */
