@@ -122,7 +122,7 @@ export interface UblkConfig {
  * this build writes holds only these (writeConfigSlots, @sandnode/shared).
  */
 export const KEY_SINCE: Readonly<Record<string, string>> = Object.fromEntries(
-  ['slot', 'stateDir', 'runDir', 'listen', 'logLevel', 'driver', 'imagesDir', 'maxDeviceSizeBytes', 'drainMs', 'ublkServer'].map((k) => [k, '0.1.0']),
+  ['slot', 'stateDir', 'runDir', 'listen', 'logLevel', 'driver', 'imagesDir', 'maxDeviceSizeBytes', 'directIo', 'drainMs', 'metricsListen', 'ublkServer'].map((k) => [k, '0.1.0']),
 );
 /** The keys format-1 readers know (see KEY_SINCE). */
 export const V1_KEYS: readonly string[] = Object.keys(KEY_SINCE);
