@@ -76,7 +76,13 @@ export async function runCell(
   }
   cell.ms = Date.now() - t0;
   log(
-    `cell ${describeAssignment(a)}${cell.configs ? ` configs ${Object.entries(cell.configs).map(([c, w]) => `${c}<-${w}`).join(' ')}` : ''}: ${cell.result} (${cell.ms} ms)${
+    `cell ${describeAssignment(a)}${
+      cell.configs
+        ? ` configs ${Object.entries(cell.configs)
+            .map(([c, w]) => `${c}<-${w}`)
+            .join(' ')}`
+        : ''
+    }: ${cell.result} (${cell.ms} ms)${
       cell.result === 'fail'
         ? ` ${cell.scenarios
             .filter((s) => s.result === 'fail')

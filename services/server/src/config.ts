@@ -188,8 +188,28 @@ export const configSchema = z.object({
  */
 export const KEY_SINCE: Readonly<Record<string, string>> = Object.fromEntries(
   [
-    'stateDir', 'runDir', 'listen', 'socket', 'vmmAddress', 'ublkAddress', 'logLevel', 'upperBytes', 'defaultDiskBytes', 'defaultVcpus', 'defaultMemoryMib',
-    'poddReadyTimeoutMs', 'reaperIntervalMs', 'adoptConcurrency', 'poddBundle', 'metricsListen', 'drainMs', 'slot', 'takeover', 'retireDrainMs', 'drainOnSigterm', 'drainDeadlineMs',
+    'stateDir',
+    'runDir',
+    'listen',
+    'socket',
+    'vmmAddress',
+    'ublkAddress',
+    'logLevel',
+    'upperBytes',
+    'defaultDiskBytes',
+    'defaultVcpus',
+    'defaultMemoryMib',
+    'poddReadyTimeoutMs',
+    'reaperIntervalMs',
+    'adoptConcurrency',
+    'poddBundle',
+    'metricsListen',
+    'drainMs',
+    'slot',
+    'takeover',
+    'retireDrainMs',
+    'drainOnSigterm',
+    'drainDeadlineMs',
   ].map((k) => [k, '0.1.0']),
 );
 /** The keys format-1 readers know (see KEY_SINCE). */

@@ -22,7 +22,19 @@
  * peers, records, lease, admin socket path; then exit 0. Sandboxes are never touched by a
  * server stop. A stop that outlives drainDeadlineMs + drainMs + 5 s exits 1.
  */
-import { prepareTrustedDirs, ConfigError, createLogger, logConfigNotes, type ConfigNote, gateWritesWhileBusy, loadConfig, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
+import {
+  prepareTrustedDirs,
+  ConfigError,
+  createLogger,
+  logConfigNotes,
+  type ConfigNote,
+  gateWritesWhileBusy,
+  loadConfig,
+  parseDaemonArgs,
+  UsageError,
+  SUITE_VERSION,
+  type Logger,
+} from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
 import { configSchema, loadServerConfig, SERVICE, type ServerConfig } from './config';

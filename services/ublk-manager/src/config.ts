@@ -6,7 +6,20 @@
  * in the service README. Invalid values fail the start with an error that names the key.
  */
 import path from 'node:path';
-import { unixSocketAddress, defaultMetricsListen, DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, type ConfigNote, socketPath, unixAddress, z } from '@sandnode/shared';
+import {
+  unixSocketAddress,
+  defaultMetricsListen,
+  DEFAULT_DRAIN_MS,
+  DEFAULT_RUN_DIR,
+  DEFAULT_STATE_DIR,
+  LOG_LEVELS,
+  configBool,
+  loadConfig,
+  type ConfigNote,
+  socketPath,
+  unixAddress,
+  z,
+} from '@sandnode/shared';
 import { DEFAULT_RELEASE_TIMEOUT_MS } from './core/device-core';
 import { DEFAULT_MAX_DEVICE_SIZE_BYTES, MIN_DEVICE_SIZE_BYTES, SECTOR_BYTES } from './core/types';
 import { DEFAULT_CLONE_TIMEOUT_MS, DEFAULT_MKFS_TIMEOUT_MS } from './drivers/images';

@@ -269,7 +269,10 @@ function networkKeys(c: z.infer<typeof configSchema>, stateDir: string) {
  * this build writes holds only these (writeConfigSlots, @sandnode/shared).
  */
 export const KEY_SINCE: Readonly<Record<string, string>> = Object.fromEntries(
-  ['stateDir', 'runDir', 'listen', 'logLevel', 'driver', 'runcBinary', 'runcRoot', 'firecrackerBinary', 'kernelImage', 'kernelArgs', 'defaultVcpus', 'defaultMemoryMib', 'stopTimeoutMs'].map((k) => [k, '0.1.0']),
+  ['stateDir', 'runDir', 'listen', 'logLevel', 'driver', 'runcBinary', 'runcRoot', 'firecrackerBinary', 'kernelImage', 'kernelArgs', 'defaultVcpus', 'defaultMemoryMib', 'stopTimeoutMs'].map((k) => [
+    k,
+    '0.1.0',
+  ]),
 );
 /** The keys format-1 readers know (see KEY_SINCE). */
 export const V1_KEYS: readonly string[] = Object.keys(KEY_SINCE);
