@@ -13,6 +13,10 @@
  *                    the report goes to compat-tests/report/only-wire/
  *   --only breaking  only `buf breaking` of N's contracts against the releases compared
  *                    (breaking.ts; report in compat-tests/report/only-breaking/)
+ *   --swap-configs   (default) every daemon starts with a config file written by the other
+ *                    build of the pair (node-config.ts): N reads N-1's, N-1 reads N's
+ *   --own-configs    every daemon starts with a config file of its own build
+ *   --no-configs     no config files (env only, as before 0.3.0's config slots)
  *
  * A mode module (containers, wire) that is missing or lacks its entry point is reported: a
  * failed section under CI=true, a skipped one with the reason otherwise; never dropped.
@@ -21,6 +25,7 @@ import { existsSync, mkdtempSync, readdirSync, readlinkSync, rmSync } from 'node
 import os from 'node:os';
 import path from 'node:path';
 import { assignments, runCell } from './matrix';
+import type { ConfigMode } from './node-config';
 import { ciStrict } from './wire/build-paths';
 import { buildRelease, DEFAULT_CACHE_DIR, readReleases, REPO_ROOT, workingTreeBuild, type Release } from './releases';
 import { writeReport } from './report';
@@ -35,16 +40,21 @@ export interface CompatArgs {
   containers: boolean;
   /** run only this part ("wire" or "breaking") */
   only?: 'wire' | 'breaking';
+  /** whose config file each daemon starts with; undefined: none (--no-configs) */
+  configs?: ConfigMode;
 }
 
 /** parseArgs reads the flags above; throws naming an unknown flag. */
 export function parseArgs(argv: string[]): CompatArgs {
-  const a: CompatArgs = { quick: false, skip: false, containers: true };
+  const a: CompatArgs = { quick: false, skip: false, containers: true, configs: 'swapped' };
   for (let i = 0; i < argv.length; i++) {
     const x = argv[i]!;
     if (x === '--quick') a.quick = true;
     else if (x === '--skip') a.skip = true;
     else if (x === '--no-containers') a.containers = false;
+    else if (x === '--swap-configs') a.configs = 'swapped';
+    else if (x === '--own-configs') a.configs = 'own';
+    else if (x === '--no-configs') a.configs = undefined;
     else if (x === '--only' || x.startsWith('--only=')) {
       const v = x.includes('=') ? x.slice(x.indexOf('=') + 1) : argv[++i];
       if (v !== 'wire' && v !== 'breaking') throw new Error(`--only: ${v ?? '(missing)'} is not a part that runs alone (known: wire, breaking)`);
@@ -56,7 +66,7 @@ export function parseArgs(argv: string[]): CompatArgs {
         .split(',')
         .map((s) => s.trim())
         .filter(Boolean);
-    } else throw new Error(`unknown argument ${x} (known: --quick, --versions A,B, --skip, --no-containers, --only wire|breaking)`);
+    } else throw new Error(`unknown argument ${x} (known: --quick, --versions A,B, --skip, --no-containers, --swap-configs, --own-configs, --no-configs, --only wire|breaking)`);
   }
   return a;
 }
@@ -169,9 +179,10 @@ export async function main(argv: string[]): Promise<number> {
   for (const [older, newer] of args.only ? [] : pairs) {
     const list = assignments(older, newer, args.quick);
     log(`matrix ${older} x ${newer}: ${list.length} combinations`);
-    for (const a of list) cells.push(await runCell(a, builds, n, log));
-    log(`upgrade and rollback run ${older} -> ${newer} -> ${older}`);
-    const u = await runUpgradeRun(builds[older]!, builds[newer]!, n, log);
+    const pair = [builds[older]!, builds[newer]!] as const;
+    for (const a of list) cells.push(await runCell(a, builds, n, log, args.configs ? { mode: args.configs, pair } : undefined));
+    log(`upgrade and rollback run ${older} -> ${newer} -> ${older}${args.configs ? ` (${args.configs} configs)` : ''}`);
+    const u = await runUpgradeRun(pair[0], pair[1], n, log, args.configs);
     log(`run ${older} -> ${newer}: ${u.result} (${u.ms} ms)`);
     upgrades.push(u);
   }
@@ -188,7 +199,7 @@ export async function main(argv: string[]): Promise<number> {
   }
   const wallMs = Date.now() - t0;
   const meta = [
-    `mode: ${args.only ? `only ${args.only}` : args.quick ? 'quick' : 'full'}; builds ${order.map((l) => `${l} = ${builds[l]!.version}@${builds[l]!.commit.slice(0, 12)}`).join(', ')}`,
+    `mode: ${args.only ? `only ${args.only}` : args.quick ? 'quick' : 'full'}; configs: ${args.configs ?? 'none'}; builds ${order.map((l) => `${l} = ${builds[l]!.version}@${builds[l]!.commit.slice(0, 12)}`).join(', ')}`,
     `process mode: ${cells.length} cells + ${upgrades.length} upgrade run(s) in ${(processMs / 1000).toFixed(1)} s`,
     `generated ${new Date().toISOString()} on ${os.hostname()} (${os.cpus().length} cores)`,
   ];

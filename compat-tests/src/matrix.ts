@@ -3,6 +3,7 @@
  * processes on a fresh temp node through the scenario suite.
  */
 import { TempNode } from './node';
+import type { ConfigMode } from './node-config';
 import { cellOutcome, runSuite } from './scenarios';
 import { COMPONENTS, type Assignment, type Build, type CellResult, type Component } from './types';
 
@@ -29,16 +30,23 @@ export function describeAssignment(a: Assignment): string {
 /**
  * runCell starts a node with the assigned builds (template `podd-<label>` built with the podd
  * build's template builder), runs the scenario suite, and removes the node. Never throws: a
- * start failure is a failed `start` scenario.
+ * start failure is a failed `start` scenario. configs: each daemon starts with a config file
+ * of its own build or of the other build of the pair (node-config.ts; cell.configs says whose).
  */
-export async function runCell(a: Assignment, builds: Record<string, Build>, n: Build, log: (l: string) => void = () => undefined): Promise<CellResult> {
+export async function runCell(
+  a: Assignment,
+  builds: Record<string, Build>,
+  n: Build,
+  log: (l: string) => void = () => undefined,
+  configs?: { mode: ConfigMode; pair: readonly [Build, Build] },
+): Promise<CellResult> {
   const t0 = Date.now();
   const b = (c: Component): Build => {
     const x = builds[a[c]];
     if (!x) throw new Error(`no build labelled ${a[c]}`);
     return x;
   };
-  const node = new TempNode(n);
+  const node = new TempNode(n, undefined, configs);
   const cell: CellResult = { assignment: { ...a }, labels: { ...a }, result: 'fail', scenarios: [] };
   try {
     const start = Date.now();
@@ -61,13 +69,20 @@ export async function runCell(a: Assignment, builds: Record<string, Build>, n: B
       cell.scenarios.push({ name: 'start', result: 'fail', ms: Date.now() - start, detail: (err as Error).message, component: stage, logExcerpt: node.logTail(stage) });
     }
     cell.result = cellOutcome(cell.scenarios);
+    if (configs) cell.configs = { ...node.configOf };
   } finally {
     const notes = await node.down();
     if (notes) log(`cleanup: ${notes}`);
   }
   cell.ms = Date.now() - t0;
   log(
-    `cell ${describeAssignment(a)}: ${cell.result} (${cell.ms} ms)${
+    `cell ${describeAssignment(a)}${
+      cell.configs
+        ? ` configs ${Object.entries(cell.configs)
+            .map(([c, w]) => `${c}<-${w}`)
+            .join(' ')}`
+        : ''
+    }: ${cell.result} (${cell.ms} ms)${
       cell.result === 'fail'
         ? ` ${cell.scenarios
             .filter((s) => s.result === 'fail')

@@ -10,11 +10,12 @@ import { spawn } from 'node:child_process';
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { askVersion, connectServerApi, sandboxDir, socketPath, unixAddress, type ServerApi } from '@sandnode/shared';
+import { askVersion, connectServerApi, envKey, sandboxDir, socketPath, unixAddress, type ServerApi } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
 import { startTestInternet, takeTestPool, waitFor, type TestInternet, type TestPool } from '@sandnode/testkit';
 import { cliMain, templateBuilderModule } from './layout';
 import { nodeFor } from './releases';
+import { writeNodeConfig, writerOf, type ConfigMode } from './node-config';
 import type { Build, Component } from './types';
 
 /** A daemon component (podd runs inside sandboxes and is not started by the node). */
@@ -95,10 +96,18 @@ export class TempNode {
   /** the test "internet" the node's DNS upstream points at (started by startInternet) */
   inet: TestInternet | undefined;
 
-  /** @param n the working tree build, whose CLI drives upgrades and the purge */
+  /** which build's config file each daemon started with (its label), when the node has configs */
+  readonly configOf: Partial<Record<Daemon, string>> = {};
+
+  /**
+   * @param n the working tree build, whose CLI drives upgrades and the purge
+   * @param configs when set, every daemon starts with a config file (SANDNODE_<C>_CONFIG)
+   *   written by its own build or the other build of the pair (node-config.ts)
+   */
   constructor(
     readonly n: Build,
     prefix = 'sandnode-compat-',
+    readonly configs?: { mode: ConfigMode; pair: readonly [Build, Build] },
   ) {
     this.root = mkdtempSync(path.join(os.tmpdir(), prefix));
     chmodSync(this.root, 0o711); // others may pass (the sandboxes' user namespace root must reach <runDir>), not list
@@ -157,6 +166,11 @@ export class TempNode {
   async start(c: Daemon, b: Build): Promise<number> {
     if (c === 'server') await this.startInternet();
     const vars: Record<string, string> = { SANDNODE_BUILD_COMMIT: b.commit, ...(c === 'server' ? this.serverEnv() : {}) };
+    if (this.configs) {
+      const writer = writerOf(this.configs.mode, b, this.configs.pair);
+      vars[envKey(c, 'config')] = writeNodeConfig(this.root, c, writer, this.n);
+      this.configOf[c] = writer.label;
+    }
     const saved = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
     Object.assign(process.env, vars);
     try {

@@ -52,6 +52,8 @@ export interface CellResult {
   result: 'pass' | 'fallback' | 'fail';
   scenarios: ScenarioResult[];
   ms?: number;
+  /** daemon -> label of the build whose config file it started with (compat-tests node-config.ts); absent: none */
+  configs?: Partial<Record<Exclude<Component, 'podd'>, string>>;
 }
 
 /** UpgradeStep is one step of an upgrade/rollback run (an upgrade of one component, a check, ...). */

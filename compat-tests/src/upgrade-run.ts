@@ -14,9 +14,11 @@
  * rollback GetSandbox of every sandbox equals what N returned).
  */
 import { randomBytes } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import type { Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 import { waitFor } from '@sandnode/testkit';
 import { connectApi, TempNode, type Daemon } from './node';
+import { checkStandbyConfig, settingsSlots, type ConfigMode } from './node-config';
 import { runNetworkSteps } from './network-run';
 import { loadSchema } from './wire';
 import { execCollect, getSandbox, grpcStatusOf, runSuite, stateName, type ExecResult } from './scenarios';
@@ -42,10 +44,10 @@ function stable(v: unknown): string {
  * runUpgradeRun runs the upgrade and rollback run from `older` to `newer` (N-1 -> N -> N-1).
  * Never throws: every failure is a failed step; the node is removed at the end.
  */
-export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (l: string) => void = () => undefined): Promise<UpgradeRun> {
+export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (l: string) => void = () => undefined, configMode?: ConfigMode): Promise<UpgradeRun> {
   const t0 = Date.now();
   const run: UpgradeRun = { component: 'all', from: older.label, to: newer.label, result: 'fail', steps: [] };
-  const node = new TempNode(n);
+  const node = new TempNode(n, undefined, configMode ? { mode: configMode, pair: [older, newer] } : undefined);
   const pids = new Map<string, number>();
   let failed = false;
 
@@ -96,6 +98,8 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
   const daemons: Record<Daemon, Build> = { server: older, 'vmm-supervisor': older, 'ublk-manager': older };
 
   const upgradeBy = async (c: 'server' | 'ublk-manager', to: Build): Promise<Partial<UpgradeStep>> => {
+    const slots = settingsSlots(node.dirs.runDir);
+    const hadSlots = existsSync(slots.v1) && existsSync(slots.v2);
     const r = await node.cli(['upgrade', c, '--from-build', to.dir, '--json'], { ...TempNode.buildEnv(to), ...(c === 'server' ? node.serverEnv() : {}) });
     if (r.status !== 0) throw new Error(`sandnode upgrade ${c} exited ${r.status}: ${r.stderr.trim().slice(-800)}`);
     const j = JSON.parse(r.stdout) as Record<string, unknown>;
@@ -106,7 +110,7 @@ export async function runUpgradeRun(older: Build, newer: Build, n: Build, log: (
     if (c === 'server') {
       return {
         timings: { holdWindowMs: Number(j.holdWindowMs), adoptionMs: Number(j.adoptionMs), cliMs: r.ms },
-        detail: `pid ${String(j.oldPid)} -> ${String(j.newPid)}, epoch ${String(j.epoch)}, hold window ${String(j.holdWindowMs)} ms, ${String(j.adopted)} adopted; ${await checkPids()}`,
+        detail: `pid ${String(j.oldPid)} -> ${String(j.newPid)}, epoch ${String(j.epoch)}, hold window ${String(j.holdWindowMs)} ms, ${String(j.adopted)} adopted; ${await checkPids()}; ${checkStandbyConfig(node.dirs.runDir, Number(j.newPid), to, n, hadSlots)}`,
       };
     }
     const devs = (j.devices as { stallMs: number }[] | undefined) ?? [];

@@ -26,7 +26,18 @@ describe('standbyEnv', () => {
     expect(env.SANDNODE_SERVER_FAILPOINTS).toBe('x=exit');
   });
 
-  it('a build before 0.3.0 (no settings file of its own) gets the settings as variables, not a config file with keys it would refuse', () => {
+  it('a build before 0.3.0 gets the v1 slot of a settings file with slots as its config (the keys it knows)', () => {
+    const { root, dirs } = node();
+    writeFileSync(path.join(dirs.runDir, 'server-settings.v2.json'), JSON.stringify({ version: 2, ingressListen: '127.0.0.1:16400', drainMs: 7000 }));
+    const build = path.join(root, 'old');
+    mkdirSync(path.join(build, 'services', 'server', 'dist', 'handover'), { recursive: true });
+    const env = standbyEnv(dirs, caller, 'a', build);
+    expect(env.SANDNODE_SERVER_CONFIG).toBe(path.join(path.resolve(dirs.runDir), SERVER_SETTINGS_FILE));
+    expect(env.SANDNODE_SERVER_INGRESS_LISTEN).toBeUndefined();
+    expect(env.SANDNODE_SERVER_SLOT).toBe('a');
+  });
+
+  it('a build before 0.3.0 (no settings file of its own) gets the settings of a file without slots as variables, not a config file with keys it would refuse', () => {
     const { root, dirs } = node();
     const build = path.join(root, 'old');
     mkdirSync(path.join(build, 'services', 'server', 'dist', 'handover'), { recursive: true });

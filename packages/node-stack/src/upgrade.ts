@@ -7,7 +7,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, envKey, niceWhileBooting, type TakeoverResult } from '@sandnode/shared';
+import { configSlotPath, createSandnodeChannel, createServiceClient, envKey, niceWhileBooting, type TakeoverResult } from '@sandnode/shared';
 import { AdminServiceDefinition } from '@sandnode/shared/proto/server/v1/admin';
 import { mainScript, nodeFor, versionAt, writePidFile, type StackDirs } from './components';
 import { spawnDaemon, waitForDaemon } from './daemon-process';
@@ -38,7 +38,11 @@ const PASSED_SERVER_ENV = ['SANDNODE_SERVER_FAILPOINTS'];
  * standbyEnv is the environment of the standby: the node's settings file as its config (with
  * the caller's SANDNODE_SERVER_* config variables left out, so that they cannot override the
  * node's settings), or, when the active server wrote none (a build before 0.3.0), the caller's
- * environment and listen address as before.
+ * environment and listen address as before. The settings file has per-format slots
+ * (docs/config.md): a build of 0.3.0 on reads its v2 slot, an older one (a rollback to 0.2.0)
+ * reads the v1 slot, which holds only the keys it knows. A settings file without a v2 slot
+ * beside it (written by a 0.3.0 development build before the slots) may hold keys 0.2.0
+ * refuses: an older build then gets its keys as variables instead.
  */
 export function standbyEnv(dirs: StackDirs, callerEnv: NodeJS.ProcessEnv, slot: string, buildDir?: string): NodeJS.ProcessEnv {
   const runDir = path.resolve(dirs.runDir);
@@ -46,7 +50,7 @@ export function standbyEnv(dirs: StackDirs, callerEnv: NodeJS.ProcessEnv, slot: 
   const own = { SANDNODE_SERVER_STATE_DIR: path.resolve(dirs.stateDir), SANDNODE_SERVER_RUN_DIR: runDir, SANDNODE_SERVER_SLOT: slot, SANDNODE_SERVER_TAKEOVER: 'true' };
   if (!existsSync(settings)) return { ...callerEnv, SANDNODE_SERVER_LISTEN: dirs.listen, ...own };
   const env = Object.fromEntries(Object.entries(callerEnv).filter(([k]) => !k.startsWith('SANDNODE_SERVER_') || PASSED_SERVER_ENV.includes(k)));
-  if (buildDir && !writesSettingsFile(buildDir)) return { ...env, ...settingsAsEnv(settings), ...own };
+  if (buildDir && !writesSettingsFile(buildDir) && !existsSync(configSlotPath(settings, 2))) return { ...env, ...settingsAsEnv(settings), ...own };
   return { ...env, SANDNODE_SERVER_CONFIG: settings, ...own };
 }
 

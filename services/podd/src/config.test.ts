@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { DEFAULT_FREEZE_PORT_TIMEOUT_MS, DEFAULT_SOCKET, loadPoddConfig } from './config';
+import type { ConfigNote } from '@sandnode/shared';
 import { parseFlags } from './flags';
 
 describe('loadPoddConfig', () => {
@@ -16,12 +17,16 @@ describe('loadPoddConfig', () => {
     expect(loadPoddConfig({ env, overrides: { socket: '/run/b.sock' } }).socket).toBe('/run/b.sock');
   });
 
-  test('a config file is read; a bad value or unknown key names the key', () => {
+  test('a config file is read; a bad value names the key, an unknown key is noted and ignored unless required', () => {
     const file = path.join(dir, 'podd.json');
     writeFileSync(file, JSON.stringify({ version: 1, defaultCwd: '/srv' }));
     expect(loadPoddConfig({ file, env: {} }).defaultCwd).toBe('/srv');
     writeFileSync(file, JSON.stringify({ version: 1, defaultcwd: '/srv' }));
-    expect(() => loadPoddConfig({ file, env: {} })).toThrow(/unknown key "defaultcwd"/);
+    const notes: ConfigNote[] = [];
+    expect(loadPoddConfig({ file, env: {}, notes }).defaultCwd).toBe('/workspace');
+    expect(notes.map((n) => n.keys)).toEqual([['defaultcwd']]);
+    writeFileSync(file, JSON.stringify({ version: 2, required: ['defaultcwd'], defaultcwd: '/srv' }));
+    expect(() => loadPoddConfig({ file, env: {} })).toThrow(/does not know: defaultcwd/);
     expect(() => loadPoddConfig({ env: { SANDNODE_PODD_DEFAULT_CWD: 'rel' } })).toThrow(/key "defaultCwd".*absolute path/);
   });
 });

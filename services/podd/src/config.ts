@@ -2,7 +2,7 @@
  * podd config: one typed schema, defaults for a sandbox, env overrides `SANDNODE_PODD_<KEY>`
  * (e.g. `SANDNODE_PODD_DEFAULT_CWD`), flags override env. See the table in the README.
  */
-import { loadConfig, LOG_LEVELS, z } from '@sandnode/shared';
+import { loadConfig, LOG_LEVELS, z, type ConfigNote } from '@sandnode/shared';
 import { DEFAULT_SYNC_TIMEOUT_MS } from './core/quiesce';
 import { DEFAULT_MAX_EXECS } from './core/limits';
 
@@ -77,12 +77,32 @@ export interface LoadPoddConfigOptions {
   env?: NodeJS.ProcessEnv;
   /** Command-line flags; they override file and env. */
   overrides?: Partial<Record<keyof PoddConfig, unknown>>;
+  /** Where the notes about keys of the file it ignored go (logged once at the start). */
+  notes?: ConfigNote[];
 }
+
+/**
+ * KEY_SINCE: the release that brought each key older than this release line (docs/config.md);
+ * a key of the schema not listed here is since 0.3.0. V1_KEYS are the keys format-1 readers
+ * (0.2.0, which refuses any key it does not know; 0.1.0 also lacks the two of 0.2.0) read.
+ */
+export const KEY_SINCE: Readonly<Record<string, string>> = {
+  socket: '0.1.0',
+  listenFd: '0.1.0',
+  logLevel: '0.1.0',
+  defaultCwd: '0.1.0',
+  maxChunkBytes: '0.1.0',
+  drainMs: '0.1.0',
+  freezeSocket: '0.2.0',
+  freezePortTimeoutMs: '0.2.0',
+};
+/** The keys format-1 readers know (see KEY_SINCE; 0.1.0 lacks freezeSocket and freezePortTimeoutMs). */
+export const V1_KEYS: readonly string[] = Object.keys(KEY_SINCE);
 
 /**
  * loadPoddConfig validates file + env (`SANDNODE_PODD_*`) + flag overrides. Throws ConfigError
  * naming the bad key.
  */
 export function loadPoddConfig(opts: LoadPoddConfigOptions = {}): PoddConfig {
-  return loadConfig(poddConfigSchema, { service: 'podd', file: opts.file, env: opts.env ?? process.env, overrides: opts.overrides });
+  return loadConfig(poddConfigSchema, { service: 'podd', file: opts.file, env: opts.env ?? process.env, overrides: opts.overrides, notes: opts.notes });
 }

@@ -11,7 +11,7 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { buildCommit, createLogger, createServiceServer, runDaemon, SUITE_VERSION, unixAddress } from '@sandnode/shared';
+import { buildCommit, createLogger, logConfigNotes, type ConfigNote, createServiceServer, runDaemon, SUITE_VERSION, unixAddress } from '@sandnode/shared';
 import { PoddServiceDefinition } from '@sandnode/shared/proto/podd/v1/podd';
 import { loadPoddConfig } from './config';
 import { parseFlags, USAGE } from './flags';
@@ -32,19 +32,21 @@ async function main(): Promise<void> {
   const startedAtMs = Date.now();
   let cfg;
   const failpoints = poddFailpoints();
+  const notes: ConfigNote[] = [];
   try {
     const flags = parseFlags(process.argv.slice(2));
     if (flags.help) {
       process.stderr.write(`${USAGE}\n`);
       return;
     }
-    cfg = loadPoddConfig({ file: flags.config, overrides: { socket: flags.socket, listenFd: flags.listenFd, logLevel: flags.logLevel } });
+    cfg = loadPoddConfig({ notes, file: flags.config, overrides: { socket: flags.socket, listenFd: flags.listenFd, logLevel: flags.logLevel } });
     failpoints.set();
   } catch (err) {
     process.stderr.write(`podd: ${(err as Error).message}\n${USAGE}\n`);
     process.exit(EXIT_USAGE);
   }
   const log = createLogger(PODD_COMPONENT, SUITE_VERSION, cfg.logLevel);
+  logConfigNotes(log, notes);
   if (failpoints.list().length) log.warn({ failpoints: failpoints.list() }, 'failpoints are active (tests only)');
   const runner = new ExecRunner({ defaultCwd: cfg.defaultCwd, maxChunkBytes: cfg.maxChunkBytes, maxRunning: cfg.maxExecs });
   const sessions = new ExecSessions({ runner, defaultCwd: cfg.defaultCwd, maxChunkBytes: cfg.maxChunkBytes });

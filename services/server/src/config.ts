@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import {
   defaultMetricsListen,
   ConfigError,
+  type ConfigNote,
   DEFAULT_DRAIN_CONCURRENCY,
   DEFAULT_DRAIN_DEADLINE_MS,
   DEFAULT_RUN_DIR,
@@ -181,6 +182,41 @@ export const configSchema = z.object({
   leaseAcquireTimeoutMs: ms(100).default(DEFAULT_LEASE_ACQUIRE_TIMEOUT_MS),
 });
 
+/**
+ * KEY_SINCE: the release that brought each key older than this release line (docs/config.md);
+ * a key of the schema not listed here is since 0.3.0. V1_KEYS are the keys format-1 readers
+ * (0.1.0 and 0.2.0, which refuse any key they do not know) read: the format-1 slot of a config
+ * this build writes holds only these (writeConfigSlots, @sandnode/shared).
+ */
+export const KEY_SINCE: Readonly<Record<string, string>> = Object.fromEntries(
+  [
+    'stateDir',
+    'runDir',
+    'listen',
+    'socket',
+    'vmmAddress',
+    'ublkAddress',
+    'logLevel',
+    'upperBytes',
+    'defaultDiskBytes',
+    'defaultVcpus',
+    'defaultMemoryMib',
+    'poddReadyTimeoutMs',
+    'reaperIntervalMs',
+    'adoptConcurrency',
+    'poddBundle',
+    'metricsListen',
+    'drainMs',
+    'slot',
+    'takeover',
+    'retireDrainMs',
+    'drainOnSigterm',
+    'drainDeadlineMs',
+  ].map((k) => [k, '0.1.0']),
+);
+/** The keys format-1 readers know (see KEY_SINCE). */
+export const V1_KEYS: readonly string[] = Object.keys(KEY_SINCE);
+
 /** isLoopback: whether a listen host only takes connections from this machine (127.0.0.0/8, ::1, localhost). */
 export function isLoopback(host: string): boolean {
   const h = host.replace(/^\[|\]$/g, '');
@@ -222,10 +258,10 @@ export type ServerConfig = z.infer<typeof configSchema> & {
 
 /**
  * loadServerConfig reads file + env (+ overrides, e.g. flags), validates, and resolves the
- * defaults that depend on other keys (socket, peer addresses, podd bundle). Throws ConfigError
- * naming the bad key.
+ * defaults that depend on other keys (socket, peer addresses, podd bundle). Keys of the file
+ * it ignored go to opts.notes (the daemon logs them once). Throws ConfigError naming the bad key.
  */
-export function loadServerConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; overrides?: Record<string, unknown> } = {}): ServerConfig {
+export function loadServerConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; overrides?: Record<string, unknown>; notes?: ConfigNote[] } = {}): ServerConfig {
   const c = loadConfig(configSchema, { service: SERVICE, ...opts });
   checkTcpAuth(c);
   const stateDir = path.resolve(c.stateDir);

@@ -22,7 +22,19 @@
  * peers, records, lease, admin socket path; then exit 0. Sandboxes are never touched by a
  * server stop. A stop that outlives drainDeadlineMs + drainMs + 5 s exits 1.
  */
-import { prepareTrustedDirs, ConfigError, createLogger, gateWritesWhileBusy, loadConfig, parseDaemonArgs, UsageError, SUITE_VERSION, type Logger } from '@sandnode/shared';
+import {
+  prepareTrustedDirs,
+  ConfigError,
+  createLogger,
+  logConfigNotes,
+  type ConfigNote,
+  gateWritesWhileBusy,
+  loadConfig,
+  parseDaemonArgs,
+  UsageError,
+  SUITE_VERSION,
+  type Logger,
+} from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
 import { configSchema, loadServerConfig, SERVICE, type ServerConfig } from './config';
@@ -177,13 +189,14 @@ async function main(argv: string[]): Promise<void> {
   let cfg: ServerConfig;
   let failpoints: string[];
   let settings: Record<string, unknown>;
+  const notes: ConfigNote[] = [];
   try {
     const args = parseArgs(argv);
     if (args.help) {
       process.stdout.write(`${USAGE}\nconfig keys: see services/server/README.md\n`);
       return;
     }
-    cfg = loadServerConfig({ file: args.config });
+    cfg = loadServerConfig({ file: args.config, notes });
     checkApiAccess(cfg);
     // nothing goes into the dirs before they are known to be root's alone (trusted-dir.ts)
     prepareTrustedDirs(cfg);
@@ -194,6 +207,7 @@ async function main(argv: string[]): Promise<void> {
     throw err;
   }
   const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel).child({ slot: cfg.slot || undefined });
+  logConfigNotes(log, notes);
   if (failpoints.length > 0) log.warn({ failpoints }, 'failpoints set');
   let net: NetworkServices | undefined;
   const node = new ServerNode(

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { ConfigError } from '@sandnode/shared';
 import { makeTempDir } from '@sandnode/testkit';
 import { loadUblkConfig } from './config';
+import type { ConfigNote } from '@sandnode/shared';
 import { parseArgs, UsageError } from './main';
 
 describe('loadUblkConfig', () => {
@@ -67,8 +68,13 @@ describe('loadUblkConfig', () => {
       const file = path.join(dir, 'c.json');
       writeFileSync(file, JSON.stringify({ version: 1, imagesDir: '/img', directIo: false, logLevel: 'debug' }));
       expect(loadUblkConfig({ file, env: { SANDNODE_UBLK_MANAGER_LOG_LEVEL: 'warn' } })).toMatchObject({ imagesDir: '/img', directIo: false, logLevel: 'warn' });
+      // a key this build does not know (a typo, a newer build's) is noted and ignored; listed in required it stops the start
       writeFileSync(file, JSON.stringify({ version: 1, imagesdir: '/img' }));
-      expect(() => loadUblkConfig({ file, env: {} })).toThrow(/unknown key "imagesdir"/);
+      const notes: ConfigNote[] = [];
+      expect(loadUblkConfig({ file, env: {}, notes }).imagesDir).not.toBe('/img');
+      expect(notes.map((n) => n.keys)).toEqual([['imagesdir']]);
+      writeFileSync(file, JSON.stringify({ version: 2, required: ['imagesdir'], imagesdir: '/img' }));
+      expect(() => loadUblkConfig({ file, env: {} })).toThrow(/does not know: imagesdir/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

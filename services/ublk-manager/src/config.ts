@@ -6,7 +6,20 @@
  * in the service README. Invalid values fail the start with an error that names the key.
  */
 import path from 'node:path';
-import { unixSocketAddress, defaultMetricsListen, DEFAULT_DRAIN_MS, DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, LOG_LEVELS, configBool, loadConfig, socketPath, unixAddress, z } from '@sandnode/shared';
+import {
+  unixSocketAddress,
+  defaultMetricsListen,
+  DEFAULT_DRAIN_MS,
+  DEFAULT_RUN_DIR,
+  DEFAULT_STATE_DIR,
+  LOG_LEVELS,
+  configBool,
+  loadConfig,
+  type ConfigNote,
+  socketPath,
+  unixAddress,
+  z,
+} from '@sandnode/shared';
 import { DEFAULT_RELEASE_TIMEOUT_MS } from './core/device-core';
 import { DEFAULT_MAX_DEVICE_SIZE_BYTES, MIN_DEVICE_SIZE_BYTES, SECTOR_BYTES } from './core/types';
 import { DEFAULT_CLONE_TIMEOUT_MS, DEFAULT_MKFS_TIMEOUT_MS } from './drivers/images';
@@ -116,11 +129,24 @@ export interface UblkConfig {
 }
 
 /**
- * loadUblkConfig reads file + env, validates, and resolves the defaults that depend on other
- * keys (listen, imagesDir). Throws ConfigError naming the bad key.
+ * KEY_SINCE: the release that brought each key older than this release line (docs/config.md);
+ * a key of the schema not listed here is since 0.3.0. V1_KEYS are the keys format-1 readers
+ * (0.1.0 and 0.2.0, which refuse any key they do not know) read: the format-1 slot of a config
+ * this build writes holds only these (writeConfigSlots, @sandnode/shared).
  */
-export function loadUblkConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}): UblkConfig {
-  const c = loadConfig(configSchema, { service: SERVICE, file: opts.file, env: opts.env });
+export const KEY_SINCE: Readonly<Record<string, string>> = Object.fromEntries(
+  ['slot', 'stateDir', 'runDir', 'listen', 'logLevel', 'driver', 'imagesDir', 'maxDeviceSizeBytes', 'directIo', 'drainMs', 'metricsListen', 'ublkServer'].map((k) => [k, '0.1.0']),
+);
+/** The keys format-1 readers know (see KEY_SINCE). */
+export const V1_KEYS: readonly string[] = Object.keys(KEY_SINCE);
+
+/**
+ * loadUblkConfig reads file + env, validates, and resolves the defaults that depend on other
+ * keys (listen, imagesDir). Keys of the file it ignored go to opts.notes. Throws ConfigError
+ * naming the bad key.
+ */
+export function loadUblkConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; notes?: ConfigNote[] } = {}): UblkConfig {
+  const c = loadConfig(configSchema, { service: SERVICE, file: opts.file, env: opts.env, notes: opts.notes });
   const stateDir = path.resolve(c.stateDir);
   const runDir = path.resolve(c.runDir);
   return {

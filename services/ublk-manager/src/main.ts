@@ -16,6 +16,8 @@ import path from 'node:path';
 import {
   buildCommit,
   createLogger,
+  logConfigNotes,
+  type ConfigNote,
   gateWritesWhileBusy,
   parseDaemonArgs,
   UsageError,
@@ -121,19 +123,21 @@ function makeDriver(cfg: UblkConfig, log: Logger): BlockDriver {
 async function start(argv: string[]): Promise<void> {
   let log = createLogger(SERVICE, SUITE_VERSION);
   let cfg: UblkConfig;
+  const notes: ConfigNote[] = [];
   try {
     const args = parseArgs(argv);
     if (args.help) {
       log.info(`${USAGE}; config keys: see services/ublk-manager/README.md`);
       return;
     }
-    cfg = loadUblkConfig({ file: args.config });
+    cfg = loadUblkConfig({ file: args.config, notes });
     setFailpoints(process.env[FAILPOINTS_ENV]);
   } catch (err) {
     log.fatal({ err }, `cannot start: bad command line or config: ${(err as Error).message}`);
     process.exit(EXIT_USAGE);
   }
   log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel).child({ slot: slotName(cfg.slot) });
+  logConfigNotes(log, notes);
   log.info({ config: cfg, failpoints: activeFailpoints() }, 'starting');
   try {
     // nothing goes into the dirs before they are known to be root's alone (trusted-dir.ts)

@@ -6,6 +6,7 @@ import path from 'node:path';
 import {
   defaultMetricsListen,
   ConfigError,
+  type ConfigNote,
   DEFAULT_ALWAYS_DENIED,
   parseCidr,
   unixSocketAddress,
@@ -261,9 +262,24 @@ function networkKeys(c: z.infer<typeof configSchema>, stateDir: string) {
   };
 }
 
-/** loadVmmConfig reads and validates the config; throws ConfigError naming a bad key. */
-export function loadVmmConfig(opts: { file?: string; env?: NodeJS.ProcessEnv } = {}): VmmConfig {
-  const c = loadConfig(configSchema, { service: SERVICE, file: opts.file, env: opts.env });
+/**
+ * KEY_SINCE: the release that brought each key older than this release line (docs/config.md);
+ * a key of the schema not listed here is since 0.3.0. V1_KEYS are the keys format-1 readers
+ * (0.1.0 and 0.2.0, which refuse any key they do not know) read: the format-1 slot of a config
+ * this build writes holds only these (writeConfigSlots, @sandnode/shared).
+ */
+export const KEY_SINCE: Readonly<Record<string, string>> = Object.fromEntries(
+  ['stateDir', 'runDir', 'listen', 'logLevel', 'driver', 'runcBinary', 'runcRoot', 'firecrackerBinary', 'kernelImage', 'kernelArgs', 'defaultVcpus', 'defaultMemoryMib', 'stopTimeoutMs'].map((k) => [
+    k,
+    '0.1.0',
+  ]),
+);
+/** The keys format-1 readers know (see KEY_SINCE). */
+export const V1_KEYS: readonly string[] = Object.keys(KEY_SINCE);
+
+/** loadVmmConfig reads and validates the config (keys of the file it ignored go to opts.notes); throws ConfigError naming a bad key. */
+export function loadVmmConfig(opts: { file?: string; env?: NodeJS.ProcessEnv; notes?: ConfigNote[] } = {}): VmmConfig {
+  const c = loadConfig(configSchema, { service: SERVICE, file: opts.file, env: opts.env, notes: opts.notes });
   const runDir = path.resolve(c.runDir);
   const stateDir = path.resolve(c.stateDir);
   return {

@@ -16,6 +16,8 @@ import path from 'node:path';
 import {
   buildCommit,
   createLogger,
+  logConfigNotes,
+  type ConfigNote,
   gateWritesWhileBusy,
   parseDaemonArgs,
   createServiceServer,
@@ -76,19 +78,21 @@ export function parseArgs(argv: string[]): { configFile?: string; help: boolean 
 async function main(): Promise<void> {
   const boot = createLogger(SERVICE, SUITE_VERSION);
   let cfg;
+  const notes: ConfigNote[] = [];
   try {
     const args = parseArgs(process.argv.slice(2));
     if (args.help) {
       process.stdout.write(`${USAGE}\n`);
       return;
     }
-    cfg = loadVmmConfig({ file: args.configFile });
+    cfg = loadVmmConfig({ file: args.configFile, notes });
     failpoints.set();
   } catch (err) {
     boot.fatal({ err }, `cannot start: ${(err as Error).message}`);
     process.exit(EXIT_USAGE);
   }
   const log = createLogger(SERVICE, SUITE_VERSION, cfg.logLevel);
+  logConfigNotes(log, notes);
   if (failpoints.list().length) log.warn({ failpoints: failpoints.list() }, 'failpoints are active (tests only)');
   try {
     // nothing goes into the dirs before they are known to be root's alone (trusted-dir.ts)

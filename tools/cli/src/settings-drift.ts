@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { envKey } from '@sandnode/shared';
+import { envKey, pickConfigSlot } from '@sandnode/shared';
 
 /** The running server's settings file in the run dir (node-stack upgrade.ts SERVER_SETTINGS_FILE, not exported). */
 const SERVER_SETTINGS_FILE = 'server-settings.json';
@@ -57,7 +57,7 @@ export function driftWarning(drifts: Drift[]): string {
 export function runningDrift(runDir: string, listen: string | undefined, env: NodeJS.ProcessEnv): Drift[] {
   let settings: unknown;
   try {
-    settings = JSON.parse(readFileSync(path.join(runDir, SERVER_SETTINGS_FILE), 'utf8'));
+    settings = JSON.parse(readFileSync(pickConfigSlot(path.join(runDir, SERVER_SETTINGS_FILE)), 'utf8')); // its newest slot: every key (docs/config.md)
   } catch {
     return [];
   }

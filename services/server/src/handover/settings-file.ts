@@ -1,15 +1,19 @@
 /**
  * The settings file: the config an active server runs with, written to
- * `<runDir>/server-settings.json` (a config file, `version: 1`, mode 0600, replaced atomically)
- * each time a server becomes active. `sandnode upgrade server` (node-stack upgrade.ts, which
- * names the same file) starts the standby with it as its `SANDNODE_SERVER_CONFIG`, so the
- * standby runs with the node's settings (its /metrics listener, timeouts ...), not with the
- * environment of whoever ran the CLI.
+ * `<runDir>/server-settings.json` each time a server becomes active, in both config slots
+ * (writeConfigSlots, @sandnode/shared; docs/config.md): `server-settings.v2.json` (format 2,
+ * every key) and `server-settings.json` (format 1, only the keys 0.1.0 and 0.2.0 know), mode
+ * 0600, each replaced atomically. `sandnode upgrade server` (node-stack upgrade.ts, which names
+ * the same file) starts the standby with `SANDNODE_SERVER_CONFIG=<runDir>/server-settings.json`:
+ * a build of this line reads the v2 slot beside it, a rollback to 0.2.0 reads the v1 slot, so
+ * the standby runs with the node's settings (its /metrics listener, timeouts ...), not with the
+ * environment of whoever ran the CLI, and a new key never stops a rollback from starting.
  */
-import { renameSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
+import { writeConfigSlots } from '@sandnode/shared';
+import { V1_KEYS } from '../config';
 
-/** The file name in the run dir. */
+/** The file name in the run dir (its format-1 slot; the format-2 slot is `server-settings.v2.json`). */
 export const SETTINGS_FILE = 'server-settings.json';
 
 /** Keys that belong to one process, not to the node: never written. */
@@ -20,12 +24,11 @@ export function settingsFile(runDir: string): string {
   return path.join(runDir, SETTINGS_FILE);
 }
 
-/** writeSettingsFile writes settings (config keys as loaded, before derived defaults) to runDir's settings file. Throws the fs error. */
-export function writeSettingsFile(runDir: string, settings: Record<string, unknown>): void {
-  const out: Record<string, unknown> = { version: 1 };
-  for (const [k, v] of Object.entries(settings)) if (!PER_PROCESS_KEYS.includes(k)) out[k] = v;
-  const file = settingsFile(runDir);
-  const tmp = `${file}.${process.pid}.tmp`;
-  writeFileSync(tmp, `${JSON.stringify(out, null, 2)}\n`, { mode: 0o600 });
-  renameSync(tmp, file);
+/**
+ * writeSettingsFile writes settings (config keys as loaded, before derived defaults) to
+ * runDir's settings file, both slots; returns the paths written. Throws the fs error.
+ */
+export function writeSettingsFile(runDir: string, settings: Record<string, unknown>): string[] {
+  const values = Object.fromEntries(Object.entries(settings).filter(([k]) => !PER_PROCESS_KEYS.includes(k)));
+  return writeConfigSlots(settingsFile(runDir), { values, v1Keys: V1_KEYS });
 }
