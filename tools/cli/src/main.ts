@@ -26,7 +26,7 @@ import { registerNodeCommands } from './commands/node';
 import { registerPoolCommands } from './commands/pool';
 import { registerSandboxCommands } from './commands/sandbox';
 import { registerExecCommand } from './commands/sandbox-exec';
-import { registerFileCommands } from './commands/sandbox-files';
+import { registerFileCommands } from './commands/sandbox-file-commands';
 import { registerTemplateCommands } from './commands/template';
 import { registerTokenCommands } from './commands/token';
 import { registerUpgradeCommands } from './commands/upgrade';

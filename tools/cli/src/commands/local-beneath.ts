@@ -12,7 +12,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { constants as fsc } from 'node:fs';
-import { lstat, mkdir, open, rename, symlink, unlink, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, rename, symlink, unlink, type FileHandle } from 'node:fs/promises';
 import { CliError } from '../output';
 
 /** at is the path of name inside the directory fd holds. */
@@ -153,25 +153,5 @@ export async function makeSymlink(dir: FileHandle, name: string, target: string,
     await unlink(at(dir.fd, tmp)).catch(() => undefined);
     const code = (err as NodeJS.ErrnoException).code;
     throw new CliError(`${shown}: ${code === 'EISDIR' || code === 'ENOTEMPTY' ? 'is a directory; the symlink was not made' : (code ?? (err as Error).message)}`);
-  }
-}
-
-/** setDirMode sets the mode of directory name in dir (opened O_NOFOLLOW: a symlink swapped in is refused, not followed). */
-export async function setDirMode(dir: FileHandle, name: string, shown: string, mode: number): Promise<void> {
-  const d = await openSubdir(dir, name, shown, false);
-  try {
-    await d.chmod(mode);
-  } finally {
-    await d.close();
-  }
-}
-
-/** kindAt is what name in dir is (lstat: a symlink is a symlink); undefined when absent. */
-export async function kindAt(dir: FileHandle, name: string): Promise<'file' | 'dir' | 'symlink' | 'other' | undefined> {
-  try {
-    const st = await lstat(at(dir.fd, name));
-    return st.isFile() ? 'file' : st.isDirectory() ? 'dir' : st.isSymbolicLink() ? 'symlink' : 'other';
-  } catch {
-    return undefined;
   }
 }

@@ -12,13 +12,10 @@ import { createHash, type Hash } from 'node:crypto';
 import { createReadStream, type Stats } from 'node:fs';
 import { stat, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import type { Command } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
 import { FileType, type FileInfo, type UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
 import type { ServerApi } from '@sandnode/node-stack';
-import { dirsOf } from '../options';
-import { action, CliError, print, UsageError } from '../output';
-import { withServer } from '../server-calls';
+import { CliError, UsageError } from '../output';
 import { openRoot, receiveFile } from './local-beneath';
 
 /** Bytes per UploadFile data message (1 MiB). */
@@ -88,14 +85,14 @@ async function hashPrefix(file: string, n: number, h: Hash): Promise<void> {
 }
 
 /** streamFailed turns an UNIMPLEMENTED of an older server into words (the gRPC code stays in --json); other errors pass. */
-function streamFailed(err: unknown): unknown {
+export function streamFailed(err: unknown): unknown {
   if (err instanceof ClientError && err.code === Status.UNIMPLEMENTED && !/podd/.test(err.details)) {
     return new CliError('the server lacks the streamed file calls (feature "server.files.stream.v1"): upgrade it (sandnode upgrade server)', { cause: err });
   }
   return err;
 }
 
-async function statRemote(api: ServerApi, r: RemoteSpec): Promise<FileInfo | undefined> {
+export async function statRemote(api: ServerApi, r: RemoteSpec): Promise<FileInfo | undefined> {
   try {
     return (await api.sandboxes.statFile({ sandboxId: r.sandboxId, path: r.path })).info;
   } catch (err) {
@@ -105,11 +102,10 @@ async function statRemote(api: ServerApi, r: RemoteSpec): Promise<FileInfo | und
 }
 
 /** upload copies local file src to r (into it when r is a directory). */
-async function upload(api: ServerApi, src: string, r: RemoteSpec, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
+export async function upload(api: ServerApi, src: string, r: RemoteSpec, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
   const st = await stat(src).catch((err: NodeJS.ErrnoException) => {
     throw new CliError(`${src}: ${err.code ?? err.message}`);
   });
-  if (st.isDirectory()) throw new UsageError(`${src} is a directory: copying directories is not built yet (copy a tar file and unpack it with sandbox exec)`);
   if (!st.isFile()) throw new UsageError(`${src} is not a regular file`);
   let dest = r;
   const there = await statRemote(api, r);
@@ -278,9 +274,8 @@ export function shownName(name: string): string {
 }
 
 /** infoJson is FileInfo as the proto JSON mapping shows it (the type by its enum name). */
-const infoJson = (e: FileInfo) => ({ name: e.name, type: FileType[e.type], sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs });
+export const infoJson = (e: FileInfo) => ({ name: e.name, type: FileType[e.type], sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs });
 
-/** registerFileCommands adds `cp`, `ls` and `stat` to the sandbox command group. */
 /** The most entries `sandbox ls` collects, and the size of the pages it asks for. */
 export const LS_MAX_ENTRIES = 1_000_000;
 const LS_PAGE_SIZE = 1000;
@@ -307,48 +302,4 @@ export async function listAll(api: ServerApi, id: string, p: string): Promise<Fi
     throw streamFailed(err);
   }
   return all;
-}
-
-export function registerFileCommands(sandbox: Command): void {
-  sandbox
-    .command('cp <src> <dst>')
-    .description('copy a file into (cp ./f sb-ID:/workspace/f) or out of (cp sb-ID:/workspace/f ./f) a sandbox; any size, streamed')
-    .option('--resume', 'write in place and continue from the size the target has (after a cut copy)')
-    .option('--json', 'print the result as JSON (bytes, sha256, rate)')
-    .action(
-      action(async (src: string, dst: string, o: { resume?: boolean; json?: boolean }, cmd: Command) => {
-        const from = parseRemote(src);
-        const to = parseRemote(dst);
-        if ((from && to) || (!from && !to)) throw new UsageError('cp: exactly one of SRC and DST is a sandbox path (sb-<id>:PATH)');
-        const r = await withServer(dirsOf(cmd), (api) => (to ? upload(api, src, to, o) : download(api, from as RemoteSpec, dst, o)));
-        print(o.json === true, r, () => `${r.source} -> ${r.destination}: ${r.bytes} bytes (${r.bytesSent} sent from ${r.offset}) in ${r.durationMs} ms, ${r.mbPerSec} MB/s, sha256 ${r.sha256}`);
-      }),
-    );
-  sandbox
-    .command('ls <id> [path]')
-    .description('list a directory of the sandbox (below /workspace; default /workspace)')
-    .option('--json', 'print {entries: [...]} (the proto JSON of FileInfo)')
-    .action(
-      action(async (id: string, p: string | undefined, o: { json?: boolean }, cmd: Command) => {
-        const entries = await withServer(dirsOf(cmd), (api) => listAll(api, id, p ?? ''));
-        print(o.json === true, { entries: entries.map(infoJson) }, () => entries.map(infoLine).join('\n') || '(empty)');
-      }),
-    );
-  sandbox
-    .command('stat <id> <path>')
-    .description('describe a path of the sandbox (below /workspace; a symlink is described, not followed)')
-    .option('--json', 'print the proto JSON of FileInfo')
-    .action(
-      action(async (id: string, p: string, o: { json?: boolean }, cmd: Command) => {
-        const info = await withServer(dirsOf(cmd), async (api) => {
-          try {
-            return (await api.sandboxes.statFile({ sandboxId: id, path: p })).info;
-          } catch (err) {
-            throw streamFailed(err);
-          }
-        });
-        if (!info) throw new CliError('the server answered without a description');
-        print(o.json === true, infoJson(info), () => infoLine(info));
-      }),
-    );
 }
