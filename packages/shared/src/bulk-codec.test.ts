@@ -1,5 +1,4 @@
 import { BinaryWriter } from '@bufbuild/protobuf/wire';
-import './bulk-codec';
 import { decodeDownload, decodeUploadData, encodeDownload, encodeUploadData } from './bulk-codec';
 import { DownloadFileResponse, UploadFileRequest } from './gen/sandnode/server/v1/files';
 

@@ -133,8 +133,7 @@ function patchDownload(fns: DownloadFns): void {
   const encode = fns.encode.bind(fns);
   const decode = fns.decode.bind(fns);
   fns.encode = (m: DownloadMsg, writer?: BinaryWriter) => (writer === undefined && noUnknown(m) ? finished(encodeDownload(m)) : encode(m as never, writer));
-  fns.decode = (input: BinaryReader | Uint8Array, length?: number) =>
-    ((!(input instanceof BinaryReader) && length === undefined && decodeDownload(input)) || decode(input, length)) as never;
+  fns.decode = (input: BinaryReader | Uint8Array, length?: number) => ((!(input instanceof BinaryReader) && length === undefined && decodeDownload(input)) || decode(input, length)) as never;
 }
 
 function patchUpload(fns: typeof server.UploadFileRequest | typeof podd.UploadFileRequest): void {

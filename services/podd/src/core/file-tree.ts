@@ -99,7 +99,8 @@ export async function createSymlink(p: string, target: string, replace: boolean,
       return;
     }
     const before = await lstatAt(w.dir.fd, w.name, p);
-    if (before && !before.isFile() && !before.isSymbolicLink()) throw new FailedPreconditionError(`path: ${p} is ${before.isDirectory() ? 'a directory' : 'not a regular file or symlink'}; not replaced`);
+    if (before && !before.isFile() && !before.isSymbolicLink())
+      throw new FailedPreconditionError(`path: ${p} is ${before.isDirectory() ? 'a directory' : 'not a regular file or symlink'}; not replaced`);
     const tmp = `${LINK_TEMP_MARK}${randomBytes(6).toString('hex')}`;
     try {
       await symlink(target, at(w.dir.fd, tmp));

@@ -92,7 +92,8 @@ export async function writeFileBeneath(p: string, data: Uint8Array, opts: WriteO
     }
     let size: number;
     try {
-      if (created) await fh.chmod(mode); // exact bits, whatever the umask
+      if (created)
+        await fh.chmod(mode); // exact bits, whatever the umask
       else if (!opts.append) await fh.truncate(0);
       let done = 0;
       while (done < data.length) {

@@ -59,7 +59,14 @@ describe('sandbox cp out writes only below the target, never through a symlink',
 
   test('a directory copy keeps symlinks as symlinks and modes; a second copy with the link now a directory is refused', async () => {
     const first = fakeApi(
-      { '/workspace/d': [info('evil', FileType.FILE_TYPE_SYMLINK, { linkTarget: outside }), info('f', FileType.FILE_TYPE_REGULAR, { mode: 0o640, sizeBytes: 2 }), info('sub', FileType.FILE_TYPE_DIRECTORY, { mode: 0o700 })], '/workspace/d/sub': [] },
+      {
+        '/workspace/d': [
+          info('evil', FileType.FILE_TYPE_SYMLINK, { linkTarget: outside }),
+          info('f', FileType.FILE_TYPE_REGULAR, { mode: 0o640, sizeBytes: 2 }),
+          info('sub', FileType.FILE_TYPE_DIRECTORY, { mode: 0o700 }),
+        ],
+        '/workspace/d/sub': [],
+      },
       { '/workspace/d/f': Buffer.from('hi') },
     );
     const r = await downloadTree(first, { sandboxId: ID, path: '/workspace/d' }, path.join(dir, 'out'), {});
@@ -68,7 +75,10 @@ describe('sandbox cp out writes only below the target, never through a symlink',
     expect(statSync(path.join(dir, 'out/d/f')).mode & 0o777).toBe(0o640);
     expect(statSync(path.join(dir, 'out/d/sub')).mode & 0o777).toBe(0o700);
     // now the sandbox says evil is a directory holding bashrc: the host must not follow its own copy of the link
-    const second = fakeApi({ '/workspace/d': [info('evil', FileType.FILE_TYPE_DIRECTORY)], '/workspace/d/evil': [info('bashrc', FileType.FILE_TYPE_REGULAR, { sizeBytes: 4 })] }, { '/workspace/d/evil/bashrc': Buffer.from('evil') });
+    const second = fakeApi(
+      { '/workspace/d': [info('evil', FileType.FILE_TYPE_DIRECTORY)], '/workspace/d/evil': [info('bashrc', FileType.FILE_TYPE_REGULAR, { sizeBytes: 4 })] },
+      { '/workspace/d/evil/bashrc': Buffer.from('evil') },
+    );
     await expect(downloadTree(second, { sandboxId: ID, path: '/workspace/d' }, path.join(dir, 'out'), {})).rejects.toThrow(/symlink or not a directory/);
     expect(readFileSync(path.join(outside, 'bashrc'), 'utf8')).toBe('mine\n');
   });

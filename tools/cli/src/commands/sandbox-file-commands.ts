@@ -14,7 +14,9 @@ import { downloadTree, isLocalDir, uploadTree, type TreeResult } from './sandbox
 export function registerFileCommands(sandbox: Command): void {
   sandbox
     .command('cp <src> <dst>')
-    .description('copy a file or directory into (cp ./d sb-ID:/workspace/d) or out of (cp sb-ID:/workspace/d ./d) a sandbox; any size, streamed; directories recursively with modes, symlinks as symlinks')
+    .description(
+      'copy a file or directory into (cp ./d sb-ID:/workspace/d) or out of (cp sb-ID:/workspace/d ./d) a sandbox; any size, streamed; directories recursively with modes, symlinks as symlinks',
+    )
     .option('--resume', 'write in place and continue each file from the size its target has (after a cut copy)')
     .option('--json', 'print the result as JSON (bytes, sha256, rate)')
     .action(

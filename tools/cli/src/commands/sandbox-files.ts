@@ -183,7 +183,14 @@ export interface Received {
  * size). mode, when set, is given to the file. Errors: CliError (a damaged or cut stream, a
  * symlink or directory at name), the stream's ClientError.
  */
-export async function receiveInto(api: ServerApi, r: RemoteSpec, dir: FileHandle, name: string, shown: string, o: { resume?: boolean; json?: boolean; mode?: number; quiet?: boolean }): Promise<Received> {
+export async function receiveInto(
+  api: ServerApi,
+  r: RemoteSpec,
+  dir: FileHandle,
+  name: string,
+  shown: string,
+  o: { resume?: boolean; json?: boolean; mode?: number; quiet?: boolean },
+): Promise<Received> {
   const f = await receiveFile(dir, name, shown, o.resume === true);
   const offset = f.size;
   const whole = createHash('sha256');
@@ -250,7 +257,16 @@ export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { 
   const dir = await openRoot(path.dirname(target));
   try {
     const got = await receiveInto(api, r, dir, path.basename(target), target, o);
-    return { source: `${r.sandboxId}:${r.path}`, destination: target, bytes: got.bytes, bytesSent: got.bytesSent, offset: got.offset, sha256: got.sha256, durationMs: got.ms, mbPerSec: rate(got.bytesSent, got.ms) };
+    return {
+      source: `${r.sandboxId}:${r.path}`,
+      destination: target,
+      bytes: got.bytes,
+      bytesSent: got.bytesSent,
+      offset: got.offset,
+      sha256: got.sha256,
+      durationMs: got.ms,
+      mbPerSec: rate(got.bytesSent, got.ms),
+    };
   } finally {
     await dir.close();
   }

@@ -92,7 +92,8 @@ export async function downloadTree(api: ServerApi, r: RemoteSpec, dst: string, o
     const topMode = (top.info?.mode ?? 0o755) & 0o777;
     await walk(root, path.basename(target), r.path, target, topMode, 0);
   } catch (err) {
-    if (err instanceof ClientError && err.code === Status.UNIMPLEMENTED) throw new CliError(`the server or the sandbox's podd lacks the file calls a directory copy needs: ${err.details}`, { cause: err });
+    if (err instanceof ClientError && err.code === Status.UNIMPLEMENTED)
+      throw new CliError(`the server or the sandbox's podd lacks the file calls a directory copy needs: ${err.details}`, { cause: err });
     throw err;
   } finally {
     await root.close();
@@ -155,7 +156,8 @@ export async function uploadTree(api: ServerApi, src: string, r: RemoteSpec, o: 
   try {
     await walk(src, top, 0);
   } catch (err) {
-    if (err instanceof ClientError && err.code === Status.UNIMPLEMENTED) throw new CliError(`the server or the sandbox's podd lacks the file calls a directory copy needs: ${err.details}`, { cause: err });
+    if (err instanceof ClientError && err.code === Status.UNIMPLEMENTED)
+      throw new CliError(`the server or the sandbox's podd lacks the file calls a directory copy needs: ${err.details}`, { cause: err });
     throw err;
   }
   res.durationMs = Date.now() - t0;
