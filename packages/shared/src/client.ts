@@ -17,6 +17,7 @@ import { Status } from 'nice-grpc-common';
 import { hasFeature, requireFeature } from './features';
 import { VersionServiceDefinition, type GetVersionResponse } from './gen/sandnode/common/v1/version';
 import { MAX_MESSAGE_BYTES } from './server';
+import { HTTP2_STREAM_WINDOW_BYTES } from './grpc-host';
 import { epochClientMiddleware } from './epoch-fence';
 import { bearerMiddleware, channelCredentials, type ClientAuth } from './client-auth';
 import { clientMetricsMiddleware } from './grpc-metrics';
@@ -41,6 +42,8 @@ export function createSandnodeChannel(address: string, auth?: ClientAuth, maxRec
   return createChannel(address, channelCredentials(auth), {
     'grpc.max_receive_message_length': maxReceiveBytes,
     'grpc.max_send_message_length': MAX_MESSAGE_BYTES,
+    // the receive window of a bulk stream (a download), as the servers' (grpc-host.ts)
+    'grpc-node.flow_control_window': HTTP2_STREAM_WINDOW_BYTES,
     // Peers on a node restart in well under a second (upgrades, slot moves): reconnect fast
     // instead of grpc's default backoff of up to 120 s.
     'grpc.initial_reconnect_backoff_ms': 100,

@@ -135,6 +135,8 @@ export const SERVER_FEATURES = {
   execStream: 'server.exec-stream.v1',
   /** SandboxService.DownloadFile / UploadFile (streamed, any size, offsets) / ListDirectory / StatFile */
   filesStream: 'server.files.stream.v1',
+  /** SandboxService.CreateDirectory / CreateSymlink and FileInfo.link_target: recursive `sandbox cp` with modes and symlinks */
+  filesTree: 'server.files.tree.v1',
   /** warm pools: AdminService.SetPool/GetPoolStatus, CreateSandboxResponse.from_pool/create_ms/pool_miss */
   pool: 'server.pool.v1',
   /** ForkSandboxRequest.idle; a child without it takes the parent's idle settings (core/fork.ts) */
@@ -159,6 +161,8 @@ export const PODD_FEATURES = {
   execPty: 'podd.exec-pty.v1',
   /** DownloadFile / UploadFile (streamed, any size, offsets) / ListDirectory, and Stat's beneath: walks without following symlinks */
   filesStream: 'podd.files.stream.v1',
+  /** CreateDirectory / CreateSymlink (confined, no symlink followed) and DirectoryEntry.link_target */
+  filesTree: 'podd.files.tree.v1',
 } as const;
 
 /** The answer of a peer's GetVersion, as far as feature checks need it. */

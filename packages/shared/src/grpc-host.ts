@@ -9,6 +9,7 @@
  * nice-grpc 2.1.18, `lib/server/handle*Call`), so handlers, middleware and error mapping behave
  * exactly as under `createServer()`.
  */
+import type http2 from 'node:http2';
 import type net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import type { CompatServiceDefinition, ServiceImplementation } from 'nice-grpc';
@@ -77,6 +78,16 @@ export interface GrpcHostOptions {
   middleware: ServerMiddleware<any, any>[];
 }
 
+/**
+ * HTTP/2 flow-control windows of every sandnode server and client, bytes: per stream (SETTINGS
+ * initial window) and per connection. HTTP/2's default of 64 KiB made a bulk stream (a file
+ * copy through the server: client -> server -> podd) wait for a WINDOW_UPDATE from a busy peer
+ * every 64 KiB. At most this many unread bytes of one stream sit in a receiver's buffers.
+ */
+export const HTTP2_STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
+/** The connection-level window (several bulk streams at once), bytes. */
+export const HTTP2_CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
+
 /** GrpcHost serves registered services on bound addresses and on injected listeners. */
 export class GrpcHost {
   readonly server: grpc.Server;
@@ -87,6 +98,11 @@ export class GrpcHost {
 
   constructor(opts: GrpcHostOptions) {
     this.server = new grpc.Server(opts.options);
+    // grpc-js has no server option for HTTP/2 flow control: its http2 servers take
+    // `commonServerOptions.settings` (pinned 1.14.7), where the per-stream window is set
+    const common = (this.server as unknown as { commonServerOptions?: { settings?: http2.Settings } }).commonServerOptions;
+    if (!common) throw new Error('GrpcHost: this @grpc/grpc-js has no Server.commonServerOptions (pinned 1.14.7)');
+    common.settings = { ...common.settings, initialWindowSize: HTTP2_STREAM_WINDOW_BYTES };
     this.middleware = opts.middleware.reduce<ServerMiddleware<any, any> | undefined>((acc, m) => (acc ? composeServerMiddleware(acc, m) : m), undefined);
   }
 

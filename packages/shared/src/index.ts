@@ -1,4 +1,5 @@
 /** @sandnode/shared: the common package of every sandnode component. */
+import './bulk-codec';
 export * from './errors';
 export * from './logger';
 export * from './config';

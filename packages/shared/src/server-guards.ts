@@ -30,6 +30,7 @@
 import http2 from 'node:http2';
 import type net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
+import { HTTP2_CONNECTION_WINDOW_BYTES } from './grpc-host';
 
 /** Receive limit of an RPC not in METHOD_RECEIVE_LIMITS, bytes (64 KiB: ids, names, paths, metadata). */
 export const DEFAULT_METHOD_RECEIVE_BYTES = 64 * 1024;
@@ -155,6 +156,11 @@ export class ServerGuards {
   }
 
   private onSession(session: http2.ServerHttp2Session): void {
+    try {
+      session.setLocalWindowSize(HTTP2_CONNECTION_WINDOW_BYTES); // grpc-host.ts: the stream window is a SETTINGS value
+    } catch {
+      /* a session already closing */
+    }
     const st: SessionState = { held: 0 };
     this.sessions.set(session, st);
     const key = this.peerKey(session.socket as net.Socket);

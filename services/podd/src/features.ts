@@ -16,6 +16,7 @@ export const PODD_BASE_FEATURES: readonly string[] = [
   PODD_FEATURES.forwardPort,
   PODD_FEATURES.execStream,
   PODD_FEATURES.filesStream,
+  PODD_FEATURES.filesTree,
 ];
 
 /**

@@ -28,7 +28,7 @@ import { registerPoolCommands } from './commands/pool';
 import { registerSandboxCommands } from './commands/sandbox';
 import { registerImageCommands } from './commands/image';
 import { registerExecCommand } from './commands/sandbox-exec';
-import { registerFileCommands } from './commands/sandbox-files';
+import { registerFileCommands } from './commands/sandbox-file-commands';
 import { registerTemplateCommands } from './commands/template';
 import { registerTokenCommands } from './commands/token';
 import { registerUpgradeCommands } from './commands/upgrade';

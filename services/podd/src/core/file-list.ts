@@ -6,7 +6,7 @@
  * at most page-size lstats, whatever the directory's size.
  */
 import type { Stats } from 'node:fs';
-import { lstat, readdir } from 'node:fs/promises';
+import { lstat, readdir, readlink } from 'node:fs/promises';
 import { InvalidArgumentError } from '@sandnode/shared';
 import { fsError, type FileKind } from './files';
 import { at, checkStreamPath, walkDir, walkParent } from './walk';
@@ -26,6 +26,8 @@ export interface EntryInfo {
   mode: number;
   /** Unix epoch ms (whole ms) */
   mtimeMs: number;
+  /** a symlink's target (readlink through the directory's fd; kind symlink only) */
+  linkTarget?: string;
 }
 
 /** One page of a listing. */
@@ -81,9 +83,13 @@ export async function listDirectory(p: string, pageSize: number, pageToken: stri
       }
       const name = b.toString();
       try {
-        entries.push(describe(name, await lstat(at(dir.fd, name))));
+        const e = describe(name, await lstat(at(dir.fd, name)));
+        if (e.kind === 'symlink') e.linkTarget = await readlink(at(dir.fd, name));
+        entries.push(e);
       } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw fsError(err, `${p}/${name}`, 'stat');
+        const code = (err as NodeJS.ErrnoException).code;
+        // gone (ENOENT) or no longer a symlink (EINVAL of readlink) since readdir: left out
+        if (code !== 'ENOENT' && code !== 'EINVAL') throw fsError(err, `${p}/${name}`, 'stat');
       }
     }
     const last = entries.at(-1);

@@ -1,6 +1,7 @@
 /**
  * PoddService handlers of the streamed file calls (feature "podd.files.stream.v1"):
- * DownloadFile, UploadFile, ListDirectory, and Stat with beneath. Thin: convert -> core
+ * DownloadFile, UploadFile, ListDirectory, and Stat with beneath; and of the tree calls
+ * (feature "podd.files.tree.v1"): CreateDirectory, CreateSymlink. Thin: convert -> core
  * (file-stream.ts, file-list.ts) -> convert; domain errors become gRPC codes in the shared
  * middleware.
  */
@@ -8,6 +9,7 @@ import type { SandnodeCallContext } from '@sandnode/shared';
 import { EntryType, type DirectoryEntry, type DownloadFileResponse, type UploadFileRequest } from '@sandnode/shared/proto/podd/v1/files';
 import type { PoddServiceImplementation, StatRequest, StatResponse } from '@sandnode/shared/proto/podd/v1/podd';
 import { listDirectory, statBeneath, type EntryInfo } from '../core/file-list';
+import { createDirectory, createSymlink } from '../core/file-tree';
 import { downloadFile, uploadFile, type UploadPart } from '../core/file-stream';
 import type { FileKind } from '../core/files';
 import { fileInfoToProto } from './convert';
@@ -20,7 +22,7 @@ const ENTRY_TYPES: Record<FileKind, EntryType> = {
 };
 
 function entryToProto(e: EntryInfo): DirectoryEntry {
-  return { name: e.name, type: ENTRY_TYPES[e.kind], sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs };
+  return { name: e.name, type: ENTRY_TYPES[e.kind], sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs, linkTarget: e.linkTarget ?? '' };
 }
 
 /** uploadParts converts the request stream to core's parts (a message without a part is empty data). */
@@ -37,7 +39,7 @@ async function* uploadParts(requests: AsyncIterable<UploadFileRequest>): AsyncIt
   }
 }
 
-type FileStreamCalls = Pick<PoddServiceImplementation<SandnodeCallContext>, 'downloadFile' | 'uploadFile' | 'listDirectory'>;
+type FileStreamCalls = Pick<PoddServiceImplementation<SandnodeCallContext>, 'downloadFile' | 'uploadFile' | 'listDirectory' | 'createDirectory' | 'createSymlink'>;
 
 /** fileStreamService is the DownloadFile / UploadFile / ListDirectory part of PoddService. */
 export function fileStreamService(): FileStreamCalls {
@@ -53,6 +55,13 @@ export function fileStreamService(): FileStreamCalls {
     async listDirectory(req) {
       const page = await listDirectory(req.path, req.pageSize, req.pageToken, req.beneath);
       return { entries: page.entries.map(entryToProto), nextPageToken: page.nextPageToken };
+    },
+    async createDirectory(req) {
+      return createDirectory(req.path, req.mode, req.createParents, req.beneath);
+    },
+    async createSymlink(req) {
+      await createSymlink(req.path, req.target, req.replace, req.createParents, req.beneath);
+      return {};
     },
   };
 }

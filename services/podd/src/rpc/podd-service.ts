@@ -13,6 +13,7 @@ import { execEventToProto, execSpecFromProto, fileInfoToProto } from './convert'
 import type { ExecSessions } from '../core/exec-session';
 import { execStreamHandlers } from './exec-stream';
 import { fileStreamService, statWithBeneath } from './file-stream-service';
+import { readFileBeneath, writeFileBeneath } from '../core/files-beneath';
 
 export interface PoddServiceDeps {
   runner: ExecRunner;
@@ -53,11 +54,13 @@ export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<Sa
       }
     },
     async readFile(req) {
-      const r = await readFile(req.path, req.offset, req.length, req.beneath);
+      // with beneath: the confined walk (files-beneath.ts), never a path check and then an open by path
+      const r = req.beneath ? await readFileBeneath(req.path, req.offset, req.length, req.beneath) : await readFile(req.path, req.offset, req.length);
       return { data: r.data, sizeBytes: r.sizeBytes, eof: r.eof };
     },
     async writeFile(req) {
-      return writeFile(req.path, req.data, { mode: req.mode, append: req.append, createParents: req.createParents, beneath: req.beneath });
+      const opts = { mode: req.mode, append: req.append, createParents: req.createParents };
+      return req.beneath ? writeFileBeneath(req.path, req.data, { ...opts, beneath: req.beneath }) : writeFile(req.path, req.data, opts);
     },
     async stat(req) {
       return statWithBeneath(req, async (p) => fileInfoToProto(await statPath(p)));

@@ -1,6 +1,7 @@
 /**
  * SandboxService's streamed file calls (feature "server.files.stream.v1"; files.proto):
- * DownloadFile, UploadFile, ListDirectory, StatFile. The server checks the sandbox id, the
+ * DownloadFile, UploadFile, ListDirectory, StatFile; and the tree calls of a recursive copy
+ * (feature "server.files.tree.v1"): CreateDirectory, CreateSymlink. The server checks the sandbox id, the
  * path (below /workspace, no "..", no NUL) and the state (RUNNING), then relays to the
  * sandbox's podd with beneath "/workspace" (podd walks the path without following symlinks).
  * The bytes pass through one message at a time: each side reads the next message only when
@@ -31,6 +32,9 @@ import { MAX_FILE_CHUNK_BYTES, workspacePath } from '../core/validate';
 /** The root every relayed path is confined below (podd's beneath). */
 export const WORKSPACE = '/workspace';
 
+/** Longest symlink target CreateSymlink takes, bytes (PATH_MAX - 1). */
+export const MAX_LINK_TARGET_BYTES = 4095;
+
 /** Most DownloadFile + UploadFile streams one sandbox may have running at once; one more is RESOURCE_EXHAUSTED. */
 export const MAX_FILE_STREAMS_PER_SANDBOX = 16;
 
@@ -60,7 +64,7 @@ export interface PoddFileRelay {
   raw(address: string): { client: ServiceClient<typeof PoddServiceDefinition>; features: PeerFeatures };
 }
 
-type FileCalls = Pick<SandboxServiceImplementation<SandnodeCallContext>, 'downloadFile' | 'uploadFile' | 'listDirectory' | 'statFile'>;
+type FileCalls = Pick<SandboxServiceImplementation<SandnodeCallContext>, 'downloadFile' | 'uploadFile' | 'listDirectory' | 'statFile' | 'createDirectory' | 'createSymlink'>;
 
 /** workspaceDir is workspacePath that also takes "" and "/workspace" (the root itself), for ListDirectory and StatFile. */
 function workspaceDir(field: string, p: string): string {
@@ -72,7 +76,7 @@ function workspaceDir(field: string, p: string): string {
 const isFileName = (name: string): boolean => name !== '' && name !== '.' && name !== '..' && !name.includes('/') && !name.includes('\0');
 
 /** Which SandboxService call needs a RUNNING sandbox with a streaming podd. */
-type Call = 'DownloadFile' | 'UploadFile' | 'ListDirectory' | 'StatFile';
+type Call = 'DownloadFile' | 'UploadFile' | 'ListDirectory' | 'StatFile' | 'CreateDirectory' | 'CreateSymlink';
 
 /** typeToPb maps podd's entry types to the API's (podd.v1.EntryType and podd.v1.FileType number their common values alike). */
 function typeToPb(t: EntryType | PoddFileType): FileType {
@@ -106,7 +110,7 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
    * Errors: INVALID_ARGUMENT (id), NOT_FOUND, FAILED_PRECONDITION (not RUNNING: names the
    * state), UNIMPLEMENTED (podd lacks "podd.files.stream.v1").
    */
-  async function podd(id: string, call: Call) {
+  async function podd(id: string, call: Call, feature: string = PODD_FEATURES.filesStream) {
     requireSandboxId('sandbox_id', id);
     const rec = m.get(id);
     if (rec.state !== 'RUNNING') {
@@ -116,9 +120,9 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
     if (!podds) throw new UnimplementedError(`${call}: this server runs without the file relay`);
     const p = podds.raw(rec.poddAddress);
     const v = await p.features.get();
-    if (!v.features.includes(PODD_FEATURES.filesStream)) {
+    if (!v.features.includes(feature)) {
       throw new UnimplementedError(
-        `${call}: the podd of sandbox ${id} (podd ${v.version || 'of an unknown version'}, its template's) lacks feature "${PODD_FEATURES.filesStream}"; rebuild the template with this release`,
+        `${call}: the podd of sandbox ${id} (podd ${v.version || 'of an unknown version'}, its template's) lacks feature "${feature}"; rebuild the template with this release`,
       );
     }
     return p.client;
@@ -199,7 +203,7 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       if (bad)
         throw new InternalError(`ListDirectory: the podd of sandbox ${req.sandboxId} listed ${JSON.stringify(bad.name.slice(0, 100))} in ${abs}, which is not a file name; nothing was returned`);
       return {
-        entries: page.entries.map((e): FileInfo => ({ name: e.name, type: typeToPb(e.type), sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs })),
+        entries: page.entries.map((e): FileInfo => ({ name: e.name, type: typeToPb(e.type), sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs, linkTarget: e.type === 3 ? e.linkTarget : '' })),
         nextPageToken: page.nextPageToken,
       };
     },
@@ -208,7 +212,24 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       const abs = workspaceDir('path', req.path);
       const client = await podd(req.sandboxId, 'StatFile');
       const st = await client.stat({ path: abs, beneath: WORKSPACE }, { signal: ctx.signal });
-      return { info: { name: path.posix.basename(abs), type: typeToPb(st.type), sizeBytes: st.sizeBytes, mode: st.mode, mtimeMs: st.mtimeMs } };
+      return { info: { name: path.posix.basename(abs), type: typeToPb(st.type), sizeBytes: st.sizeBytes, mode: st.mode, mtimeMs: st.mtimeMs, linkTarget: '' } };
+    },
+
+    async createDirectory(req, ctx) {
+      const abs = workspacePath('path', req.path);
+      if (req.mode > 0o777) throw new InvalidArgumentError(`mode: ${req.mode.toString(8)} is not a permission mode (0..0777)`);
+      const client = await podd(req.sandboxId, 'CreateDirectory', PODD_FEATURES.filesTree);
+      return client.createDirectory({ path: abs, mode: req.mode, createParents: true, beneath: WORKSPACE }, { signal: ctx.signal });
+    },
+
+    async createSymlink(req, ctx) {
+      const abs = workspacePath('path', req.path);
+      if (!req.target || req.target.includes('\0') || Buffer.byteLength(req.target) > MAX_LINK_TARGET_BYTES) {
+        throw new InvalidArgumentError(`target: must be 1..${MAX_LINK_TARGET_BYTES} bytes without NUL`);
+      }
+      const client = await podd(req.sandboxId, 'CreateSymlink', PODD_FEATURES.filesTree);
+      await client.createSymlink({ path: abs, target: req.target, replace: req.replace, createParents: true, beneath: WORKSPACE }, { signal: ctx.signal });
+      return {};
     },
   };
 }

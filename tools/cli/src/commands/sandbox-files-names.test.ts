@@ -75,7 +75,7 @@ describe('sandbox cp download from a sandbox that sends more than it announced',
 // with escape sequences (OSC to retitle, CSI to move the cursor and erase lines, a C1 CSI) must
 // not reach the terminal as such.
 describe('sandbox ls shows control characters of names escaped', () => {
-  const entry = (name: string): FileInfo => ({ name, type: FileType.FILE_TYPE_REGULAR, sizeBytes: 1, mode: 0o644, mtimeMs: 0 });
+  const entry = (name: string): FileInfo => ({ name, type: FileType.FILE_TYPE_REGULAR, sizeBytes: 1, mode: 0o644, mtimeMs: 0, linkTarget: '' });
   test.each([
     ['an OSC title', '\u001b]0;owned\u0007x', '\\x1b]0;owned\\x07x'],
     ['cursor up and erase line', 'a\u001b[1A\u001b[2Kb', 'a\\x1b[1A\\x1b[2Kb'],
@@ -101,7 +101,7 @@ describe('sandbox ps shows control characters escaped', () => {
 // The pages of `sandbox ls` come from the sandbox's podd: one that answers with a page token it
 // gave before, or with pages without end, must not keep the CLI collecting (memory) forever.
 describe('sandbox ls of a podd that pages without end', () => {
-  const entry: FileInfo = { name: 'f', type: FileType.FILE_TYPE_REGULAR, sizeBytes: 1, mode: 0o644, mtimeMs: 0 };
+  const entry: FileInfo = { name: 'f', type: FileType.FILE_TYPE_REGULAR, sizeBytes: 1, mode: 0o644, mtimeMs: 0, linkTarget: '' };
   const page = Array.from({ length: 1000 }, () => entry);
   function pagingApi(tokenOf: (call: number) => string): { api: ServerApi; calls: () => number } {
     let calls = 0;

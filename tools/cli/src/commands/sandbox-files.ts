@@ -8,17 +8,15 @@
  * Progress goes to stderr on a TTY; `--json` prints {source, destination, bytes, bytesSent,
  * offset, sha256, durationMs, mbPerSec} (sha256 of the whole file).
  */
-import { createHash, randomBytes, type Hash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
-import { open, rename, stat, unlink } from 'node:fs/promises';
+import { createHash, type Hash } from 'node:crypto';
+import { createReadStream, type Stats } from 'node:fs';
+import { stat, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
-import type { Command } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
 import { FileType, type FileInfo, type UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
 import type { ServerApi } from '@sandnode/node-stack';
-import { dirsOf } from '../options';
-import { action, CliError, print, UsageError } from '../output';
-import { withServer } from '../server-calls';
+import { CliError, UsageError } from '../output';
+import { openRoot, receiveFile } from './local-beneath';
 
 /** Bytes per UploadFile data message (1 MiB). */
 export const UPLOAD_CHUNK_BYTES = 1024 * 1024;
@@ -57,7 +55,7 @@ const mib = (n: number) => (n / 1048576).toFixed(1);
 const rate = (bytes: number, ms: number) => Math.round((bytes / 1e3 / Math.max(ms, 1)) * 10) / 10;
 
 /** Progress on stderr when it is a TTY (and not --json): bytes, percent and rate, at most 4 times a second. */
-class Progress {
+export class Progress {
   private last = 0;
   private readonly on: boolean;
   private readonly t0 = Date.now();
@@ -87,14 +85,14 @@ async function hashPrefix(file: string, n: number, h: Hash): Promise<void> {
 }
 
 /** streamFailed turns an UNIMPLEMENTED of an older server into words (the gRPC code stays in --json); other errors pass. */
-function streamFailed(err: unknown): unknown {
+export function streamFailed(err: unknown): unknown {
   if (err instanceof ClientError && err.code === Status.UNIMPLEMENTED && !/podd/.test(err.details)) {
     return new CliError('the server lacks the streamed file calls (feature "server.files.stream.v1"): upgrade it (sandnode upgrade server)', { cause: err });
   }
   return err;
 }
 
-async function statRemote(api: ServerApi, r: RemoteSpec): Promise<FileInfo | undefined> {
+export async function statRemote(api: ServerApi, r: RemoteSpec): Promise<FileInfo | undefined> {
   try {
     return (await api.sandboxes.statFile({ sandboxId: r.sandboxId, path: r.path })).info;
   } catch (err) {
@@ -104,25 +102,31 @@ async function statRemote(api: ServerApi, r: RemoteSpec): Promise<FileInfo | und
 }
 
 /** upload copies local file src to r (into it when r is a directory). */
-async function upload(api: ServerApi, src: string, r: RemoteSpec, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
+export async function upload(api: ServerApi, src: string, r: RemoteSpec, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
   const st = await stat(src).catch((err: NodeJS.ErrnoException) => {
     throw new CliError(`${src}: ${err.code ?? err.message}`);
   });
-  if (st.isDirectory()) throw new UsageError(`${src} is a directory: copying directories is not built yet (copy a tar file and unpack it with sandbox exec)`);
   if (!st.isFile()) throw new UsageError(`${src} is not a regular file`);
   let dest = r;
   const there = await statRemote(api, r);
   if (r.path.endsWith('/') || there?.type === FileType.FILE_TYPE_DIRECTORY) dest = { ...r, path: path.posix.join(r.path || '/workspace', path.basename(src)) };
+  const cur = o.resume ? (dest === r ? there : await statRemote(api, dest)) : undefined;
+  return sendFile(api, src, st, dest, cur, o);
+}
+
+/**
+ * sendFile streams local file src (stat st) to exactly dest; with resume and cur (dest's
+ * description) a regular file no longer than src, from cur's size. Errors: CliError (a damaged
+ * copy), the stream's ClientError.
+ */
+export async function sendFile(api: ServerApi, src: string, st: Stats, dest: RemoteSpec, cur: FileInfo | undefined, o: { resume?: boolean; json?: boolean; quiet?: boolean }): Promise<CopyResult> {
   let offset = 0;
-  if (o.resume) {
-    const cur = dest === r ? there : await statRemote(api, dest);
-    if (cur?.type === FileType.FILE_TYPE_REGULAR && cur.sizeBytes <= st.size) offset = cur.sizeBytes;
-  }
+  if (o.resume && cur?.type === FileType.FILE_TYPE_REGULAR && cur.sizeBytes <= st.size) offset = cur.sizeBytes;
   // one hash when the whole file is sent (offset 0), two when a resume sends only its tail
   const sent = createHash('sha256');
   const whole = offset === 0 ? sent : createHash('sha256');
   await hashPrefix(src, offset, whole);
-  const progress = new Progress(st.size, offset, o.json === true);
+  const progress = new Progress(st.size, offset, o.json === true || o.quiet === true);
   let pos = offset;
   async function* requests(): AsyncIterable<UploadFileRequest> {
     yield { part: { $case: 'header', value: { sandboxId: dest.sandboxId, path: dest.path, offset, mode: st.mode & 0o777, inPlace: o.resume === true } } };
@@ -164,67 +168,108 @@ async function upload(api: ServerApi, src: string, r: RemoteSpec, o: { resume?: 
   };
 }
 
-/** The longest file name of Linux file systems (NAME_MAX), bytes. */
-const NAME_MAX_BYTES = 255;
-const DOWNLOAD_TEMP_MARK = '.sandnode-download-';
-
-/**
- * downloadTempName is a new temp name beside a download's target name: `.<name>.sandnode-download-<12 hex>`,
- * name cut at a character boundary so the whole stays within NAME_MAX_BYTES (a long target name made it ENAMETOOLONG).
- */
-function downloadTempName(name: string): string {
-  const room = NAME_MAX_BYTES - 1 - DOWNLOAD_TEMP_MARK.length - 12;
-  let kept = '';
-  for (const ch of name) {
-    if (Buffer.byteLength(kept + ch) > room) break;
-    kept += ch;
-  }
-  return `.${kept}${DOWNLOAD_TEMP_MARK}${randomBytes(6).toString('hex')}`;
+/** What one received file came to: its size, the bytes this run moved, where it started, its sha256. */
+export interface Received {
+  bytes: number;
+  bytesSent: number;
+  offset: number;
+  sha256: string;
+  ms: number;
 }
 
-/** download copies r to local dst (into it when dst is a directory). Errors: CliError (a damaged or cut stream), the stream's ClientError. */
-export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
-  let target = dst;
-  const local = await stat(dst).catch(() => undefined);
-  if (dst.endsWith('/') || local?.isDirectory()) target = path.join(dst, path.posix.basename(r.path));
-  const cur = target === dst ? local : await stat(target).catch(() => undefined);
-  const offset = o.resume && cur?.isFile() ? cur.size : 0;
-  const tmp = o.resume ? target : path.join(path.dirname(target), downloadTempName(path.basename(target)));
+/**
+ * receiveInto streams r into name of the local directory dir (local-beneath.ts: no symlink
+ * followed; a temp file renamed over name at the end, or with resume name itself from its
+ * size). mode, when set, is given to the file. Errors: CliError (a damaged or cut stream, a
+ * symlink or directory at name), the stream's ClientError.
+ */
+export async function receiveInto(
+  api: ServerApi,
+  r: RemoteSpec,
+  dir: FileHandle,
+  name: string,
+  shown: string,
+  o: { resume?: boolean; json?: boolean; mode?: number; quiet?: boolean },
+): Promise<Received> {
+  const f = await receiveFile(dir, name, shown, o.resume === true);
+  const offset = f.size;
   const whole = createHash('sha256');
-  await hashPrefix(target, offset, whole);
-  const fh = await open(tmp, o.resume ? 'a' : 'wx', 0o644);
   let pos = offset;
   let committed = false;
   const t0 = Date.now();
   let progress: Progress | undefined;
   let size = 0;
   try {
+    if (offset > 0) await hashHandle(f.fh, offset, whole);
     for await (const m of api.sandboxes.downloadFile({ sandboxId: r.sandboxId, path: r.path, offset })) {
       if (!progress) {
-        progress = new Progress(m.sizeBytes, offset, o.json === true);
+        progress = new Progress(m.sizeBytes, offset, o.json === true || o.quiet === true);
         size = m.sizeBytes;
       }
       if (m.data.length === 0) continue;
       if (m.offset !== pos) throw new CliError(`the stream skipped from byte ${pos} to ${m.offset}; copy again`);
       // podd runs in the sandbox: one that sends past the size it announced is not written out (it could fill this disk)
       if (pos + m.data.length > size) throw new CliError(`the sandbox sent more than the ${size} bytes the file had when the copy began; stopped there (only the bytes up to that size were written)`);
-      await fh.write(m.data, 0, m.data.length, o.resume ? null : pos);
+      await writeFully(f.fh, m.data, pos);
       whole.update(m.data);
       pos += m.data.length;
       progress.tick(pos);
     }
-    await fh.sync();
-    if (!o.resume) await rename(tmp, target);
+    await f.commit(o.mode);
     committed = true;
   } catch (err) {
     throw streamFailed(err);
   } finally {
     progress?.end();
-    await fh.close();
-    if (!committed && !o.resume) await unlink(tmp).catch(() => undefined);
+    if (!committed) await f.abort();
   }
-  const ms = Date.now() - t0;
-  return { source: `${r.sandboxId}:${r.path}`, destination: target, bytes: pos, bytesSent: pos - offset, offset, sha256: whole.digest('hex'), durationMs: ms, mbPerSec: rate(pos - offset, ms) };
+  return { bytes: pos, bytesSent: pos - offset, offset, sha256: whole.digest('hex'), ms: Date.now() - t0 };
+}
+
+/** writeFully writes all of data at pos. */
+async function writeFully(fh: FileHandle, data: Uint8Array, pos: number): Promise<void> {
+  for (let done = 0; done < data.length;) {
+    const { bytesWritten } = await fh.write(data, done, data.length - done, pos + done);
+    done += bytesWritten;
+  }
+}
+
+/** hashHandle feeds the first n bytes of an open file into h (the part a resumed copy does not fetch). */
+async function hashHandle(fh: FileHandle, n: number, h: Hash): Promise<void> {
+  const buf = Buffer.allocUnsafe(UPLOAD_CHUNK_BYTES);
+  for (let pos = 0; pos < n;) {
+    const { bytesRead } = await fh.read(buf, 0, Math.min(buf.length, n - pos), pos);
+    if (bytesRead === 0) break;
+    h.update(buf.subarray(0, bytesRead));
+    pos += bytesRead;
+  }
+}
+
+/**
+ * download copies file r to local dst (into it when dst is a directory). The file is written
+ * through the fd of its directory without following a symlink (local-beneath.ts). Errors:
+ * CliError (a damaged or cut stream, a symlink at the target with --resume), the stream's ClientError.
+ */
+export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
+  let target = dst;
+  const local = await stat(dst).catch(() => undefined);
+  if (dst.endsWith('/') || local?.isDirectory()) target = path.join(dst, path.posix.basename(r.path));
+  const dir = await openRoot(path.dirname(target));
+  try {
+    const got = await receiveInto(api, r, dir, path.basename(target), target, o);
+    return {
+      source: `${r.sandboxId}:${r.path}`,
+      destination: target,
+      bytes: got.bytes,
+      bytesSent: got.bytesSent,
+      offset: got.offset,
+      sha256: got.sha256,
+      durationMs: got.ms,
+      mbPerSec: rate(got.bytesSent, got.ms),
+    };
+  } finally {
+    await dir.close();
+  }
 }
 
 const TYPE_WORD: Record<number, string> = { [FileType.FILE_TYPE_REGULAR]: 'file', [FileType.FILE_TYPE_DIRECTORY]: 'dir', [FileType.FILE_TYPE_SYMLINK]: 'link', [FileType.FILE_TYPE_OTHER]: 'other' };
@@ -245,9 +290,8 @@ export function shownName(name: string): string {
 }
 
 /** infoJson is FileInfo as the proto JSON mapping shows it (the type by its enum name). */
-const infoJson = (e: FileInfo) => ({ name: e.name, type: FileType[e.type], sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs });
+export const infoJson = (e: FileInfo) => ({ name: e.name, type: FileType[e.type], sizeBytes: e.sizeBytes, mode: e.mode, mtimeMs: e.mtimeMs });
 
-/** registerFileCommands adds `cp`, `ls` and `stat` to the sandbox command group. */
 /** The most entries `sandbox ls` collects, and the size of the pages it asks for. */
 export const LS_MAX_ENTRIES = 1_000_000;
 const LS_PAGE_SIZE = 1000;
@@ -274,48 +318,4 @@ export async function listAll(api: ServerApi, id: string, p: string): Promise<Fi
     throw streamFailed(err);
   }
   return all;
-}
-
-export function registerFileCommands(sandbox: Command): void {
-  sandbox
-    .command('cp <src> <dst>')
-    .description('copy a file into (cp ./f sb-ID:/workspace/f) or out of (cp sb-ID:/workspace/f ./f) a sandbox; any size, streamed')
-    .option('--resume', 'write in place and continue from the size the target has (after a cut copy)')
-    .option('--json', 'print the result as JSON (bytes, sha256, rate)')
-    .action(
-      action(async (src: string, dst: string, o: { resume?: boolean; json?: boolean }, cmd: Command) => {
-        const from = parseRemote(src);
-        const to = parseRemote(dst);
-        if ((from && to) || (!from && !to)) throw new UsageError('cp: exactly one of SRC and DST is a sandbox path (sb-<id>:PATH)');
-        const r = await withServer(dirsOf(cmd), (api) => (to ? upload(api, src, to, o) : download(api, from as RemoteSpec, dst, o)));
-        print(o.json === true, r, () => `${r.source} -> ${r.destination}: ${r.bytes} bytes (${r.bytesSent} sent from ${r.offset}) in ${r.durationMs} ms, ${r.mbPerSec} MB/s, sha256 ${r.sha256}`);
-      }),
-    );
-  sandbox
-    .command('ls <id> [path]')
-    .description('list a directory of the sandbox (below /workspace; default /workspace)')
-    .option('--json', 'print {entries: [...]} (the proto JSON of FileInfo)')
-    .action(
-      action(async (id: string, p: string | undefined, o: { json?: boolean }, cmd: Command) => {
-        const entries = await withServer(dirsOf(cmd), (api) => listAll(api, id, p ?? ''));
-        print(o.json === true, { entries: entries.map(infoJson) }, () => entries.map(infoLine).join('\n') || '(empty)');
-      }),
-    );
-  sandbox
-    .command('stat <id> <path>')
-    .description('describe a path of the sandbox (below /workspace; a symlink is described, not followed)')
-    .option('--json', 'print the proto JSON of FileInfo')
-    .action(
-      action(async (id: string, p: string, o: { json?: boolean }, cmd: Command) => {
-        const info = await withServer(dirsOf(cmd), async (api) => {
-          try {
-            return (await api.sandboxes.statFile({ sandboxId: id, path: p })).info;
-          } catch (err) {
-            throw streamFailed(err);
-          }
-        });
-        if (!info) throw new CliError('the server answered without a description');
-        print(o.json === true, infoJson(info), () => infoLine(info));
-      }),
-    );
 }
