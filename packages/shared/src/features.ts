@@ -137,6 +137,8 @@ export const SERVER_FEATURES = {
   filesStream: 'server.files.stream.v1',
   /** warm pools: AdminService.SetPool/GetPoolStatus, CreateSandboxResponse.from_pool/create_ms/pool_miss */
   pool: 'server.pool.v1',
+  /** TemplateService.DeleteTemplate (refused while a sandbox uses the template) */
+  templateDelete: 'server.template-delete.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */
