@@ -16,6 +16,7 @@ import {
   metricsText,
   purgeNode,
   startStack,
+  startWhatResumeNeeds,
   stopComponent,
   table,
   withNodeLock,
@@ -104,22 +105,28 @@ export function registerNodeCommands(program: Command): void {
         const d = dirsOf(cmd);
         const down = async () => {
           const deleted: string[] = [];
+          const startedForPurge: string[] = [];
           // NOT_FOUND on a delete: gone already (counted as deleted); any other failure stops down before it stops anything
           if (o.purge && findRunning(d, 'server')) {
+            // a drain stopped the ublk-manager: the server's deletes need it (it detaches and removes the drained disks), so start it (and whatever else is missing) first
+            for (const c of await startWhatResumeNeeds(d)) {
+              startedForPurge.push(c.name);
+              process.stderr.write(`sandnode: started ${c.name} (pid ${c.pid}) for the purge: it was not running (a drain stops the ublk-manager)\n`);
+            }
             const r = await withServer(d, deleteAllSandboxes);
             deleted.push(...r.deleted, ...r.gone);
           }
           const stopped: string[] = [];
           for (const c of [...COMPONENTS].reverse()) if (await stopComponent(d, c)) stopped.push(c);
-          return { deleted, stopped, purge: o.purge ? await purgeNode(d) : undefined };
+          return { deleted, stopped, startedForPurge, purge: o.purge ? await purgeNode(d) : undefined };
         };
         // a run dir another user made or may write: refuse before its pid files or up.lock are used (attacker: root killed the pid a user wrote)
         if (existsSync(d.runDir)) checkStackDirs(d);
         // one up or down at a time (node lock); a node without a run dir has nothing to lock
-        const { deleted, stopped, purge } = await (existsSync(d.runDir) ? withNodeLock(d.runDir, lockWaitMs(DEFAULT_START_TIMEOUT_MS), down) : down()).catch((err: unknown) => {
+        const { deleted, stopped, startedForPurge, purge } = await (existsSync(d.runDir) ? withNodeLock(d.runDir, lockWaitMs(DEFAULT_START_TIMEOUT_MS), down) : down()).catch((err: unknown) => {
           throw asRootOnly('down', err);
         });
-        print(!!o.json, { stopped, deleted, purge }, () =>
+        print(!!o.json, { stopped, deleted, purge, ...(startedForPurge.length ? { startedForPurge } : {}) }, () =>
           [
             `stopped: ${stopped.join(', ') || 'nothing was running'}`,
             ...(o.purge
