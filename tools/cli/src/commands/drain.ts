@@ -9,7 +9,7 @@
 import { existsSync, rmSync } from 'node:fs';
 import type { Command } from 'commander';
 import { checkStackDirs, findRunning, pidFile, table, waitForActiveServer } from '@sandnode/node-stack';
-import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, createSandnodeChannel, createServiceClient } from '@sandnode/shared';
+import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, createSandnodeChannel, createServiceClient, processState } from '@sandnode/shared';
 import { AdminServiceDefinition, DrainOutcome } from '@sandnode/shared/proto/server/v1/admin';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { dirsOf, wholeNumber, type CliDirs } from '../options';
@@ -74,7 +74,10 @@ function drainProgress(d: CliDirs, quiet: boolean): { stop: () => void } {
  */
 function clearDrainedPidFile(d: CliDirs): boolean {
   const f = pidFile(d, 'ublk-manager');
-  if (!existsSync(f) || findRunning(d, 'ublk-manager')) return false;
+  const running = findRunning(d, 'ublk-manager');
+  // a zombie (its parent has not reaped it yet) has exited all the same
+  const state = running ? processState(running.pid) : undefined;
+  if (!existsSync(f) || (running && state !== 'Z' && state !== 'X')) return false;
   checkStackDirs(d);
   rmSync(f, { force: true });
   return true;
