@@ -24,12 +24,7 @@ describe('log files', () => {
 
   test('a line without a time goes with the line before it', () => {
     const keep = sinceFilter(Date.parse('2026-01-01T00:00:10Z'));
-    const lines = [
-      '{"time":"2026-01-01T00:00:05.000Z","msg":"old"}',
-      'Error: old stack',
-      '{"time":"2026-01-01T00:00:10.000Z","msg":"new"}',
-      '    at new stack',
-    ];
+    const lines = ['{"time":"2026-01-01T00:00:05.000Z","msg":"old"}', 'Error: old stack', '{"time":"2026-01-01T00:00:10.000Z","msg":"new"}', '    at new stack'];
     expect(lines.filter(keep)).toEqual(lines.slice(2));
     expect(lineTime('{"time":1500}')).toBe(1500);
     expect(lineTime('not json')).toBeUndefined();

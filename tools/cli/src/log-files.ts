@@ -120,8 +120,8 @@ export function openLog(path: string): OpenLog | undefined {
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ENOENT') return undefined;
-    if (code === 'ELOOP') throw new Error(`${path} is a symlink: not read`);
-    throw new Error(`${path}: ${code ?? (err as Error).message}`);
+    if (code === 'ELOOP') throw new Error(`${path} is a symlink: not read`, { cause: err });
+    throw new Error(`${path}: ${code ?? (err as Error).message}`, { cause: err });
   }
   const st = fstatSync(fd);
   if (!st.isFile()) {

@@ -16,7 +16,9 @@ describe('-o json|yaml|wide', () => {
   test('--json keeps the CLI document; -o json is the proto mapping (lowerCamelCase, defaults left out); yaml is the same document', () => {
     expect(JSON.parse(renderText({ json: true }, r))).toEqual([tpl]);
     const proto = JSON.parse(renderText({ output: 'json' }, r)) as { templates: Record<string, unknown>[] };
-    expect(JSON.parse(renderText({ output: 'json' }, { ...r, proto: () => ListTemplatesResponse.toJSON({ templates: [{ ...tpl, buildMs: 0 }] }) }))).toEqual({ templates: [{ ...proto.templates[0], buildMs: undefined }] });
+    expect(JSON.parse(renderText({ output: 'json' }, { ...r, proto: () => ListTemplatesResponse.toJSON({ templates: [{ ...tpl, buildMs: 0 }] }) }))).toEqual({
+      templates: [{ ...proto.templates[0], buildMs: undefined }],
+    });
     expect(proto).toEqual({ templates: [{ name: 'base', poddVersion: '0.3.0', rootfsPath: '/t/base/rootfs', sizeBytes: 5, createdAtMs: 1_700_000_000_000, buildMs: 7 }] });
     expect(parse(renderText({ output: 'yaml' }, r))).toEqual(proto);
   });

@@ -29,8 +29,10 @@ export interface OutputOpts {
 }
 
 /** addOutputOptions gives a read command `--json` (the CLI's JSON, unchanged) and `-o, --output json|yaml|wide`. */
-export function addOutputOptions(cmd: Command, jsonHelp = 'print JSON (the CLI\'s fields; see -o json for the proto mapping)'): Command {
-  return cmd.option('--json', jsonHelp).addOption(new Option('-o, --output <format>', 'json: the proto JSON mapping of the response; yaml: the same as YAML; wide: more columns').choices(OUTPUT_FORMATS));
+export function addOutputOptions(cmd: Command, jsonHelp = "print JSON (the CLI's fields; see -o json for the proto mapping)"): Command {
+  return cmd
+    .option('--json', jsonHelp)
+    .addOption(new Option('-o, --output <format>', 'json: the proto JSON mapping of the response; yaml: the same as YAML; wide: more columns').choices(OUTPUT_FORMATS));
 }
 
 /** What a read command can print; {@link render} picks one. */

@@ -40,7 +40,11 @@ export class Progress {
   private timer: NodeJS.Timeout | undefined;
   private label: string;
 
-  constructor(label: string, quiet: boolean, private readonly out: TermStream = process.stderr) {
+  constructor(
+    label: string,
+    quiet: boolean,
+    private readonly out: TermStream = process.stderr,
+  ) {
     this.on = !quiet && out.isTTY === true;
     this.label = label;
     if (this.on) {

@@ -20,20 +20,7 @@ import { COMPONENTS, findActiveServer, findRunning, getVersion, logFile, type Co
 import { requireLocal } from '../local-only';
 import { dirsOf, wholeNumber, type CliDirs } from '../options';
 import { CliError, action } from '../output';
-import {
-  LineSplitter,
-  SWITCH_SCAN_BYTES,
-  daemonLogFile,
-  lastLines,
-  linePid,
-  openLog,
-  parseSince,
-  readAllLines,
-  readNew,
-  safeForTerminal,
-  sinceFilter,
-  type OpenLog,
-} from '../log-files';
+import { LineSplitter, SWITCH_SCAN_BYTES, daemonLogFile, lastLines, linePid, openLog, parseSince, readAllLines, readNew, safeForTerminal, sinceFilter, type OpenLog } from '../log-files';
 
 /** How often a followed file is read for new lines, ms. */
 export const FOLLOW_POLL_MS = 250;
@@ -188,9 +175,7 @@ async function follow(files: Followed[], resolve: ((f: Followed) => Promise<LogS
 export function registerLogsCommands(program: Command, sandbox: Command): void {
   program
     .command('logs')
-    .description(
-      "print the daemons' logs (pino JSON lines) from the file each running daemon writes; -f follows it, also across `upgrade server` (the new server writes another file)",
-    )
+    .description("print the daemons' logs (pino JSON lines) from the file each running daemon writes; -f follows it, also across `upgrade server` (the new server writes another file)")
     .argument('[component]', `one of ${COMPONENTS.join(', ')} (default: all, each line prefixed with its component)`, componentArg)
     .option('-f, --follow', 'keep printing lines as they are written (Ctrl-C ends)')
     .option('--since <when>', 'only lines from then on: a duration back from now (30s, 10m, 2h, 1d) or an ISO 8601 time', (v: string) => parseSince(v))

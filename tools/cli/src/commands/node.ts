@@ -149,7 +149,9 @@ export function registerNodeCommands(program: Command): void {
       "show the components (version, pid, metrics URL, features), the number of sandboxes, whether the sandbox network is on (and why not), each peer's fence epoch and every quarantined row (count and reason per component)",
     )
     .option('--json', 'print JSON')
-    .addOption(new Option('-o, --output <format>', 'json: the --json document (status has no one response message); yaml: the same as YAML; wide: adds node id and metrics errors').choices(OUTPUT_FORMATS))
+    .addOption(
+      new Option('-o, --output <format>', 'json: the --json document (status has no one response message); yaml: the same as YAML; wide: adds node id and metrics errors').choices(OUTPUT_FORMATS),
+    )
     .action(
       action(async (o: OutputOpts, cmd: Command) => {
         // status reads this node's sockets and pid files: an --address would be used for the sandbox count only
@@ -186,8 +188,10 @@ export function registerNodeCommands(program: Command): void {
         const network = await nodeNetwork(d, components.find((c) => c.name === 'vmm-supervisor')?.features ?? []);
         const doc = { nodeId: node.nodeId, components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches, network };
         const drained = all ? all.filter((s) => s.state === SandboxState.SANDBOX_STATE_DRAINED).length : 0;
-        const statusText = (c: (typeof components)[number]) => (c.up ? paint('green', 'up') : c.stalePid && c.name === 'ublk-manager' && drained ? 'stopped' : paint(c.stalePid ? 'red' : 'yellow', 'down'));
-        const pidCol = (c: (typeof components)[number]) => (!c.up && c.stalePid && c.name === 'ublk-manager' && drained ? `- (stopped by the drain of ${drained} sandboxes; \`sandbox resume\` starts it)` : pidText(c));
+        const statusText = (c: (typeof components)[number]) =>
+          c.up ? paint('green', 'up') : c.stalePid && c.name === 'ublk-manager' && drained ? 'stopped' : paint(c.stalePid ? 'red' : 'yellow', 'down');
+        const pidCol = (c: (typeof components)[number]) =>
+          !c.up && c.stalePid && c.name === 'ublk-manager' && drained ? `- (stopped by the drain of ${drained} sandboxes; \`sandbox resume\` starts it)` : pidText(c);
         const lines = (wide: boolean) =>
           [
             node.text,

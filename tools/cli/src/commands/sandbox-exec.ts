@@ -12,7 +12,7 @@ import type { Command } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
 import { table } from '@sandnode/node-stack';
 import { dirsOf, keyValue, wholeNumber } from '../options';
-import { CliError, EXIT_FAILURE, UsageError, action, print } from '../output';
+import { CliError, EXIT_FAILURE, UsageError, action } from '../output';
 import { withServer } from '../server-calls';
 import { argsOf, commandPath, shellWord } from '../usage';
 import { isUnimplemented, runExecSession } from './exec-session';
