@@ -143,6 +143,8 @@ export const SERVER_FEATURES = {
   forkIdle: 'server.fork-idle.v1',
   /** CreateSandboxRequest.env: a sandbox's environment, applied to every Exec/ExecStream; Sandbox.env_keys */
   sandboxEnv: 'server.sandbox-env.v1',
+  /** TemplateService.DeleteTemplate (refused while a sandbox uses the template) */
+  templateDelete: 'server.template-delete.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */

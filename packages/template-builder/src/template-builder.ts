@@ -183,6 +183,30 @@ export async function listTemplates(templatesDir: string): Promise<TemplateInfo[
   return out;
 }
 
+/** Prefix of a deleted template's dir while it is removed (beside the templates; never a template name). */
+export const DELETED_PREFIX = '.deleted-';
+
+/**
+ * deleteTemplate removes the template `name` from templatesDir and returns it as it was, or
+ * undefined when there is none (no manifest or no rootfs). The template's dir is first renamed
+ * to a `.deleted-*` name beside it (one rename: a reader sees the whole template or none), then
+ * removed; symlinks inside are unlinked, never followed. Dirs of deletes a crash interrupted are
+ * removed too. Throws InvalidArgumentError for a bad name and FailedPreconditionError for an
+ * unreadable manifest (see readTemplate). The caller makes sure no sandbox uses the template.
+ */
+export async function deleteTemplate(templatesDir: string, name: string): Promise<TemplateInfo | undefined> {
+  const root = path.resolve(templatesDir);
+  const t = await readTemplate(root, name);
+  if (!t) return undefined;
+  const gone = path.join(root, `${DELETED_PREFIX}${name}-${process.pid}-${Date.now()}`);
+  await rename(path.join(root, name), gone);
+  await fsyncPath(root);
+  for (const n of await readdir(root)) {
+    if (n.startsWith(DELETED_PREFIX)) await rm(path.join(root, n), { recursive: true, force: true });
+  }
+  return t;
+}
+
 function toInfo(m: TemplateManifest, rootfsPath: string): TemplateInfo {
   return { name: m.name, poddVersion: m.poddVersion, rootfsPath, sizeBytes: m.sizeBytes, createdAtMs: m.createdAtMs, buildMs: m.buildMs };
 }

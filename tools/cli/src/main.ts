@@ -3,10 +3,14 @@
  * sandnode: the operator CLI of a node. Tables for people, `--json` for scripts.
  *
  *   sandnode up | down [--purge] | status [--json] | version [--json]
- *   sandnode template build [NAME] [--replace] | template list [--json]
+ *   sandnode logs [COMPONENT] [-f] [--since WHEN] [-n N]
+ *   sandnode template build [NAME] [--replace] | template list [-o json|yaml|wide] | template delete NAME [--if-exists]
  *   sandnode sandbox create --template base [--json] | list | get ID | exec ID -- CMD... |
- *                    pause ID | resume ID | fork ID | reset-rootfs ID | delete ID... |
- *                    set-timeout ID SECONDS | cp SRC DST | ls ID [PATH] | stat ID PATH
+ *                    pause ID | resume ID | fork ID | reset-rootfs ID | delete ID... [--if-exists] |
+ *                    set-timeout ID SECONDS | cp SRC DST | ls ID [PATH] | stat ID PATH | ps ID | logs ID [-f]
+ *
+ * Read commands take `-o json|yaml|wide` (json: the proto JSON mapping of the response) beside
+ * `--json` (the CLI's own fields, unchanged for scripts); output-format.ts.
  *   sandnode upgrade server | ublk-manager (--from-build DIR | --standby)
  *   sandnode drain [--deadline-ms MS] [--concurrency N]
  *   sandnode certs init [--dir D] [--force]
@@ -23,6 +27,7 @@ import { Command } from 'commander';
 import { registerCertsCommands } from './commands/certs';
 import { registerDemoCommand } from './commands/demo';
 import { registerDrainCommand } from './commands/drain';
+import { registerLogsCommands } from './commands/logs';
 import { registerNodeCommands } from './commands/node';
 import { registerPoolCommands } from './commands/pool';
 import { registerSandboxCommands } from './commands/sandbox';
@@ -47,6 +52,7 @@ registerTemplateCommands(program);
 const sandboxGroup = registerSandboxCommands(program);
 registerExecCommand(sandboxGroup);
 registerFileCommands(sandboxGroup);
+registerLogsCommands(program, sandboxGroup);
 registerUpgradeCommands(program);
 registerDrainCommand(program);
 registerTokenCommands(program);

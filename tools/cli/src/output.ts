@@ -81,9 +81,14 @@ export function print(json: boolean, value: unknown, human: () => string): void 
   process.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
 }
 
+/** wantsJsonErrors: whether a command's options ask for a document (`--json`, `-o json`, `-o yaml`): its errors are then one JSON line. */
+export function wantsJsonErrors(o: { json?: unknown; output?: unknown } | undefined): boolean {
+  return o?.json === true || o?.output === 'json' || o?.output === 'yaml';
+}
+
 /**
  * action wraps a command's action: whatever it throws is printed by {@link formatError} (JSON
- * when the command was given --json) and the CLI exits with the report's exit code. Commander
+ * when the command was given --json, -o json or -o yaml) and the CLI exits with the report's exit code. Commander
  * passes the command itself as the action's last argument.
  */
 export function action<A extends unknown[]>(fn: (...args: A) => Promise<void>): (...args: A) => Promise<void> {
@@ -93,7 +98,7 @@ export function action<A extends unknown[]>(fn: (...args: A) => Promise<void>): 
     } catch (err) {
       const cmd = args[args.length - 1] as Command | undefined;
       const r = describeError(err, cmd?.optsWithGlobals ? targetOf(cmd) : LOCAL);
-      process.stderr.write(formatError(r, cmd?.opts?.().json === true));
+      process.stderr.write(formatError(r, wantsJsonErrors(cmd?.opts?.())));
       process.exit(r.exitCode);
     }
   };

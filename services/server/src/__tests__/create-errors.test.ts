@@ -88,6 +88,9 @@ describe('CreateSandbox errors', () => {
     build: async () => {
       throw new Error('not used');
     },
+    delete: async () => {
+      throw new Error('not used');
+    },
   };
 
   let m: SandboxManager;

@@ -1,10 +1,10 @@
 /**
  * LocalTemplateCatalog: templates in `<stateDir>/templates/<name>/`, built by template-builder
  * from local parts (busybox-static, the Node runtime, the podd bundle). A template in use by a
- * sandbox is never replaced under it.
+ * sandbox is never replaced or deleted under it.
  */
-import { FailedPreconditionError } from '@sandnode/shared';
-import { buildTemplate, listTemplates, readTemplate } from '@sandnode/template-builder';
+import { FailedPreconditionError, NotFoundError } from '@sandnode/shared';
+import { buildTemplate, deleteTemplate, listTemplates, readTemplate } from '@sandnode/template-builder';
 import type { RecordStore, TemplateCatalog, TemplateInfo } from './types';
 import { isPoolMember } from './pool-config';
 import { validateTemplateName } from './validate';
@@ -30,12 +30,51 @@ export class LocalTemplateCatalog implements TemplateCatalog {
 
   constructor(private readonly o: LocalTemplateCatalogOptions) {}
 
-  /** Templates being rebuilt: creates from them are refused until the rebuild ends. */
+  /** Templates being rebuilt or deleted: creates from them are refused until that ends. */
   private readonly replacing = new Set<string>();
+  /** The templates of {@link replacing} that are being deleted (the rest are being rebuilt). */
+  private readonly deleting = new Set<string>();
 
   async get(name: string): Promise<TemplateInfo | undefined> {
+    if (this.deleting.has(name)) throw new FailedPreconditionError(`template ${name} is being deleted`);
     if (this.replacing.has(name)) throw new FailedPreconditionError(`template ${name} is being rebuilt; try again when the build ends`);
     return readTemplate(this.o.templatesDir, name);
+  }
+
+  /**
+   * delete removes a template no sandbox uses and returns it as it was. Creates from it are
+   * refused from the start (a create already past get() is counted by inUse), its warm-pool
+   * members are retired, and a build in progress is waited for. Errors: see
+   * TemplateService.DeleteTemplate (nothing is deleted on any of them).
+   */
+  async delete(name: string): Promise<TemplateInfo> {
+    validateTemplateName('name', name);
+    if (this.replacing.has(name)) throw new FailedPreconditionError(`template ${name} cannot be deleted now: it is being ${this.deleting.has(name) ? 'deleted' : 'rebuilt'}`);
+    this.replacing.add(name);
+    this.deleting.add(name);
+    let resumePool = () => undefined as void;
+    try {
+      if (!(await readTemplate(this.o.templatesDir, name))) throw new NotFoundError(`template ${name} not found`);
+      // real users first, so that a refused delete leaves the warm pool alone
+      this.refuseIfUsed(name);
+      resumePool = await this.retire(name);
+      this.refuseIfUsed(name);
+      while (this.building) await this.building.catch(() => undefined);
+      const t = await deleteTemplate(this.o.templatesDir, name);
+      if (!t) throw new NotFoundError(`template ${name} not found`);
+      return t;
+    } finally {
+      this.replacing.delete(name);
+      this.deleting.delete(name);
+      resumePool();
+    }
+  }
+
+  /** refuseIfUsed throws FailedPreconditionError when a sandbox (not a pool member) or a create in flight uses the template. */
+  private refuseIfUsed(name: string): void {
+    const users = this.o.store.list().filter((r) => r.template === name && !isPoolMember(r));
+    const why = users.length ? `it is used by ${users.length} sandbox(es), e.g. ${users[0]?.sandboxId}; delete them first` : this.inUse(name);
+    if (why) throw new FailedPreconditionError(`template ${name} cannot be deleted now: ${why}`);
   }
 
   async list(): Promise<TemplateInfo[]> {

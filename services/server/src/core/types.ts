@@ -403,4 +403,6 @@ export interface TemplateCatalog {
   get(name: string): Promise<TemplateInfo | undefined>;
   list(): Promise<TemplateInfo[]>;
   build(name: string, replace: boolean): Promise<TemplateInfo>;
+  /** delete removes a template no sandbox uses (see TemplateService.DeleteTemplate for the errors). */
+  delete(name: string): Promise<TemplateInfo>;
 }

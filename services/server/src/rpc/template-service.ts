@@ -14,5 +14,8 @@ export function templateService(t: TemplateCatalog): TemplateServiceImplementati
     async listTemplates() {
       return { templates: (await t.list()).map(templateToPb) };
     },
+    async deleteTemplate(req) {
+      return { template: templateToPb(await t.delete(req.name)) };
+    },
   };
 }

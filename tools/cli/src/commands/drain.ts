@@ -3,17 +3,85 @@
  * then stop the device manager (pod deletion, node shutdown; deploy/prestop.sh runs it). Exits
  * 1 (and says "drain partial": which sandboxes were not preserved, at which step and why, and
  * whether the device manager was stopped) unless every sandbox was PRESERVED and the device
- * manager stopped.
+ * manager stopped. Per sandbox it says what was kept (disks, id, labels) and what was not
+ * (processes and memory: a cold start), and on a TTY it shows the drain's progress.
  */
+import { existsSync, rmSync } from 'node:fs';
 import type { Command } from 'commander';
-import { table, waitForActiveServer } from '@sandnode/node-stack';
-import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, createSandnodeChannel, createServiceClient } from '@sandnode/shared';
+import { checkStackDirs, findRunning, pidFile, table, waitForActiveServer } from '@sandnode/node-stack';
+import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, createSandnodeChannel, createServiceClient, processState } from '@sandnode/shared';
 import { AdminServiceDefinition, DrainOutcome } from '@sandnode/shared/proto/server/v1/admin';
-import { dirsOf, wholeNumber } from '../options';
+import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { dirsOf, wholeNumber, type CliDirs } from '../options';
 import { EXIT_FAILURE, action, print } from '../output';
+import { listAllSandboxes, withServer } from '../server-calls';
+import { Progress, paint } from '../terminal';
 
 /** Time the Drain call gets beyond the drain's own deadline, for the server to answer, ms. */
 export const DRAIN_CALL_MARGIN_MS = 10_000;
+/** How often the progress line asks the server how many sandboxes are DRAINED, ms. */
+export const DRAIN_PROGRESS_POLL_MS = 500;
+
+/** One sandbox's row of the drain report. */
+export interface DrainRow {
+  id: string;
+  /** PRESERVED or FAILED */
+  outcome: string;
+  /** how a resume brings it back ("cold-start") */
+  resume: string;
+  ms: number;
+  error: string;
+}
+
+/** What a cold-start resume keeps and loses: the words of a PRESERVED sandbox. */
+export const PRESERVED_TEXT = 'kept: rootfs and /workspace disks, id, labels, network slot; lost: running processes and memory (resume boots it again, new pid)';
+
+/** drainedText is the line the drain prints for one sandbox: what was preserved and what was not. */
+export function drainedText(x: DrainRow): string {
+  if (x.outcome === 'PRESERVED') return `${x.id}: preserved in ${x.ms} ms (${x.resume}): ${PRESERVED_TEXT}; \`sandnode sandbox resume ${x.id}\``;
+  return `${x.id}: NOT preserved after ${x.ms} ms: ${x.error || 'no reason given'}`;
+}
+
+/** drainProgress shows "k of n sandboxes drained" on a TTY while the drain runs (asked of the public API); stop() ends it. */
+function drainProgress(d: CliDirs, quiet: boolean): { stop: () => void } {
+  const p = new Progress('draining', quiet);
+  let on = !quiet && process.stderr.isTTY === true;
+  const poll = async () => {
+    while (on) {
+      try {
+        const all = await withServer(d, (api) => listAllSandboxes(api));
+        const done = all.filter((s) => s.state === SandboxState.SANDBOX_STATE_DRAINED).length;
+        if (on) p.set(`draining: ${done} of ${all.length} sandboxes drained`);
+      } catch {
+        // the progress line is a nicety: the drain's own answer says what happened
+      }
+      await new Promise((r) => setTimeout(r, DRAIN_PROGRESS_POLL_MS).unref());
+    }
+  };
+  void poll();
+  return {
+    stop: () => {
+      on = false;
+      p.stop();
+    },
+  };
+}
+
+/**
+ * clearDrainedPidFile removes the ublk-manager's pid file when the drain stopped it and no live
+ * process has that pid file (it is sandnode's own file in the checked run dir), so that
+ * `status` shows it down rather than a stale pid file. Returns whether it removed one.
+ */
+function clearDrainedPidFile(d: CliDirs): boolean {
+  const f = pidFile(d, 'ublk-manager');
+  const running = findRunning(d, 'ublk-manager');
+  // a zombie (its parent has not reaped it yet) has exited all the same
+  const state = running ? processState(running.pid) : undefined;
+  if (!existsSync(f) || (running && state !== 'Z' && state !== 'X')) return false;
+  checkStackDirs(d);
+  rmSync(f, { force: true });
+  return true;
+}
 
 /** registerDrainCommand adds drain to program. */
 export function registerDrainCommand(program: Command): void {
@@ -25,22 +93,28 @@ export function registerDrainCommand(program: Command): void {
     .option('--json', 'print JSON')
     .action(
       action(async (o: { deadlineMs: number; concurrency: number; json?: boolean }, cmd: Command) => {
-        const holder = await waitForActiveServer(dirsOf(cmd).runDir);
+        const d = dirsOf(cmd);
+        const holder = await waitForActiveServer(d.runDir);
         const ch = createSandnodeChannel(holder.admin);
+        const progress = drainProgress(d, !!o.json);
         try {
           const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: o.deadlineMs + DRAIN_CALL_MARGIN_MS });
           const r = await admin.drain({ deadlineMs: o.deadlineMs, concurrency: o.concurrency });
-          const rows = r.sandboxes.map((s) => ({ id: s.sandboxId, outcome: DrainOutcome[s.outcome].replace('DRAIN_OUTCOME_', ''), resume: s.resumeMethod, ms: s.ms, error: s.error }));
+          progress.stop();
+          const rows: DrainRow[] = r.sandboxes.map((s) => ({ id: s.sandboxId, outcome: DrainOutcome[s.outcome].replace('DRAIN_OUTCOME_', ''), resume: s.resumeMethod, ms: s.ms, error: s.error }));
           const notPreserved = rows.filter((x) => x.outcome !== 'PRESERVED');
           const partial = notPreserved.length > 0 || !r.deviceManagerStopped;
+          // the drain went to this node's admin socket (runDir): its pid files are ours to tidy
+          if (r.deviceManagerStopped) clearDrainedPidFile(d);
           const json = { sandboxes: rows, durationMs: r.durationMs, deviceManagerStopped: r.deviceManagerStopped, deviceManagerError: r.deviceManagerError, partial };
           print(!!o.json, json, () =>
             [
               table(
                 ['ID', 'OUTCOME', 'RESUME', 'MS', 'ERROR'],
-                rows.map((x) => [x.id, x.outcome, x.resume, x.ms, x.error]),
+                rows.map((x) => [x.id, x.outcome === 'PRESERVED' ? paint('green', x.outcome) : paint('red', x.outcome), x.resume, x.ms, x.error]),
               ),
-              `drained in ${r.durationMs} ms; device manager stopped: ${r.deviceManagerStopped}${r.deviceManagerError ? ` (${r.deviceManagerError})` : ''}`,
+              ...rows.map(drainedText),
+              `drained ${rows.length - notPreserved.length} of ${rows.length} sandboxes in ${r.durationMs} ms; device manager ${r.deviceManagerStopped ? 'stopped' : 'NOT stopped'}${r.deviceManagerError ? ` (${r.deviceManagerError})` : ''}; the vmm-supervisor and server keep running`,
               ...(partial
                 ? [
                     `drain partial: ${notPreserved.length} of ${rows.length} sandboxes not preserved${notPreserved.length ? ` (${notPreserved.map((x) => x.id).join(', ')})` : ''}${r.deviceManagerStopped ? '' : '; device manager not stopped'}`,
@@ -50,6 +124,7 @@ export function registerDrainCommand(program: Command): void {
           );
           if (partial) process.exitCode = EXIT_FAILURE;
         } finally {
+          progress.stop();
           ch.close();
         }
       }),

@@ -16,6 +16,7 @@ import {
   metricsText,
   purgeNode,
   startStack,
+  startWhatResumeNeeds,
   stopComponent,
   table,
   withNodeLock,
@@ -23,6 +24,9 @@ import {
 import { dirsOf, wholeNumber } from '../options';
 import { isolationGroups } from '../isolation-groups';
 import { action, print } from '../output';
+import { OUTPUT_FORMATS, render, type OutputOpts } from '../output-format';
+import { paint } from '../terminal';
+import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { requireLocal } from '../local-only';
 import { driftWarning, runningDrift } from '../settings-drift';
 import { componentPid, pidText, type ComponentPid } from '../component-pid';
@@ -101,22 +105,28 @@ export function registerNodeCommands(program: Command): void {
         const d = dirsOf(cmd);
         const down = async () => {
           const deleted: string[] = [];
+          const startedForPurge: string[] = [];
           // NOT_FOUND on a delete: gone already (counted as deleted); any other failure stops down before it stops anything
           if (o.purge && findRunning(d, 'server')) {
+            // a drain stopped the ublk-manager: the server's deletes need it (it detaches and removes the drained disks), so start it (and whatever else is missing) first
+            for (const c of await startWhatResumeNeeds(d)) {
+              startedForPurge.push(c.name);
+              process.stderr.write(`sandnode: started ${c.name} (pid ${c.pid}) for the purge: it was not running (a drain stops the ublk-manager)\n`);
+            }
             const r = await withServer(d, deleteAllSandboxes);
             deleted.push(...r.deleted, ...r.gone);
           }
           const stopped: string[] = [];
           for (const c of [...COMPONENTS].reverse()) if (await stopComponent(d, c)) stopped.push(c);
-          return { deleted, stopped, purge: o.purge ? await purgeNode(d) : undefined };
+          return { deleted, stopped, startedForPurge, purge: o.purge ? await purgeNode(d) : undefined };
         };
         // a run dir another user made or may write: refuse before its pid files or up.lock are used (attacker: root killed the pid a user wrote)
         if (existsSync(d.runDir)) checkStackDirs(d);
         // one up or down at a time (node lock); a node without a run dir has nothing to lock
-        const { deleted, stopped, purge } = await (existsSync(d.runDir) ? withNodeLock(d.runDir, lockWaitMs(DEFAULT_START_TIMEOUT_MS), down) : down()).catch((err: unknown) => {
+        const { deleted, stopped, startedForPurge, purge } = await (existsSync(d.runDir) ? withNodeLock(d.runDir, lockWaitMs(DEFAULT_START_TIMEOUT_MS), down) : down()).catch((err: unknown) => {
           throw asRootOnly('down', err);
         });
-        print(!!o.json, { stopped, deleted, purge }, () =>
+        print(!!o.json, { stopped, deleted, purge, ...(startedForPurge.length ? { startedForPurge } : {}) }, () =>
           [
             `stopped: ${stopped.join(', ') || 'nothing was running'}`,
             ...(o.purge
@@ -139,8 +149,11 @@ export function registerNodeCommands(program: Command): void {
       "show the components (version, pid, metrics URL, features), the number of sandboxes, whether the sandbox network is on (and why not), each peer's fence epoch and every quarantined row (count and reason per component)",
     )
     .option('--json', 'print JSON')
+    .addOption(
+      new Option('-o, --output <format>', 'json: the --json document (status has no one response message); yaml: the same as YAML; wide: adds node id and metrics errors').choices(OUTPUT_FORMATS),
+    )
     .action(
-      action(async (o: JsonOpts, cmd: Command) => {
+      action(async (o: OutputOpts, cmd: Command) => {
         // status reads this node's sockets and pid files: an --address would be used for the sandbox count only
         requireLocal(cmd, 'status');
         const d = dirsOf(cmd);
@@ -173,20 +186,34 @@ export function registerNodeCommands(program: Command): void {
         const fences = Object.fromEntries(health.filter((h) => h.name !== 'server').map((h) => [h.name, { epoch: h.fenceEpoch, aboveServer: h.fencedAboveServer }]));
         const networkMismatches = health.find((h) => h.name === 'server')?.networkMismatches ?? null;
         const network = await nodeNetwork(d, components.find((c) => c.name === 'vmm-supervisor')?.features ?? []);
-        print(!!o.json, { nodeId: node.nodeId, components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches, network }, () =>
+        const doc = { nodeId: node.nodeId, components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches, network };
+        const drained = all ? all.filter((s) => s.state === SandboxState.SANDBOX_STATE_DRAINED).length : 0;
+        const statusText = (c: (typeof components)[number]) =>
+          c.up ? paint('green', 'up') : c.stalePid && c.name === 'ublk-manager' && drained ? 'stopped' : paint(c.stalePid ? 'red' : 'yellow', 'down');
+        const pidCol = (c: (typeof components)[number]) =>
+          !c.up && c.stalePid && c.name === 'ublk-manager' && drained ? `- (stopped by the drain of ${drained} sandboxes; \`sandbox resume\` starts it)` : pidText(c);
+        const lines = (wide: boolean) =>
           [
             node.text,
             table(
-              ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'METRICS', 'FEATURES'],
-              components.map((c) => [c.name, c.up ? 'up' : 'down', c.version ?? '-', pidText(c), c.metrics ?? (c.metricsError ? `not served (${c.metricsError})` : '-'), c.features.join(',')]),
+              ['COMPONENT', 'STATUS', 'VERSION', 'PID', 'METRICS', 'FEATURES', ...(wide ? ['NODE ID'] : [])],
+              components.map((c) => [
+                c.name,
+                statusText(c),
+                c.version ?? '-',
+                pidCol(c),
+                c.metrics ?? (c.metricsError ? `not served (${c.metricsError})` : '-'),
+                c.features.join(','),
+                ...(wide ? [c.nodeId ?? '-'] : []),
+              ]),
             ),
-            `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}`,
+            `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}${drained ? ` (${drained} DRAINED: \`sandnode sandbox resume ID\` boots one again)` : ''}`,
             ...(isolation ?? []).map((g) => `  isolation ${isolationText(g.isolation)}: ${g.sandboxes.length} (${g.sandboxes.join(', ')})`),
             `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : noActiveServer(components)}`,
             networkStatusLine(network),
             ...healthLines(health, epoch),
-          ].join('\n'),
-        );
+          ].join('\n');
+        render(o, { json: doc, human: () => lines(false), wide: () => lines(true) });
       }),
     );
 }

@@ -12,12 +12,13 @@ import type { Command } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
 import { table } from '@sandnode/node-stack';
 import { dirsOf, keyValue, wholeNumber } from '../options';
-import { CliError, EXIT_FAILURE, UsageError, action, print } from '../output';
+import { CliError, EXIT_FAILURE, UsageError, action } from '../output';
 import { withServer } from '../server-calls';
 import { argsOf, commandPath, shellWord } from '../usage';
 import { isUnimplemented, runExecSession } from './exec-session';
 import { shownName } from './sandbox-files';
-import type { ProcessInfo } from '@sandnode/shared/proto/server/v1/sandbox';
+import { ListProcessesResponse, type ProcessInfo } from '@sandnode/shared/proto/server/v1/sandbox';
+import { addOutputOptions, render, type OutputOpts } from '../output-format';
 
 /** readStdin reads this process's standard input to its end. */
 async function readStdin(): Promise<Buffer> {
@@ -151,17 +152,17 @@ export function registerExecCommand(sandbox: Command): void {
       }),
     );
 
-  sandbox
-    .command('ps <id>')
-    .description('list the commands exec started in the sandbox (running, or ended in the last minute)')
-    .option('--json', 'print JSON')
-    .action(
-      action(async (id: string, o: { json?: boolean }, cmd: Command) => {
-        const r = await withServer(dirsOf(cmd), (api) => api.sandboxes.listProcesses({ sandboxId: id }));
-        const rows = processRows(r.processes);
-        print(!!o.json, { processes: r.processes.map(({ _unknownFields, ...p }) => p) }, () => table(['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', 'COMMAND'], rows));
-      }),
-    );
+  addOutputOptions(sandbox.command('ps <id>').description('list the commands exec started in the sandbox (running, or ended in the last minute)')).action(
+    action(async (id: string, o: OutputOpts, cmd: Command) => {
+      const r = await withServer(dirsOf(cmd), (api) => api.sandboxes.listProcesses({ sandboxId: id }));
+      const rows = processRows(r.processes);
+      render(o, {
+        json: { processes: r.processes.map(({ _unknownFields, ...p }) => p) },
+        proto: () => ListProcessesResponse.toJSON(r),
+        human: () => table(['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', 'COMMAND'], rows),
+      });
+    }),
+  );
 
   sandbox
     .command('kill <id> <pid>')

@@ -6,9 +6,11 @@
 import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
 import { isolationText, sandboxJson, startWhatResumeNeeds, table, type SandboxJson } from '@sandnode/node-stack';
-import { ForkMethod, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { ClientError, Status } from 'nice-grpc-common';
+import { ForkMethod, GetSandboxResponse, ListSandboxesResponse, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { dirsOf, keyValue, oneOf, wholeNumber } from '../options';
 import { action, print } from '../output';
+import { addOutputOptions, render, type OutputOpts } from '../output-format';
 import { listAllSandboxes, withServer } from '../server-calls';
 import { addIdleFlags, idleLine, idleRequest, registerIdleCommands, type IdleFlags } from './sandbox-idle';
 import { addNetworkFlags, networkLine, networkRequest, registerNetworkCommands, tokenText, type NetworkFlags } from './sandbox-network';
@@ -99,43 +101,61 @@ export function registerSandboxCommands(program: Command): Command {
     ),
   );
 
-  sandbox
-    .command('list')
-    .description('list the sandboxes (id, state, pid, template, creation time)')
-    .option('--state <state>', `only this state (${STATE_NAMES.join(', ')})`, oneOf(STATE_NAMES))
-    .option('--metadata <key=value>', 'only with this label (repeatable)', keyValue, {})
-    .option('--json', 'print JSON')
-    .action(
-      action(async (o: JsonOpts & { state?: string; metadata: Record<string, string> }, cmd: Command) => {
-        const states = o.state ? [SandboxState[`SANDBOX_STATE_${o.state}` as keyof typeof SandboxState]] : [];
-        const all = (await withServer(dirsOf(cmd), (api) => listAllSandboxes(api, { states, metadata: o.metadata }))).map(sandboxJson);
-        print(!!o.json, all, () =>
+  addOutputOptions(
+    sandbox
+      .command('list')
+      .description('list the sandboxes (id, state, pid, template, creation time; -o wide: address, expiry, fork parent, labels)')
+      .option('--state <state>', `only this state (${STATE_NAMES.join(', ')})`, oneOf(STATE_NAMES))
+      .option('--metadata <key=value>', 'only with this label (repeatable)', keyValue, {}),
+  ).action(
+    action(async (o: OutputOpts & { state?: string; metadata: Record<string, string> }, cmd: Command) => {
+      const states = o.state ? [SandboxState[`SANDBOX_STATE_${o.state}` as keyof typeof SandboxState]] : [];
+      const raw = await withServer(dirsOf(cmd), (api) => listAllSandboxes(api, { states, metadata: o.metadata }));
+      const all = raw.map(sandboxJson);
+      render(o, {
+        json: all,
+        proto: () => ListSandboxesResponse.toJSON({ sandboxes: raw, nextPageToken: '' }),
+        human: () =>
           table(
             ['ID', 'STATE', 'PID', 'TEMPLATE', 'CREATED'],
             all.map((s) => [s.id, s.state, s.pid, s.template, s.created_at]),
           ),
-        );
-      }),
-    );
+        wide: () =>
+          table(
+            ['ID', 'STATE', 'PID', 'TEMPLATE', 'CREATED', 'ADDRESS', 'EXPIRES', 'FORKED FROM', 'METADATA'],
+            all.map((s) => [
+              s.id,
+              s.state,
+              s.pid,
+              s.template,
+              s.created_at,
+              s.network?.address ?? '-',
+              s.expires_at ?? '-',
+              s.forked_from || '-',
+              Object.entries(s.metadata)
+                .map(([k, v]) => `${k}=${v}`)
+                .join(',') || '-',
+            ]),
+          ),
+      });
+    }),
+  );
 
-  sandbox
-    .command('get <id>')
-    .description('show one sandbox: state, resources, isolation, network')
-    .option('--json', 'print JSON')
-    .action(
-      action(async (id: string, o: JsonOpts, cmd: Command) => {
-        const s = sandboxJson((await withServer(dirsOf(cmd), (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!);
-        const width = Math.max(...Object.keys(s).map((k) => k.length));
-        print(!!o.json, s, () =>
-          Object.entries(s)
-            .map(
-              ([k, v]) =>
-                `${k.padEnd(width)} ${k === 'isolation' ? isolationText(s.isolation) : k === 'network' && v === null ? 'none' : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`,
-            )
-            .join('\n'),
-        );
-      }),
-    );
+  addOutputOptions(sandbox.command('get <id>').description('show one sandbox: state, resources, isolation, network')).action(
+    action(async (id: string, o: OutputOpts, cmd: Command) => {
+      const r = await withServer(dirsOf(cmd), (api) => api.sandboxes.getSandbox({ sandboxId: id }));
+      const s = sandboxJson(r.sandbox!);
+      const width = Math.max(...Object.keys(s).map((k) => k.length));
+      const human = () =>
+        Object.entries(s)
+          .map(
+            ([k, v]) =>
+              `${k.padEnd(width)} ${k === 'isolation' ? isolationText(s.isolation) : k === 'network' && v === null ? 'none' : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`,
+          )
+          .join('\n');
+      render(o, { json: s, proto: () => GetSandboxResponse.toJSON(r), human });
+    }),
+  );
 
   sandbox
     .command('pause <id>')
@@ -212,13 +232,24 @@ export function registerSandboxCommands(program: Command): Command {
   sandbox
     .command('delete <id...>')
     .description('delete sandboxes: processes, devices, network and records')
-    .option('--json', 'print JSON')
+    .option('--if-exists', 'a sandbox that does not exist (NOT_FOUND) is no error: it is reported as absent')
+    .option('--json', 'print JSON: {deleted: [ids], absent: [ids]}')
     .action(
-      action(async (ids: string[], o: JsonOpts, cmd: Command) => {
+      action(async (ids: string[], o: JsonOpts & { ifExists?: boolean }, cmd: Command) => {
+        const deleted: string[] = [];
+        const absent: string[] = [];
         await withServer(dirsOf(cmd), async (api) => {
-          for (const id of ids) await api.sandboxes.deleteSandbox({ sandboxId: id });
+          for (const id of ids) {
+            try {
+              await api.sandboxes.deleteSandbox({ sandboxId: id });
+              deleted.push(id);
+            } catch (err) {
+              if (!(o.ifExists && err instanceof ClientError && err.code === Status.NOT_FOUND)) throw err;
+              absent.push(id);
+            }
+          }
         });
-        print(!!o.json, { deleted: ids }, () => ids.map((id) => `${id} deleted`).join('\n'));
+        print(!!o.json, o.ifExists ? { deleted, absent } : { deleted }, () => [...deleted.map((id) => `${id} deleted`), ...absent.map((id) => `${id} did not exist`)].join('\n'));
       }),
     );
 

@@ -6,6 +6,7 @@ import type { Command } from 'commander';
 import { previewServerUpgrade, table, upgradeServer, upgradeServerViaStandby, upgradeUblkManager, type UpgradePreview } from '@sandnode/node-stack';
 import { dirsOf } from '../options';
 import { UsageError, action, print } from '../output';
+import { withProgress } from '../terminal';
 
 /** Options of both upgrade commands. */
 interface UpgradeOpts {
@@ -49,7 +50,9 @@ export function registerUpgradeCommands(program: Command): void {
           const p = await previewServerUpgrade(d, o.standby ? { standby: true } : { buildDir: o.fromBuild! });
           return print(!!o.json, p, () => previewText(p));
         }
-        const r = o.standby ? await upgradeServerViaStandby(d) : await upgradeServer(d, o.fromBuild!);
+        const r = await withProgress(o.standby ? 'upgrading the server: handover to the standby' : `upgrading the server: starting ${o.fromBuild!} and handing over`, !!o.json, () =>
+          o.standby ? upgradeServerViaStandby(d) : upgradeServer(d, o.fromBuild!),
+        );
         print(!!o.json, r, () =>
           [
             table(
@@ -75,7 +78,7 @@ export function registerUpgradeCommands(program: Command): void {
     .action(
       action(async (o: UpgradeOpts, cmd: Command) => {
         requireOneSource(o);
-        const r = await upgradeUblkManager(dirsOf(cmd), o.standby ? undefined : o.fromBuild);
+        const r = await withProgress('upgrading the ublk-manager: moving every device to the other slot', !!o.json, () => upgradeUblkManager(dirsOf(cmd), o.standby ? undefined : o.fromBuild));
         print(!!o.json, r, () =>
           [
             table(

@@ -224,6 +224,9 @@ export const templates: TemplateCatalog = {
   build: async () => {
     throw new Error('not used');
   },
+  delete: async () => {
+    throw new Error('not used');
+  },
 };
 
 /**
