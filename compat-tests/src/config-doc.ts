@@ -55,10 +55,15 @@ export function readmeMeanings(readme: string): Map<string, string> {
   return out;
 }
 
-/** cell is a value as a table cell: JSON in backticks, "(unset)" for undefined. */
-function cell(v: unknown): string {
+/**
+ * cell is a value as a table cell: JSON in backticks, "(unset)" for undefined. A default that is
+ * a path inside the checkout (e.g. the seccomp profile) is shown as `<install dir>/...`: the
+ * doc must not depend on where the tree was cloned.
+ */
+function cell(v: unknown, root: string): string {
   if (v === undefined) return '(unset)';
-  const j = JSON.stringify(v);
+  const shown = typeof v === 'string' && v.startsWith(root + path.sep) ? `<install dir>/${path.relative(root, v)}` : v;
+  const j = JSON.stringify(shown);
   return `\`${j.replace(/\|/g, '\\|')}\``;
 }
 
@@ -79,7 +84,7 @@ export function renderConfigDoc(root = REPO_ROOT): string {
     parts.push('| key | since | default | env | meaning |', '|---|---|---|---|---|');
     for (const k of Object.keys(schema.shape)) {
       const meaning = meanings.get(k) ?? `(not in services/${c}/README.md)`;
-      parts.push(`| \`${k}\` | ${m.KEY_SINCE[k] ?? CURRENT_LINE} | ${cell(defaults[k])} | \`${envKey(c, k)}\` | ${meaning} |`);
+      parts.push(`| \`${k}\` | ${m.KEY_SINCE[k] ?? CURRENT_LINE} | ${cell(defaults[k], root)} | \`${envKey(c, k)}\` | ${meaning} |`);
     }
     parts.push('');
   }
