@@ -84,6 +84,28 @@ describeWith('the built CLI on a wrong command line', [built('@sandnode/cli')], 
     expect(lines[1]).toBe(`sandnode: see: sandnode ${command} --help`);
   });
 
+  it.each([
+    [['status', '-o', 'json'], "error: unknown option '-o'", "sandnode: JSON output is this command's --json (there is no -o/--output): sandnode status --json"],
+    [['sandbox', 'list', '--output', 'json'], "error: unknown option '--output'", "sandnode: JSON output is this command's --json (there is no -o/--output): sandnode sandbox list --json"],
+    [
+      ['-o', 'json', 'status'],
+      "error: unknown option '-o'",
+      "sandnode: JSON output is each command's own --json, after the command (there is no -o/--output), e.g. sandnode status --json; see: sandnode --help",
+    ],
+    [
+      ['logs'],
+      "error: unknown command 'logs'",
+      'sandnode: there is no logs command: the daemons log to files, <run-dir>/logs/<component>.log (server, vmm-supervisor, ublk-manager; default run dir ./.sandnode/run); see: sandnode --help',
+    ],
+  ])('%j (habits from other CLIs): exit 2 and a hint that names what to use', (args, message, hint) => {
+    const r = cli(...args);
+    expect(r.status).toBe(EXIT_USAGE);
+    expect(r.stdout).toBe('');
+    const lines = r.stderr.trimEnd().split('\n');
+    expect(lines[0]).toBe(message);
+    expect(lines[lines.length - 1]).toBe(hint);
+  });
+
   it("keeps commander's suggestion for a near miss", () => {
     expect(cli('status', '--jsn')).toEqual({ status: EXIT_USAGE, stdout: '', stderr: "error: unknown option '--jsn'\n(Did you mean --json?)\nsandnode: see: sandnode status --help\n" });
   });

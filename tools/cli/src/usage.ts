@@ -71,8 +71,20 @@ export function usageHint(cmd: Command, err: CommanderError, argv: readonly stri
     const line = args ? dashDashHint(cmd, args, flag) : undefined;
     if (line) return `put -- before the command so that its options are not read as sandnode's: ${line}`;
   }
+  if (flag && (/^-o/.test(flag) || /^--output(=|$)/.test(flag))) {
+    const json = cmd.options.some((o) => o.long === '--json');
+    return json
+      ? `JSON output is this command's --json (there is no -o/--output): ${commandPath(cmd)} --json`
+      : `JSON output is each command's own --json, after the command (there is no -o/--output), e.g. sandnode status --json; see: ${commandPath(cmd)} --help`;
+  }
+  if (err.code === 'commander.unknownCommand' && UNKNOWN_COMMAND_RE.exec(err.message)?.[1] === 'logs') {
+    return `there is no logs command: the daemons log to files, <run-dir>/logs/<component>.log (server, vmm-supervisor, ublk-manager; default run dir ./.sandnode/run); see: ${commandPath(cmd)} --help`;
+  }
   return `see: ${commandPath(cmd)} --help`;
 }
+
+/** The command in commander's "error: unknown command 'logs'" message. */
+const UNKNOWN_COMMAND_RE = /unknown command '([^']+)'/;
 
 /**
  * installUsageErrors makes every command of program exit 2 on a usage error, after
