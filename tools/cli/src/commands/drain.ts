@@ -19,7 +19,9 @@ export const DRAIN_CALL_MARGIN_MS = 10_000;
 export function registerDrainCommand(program: Command): void {
   program
     .command('drain')
-    .description('freeze, stop and persist every live sandbox (bounded concurrency; it becomes DRAINED, its disks kept: `sandbox resume ID` boots it again), then stop the device manager; for pod deletion / node shutdown')
+    .description(
+      'freeze, stop and persist every live sandbox (bounded concurrency; it becomes DRAINED, its disks kept: `sandbox resume ID` boots it again), then stop the device manager; for pod deletion / node shutdown',
+    )
     .option('--deadline-ms <ms>', 'time for the whole drain, ms', wholeNumber, DEFAULT_DRAIN_DEADLINE_MS)
     .option('--concurrency <n>', 'sandboxes drained at once', wholeNumber, DEFAULT_DRAIN_CONCURRENCY)
     .option('--json', 'print JSON')
