@@ -57,11 +57,20 @@ if (want && String(want.modules) !== process.versions.modules && path.resolve(wa
   process.stderr.write(`sandnode: needs Node >= ${MIN_NODE_MAJOR}, this is ${process.version}; run: bash deploy/host-setup.sh (it provides Node 24 in .toolchain/)\n`);
   process.exit(1);
 } else {
+  // "not built" only when dist/main.js itself is absent: a module missing *below* it (npm deps
+  // being reinstalled, a workspace package not built) names dist/main.js in its require stack
+  // too, and must be reported as what it is.
+  const main = path.join(__dirname, '..', 'dist', 'main.js');
+  if (!existsSync(main)) {
+    process.stderr.write('sandnode: not built yet; run: npm run build\n');
+    process.exit(1);
+  }
   try {
-    require('../dist/main.js');
+    require(main);
   } catch (err) {
-    if (err && err.code === 'MODULE_NOT_FOUND' && String(err.message).includes('dist/main.js')) {
-      process.stderr.write('sandnode: not built yet; run: npm run build\n');
+    if (err && err.code === 'MODULE_NOT_FOUND') {
+      const what = String(err.message).split('\n')[0];
+      process.stderr.write(`sandnode: ${what}: dependencies missing or not built; run: bash deploy/host-setup.sh && npm run build\n`);
       process.exit(1);
     }
     throw err;

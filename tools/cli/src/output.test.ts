@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
-import { CliError, EXIT_FAILURE, EXIT_USAGE, UsageError, describeError, formatError } from './output';
+import { Template } from '@sandnode/shared/proto/server/v1/template';
+import { CliError, EXIT_FAILURE, EXIT_USAGE, UsageError, describeError, formatError, jsonText } from './output';
 
 const rpc = '/sandnode.server.v1.SandboxService/GetSandbox';
 
@@ -80,5 +81,18 @@ describe('formatError', () => {
     expect(JSON.parse(line)).toEqual({
       error: { code: 'UNAVAILABLE', grpcCode: 14, message: 'UNAVAILABLE: No connection established.', hint: 'is the node up? run: sandnode up', exitCode: 1 },
     });
+  });
+});
+
+describe('jsonText', () => {
+  it('leaves out the _unknownFields a decoded message carries, at any depth', () => {
+    const t = Template.decode(Template.encode(Template.fromPartial({ name: 'base', poddVersion: '0.3.0', sizeBytes: 10 })).finish());
+    const text = jsonText({ templates: [t] });
+    expect(text).not.toContain('_unknownFields');
+    expect(JSON.parse(text)).toEqual({ templates: [expect.objectContaining({ name: 'base', poddVersion: '0.3.0', sizeBytes: 10 })] });
+  });
+
+  it('is indented JSON of everything else', () => {
+    expect(jsonText({ a: 1, b: [null, 'x'] })).toBe('{\n  "a": 1,\n  "b": [\n    null,\n    "x"\n  ]\n}');
   });
 });

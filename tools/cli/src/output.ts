@@ -76,9 +76,17 @@ export function formatError(r: ErrorReport, json: boolean): string {
   return `sandnode: ${r.message}\n${r.hint ? `sandnode: ${r.hint}\n` : ''}`;
 }
 
-/** print writes a command's result to stdout: value as indented JSON, or human() for people. */
+/**
+ * jsonText is value as indented JSON for `--json`, without the `_unknownFields` key the proto
+ * decoder puts in every message it decodes (an internal of ts-proto, not part of any output).
+ */
+export function jsonText(value: unknown): string {
+  return JSON.stringify(value, (key, v: unknown) => (key === '_unknownFields' ? undefined : v), 2);
+}
+
+/** print writes a command's result to stdout: value as indented JSON ({@link jsonText}), or human() for people. */
 export function print(json: boolean, value: unknown, human: () => string): void {
-  process.stdout.write(json ? `${JSON.stringify(value, null, 2)}\n` : `${human()}\n`);
+  process.stdout.write(json ? `${jsonText(value)}\n` : `${human()}\n`);
 }
 
 /** wantsJsonErrors: whether a command's options ask for a document (`--json`, `-o json`, `-o yaml`): its errors are then one JSON line. */

@@ -84,6 +84,26 @@ describeWith('the built CLI on a wrong command line', [built('@sandnode/cli')], 
     expect(lines[1]).toBe(`sandnode: see: sandnode ${command} --help`);
   });
 
+  it.each([
+    [
+      ['sandbox', 'pause', 'sb-0123456789abcdef', '-o', 'json'],
+      "error: unknown option '-o'",
+      'sandnode: this command has no -o/--output (read commands have it: sandbox list|get|ps, template list, status); its JSON is --json: sandnode sandbox pause --json',
+    ],
+    [
+      ['-o', 'json', 'status'],
+      "error: unknown option '-o'",
+      'sandnode: -o/--output goes after the command (read commands: sandbox list|get|ps, template list, status), e.g. sandnode status -o json; see: sandnode --help',
+    ],
+  ])('%j (habits from other CLIs): exit 2 and a hint that names what to use', (args, message, hint) => {
+    const r = cli(...args);
+    expect(r.status).toBe(EXIT_USAGE);
+    expect(r.stdout).toBe('');
+    const lines = r.stderr.trimEnd().split('\n');
+    expect(lines[0]).toBe(message);
+    expect(lines[lines.length - 1]).toBe(hint);
+  });
+
   it("keeps commander's suggestion for a near miss", () => {
     expect(cli('status', '--jsn')).toEqual({ status: EXIT_USAGE, stdout: '', stderr: "error: unknown option '--jsn'\n(Did you mean --json?)\nsandnode: see: sandnode status --help\n" });
   });

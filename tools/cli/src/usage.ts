@@ -71,6 +71,15 @@ export function usageHint(cmd: Command, err: CommanderError, argv: readonly stri
     const line = args ? dashDashHint(cmd, args, flag) : undefined;
     if (line) return `put -- before the command so that its options are not read as sandnode's: ${line}`;
   }
+  if (flag && (/^-o/.test(flag) || /^--output(=|$)/.test(flag))) {
+    const json = cmd.options.some((o) => o.long === '--json');
+    if (cmd.parent) {
+      return json
+        ? `this command has no -o/--output (read commands have it: sandbox list|get|ps, template list, status); its JSON is --json: ${commandPath(cmd)} --json`
+        : `this command has no -o/--output; see: ${commandPath(cmd)} --help`;
+    }
+    return `-o/--output goes after the command (read commands: sandbox list|get|ps, template list, status), e.g. sandnode status -o json; see: ${commandPath(cmd)} --help`;
+  }
   return `see: ${commandPath(cmd)} --help`;
 }
 

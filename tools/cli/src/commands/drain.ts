@@ -1,5 +1,5 @@
 /**
- * `sandnode drain [--deadline-ms MS] [--concurrency N]`: pause and persist every live sandbox,
+ * `sandnode drain [--deadline-ms MS] [--concurrency N]`: freeze, stop and persist every live sandbox,
  * then stop the device manager (pod deletion, node shutdown; deploy/prestop.sh runs it). Exits
  * 1 (and says "drain partial": which sandboxes were not preserved, at which step and why, and
  * whether the device manager was stopped) unless every sandbox was PRESERVED and the device
@@ -87,7 +87,9 @@ function clearDrainedPidFile(d: CliDirs): boolean {
 export function registerDrainCommand(program: Command): void {
   program
     .command('drain')
-    .description('pause and persist every live sandbox (bounded concurrency), then stop the device manager; for pod deletion / node shutdown')
+    .description(
+      'freeze, stop and persist every live sandbox (bounded concurrency; it becomes DRAINED, its disks kept: `sandbox resume ID` boots it again), then stop the device manager; for pod deletion / node shutdown',
+    )
     .option('--deadline-ms <ms>', 'time for the whole drain, ms', wholeNumber, DEFAULT_DRAIN_DEADLINE_MS)
     .option('--concurrency <n>', 'sandboxes drained at once', wholeNumber, DEFAULT_DRAIN_CONCURRENCY)
     .option('--json', 'print JSON')

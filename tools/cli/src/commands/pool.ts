@@ -34,10 +34,15 @@ async function withAdmin<T>(cmd: Command, fn: (admin: Admin) => Promise<T>): Pro
   }
 }
 
-const view = (p: PoolStatus) => ({
+/**
+ * poolView is the JSON shape of one pool for `--json`: {key, template, resources: {vcpus,
+ * memoryMib, diskBytes (bytes), pids} (defaults filled in by the server; null if it sent none), size, ready, filling,
+ * claimed, missed, lastError}; the decoder's `_unknownFields` is not part of it.
+ */
+export const poolView = (p: PoolStatus) => ({
   key: p.key,
   template: p.template,
-  resources: p.resources ?? null,
+  resources: p.resources ? { vcpus: p.resources.vcpus, memoryMib: p.resources.memoryMib, diskBytes: p.resources.diskBytes, pids: p.resources.pids } : null,
   size: p.size,
   ready: p.ready,
   filling: p.filling,
@@ -69,7 +74,7 @@ export function registerPoolCommands(program: Command): void {
         const own = o.vcpus !== undefined || o.memoryMib !== undefined || o.diskBytes !== undefined || o.pids !== undefined;
         const resources = own ? { vcpus: o.vcpus ?? 0, memoryMib: o.memoryMib ?? 0, diskBytes: o.diskBytes ?? 0, pids: o.pids ?? 0 } : undefined;
         const r = await withAdmin(cmd, (a) => a.setPool({ template, size, resources }));
-        const p = view(r.pool!);
+        const p = poolView(r.pool!);
         print(!!o.json, p, () => (size === 0 ? `pool ${p.key} removed; its members are retired` : `pool ${p.key}: size ${p.size} (${p.ready} ready, ${p.filling} filling)`));
       }),
     );
@@ -80,7 +85,7 @@ export function registerPoolCommands(program: Command): void {
     .action(
       action(async (o: { json?: boolean }, cmd: Command) => {
         const r = await withAdmin(cmd, (a) => a.getPoolStatus({}));
-        print(!!o.json, { pools: r.pools.map(view) }, () =>
+        print(!!o.json, { pools: r.pools.map(poolView) }, () =>
           r.pools.length === 0
             ? 'no warm pools (set one: sandnode pool set TEMPLATE SIZE)'
             : table(

@@ -62,7 +62,7 @@ describe('sandbox network', () => {
       public: false,
       ingressUrl: 'http://{port}-sb-1.localhost:8480',
     });
-    const j = sandboxJson({ sandboxId: 'sb-1', state: 2, isolation: [], metadata: {}, createdAtMs: 0, network: n } as never);
+    const j = sandboxJson({ sandboxId: 'sb-1', state: 2, isolation: [], metadata: {}, envKeys: [], createdAtMs: 0, network: n } as never);
     expect(j.network).toEqual({ address: '10.209.0.2', gateway: '10.209.0.1', egress: { allowOut: ['example.com'], blockAll: true }, ingressUrl: 'http://{port}-sb-1.localhost:8480' });
     expect(networkText(j.network)).toMatch(/^slot {10}0\naddress {7}10\.209\.0\.2\n.*allow out {5}example\.com\n.*block all {5}yes\ningress {7}private/s);
     expect(networkText(null)).toBe('no network');
@@ -92,7 +92,7 @@ describe('upgrade server --dry-run text', () => {
 describe('the network line of create and fork', () => {
   it('names the address, gateway and ingress URL, or says there is none', () => {
     const n = SandboxNetwork.fromPartial({ slot: 1, address: '10.209.0.6', gateway: '10.209.0.5', public: true, ingressUrl: 'http://{port}-sb-1.localhost:8480' });
-    const j = sandboxJson({ sandboxId: 'sb-1', state: 2, isolation: [], metadata: {}, createdAtMs: 0, network: n } as never);
+    const j = sandboxJson({ sandboxId: 'sb-1', state: 2, isolation: [], metadata: {}, envKeys: [], createdAtMs: 0, network: n } as never);
     expect(networkLine(j.network)).toBe('network 10.209.0.6 (gateway 10.209.0.5), ingress http://{port}-sb-1.localhost:8480 (public)');
     expect(networkLine(null)).toBe('no network (loopback only)');
   });
