@@ -170,7 +170,9 @@ describe('drainNode bounds (a sandbox that does not die on SIGKILL must not hold
       });
       expect(signals).toEqual(['SIGTERM', 'SIGKILL']);
       expect(r.deviceManagerStopped).toBe(false);
-      expect(r.deviceManagerError).toBe(`the device manager (pid ${pid}) got SIGTERM, then SIGKILL, and did not exit before the drain deadline (its /proc/${pid}/stat could not be read: out of file descriptors?)`);
+      expect(r.deviceManagerError).toBe(
+        `the device manager (pid ${pid}) got SIGTERM, then SIGKILL, and did not exit before the drain deadline (its /proc/${pid}/stat could not be read: out of file descriptors?)`,
+      );
     } finally {
       spy.mockRestore();
     }

@@ -257,7 +257,8 @@ async function stopDeviceManager(d: DrainDeps, deadline: number): Promise<{ stop
   if (Date.now() >= deadline) return { stopped: false, error: 'no time left before the drain deadline; the device manager keeps running' };
   const ticks = processStartTicks(pid);
   // processLiveness(pid, -1) reads /proc once more only to tell "no such process" from "could not read"
-  if (ticks === undefined && processLiveness(pid, -1) === 'unknown') return { stopped: false, error: `could not read /proc/${pid}/stat of the device manager (out of file descriptors?); it keeps running` };
+  if (ticks === undefined && processLiveness(pid, -1) === 'unknown')
+    return { stopped: false, error: `could not read /proc/${pid}/stat of the device manager (out of file descriptors?); it keeps running` };
   // a /proc read that fails for another reason than "no such process" is not an exit: the
   // server short of descriptors (a sandbox flooding the egress proxy) must not report a device
   // manager that still runs as stopped

@@ -291,7 +291,8 @@ export class NetworkManager {
       if (mine) return this.infoOf(mine);
       // an owner holds one slot: a second row of it would stay in use after the owner is gone
       const held = this.store.list().find((r) => r.state !== 'spare' && r.owner === req.owner && r.slot !== req.slot);
-      if (held) throw new AlreadyExistsError(`owner ${req.owner} already holds network slot ${held.slot} (${held.state}${held.vmId ? ` by vm ${held.vmId}` : ''}); ask for that slot or release it first`);
+      if (held)
+        throw new AlreadyExistsError(`owner ${req.owner} already holds network slot ${held.slot} (${held.state}${held.vmId ? ` by vm ${held.vmId}` : ''}); ask for that slot or release it first`);
       let s = req.slot;
       let fresh = false;
       if (s >= 0) {

@@ -46,8 +46,8 @@ describe('SlotStore', () => {
     s.put(row(8, { owner: 'sb-c', vmId: 'vm-c' }));
     expect(s.list().map((r) => r.slot)).toEqual([4, 8]);
     expect(seen).toEqual([
-      { slot: 1, reason: 'a second row of owner sb-a: slot 4 (in-use) is that owner\'s' },
-      { slot: 6, reason: 'a second row of vm vm-a: slot 4 (in-use) is that vm\'s' },
+      { slot: 1, reason: "a second row of owner sb-a: slot 4 (in-use) is that owner's" },
+      { slot: 6, reason: "a second row of vm vm-a: slot 4 (in-use) is that vm's" },
     ]);
     expect(s.quarantinedSlots()).toEqual(new Set([1, 6]));
     expect(s.list().map((r) => r.slot)).toEqual([4, 8]);

@@ -193,9 +193,7 @@ export class SlotStore {
   private quarantine(r: Row, why: string): void {
     const reason = why.slice(0, 512);
     this.db.transaction(() => {
-      this.db
-        .prepare('INSERT INTO network_slot_quarantine (slot, raw, reason, quarantined_at_ms) VALUES (?, ?, ?, ?)')
-        .run(r.slot, typeof r.record === 'string' ? r.record : null, reason, Date.now());
+      this.db.prepare('INSERT INTO network_slot_quarantine (slot, raw, reason, quarantined_at_ms) VALUES (?, ?, ?, ?)').run(r.slot, typeof r.record === 'string' ? r.record : null, reason, Date.now());
       this.stmt('DELETE FROM network_slots WHERE slot = ?').run(r.slot);
     })();
     this.onQuarantine({ slot: r.slot, reason });
