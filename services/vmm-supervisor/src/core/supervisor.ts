@@ -121,7 +121,7 @@ export class Supervisor {
       VMM_FEATURES.quarantineReport,
       VMM_FEATURES.vmIsolation,
       ...arm,
-      ...(this.network ? [VMM_FEATURES.network] : []),
+      ...(this.network ? [VMM_FEATURES.network, VMM_FEATURES.slotQuarantineReport] : []),
     ];
   }
 

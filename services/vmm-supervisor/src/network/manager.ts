@@ -137,6 +137,11 @@ export class NetworkManager {
     return s >= 0 ? this.store.get(s) : undefined;
   }
 
+  /** quarantined lists the slot table's quarantined rows, oldest first (SlotStore.quarantined). */
+  quarantined(): { slot: number; reason: string; quarantinedAtMs: number }[] {
+    return this.store.quarantined();
+  }
+
   /** forVm is the in-use row of vmId, or undefined. */
   forVm(vmId: string): SlotRow | undefined {
     return this.store.list().find((r) => r.state === 'in-use' && r.vmId === vmId);

@@ -50,6 +50,9 @@ describe('SlotStore', () => {
       { slot: 6, reason: "a second row of vm vm-a: slot 4 (in-use) is that vm's" },
     ]);
     expect(s.quarantinedSlots()).toEqual(new Set([1, 6]));
+    // what ListNetworkSlots (and so `sandnode status`) reports, oldest first
+    expect(s.quarantined().map(({ slot, reason }) => ({ slot, reason }))).toEqual(seen);
+    expect(s.quarantined().every((q) => q.quarantinedAtMs > 0)).toBe(true);
     expect(s.list().map((r) => r.slot)).toEqual([4, 8]);
     expect(seen).toHaveLength(2);
   });

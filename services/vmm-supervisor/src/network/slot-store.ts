@@ -119,6 +119,17 @@ export class SlotStore {
     return new Set((this.stmt('SELECT slot FROM network_slot_quarantine').all() as { slot: number }[]).map((r) => r.slot));
   }
 
+  /** quarantined lists the quarantined rows (slot, reason, when: Unix epoch ms), oldest first. */
+  quarantined(): { slot: number; reason: string; quarantinedAtMs: number }[] {
+    return busyToUnavailable('vm-table.db: read slot quarantine', () =>
+      (this.stmt('SELECT slot, reason, quarantined_at_ms FROM network_slot_quarantine ORDER BY rowid').all() as { slot: number; reason: string; quarantined_at_ms: number }[]).map((r) => ({
+        slot: r.slot,
+        reason: r.reason,
+        quarantinedAtMs: r.quarantined_at_ms,
+      })),
+    );
+  }
+
   /** put writes row (durable against a process crash on return; see the class). */
   put(row: SlotRow): void {
     const text = JSON.stringify(row);

@@ -112,6 +112,7 @@ export function createVmService(
         proxiedPorts: [...netPorts.proxiedPorts],
         alwaysDenied: [...netPorts.alwaysDenied],
         spareTarget: st.spareTarget,
+        quarantined: (net?.quarantined() ?? []).slice(-MAX_LISTED_QUARANTINED).map((q) => ({ key: String(q.slot), reason: q.reason.slice(0, 600), quarantinedAtMs: q.quarantinedAtMs })),
       };
     },
 
