@@ -281,6 +281,11 @@ export class Supervisor {
     if (rec.state !== 'running') throw new FailedPreconditionError(`vm ${vmId} is ${rec.state}, not running; nothing armed`);
   }
 
+  /** hasVm says whether the VM table has a row for vmId (creating ones included: their row is written before their network slot). */
+  hasVm(vmId: string): boolean {
+    return this.store.get(vmId) !== undefined;
+  }
+
   /** list returns every VM with its live state, ordered by vm id. */
   async list(): Promise<VmRecord[]> {
     const out: VmRecord[] = [];

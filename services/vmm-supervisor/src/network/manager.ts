@@ -357,14 +357,17 @@ export class NetworkManager {
   }
 
   /**
-   * releaseReserved frees slot s when it is reserved for owner; false (nothing changed) when it
-   * is free, a spare or another owner's. FailedPreconditionError when a VM uses it.
+   * releaseReserved frees slot s when it is reserved for owner, or in use by owner's VM that
+   * the VM table does not have (vmExists false: a row a lost VM left, which would else stay in
+   * use for good); false (nothing changed) when it is free, a spare or another owner's.
+   * FailedPreconditionError when a VM of the table uses it.
    */
-  async releaseReserved(s: number, owner: string): Promise<boolean> {
+  async releaseReserved(s: number, owner: string, vmExists: (vmId: string) => boolean = () => true): Promise<boolean> {
     return this.mutex.run(KEY, async () => {
       const row = this.store.get(s);
       if (!row || row.owner !== owner || row.state === 'spare') return false;
-      if (row.state === 'in-use') throw new FailedPreconditionError(`network slot ${s} is in use by vm ${row.vmId}; delete the VM first`);
+      if (row.state === 'in-use' && vmExists(row.vmId)) throw new FailedPreconditionError(`network slot ${s} is in use by vm ${row.vmId}; delete the VM first`);
+      if (row.state === 'in-use') this.log.warn({ slot: s, vm_id: row.vmId, owner }, 'network slot in use by a VM the table does not have; freed');
       await this.free(row);
       return true;
     });

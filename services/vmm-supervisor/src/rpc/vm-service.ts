@@ -121,7 +121,7 @@ export function createVmService(
       requireResourceId('owner', req.owner);
       const net = supervisor.net;
       if (!net) throw new FailedPreconditionError('network is not configured');
-      return { released: await net.releaseReserved(req.slot, req.owner) };
+      return { released: await net.releaseReserved(req.slot, req.owner, (vmId) => supervisor.hasVm(vmId)) };
     },
   };
 }
