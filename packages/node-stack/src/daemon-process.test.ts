@@ -1,4 +1,4 @@
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import fs, { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { processStartTicks, processState } from '@sandnode/shared';
@@ -103,5 +103,24 @@ describe('stopProcess', () => {
     expect(gone(d.pid, ticks)).toBe(false);
     expect(await stopProcess(d.pid, { timeoutMs: 200, killAfterTimeout: true })).toBe(true);
     expect(gone(d.pid, ticks)).toBe(true);
+  });
+
+  it('a /proc read that fails with EMFILE is no exit: a daemon that ignores SIGTERM is not reported stopped', async () => {
+    const d = daemon('stubborn-emfile', stubborn);
+    await waitForDaemon(d, () => logHas(d, 'up'), { timeoutMs: 10_000, ...errors });
+    const ticks = processStartTicks(d.pid);
+    const real = fs.readFileSync;
+    let calls = 0;
+    const spy = jest.spyOn(fs, 'readFileSync').mockImplementation(((f: fs.PathOrFileDescriptor, o?: unknown) => {
+      // the first read (its start ticks) works; then the caller is out of descriptors
+      if (f === `/proc/${d.pid}/stat` && calls++ > 0) throw Object.assign(new Error('EMFILE: too many open files'), { code: 'EMFILE' });
+      return (real as (f: fs.PathOrFileDescriptor, o?: unknown) => string | Buffer)(f, o);
+    }) as typeof fs.readFileSync);
+    try {
+      expect(await stopProcess(d.pid, { timeoutMs: 200 })).toBe(false);
+    } finally {
+      spy.mockRestore();
+    }
+    expect(gone(d.pid, ticks)).toBe(false);
   });
 });

@@ -7,7 +7,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, constants, fchmodSync, fstatSync, mkdirSync, openSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { processStartTicks, processState } from '@sandnode/shared';
+import { processLiveness, processStartTicks } from '@sandnode/shared';
 
 /** Poll interval of {@link waitForDaemon}, ms. */
 export const DAEMON_POLL_MS = 50;
@@ -128,7 +128,9 @@ export interface StopProcessOptions {
 export async function stopProcess(pid: number, opts: StopProcessOptions = {}): Promise<boolean> {
   const ticks = processStartTicks(pid);
   if (!pid || ticks === undefined) return false;
-  const alive = () => processStartTicks(pid) === ticks && processState(pid) !== 'Z';
+  // a /proc read that fails for another reason than "no such process" (EMFILE ...) is no exit:
+  // a daemon still running must not be reported stopped (its successor would start beside it)
+  const alive = () => processLiveness(pid, ticks) !== 'gone';
   const waitGone = async (ms: number) => {
     const deadline = Date.now() + ms;
     while (alive() && Date.now() < deadline) await sleep(EXIT_POLL_MS);

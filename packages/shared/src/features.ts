@@ -71,6 +71,8 @@ export const VMM_FEATURES = {
    * ReleaseNetworkSlot (docs/network.md)
    */
   network: 'vmm.network.v1',
+  /** ListNetworkSlotsResponse.quarantined: the network slot table's quarantined rows (`sandnode status`) */
+  slotQuarantineReport: 'vmm.slot-quarantine-report.v1',
 } as const;
 
 /** Features of the ublk-manager (`ublk.*`). */

@@ -265,7 +265,9 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
     await waitFor('more ticks on the same connection', () => (nf.stats().lines > before.lines + 10 ? true : undefined));
     expect(nf.stats().conns).toBe(before.conns);
     expect(nf.links()).not.toContain(orphan);
-    expect((await client.listNetworkSlots({})).slots.map((x) => x.slot)).not.toContain(999);
+    const listed = await client.listNetworkSlots({});
+    expect(listed.slots.map((x) => x.slot)).not.toContain(999);
+    expect(listed.quarantined).toContainEqual(expect.objectContaining({ key: '999', reason: expect.stringMatching(/^record is not JSON/) }));
     expect(daemon.log(64_000)).toMatch(/row of slot 999 cannot be read \(record is not JSON/);
     expect(execFileSync('stat', ['-L', '-c', '%i', bNetns]).toString().trim()).toBe(bInode); // the VM's own namespace, bound again
     const repaired = JSON.parse(execFileSync('ip', ['-j', '-4', 'addr', 'show', 'dev', bIf]).toString()) as { addr_info: unknown[] }[];
@@ -296,6 +298,31 @@ describeWith('vmm-supervisor network (integration)', NET_PARTS, () => {
     expect(existsSync(b.netnsPath)).toBe(false);
     expect(nf.links()).not.toContain(b.hostIfname);
     expect(nf.table()).not.toContain(`slot-${b.slot} `);
+  });
+
+  test('a second slot row of one owner is quarantined and reported; CreateVm of an owner holding another slot is ALREADY_EXISTS', async () => {
+    const d = (await client.createVm({ vmId: 'net-d', spec: spec('net-d', { owner: 'sb-d', slot: -1, egress: open }) })).vm!;
+    pids.set('net-d', d.pid);
+    await expectCode(client.createVm({ vmId: 'net-d2', spec: spec('net-d2', { owner: 'sb-d', slot: -1, egress: open }) }), Status.ALREADY_EXISTS, /owner sb-d already holds network slot/);
+    // a second row naming the owner, as a bug or a hand edit leaves it
+    const db = new Database(path.join(fx.stateDir, 'vmm-supervisor', 'vm-table.db'));
+    db.prepare('INSERT INTO network_slots (slot, record) VALUES (?, ?)').run(998, JSON.stringify({ slot: 998, state: 'reserved', owner: 'sb-d', vmId: '', egress: open }));
+    db.close();
+    const l = await client.listNetworkSlots({});
+    expect(l.slots.map((x) => x.slot)).not.toContain(998);
+    expect(l.quarantined).toContainEqual(expect.objectContaining({ key: '998', reason: `a second row of owner sb-d: slot ${d.network!.slot} (in-use) is that owner's` }));
+    await client.deleteVm({ vmId: 'net-d' });
+    // the owner gone, nothing of it stays in use
+    const after = await client.listNetworkSlots({});
+    expect(after.slots.filter((x) => x.owner === 'sb-d')).toEqual([]);
+    // an in-use row of a VM the table does not have (a lost VM): the orphan sweep's release frees it
+    const used = new Set([...after.slots.map((x) => x.slot), ...after.quarantined.map((q) => Number(q.key))]);
+    const free = [0, 1, 2, 3].find((n) => !used.has(n))!;
+    const db2 = new Database(path.join(fx.stateDir, 'vmm-supervisor', 'vm-table.db'));
+    db2.prepare('INSERT INTO network_slots (slot, record) VALUES (?, ?)').run(free, JSON.stringify({ slot: free, state: 'in-use', owner: 'sb-e', vmId: 'net-lost', egress: open }));
+    db2.close();
+    expect(await client.releaseNetworkSlot({ slot: free, owner: 'sb-e' })).toMatchObject({ released: true });
+    expect((await client.listNetworkSlots({})).slots.map((x) => x.slot)).not.toContain(free);
   });
 
   test('delete leaves no netns, veth or rule of the VM', async () => {

@@ -14,21 +14,23 @@ describe('status: quarantine and fences', () => {
     const dirs = { stateDir: `${dir}/state`, runDir: `${dir}/run`, listen: '' };
     const none = await nodeHealth(dirs, null, 4, {});
     expect(none).toEqual([
-      { name: 'vmm-supervisor', quarantined: null, fenceEpoch: null, fencedAboveServer: false },
+      { name: 'vmm-supervisor', quarantined: null, fenceEpoch: null, fencedAboveServer: false, slotQuarantined: null },
       { name: 'ublk-manager', quarantined: null, fenceEpoch: null, fencedAboveServer: false },
       { name: 'server', quarantined: null, fenceEpoch: null, fencedAboveServer: false, networkMismatches: null },
     ]);
     // listing the feature with nothing listening is still unknown
     const down = await nodeHealth(dirs, `unix://${dir}/none.sock`, 4, {
-      'vmm-supervisor': ['vmm.quarantine-report.v1'],
+      'vmm-supervisor': ['vmm.quarantine-report.v1', 'vmm.slot-quarantine-report.v1'],
       'ublk-manager': ['ublk.quarantine-report.v1'],
       server: ['server.quarantine-report.v1'],
     });
     expect(down.map((h) => h.quarantined)).toEqual([null, null, null]);
+    expect(down[0]!.slotQuarantined).toBeNull();
     expect(healthLines(none, 4)).toEqual([
       'vmm-supervisor fence epoch: unknown',
       'ublk-manager fence epoch: unknown',
       'vmm-supervisor quarantined rows: unknown (down, or a release that does not report them)',
+      'vmm-supervisor network slot table quarantined rows: unknown (down, network off, or a release that does not report them)',
       'ublk-manager quarantined rows: unknown (down, or a release that does not report them)',
       'server quarantined rows: unknown (down, or a release that does not report them)',
     ]);
@@ -36,7 +38,13 @@ describe('status: quarantine and fences', () => {
 
   it('names each quarantined row with its reason and calls out a peer fenced above the server', () => {
     const h: ComponentHealth[] = [
-      { name: 'vmm-supervisor', quarantined: [], fenceEpoch: 9, fencedAboveServer: true },
+      {
+        name: 'vmm-supervisor',
+        quarantined: [],
+        fenceEpoch: 9,
+        fencedAboveServer: true,
+        slotQuarantined: [{ key: '3', reason: "a second row of owner sb-0000000000000001: slot 1 (in-use) is that owner's", quarantinedAtMs: 1 }],
+      },
       { name: 'ublk-manager', quarantined: [{ key: 'dev-x', reason: 'unknown state "migrating"', quarantinedAtMs: 1 }], fenceEpoch: 4, fencedAboveServer: false },
       { name: 'server', quarantined: [{ key: '', reason: 'row key "" is not a sandbox id', quarantinedAtMs: 0 }], fenceEpoch: null, fencedAboveServer: false },
     ];
@@ -44,6 +52,8 @@ describe('status: quarantine and fences', () => {
       "vmm-supervisor fence epoch: 9 — ABOVE the active server's epoch 4: its mutating calls are ABORTED (a newer server took the lease?)",
       'ublk-manager fence epoch: 4',
       'vmm-supervisor quarantined rows: 0',
+      'vmm-supervisor network slot table quarantined rows: 1 (their slots are not handed out; see network_slot_quarantine)',
+      "  slot 3: a second row of owner sb-0000000000000001: slot 1 (in-use) is that owner's",
       'ublk-manager quarantined rows: 1 (not served; see its quarantine table)',
       '  "dev-x": unknown state "migrating"',
       'server quarantined rows: 1 (not served; see its quarantine table)',

@@ -33,6 +33,8 @@ export interface ComponentHealth {
   fenceEpoch: number | null;
   /** true when the peer's fence is above the active server's epoch (that server's mutating calls are ABORTED) */
   fencedAboveServer: boolean;
+  /** vmm-supervisor only: the quarantined rows of its network slot table; null when unknown (down, network off, or an older release) */
+  slotQuarantined?: QuarantineEntry[] | null;
   /** server only: sandboxes whose VM network differed from the record at adoption ("sb-...: why"); null when unknown */
   networkMismatches?: string[] | null;
 }
@@ -59,17 +61,19 @@ export async function nodeHealth(dirs: StackDirs, serverAdmin: string | null, se
   const reports = (c: keyof typeof REPORT_FEATURE) => features[c]?.includes(REPORT_FEATURE[c]) ?? false;
   const opts = { timeoutMs: STATUS_CALL_TIMEOUT_MS, retryAttempts: 1 };
   const rows = (q: { key: string; reason: string; quarantinedAtMs: number }[]) => q.map(({ key, reason, quarantinedAtMs }) => ({ key, reason, quarantinedAtMs }));
-  const [vms, devices, lease] = await Promise.all([
+  const slotReport = features['vmm-supervisor']?.includes(VMM_FEATURES.slotQuarantineReport) ?? false;
+  const [vms, devices, lease, slots] = await Promise.all([
     reports('vmm-supervisor') ? ask(componentAddress(dirs, 'vmm-supervisor'), (ch) => createServiceClient(VmServiceDefinition, ch, opts).listVms({})) : Promise.resolve(undefined),
     reports('ublk-manager') ? ask(componentAddress(dirs, 'ublk-manager'), (ch) => createServiceClient(DeviceServiceDefinition, ch, opts).listDevices({})) : Promise.resolve(undefined),
     serverAdmin && reports('server') ? ask(serverAdmin, (ch) => createServiceClient(AdminServiceDefinition, ch, opts).getLeaseStatus({})) : Promise.resolve(undefined),
+    slotReport ? ask(componentAddress(dirs, 'vmm-supervisor'), (ch) => createServiceClient(VmServiceDefinition, ch, opts).listNetworkSlots({})) : Promise.resolve(undefined),
   ]);
   const peer = (name: 'vmm-supervisor' | 'ublk-manager', r: { quarantined: { key: string; reason: string; quarantinedAtMs: number }[]; fenceEpoch: number } | undefined): ComponentHealth => {
     const fenceEpoch = r ? r.fenceEpoch : null;
     return { name, quarantined: r ? rows(r.quarantined) : null, fenceEpoch, fencedAboveServer: fenceEpoch !== null && serverEpoch !== null && fenceEpoch > serverEpoch };
   };
   return [
-    peer('vmm-supervisor', vms),
+    { ...peer('vmm-supervisor', vms), slotQuarantined: slots ? rows(slots.quarantined) : null },
     peer('ublk-manager', devices),
     { name: 'server', quarantined: lease ? rows(lease.quarantinedRecords) : null, fenceEpoch: null, fencedAboveServer: false, networkMismatches: lease ? [...(lease.networkMismatches ?? [])] : null },
   ];
@@ -91,6 +95,12 @@ export function healthLines(h: ComponentHealth[], serverEpoch: number | null): s
     else {
       out.push(`${c.name} quarantined rows: ${c.quarantined.length} (not served; see its quarantine table)`);
       for (const q of c.quarantined) out.push(`  ${q.key === '' ? '(no key)' : JSON.stringify(q.key)}: ${q.reason}`);
+    }
+    if (c.slotQuarantined === null) out.push(`${c.name} network slot table quarantined rows: unknown (down, network off, or a release that does not report them)`);
+    else if (c.slotQuarantined?.length === 0) out.push(`${c.name} network slot table quarantined rows: 0`);
+    else if (c.slotQuarantined) {
+      out.push(`${c.name} network slot table quarantined rows: ${c.slotQuarantined.length} (their slots are not handed out; see network_slot_quarantine)`);
+      for (const q of c.slotQuarantined) out.push(`  slot ${q.key}: ${q.reason}`);
     }
     if (c.networkMismatches?.length) {
       out.push(`${c.name} network mismatches at adoption: ${c.networkMismatches.length} (VM network differs from the record; kept as is)`);

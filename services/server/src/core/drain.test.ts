@@ -5,6 +5,7 @@
  * D state) is reported with its step and does not hold the drain or the device manager's stop.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import { AbortedError, createLogger, DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, FailedPreconditionError, KeyedMutex } from '@sandnode/shared';
 import { waitFor } from '@sandnode/testkit';
 import type { CoreContext } from './context';
@@ -145,6 +146,36 @@ describe('drainNode bounds (a sandbox that does not die on SIGKILL must not hold
     const r = await drainNode({ ...d, deadlineMs: 600, kill: () => undefined }); // both ignored (a process in D state)
     expect(r.deviceManagerStopped).toBe(false);
     expect(r.deviceManagerError).toBe(`the device manager (pid ${pid}) got SIGTERM, then SIGKILL, and did not exit before the drain deadline`);
+  });
+
+  it('a /proc read that fails with EMFILE is not an exit: the device manager is not reported stopped', async () => {
+    const pid = fakeDeviceManager();
+    const d = deps(['RUNNING'], async () => undefined);
+    d.devices.features.get = async () => ({ pid });
+    const real = fs.readFileSync;
+    const spy = jest.spyOn(fs, 'readFileSync');
+    try {
+      const signals: string[] = [];
+      const r = await drainNode({
+        ...d,
+        deadlineMs: 600,
+        kill: (_p, sig) => {
+          signals.push(sig);
+          // from the first signal on the server is out of descriptors (the process still runs)
+          spy.mockImplementation(((f: fs.PathOrFileDescriptor, o?: unknown) => {
+            if (f === `/proc/${pid}/stat`) throw Object.assign(new Error('EMFILE: too many open files'), { code: 'EMFILE' });
+            return (real as (f: fs.PathOrFileDescriptor, o?: unknown) => string | Buffer)(f, o);
+          }) as typeof fs.readFileSync);
+        },
+      });
+      expect(signals).toEqual(['SIGTERM', 'SIGKILL']);
+      expect(r.deviceManagerStopped).toBe(false);
+      expect(r.deviceManagerError).toBe(
+        `the device manager (pid ${pid}) got SIGTERM, then SIGKILL, and did not exit before the drain deadline (its /proc/${pid}/stat could not be read: out of file descriptors?)`,
+      );
+    } finally {
+      spy.mockRestore();
+    }
   });
 
   it('reserveMs keeps a fifth of the deadline for the device manager, 50 ms to 2 s', () => {

@@ -25,7 +25,7 @@
  * The defaults (DEFAULT_DRAIN_DEADLINE_MS, DEFAULT_DRAIN_CONCURRENCY) live in @sandnode/shared,
  * so the AdminService handler, the SIGTERM drain and the CLI agree on them.
  */
-import { AbortedError, DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, isCode, mapLimit, processStartTicks, processState, Status, type Logger } from '@sandnode/shared';
+import { AbortedError, DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, isCode, mapLimit, processLiveness, processStartTicks, Status, type Logger } from '@sandnode/shared';
 import { stopVmKeepingSlot } from './network';
 import type { CoreContext } from './context';
 import { isLive, transition } from './transitions';
@@ -256,7 +256,20 @@ async function stopDeviceManager(d: DrainDeps, deadline: number): Promise<{ stop
   if (pid <= 0) return { stopped: false, error: 'the device manager did not say its pid' };
   if (Date.now() >= deadline) return { stopped: false, error: 'no time left before the drain deadline; the device manager keeps running' };
   const ticks = processStartTicks(pid);
-  const alive = () => ticks !== undefined && processStartTicks(pid) === ticks && processState(pid) !== 'Z';
+  // processLiveness(pid, -1) reads /proc once more only to tell "no such process" from "could not read"
+  if (ticks === undefined && processLiveness(pid, -1) === 'unknown')
+    return { stopped: false, error: `could not read /proc/${pid}/stat of the device manager (out of file descriptors?); it keeps running` };
+  // a /proc read that fails for another reason than "no such process" is not an exit: the
+  // server short of descriptors (a sandbox flooding the egress proxy) must not report a device
+  // manager that still runs as stopped
+  let unreadable = false;
+  const alive = () => {
+    if (ticks === undefined) return false;
+    const l = processLiveness(pid, ticks);
+    unreadable = l === 'unknown';
+    return l !== 'gone';
+  };
+  const why = () => (unreadable ? ` (its /proc/${pid}/stat could not be read: out of file descriptors?)` : '');
   // SIGTERM first; a stop that a call or an idle client connection holds (its graceful stop
   // waits for them) gets SIGKILL shortly before the deadline: the ublk-manager survives kill -9
   // by design (devices stay attached; the next one adopts its table)
@@ -277,7 +290,7 @@ async function stopDeviceManager(d: DrainDeps, deadline: number): Promise<{ stop
     return { stopped: false, error: `the device manager (pid ${pid}) did not exit within ${termMs} ms of SIGTERM and SIGKILL failed: ${(err as Error).message}` };
   }
   while (alive()) {
-    if (Date.now() >= deadline) return { stopped: false, error: `the device manager (pid ${pid}) got SIGTERM, then SIGKILL, and did not exit before the drain deadline` };
+    if (Date.now() >= deadline) return { stopped: false, error: `the device manager (pid ${pid}) got SIGTERM, then SIGKILL, and did not exit before the drain deadline${why()}` };
     await new Promise((r) => setTimeout(r, EXIT_POLL_MS));
   }
   return {

@@ -23,7 +23,7 @@ import { DEFAULT_MAX_EXEC_STREAMS, exec as guestExec, ExecStreams, readFile as g
 import { AccessTokens, ACCESS_TOKEN_BYTES, planNetwork, syncDirectory, validateNetworkRequest, type NetworkRequest } from './network';
 import { reapplyPolicies, updateNetwork, type UpdateNetworkArgs } from './network-update';
 import { MapNetworkDirectory } from './network-directory';
-import { checkLiveness, expired, retryTeardowns } from './reaper';
+import { checkLiveness, expired, recoverLiveness, retryTeardowns, type LivenessRecovery } from './reaper';
 import { WarmPool } from './pool';
 import { claimFromPool } from './pool-claim';
 import { DEFAULT_POOL_FILL_CONCURRENCY, DEFAULT_POOL_HEALTH_INTERVAL_MS, isPoolMember, type PoolConfig, type PoolConfigStore } from './pool-config';
@@ -559,6 +559,11 @@ export class SandboxManager {
   /** checkLiveness: see reaper.ts. */
   checkLiveness(): Promise<string[]> {
     return checkLiveness(this.ctx);
+  }
+
+  /** recoverLiveness: see reaper.ts. */
+  recoverLiveness(): Promise<LivenessRecovery> {
+    return recoverLiveness(this.ctx);
   }
 
   /** reapplyPolicies: see network-update.ts. */

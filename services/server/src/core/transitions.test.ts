@@ -51,7 +51,7 @@ describe('the runtime record transition table', () => {
         moves++;
       }
     }
-    expect(moves).toBe(15);
+    expect(moves).toBe(17);
   });
 
   it.each([
@@ -62,7 +62,7 @@ describe('the runtime record transition table', () => {
     ['PAUSED', 'PAUSED'],
     ['DRAINED', 'PAUSED'],
     ['DRAINED', 'ERROR'],
-    ['ERROR', 'RUNNING'],
+    ['ERROR', 'DRAINED'],
     ['DELETING', 'RUNNING'],
     ['DELETING', 'CREATING'],
   ] as [SandboxState, SandboxState][])('refuses %s -> %s with an INTERNAL IllegalTransitionError and leaves the record', (from, to) => {

@@ -11,6 +11,7 @@
  *    +-- boot -- CREATING <-- (new)
  *
  *   RUNNING, PAUSED --VM gone / adoption failed--> ERROR
+ *   ERROR --its VM taken for gone on a failed /proc read runs (reaper)--> RUNNING, PAUSED
  *   every state --teardown (DeleteSandbox, reaper, a failed create or fork)--> DELETING
  *
  * The table itself, one line per from-state (a unit test parses these lines and compares
@@ -21,7 +22,7 @@
  *   RUNNING  --> PAUSED (pause; adoption follows the VM) | DRAINED (drain; reset) | ERROR (VM gone; adoption failed) | DELETING
  *   PAUSED   --> RUNNING (resume; adoption follows the VM) | DRAINED (drain; reset) | ERROR (VM gone; adoption failed) | DELETING
  *   DRAINED  --> RUNNING (resume: cold start; reset's boot) | DELETING
- *   ERROR    --> DELETING
+ *   ERROR    --> RUNNING (the reaper: a liveness error whose VM runs) | PAUSED (the same, its VM paused) | DELETING
  *   DELETING --> DELETING (a teardown retried by the reaper or adoption)
  *   UNKNOWN  --> DELETING (DeleteSandbox only)
  *
@@ -47,7 +48,7 @@ export const TRANSITIONS: Readonly<Record<SandboxState, readonly SandboxState[]>
   RUNNING: ['PAUSED', 'DRAINED', 'ERROR', 'DELETING'],
   PAUSED: ['RUNNING', 'DRAINED', 'ERROR', 'DELETING'],
   DRAINED: ['RUNNING', 'DELETING'],
-  ERROR: ['DELETING'],
+  ERROR: ['RUNNING', 'PAUSED', 'DELETING'],
   DELETING: ['DELETING'],
   UNKNOWN: ['DELETING'],
 };

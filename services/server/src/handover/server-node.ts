@@ -424,6 +424,7 @@ export class ServerNode implements StandbyNode, OldServer {
       reaping = true;
       (async () => {
         await m.checkLiveness();
+        await m.recoverLiveness();
         await m.retryTeardowns();
         await m.reapplyPolicies();
         await m.runIdle();

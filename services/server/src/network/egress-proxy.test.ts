@@ -4,7 +4,7 @@ import { waitFor } from '@sandnode/testkit';
 import { createLogger, DEFAULT_ALWAYS_DENIED, parseCidrList, parseEgressPolicy, type EgressPolicyInput } from '@sandnode/shared';
 import { MapNetworkDirectory } from '../core/network-directory';
 import { loopbackView } from './__tests__/loopback-view';
-import { decideEgress, startEgressProxy, type EgressProxy } from './egress-proxy';
+import { decideEgress, egressAdmission, startEgressProxy, type EgressProxy } from './egress-proxy';
 import { MAX_PREAMBLE_BYTES } from './preamble';
 import type { UpstreamDns } from './upstream-dns';
 
@@ -193,5 +193,67 @@ describe('startEgressProxy on loopback', () => {
     expect((await slowDone).data).toBe(''); // closed after preambleTimeoutMs with nothing sent upstream
     held.forEach((h) => h.destroy());
     expect(proxy.traffic('sb-1')!.refused).toBeGreaterThanOrEqual(1);
+  });
+});
+
+describe('egress fair share near the node-wide cap', () => {
+  it('egressAdmission: admit below 3/4 of the cap; above it a sandbox at its share is refused first; at the cap one below its share evicts from the largest holder', () => {
+    expect(egressAdmission(5, 5, 8, 1, 5)).toBe('admit'); // alone: its share is the whole cap
+    expect(egressAdmission(2, 6, 8, 2, 4)).toBe('admit'); // near the cap, below its share (4)
+    expect(egressAdmission(4, 6, 8, 2, 4)).toEqual({ refuse: 'share' });
+    expect(egressAdmission(0, 8, 8, 2, 8)).toBe('evict'); // a newcomer at the cap: the holder of 8 is above its share 4
+    expect(egressAdmission(4, 8, 8, 2, 4)).toEqual({ refuse: 'cap' }); // at its share at the cap
+    expect(egressAdmission(1, 8, 8, 4, 2)).toEqual({ refuse: 'cap' }); // nobody above the share: no eviction
+  });
+
+  it('a sandbox that holds the whole cap loses its oldest connection to a second sandbox, which is proxied; then the first is refused', async () => {
+    const upstream = net.createServer({ allowHalfOpen: true }, (s) => {
+      s.on('error', () => s.destroy());
+      s.pipe(s);
+    });
+    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
+    const upstreamPort = (upstream.address() as net.AddressInfo).port;
+    const dir = new MapNetworkDirectory();
+    dir.set(loopbackView({ allowOut: ['allowed.test'], blockAll: true }));
+    dir.set({ ...loopbackView({ allowOut: ['allowed.test'], blockAll: true }), sandboxId: 'sb-2', slot: 1, address: '127.0.0.2' });
+    const proxy = await startEgressProxy({
+      directory: dir,
+      upstream: resolver({ 'allowed.test': ['127.0.0.1'] }) as UpstreamDns,
+      listen: { host: '127.0.0.1', port: 0 },
+      alwaysDenied: parseCidrList(['10.0.0.0/8'], 'x'),
+      logger: createLogger('test', '0', 'silent'),
+      maxConnections: 100,
+      maxTotalConnections: () => 4,
+      originalDestination: () => ({ address: '198.51.100.1', port: upstreamPort }),
+    });
+    const open: net.Socket[] = [];
+    /** a proxied connection from `from`: resolves with the socket once the echo came back, or with the error */
+    const proxied = (from: string) =>
+      new Promise<{ s: net.Socket; error?: string; closed: Promise<string | undefined> }>((resolve) => {
+        const s = net.connect({ host: '127.0.0.1', port: proxy.address().port, localAddress: from, allowHalfOpen: true });
+        open.push(s);
+        const closed = new Promise<string | undefined>((r) => {
+          s.on('error', (e: NodeJS.ErrnoException) => (r(e.code), resolve({ s, error: e.code, closed })));
+          s.on('close', () => (r(undefined), resolve({ s, error: 'closed', closed })));
+        });
+        s.once('data', () => resolve({ s, closed }));
+        s.write('GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n');
+      });
+    try {
+      const first: Awaited<ReturnType<typeof proxied>>[] = [];
+      for (let i = 0; i < 4; i++) first.push(await proxied('127.0.0.1'));
+      expect(first.map((f) => f.error)).toEqual([undefined, undefined, undefined, undefined]);
+      const second = await proxied('127.0.0.2');
+      expect(second.error).toBeUndefined(); // proxied: the echo came back
+      expect(await first[0]!.closed).toBe('ECONNRESET'); // the oldest of sb-1 made room
+      await waitFor('the reset connection closed at the proxy', () => (proxy.traffic('sb-1')!.open === 3 ? true : undefined));
+      const again = await proxied('127.0.0.1');
+      expect(again.error).toMatch(/ECONNRESET|EPIPE|closed/); // at the cap and above its share (2)
+      expect(proxy.traffic('sb-2')!.open).toBe(1);
+    } finally {
+      open.forEach((s) => s.destroy());
+      await proxy.close();
+      upstream.close();
+    }
   });
 });

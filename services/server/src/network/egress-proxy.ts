@@ -34,6 +34,28 @@ import type { UpstreamDns } from './upstream-dns';
  */
 export const EGRESS_FD_SHARE_DIVISOR = 4;
 
+/**
+ * Fraction of the node-wide cap from which the proxy shares it out: above it, a sandbox that
+ * already has its fair share (cap / sandboxes with open connections, itself counted) is
+ * refused, so one sandbox cannot keep the rest of the node out.
+ */
+export const EGRESS_FAIR_SHARE_FROM = 0.75;
+
+/**
+ * egressAdmission decides one new connection of a sandbox with `mine` open ones, the node
+ * having `total` open of `cap`, `active` sandboxes with open connections (this one counted)
+ * and `largest` open ones for the sandbox holding most: `admit`; `refuse` ('share': it holds its
+ * fair share while the node is near the cap; 'cap': the node is at the cap and it holds its
+ * share); or `evict` (at the cap, it is below its share and the largest holder is above it: one
+ * connection of that holder is reset to make room). Pure.
+ */
+export function egressAdmission(mine: number, total: number, cap: number, active: number, largest: number): 'admit' | 'evict' | { refuse: 'share' | 'cap' } {
+  const share = Math.max(1, Math.floor(cap / Math.max(1, active)));
+  if (total >= cap) return mine < share && largest > share ? 'evict' : { refuse: 'cap' };
+  if (total >= cap * EGRESS_FAIR_SHARE_FROM && mine >= share) return { refuse: 'share' };
+  return 'admit';
+}
+
 /** nodeEgressCap is the default node-wide cap: openFilesLimit() / EGRESS_FD_SHARE_DIVISOR (no cap when the limit is unknown). */
 export function nodeEgressCap(): number {
   const limit = openFilesLimit();
@@ -171,6 +193,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const log = opts.logger.child({ component_part: 'egress-proxy' });
   const counters = new Map<string, SandboxTraffic>();
   const open = new Map<net.Socket, string>(); // client socket → sandboxId
+  const bySandbox = new Map<string, Set<net.Socket>>(); // sandboxId → its open client sockets, oldest first
 
   const onConnection = (client: net.Socket) => {
     client.allowHalfOpen = true;
@@ -192,19 +215,51 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
       }
       return client.resetAndDestroy();
     }
-    if (open.size >= maxTotal()) {
-      t.refused++;
-      if (Date.now() - totalWarnedAt > 1000) {
-        totalWarnedAt = Date.now();
-        log.warn({ sandbox_id: view.sandboxId, open: open.size }, 'egress: node-wide connection limit reached (a share of the server RLIMIT_NOFILE)');
+    const cap = maxTotal();
+    if (open.size >= cap * EGRESS_FAIR_SHARE_FROM) {
+      let largest: string | undefined;
+      for (const [id, set] of bySandbox) if (set.size > (largest === undefined ? 0 : bySandbox.get(largest)!.size)) largest = id;
+      const held = largest === undefined ? 0 : bySandbox.get(largest)!.size;
+      const active = bySandbox.size + (bySandbox.has(view.sandboxId) ? 0 : 1);
+      const d = egressAdmission(t.open, open.size, cap, active, held);
+      if (d === 'evict') {
+        // the oldest connection of the sandbox most above its share makes room (its descriptors go at its close, on this turn)
+        const victim = bySandbox.get(largest!)!.values().next().value as net.Socket;
+        counters.get(largest!)!.refused++;
+        victim.resetAndDestroy();
+        if (Date.now() - totalWarnedAt > 1000) {
+          totalWarnedAt = Date.now();
+          log.warn(
+            { sandbox_id: view.sandboxId, evicted_from: largest, open: open.size },
+            'egress: node-wide connection limit reached; a connection of the sandbox holding most was reset for one below its fair share',
+          );
+        }
+      } else if (d !== 'admit') {
+        t.refused++;
+        if (Date.now() - totalWarnedAt > 1000) {
+          totalWarnedAt = Date.now();
+          log.warn(
+            { sandbox_id: view.sandboxId, open: open.size, mine: t.open },
+            d.refuse === 'cap' ? 'egress: node-wide connection limit reached (a share of the server RLIMIT_NOFILE)' : 'egress: near the node-wide limit; a sandbox at its fair share is refused',
+          );
+        }
+        return client.resetAndDestroy();
       }
-      return client.resetAndDestroy();
     }
     t.open++;
     open.set(client, view.sandboxId);
+    let mineSet = bySandbox.get(view.sandboxId);
+    if (!mineSet) bySandbox.set(view.sandboxId, (mineSet = new Set()));
+    const set = mineSet;
+    set.add(client);
+    let closed = false;
     client.on('close', () => {
+      if (closed) return;
+      closed = true;
       t.open--;
       open.delete(client);
+      set.delete(client);
+      if (set.size === 0 && bySandbox.get(view.sandboxId) === set) bySandbox.delete(view.sandboxId);
     });
     let dst: Destination;
     try {

@@ -121,7 +121,7 @@ export class Supervisor {
       VMM_FEATURES.quarantineReport,
       VMM_FEATURES.vmIsolation,
       ...arm,
-      ...(this.network ? [VMM_FEATURES.network] : []),
+      ...(this.network ? [VMM_FEATURES.network, VMM_FEATURES.slotQuarantineReport] : []),
     ];
   }
 
@@ -279,6 +279,11 @@ export class Supervisor {
     const rec = this.require(vmId);
     if (!hasPort || !this.driver.features.includes(VMM_FEATURES.freezePort)) throw new FailedPreconditionError(`vm ${vmId}: the ${this.driver.name} driver has no freeze port; nothing armed`);
     if (rec.state !== 'running') throw new FailedPreconditionError(`vm ${vmId} is ${rec.state}, not running; nothing armed`);
+  }
+
+  /** hasVm says whether the VM table has a row for vmId (creating ones included: their row is written before their network slot). */
+  hasVm(vmId: string): boolean {
+    return this.store.get(vmId) !== undefined;
   }
 
   /** list returns every VM with its live state, ordered by vm id. */

@@ -1,12 +1,12 @@
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import fs, { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
-import { createLogger, isSameProcess, processState } from '@sandnode/shared';
+import { createLogger, isSameProcess, processStartTicks, processState } from '@sandnode/shared';
 import type { VmRef } from '../core/driver';
 import type { VmSpec } from '../core/types';
-import { FirecrackerDriver, vmmCommand } from './firecracker';
+import { alive, FirecrackerDriver, vmmCommand } from './firecracker';
 import { bootRequests, bootVm, FirecrackerApi, guestIpArg, guestMac, vmStateRequest } from './firecracker-api';
 import type { BootPlan, FcRequest } from './firecracker-api';
 
@@ -298,5 +298,24 @@ describe('FirecrackerDriver with a fake firecracker binary', () => {
     await driver.destroy({ vmId: 'vm-5', process: { pid: 0, startTimeTicks: 0 }, apiSocket: '', binary: '' });
     expect(isSameProcess(s.process.pid, s.process.startTimeTicks) && processState(s.process.pid) !== 'Z').toBe(false);
     expect(existsSync(driver.vmDir('vm-5'))).toBe(false);
+  });
+});
+
+describe('alive (the VMM process check)', () => {
+  test('a /proc read that fails with EMFILE is not "gone"; a reused pid and pid 0 are', () => {
+    const ticks = processStartTicks(process.pid)!;
+    expect(alive({ pid: process.pid, startTimeTicks: ticks })).toBe(true);
+    expect(alive({ pid: process.pid, startTimeTicks: ticks + 1 })).toBe(false);
+    expect(alive({ pid: 0, startTimeTicks: ticks })).toBe(false);
+    const real = fs.readFileSync;
+    const spy = jest.spyOn(fs, 'readFileSync').mockImplementation(((f: fs.PathOrFileDescriptor, o?: unknown) => {
+      if (f === `/proc/${process.pid}/stat`) throw Object.assign(new Error('EMFILE: too many open files'), { code: 'EMFILE' });
+      return (real as (f: fs.PathOrFileDescriptor, o?: unknown) => string | Buffer)(f, o);
+    }) as typeof fs.readFileSync);
+    try {
+      expect(alive({ pid: process.pid, startTimeTicks: ticks })).toBe(true);
+    } finally {
+      spy.mockRestore();
+    }
   });
 });

@@ -16,7 +16,7 @@
 import { spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { InternalError, isSameProcess, processStartTicks, processState, run, VMM_FEATURES } from '@sandnode/shared';
+import { InternalError, processLiveness, processStartTicks, run, VMM_FEATURES } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
 import { HostStepError } from '../core/host-error';
@@ -57,9 +57,14 @@ export function vmmCommand(binary: string, args: string[], netnsPath?: string): 
   return netnsPath ? ['nsenter', [`--net=${netnsPath}`, '--', binary, ...args]] : [binary, args];
 }
 
-/** alive says whether proc is running (not gone, not a reused pid, not a zombie). */
-function alive(proc: VmProcess): boolean {
-  return proc.pid > 0 && isSameProcess(proc.pid, proc.startTimeTicks) && processState(proc.pid) !== 'Z';
+/**
+ * alive says whether proc may be running: not gone, not a reused pid, not a zombie. A /proc
+ * read that failed for another reason (EMFILE when the supervisor is out of descriptors) counts
+ * as alive (processLiveness `unknown`): a VM is never reported stopped on a failed read. Exported
+ * for tests.
+ */
+export function alive(proc: VmProcess): boolean {
+  return proc.pid > 0 && processLiveness(proc.pid, proc.startTimeTicks) !== 'gone';
 }
 
 /** FirecrackerDriver implements VmDriver with one firecracker process per VM. */
@@ -227,7 +232,8 @@ export class FirecrackerDriver implements VmDriver {
   }
 
   private kill(proc: VmProcess): void {
-    if (!alive(proc)) return;
+    // only a process /proc shows to be this VM's is killed (never a pid /proc could not say of)
+    if (proc.pid <= 0 || processLiveness(proc.pid, proc.startTimeTicks) !== 'alive') return;
     try {
       process.kill(proc.pid, 'SIGKILL');
     } catch (err) {

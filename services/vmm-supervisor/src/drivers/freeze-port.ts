@@ -21,12 +21,12 @@
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { FailedPreconditionError, InternalError, isSameProcess, processState, writeFileAtomic } from '@sandnode/shared';
+import { FailedPreconditionError, InternalError, isSameProcess, writeFileAtomic } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import { checkThawToken, clampFreezeMs, FREEZE_RECORD_SCHEMA, newFreezeToken, statusOf, windowMs, type FreezeEnd, type FreezeRecord, type FreezeStatus, type FrozenMount } from '../core/freeze';
 import { isMountPoint, mountOptions } from './mounts';
 import { EINVAL, FIFREEZE, FITHAW, fsIoctl, IoctlTimeoutError, type IoctlResult } from './fs-ioctl';
-import { clearDeadline, ensureWatchdog, watchdogDirOf, writeDeadline } from './freeze-watchdog';
+import { clearDeadline, ensureWatchdog, watchdogDirOf, watchdogRunning, writeDeadline } from './freeze-watchdog';
 import { observeFreezeWindow } from '../metrics';
 
 /** Dir under the VM dir that the VM sees read-only at {@link FREEZE_PORT_MOUNT}. */
@@ -411,8 +411,9 @@ function readEndFile(file: string): number | undefined {
   }
 }
 
+/** watchdogAlive: the record's watchdog runs, or /proc could not say (then the freeze is not ended here; see watchdogRunning). */
 function watchdogAlive(rec: FreezeRecord): boolean {
-  return isSameProcess(rec.watchdogPid, rec.watchdogStartTicks) && processState(rec.watchdogPid) !== 'Z';
+  return watchdogRunning(rec.watchdogPid, rec.watchdogStartTicks);
 }
 
 /** killGroup SIGKILLs the process group led by pid when pid is still the process started at ticks. */

@@ -21,7 +21,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { InternalError, isSameProcess, processStartTicks, processState, writeFileAtomic } from '@sandnode/shared';
+import { InternalError, processLiveness, processStartTicks, writeFileAtomic } from '@sandnode/shared';
 import { DEADLINE_SUFFIX, WATCHDOG_DIR, WATCHDOG_PID_FILE, WATCHDOG_SCHEMA, type DeadlineFile } from './freeze-watchdog-files';
 
 export * from './freeze-watchdog-files';
@@ -53,9 +53,15 @@ export function readWatchdog(dir: string): WatchdogRef | undefined {
   }
 }
 
-/** watchdogRunning says whether pid still runs as the process started at startTicks (a zombie counts as gone). */
+/**
+ * watchdogRunning says whether pid still runs as the process started at startTicks (a zombie
+ * counts as gone). A /proc read that fails for another reason than "no such process" (EMFILE
+ * when the supervisor is out of descriptors) counts as running (processLiveness `unknown`): a
+ * wrong "gone" would thaw a freeze early (the snapshot it guards taken of a live filesystem)
+ * or start a second watchdog.
+ */
 export function watchdogRunning(pid: number, startTicks: number): boolean {
-  return isSameProcess(pid, startTicks) && processState(pid) !== 'Z';
+  return processLiveness(pid, startTicks) !== 'gone';
 }
 
 /** Started watchdogs not yet ready, by dir: concurrent callers wait for the same start. */

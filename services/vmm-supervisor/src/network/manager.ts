@@ -137,6 +137,11 @@ export class NetworkManager {
     return s >= 0 ? this.store.get(s) : undefined;
   }
 
+  /** quarantined lists the slot table's quarantined rows, oldest first (SlotStore.quarantined). */
+  quarantined(): { slot: number; reason: string; quarantinedAtMs: number }[] {
+    return this.store.quarantined();
+  }
+
   /** forVm is the in-use row of vmId, or undefined. */
   forVm(vmId: string): SlotRow | undefined {
     return this.store.list().find((r) => r.state === 'in-use' && r.vmId === vmId);
@@ -289,6 +294,10 @@ export class NetworkManager {
     const info = await this.mutex.run(KEY, async () => {
       const mine = this.forVm(vmId);
       if (mine) return this.infoOf(mine);
+      // an owner holds one slot: a second row of it would stay in use after the owner is gone
+      const held = this.store.list().find((r) => r.state !== 'spare' && r.owner === req.owner && r.slot !== req.slot);
+      if (held)
+        throw new AlreadyExistsError(`owner ${req.owner} already holds network slot ${held.slot} (${held.state}${held.vmId ? ` by vm ${held.vmId}` : ''}); ask for that slot or release it first`);
       let s = req.slot;
       let fresh = false;
       if (s >= 0) {
@@ -348,14 +357,17 @@ export class NetworkManager {
   }
 
   /**
-   * releaseReserved frees slot s when it is reserved for owner; false (nothing changed) when it
-   * is free, a spare or another owner's. FailedPreconditionError when a VM uses it.
+   * releaseReserved frees slot s when it is reserved for owner, or in use by owner's VM that
+   * the VM table does not have (vmExists false: a row a lost VM left, which would else stay in
+   * use for good); false (nothing changed) when it is free, a spare or another owner's.
+   * FailedPreconditionError when a VM of the table uses it.
    */
-  async releaseReserved(s: number, owner: string): Promise<boolean> {
+  async releaseReserved(s: number, owner: string, vmExists: (vmId: string) => boolean = () => true): Promise<boolean> {
     return this.mutex.run(KEY, async () => {
       const row = this.store.get(s);
       if (!row || row.owner !== owner || row.state === 'spare') return false;
-      if (row.state === 'in-use') throw new FailedPreconditionError(`network slot ${s} is in use by vm ${row.vmId}; delete the VM first`);
+      if (row.state === 'in-use' && vmExists(row.vmId)) throw new FailedPreconditionError(`network slot ${s} is in use by vm ${row.vmId}; delete the VM first`);
+      if (row.state === 'in-use') this.log.warn({ slot: s, vm_id: row.vmId, owner }, 'network slot in use by a VM the table does not have; freed');
       await this.free(row);
       return true;
     });

@@ -37,6 +37,31 @@ describe('SlotStore', () => {
     expect(db.prepare('SELECT count(*) AS n FROM network_slots').get()).toEqual({ n: 1 });
   });
 
+  test('a second row of one owner or one VM is quarantined (the in-use one is kept), with a reason naming the row kept', () => {
+    const seen: { slot: number; reason: string }[] = [];
+    const s = new SlotStore(db, (q) => seen.push(q));
+    s.put(row(1, { state: 'reserved', vmId: '' }));
+    s.put(row(4));
+    s.put(row(6, { owner: 'sb-b' }));
+    s.put(row(8, { owner: 'sb-c', vmId: 'vm-c' }));
+    expect(s.list().map((r) => r.slot)).toEqual([4, 8]);
+    expect(seen).toEqual([
+      { slot: 1, reason: "a second row of owner sb-a: slot 4 (in-use) is that owner's" },
+      { slot: 6, reason: "a second row of vm vm-a: slot 4 (in-use) is that vm's" },
+    ]);
+    expect(s.quarantinedSlots()).toEqual(new Set([1, 6]));
+    // what ListNetworkSlots (and so `sandnode status`) reports, oldest first
+    expect(s.quarantined().map(({ slot, reason }) => ({ slot, reason }))).toEqual(seen);
+    expect(s.quarantined().every((q) => q.quarantinedAtMs > 0)).toBe(true);
+    expect(s.list().map((r) => r.slot)).toEqual([4, 8]);
+    expect(seen).toHaveLength(2);
+  });
+
+  test('a row keyed outside the slot range says so (not "slot -5 is not the row\'s key -5")', () => {
+    expect(() => parseSlotRow(JSON.stringify(row(-5)), -5)).toThrow(/^slot -5 is outside 0\.\.268435455$/);
+    expect(() => parseSlotRow(JSON.stringify(row(7)), 6)).toThrow(/^slot 7 is not the row's key 6$/);
+  });
+
   test('parseSlotRow checks every field and canonicalises the policy', () => {
     const ok = parseSlotRow(JSON.stringify(row(1, { egress: { allowOut: ['b.com', '1.2.3.4', 'a.com'], denyOut: [], blockAll: true } })), 1);
     expect(ok.egress).toEqual({ allowOut: ['1.2.3.4/32', 'a.com', 'b.com'], denyOut: [], blockAll: true });

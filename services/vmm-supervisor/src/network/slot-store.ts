@@ -45,7 +45,8 @@ export function parseSlotRow(raw: unknown, key: number): SlotRow {
     throw new Error(`record is not JSON: ${(err as Error).message}`, { cause: err });
   }
   if (typeof o !== 'object' || o === null || Array.isArray(o)) throw new Error('record is not an object');
-  if (o.slot !== key || !Number.isSafeInteger(o.slot) || key < 0 || key >= MAX_SLOT) throw new Error(`slot ${String(o.slot)} is not the row's key ${key}`);
+  if (!Number.isSafeInteger(key) || key < 0 || key >= MAX_SLOT) throw new Error(`slot ${key} is outside 0..${MAX_SLOT - 1}`);
+  if (o.slot !== key) throw new Error(`slot ${JSON.stringify(o.slot)} is not the row's key ${key}`);
   if (!STATES.includes(o.state as SlotState)) throw new Error(`state ${JSON.stringify(o.state)} is not one of ${STATES.join(', ')}`);
   const state = o.state as SlotState;
   if (typeof o.owner !== 'string' || (o.owner !== '' && !RESOURCE_ID_RE.test(o.owner))) throw new Error('owner is not a resource id');
@@ -62,6 +63,14 @@ export function parseSlotRow(raw: unknown, key: number): SlotRow {
   }
   if (o.wasReserved !== undefined && typeof o.wasReserved !== 'boolean') throw new Error('wasReserved is not a boolean');
   return { slot: key, state, owner: o.owner, vmId: o.vmId, egress, ...(o.wasReserved ? { wasReserved: true } : {}) };
+}
+
+/** slotKeys: what a row holds that no other row may: its owner (not a spare) and its VM (in use). */
+function slotKeys(row: SlotRow): string[] {
+  const keys: string[] = [];
+  if (row.state !== 'spare') keys.push(`owner:${row.owner}`);
+  if (row.state === 'in-use') keys.push(`vm:${row.vmId}`);
+  return keys;
 }
 
 interface Row {
@@ -91,9 +100,12 @@ export class SlotStore {
     db.exec('CREATE TABLE IF NOT EXISTS network_slot_quarantine (slot INTEGER NOT NULL, raw TEXT, reason TEXT NOT NULL, quarantined_at_ms INTEGER NOT NULL)');
   }
 
-  /** list returns every good row, ordered by slot; bad rows are quarantined. */
+  /** list returns every good row, ordered by slot; bad rows and second rows of one owner or VM are quarantined. */
   list(): SlotRow[] {
-    return this.read(busyToUnavailable('vm-table.db: read slots', () => this.stmt('SELECT slot, record FROM network_slots ORDER BY slot').all() as Row[]));
+    return this.read(
+      busyToUnavailable('vm-table.db: read slots', () => this.stmt('SELECT slot, record FROM network_slots ORDER BY slot').all() as Row[]),
+      true,
+    );
   }
 
   /** get returns slot's row, or undefined (free, or quarantined just now). */
@@ -105,6 +117,17 @@ export class SlotStore {
   /** quarantinedSlots are the slot numbers with a quarantined row (never allocated). */
   quarantinedSlots(): Set<number> {
     return new Set((this.stmt('SELECT slot FROM network_slot_quarantine').all() as { slot: number }[]).map((r) => r.slot));
+  }
+
+  /** quarantined lists the quarantined rows (slot, reason, when: Unix epoch ms), oldest first. */
+  quarantined(): { slot: number; reason: string; quarantinedAtMs: number }[] {
+    return busyToUnavailable('vm-table.db: read slot quarantine', () =>
+      (this.stmt('SELECT slot, reason, quarantined_at_ms FROM network_slot_quarantine ORDER BY rowid').all() as { slot: number; reason: string; quarantined_at_ms: number }[]).map((r) => ({
+        slot: r.slot,
+        reason: r.reason,
+        quarantinedAtMs: r.quarantined_at_ms,
+      })),
+    );
   }
 
   /** put writes row (durable against a process crash on return; see the class). */
@@ -141,22 +164,49 @@ export class SlotStore {
     return busyToUnavailable(`vm-table.db: delete slot ${slot}`, () => this.crashSafe(() => this.stmt('DELETE FROM network_slots WHERE slot = ?').run(slot).changes > 0));
   }
 
-  private read(rows: Row[]): SlotRow[] {
-    const good: SlotRow[] = [];
+  /**
+   * read parses rows; a bad row is quarantined. When rows is the whole table (list), a second
+   * row naming the owner or the VM of another is quarantined too: an owner holds one slot and
+   * a VM uses one (release and the orphan sweep find one row by owner or VM, so the other would
+   * stay in use for good). Of such rows the in-use one is kept (a running VM's rules come from
+   * it), else the lowest slot.
+   */
+  private read(rows: Row[], whole = false): SlotRow[] {
+    let good: SlotRow[] = [];
     for (const r of rows) {
       try {
         good.push(parseSlotRow(r.record, r.slot));
       } catch (err) {
-        const reason = (err as Error).message.slice(0, 512);
-        this.db.transaction(() => {
-          this.db
-            .prepare('INSERT INTO network_slot_quarantine (slot, raw, reason, quarantined_at_ms) VALUES (?, ?, ?, ?)')
-            .run(r.slot, typeof r.record === 'string' ? r.record : null, reason, Date.now());
-          this.stmt('DELETE FROM network_slots WHERE slot = ?').run(r.slot);
-        })();
-        this.onQuarantine({ slot: r.slot, reason });
+        this.quarantine(r, (err as Error).message);
       }
     }
+    if (!whole) return good;
+    const keep = new Map<string, SlotRow>();
+    for (const row of good) {
+      for (const k of slotKeys(row)) {
+        const had = keep.get(k);
+        if (!had || (had.state !== 'in-use' && row.state === 'in-use')) keep.set(k, row);
+      }
+    }
+    const dup = new Map<number, string>();
+    for (const row of good) {
+      for (const k of slotKeys(row)) {
+        const kept = keep.get(k);
+        if (kept && kept.slot !== row.slot && !dup.has(row.slot)) dup.set(row.slot, `a second row of ${k.replace(':', ' ')}: slot ${kept.slot} (${kept.state}) is that ${k.split(':')[0]}'s`);
+      }
+    }
+    if (dup.size === 0) return good;
+    for (const [slot, reason] of dup) this.quarantine({ slot, record: JSON.stringify(good.find((g) => g.slot === slot)) }, reason);
+    good = good.filter((g) => !dup.has(g.slot));
     return good;
+  }
+
+  private quarantine(r: Row, why: string): void {
+    const reason = why.slice(0, 512);
+    this.db.transaction(() => {
+      this.db.prepare('INSERT INTO network_slot_quarantine (slot, raw, reason, quarantined_at_ms) VALUES (?, ?, ?, ?)').run(r.slot, typeof r.record === 'string' ? r.record : null, reason, Date.now());
+      this.stmt('DELETE FROM network_slots WHERE slot = ?').run(r.slot);
+    })();
+    this.onQuarantine({ slot: r.slot, reason });
   }
 }

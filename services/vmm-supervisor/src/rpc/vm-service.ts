@@ -112,6 +112,7 @@ export function createVmService(
         proxiedPorts: [...netPorts.proxiedPorts],
         alwaysDenied: [...netPorts.alwaysDenied],
         spareTarget: st.spareTarget,
+        quarantined: (net?.quarantined() ?? []).slice(-MAX_LISTED_QUARANTINED).map((q) => ({ key: String(q.slot), reason: q.reason.slice(0, 600), quarantinedAtMs: q.quarantinedAtMs })),
       };
     },
 
@@ -120,7 +121,7 @@ export function createVmService(
       requireResourceId('owner', req.owner);
       const net = supervisor.net;
       if (!net) throw new FailedPreconditionError('network is not configured');
-      return { released: await net.releaseReserved(req.slot, req.owner) };
+      return { released: await net.releaseReserved(req.slot, req.owner, (vmId) => supervisor.hasVm(vmId)) };
     },
   };
 }

@@ -183,6 +183,8 @@ export function registerNodeCommands(program: Command): void {
         const epoch = active?.epoch ?? null;
         const health = await nodeHealth(d, active?.admin ?? null, epoch, Object.fromEntries(components.map((c) => [c.name, c.features])));
         const quarantine = Object.fromEntries(health.map((h) => [h.name, h.quarantined === null ? null : { count: h.quarantined.length, rows: h.quarantined }]));
+        const vmm = health.find((h) => h.name === 'vmm-supervisor');
+        quarantine['vmm-supervisor network slots'] = vmm?.slotQuarantined ? { count: vmm.slotQuarantined.length, rows: vmm.slotQuarantined } : null;
         const fences = Object.fromEntries(health.filter((h) => h.name !== 'server').map((h) => [h.name, { epoch: h.fenceEpoch, aboveServer: h.fencedAboveServer }]));
         const networkMismatches = health.find((h) => h.name === 'server')?.networkMismatches ?? null;
         const network = await nodeNetwork(d, components.find((c) => c.name === 'vmm-supervisor')?.features ?? []);
