@@ -31,6 +31,7 @@
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
+import { lackingCapabilities } from '@sandnode/node-stack';
 import { REPO_ROOT } from '../releases';
 
 /** The parts of a Kubernetes container spec the translation uses. */
@@ -171,48 +172,6 @@ export interface Privilege {
 /** PRIVILEGED is the engine's own privileged mode. */
 export const PRIVILEGED: Privilege = { privileged: true, capAdd: [], capDrop: [], securityOpt: [], unmaskedPaths: false, deviceCgroupRules: [], mounts: [], note: 'privileged mode' };
 
-/** Linux capability names by bit number (CapBnd in /proc/<pid>/status). */
-const CAPS = [
-  'CHOWN',
-  'DAC_OVERRIDE',
-  'DAC_READ_SEARCH',
-  'FOWNER',
-  'FSETID',
-  'KILL',
-  'SETGID',
-  'SETUID',
-  'SETPCAP',
-  'LINUX_IMMUTABLE',
-  'NET_BIND_SERVICE',
-  'NET_BROADCAST',
-  'NET_ADMIN',
-  'NET_RAW',
-  'IPC_LOCK',
-  'IPC_OWNER',
-  'SYS_MODULE',
-  'SYS_RAWIO',
-  'SYS_CHROOT',
-  'SYS_PTRACE',
-  'SYS_PACCT',
-  'SYS_ADMIN',
-  'SYS_BOOT',
-  'SYS_NICE',
-  'SYS_RESOURCE',
-  'SYS_TIME',
-  'SYS_TTY_CONFIG',
-  'MKNOD',
-  'LEASE',
-  'AUDIT_WRITE',
-  'AUDIT_CONTROL',
-  'SETFCAP',
-  'MAC_OVERRIDE',
-  'MAC_ADMIN',
-  'SYSLOG',
-  'WAKE_ALARM',
-  'BLOCK_SUSPEND',
-  'AUDIT_READ',
-];
-
 /**
  * privilegeFallback is the nearest equivalent of privileged mode for an engine whose own
  * bounding set is capBnd (privileged mode fails there with "unable to apply caps"): every
@@ -220,7 +179,7 @@ const CAPS = [
  * host's cgroup tree writable. why is the engine's error, for the note.
  */
 export function privilegeFallback(capBnd: bigint, why: string): Privilege {
-  const lacking = CAPS.filter((_, i) => (capBnd & (1n << BigInt(i))) === 0n);
+  const lacking = lackingCapabilities(capBnd);
   const p: Privilege = {
     privileged: false,
     capAdd: ['ALL'],

@@ -480,6 +480,11 @@ const CAP_NAMES = [
   'CHECKPOINT_RESTORE',
 ];
 
+/** lackingCapabilities names the capabilities (CAP_ names without the prefix) not in the bounding set capBnd (CapBnd of /proc/<pid>/status). */
+export function lackingCapabilities(capBnd: bigint): string[] {
+  return CAP_NAMES.filter((_, i) => (capBnd & (1n << BigInt(i))) === 0n);
+}
+
 /**
  * privilegedRunArgs are the `docker run` flags for a container that may run the whole node
  * (runc, loop devices, mounts, netns, nftables) from image: `--privileged` when a privileged
@@ -492,7 +497,7 @@ export function privilegedRunArgs(image: string, bin = 'docker'): { args: string
   const probe = docker(bin, ['run', '--rm', '--privileged', '--network', 'none', '--entrypoint', '/usr/bin/true', image]);
   if (probe.status === 0) return { args: ['--privileged'], note: 'privileged mode' };
   const capBnd = BigInt(`0x${/CapBnd:\s*([0-9a-f]+)/.exec(readFileSync('/proc/self/status', 'utf8'))?.[1] ?? '0'}`);
-  const lacking = CAP_NAMES.filter((_, i) => (capBnd & (1n << BigInt(i))) === 0n);
+  const lacking = lackingCapabilities(capBnd);
   const args = [
     '--cap-add',
     'ALL',

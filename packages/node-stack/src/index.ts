@@ -52,6 +52,7 @@ export {
   buildNodeImage,
   IMAGE_TOOLS,
   imagePaths,
+  lackingCapabilities,
   nodeImageTag,
   privilegedRunArgs,
   RUNTIME_WORKSPACES,
