@@ -14,7 +14,7 @@ import { createHash } from 'node:crypto';
 import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, readdirSync, realpathSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { ImageName } from 'testcontainers';
-import { buildNodeImage, nodeImageTag } from '@sandnode/node-stack';
+import { buildNodeImage, makeMergedUsrRoot, nodeImageTag } from '@sandnode/node-stack';
 import { nodeFor, REPO_ROOT } from '../releases';
 import type { Build } from '../types';
 import { runtime } from './engine';
@@ -41,17 +41,7 @@ function inImage(p: string): string {
  */
 export function stageTools(dir: string): string {
   const fp = createHash('sha256');
-  for (const d of ['usr/bin', 'usr/lib', 'usr/lib64', 'usr/local/bin']) mkdirSync(path.join(dir, d), { recursive: true });
-  for (const [l, t] of [
-    ['bin', 'usr/bin'],
-    ['sbin', 'usr/bin'],
-    ['lib', 'usr/lib'],
-    ['lib64', 'usr/lib64'],
-  ] as const)
-    symlinkSync(t, path.join(dir, l));
-  symlinkSync('bin', path.join(dir, 'usr', 'sbin'));
-  for (const d of ['tmp', 'etc', 'run', 'var/lib', 'proc', 'sys', 'dev']) mkdirSync(path.join(dir, d), { recursive: true });
-  chmodSync(path.join(dir, 'tmp'), 0o1777);
+  makeMergedUsrRoot(dir);
   writeFileSync(path.join(dir, 'etc', 'passwd'), 'root:x:0:0:root:/root:/bin/sh\n');
   writeFileSync(path.join(dir, 'etc', 'group'), 'root:x:0:\n');
   if (existsSync('/etc/mke2fs.conf')) copyFileSync('/etc/mke2fs.conf', path.join(dir, 'etc', 'mke2fs.conf'));

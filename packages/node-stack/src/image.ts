@@ -107,17 +107,7 @@ export interface StagedRoot {
  */
 export function stageImageRoot(dir: string, node: string, tools: readonly string[] = IMAGE_TOOLS): StagedRoot {
   const fp = createHash('sha256');
-  for (const d of ['usr/bin', 'usr/lib', 'usr/lib64', 'usr/local/bin']) mkdirSync(path.join(dir, d), { recursive: true });
-  for (const [l, t] of [
-    ['bin', 'usr/bin'],
-    ['sbin', 'usr/bin'],
-    ['lib', 'usr/lib'],
-    ['lib64', 'usr/lib64'],
-  ] as const)
-    symlinkSync(t, path.join(dir, l));
-  symlinkSync('bin', path.join(dir, 'usr', 'sbin'));
-  for (const d of ['tmp', 'etc', 'run', 'var/lib/sandnode', 'var/run', 'proc', 'sys', 'dev', 'root']) mkdirSync(path.join(dir, d), { recursive: true });
-  chmodSync(path.join(dir, 'tmp'), 0o1777);
+  makeMergedUsrRoot(dir, ['var/lib/sandnode', 'var/run', 'root']);
   writeFileSync(path.join(dir, 'etc', 'passwd'), 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/bin/false\n');
   writeFileSync(path.join(dir, 'etc', 'group'), 'root:x:0:\nnogroup:x:65534:\n');
   writeFileSync(path.join(dir, 'etc', 'nsswitch.conf'), 'passwd: files\ngroup: files\nhosts: files dns\n');
@@ -483,6 +473,25 @@ const CAP_NAMES = [
 /** lackingCapabilities names the capabilities (CAP_ names without the prefix) not in the bounding set capBnd (CapBnd of /proc/<pid>/status). */
 export function lackingCapabilities(capBnd: bigint): string[] {
   return CAP_NAMES.filter((_, i) => (capBnd & (1n << BigInt(i))) === 0n);
+}
+
+/**
+ * makeMergedUsrRoot lays out an empty root filesystem in dir the way Debian does (merged /usr:
+ * /bin, /sbin, /lib, /lib64 and /usr/sbin are links into /usr), with /tmp (mode 1777), /etc,
+ * /run, /var/lib, /proc, /sys, /dev and the extra dirs (relative to dir).
+ */
+export function makeMergedUsrRoot(dir: string, extra: readonly string[] = []): void {
+  for (const d of ['usr/bin', 'usr/lib', 'usr/lib64', 'usr/local/bin']) mkdirSync(path.join(dir, d), { recursive: true });
+  for (const [l, t] of [
+    ['bin', 'usr/bin'],
+    ['sbin', 'usr/bin'],
+    ['lib', 'usr/lib'],
+    ['lib64', 'usr/lib64'],
+  ] as const)
+    symlinkSync(t, path.join(dir, l));
+  symlinkSync('bin', path.join(dir, 'usr', 'sbin'));
+  for (const d of ['tmp', 'etc', 'run', 'var/lib', 'proc', 'sys', 'dev', ...extra]) mkdirSync(path.join(dir, d), { recursive: true });
+  chmodSync(path.join(dir, 'tmp'), 0o1777);
 }
 
 /**

@@ -53,6 +53,7 @@ export {
   IMAGE_TOOLS,
   imagePaths,
   lackingCapabilities,
+  makeMergedUsrRoot,
   nodeImageTag,
   privilegedRunArgs,
   RUNTIME_WORKSPACES,
