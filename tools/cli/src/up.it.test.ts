@@ -1,8 +1,10 @@
 /**
  * `sandnode up` while the server runs but does not answer (SIGSTOP): it fails naming the pid
  * and starts no second server; after SIGCONT `status` shows the original one. An `up` whose
- * server fails to start stops the daemons that same `up` started.
+ * server fails to start stops the daemons that same `up` started. `up` says what each daemon
+ * listens on (OPENS, from /proc) and warns, naming the holder, when the ingress port is taken.
  */
+import net from 'node:net';
 import { spawnSync } from 'node:child_process';
 import { findRunning, sandnodeProcesses } from '@sandnode/node-stack';
 import { describeNode, serverProcesses, startNode, waitFor, type TestNode } from '@sandnode/testkit';
@@ -57,6 +59,35 @@ describeNode('sandnode up when a component does not start', () => {
     expect(r.stderr).toContain('server exited with code 2 while starting');
     expect(r.stderr).toMatch(/up undone: stopped ublk-manager pid \d+; stopped vmm-supervisor pid \d+/);
     expect(sandnodeProcesses(node.dirs.runDir)).toEqual([]);
+    expect(node.cli(['up']).status).toBe(0);
+  });
+
+  it('lists what each daemon listens on, and warns naming the holder when the ingress port is taken (the node runs without ingress)', async () => {
+    expect(node.cli(['down']).status).toBe(0);
+    const squatter = net.createServer();
+    await new Promise<void>((resolve) => squatter.listen(0, '127.0.0.1', resolve));
+    const address = `127.0.0.1:${(squatter.address() as net.AddressInfo).port}`;
+    try {
+      const d = node.dirs;
+      const r = spawnSync(process.execPath, [require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', d.stateDir, '--run-dir', d.runDir, '--listen', '', 'up', '--json'], {
+        encoding: 'utf8',
+        timeout: 120_000,
+        env: { ...process.env, SANDNODE_SERVER_INGRESS_LISTEN: address },
+      });
+      expect({ status: r.status, stderr: r.stderr }).toMatchObject({ status: 0 });
+      expect(r.stderr).toContain(`sandnode: warning: the server could not open its ingress listener on ${address} (the address is taken by pid ${process.pid}`);
+      expect(r.stderr).toContain('SANDNODE_SERVER_INGRESS_LISTEN');
+      const out = JSON.parse(r.stdout) as { components: { name: string; opens: string[]; listenerFailures?: unknown[] }[] };
+      for (const c of out.components) expect(c.opens.some((o) => o.startsWith(`unix ${d.runDir}/`))).toBe(true);
+      const server = out.components.find((c) => c.name === 'server')!;
+      expect(server.listenerFailures).toEqual([{ listener: 'ingress', address, error: 'EADDRINUSE' }]);
+      expect(server.opens).not.toContain(`tcp ${address}`);
+      // the table shows the same column
+      expect(node.cli(['up']).stdout).toMatch(/OPENS[\s\S]*unix /);
+    } finally {
+      squatter.close();
+    }
+    expect(node.cli(['down']).status).toBe(0);
     expect(node.cli(['up']).status).toBe(0);
   });
 });

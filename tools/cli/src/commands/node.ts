@@ -35,6 +35,7 @@ import { healthLines, nodeHealth } from '../node-health';
 import { networkStatusLine, nodeNetwork } from '../node-network';
 import { deleteAllSandboxes, purgedNetworkText } from '../purge-sandboxes';
 import { listAllSandboxes, withServer } from '../server-calls';
+import { holderOf, listeningSockets, listenerFailures, type ListenerFailure } from '../listening';
 
 /** Options of a command that only knows --json. */
 interface JsonOpts {
@@ -83,13 +84,26 @@ export function registerNodeCommands(program: Command): void {
         // what up opened: each daemon's /metrics (its status file; a port in use is said, the daemon runs all the same)
         const all = metricsOf(d.runDir);
         const metrics = Object.fromEntries(out.map((c) => [c.name, all[c.name]?.pid === c.pid ? all[c.name] : undefined]));
+        // what each daemon listens on, as the kernel shows it; a listener the server could not open is said (stderr), the node runs without it
+        const opens = Object.fromEntries(out.map((c) => [c.name, listeningSockets(c.pid)]));
+        const server = out.find((c) => c.name === 'server');
+        const failed = server?.started ? await listenerFailures(server.pid) : [];
+        for (const f of failed) process.stderr.write(`sandnode: warning: ${listenerFailureText(f)}\n`);
         print(
           !!o.json,
-          { components: out.map((c) => ({ ...c, metrics: metrics[c.name]?.url ?? null, metricsError: metrics[c.name] && !metrics[c.name]?.url ? (metrics[c.name]?.error ?? null) : null })) },
+          {
+            components: out.map((c) => ({
+              ...c,
+              metrics: metrics[c.name]?.url ?? null,
+              metricsError: metrics[c.name] && !metrics[c.name]?.url ? (metrics[c.name]?.error ?? null) : null,
+              opens: opens[c.name] ?? [],
+              ...(c.name === 'server' ? { listenerFailures: failed } : {}),
+            })),
+          },
           () =>
             table(
-              ['COMPONENT', 'PID', 'ACTION', 'MS', 'METRICS'],
-              out.map((c) => [c.name, c.pid, c.started ? 'started' : 'already running', c.ms, metricsText(metrics[c.name])]),
+              ['COMPONENT', 'PID', 'ACTION', 'MS', 'METRICS', 'OPENS'],
+              out.map((c) => [c.name, c.pid, c.started ? 'started' : 'already running', c.ms, metricsText(metrics[c.name]), (opens[c.name] ?? []).join(', ') || '-']),
             ),
         );
       }),
@@ -233,4 +247,11 @@ export function nodeIdentity(components: { name: string; nodeId: string | null }
   if (ids.length === 1) return { nodeId: first, text: `node: ${first}` };
   const server = said.find((c) => c.name === 'server')?.nodeId ?? first;
   return { nodeId: server, text: `node: ${server}; MISMATCH: ${said.map((c) => `${c.name} says ${c.nodeId}`).join(', ')} (check SANDNODE_NODE_ID and <stateDir>/node-id)` };
+}
+
+/** listenerFailureText says which listener the server could not open, why, and what to do. */
+export function listenerFailureText(f: ListenerFailure): string {
+  const key = f.listener === 'ingress' ? 'SANDNODE_SERVER_INGRESS_LISTEN (config ingressListen; "" turns it off)' : 'its address in the node config';
+  const taken = f.error === 'EADDRINUSE' ? `the address is taken${((h) => (h ? ` by ${h}` : ''))(holderOf(f.address))}` : f.error;
+  return `the server could not open its ${f.listener} listener on ${f.address} (${taken}); the node runs without it. Free the address or set ${key}, then: sandnode down && sandnode up`;
 }

@@ -1,0 +1,65 @@
+import net from 'node:net';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { failuresIn, holderOf, LISTENER_FAILURE_MSG, listenerFailures, listeningSockets, procAddress } from './listening';
+
+describe('listening sockets from /proc', () => {
+  it('decodes /proc/net addresses (IPv4 and IPv6)', () => {
+    expect(procAddress('0100007F:2124')).toBe('127.0.0.1:8484');
+    expect(procAddress('00000000000000000000000001000000:0050')).toBe('[::1]:80');
+  });
+
+  it("finds this process's TCP and unix listeners and who holds a port", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'listening-'));
+    const tcp = net.createServer();
+    const unix = net.createServer();
+    try {
+      await new Promise<void>((r) => tcp.listen(0, '127.0.0.1', r));
+      await new Promise<void>((r) => unix.listen(path.join(dir, 's.sock'), r));
+      const port = (tcp.address() as net.AddressInfo).port;
+      const got = listeningSockets(process.pid);
+      expect(got).toContain(`tcp 127.0.0.1:${port}`);
+      expect(got).toContain(`unix ${path.join(dir, 's.sock')}`);
+      expect(holderOf(`127.0.0.1:${port}`)).toMatch(new RegExp(`^pid ${process.pid}\\b`));
+    } finally {
+      tcp.close();
+      unix.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('a pid that does not exist listens on nothing', () => {
+    expect(listeningSockets(2 ** 22 + 17)).toEqual([]);
+  });
+});
+
+describe('listener failures in the server log', () => {
+  const line = (pid: number, extra: object) => JSON.stringify({ level: 'error', time: new Date().toISOString(), pid, msg: LISTENER_FAILURE_MSG, ...extra });
+
+  it('reads listener, address and error code; other lines and non-JSON are skipped', () => {
+    expect(failuresIn([line(1, { listener: 'ingress', address: '127.0.0.1:8480', err: { code: 'EADDRINUSE' } }), 'garbage ' + LISTENER_FAILURE_MSG, '{"msg":"active"}'])).toEqual([
+      { listener: 'ingress', address: '127.0.0.1:8480', error: 'EADDRINUSE' },
+    ]);
+  });
+
+  it("counts only the given pid's lines (an earlier server in the same file is not this one)", async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'listening-log-'));
+    try {
+      const f = path.join(dir, 'server.log');
+      writeFileSync(
+        f,
+        [
+          line(11, { listener: 'dns-udp', address: 'x', err: { code: 'EACCES' } }),
+          line(22, { listener: 'ingress', address: 'y', err: { message: 'boom' } }),
+          JSON.stringify({ pid: 22, msg: 'active' }),
+        ].join('\n') + '\n',
+      );
+      expect(await listenerFailures(22, 2000, f)).toEqual([{ listener: 'ingress', address: 'y', error: 'boom' }]);
+      // no "active" line of pid 33: gives up after the wait with what it found
+      expect(await listenerFailures(33, 200, f)).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
