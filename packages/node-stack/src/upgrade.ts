@@ -86,9 +86,11 @@ type TakeoverLine = TakeoverResult | { takeover: false; error: string; pid?: num
  * is active afterwards, as the servers' GetLeaseStatus says) when a standby already runs, the
  * build has no server, another upgrade's standby holds the slot (it is taking over), the new
  * server fails or exits before it took the lease, or the time runs out (the new server is then
- * killed).
+ * killed). onStep gets a line for each step as it is done (the new server started, the lease and
+ * fences taken, serving with its adoption counted), read from the new
+ * server's own log lines, for a progress display.
  */
-export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs = DEFAULT_UPGRADE_TIMEOUT_MS): Promise<TakeoverResult> {
+export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs = DEFAULT_UPGRADE_TIMEOUT_MS, onStep: (step: string) => void = () => undefined): Promise<TakeoverResult> {
   // The new server gets the environment as it is at the call (taken before the first await),
   // without the caller's server config variables when the node has a settings file.
   const callerEnv = { ...process.env };
@@ -112,17 +114,26 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
   });
   // it boots niced, so the active server keeps its CPU; it takes 0 again when it starts the handover
   niceWhileBooting(child.pid);
+  onStep(`new server pid ${child.pid} started in slot ${slot} (log ${logPath})`);
+  const steps = new StepScanner(logPath, child.logStart, child.pid, onStep);
   // What the node looks like now, for the error: asked of every server, not guessed.
   const now = (waitMs: number) => nodeNow(dirs.runDir, holder.pid, waitMs);
-  const line = await waitForDaemon(child, () => takeoverLine(logPath, child.logStart, child.pid), {
-    timeoutMs,
-    pollMs: TAKEOVER_POLL_MS,
-    onExit: (code) =>
-      new Error(code === SERVER_EXIT_SLOT_BUSY ? `another standby of slot ${slot} is taking over, so this upgrade started none` : `the new server exited with code ${code}; see ${logPath}`),
-    // a new server that hangs must not linger: it is stopped (the old one keeps or retakes the lease)
-    killOnTimeout: true,
-    onTimeout: () => new Error(`the upgrade did not finish within ${timeoutMs} ms and the new server was stopped; see ${logPath}`),
-  }).catch(async (err: Error) => {
+  const line = await waitForDaemon(
+    child,
+    () => {
+      steps.scan();
+      return takeoverLine(logPath, child.logStart, child.pid);
+    },
+    {
+      timeoutMs,
+      pollMs: TAKEOVER_POLL_MS,
+      onExit: (code) =>
+        new Error(code === SERVER_EXIT_SLOT_BUSY ? `another standby of slot ${slot} is taking over, so this upgrade started none` : `the new server exited with code ${code}; see ${logPath}`),
+      // a new server that hangs must not linger: it is stopped (the old one keeps or retakes the lease)
+      killOnTimeout: true,
+      onTimeout: () => new Error(`the upgrade did not finish within ${timeoutMs} ms and the new server was stopped; see ${logPath}`),
+    },
+  ).catch(async (err: Error) => {
     throw new Error(`${err.message}; ${await now(OUTCOME_WAIT_MS)}`);
   });
   if (line.takeover === false) {
@@ -133,6 +144,46 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
   }
   writePidFile(dirs, 'server', line.newPid);
   return line;
+}
+
+/** The new server's log messages that mark a step of its takeover, and how a step line says them. */
+const TAKEOVER_STEPS: [msg: string, text: (l: Record<string, unknown>) => string][] = [
+  ['epoch fences raised', (l) => `lease taken: epoch ${String(l.epoch)}, peers fenced`],
+  ['active', (l) => `serving: ${String(l.adopted)} sandboxes adopted in ${String(l.adoption_ms)} ms`],
+];
+
+/** StepScanner reports each takeover step of pid's log lines (after byte start) once, in order. */
+class StepScanner {
+  private readonly seen = new Set<string>();
+  constructor(
+    private readonly logPath: string,
+    private readonly start: number,
+    private readonly pid: number,
+    private readonly onStep: (step: string) => void,
+  ) {}
+
+  scan(): void {
+    let text: string;
+    try {
+      text = readFileSync(this.logPath).subarray(this.start).toString();
+    } catch {
+      return;
+    }
+    for (const raw of text.split('\n')) {
+      if (!raw.startsWith('{')) continue;
+      let l: Record<string, unknown>;
+      try {
+        l = JSON.parse(raw) as Record<string, unknown>;
+      } catch {
+        continue;
+      }
+      if (l.pid !== this.pid || typeof l.msg !== 'string' || this.seen.has(l.msg)) continue;
+      const step = TAKEOVER_STEPS.find(([m]) => m === l.msg);
+      if (!step) continue;
+      this.seen.add(l.msg);
+      this.onStep(step[1](l));
+    }
+  }
 }
 
 /**

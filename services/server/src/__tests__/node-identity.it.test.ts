@@ -46,7 +46,14 @@ describeNode('node identity', () => {
 
   it('the id survives upgrade server and a kill -9 + restart of vmm-supervisor and ublk-manager', async () => {
     const before = await ids();
-    await upgradeServer(node.dirs, '.');
+    // the upgrade reports its steps as the new server logs them (the CLI's progress lines), in order
+    const steps: string[] = [];
+    await upgradeServer(node.dirs, '.', undefined, (s) => steps.push(s));
+    expect(steps).toEqual([
+      expect.stringMatching(/^new server pid \d+ started in slot [ab] \(log .*server-[ab]\.log\)$/),
+      expect.stringMatching(/^lease taken: epoch \d+, peers fenced$/),
+      expect.stringMatching(/^serving: 0 sandboxes adopted in \d+ ms$/),
+    ]);
     for (const c of ['vmm-supervisor', 'ublk-manager'] as const) {
       await killComponent(node.dirs, c);
       await startComponent(node.dirs, c);

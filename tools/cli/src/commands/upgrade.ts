@@ -50,8 +50,8 @@ export function registerUpgradeCommands(program: Command): void {
           const p = await previewServerUpgrade(d, o.standby ? { standby: true } : { buildDir: o.fromBuild! });
           return print(!!o.json, p, () => previewText(p));
         }
-        const r = await withProgress(o.standby ? 'upgrading the server: handover to the standby' : `upgrading the server: starting ${o.fromBuild!} and handing over`, !!o.json, () =>
-          o.standby ? upgradeServerViaStandby(d) : upgradeServer(d, o.fromBuild!),
+        const r = await withProgress(o.standby ? 'upgrading the server: handover to the standby' : `upgrading the server: starting ${o.fromBuild!} and handing over`, !!o.json, (p) =>
+          o.standby ? upgradeServerViaStandby(d) : upgradeServer(d, o.fromBuild!, undefined, (step) => p.step(step)),
         );
         print(!!o.json, r, () =>
           [
