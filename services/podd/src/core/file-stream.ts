@@ -88,7 +88,7 @@ async function openRegular(dirFd: number, name: string, p: string, confined: boo
     fh = await open(at(dirFd, name), flags | fsc.O_NONBLOCK | (confined ? fsc.O_NOFOLLOW : 0), mode);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    if (confined && code === 'ELOOP') throw new FailedPreconditionError(`path: ${p} is a symlink; not followed`);
+    if (confined && code === 'ELOOP') throw new FailedPreconditionError(`path: ${p} is a symlink; not followed (it could lead outside /workspace)`);
     if (code === 'ENXIO') throw new FailedPreconditionError(`path: ${p} is not a regular file`);
     throw fsError(err, p, 'open');
   }

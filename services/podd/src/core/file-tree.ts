@@ -58,7 +58,7 @@ export async function createDirectory(p: string, mode: number, createParents: bo
       fh = await open(at(w.dir.fd, w.name), fsc.O_RDONLY | fsc.O_DIRECTORY | (w.confined ? fsc.O_NOFOLLOW : 0));
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'ENOTDIR' || code === 'ELOOP') throw new FailedPreconditionError(`path: ${p} is a symlink or not a directory; not followed`);
+      if (code === 'ENOTDIR' || code === 'ELOOP') throw new FailedPreconditionError(`path: ${p} is a symlink or not a directory; not followed (it could lead outside /workspace)`);
       throw fsError(err, p, 'open');
     }
     try {

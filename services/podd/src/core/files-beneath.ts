@@ -23,7 +23,7 @@ async function openBeneath(dirFd: number, name: string, p: string, flags: number
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'EEXIST') throw err; // the caller's O_EXCL probe
-    if (code === 'ELOOP') throw new FailedPreconditionError(`path: ${p} is a symlink; not followed`);
+    if (code === 'ELOOP') throw new FailedPreconditionError(`path: ${p} is a symlink; not followed (it could lead outside /workspace)`);
     if (code === 'ENXIO') throw new FailedPreconditionError(`path: ${p} is not a regular file`);
     if (code === 'EISDIR') throw new FailedPreconditionError(`path: ${p} is a directory`);
     if (code === 'ENOENT' && flags & fsc.O_CREAT) throw new NotFoundError(`path: the parent directory of ${p} does not exist (set create_parents)`);

@@ -66,7 +66,8 @@ async function openDir(where: string, shown: string, nofollow: boolean, beneath:
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     // O_DIRECTORY | O_NOFOLLOW on a symlink is ENOTDIR on Linux (ELOOP without O_DIRECTORY)
-    if (nofollow && (code === 'ELOOP' || code === 'ENOTDIR')) throw new FailedPreconditionError(`path: ${shown} is a symlink or not a directory; not followed below ${beneath}`);
+    if (nofollow && (code === 'ELOOP' || code === 'ENOTDIR'))
+      throw new FailedPreconditionError(`path: ${shown} is a symlink or not a directory; not followed below ${beneath} (it could lead outside ${beneath})`);
     throw fsError(err, shown, 'open');
   }
 }

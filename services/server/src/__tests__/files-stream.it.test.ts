@@ -166,7 +166,7 @@ describeNode('streamed files through the node (UploadFile / DownloadFile / ListD
     for await (const c of createReadStream(small, { end: 2 * MiB - 1 })) h.write(c as Buffer);
     await new Promise<void>((r) => h.end(() => r()));
     const r = await cli(['sandbox', 'cp', '--resume', `${id}:small.bin`, part, '--json']).done;
-    expect(r.status).toBe(0);
+    expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: '' });
     expect(JSON.parse(r.stdout)).toMatchObject({ offset: 2 * MiB, bytes: 5 * MiB + 333, bytesSent: 3 * MiB + 333, sha256: sha });
     expect(await sha256Of(part)).toBe(sha);
   });

@@ -89,7 +89,8 @@ export interface LocalFile {
 /**
  * receiveFile opens name in dir for a download: without resume a new temp file beside it
  * (O_CREAT | O_EXCL, which never follows) that commit renames over name; with resume name
- * itself, O_NOFOLLOW, and only when it is a regular file (fstat). Errors: CliError (a symlink,
+ * itself, read-write (the bytes it has are hashed for the sha256), O_NOFOLLOW, and only when it
+ * is a regular file (fstat). Errors: CliError (a symlink,
  * a directory or other file at name).
  */
 export async function receiveFile(dir: FileHandle, name: string, shown: string, resume: boolean): Promise<LocalFile> {
@@ -97,7 +98,7 @@ export async function receiveFile(dir: FileHandle, name: string, shown: string, 
   const target = resume ? name : tempName(name, DOWNLOAD_TEMP_MARK);
   let fh: FileHandle;
   try {
-    fh = await open(at(dir.fd, target), fsc.O_WRONLY | fsc.O_CREAT | fsc.O_NOFOLLOW | fsc.O_NONBLOCK | (resume ? 0 : fsc.O_EXCL), 0o600);
+    fh = await open(at(dir.fd, target), (resume ? fsc.O_RDWR : fsc.O_WRONLY) | fsc.O_CREAT | fsc.O_NOFOLLOW | fsc.O_NONBLOCK | (resume ? 0 : fsc.O_EXCL), 0o600);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     if (code === 'ELOOP') throw new CliError(`${shown} is a symlink; a copy out of a sandbox never writes through one (remove it, or copy without --resume to replace it)`);
