@@ -8,7 +8,7 @@
  * on a real node 2 of 2 (supervisor killed 0.5 s into the upgrade, and before it). A failed
  * upgrade must leave a server serving (the old one, or the new one).
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { findActiveServer, findRunning, startComponent, upgradeServer } from '@sandnode/node-stack';
 import { createLogger, createServiceServer, SUITE_VERSION, unixAddress, VMM_FEATURES } from '@sandnode/shared';
@@ -68,16 +68,18 @@ describeNode('upgrade server while the vmm-supervisor is down', () => {
     });
     const standInSock = path.join(node.dirs.runDir, 'stand-in-vmm.sock');
     await standIn.listen([unixAddress(standInSock)]);
-    const settingsFile = path.join(node.dirs.runDir, 'server-settings.json');
-    const settings = readFileSync(settingsFile, 'utf8');
-    writeFileSync(settingsFile, JSON.stringify({ ...JSON.parse(settings), vmmAddress: unixAddress(standInSock) }));
+    // both config slots the active server wrote (server-settings.json, and .v2.json that this build reads first)
+    const settingsFiles = ['server-settings.json', 'server-settings.v2.json'].map((f) => path.join(node.dirs.runDir, f)).filter((f) => existsSync(f));
+    expect(settingsFiles.length).toBeGreaterThan(0);
+    const saved = settingsFiles.map((f) => [f, readFileSync(f, 'utf8')] as const);
+    for (const [f, text] of saved) writeFileSync(f, JSON.stringify({ ...JSON.parse(text), vmmAddress: unixAddress(standInSock) }));
     const before = (await findActiveServer(node.dirs.runDir))!;
     process.env.SANDNODE_SERVER_FAILPOINTS = 'takeover.after-fds=kill';
     try {
       await expect(upgradeServer(node.dirs, '.', 120_000)).rejects.toThrow();
     } finally {
       delete process.env.SANDNODE_SERVER_FAILPOINTS;
-      writeFileSync(settingsFile, settings);
+      for (const [f, text] of saved) writeFileSync(f, text);
       await standIn.shutdown(1000);
     }
     const active = await waitFor(
