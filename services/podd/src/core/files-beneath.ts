@@ -11,7 +11,7 @@
 import { constants as fsc } from 'node:fs';
 import { open, type FileHandle } from 'node:fs/promises';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
-import { DEFAULT_FILE_MODE, fsError, type ReadResult, type WriteOptions } from './files';
+import { DEFAULT_FILE_MODE, fsError, readOpen, type ReadResult, type WriteOptions } from './files';
 import { MAX_FILE_BYTES } from './limits';
 import { at, checkStreamPath, walkParent } from './walk';
 
@@ -52,22 +52,7 @@ export async function readFileBeneath(p: string, offset: number, length: number,
   } finally {
     await w.release();
   }
-  try {
-    const size = (await fh.stat()).size;
-    const buf = Buffer.allocUnsafe(want);
-    let got = 0;
-    while (got < want) {
-      const { bytesRead } = await fh.read(buf, got, want - got, offset + got);
-      if (bytesRead === 0) break;
-      got += bytesRead;
-    }
-    const eof = got < want || (size > 0 && offset + got >= size);
-    return { data: buf.subarray(0, got), sizeBytes: size, eof };
-  } catch (err) {
-    throw fsError(err, p, 'read');
-  } finally {
-    await fh.close();
-  }
+  return readOpen(fh, p, offset, want);
 }
 
 /** writeFileBeneath is files.ts writeFile confined below beneath (see the file comment); parents are made (0755) by the same walk. */

@@ -5,7 +5,7 @@
  * regular file, permission denied, a path component that is a file).
  */
 import { constants as fsConstants, type Stats } from 'node:fs';
-import { lstat, mkdir, open, realpath, stat } from 'node:fs/promises';
+import { lstat, mkdir, open, realpath, stat, type FileHandle } from 'node:fs/promises';
 import path from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
 import { MAX_FILE_BYTES } from './limits';
@@ -108,6 +108,15 @@ export async function readFile(p: string, offset: number, length: number, beneat
   } catch (err) {
     throw fsError(err, p, 'open');
   }
+  return readOpen(fh, p, offset, want);
+}
+
+/**
+ * readOpen reads at most want bytes at offset of the open file fh (shown as p in errors) and
+ * closes it: the data, the file's size in bytes, and eof (nothing is left after what was read).
+ * Errors: fsError's codes for a failed read.
+ */
+export async function readOpen(fh: FileHandle, p: string, offset: number, want: number): Promise<ReadResult> {
   try {
     const size = (await fh.stat()).size;
     const buf = Buffer.allocUnsafe(want);

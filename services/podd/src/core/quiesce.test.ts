@@ -134,26 +134,9 @@ describe('Quiescer', () => {
 
 describe('poddFeatures', () => {
   it('lists podd.quiesce only with a freeze port', () => {
-    expect(poddFeatures(true)).toEqual([
-      'podd.exec.v1',
-      'podd.files.v1',
-      'podd.files.beneath.v1',
-      'podd.forward-port.v1',
-      'podd.exec-stream.v1',
-      'podd.files.stream.v1',
-      'podd.files.tree.v1',
-      'podd.quiesce',
-    ]);
-    expect(poddFeatures(false)).toEqual(['podd.exec.v1', 'podd.files.v1', 'podd.files.beneath.v1', 'podd.forward-port.v1', 'podd.exec-stream.v1', 'podd.files.stream.v1', 'podd.files.tree.v1']);
-    expect(poddFeatures(false, true)).toEqual([
-      'podd.exec.v1',
-      'podd.files.v1',
-      'podd.files.beneath.v1',
-      'podd.forward-port.v1',
-      'podd.exec-stream.v1',
-      'podd.files.stream.v1',
-      'podd.files.tree.v1',
-      'podd.exec-pty.v1',
-    ]);
+    const base = ['podd.exec.v1', 'podd.files.v1', 'podd.files.beneath.v1', 'podd.forward-port.v1', 'podd.exec-stream.v1', 'podd.files.stream.v1', 'podd.files.tree.v1'];
+    expect(poddFeatures(true)).toEqual([...base, 'podd.quiesce']);
+    expect(poddFeatures(false)).toEqual(base);
+    expect(poddFeatures(false, true)).toEqual([...base, 'podd.exec-pty.v1']);
   });
 });
