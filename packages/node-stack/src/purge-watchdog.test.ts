@@ -4,11 +4,11 @@
  * pid file names that is not that watchdog.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { processStartTicks } from '@sandnode/shared';
 import { useTempDir, waitFor } from '@sandnode/testkit';
-import { liveWatchdog, purgeNode } from './purge';
+import { liveWatchdog, purgeNode, watchdogOf } from './purge';
 
 describe('purgeNode and the freeze watchdog', () => {
   const tmp = useTempDir('purge-watchdog');
@@ -48,5 +48,17 @@ describe('purgeNode and the freeze watchdog', () => {
     expect(other.child.exitCode === null && other.child.signalCode === null).toBe(true);
     const reused = await start('freeze-watchdog-main.js', 1);
     expect(liveWatchdog(reused.runDir)).toBeUndefined();
+  });
+
+  it('keeps the run dir and signals nothing when /proc cannot say whether the watchdog runs (EMFILE)', async () => {
+    const { child, runDir } = await start('freeze-watchdog-main.js');
+    const unknown = () => 'unknown' as const;
+    expect(watchdogOf(runDir, unknown)).toEqual({ pid: child.pid, liveness: 'unknown' });
+    const report = await purgeNode({ runDir, stateDir: path.join(tmp(), 'state'), listen: '' }, unknown);
+    expect(report.watchdogPid).toBeUndefined();
+    expect(report.dirs).not.toContain(runDir);
+    expect(report.kept).toEqual([expect.objectContaining({ path: runDir, why: expect.stringContaining(`pid ${child.pid}`) })]);
+    expect(existsSync(path.join(runDir, 'freeze-watchdog', 'watchdog.json'))).toBe(true);
+    expect(child.exitCode === null && child.signalCode === null).toBe(true);
   });
 });

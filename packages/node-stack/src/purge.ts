@@ -5,7 +5,7 @@
  */
 import { existsSync, readFileSync, readdirSync, realpathSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { defaultNetworkTag, processStartTicks, processState, purgeNodeNetwork, run, type PurgedNetwork } from '@sandnode/shared';
+import { defaultNetworkTag, processLiveness, purgeNodeNetwork, run, type Liveness, type PurgedNetwork } from '@sandnode/shared';
 import type { StackDirs } from './components';
 import { stopProcess } from './daemon-process';
 
@@ -38,11 +38,25 @@ const WATCHDOG_MAIN = 'freeze-watchdog-main.js';
 export const WATCHDOG_STOP_TIMEOUT_MS = 5000;
 
 /**
- * liveWatchdog: the pid of runDir's freeze watchdog when its pid file (`{"schema":1,"pid","startTicks"}`)
- * names a live process that started at startTicks (not a zombie, not a reused pid) and runs
- * freeze-watchdog-main.js; else undefined.
+ * What {@link watchdogOf} read: the watchdog's pid and whether it runs. `unknown` when /proc
+ * could not be read (EMFILE, EACCES, a half-read stat): purge then cannot tell, and must not act
+ * as if no watchdog ran.
  */
-export function liveWatchdog(runDir: string): number | undefined {
+export interface WatchdogSeen {
+  /** the pid its pid file names */
+  pid: number;
+  /** alive: that pid runs the watchdog that started at the file's startTicks */
+  liveness: Liveness;
+}
+
+/**
+ * watchdogOf reads runDir's freeze watchdog pid file (`{"schema":1,"pid","startTicks"}`):
+ * undefined when there is none or it is malformed; else the pid with `alive` only when a live
+ * process that started at startTicks (not a zombie, not a reused pid) runs
+ * freeze-watchdog-main.js, `gone` when /proc says it does not, `unknown` when /proc could not be
+ * read. liveness is injectable for tests.
+ */
+export function watchdogOf(runDir: string, liveness: (pid: number, startTicks: number) => Liveness = processLiveness): WatchdogSeen | undefined {
   let j: { schema?: unknown; pid?: unknown; startTicks?: unknown };
   try {
     j = JSON.parse(readFileSync(path.join(runDir, WATCHDOG_PID_FILE), 'utf8')) as typeof j;
@@ -50,13 +64,23 @@ export function liveWatchdog(runDir: string): number | undefined {
     return undefined;
   }
   if (j.schema !== 1 || typeof j.pid !== 'number' || !Number.isInteger(j.pid) || j.pid <= 0 || typeof j.startTicks !== 'number') return undefined;
-  if (processStartTicks(j.pid) !== j.startTicks || processState(j.pid) === 'Z') return undefined;
+  const pid = j.pid;
+  const seen = liveness(pid, j.startTicks);
+  if (seen !== 'alive') return { pid, liveness: seen };
+  let args: string[];
   try {
-    const args = readFileSync(`/proc/${j.pid}/cmdline`, 'utf8').split('\0');
-    return args.some((a) => path.basename(a) === WATCHDOG_MAIN) ? j.pid : undefined;
-  } catch {
-    return undefined;
+    args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+  } catch (err) {
+    return { pid, liveness: (err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ESRCH' ? 'gone' : 'unknown' };
   }
+  // a live process with another command line is not the watchdog (a reused pid that kept the ticks cannot be: ticks differ)
+  return { pid, liveness: args.some((a) => path.basename(a) === WATCHDOG_MAIN) ? 'alive' : 'gone' };
+}
+
+/** liveWatchdog: the pid of runDir's live freeze watchdog ({@link watchdogOf} said alive), else undefined. */
+export function liveWatchdog(runDir: string): number | undefined {
+  const seen = watchdogOf(runDir);
+  return seen?.liveness === 'alive' ? seen.pid : undefined;
 }
 
 /** One line of /proc/self/mountinfo, the fields purge decides by. */
@@ -129,9 +153,10 @@ function realDir(d: string): string {
  * to it stay, everything else is removed, and `kept` says so. A mount of sandnode with such a
  * mount below it stays mounted too (a lazy unmount would detach the user's mount with it), and
  * a busy one is detached lazily only while nothing is mounted below it. Only for
- * `down --purge`, after the daemons stopped.
+ * `down --purge`, after the daemons stopped. liveness (injectable for tests) tells whether the
+ * freeze watchdog runs; when it cannot tell, the run dir is kept and `kept` says why.
  */
-export async function purgeNode(dirs: StackDirs): Promise<PurgeReport> {
+export async function purgeNode(dirs: StackDirs, liveness: (pid: number, startTicks: number) => Liveness = processLiveness): Promise<PurgeReport> {
   const runDir = realDir(dirs.runDir);
   const stateDir = realDir(dirs.stateDir);
   const report: PurgeReport = { containers: [], mounts: [], loopDevices: [], dirs: [], kept: [] };
@@ -205,10 +230,15 @@ export async function purgeNode(dirs: StackDirs): Promise<PurgeReport> {
   // the freeze watchdog outlives the supervisor by design (it thaws at a deadline): with the
   // containers and mounts gone it has nothing to guard; stop it rather than leave it until it
   // sees its dir removed
-  const watchdog = liveWatchdog(runDir);
-  if (watchdog !== undefined && (await stopProcess(watchdog, { timeoutMs: WATCHDOG_STOP_TIMEOUT_MS, killAfterTimeout: true }))) report.watchdogPid = watchdog;
+  const watchdog = watchdogOf(runDir, liveness);
+  if (watchdog?.liveness === 'alive' && (await stopProcess(watchdog.pid, { timeoutMs: WATCHDOG_STOP_TIMEOUT_MS, killAfterTimeout: true }))) report.watchdogPid = watchdog.pid;
   for (const d of [runDir, stateDir]) {
     if (!existsSync(d)) continue;
+    if (d === runDir && watchdog?.liveness === 'unknown') {
+      // /proc could not be read: the watchdog may still run and guard a frozen sandbox; removing its dir would hide it
+      report.kept.push({ path: d, why: `could not tell from /proc whether the freeze watchdog (pid ${watchdog.pid}) still runs: left in place; run down --purge again` });
+      continue;
+    }
     const inside = blocked.filter((b) => isAtOrBelow(b.at, d));
     if (!inside.length) {
       rmSync(d, { recursive: true, force: true });
