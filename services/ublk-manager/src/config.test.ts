@@ -37,6 +37,7 @@ describe('loadUblkConfig', () => {
       imagePoolInitialBytes: 16 * 1024 ** 3,
       imagePoolMaxBytes: 512 * 1024 ** 3,
       imagePoolMinFreeBytes: 4 * 1024 ** 3,
+      imagePoolHostMinFreeBytes: 1024 ** 3,
       imagePoolCheckMs: 10_000,
       emptyImageTemplates: true,
     });

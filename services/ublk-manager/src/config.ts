@@ -23,7 +23,7 @@ import {
 import { DEFAULT_RELEASE_TIMEOUT_MS } from './core/device-core';
 import { DEFAULT_MAX_DEVICE_SIZE_BYTES, MIN_DEVICE_SIZE_BYTES, SECTOR_BYTES } from './core/types';
 import { DEFAULT_CLONE_TIMEOUT_MS, DEFAULT_MKFS_TIMEOUT_MS } from './drivers/images';
-import { DEFAULT_POOL_CHECK_MS, DEFAULT_POOL_INITIAL_BYTES, DEFAULT_POOL_MAX_BYTES, DEFAULT_POOL_MIN_FREE_BYTES, MIN_POOL_BYTES } from './drivers/image-pool';
+import { DEFAULT_POOL_CHECK_MS, DEFAULT_POOL_INITIAL_BYTES, DEFAULT_POOL_MAX_BYTES, DEFAULT_POOL_MIN_FREE_BYTES, DEFAULT_POOL_HOST_MIN_FREE_BYTES, MIN_POOL_BYTES } from './drivers/image-pool';
 
 /** The service name used in env var names and logs. */
 export const SERVICE = 'ublk-manager';
@@ -89,6 +89,11 @@ export const configSchema = z.object({
   imagePoolMaxBytes: z.coerce.number().int().min(MIN_POOL_BYTES).max(Number.MAX_SAFE_INTEGER).default(DEFAULT_POOL_MAX_BYTES),
   /** The image pool grows when less than this is free in it, bytes. */
   imagePoolMinFreeBytes: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(DEFAULT_POOL_MIN_FREE_BYTES),
+  /**
+   * The least free space the host file system under the image pool file keeps, bytes: the pool
+   * (a sparse file) never grows past what the host can back, and no image is made below it.
+   */
+  imagePoolHostMinFreeBytes: z.coerce.number().int().min(0).max(Number.MAX_SAFE_INTEGER).default(DEFAULT_POOL_HOST_MIN_FREE_BYTES),
   /** How often the image pool's free space is checked, ms (0: only before an image is made). */
   imagePoolCheckMs: ms(3_600_000).default(DEFAULT_POOL_CHECK_MS),
   /** Make empty ext4 devices by FICLONE of a pre-formatted empty image per size (where reflink works) instead of mkfs.ext4. */
@@ -122,6 +127,7 @@ export interface UblkConfig {
   imagePoolInitialBytes: number;
   imagePoolMaxBytes: number;
   imagePoolMinFreeBytes: number;
+  imagePoolHostMinFreeBytes: number;
   imagePoolCheckMs: number;
   emptyImageTemplates: boolean;
   metricsListen: string;

@@ -171,6 +171,7 @@ async function start(argv: string[]): Promise<void> {
     initialBytes: cfg.imagePoolInitialBytes,
     maxBytes: cfg.imagePoolMaxBytes,
     minFreeBytes: cfg.imagePoolMinFreeBytes,
+    hostMinFreeBytes: cfg.imagePoolHostMinFreeBytes,
     log: log.child({ component: 'image-pool' }),
   });
   const poolStatus = await pool.setup();

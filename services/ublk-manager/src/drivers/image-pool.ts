@@ -23,6 +23,12 @@
  * pool has less than minFreeBytes (+ what the caller needs) free, its file is made larger
  * (sparse: ftruncate; at least doubled, at most maxBytes), `losetup -c` tells the loop device,
  * `xfs_growfs` the file system.
+ *
+ * The host's file system under the pool file: the file is sparse, so the pool can promise more
+ * than the host has; a full host fails the loop device's writes, and XFS inside shuts down under
+ * every sandbox at once. So the pool never grows past what the host can back (its allocated
+ * bytes + the host's free bytes - hostMinFreeBytes), and no image is made or cloned while the
+ * host has less than hostMinFreeBytes free (RESOURCE_EXHAUSTED naming the file system).
  */
 import { randomBytes } from 'node:crypto';
 import { closeSync, constants as fsc, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync, chmodSync } from 'node:fs';
@@ -40,6 +46,8 @@ export const DEFAULT_POOL_INITIAL_BYTES = 16 * 2 ** 30;
 export const DEFAULT_POOL_MAX_BYTES = 512 * 2 ** 30;
 /** The pool grows when less than this is free, bytes (config imagePoolMinFreeBytes). */
 export const DEFAULT_POOL_MIN_FREE_BYTES = 4 * 2 ** 30;
+/** The least free space the host file system under the pool file keeps, bytes (config imagePoolHostMinFreeBytes). */
+export const DEFAULT_POOL_HOST_MIN_FREE_BYTES = 2 ** 30;
 /** How often the free space of the pool is checked, ms (config imagePoolCheckMs; 0: only before images are made). */
 export const DEFAULT_POOL_CHECK_MS = 10_000;
 /** Smallest pool mkfs.xfs makes (xfsprogs >= 5.19 refuses below 300 MB), bytes. */
@@ -49,6 +57,7 @@ const POOL_CMD_TIMEOUT_MS = 120_000;
 /** How long the start waits for the other slot's pool setup (the pool lock), ms. */
 const POOL_LOCK_WAIT_MS = 120_000;
 const MIB = 2 ** 20;
+const mib = (b: number) => Math.floor(b / MIB);
 
 /** Where the images live: "native" (the images dir's own file system has reflink), "pool" (the XFS pool), "none" (no reflink: copy). */
 export type PoolMode = 'native' | 'pool' | 'none';
@@ -73,6 +82,10 @@ export interface ImagePoolOptions {
   initialBytes?: number;
   maxBytes?: number;
   minFreeBytes?: number;
+  /** See {@link DEFAULT_POOL_HOST_MIN_FREE_BYTES}. */
+  hostMinFreeBytes?: number;
+  /** Free bytes for an unprivileged writer (bavail x bsize) of the file system holding path; injectable for tests. */
+  freeBytes?: (path: string) => Promise<number>;
   log: Logger;
   run?: RunFn;
   sysfsRoot?: string;
@@ -101,6 +114,10 @@ export class ImagePool {
   private readonly initialBytes: number;
   private readonly maxBytes: number;
   private readonly minFreeBytes: number;
+  private readonly hostMinFreeBytes: number;
+  private readonly freeBytes: (path: string) => Promise<number>;
+  /** The last growth/space error the watch logged (logged again only when it changes). */
+  private lastWatchError = '';
   private status: PoolStatus = { mode: 'none', reason: 'not set up' };
   private growing: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
@@ -113,6 +130,13 @@ export class ImagePool {
     this.initialBytes = opts.initialBytes ?? DEFAULT_POOL_INITIAL_BYTES;
     this.maxBytes = Math.max(opts.maxBytes ?? DEFAULT_POOL_MAX_BYTES, this.initialBytes);
     this.minFreeBytes = opts.minFreeBytes ?? DEFAULT_POOL_MIN_FREE_BYTES;
+    this.hostMinFreeBytes = opts.hostMinFreeBytes ?? DEFAULT_POOL_HOST_MIN_FREE_BYTES;
+    this.freeBytes =
+      opts.freeBytes ??
+      (async (p) => {
+        const st = await fs.statfs(p);
+        return st.bavail * st.bsize;
+      });
   }
 
   /** mode is where images live now (after setup). */
@@ -247,28 +271,43 @@ export class ImagePool {
   }
 
   /**
-   * ensureFree grows the pool when less than minFreeBytes + needBytes (bytes) is free in it.
-   * Nothing to do unless mode is "pool". Concurrent calls share one growth. Errors:
-   * ResourceExhaustedError when the pool is at maxBytes and still short; InternalError when
-   * losetup -c or xfs_growfs fails.
+   * ensureFree makes sure an image of needBytes (bytes) can be written: it refuses while the
+   * host file system under the pool file has less than hostMinFreeBytes + needBytes free, and
+   * grows the pool when less than minFreeBytes + needBytes is free in it. Nothing to do unless
+   * mode is "pool". Concurrent calls share one growth. Errors: ResourceExhaustedError when the
+   * host is short (the message names its dir and both figures in MiB), or the pool is at
+   * maxBytes (or at what the host can back) and still short; InternalError when losetup -c or
+   * xfs_growfs fails.
    */
   async ensureFree(needBytes = 0): Promise<void> {
     if (this.status.mode !== 'pool') return;
+    const hostDir = path.dirname(this.file);
+    const hostFree = await this.freeBytes(hostDir);
+    if (hostFree < this.hostMinFreeBytes + needBytes) {
+      throw new ResourceExhaustedError(
+        `the host file system under the image pool (${hostDir}) has ${mib(hostFree)} MiB free, below imagePoolHostMinFreeBytes (${mib(this.hostMinFreeBytes)} MiB)${needBytes ? ` + ${mib(needBytes)} MiB asked` : ''}: no image is made (the pool file is sparse: a full host would fail the writes of every sandbox); free space there`,
+      );
+    }
     if (this.growing) return this.growing;
-    const st = await fs.statfs(this.dir);
-    if (st.bavail * st.bsize >= this.minFreeBytes + needBytes) return;
-    this.growing = this.grow(needBytes).finally(() => (this.growing = undefined));
+    if ((await this.freeBytes(this.dir)) >= this.minFreeBytes + needBytes) return;
+    this.growing = this.grow(needBytes, hostFree).finally(() => (this.growing = undefined));
     return this.growing;
   }
 
-  private async grow(needBytes: number): Promise<void> {
-    const size = statSync(this.file).size;
+  private async grow(needBytes: number, hostFree: number): Promise<void> {
+    const st = statSync(this.file);
+    const size = st.size;
+    // what the host can back: the bytes the file already holds plus the host's free space above its reserve
+    const backed = st.blocks * 512 + Math.max(0, hostFree - this.hostMinFreeBytes);
     const want = Math.max(size * 2, size + needBytes + this.minFreeBytes);
-    const target = Math.min(this.maxBytes, Math.ceil(want / MIB) * MIB);
+    const target = Math.floor(Math.min(this.maxBytes, Math.ceil(want / MIB) * MIB, backed) / MIB) * MIB;
     if (target <= size) {
-      const st = await fs.statfs(this.dir);
-      if (st.bavail * st.bsize >= needBytes) return;
-      throw new ResourceExhaustedError(`image pool ${this.file} is at its largest size (imagePoolMaxBytes ${this.maxBytes} bytes) and full`);
+      if ((await this.freeBytes(this.dir)) >= needBytes) return;
+      throw new ResourceExhaustedError(
+        target < Math.min(this.maxBytes, want)
+          ? `image pool ${this.file} is full and the host file system under it (${path.dirname(this.file)}) cannot back a larger one (${mib(hostFree)} MiB free, imagePoolHostMinFreeBytes ${mib(this.hostMinFreeBytes)} MiB)`
+          : `image pool ${this.file} is at its largest size (imagePoolMaxBytes ${this.maxBytes} bytes) and full`,
+      );
     }
     const loop = this.loopsOfPool()[0]?.path;
     if (!loop) throw new InternalError(`image pool: ${this.file} is not attached to a loop device; cannot grow`);
@@ -287,7 +326,15 @@ export class ImagePool {
   watch(intervalMs: number): void {
     if (intervalMs <= 0 || this.status.mode !== 'pool') return;
     this.timer = setInterval(() => {
-      this.ensureFree().catch((err: unknown) => this.opts.log.error({ err, pool_file: this.file }, 'image pool: growing failed'));
+      this.ensureFree().then(
+        () => (this.lastWatchError = ''),
+        (err: unknown) => {
+          // once per distinct error, not every check: a full host stays full for a while
+          const msg = (err as Error).message;
+          if (msg !== this.lastWatchError) this.opts.log.error({ err, pool_file: this.file }, 'image pool: growing failed');
+          this.lastWatchError = msg;
+        },
+      );
     }, intervalMs);
     this.timer.unref();
   }
