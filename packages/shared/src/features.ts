@@ -147,6 +147,8 @@ export const SERVER_FEATURES = {
   sandboxEnv: 'server.sandbox-env.v1',
   /** TemplateService.DeleteTemplate (refused while a sandbox uses the template) */
   templateDelete: 'server.template-delete.v1',
+  /** AdminService.DrainStream: Drain with a progress event per sandbox (the CLI's drain progress) */
+  drainStream: 'server.drain-stream.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */

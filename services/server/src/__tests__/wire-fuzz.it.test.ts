@@ -64,6 +64,7 @@ const HUGE_EPOCH = Number.MAX_SAFE_INTEGER;
  */
 const ONLY_UNDECODABLE: Record<string, (b: Uint8Array) => unknown> = {
   '/sandnode.server.v1.AdminService/Drain': (b) => AdminServiceDefinition.methods.drain.requestType.decode(b),
+  '/sandnode.server.v1.AdminService/DrainStream': (b) => AdminServiceDefinition.methods.drainStream.requestType.decode(b),
   '/sandnode.podd.v1.PoddService/Quiesce': (b) => PoddServiceDefinition.methods.quiesce.requestType.decode(b),
   '/sandnode.vmm.v1.FreezePortService/FreezeFilesystems': (b) => FreezePortServiceDefinition.methods.freezeFilesystems.requestType.decode(b),
   '/sandnode.server.v1.TemplateService/BuildTemplate': (b) => TemplateServiceDefinition.methods.buildTemplate.requestType.decode(b),

@@ -61,6 +61,28 @@ describe('drainNode', () => {
     expect(r.sandboxes[1]!.error).toMatch(/Drain needs/);
   });
 
+  it('tells its listeners the count first and each outcome as it ends (in the order they end); a listener that throws does not stop the drain', async () => {
+    const events: string[] = [];
+    // sb-...0 takes longer than sb-...1: with two lanes, 1 ends first
+    const d = deps(['RUNNING', 'PAUSED', 'DRAINED'], async (id) => {
+      await new Promise((r) => setTimeout(r, id.endsWith('0') ? 40 : 5));
+      if (id.endsWith('1')) throw new FailedPreconditionError('nope');
+    });
+    const r = await drainNode({
+      ...d,
+      concurrency: 2,
+      deadlineMs: 5000,
+      onStart: (st) => events.push(`start ${st.sandboxes} ${st.deadlineMs} ${st.concurrency}`),
+      onSandbox: (sb) => {
+        events.push(`${sb.sandboxId.slice(-1)} ${sb.outcome}`);
+        throw new Error('a listener bug');
+      },
+    });
+    expect(events).toEqual(['start 2 5000 2', '1 failed', '0 preserved']);
+    expect(r.sandboxes.map((x) => x.outcome)).toEqual(['preserved', 'failed']);
+    expect(d.asked).toBe(1); // the device manager's step still ran
+  });
+
   it('a cancelled drain starts no further sandbox and leaves the device manager running', async () => {
     const ac = new AbortController();
     const d = deps(['RUNNING', 'RUNNING', 'RUNNING'], async () => {

@@ -103,6 +103,19 @@ export interface DrainDeps {
   signal?: AbortSignal;
   /** signals a pid (process.kill; tests pass their own) */
   kill?: (pid: number, sig: NodeJS.Signals) => void;
+  /** progress (AdminService.DrainStream): told how many sandboxes it drains, before the first starts (a throw is logged, never stops the drain) */
+  onStart?: (start: { sandboxes: number; deadlineMs: number; concurrency: number }) => void;
+  /** progress: told each sandbox's outcome as soon as it is known, in the order they end (a throw is logged) */
+  onSandbox?: (s: DrainedSandbox) => void;
+}
+
+/** tell calls a progress callback; a throw is logged and never stops the drain. */
+function tell<T>(d: DrainDeps, f: ((x: T) => void) | undefined, x: T): void {
+  try {
+    f?.(x);
+  } catch (err) {
+    d.log.warn({ err }, 'drain: a progress listener threw; the drain goes on');
+  }
 }
 
 /** What each step of drainOne does, for a report of a sandbox that did not finish. */
@@ -181,7 +194,8 @@ export async function drainNode(d: DrainDeps): Promise<DrainReport> {
     .list()
     .filter(isLive)
     .map((r) => r.sandboxId);
-  const results = await mapLimit(ids, Math.max(1, concurrency), async (id): Promise<DrainedSandbox> => {
+  /** drainWithin drains one sandbox within its bound (see the file header) and says how it came out. */
+  async function drainWithin(id: string): Promise<DrainedSandbox> {
     const s0 = Date.now();
     // started only while it can end before the phase end (as the slowest so far did)
     if (phaseEnd - s0 <= (slowestMs || DRAIN_SANDBOX_ESTIMATE_MS)) return failed(id, `not reached before the drain deadline (${deadlineMs} ms); it keeps running`);
@@ -208,6 +222,12 @@ export async function drainNode(d: DrainDeps): Promise<DrainReport> {
     if (r === undefined) return { sandboxId: id, outcome: 'preserved', resumeMethod: COLD_START, error: '', ms };
     d.log.warn({ sandbox_id: id, err: r, step: progress.step }, 'drain: sandbox not preserved');
     return failed(id, `step ${STEP_TEXT[progress.step]} failed: ${r.message}`, ms);
+  }
+  tell(d, d.onStart, { sandboxes: ids.length, deadlineMs, concurrency });
+  const results = await mapLimit(ids, Math.max(1, concurrency), async (id): Promise<DrainedSandbox> => {
+    const s = await drainWithin(id);
+    tell(d, d.onSandbox, s);
+    return s;
   });
   let stop = { stopped: false, error: 'the drain was cancelled by its caller: the device manager is not stopped' };
   if (d.signal?.aborted) d.log.warn('drain cancelled by its caller: the device manager is not stopped');

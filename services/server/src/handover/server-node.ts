@@ -29,7 +29,7 @@ import {
 import { AdminServiceDefinition, type AdminServiceImplementation, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ServerConfig } from '../config';
 import { adoptAll, type AdoptionReport } from '../core/adoption';
-import { drainNode, type DrainReport } from '../core/drain';
+import { drainNode, type DrainDeps, type DrainReport } from '../core/drain';
 import { sweepOrphans } from '../core/orphan-sweep';
 import type { SandboxManager } from '../core/sandbox-manager';
 import { ALL_TEMPLATES } from '../core/pool';
@@ -445,7 +445,7 @@ export class ServerNode implements StandbyNode, OldServer {
    * drain (ACTIVE only): every live sandbox frozen, stopped and recorded DRAINED, then the
    * ublk-manager stopped (core/drain.ts). Errors: FAILED_PRECONDITION (not ACTIVE).
    */
-  async drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal }): Promise<DrainReport> {
+  async drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal } & Pick<DrainDeps, 'onStart' | 'onSandbox'>): Promise<DrainReport> {
     const a = this.active;
     if (!this.roles.is('ACTIVE') || !a || !this.store) throw new FailedPreconditionError(`drain: this server is ${this.role}, not ACTIVE`);
     a.manager.idle.flush(true);
@@ -455,7 +455,17 @@ export class ServerNode implements StandbyNode, OldServer {
       return () => undefined;
     });
     try {
-      const r = await drainNode({ manager: a.manager, store: this.store, devices: a.devices, log: this.log, deadlineMs: o.deadlineMs, concurrency: o.concurrency, signal: o.signal });
+      const r = await drainNode({
+        manager: a.manager,
+        store: this.store,
+        devices: a.devices,
+        log: this.log,
+        deadlineMs: o.deadlineMs,
+        concurrency: o.concurrency,
+        signal: o.signal,
+        onStart: o.onStart,
+        onSandbox: o.onSandbox,
+      });
       observeDrain(r);
       return r;
     } finally {

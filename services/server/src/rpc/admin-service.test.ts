@@ -111,6 +111,45 @@ describe('AdminService handlers', () => {
     await expect(a.drain({ deadlineMs: 0, concurrency: 257 }, ctx)).rejects.toMatchObject({ code: Status.INVALID_ARGUMENT, message: 'concurrency: at most 256, got 257' });
     expect(calls).toEqual(['drain 20000 8', 'drain 5000 3']);
   });
+
+  /** collect reads a DrainStream to its end. */
+  async function collect(it: AsyncIterable<unknown>): Promise<unknown[]> {
+    const out: unknown[] = [];
+    for await (const e of it) out.push(e);
+    return out;
+  }
+
+  it('DrainStream: started, each sandbox as it ends (in that order), then the report; the call signal and defaults passed on', async () => {
+    let release!: () => void;
+    const second = new Promise<void>((r) => (release = r));
+    node.drain = async (o) => {
+      calls.push(`drain ${o.deadlineMs} ${o.concurrency} ${o.signal === ctx.signal}`);
+      o.onStart?.({ sandboxes: 2, deadlineMs: o.deadlineMs, concurrency: o.concurrency });
+      o.onSandbox?.({ sandboxId: 'sb-b', outcome: 'preserved', resumeMethod: 'cold-start', error: '', ms: 12 });
+      await second;
+      o.onSandbox?.({ sandboxId: 'sb-a', outcome: 'failed', resumeMethod: '', error: 'step stop failed', ms: 40 });
+      return { sandboxes: [], durationMs: 55, deviceManagerStopped: true, deviceManagerError: '' };
+    };
+    const it = adminService(node).drainStream({ deadlineMs: 0, concurrency: 0 }, ctx)[Symbol.asyncIterator]();
+    // the events come as they happen, not at the end
+    expect((await it.next()).value).toEqual({ event: { $case: 'started', value: { sandboxes: 2, deadlineMs: 20000, concurrency: 8 } } });
+    expect((await it.next()).value).toMatchObject({ event: { $case: 'sandbox', value: { sandboxId: 'sb-b', outcome: 1, ms: 12 } } });
+    const third = it.next();
+    release();
+    expect((await third).value).toMatchObject({ event: { $case: 'sandbox', value: { sandboxId: 'sb-a', outcome: 2, error: 'step stop failed' } } });
+    expect((await it.next()).value).toMatchObject({ event: { $case: 'result', value: { durationMs: 55, deviceManagerStopped: true } } });
+    expect((await it.next()).done).toBe(true);
+    expect(calls).toEqual(['drain 20000 8 true']);
+  });
+
+  it('DrainStream: concurrency above 256 is INVALID_ARGUMENT and a node error (not ACTIVE) ends the stream with its code, nothing sent', async () => {
+    await expect(collect(adminService(node).drainStream({ deadlineMs: 0, concurrency: 257 }, ctx))).rejects.toMatchObject({ code: Status.INVALID_ARGUMENT });
+    expect(calls).toEqual([]);
+    node.drain = async () => {
+      throw new FailedPreconditionError('drain: this server is STANDBY, not ACTIVE');
+    };
+    await expect(collect(adminService(node).drainStream({ deadlineMs: 0, concurrency: 0 }, ctx))).rejects.toMatchObject({ code: Status.FAILED_PRECONDITION });
+  });
 });
 
 /** The token RPCs (issue 10 §4): roles mapped both ways, an unspecified role refused before the store is touched, no store is FAILED_PRECONDITION. */

@@ -6,11 +6,11 @@
  */
 import path from 'node:path';
 import { FailedPreconditionError, InvalidArgumentError, SUITE_VERSION, type SandnodeCallContext, type TakeoverResult } from '@sandnode/shared';
-import { ServerRole, TokenRole, type AdminServiceImplementation, type ApiToken, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
+import { ServerRole, TokenRole, type AdminServiceImplementation, type ApiToken, type DrainStreamResponse, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ApiTokenInfo, SqliteTokenStore } from '../store/sqlite-token-store';
 import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS } from '../config';
-import type { DrainReport } from '../core/drain';
-import { drainReportToPb } from './convert';
+import type { DrainDeps, DrainReport } from '../core/drain';
+import { drainedToPb, drainReportToPb } from './convert';
 import { handoverLosses } from './handover-losses';
 import type { Role } from '../handover/roles';
 import { FlockLease } from '../store/flock-lease';
@@ -18,6 +18,11 @@ import { getPoolStatus, setPool, type PoolAdminPort } from './pool-service';
 
 /** Most sandboxes a Drain may stop at once. */
 export const MAX_DRAIN_CONCURRENCY = 256;
+
+/** checkDrainConcurrency refuses a Drain/DrainStream concurrency above MAX_DRAIN_CONCURRENCY (INVALID_ARGUMENT, nothing done). */
+function checkDrainConcurrency(n: number): void {
+  if (n > MAX_DRAIN_CONCURRENCY) throw new InvalidArgumentError(`concurrency: at most ${MAX_DRAIN_CONCURRENCY}, got ${n}`);
+}
 
 /** What the handlers need of the node (ServerNode). */
 export interface AdminPort {
@@ -36,7 +41,7 @@ export interface AdminPort {
   handOver(req: { standbyPid: number; fdSocket: string; holdTimeoutMs: number; finishTimeoutMs: number; standbyFeatures?: readonly string[] }): Promise<HandoverResponse>;
   finishHandover(token: string): { streamsRunning: number };
   takeover(opts: { holdMs?: number; finishTimeoutMs?: number; signal?: AbortSignal }): Promise<TakeoverResult>;
-  drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal }): Promise<DrainReport>;
+  drain(o: { deadlineMs: number; concurrency: number; signal?: AbortSignal } & Pick<DrainDeps, 'onStart' | 'onSandbox'>): Promise<DrainReport>;
   /** The warm pools of the active server (undefined unless ACTIVE with pools). */
   poolAdmin?(): PoolAdminPort | undefined;
   /** The API tokens (ACTIVE only; FailedPreconditionError otherwise). */
@@ -121,9 +126,49 @@ export function adminService(node: AdminPort): AdminServiceImplementation<Sandno
       };
     },
     async drain(req, ctx) {
-      if (req.concurrency > MAX_DRAIN_CONCURRENCY) throw new InvalidArgumentError(`concurrency: at most ${MAX_DRAIN_CONCURRENCY}, got ${req.concurrency}`);
+      checkDrainConcurrency(req.concurrency);
       // 0 means the shared defaults (DEFAULT_DRAIN_DEADLINE_MS / DEFAULT_DRAIN_CONCURRENCY)
       return drainReportToPb(await node.drain({ deadlineMs: req.deadlineMs || DEFAULT_DRAIN_DEADLINE_MS, concurrency: req.concurrency || DEFAULT_DRAIN_CONCURRENCY, signal: ctx.signal }));
+    },
+    async *drainStream(req, ctx) {
+      checkDrainConcurrency(req.concurrency);
+      // the drain's callbacks fill a queue the stream empties; the last event is the report
+      const queue: DrainStreamResponse[] = [];
+      let wake: (() => void) | undefined;
+      const push = (e: DrainStreamResponse) => {
+        queue.push(e);
+        wake?.();
+      };
+      let ended: { err: unknown } | undefined;
+      void node
+        .drain({
+          deadlineMs: req.deadlineMs || DEFAULT_DRAIN_DEADLINE_MS,
+          concurrency: req.concurrency || DEFAULT_DRAIN_CONCURRENCY,
+          signal: ctx.signal,
+          onStart: (st) => push({ event: { $case: 'started', value: st } }),
+          onSandbox: (sb) => push({ event: { $case: 'sandbox', value: drainedToPb(sb) } }),
+        })
+        .then(
+          (r) => push({ event: { $case: 'result', value: drainReportToPb(r) } }),
+          (err: unknown) => (ended = { err }),
+        )
+        .finally(() => {
+          ended ??= { err: undefined };
+          wake?.();
+        });
+      for (;;) {
+        const next = queue.shift();
+        if (next) {
+          yield next;
+          continue;
+        }
+        if (ended) {
+          if (ended.err !== undefined) throw ended.err;
+          return;
+        }
+        await new Promise<void>((r) => (wake = r));
+        wake = undefined;
+      }
     },
     async createToken(req) {
       const role = req.role === TokenRole.TOKEN_ROLE_ADMIN ? 'admin' : req.role === TokenRole.TOKEN_ROLE_READ ? 'read' : undefined;

@@ -5,7 +5,7 @@ import { isHibernated, nextIdleAction } from '../core/idle';
 import { ForkMethod as PbForkMethod, type IdleStatus, type Sandbox, type SandboxNetwork, type SandboxState as PbState } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { ForkMethod } from '../core/sandbox-manager';
 import type { Template } from '@sandnode/shared/proto/server/v1/template';
-import { DrainOutcome, type DrainResponse } from '@sandnode/shared/proto/server/v1/admin';
+import { DrainOutcome, type DrainedSandbox, type DrainResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { DrainReport } from '../core/drain';
 import type { SandboxRecord, SandboxState, TemplateInfo } from '../core/types';
 import { stateFromPb, stateToPb } from '../store/record-codec';
@@ -109,16 +109,21 @@ export function templateToPb(t: TemplateInfo): Template {
   return { name: t.name, poddVersion: t.poddVersion, rootfsPath: t.rootfsPath, sizeBytes: t.sizeBytes, createdAtMs: t.createdAtMs, buildMs: t.buildMs };
 }
 
+/** drainedToPb gives one sandbox's outcome of a drain (DrainResponse.sandboxes, DrainStreamResponse.sandbox). */
+export function drainedToPb(s: DrainReport['sandboxes'][number]): DrainedSandbox {
+  return {
+    sandboxId: s.sandboxId,
+    outcome: s.outcome === 'preserved' ? DrainOutcome.DRAIN_OUTCOME_PRESERVED : DrainOutcome.DRAIN_OUTCOME_FAILED,
+    resumeMethod: s.resumeMethod,
+    error: s.error,
+    ms: s.ms,
+  };
+}
+
 /** drainReportToPb gives AdminService.Drain's answer for a drain's report (core/drain.ts). */
 export function drainReportToPb(r: DrainReport): DrainResponse {
   return {
-    sandboxes: r.sandboxes.map((s) => ({
-      sandboxId: s.sandboxId,
-      outcome: s.outcome === 'preserved' ? DrainOutcome.DRAIN_OUTCOME_PRESERVED : DrainOutcome.DRAIN_OUTCOME_FAILED,
-      resumeMethod: s.resumeMethod,
-      error: s.error,
-      ms: s.ms,
-    })),
+    sandboxes: r.sandboxes.map(drainedToPb),
     durationMs: r.durationMs,
     deviceManagerStopped: r.deviceManagerStopped,
     deviceManagerError: r.deviceManagerError,

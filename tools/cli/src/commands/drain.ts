@@ -9,8 +9,9 @@
 import { existsSync, rmSync } from 'node:fs';
 import type { Command } from 'commander';
 import { checkStackDirs, findRunning, pidFile, table, waitForActiveServer } from '@sandnode/node-stack';
-import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, createSandnodeChannel, createServiceClient, processState } from '@sandnode/shared';
-import { AdminServiceDefinition, DrainOutcome } from '@sandnode/shared/proto/server/v1/admin';
+import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, createSandnodeChannel, createServiceClient, processState, type ServiceClient } from '@sandnode/shared';
+import { AdminServiceDefinition, DrainOutcome, type DrainedSandbox, type DrainResponse } from '@sandnode/shared/proto/server/v1/admin';
+import { ClientError, Status } from 'nice-grpc-common';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { dirsOf, wholeNumber, type CliDirs } from '../options';
 import { EXIT_FAILURE, action, print } from '../output';
@@ -42,7 +43,7 @@ export function drainedText(x: DrainRow): string {
   return `${x.id}: NOT preserved after ${x.ms} ms: ${x.error || 'no reason given'}`;
 }
 
-/** drainProgress shows "k of n sandboxes drained" on a TTY while the drain runs (asked of the public API); stop() ends it. */
+/** drainProgress shows "k of n sandboxes drained" on a TTY while a drain runs on a server without DrainStream (0.2.0): it polls the public API; stop() ends it. */
 function drainProgress(d: CliDirs, quiet: boolean): { stop: () => void } {
   const p = new Progress('draining', quiet);
   let on = !quiet && process.stderr.isTTY === true;
@@ -65,6 +66,51 @@ function drainProgress(d: CliDirs, quiet: boolean): { stop: () => void } {
       p.stop();
     },
   };
+}
+
+/** rowOf is a DrainedSandbox as the report prints it. */
+function rowOf(s: DrainedSandbox): DrainRow {
+  return { id: s.sandboxId, outcome: DrainOutcome[s.outcome]?.replace('DRAIN_OUTCOME_', '') ?? String(s.outcome), resume: s.resumeMethod, ms: s.ms, error: s.error };
+}
+
+/**
+ * runDrain drains through AdminService.DrainStream (feature server.drain-stream.v1): on a TTY
+ * each sandbox's line is printed as its drain ends, under a "k of n" status line. A server
+ * without it answers UNIMPLEMENTED before doing anything, and the drain goes through Drain with
+ * the polled progress line instead. Resolves with the drain's report.
+ */
+export async function runDrain(admin: ServiceClient<typeof AdminServiceDefinition>, req: { deadlineMs: number; concurrency: number }, d: CliDirs, quiet: boolean): Promise<DrainResponse> {
+  const p = new Progress('draining', quiet);
+  let total = 0;
+  let done = 0;
+  try {
+    // a stream gets no default deadline: the drain's own, plus the margin for the report
+    for await (const e of admin.drainStream(req, { deadline: req.deadlineMs + DRAIN_CALL_MARGIN_MS })) {
+      const ev = e.event;
+      if (ev?.$case === 'started') {
+        total = ev.value.sandboxes;
+        p.set(`draining: 0 of ${total} sandboxes (concurrency ${ev.value.concurrency}, deadline ${ev.value.deadlineMs} ms)`);
+      } else if (ev?.$case === 'sandbox') {
+        done++;
+        p.step(drainedText(rowOf(ev.value)));
+        p.set(`draining: ${done} of ${total} sandboxes`);
+      } else if (ev?.$case === 'result') {
+        return ev.value;
+      }
+    }
+    throw new Error('the server ended the drain stream without its report: run `sandnode status` and `sandnode sandbox list` to see what was drained');
+  } catch (err) {
+    if (!(err instanceof ClientError && err.code === Status.UNIMPLEMENTED)) throw err;
+  } finally {
+    p.stop();
+  }
+  // an older server (no DrainStream): nothing was done yet
+  const progress = drainProgress(d, quiet);
+  try {
+    return await admin.drain(req);
+  } finally {
+    progress.stop();
+  }
 }
 
 /**
@@ -98,12 +144,10 @@ export function registerDrainCommand(program: Command): void {
         const d = dirsOf(cmd);
         const holder = await waitForActiveServer(d.runDir);
         const ch = createSandnodeChannel(holder.admin);
-        const progress = drainProgress(d, !!o.json);
         try {
           const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: o.deadlineMs + DRAIN_CALL_MARGIN_MS });
-          const r = await admin.drain({ deadlineMs: o.deadlineMs, concurrency: o.concurrency });
-          progress.stop();
-          const rows: DrainRow[] = r.sandboxes.map((s) => ({ id: s.sandboxId, outcome: DrainOutcome[s.outcome].replace('DRAIN_OUTCOME_', ''), resume: s.resumeMethod, ms: s.ms, error: s.error }));
+          const r = await runDrain(admin, { deadlineMs: o.deadlineMs, concurrency: o.concurrency }, d, !!o.json);
+          const rows: DrainRow[] = r.sandboxes.map(rowOf);
           const notPreserved = rows.filter((x) => x.outcome !== 'PRESERVED');
           const partial = notPreserved.length > 0 || !r.deviceManagerStopped;
           // the drain went to this node's admin socket (runDir): its pid files are ours to tidy
@@ -126,7 +170,6 @@ export function registerDrainCommand(program: Command): void {
           );
           if (partial) process.exitCode = EXIT_FAILURE;
         } finally {
-          progress.stop();
           ch.close();
         }
       }),
