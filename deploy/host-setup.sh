@@ -6,7 +6,7 @@
 # iproute2 for sandbox networking (docs/network.md), iptables for Docker's DOCKER-USER chain, curl for the network tests, tmux for the CLI's `exec -it` test under a real terminal) with apt when missing; Node 24 (deploy/node-version) from the npm
 # registry into .toolchain/ when the machine's node is older than 22 (deploy/toolchain.sh);
 # then, on that Node (deploy/node-env.sh), the npm dependencies when node_modules is missing
-# or older than package-lock.json, and a rebuild of the native addons when node_modules was
+# or was not installed from package-lock.json (deploy/lock-current.js compares the content), and a rebuild of the native addons when node_modules was
 # built for another Node ABI (node_modules/.sandnode-node.json records the Node it was built
 # for; `sandnode upgrade --from-build` runs a build's daemons on that Node). Needs root for
 # apt; prints what it does.
@@ -38,8 +38,8 @@ fi
 
 MARKER=node_modules/.sandnode-node.json
 abi="$(node -p process.versions.modules)"
-if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  echo "host-setup: npm ci (node $(node --version))"
+if ! stale="$(node deploy/lock-current.js)"; then
+  echo "host-setup: npm ci (node $(node --version)): ${stale}"
   npm ci --no-audit --no-fund --loglevel=error
 elif [ "$(node -e 'try { process.stdout.write(String(require(process.argv[1]).modules)) } catch {}' "$PWD/$MARKER")" != "$abi" ]; then
   echo "host-setup: node_modules was not built for node $(node --version) (ABI $abi): npm rebuild"

@@ -48,3 +48,20 @@ describe('bin/sandnode.js', () => {
     expect(r.status).toBe(0);
   });
 });
+
+describe('npx sandnode on a terminal', () => {
+  const REPO = path.resolve(__dirname, '..', '..', '..');
+
+  // npm's progress spinner (braille frames redrawn with ESC[1G ESC[0K) went to the terminal
+  // before and after every command, and into an `exec -it` session; the repo's .npmrc turns it off.
+  // script(1) is in bsdutils, an Essential package of Debian: never skipped.
+  it("prints only the command's output, no npm spinner (under script(1), a pty)", () => {
+    const env = { ...process.env };
+    for (const k of Object.keys(env)) if (/^npm_config_progress$/i.test(k)) delete env[k];
+    const r = spawnSync('script', ['-qec', 'npx sandnode version --help', '/dev/null'], { cwd: REPO, env, encoding: 'utf8', timeout: 60000 });
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain('Usage: sandnode version');
+    expect(r.stdout).not.toMatch(/[\u2800-\u28ff]/);
+    expect(r.stdout).not.toContain('\u001b[1G');
+  });
+});

@@ -65,3 +65,17 @@ describe('hintFor: the other codes', () => {
     expect(hintFor(Status.NOT_FOUND, 'x', SOCK)).toBeUndefined();
   });
 });
+
+describe('hintFor: FAILED_PRECONDITION', () => {
+  it('a DRAINED or PAUSED sandbox (no auto-resume): names the resume command with its id', () => {
+    expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-0123abcd is DRAINED; Exec needs RUNNING', SOCK)).toBe('resume it first: sandnode sandbox resume sb-0123abcd');
+    expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-9f is PAUSED and its idle.auto_resume is off: ResumeSandbox it first (Exec needs RUNNING)', TCP)).toBe(
+      'resume it first: sandnode sandbox resume sb-9f',
+    );
+  });
+
+  it('other preconditions get no resume hint', () => {
+    expect(hintFor(Status.FAILED_PRECONDITION, 'template base is used by sandbox sb-1', SOCK)).toBeUndefined();
+    expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-1 is CREATING; Exec needs RUNNING', SOCK)).toBeUndefined();
+  });
+});

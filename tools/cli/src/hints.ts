@@ -60,6 +60,11 @@ export function hintFor(code: Status, details: string, target: CallTarget): stri
     if (/may not call this socket/.test(details) || unix) return socketHint(target);
     return undefined;
   }
+  if (code === Status.FAILED_PRECONDITION) {
+    // "sandbox sb-... is DRAINED; Exec needs RUNNING" (server core/transitions.ts), "... is PAUSED and its idle.auto_resume is off ..."
+    const m = /\bsandbox (sb-[0-9a-z-]+) is (DRAINED|PAUSED)\b/.exec(details);
+    if (m) return `resume it first: sandnode sandbox resume ${m[1]}`;
+  }
   return PLAIN[code];
 }
 

@@ -1,8 +1,8 @@
 import net from 'node:net';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { linkSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { failuresIn, holderOf, LISTENER_FAILURE_MSG, listenerFailures, listeningSockets, procAddress } from './listening';
+import { failuresIn, holderOf, LISTENER_FAILURE_MSG, listenerFailures, listeningSockets, procAddress, unixPathNow } from './listening';
 
 describe('listening sockets from /proc', () => {
   it('decodes /proc/net addresses (IPv4 and IPv6)', () => {
@@ -24,6 +24,31 @@ describe('listening sockets from /proc', () => {
       expect(holderOf(`127.0.0.1:${port}`)).toMatch(new RegExp(`^pid ${process.pid}\\b`));
     } finally {
       tcp.close();
+      unix.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('shows a unix socket bound to a temporary name and then linked to its path by that path (how the server binds)', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'listening-'));
+    const sock = path.join(dir, 'server.sock');
+    const tmp = `${sock}.${process.pid}.tmp`;
+    const unix = net.createServer();
+    try {
+      await new Promise<void>((r) => unix.listen(tmp, r));
+      linkSync(tmp, sock);
+      rmSync(tmp);
+      const got = listeningSockets(process.pid);
+      expect(got).toContain(`unix ${sock}`);
+      expect(got).not.toContain(`unix ${tmp}`);
+      // a temporary name that is still there, or one whose path is no socket, is shown as bound
+      writeFileSync(tmp, '');
+      expect(unixPathNow(tmp)).toBe(tmp);
+      const other = path.join(dir, 'file');
+      writeFileSync(other, '');
+      expect(unixPathNow(`${other}.1.tmp`)).toBe(`${other}.1.tmp`);
+      expect(unixPathNow(path.join(dir, 'plain.sock'))).toBe(path.join(dir, 'plain.sock'));
+    } finally {
       unix.close();
       rmSync(dir, { recursive: true, force: true });
     }

@@ -5,7 +5,7 @@
  * its network namespace's tables (/proc/<pid>/net/{unix,tcp,tcp6,udp,udp6}), so what is shown
  * is what listens, not what a config file asks for.
  */
-import { closeSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { closeSync, existsSync, lstatSync, readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { daemonLogFile, linePid, openLog, readAllLines } from './log-files';
 
@@ -45,8 +45,20 @@ export function procAddress(hex: string): string {
 }
 
 /**
+ * unixPathNow is the name a listening unix socket has now. The kernel keeps the path it was
+ * bound to; the server binds `<path>.<pid>.tmp` and then links it to `<path>` and removes the
+ * temporary name (handover/listeners.ts), so a bound path of that form that is gone while
+ * `<path>` is a socket is shown as `<path>`. Any other path is returned as it is.
+ */
+export function unixPathNow(bound: string): string {
+  const m = /^(.+)\.\d+\.tmp$/.exec(bound);
+  if (!m || existsSync(bound)) return bound;
+  return lstatSync(m[1]!, { throwIfNoEntry: false })?.isSocket() ? m[1]! : bound;
+}
+
+/**
  * listeningSockets lists what pid listens on, sorted: "unix /path" (listening stream sockets
- * with a path), "tcp host:port" (LISTEN), "udp host:port" (bound). Empty when /proc cannot be read.
+ * with a path, by the name they have now: unixPathNow), "tcp host:port" (LISTEN), "udp host:port" (bound). Empty when /proc cannot be read.
  */
 export function listeningSockets(pid: number): string[] {
   const inodes = socketInodes(pid);
@@ -62,7 +74,7 @@ export function listeningSockets(pid: number): string[] {
   // unix: Num RefCount Protocol Flags Type St Inode Path; flags 00010000 = __SO_ACCEPTCON (listening)
   for (const line of read('unix')) {
     const f = line.trim().split(/\s+/);
-    if (f.length >= 8 && inodes.has(f[6]!) && (parseInt(f[3]!, 16) & 0x10000) !== 0) out.add(`unix ${f.slice(7).join(' ')}`);
+    if (f.length >= 8 && inodes.has(f[6]!) && (parseInt(f[3]!, 16) & 0x10000) !== 0) out.add(`unix ${unixPathNow(f.slice(7).join(' '))}`);
   }
   for (const [file, proto, wanted] of [
     ['tcp', 'tcp', '0A'],

@@ -94,6 +94,8 @@ describe('podd core exec sessions', () => {
     expect(() => s.signal('SIGKILL')).toThrow(FailedPreconditionError);
     expect(() => sessions.find('', process.pid)).toThrow(NotFoundError);
     expect(() => sessions.find('', 1)).toThrow(NotFoundError);
+    // the operator sees this message (`sandbox kill ID 1`): it says what can be named and where to look
+    expect(() => sessions.find('', 1)).toThrow(/pid 1: not a command exec started .*`sandbox ps` lists them/);
     expect(() => sessions.find('ex-1', 5)).toThrow(InvalidArgumentError);
   });
 

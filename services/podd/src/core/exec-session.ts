@@ -345,7 +345,7 @@ export class ExecSessions {
     if (!!execId === !!pid) throw new InvalidArgumentError('exec_id, pid: name the command by exactly one of them');
     if (execId) return this.get(execId);
     for (const s of this.sessions.values()) if (s.pid === pid) return s;
-    throw new NotFoundError(`pid ${pid}: not a command started by ExecStream`);
+    throw new NotFoundError(`pid ${pid}: not a command exec started (only those can be signalled; \`sandbox ps\` lists them, finished ones for ${FINISHED_KEEP_MS / 1000} s)`);
   }
 
   /** list shows every session, oldest first. */
