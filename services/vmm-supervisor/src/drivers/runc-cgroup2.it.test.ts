@@ -13,6 +13,7 @@ import path from 'node:path';
 import { isSameProcess, processLiveness, processStartTicks } from '@sandnode/shared';
 import { describeWith, makeTempDir, PARTS } from '@sandnode/testkit';
 import { detectCgroupHierarchy } from './cgroup-hierarchy';
+import { deleteStopped } from './runc-cgroup';
 import { cgroup2Stats, freeze2, kill2, liveStatus2, readEvents, subtreePids, thaw2, vmCgroup2Dir } from './runc-cgroup2';
 
 /** utime is pid's user CPU time in clock ticks (/proc/<pid>/stat field 14). */
@@ -158,5 +159,21 @@ describeWith('runc VM cgroup v2: find, freeze, thaw, kill on a real cgroup2 tree
     expect(isSameProcess(outside.pid, outside.ticks)).toBe(true);
     expect(liveStatus2(dir, { pid: init.pid, startTimeTicks: init.ticks })).toBe('stopped');
     expect(thaw2(dir)).toBe(true);
+  });
+
+  it('deleteStopped removes the stopped VM\'s v2 dir named as on a unified host (`<v2Root>/sandnode/<id>`, key "") and runc\'s state', async () => {
+    const gone = `${vmId}-del`;
+    const d = path.join(parent, gone);
+    mkdirSync(d);
+    mkdirSync(path.join(d, 'inner'));
+    mkdirSync(path.join(runcRoot, gone));
+    writeFileSync(path.join(runcRoot, gone, 'state.json'), JSON.stringify({ id: gone, cgroup_paths: { '': d } }));
+    try {
+      expect(await deleteStopped(runcRoot, gone, v2Root)).toBe(true);
+      expect([existsSync(d), existsSync(path.join(runcRoot, gone))]).toEqual([false, false]);
+    } finally {
+      if (existsSync(path.join(d, 'inner'))) rmdirSync(path.join(d, 'inner'));
+      if (existsSync(d)) rmdirSync(d);
+    }
   });
 });
