@@ -52,19 +52,20 @@ function isVmIdComponent(vmId: string): boolean {
 /**
  * processCgroup2 returns the `0::` path of pid's /proc/<pid>/cgroup (its cgroup in the v2
  * tree, as seen from this process's cgroup namespace) if pid still is the process that
- * started at startTicks before and after the read; undefined when it is not, is gone, has no
+ * started at startTicks before and after the read, and not a zombie (a zombie keeps its
+ * cgroup line after its cgroup emptied); undefined when it is not, is gone, has no
  * `0::` line, or the path is not a clean absolute path (`..`, `.`, empty components, a
  * ` (deleted)` suffix).
  */
 export function processCgroup2(pid: number, startTicks: number): string | undefined {
-  if (!Number.isInteger(pid) || pid <= 0 || processStartTicks(pid) !== startTicks) return undefined;
+  if (!Number.isInteger(pid) || pid <= 0 || processLiveness(pid, startTicks) !== 'alive') return undefined;
   let text: string;
   try {
     text = readFileSync(`/proc/${pid}/cgroup`, 'utf8');
   } catch {
     return undefined;
   }
-  if (processStartTicks(pid) !== startTicks) return undefined; // the pid was reused meanwhile
+  if (processLiveness(pid, startTicks) !== 'alive') return undefined; // the pid was reused (or it exited) meanwhile
   const line = text.split('\n').find((l) => l.startsWith('0::'));
   const p = line?.slice(3);
   if (p === undefined || !isCleanAbsolute(p)) return undefined;
