@@ -7,7 +7,7 @@
  * firecracker binary and images) skip everywhere.
  */
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, statfsSync } from 'node:fs';
 import path from 'node:path';
 
 /** One thing a suite needs from the machine. */
@@ -25,6 +25,15 @@ export function inCi(env: NodeJS.ProcessEnv = process.env): boolean {
   return env.CI === 'true' || env.CI === '1';
 }
 
+/** isCgroup2 says whether p is a cgroup2 mount (statfs f_type CGROUP2_SUPER_MAGIC). */
+function isCgroup2(p: string): boolean {
+  try {
+    return statfsSync(p).type === 0x63677270;
+  } catch {
+    return false;
+  }
+}
+
 function which(cmd: string): boolean {
   return spawnSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' }).status === 0;
 }
@@ -40,6 +49,11 @@ export const PARTS = {
   docker: {
     name: 'a Docker engine (apt-get install docker.io; bash deploy/docker-engine.sh)',
     present: () => spawnSync('docker', ['info'], { stdio: 'ignore', timeout: 10_000 }).status === 0,
+    ciProvides: true,
+  },
+  cgroup2: {
+    name: 'a cgroup2 mount at /sys/fs/cgroup (unified) or /sys/fs/cgroup/unified (hybrid)',
+    present: () => ['/sys/fs/cgroup', '/sys/fs/cgroup/unified'].some(isCgroup2),
     ciProvides: true,
   },
   ublk: { name: '/dev/ublk-control (ublk_drv; not on this kernel)', present: () => existsSync('/dev/ublk-control'), ciProvides: false },

@@ -97,6 +97,11 @@ describe('buildOciSpec', () => {
     expect(s.linux.cgroupsPath).toBe('/sandnode/vm-1');
   });
 
+  test('noSwap (a cgroup v2 host with swap accounting): memory.swap = memory.limit, which runc writes as memory.swap.max 0; none by default (v1: memsw untouched)', () => {
+    expect(buildOciSpec({ ...base, noSwap: true }).linux.resources.memory).toEqual({ limit: 256 * 1024 * 1024, swap: 256 * 1024 * 1024 });
+    expect(buildOciSpec({ ...base, noSwap: false }).linux.resources.memory).toEqual({ limit: 256 * 1024 * 1024 });
+  });
+
   test('is plain JSON', () => {
     const s = buildOciSpec(base);
     expect(JSON.parse(JSON.stringify(s))).toEqual(s);

@@ -80,6 +80,13 @@ export interface OciSpecInput {
   /** `linux.resources.blockIO`: throttles of the VM's drives, a weight (block-io.ts); undefined = none. */
   blockIO?: BlockIo;
   /**
+   * No swap: `memory.swap` = `memory.limit` (the OCI swap is memory + swap), which runc writes
+   * on cgroup v2 as memory.swap.max 0; without it a v2 cgroup swaps without a limit on top of
+   * memory.max. Only for a cgroup v2 host with swap accounting: on v1 runc writes
+   * memory.memsw.limit_in_bytes, and fails the start where the kernel has none. Default false.
+   */
+  noSwap?: boolean;
+  /**
    * The VM's network slot: the init joins the namespace bind-mounted at netnsPath (instead of a
    * new loopback-only one) and gets resolvConf / hosts (host files in the VM dir) read-only at
    * /etc/resolv.conf and /etc/hosts. undefined = loopback only.
@@ -96,7 +103,7 @@ export type OciSpec = Record<string, unknown> & {
   linux: Record<string, unknown> & {
     cgroupsPath: string;
     namespaces: { type: string; path?: string }[];
-    resources: { memory: { limit: number }; cpu: { quota: number; period: number }; pids: { limit: number }; devices: unknown[]; blockIO?: BlockIo };
+    resources: { memory: { limit: number; swap?: number }; cpu: { quota: number; period: number }; pids: { limit: number }; devices: unknown[]; blockIO?: BlockIo };
     maskedPaths: string[];
     readonlyPaths: string[];
   };
@@ -189,7 +196,7 @@ export function buildOciSpec(input: OciSpecInput): OciSpec {
       cgroupsPath: input.cgroupsPath ?? `/sandnode/${input.vmId}`,
       resources: {
         devices: [{ allow: false, access: 'rwm' }],
-        memory: { limit: input.resources.memoryMib * 1024 * 1024 },
+        memory: { limit: input.resources.memoryMib * 1024 * 1024, ...(input.noSwap ? { swap: input.resources.memoryMib * 1024 * 1024 } : {}) },
         cpu: { quota: input.resources.vcpus * CPU_PERIOD_US, period: CPU_PERIOD_US },
         pids: { limit: input.resources.pids },
         ...(input.blockIO ? { blockIO: input.blockIO } : {}),

@@ -111,6 +111,20 @@ describe('deleteStopped', () => {
     expect([existsSync(other), existsSync(outside)]).toEqual([true, true]);
   });
 
+  it('takes `<root>/sandnode/<id>` (a unified host\'s v2 dir) only under the key "" runc names it with (removal on a real tree: runc-cgroup2.it)', async () => {
+    const dir = tmp();
+    const root = path.join(dir, 'cg');
+    const runcRoot = path.join(dir, 'runc');
+    const v2 = path.join(root, 'sandnode', 'vm-u');
+    mkdirSync(v2, { recursive: true });
+    writeFileSync(path.join(v2, 'cgroup.procs'), '');
+    for (const key of ['memory', 'freezer', 'unified']) {
+      stateOf(runcRoot, 'vm-u', { [key]: v2 });
+      expect(await deleteStopped(runcRoot, 'vm-u', root)).toBe(false);
+      expect([existsSync(v2), existsSync(path.join(runcRoot, 'vm-u', 'state.json'))]).toEqual([true, true]);
+    }
+  });
+
   it('removes nothing when the state file is unreadable, names no path, or a cgroup still has a process', async () => {
     const dir = tmp();
     const root = path.join(dir, 'cg');

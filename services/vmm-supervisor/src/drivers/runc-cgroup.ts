@@ -15,10 +15,10 @@ import { readdirSync, readFileSync, rmdirSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { isSameProcess, processLiveness } from '@sandnode/shared';
+import { CGROUP_ROOT } from './cgroup-hierarchy';
 import { signalVerified } from './syscalls';
 
-/** The cgroup filesystem root of the host. */
-export const CGROUP_ROOT = '/sys/fs/cgroup';
+export { CGROUP_ROOT };
 /** How often freeze writes FROZEN again while the cgroup is FREEZING, and how many tries in all (runc's numbers: 1000 tries, a thaw and 10 ms pause every 50). */
 const FREEZE_TRIES = 1000;
 const FREEZE_THAW_EVERY = 50;
@@ -166,26 +166,31 @@ const RMDIR_FIRST_PAUSE_MS = 10;
 /**
  * deleteStopped does what `runc delete` does for a stopped container of ours (one with no
  * hooks and its own pid namespace): remove its cgroup dirs (those runc recorded in
- * `<runcRoot>/<vmId>/state.json`, each of which must be `<root>/<hierarchy>/sandnode/<vmId>`),
+ * `<runcRoot>/<vmId>/state.json`, each of which must be `<root>/<hierarchy>/sandnode/<vmId>`,
+ * or on a unified host its one v2 dir `<root>/sandnode/<vmId>` under the key ""),
  * children first, then its state dir. Returns true when done; false (having removed at most
  * some empty cgroup dirs) when it cannot be sure: state unreadable, a path of another form, a
  * process still in the cgroup, a dir still busy. The caller then runs `runc delete --force`.
  */
 export async function deleteStopped(runcRoot: string, vmId: string, root = CGROUP_ROOT): Promise<boolean> {
   const stateDir = path.join(runcRoot, vmId);
-  let paths: string[];
+  let entries: [string, string][];
   try {
     const st = JSON.parse(readFileSync(path.join(stateDir, 'state.json'), 'utf8')) as { cgroup_paths?: Record<string, unknown> };
-    paths = Object.values(st.cgroup_paths ?? {}).map(String);
+    entries = Object.entries(st.cgroup_paths ?? {}).map(([k, v]) => [k, String(v)]);
   } catch {
     return false;
   }
-  const own = (p: string) => {
+  // `<root>/<hierarchy>/sandnode/<vmId>` (v1, and hybrid's v2 tree `unified`); on a unified
+  // host runc names the one v2 dir `<root>/sandnode/<vmId>`, under the key ""
+  const own = ([key, p]: [string, string]) => {
     const rel = path.relative(root, p).split('/');
-    return path.isAbsolute(p) && path.normalize(p) === p && rel.length === 3 && rel[0] !== '..' && rel[1] === 'sandnode' && rel[2] === vmId;
+    if (!path.isAbsolute(p) || path.normalize(p) !== p) return false;
+    if (key === '' && rel.length === 2 && rel[0] === 'sandnode' && rel[1] === vmId) return true;
+    return rel.length === 3 && rel[0] !== '..' && rel[1] === 'sandnode' && rel[2] === vmId;
   };
-  if (paths.length === 0 || !paths.every(own)) return false;
-  for (const p of new Set(paths)) if (!(await removeCgroupDir(p))) return false;
+  if (entries.length === 0 || !entries.every(own)) return false;
+  for (const p of new Set(entries.map(([, p]) => p))) if (!(await removeCgroupDir(p))) return false;
   await rm(stateDir, { recursive: true, force: true });
   return true;
 }

@@ -47,6 +47,8 @@ import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from
 import { failpoints, FAILPOINTS } from '../core/failpoints';
 import { commandLabel, hostCommands } from '../metrics';
 import { deleteStopped, freeze, freezerDir, killFrozen, liveStatus, signalInit, thaw } from './runc-cgroup';
+import { cgroup2Stats, freeze2, kill2, liveStatus2, thaw2, VM_CGROUP_PARENT, vmCgroup2Dir, type Cgroup2Stats } from './runc-cgroup2';
+import { cgroup2Offers, detectCgroupHierarchy, type CgroupHierarchy } from './cgroup-hierarchy';
 import { mount, mountsUnder, unmountAllIfMounted } from './mounts';
 import { buildOciSpec } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
@@ -112,8 +114,17 @@ export interface RuncDriverOptions {
   userns?: { range: UsernsRange; templatesDir: string };
   /** I/O limits of each new VM's drives (block-io.ts); undefined = none. */
   io?: IoLimits;
-  /** Whether the host's blkio hierarchy offers a weight; default: its weight file exists (block-io.ts). */
+  /** Whether the host offers an I/O weight; default: the blkio hierarchy's weight file exists (block-io.ts), on a unified host io.weight or io.bfq.weight (cgroup-hierarchy.ts cgroup2Offers). */
   ioWeightOffered?: boolean;
+  /**
+   * The cgroup2 tree whose files the driver reads and writes to freeze, thaw, kill and read a
+   * VM (runc-cgroup2.ts). Default: `/sys/fs/cgroup` on a unified host; none on a hybrid or
+   * legacy host, where runc pauses with the v1 freezer and so does the driver (runc-cgroup.ts).
+   * Tests on a hybrid host name its `/sys/fs/cgroup/unified`, where runc also puts each VM.
+   */
+  cgroupV2Root?: string;
+  /** The host's cgroup layout; default: detected as runc does (cgroup-hierarchy.ts). */
+  cgroupHierarchy?: CgroupHierarchy;
 }
 
 /** Status reported by `runc state`, or "absent" when runc has no such container. */
@@ -142,6 +153,10 @@ export class RuncDriver implements VmDriver {
   private readonly shiftedTemplates: ShiftedTemplates | undefined;
   private readonly io: IoLimits | undefined;
   private readonly ioWeightOffered: boolean;
+  /** The cgroup2 tree of the VMs' freeze, thaw, kill and status; undefined: the v1 freezer. */
+  private readonly v2Root: string | undefined;
+  /** Whether new VMs get no swap (spec memory.swap = memory.limit): a unified host with swap accounting. */
+  private readonly noSwap: boolean;
   /** Freeze ports served now, by vm id. */
   private readonly ports = new Map<string, { freezer: VmFreezer; server: FreezePortServer | undefined }>();
 
@@ -160,7 +175,14 @@ export class RuncDriver implements VmDriver {
     this.userns = opts.userns?.range;
     this.shiftedTemplates = opts.userns ? new ShiftedTemplates(opts.userns.templatesDir, opts.userns.range, this.log) : undefined;
     this.io = opts.io;
-    this.ioWeightOffered = opts.ioWeightOffered ?? blkioWeightOffered();
+    const cg = opts.cgroupHierarchy ?? detectCgroupHierarchy();
+    const unifiedRoot = cg.mode === 'unified' ? cg.v2Root : undefined;
+    this.v2Root = opts.cgroupV2Root ?? unifiedRoot;
+    this.ioWeightOffered = opts.ioWeightOffered ?? (unifiedRoot ? cgroup2Offers(unifiedRoot, 'io', ['io.weight', 'io.bfq.weight']) : blkioWeightOffered());
+    // v2's memory.swap.max is swap on top of memory.max, unlimited unless set (v1's memsw
+    // limit is left unset, as before: runc fails a start whose memsw file is missing)
+    this.noSwap = unifiedRoot !== undefined && cgroup2Offers(unifiedRoot, 'memory', ['memory.swap.max']);
+    if (unifiedRoot && !this.noSwap) this.log.info({ cgroup_root: unifiedRoot }, 'no swap accounting in the cgroup2 tree (memory.swap.max): VMs swap without a limit if the host has swap');
     if (this.io && this.io.weight > 0 && !this.ioWeightOffered)
       this.log.info({ io_weight: this.io.weight }, 'ioWeight skipped: the blkio hierarchy offers no weight (no blkio.weight nor blkio.bfq.weight)');
     this.features = [
@@ -303,6 +325,7 @@ export class RuncDriver implements VmDriver {
         userns: this.userns,
         blockIO,
         network,
+        noSwap: this.noSwap,
       });
       writeFileSync(path.join(bundle, 'config.json'), `${JSON.stringify(oci, null, 2)}\n`, { mode: 0o600 });
 
@@ -339,7 +362,7 @@ export class RuncDriver implements VmDriver {
   async inspect(vm: VmRef): Promise<LiveStatus> {
     const { vmId, process: expected } = vm;
     // from its init and cgroup (no process start); runc where that cannot tell
-    const fast = liveStatus(vmId, expected);
+    const fast = this.fastStatus(vm);
     if (fast === 'stopped') return { state: 'stopped', detail: `pid ${expected.pid} with start ticks ${expected.startTimeTicks} is gone` };
     if (fast) return { state: fast, process: expected };
     const st = await this.state(vmId, this.bin(vm));
@@ -351,10 +374,19 @@ export class RuncDriver implements VmDriver {
     return { state: st.status, process: expected };
   }
 
-  /** pause freezes the VM's cgroup as `runc pause` does, in-process (runc-cgroup.ts); with runc when that cannot (not running, no v1 freezer, stuck FREEZING). */
+  /**
+   * pause freezes the VM's cgroup as `runc pause` does, in-process: cgroup.freeze in the v2 tree
+   * (runc-cgroup2.ts) or the v1 freezer (runc-cgroup.ts); with runc when that cannot (not
+   * running, cgroup not found, stuck freezing).
+   */
   async pause(vm: VmRef): Promise<void> {
-    const dir = freezerDir(vm.vmId);
-    if (dir && liveStatus(vm.vmId, vm.process) === 'running' && (await freeze(dir))) return;
+    if (this.v2Root !== undefined) {
+      const dir = this.cgroup2Of(vm);
+      if (dir && liveStatus2(dir, vm.process) === 'running' && (await freeze2(dir))) return;
+    } else {
+      const dir = freezerDir(vm.vmId);
+      if (dir && liveStatus(vm.vmId, vm.process) === 'running' && (await freeze(dir))) return;
+    }
     await this.exec(this.bin(vm), ['pause', vm.vmId]);
   }
 
@@ -363,10 +395,48 @@ export class RuncDriver implements VmDriver {
     if (!this.thawFast(vm)) await this.exec(this.bin(vm), ['resume', vm.vmId]);
   }
 
-  /** thawFast thaws a paused VM through its v1 freezer; false (nothing done) when it cannot tell or cannot write it. */
+  /** thawFast thaws a paused VM through its v2 cgroup.freeze or v1 freezer; false (nothing done) when it cannot tell or cannot write it. */
   private thawFast(vm: VmRef): boolean {
+    if (this.v2Root !== undefined) {
+      const dir = this.cgroup2Of(vm);
+      return dir !== undefined && liveStatus2(dir, vm.process) === 'paused' && thaw2(dir);
+    }
     const dir = freezerDir(vm.vmId);
     return dir !== undefined && liveStatus(vm.vmId, vm.process) === 'paused' && thaw(dir);
+  }
+
+  /** cgroup2Of is vm's dir in the driver's cgroup2 tree, found from runc's state and its init (runc-cgroup2.ts); undefined without a v2 tree or when it cannot be sure. */
+  private cgroup2Of(vm: VmRef): string | undefined {
+    return this.v2Root === undefined ? undefined : vmCgroup2Dir(this.root, vm.vmId, vm.process, this.v2Root);
+  }
+
+  /** fastStatus is what `runc state` would say, read from the VM's init and cgroup (v2 tree or v1 freezer); undefined when that cannot tell. */
+  private fastStatus(vm: VmRef): 'stopped' | 'paused' | 'running' | undefined {
+    return this.v2Root !== undefined ? liveStatus2(this.cgroup2Of(vm), vm.process) : liveStatus(vm.vmId, vm.process);
+  }
+
+  /**
+   * killFast SIGKILLs every process of the VM in-process: cgroup.kill in the v2 tree (frozen or
+   * not), or with the v1 freezer each task of a frozen cgroup (killFrozen); false when it
+   * cannot (the caller runs `runc kill --all`).
+   */
+  private killFast(vm: VmRef): boolean {
+    if (this.v2Root !== undefined) {
+      const dir = this.cgroup2Of(vm);
+      return dir !== undefined && kill2(dir, `/${VM_CGROUP_PARENT}/${vm.vmId}`);
+    }
+    return killFrozen(vm.vmId) !== undefined;
+  }
+
+  /**
+   * stats reads what the VM's cgroup used (cgroup2 tree only: cpu.stat, and memory.current,
+   * memory.swap.current, pids.current where those controllers are in the tree; see
+   * runc-cgroup2.ts Cgroup2Stats for units); undefined without a v2 tree or when the cgroup
+   * cannot be found for sure (the VM stopped, its init is not vm.process).
+   */
+  stats(vm: VmRef): Cgroup2Stats | undefined {
+    const dir = this.cgroup2Of(vm);
+    return dir === undefined ? undefined : cgroup2Stats(dir);
   }
 
   async stop(vm: VmRef, timeoutMs: number, signal?: AbortSignal): Promise<void> {
@@ -375,19 +445,20 @@ export class RuncDriver implements VmDriver {
     // Tasks blocked on a frozen filesystem do not die until it is thawed.
     await this.ports.get(vmId)?.freezer.ensureThawed('stop vm');
     // from its init and cgroup (no process start); runc where that cannot tell
-    const fast = liveStatus(vmId, vm.process);
+    const fast = this.fastStatus(vm);
     const st = fast ? { status: fast } : await this.state(vmId, runc);
     if (st.status === 'absent' || st.status === 'stopped') return;
     if (st.status === 'paused') {
-      // Frozen tasks do not die until thawed: queue SIGKILL, then thaw.
-      if (killFrozen(vmId) === undefined) await this.killAll(runc, vmId);
+      // Frozen tasks do not die until thawed (v1): queue SIGKILL, then thaw.
+      if (!this.killFast(vm)) await this.killAll(runc, vmId);
       if (!this.thawFast(vm)) await this.exec(runc, ['resume', vmId]).catch(() => undefined); // runc may already have thawed it
     } else {
       const term = signalInit(vm.process, SIGTERM);
       if (term === 'not-verified') await this.exec(runc, ['kill', vmId, 'TERM']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGTERM failed'));
       if (await this.waitStopped(runc, vmId, timeoutMs, signal, vm.process)) return;
       this.log.info({ vm_id: vmId, timeout_ms: timeoutMs }, 'vm ignored SIGTERM; sending SIGKILL');
-      await this.killAll(runc, vmId);
+      // the v2 tree's cgroup.kill; the v1 freezer's killFrozen holds only for a frozen cgroup: runc
+      if (this.v2Root === undefined || !this.killFast(vm)) await this.killAll(runc, vmId);
     }
     if (!(await this.waitStopped(runc, vmId, this.killWaitMs, undefined, vm.process))) {
       throw new InternalError(`stop vm ${vmId}: processes still alive ${this.killWaitMs} ms after SIGKILL`);
