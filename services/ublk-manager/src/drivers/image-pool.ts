@@ -289,12 +289,13 @@ export class ImagePool {
       );
     }
     if (this.growing) return this.growing;
-    if ((await this.freeBytes(this.dir)) >= this.minFreeBytes + needBytes) return;
-    this.growing = this.grow(needBytes, hostFree).finally(() => (this.growing = undefined));
+    const poolFree = await this.freeBytes(this.dir);
+    if (poolFree >= this.minFreeBytes + needBytes) return;
+    this.growing = this.grow(needBytes, hostFree, poolFree).finally(() => (this.growing = undefined));
     return this.growing;
   }
 
-  private async grow(needBytes: number, hostFree: number): Promise<void> {
+  private async grow(needBytes: number, hostFree: number, poolFree: number): Promise<void> {
     const st = statSync(this.file);
     const size = st.size;
     // what the host can back: the bytes the file already holds plus the host's free space above its reserve
@@ -302,7 +303,7 @@ export class ImagePool {
     const want = Math.max(size * 2, size + needBytes + this.minFreeBytes);
     const target = Math.floor(Math.min(this.maxBytes, Math.ceil(want / MIB) * MIB, backed) / MIB) * MIB;
     if (target <= size) {
-      if ((await this.freeBytes(this.dir)) >= needBytes) return;
+      if (poolFree >= needBytes) return;
       throw new ResourceExhaustedError(
         target < Math.min(this.maxBytes, want)
           ? `image pool ${this.file} is full and the host file system under it (${path.dirname(this.file)}) cannot back a larger one (${mib(hostFree)} MiB free, imagePoolHostMinFreeBytes ${mib(this.hostMinFreeBytes)} MiB)`
