@@ -45,7 +45,7 @@ export { percentile } from './stats';
 export { table } from './table';
 export { METRICS_LISTEN_ENV, metricsOf, metricsText, type ComponentMetrics } from './metrics-urls';
 export { activeUblkSlot, pointUblkAddress, setActiveUblkSlot, ublkSlotSocket, type UblkSlot } from './ublk-slot';
-export { DEFAULT_STANDBY_PROBE_TIMEOUT_MS, DEFAULT_UPGRADE_TIMEOUT_MS, findStandbys, upgradeServer, upgradeServerViaStandby, type StandbyServer } from './upgrade';
+export { DEFAULT_STANDBY_PROBE_TIMEOUT_MS, DEFAULT_UPGRADE_TIMEOUT_MS, findStandbys, poolPart, upgradeServer, upgradeServerViaStandby, type StandbyServer } from './upgrade';
 export { GIVE_UP_STOP_TIMEOUT_MS, upgradeUblkManager, type UblkUpgradeResult } from './upgrade-ublk';
 export { buildServerFeatures, previewServerUpgrade, type UpgradePreview } from './upgrade-dry-run';
 export {

@@ -146,10 +146,15 @@ export async function upgradeServer(dirs: StackDirs, buildDir: string, timeoutMs
   return line;
 }
 
+/** poolPart is ' (+ n warm-pool members)' for n > 0 (a number from a log line or a TakeoverResult), else ''. */
+export function poolPart(n: unknown): string {
+  return typeof n === 'number' && n > 0 ? ` (+ ${n} warm-pool member${n === 1 ? '' : 's'})` : '';
+}
+
 /** The new server's log messages that mark a step of its takeover, and how a step line says them. */
 const TAKEOVER_STEPS: [msg: string, text: (l: Record<string, unknown>) => string][] = [
   ['epoch fences raised', (l) => `lease taken: epoch ${String(l.epoch)}, peers fenced`],
-  ['active', (l) => `serving: ${String(l.adopted)} sandboxes adopted in ${String(l.adoption_ms)} ms`],
+  ['active', (l) => `serving: ${String(l.adopted)} sandboxes adopted${poolPart(l.pool_members)} in ${String(l.adoption_ms)} ms`],
 ];
 
 /** StepScanner reports each takeover step of pid's log lines (after byte start) once, in order. */
@@ -264,6 +269,7 @@ export async function upgradeServerViaStandby(dirs: StackDirs, timeoutMs = DEFAU
       adopted: r.adopted,
       adoptionMs: r.adoptionMs,
       listeners: r.listeners,
+      poolMembersAdopted: r.poolMembersAdopted,
     };
   } finally {
     ch.close();

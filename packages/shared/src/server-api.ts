@@ -42,9 +42,12 @@ export interface TakeoverResult {
   newVersion: string;
   epoch: number;
   holdWindowMs: number;
+  /** users' sandboxes adopted (warm-pool members are in poolMembersAdopted) */
   adopted: number;
   adoptionMs: number;
   listeners: string[];
+  /** warm-pool members adopted; absent from a 0.3.0-dev line that counted them in adopted */
+  poolMembersAdopted?: number;
 }
 
 /** adminSocketName is a server's admin socket file in the run dir: `server-<slot or pid>-admin.sock`. */

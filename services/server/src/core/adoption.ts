@@ -13,12 +13,15 @@ import type { Logger } from '@sandnode/shared';
 import { mapLimit } from '@sandnode/shared';
 import type { SandboxManager } from './sandbox-manager';
 import { networkMismatch, rebuildDirectory, stopVmKeepingSlot } from './network';
+import { isPoolMember } from './pool-config';
 import { isLive, transition } from './transitions';
 import type { DevicePort, EgressPolicyWire, PoddConnector, RecordStore, SandboxRecord, VmPort } from './types';
 
 export interface AdoptionReport {
-  /** records verified and registered unchanged */
+  /** users' sandboxes verified and registered unchanged (warm-pool members are counted in poolMembers) */
   adopted: string[];
+  /** warm-pool members (READY or CLAIMING, pool-config.ts isPoolMember) verified and registered unchanged; ListSandboxes never shows them */
+  poolMembers: string[];
   /** records whose state was corrected to the VM's real state */
   reconciled: string[];
   /** CREATING/DELETING records torn down */
@@ -53,7 +56,7 @@ export const DEFAULT_ADOPT_PODD_TIMEOUT_MS = 2000;
 /** adoptAll adopts every record; it never restarts or pauses a sandbox. */
 export async function adoptAll(d: AdoptionDeps): Promise<AdoptionReport> {
   const t0 = Date.now();
-  const report: AdoptionReport = { adopted: [], reconciled: [], tornDown: [], failed: [], poddUnhealthy: [], networkMismatch: [], durationMs: 0 };
+  const report: AdoptionReport = { adopted: [], poolMembers: [], reconciled: [], tornDown: [], failed: [], poddUnhealthy: [], networkMismatch: [], durationMs: 0 };
   const records = d.store.list();
   const vms = new Map((await d.vms.list()).map((v) => [v.vmId, v]));
   const devices = new Map((await d.devices.list()).map((x) => [x.deviceId, x]));
@@ -72,6 +75,7 @@ export async function adoptAll(d: AdoptionDeps): Promise<AdoptionReport> {
   d.log.info(
     {
       adopted: report.adopted.length,
+      pool_members: report.poolMembers.length,
       reconciled: report.reconciled.length,
       torn_down: report.tornDown.length,
       failed: report.failed.length,
@@ -201,7 +205,7 @@ async function adoptOne(
       log.warn('podd did not answer Health; sandbox kept RUNNING');
     }
   }
-  report.adopted.push(rec.sandboxId);
+  (isPoolMember(rec) ? report.poolMembers : report.adopted).push(rec.sandboxId);
 }
 
 /** samePolicy compares two canonical egress policies (wire shape; both sides store formatEgressPolicy's order). */

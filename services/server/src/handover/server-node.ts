@@ -354,6 +354,7 @@ export class ServerNode implements StandbyNode, OldServer {
         listeners: listeners.map((l) => l.address),
         named: this.named.map((l) => `${l.name} ${l.kind} ${l.address}`),
         adopted: report.adopted.length,
+        pool_members: report.poolMembers.length,
         adoption_ms: report.durationMs,
         swept,
         warm_up: warm,

@@ -168,6 +168,7 @@ function reportTakeover(node: StandbyNode, res: HandoverResponse, report: Adopti
     adopted: report.adopted.length,
     adoptionMs: report.durationMs,
     listeners: sourceAddresses(listeners),
+    poolMembersAdopted: report.poolMembers.length,
   };
   handoverHoldWindow.observe(result.holdWindowMs / 1000);
   process.stdout.write(`${JSON.stringify(result)}\n`);

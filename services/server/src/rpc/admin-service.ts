@@ -123,6 +123,7 @@ export function adminService(node: AdminPort): AdminServiceImplementation<Sandno
         adopted: r.adopted,
         adoptionMs: r.adoptionMs,
         listeners: r.listeners,
+        poolMembersAdopted: r.poolMembersAdopted ?? 0,
       };
     },
     async drain(req, ctx) {

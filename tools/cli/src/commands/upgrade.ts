@@ -3,7 +3,7 @@
  * back) a component live, by handover. --json prints node-stack's result as is.
  */
 import type { Command } from 'commander';
-import { previewServerUpgrade, table, upgradeServer, upgradeServerViaStandby, upgradeUblkManager, type UpgradePreview } from '@sandnode/node-stack';
+import { poolPart, previewServerUpgrade, table, upgradeServer, upgradeServerViaStandby, upgradeUblkManager, type UpgradePreview } from '@sandnode/node-stack';
 import { dirsOf } from '../options';
 import { UsageError, action, print } from '../output';
 import { withProgress } from '../terminal';
@@ -63,7 +63,7 @@ export function registerUpgradeCommands(program: Command): void {
                 ['epoch', r.epoch - 1, r.epoch],
               ],
             ),
-            `hold window ${r.holdWindowMs} ms, ${r.adopted} sandboxes adopted in ${r.adoptionMs} ms, listeners ${r.listeners.join(' ')}`,
+            `hold window ${r.holdWindowMs} ms, ${r.adopted} sandboxes adopted${poolPart(r.poolMembersAdopted)} in ${r.adoptionMs} ms, listeners ${r.listeners.join(' ')}`,
           ].join('\n'),
         );
       }),
