@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from './errors';
-import { DEFAULT_ALWAYS_DENIED, evaluateEgress, formatEgressPolicy, nameAllowed, parseCidr, parseCidrList, parseDomainRule, parseEgressPolicy } from './egress-policy';
+import { DEFAULT_ALWAYS_DENIED, evaluateEgress, unreachableAllows, formatEgressPolicy, nameAllowed, parseCidr, parseCidrList, parseDomainRule, parseEgressPolicy } from './egress-policy';
 
 const denied = parseCidrList(DEFAULT_ALWAYS_DENIED, 'alwaysDenied');
 const policy = (allowOut: string[] = [], denyOut: string[] = [], blockAll = false) => parseEgressPolicy({ allowOut, denyOut, blockAll });
@@ -61,5 +61,15 @@ describe('egress policy', () => {
     expect(parseCidr('198.18.0.0/15').text).toBe('198.18.0.0/15');
     expect(parseDomainRule('*.Example.com').text).toBe('*.example.com');
     expect(() => parseDomainRule('example.123')).toThrow(/all-numeric/);
+  });
+});
+
+describe('unreachableAllows', () => {
+  it('lists allow_out CIDRs wholly inside an always-denied range, not those that only overlap one', () => {
+    const p = parseEgressPolicy({ allowOut: ['10.1.2.3', '172.16.0.0/12', '0.0.0.0/0', '8.8.8.8', '192.168.0.0/15', 'example.com'], denyOut: [], blockAll: true });
+    expect(unreachableAllows(p, denied)).toEqual([
+      { allow: '10.1.2.3/32', deniedBy: '10.0.0.0/8' },
+      { allow: '172.16.0.0/12', deniedBy: '172.16.0.0/12' },
+    ]);
   });
 });

@@ -218,6 +218,21 @@ export function parseCidrList(list: readonly string[], field: string): Cidr[] {
 }
 
 /**
+ * unreachableAllows lists the allow_out CIDRs of `p` that lie wholly inside one of the node's
+ * always-denied ranges (rule 1 of evaluateEgress denies every address of them, so the entry can
+ * never allow anything): `[{ allow, deniedBy }]` as CIDR texts, in p's order. A CIDR that only
+ * overlaps a range (0.0.0.0/0, say) is not listed: its other addresses are reachable.
+ */
+export function unreachableAllows(p: EgressPolicy, alwaysDenied: readonly Cidr[]): { allow: string; deniedBy: string }[] {
+  const out: { allow: string; deniedBy: string }[] = [];
+  for (const a of p.allowCidrs) {
+    const d = alwaysDenied.find((c) => c.prefix <= a.prefix && cidrsOverlap(c, a));
+    if (d) out.push({ allow: a.text, deniedBy: d.text });
+  }
+  return out;
+}
+
+/**
  * evaluateEgress decides a connection to `address` (dotted quad) with, for proxied TCP, the
  * name read from Host/SNI (undefined when there is none or it is not a name). `alwaysDenied`
  * are the node's ranges (rule 1).

@@ -6,7 +6,7 @@ import { Status } from 'nice-grpc-common';
 import { FailedPreconditionError, requireSandboxId } from '@sandnode/shared';
 import { failpoint } from '../handover/failpoints';
 import type { CoreContext } from './context';
-import { canonicalPolicy } from './network';
+import { canonicalPolicy, checkAllowsReachable, nodeNetwork } from './network';
 import type { EgressPolicyWire, SandboxRecord } from './types';
 
 /** Codes after which the supervisor surely did not change the policy (it refused before storing). */
@@ -39,6 +39,10 @@ export async function updateNetwork(c: CoreContext, args: UpdateNetworkArgs, sig
       const rec = c.requireState(id, 'UpdateSandboxNetwork');
       const n = rec.network;
       if (!n) throw new FailedPreconditionError(`sandbox ${id} has no network (created with network disabled, on a node without network, or by an older server)`);
+      if (egress.allowOut.length > 0) {
+        const node = await nodeNetwork(c.vms);
+        if (node.available) checkAllowsReachable(egress, node.alwaysDenied, 'egress');
+      }
       if (rec.state !== 'DRAINED') await setVmEgress(c, rec, egress);
       n.egress = egress;
       if (args.public !== undefined) n.public = args.public;

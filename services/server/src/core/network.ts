@@ -14,7 +14,7 @@
 import { createHash, createHmac, randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { FailedPreconditionError, formatEgressPolicy, parseEgressPolicy, SANDBOX_ID_RE, type Logger } from '@sandnode/shared';
+import { FailedPreconditionError, formatEgressPolicy, InvalidArgumentError, parseCidrList, parseEgressPolicy, SANDBOX_ID_RE, unreachableAllows, type Logger } from '@sandnode/shared';
 import type { MapNetworkDirectory, SandboxNetworkView } from './network-directory';
 import type { EgressPolicyWire, NetworkRef, NodeNetwork, RecordStore, SandboxRecord, VmInfo, VmNetworkInfo, VmPort } from './types';
 
@@ -48,6 +48,30 @@ export function canonicalPolicy(p: EgressPolicyWire | undefined, field: string):
   return formatEgressPolicy(parseEgressPolicy(p ? { allowOut: p.allowOut ?? [], denyOut: p.denyOut ?? [], blockAll: p.blockAll ?? false } : undefined, field));
 }
 
+/**
+ * checkAllowsReachable refuses (InvalidArgumentError naming `field`) a policy whose allow_out
+ * holds a CIDR wholly inside one of the node's always-denied ranges (NodeNetwork.alwaysDenied:
+ * server key networkAlwaysDenied, the slot pool, the node's own addresses): the kernel and the
+ * egress proxy deny it first, so the entry would be accepted and never work (newcomer finding:
+ * `--allow-out 10.1.2.3` was taken silently and its connections refused).
+ */
+export function checkAllowsReachable(egress: EgressPolicyWire, alwaysDenied: readonly string[], field: string): void {
+  // the supervisor's list; an entry this server cannot read is not held against the caller
+  const denied = alwaysDenied.flatMap((t) => {
+    try {
+      return parseCidrList([t], 'always-denied');
+    } catch {
+      return [];
+    }
+  });
+  const bad = unreachableAllows(parseEgressPolicy(egress, field), denied);
+  if (bad.length === 0) return;
+  const list = bad.map((b) => `${b.allow} (inside ${b.deniedBy})`).join(', ');
+  throw new InvalidArgumentError(
+    `${field}.allow_out: ${list}: this node always denies ${bad.length === 1 ? 'that range' : 'those ranges'} (private, link-local and loopback ranges, the sandbox pool, the node's own addresses; the operator's server key networkAlwaysDenied), so the entry could never allow a connection; nothing was changed`,
+  );
+}
+
 /** nodeNetwork asks the supervisor for the node's network; a port without networkStatus has none. */
 export async function nodeNetwork(vms: VmPort): Promise<NodeNetwork> {
   if (!vms.networkStatus) return { available: false, reason: 'the vmm-supervisor port has no network', slots: [], pool: '', dnsPort: 0, egressProxyPort: 0, proxiedPorts: [], alwaysDenied: [] };
@@ -69,6 +93,8 @@ export async function planNetwork(vms: VmPort, choice: NetworkChoice, what: stri
     throw new FailedPreconditionError(`${what}: the sandbox asks for a network, but ${node.reason}; ask for none (network.disabled, \`--no-network\`) on this node; nothing was created`);
   }
   const c = choice ?? { egress: canonicalPolicy(undefined, 'egress'), public: false };
+  // a policy the caller sent (not a fork's inherited one, accepted when its parent was made)
+  if (choice && !optional) checkAllowsReachable(c.egress, node.alwaysDenied, 'network.egress');
   return { slot: -1, address: '', gateway: '', egress: c.egress, public: c.public, accessTokenSha256: token.sha256(token.tokenOf(id)), hostIfname: '' };
 }
 

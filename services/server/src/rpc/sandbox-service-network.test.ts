@@ -59,4 +59,23 @@ describe('SandboxService network fields', () => {
     const u = await svc.updateSandboxNetwork({ sandboxId: id, egress: { allowOut: ['Example.com'], denyOut: [], blockAll: true }, public: true }, ctx);
     expect(u.sandbox!.network).toMatchObject({ egress: { allowOut: ['example.com'], denyOut: [], blockAll: true }, public: true });
   });
+
+  it('an allow_out wholly inside an always-denied range is INVALID_ARGUMENT and changes nothing; one that only overlaps it is taken', async () => {
+    // the fake supervisor's node always denies 10.0.0.0/8
+    const bad = { allowOut: ['10.1.2.0/24', 'example.com'], denyOut: [], blockAll: true };
+    await expect(svc.createSandbox({ ...req, requestId: '', network: { disabled: false, egress: bad, public: false } }, ctx)).rejects.toMatchObject({
+      message: expect.stringMatching(/network\.egress\.allow_out: 10\.1\.2\.0\/24 \(inside 10\.0\.0\.0\/8\): this node always denies/),
+    });
+    expect(store.list()).toEqual([]);
+
+    const id = (await svc.createSandbox(req, ctx)).sandbox!.sandboxId!;
+    const before = (await svc.getSandbox({ sandboxId: id }, ctx)).sandbox!.network!.egress;
+    await expect(svc.updateSandboxNetwork({ sandboxId: id, egress: { allowOut: ['10.9.9.9'], denyOut: [], blockAll: true }, public: undefined }, ctx)).rejects.toMatchObject({
+      message: expect.stringMatching(/^egress\.allow_out: 10\.9\.9\.9\/32 \(inside 10\.0\.0\.0\/8\)/),
+    });
+    expect((await svc.getSandbox({ sandboxId: id }, ctx)).sandbox!.network!.egress).toEqual(before);
+
+    const wide = await svc.updateSandboxNetwork({ sandboxId: id, egress: { allowOut: ['0.0.0.0/0'], denyOut: [], blockAll: true }, public: undefined }, ctx);
+    expect(wide.sandbox!.network!.egress!.allowOut).toEqual(['0.0.0.0/0']);
+  });
 });
