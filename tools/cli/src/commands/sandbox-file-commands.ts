@@ -10,6 +10,14 @@ import { withServer } from '../server-calls';
 import { download, infoJson, infoLine, listAll, parseRemote, statRemote, streamFailed, upload, type CopyResult, type RemoteSpec } from './sandbox-files';
 import { downloadTree, isLocalDir, uploadTree, type TreeResult } from './sandbox-tree';
 
+/** Below this many bytes sent a rate says nothing (a few KiB in 3 ms rounds to "0 MB/s"): the human line leaves it out; --json keeps mbPerSec. */
+export const RATE_MIN_BYTES = 1_000_000;
+
+/** rateText is ", N MB/s" for a copy that sent at least RATE_MIN_BYTES, else "". */
+export function rateText(r: { bytesSent: number; mbPerSec: number }): string {
+  return r.bytesSent >= RATE_MIN_BYTES ? `, ${r.mbPerSec} MB/s` : '';
+}
+
 /** registerFileCommands adds `cp`, `ls` and `stat` to the sandbox command group. */
 export function registerFileCommands(sandbox: Command): void {
   sandbox
@@ -32,8 +40,8 @@ export function registerFileCommands(sandbox: Command): void {
         });
         print(o.json === true, r, () =>
           'sha256' in r
-            ? `${r.source} -> ${r.destination}: ${r.bytes} bytes (${r.bytesSent} sent from ${r.offset}) in ${r.durationMs} ms, ${r.mbPerSec} MB/s, sha256 ${r.sha256}`
-            : `${r.source} -> ${r.destination}: ${r.files} files, ${r.directories} directories, ${r.symlinks} symlinks${r.skipped ? `, ${r.skipped} skipped (not a file, directory or symlink)` : ''}; ${r.bytes} bytes (${r.bytesSent} sent) in ${r.durationMs} ms, ${r.mbPerSec} MB/s`,
+            ? `${r.source} -> ${r.destination}: ${r.bytes} bytes (${r.bytesSent} sent from ${r.offset}) in ${r.durationMs} ms${rateText(r)}, sha256 ${r.sha256}`
+            : `${r.source} -> ${r.destination}: ${r.files} files, ${r.directories} directories, ${r.symlinks} symlinks${r.skipped ? `, ${r.skipped} skipped (not a file, directory or symlink)` : ''}; ${r.bytes} bytes (${r.bytesSent} sent) in ${r.durationMs} ms${rateText(r)}`,
         );
       }),
     );
