@@ -34,6 +34,7 @@ export {
   DEFAULT_START_TIMEOUT_MS,
   DEFAULT_STOP_TIMEOUT_MS,
   killComponent,
+  prepareStackDirs,
   startComponent,
   startStack,
   stopComponent,
@@ -64,3 +65,4 @@ export {
   type NodeImageResult,
   type StagedRoot,
 } from './image';
+export { isNodeSetting, nodeSettings, nodeSettingsFile, NODE_SETTINGS_FILE, readNodeSettings, recordedNote, settingsOf, writeNodeSettings, type NodeSettings } from './node-settings';

@@ -8,6 +8,7 @@ import path from 'node:path';
 import { checkTrustedDirs, prepareTrustedDirs, processState, unixAddress } from '@sandnode/shared';
 import { COMPONENTS, findRunning, getVersion, logFile, mainScript, networkEnv, nodeFor, pidFile, versionAt, writePidFile, type Component, type StackDirs } from './components';
 import { DAEMON_POLL_MS, sleep, spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
+import { nodeSettings } from './node-settings';
 import { activeUblkSlot, pointUblkAddress, ublkSlotSocket } from './ublk-slot';
 
 /** Default time `up` waits for a component to answer, ms. */
@@ -24,7 +25,11 @@ const ENV_PREFIX: Record<Component, string> = {
   server: 'SANDNODE_SERVER_',
 };
 
-/** componentEnv is this process's environment plus the component's dirs, the node's network settings (dirs.network) and, for ublk-manager, its slot. */
+/**
+ * componentEnv is this process's environment plus the component's dirs, the node's network
+ * settings (dirs.network), the node's recorded settings when this process gives none
+ * (node-settings.ts) and, for ublk-manager, its slot. Throws readNodeSettings's Error on a bad record.
+ */
 function componentEnv(dirs: StackDirs, c: Component): NodeJS.ProcessEnv {
   const p = ENV_PREFIX[c];
   // an env var this process has (a test's startNode env, an operator's) wins over dirs.network.
@@ -34,6 +39,7 @@ function componentEnv(dirs: StackDirs, c: Component): NodeJS.ProcessEnv {
   // builds before 0.3.0 exit on EADDRINUSE
   const env: NodeJS.ProcessEnv = {
     ...networkEnv(c, dirs.network),
+    ...nodeSettings(dirs.stateDir, process.env).env,
     ...process.env,
     [`${p}STATE_DIR`]: path.resolve(dirs.stateDir),
     [`${p}RUN_DIR`]: path.resolve(dirs.runDir),

@@ -4,7 +4,7 @@
  * takes a device back if its move fails), stop the old slot, and point the stable address
  * `<runDir>/ublk-manager.sock` (what the server dials) at the new slot's socket.
  */
-import { existsSync, lstatSync, readlinkSync } from 'node:fs';
+import { existsSync, lstatSync, readFileSync, readlinkSync } from 'node:fs';
 import path from 'node:path';
 import { UBLK_FEATURES, createSandnodeChannel, readLeaseEpoch, serverLeasePath, createServiceClient, hasFeature, missingFeature, niceWhileBooting, socketPath, unixAddress } from '@sandnode/shared';
 import type { GetVersionResponse } from '@sandnode/shared/proto/common/v1/version';
@@ -12,6 +12,7 @@ import { DeviceServiceDefinition, HandoverResult } from '@sandnode/shared/proto/
 import { mainScript, nodeFor, versionAt, writePidFile, type StackDirs } from './components';
 import { spawnDaemon, stopProcess, tail, waitForDaemon } from './daemon-process';
 import { findActiveServer } from './lease';
+import { nodeSettings } from './node-settings';
 import { percentile } from './stats';
 import { pointUblkAddress, setActiveUblkSlot, ublkSlotSocket } from './ublk-slot';
 import { DEFAULT_UPGRADE_TIMEOUT_MS } from './upgrade';
@@ -79,6 +80,7 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
       node: nodeFor(buildDir),
       logPath,
       env: {
+        ...ublkSettings(dirs.stateDir, buildDir),
         ...process.env,
         SANDNODE_UBLK_MANAGER_STATE_DIR: path.resolve(dirs.stateDir),
         SANDNODE_UBLK_MANAGER_RUN_DIR: runDir,
@@ -171,4 +173,27 @@ export async function upgradeUblkManager(dirs: StackDirs, buildDir: string | und
     stallP99Ms: stalls.length ? percentile(stalls, 99) : 0,
     totalMs: res.totalMs,
   };
+}
+
+/**
+ * ublkSettings: the node's recorded settings for a ublk-manager started from buildDir when the
+ * caller gives none (node-settings.ts), without its /metrics address for a build before 0.3.0:
+ * those exit on EADDRINUSE, and the old slot holds that port until it hands over (0.3.0 on
+ * retries the bind until it is free).
+ */
+function ublkSettings(stateDir: string, buildDir: string): Record<string, string> {
+  const env = { ...nodeSettings(stateDir, process.env).env };
+  if (!retriesMetricsBind(buildDir)) delete env.SANDNODE_UBLK_MANAGER_METRICS_LISTEN;
+  return env;
+}
+
+/** retriesMetricsBind says whether buildDir's ublk-manager is 0.3.0 or newer (its package.json version; unreadable: no). */
+function retriesMetricsBind(buildDir: string): boolean {
+  try {
+    const v = (JSON.parse(readFileSync(path.join(path.resolve(buildDir), 'services', 'ublk-manager', 'package.json'), 'utf8')) as { version?: unknown }).version;
+    const m = typeof v === 'string' ? /^(\d+)\.(\d+)\./.exec(v) : null;
+    return m !== null && (Number(m[1]) > 0 || Number(m[2]) >= 3);
+  } catch {
+    return false;
+  }
 }

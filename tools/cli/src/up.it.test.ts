@@ -3,10 +3,11 @@
  * and starts no second server; after SIGCONT `status` shows the original one. An `up` whose
  * server fails to start stops the daemons that same `up` started. `up` says what each daemon
  * listens on (OPENS, from /proc) and warns, naming the holder, when the ingress port is taken.
+ * A bare `up` after a daemon died starts it with the settings the last `up` was given.
  */
 import net from 'node:net';
 import { spawnSync } from 'node:child_process';
-import { findRunning, sandnodeProcesses } from '@sandnode/node-stack';
+import { findRunning, metricsOf, sandnodeProcesses } from '@sandnode/node-stack';
 import { describeNode, serverProcesses, startNode, waitFor, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(180_000);
@@ -89,5 +90,32 @@ describeNode('sandnode up when a component does not start', () => {
     }
     expect(node.cli(['down']).status).toBe(0);
     expect(node.cli(['up']).status).toBe(0);
+  });
+
+  it("a bare up after a daemon died starts it with the settings the last up was given (the node's record), and says so", async () => {
+    expect(node.cli(['down']).status).toBe(0);
+    const probe = net.createServer();
+    await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve));
+    const address = `127.0.0.1:${(probe.address() as net.AddressInfo).port}`;
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    const d = node.dirs;
+    const r = spawnSync(process.execPath, [require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', d.stateDir, '--run-dir', d.runDir, '--listen', '', 'up'], {
+      encoding: 'utf8',
+      timeout: 120_000,
+      env: { ...process.env, SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN: address },
+    });
+    expect({ status: r.status, stderr: r.stderr }).toMatchObject({ status: 0 });
+    const served = (pid: number) => metricsOf(d.runDir)['vmm-supervisor']?.pid === pid && metricsOf(d.runDir)['vmm-supervisor']?.url === `http://${address}/metrics`;
+    await waitFor('the supervisor to serve /metrics on the given address', () => served(findRunning(d, 'vmm-supervisor')!.pid), 20_000);
+
+    const sup = findRunning(d, 'vmm-supervisor')!.pid;
+    process.kill(sup, 'SIGKILL');
+    await waitFor('the supervisor to be gone', () => findRunning(d, 'vmm-supervisor') === undefined, 20_000);
+    const again = node.cli(['up']);
+    expect({ status: again.status, stderr: again.stderr }).toMatchObject({ status: 0 });
+    expect(again.stderr).toContain(`the daemons started with the node's recorded settings (${d.stateDir}/node-settings.json): SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN=${address}`);
+    const now = findRunning(d, 'vmm-supervisor')!.pid;
+    expect(now).not.toBe(sup);
+    await waitFor('the new supervisor to serve /metrics on the recorded address', () => served(now), 20_000);
   });
 });

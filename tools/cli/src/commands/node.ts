@@ -14,12 +14,17 @@ import {
   isolationText,
   metricsOf,
   metricsText,
+  nodeSettings,
+  prepareStackDirs,
   purgeNode,
+  recordedNote,
   startStack,
+  writeNodeSettings,
   startWhatResumeNeeds,
   stopComponent,
   table,
   withNodeLock,
+  type NodeSettings,
 } from '@sandnode/node-stack';
 import { dirsOf, wholeNumber } from '../options';
 import { isolationGroups } from '../isolation-groups';
@@ -70,9 +75,19 @@ export function registerNodeCommands(program: Command): void {
         // one up or down at a time (node lock); a failure stops what this up started and says so (startStack)
         const d = dirsOf(cmd);
         checkStackDirs(d); // before the node lock is made in runDir
-        const out = await withNodeLock(d.runDir, lockWaitMs(o.startTimeoutMs), () => startStack(d, { timeoutMs: o.startTimeoutMs })).catch((err: unknown) => {
+        let settings: NodeSettings | undefined;
+        const out = await withNodeLock(d.runDir, lockWaitMs(o.startTimeoutMs), async () => {
+          // the daemon settings this up was given become the node's record once it is up (a failed
+          // up records nothing); none given: the record's are used (node-settings.ts)
+          prepareStackDirs(d);
+          settings = nodeSettings(d.stateDir, process.env);
+          const started = await startStack(d, { timeoutMs: o.startTimeoutMs });
+          if (settings.source === 'caller') writeNodeSettings(d.stateDir, settings.env);
+          return started;
+        }).catch((err: unknown) => {
           throw asRootOnly('up', err);
         });
+        if (settings && out.some((c) => c.started)) process.stderr.write(recordedNote(settings));
         // a server that runs already keeps its settings: say which asked-for ones it does not have (stderr)
         if (out.some((c) => c.name === 'server' && !c.started)) {
           const listen = cmd.getOptionValueSourceWithGlobals?.('listen') === 'default' ? undefined : d.listen;
