@@ -67,6 +67,11 @@ describe('hintFor: the other codes', () => {
 });
 
 describe('hintFor: FAILED_PRECONDITION', () => {
+  it('a pause of a PAUSED or DRAINED sandbox: says so instead of asking to resume it', () => {
+    expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-9f is PAUSED; PauseSandbox needs RUNNING', TCP)).toBe('it is paused already: nothing to do (sandnode sandbox get sb-9f)');
+    expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-9f is DRAINED; PauseSandbox needs RUNNING', TCP)).toBe('it is drained: it runs nothing to pause');
+  });
+
   it('a DRAINED or PAUSED sandbox (no auto-resume): names the resume command with its id', () => {
     expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-0123abcd is DRAINED; Exec needs RUNNING', SOCK)).toBe('resume it first: sandnode sandbox resume sb-0123abcd');
     expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-9f is PAUSED and its idle.auto_resume is off: ResumeSandbox it first (Exec needs RUNNING)', TCP)).toBe(
