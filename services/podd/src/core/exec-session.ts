@@ -17,7 +17,7 @@ import { accessSync, closeSync, constants as fsConstants, statSync } from 'node:
 import path from 'node:path';
 import tty from 'node:tty';
 import type { Readable, Writable } from 'node:stream';
-import { AbortedError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from '@sandnode/shared';
+import { AbortedError, FailedPreconditionError, InvalidArgumentError, NotFoundError, SIGNAL_PROCESS_SIGNALS } from '@sandnode/shared';
 import { checkCwd, defaultBaseEnv, ExecAbortError, exitCodeOf, killGroup, spawnError, validateExecSpec, type ExecRunner } from './exec';
 import { checkWindowSize, DEFAULT_WINDOW, openPty, setsidPath, setWindowSize, type WindowSize } from './pty';
 
@@ -34,7 +34,7 @@ export const MAX_FINISHED = 64;
 /** Most bytes of a command's argv ListProcesses shows (longer ones are cut, marked "..."), so that the list of every command fits a gRPC message. */
 export const MAX_LISTED_ARGV_BYTES = 4096;
 /** Signals a caller may send by name. */
-export const ALLOWED_SIGNALS: readonly NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGKILL', 'SIGHUP', 'SIGQUIT', 'SIGUSR1', 'SIGUSR2', 'SIGSTOP', 'SIGCONT', 'SIGWINCH'];
+export const ALLOWED_SIGNALS: readonly NodeJS.Signals[] = SIGNAL_PROCESS_SIGNALS;
 
 /** SessionSpec is one command for ExecStream (domain form of ExecStreamStart). */
 export interface SessionSpec {

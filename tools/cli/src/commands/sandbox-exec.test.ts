@@ -4,7 +4,8 @@
  */
 import { Command } from 'commander';
 import { registerSandboxCommands } from './sandbox';
-import { ownFlagAfterCommand, registerExecCommand } from './sandbox-exec';
+import { killSignal, ownFlagAfterCommand, registerExecCommand } from './sandbox-exec';
+import { UsageError } from '../output';
 
 describe('ownFlagAfterCommand', () => {
   const program = new Command('sandnode');
@@ -24,5 +25,14 @@ describe('ownFlagAfterCommand', () => {
     expect(ownFlagAfterCommand(exec, ['sb-1', '--cwd', '/tmp', 'ls'])).toBeUndefined();
     expect(ownFlagAfterCommand(exec, ['sb-1', '--', 'ls', '-t'])).toBeUndefined();
     expect(ownFlagAfterCommand(exec, ['sb-1', 'ls', '-l'])).toBeUndefined();
+  });
+});
+
+describe('kill --signal', () => {
+  it('takes a name with or without SIG in any case, and refuses another as a usage error (exit 2) before any call', () => {
+    expect(killSignal('term')).toBe('SIGTERM');
+    expect(killSignal('SIGkill')).toBe('SIGKILL');
+    expect(() => killSignal('BOGUS')).toThrow(UsageError);
+    expect(() => killSignal('SIGSEGV')).toThrow(/--signal "SIGSEGV" is not one of SIGINT, SIGTERM/);
   });
 });

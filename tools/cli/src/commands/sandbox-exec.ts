@@ -11,6 +11,7 @@
 import type { Command } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
 import { table } from '@sandnode/node-stack';
+import { SIGNAL_PROCESS_SIGNALS } from '@sandnode/shared';
 import { dirsOf, keyValue, wholeNumber } from '../options';
 import { CliError, EXIT_FAILURE, UsageError, action } from '../output';
 import { withServer } from '../server-calls';
@@ -172,8 +173,17 @@ export function registerExecCommand(sandbox: Command): void {
       action(async (id: string, target: string, o: { signal: string }, cmd: Command) => {
         const byPid = /^\d+$/.test(target);
         if (!byPid && !target.startsWith('ex-')) throw new UsageError(`kill: ${JSON.stringify(target)} is neither a pid nor an exec id (ex-...)`);
-        const signal = o.signal.toUpperCase().startsWith('SIG') ? o.signal.toUpperCase() : `SIG${o.signal.toUpperCase()}`;
+        const signal = killSignal(o.signal);
         await withServer(dirsOf(cmd), (api) => api.sandboxes.signalProcess({ sandboxId: id, pid: byPid ? Number(target) : 0, execId: byPid ? '' : target, signal }));
       }),
     );
+}
+
+/** killSignal is --signal's name as SignalProcess takes it ("term" -> "SIGTERM"); UsageError (exit 2) for a name not in SIGNAL_PROCESS_SIGNALS. */
+export function killSignal(name: string): string {
+  const up = name.toUpperCase();
+  const signal = up.startsWith('SIG') ? up : `SIG${up}`;
+  if (!(SIGNAL_PROCESS_SIGNALS as readonly string[]).includes(signal))
+    throw new UsageError(`kill: --signal ${JSON.stringify(name)} is not one of ${SIGNAL_PROCESS_SIGNALS.join(', ')} (the SIG may be left out)`);
+  return signal;
 }
