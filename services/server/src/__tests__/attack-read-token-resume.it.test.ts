@@ -16,8 +16,7 @@ import path from 'node:path';
 import { Status } from 'nice-grpc-common';
 import { connectServerApi, type ServerApi } from '@sandnode/shared';
 import type { UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
-import type { ExecStreamRequest } from '@sandnode/shared/proto/server/v1/sandbox';
-import { SandboxState, type IdleSettings, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import { SandboxState, type ExecStreamRequest, type IdleSettings, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 import { describeNode, execCollect, expectCode, startNode, waitFor, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);

@@ -55,7 +55,8 @@ describe('withIdle: a read-role caller is no activity and wakes nothing', () => 
   const resumes = () => peers.events.filter((e) => e.startsWith('resume ')).length;
   const ctx = (role: Role | undefined) => ({ log, signal: new AbortController().signal, callerRole: role }) as never;
   const call = (name: string, id: string, role: Role | undefined) => (svc as unknown as Record<string, (req: unknown, c: unknown) => Promise<unknown>>)[name]!({ sandboxId: id, path: 'f' }, ctx(role));
-  const download = (id: string, role: Role | undefined) => (svc.downloadFile as unknown as (req: unknown, c: unknown) => AsyncIterable<unknown>)({ sandboxId: id, path: 'f' }, ctx(role))[Symbol.asyncIterator]();
+  const download = (id: string, role: Role | undefined) =>
+    (svc.downloadFile as unknown as (req: unknown, c: unknown) => AsyncIterable<unknown>)({ sandboxId: id, path: 'f' }, ctx(role))[Symbol.asyncIterator]();
   const idlePaused = async () => {
     const { sandboxId: id } = await create({ pauseAfterS: 10, hibernateAfterS: 0, pausedTtlS: 0 });
     clock += 10_000;
