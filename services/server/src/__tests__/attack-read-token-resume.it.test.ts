@@ -11,12 +11,11 @@
  * - RUNNING: a read token is served, but a stream of its calls does not hold the idle pause off;
  * - hibernated: a read token's call is FAILED_PRECONDITION naming it, and it stays DRAINED.
  */
-import { readdirSync, readFileSync } from 'node:fs';
-import path from 'node:path';
 import { Status } from 'nice-grpc-common';
 import { connectServerApi, type ServerApi } from '@sandnode/shared';
 import type { UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
 import { SandboxState, type ExecStreamRequest, type IdleSettings, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import { autoResumes as countAutoResumes } from './idle-helpers';
 import { describeNode, execCollect, expectCode, startNode, waitFor, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
@@ -43,14 +42,7 @@ describeNode('a read-role token neither resumes a sandbox nor counts as its acti
     (await node.api.sandboxes.createSandbox({ template: 'base', timeoutSeconds: 0, metadata: {}, requestId: '', idle: { pauseAfterS: 0, hibernateAfterS: 0, pausedTtlS: 0, ...idle } })).sandbox!;
   const get = async (id: string): Promise<Sandbox> => (await node.api.sandboxes.getSandbox({ sandboxId: id })).sandbox!;
   const waitState = (id: string, state: SandboxState, what: string) => waitFor(what, async () => ((await get(id)).state === state ? true : undefined), 60_000, 100);
-  const autoResumes = (id: string): number => {
-    const dir = path.join(node.dirs.runDir, 'logs');
-    let n = 0;
-    for (const f of readdirSync(dir).filter((x) => x.startsWith('server'))) {
-      for (const line of readFileSync(path.join(dir, f), 'utf8').split('\n')) if (line.includes(id) && line.includes('auto-resumed')) n++;
-    }
-    return n;
-  };
+  const autoResumes = (id: string): number => countAutoResumes(node.dirs.runDir, id);
   /** the read RPCs of SandboxService that name one sandbox and need it RUNNING (NO_SIDE_EFFECTS in sandbox.proto) */
   const reads = (api: ServerApi, id: string): [string, () => Promise<unknown>][] => [
     ['StatFile', () => api.sandboxes.statFile({ sandboxId: id, path: 'f' }, { retry: false })],
