@@ -125,3 +125,63 @@ describe('authMiddleware on the Exec stream of a token that is revoked', () => {
     await it.return?.(undefined);
   });
 });
+
+/**
+ * The role authMiddleware found reaches the handler as ctx.callerRole (SandnodeCallContext), on a
+ * unary call and on a token caller's stream (tokenGuarded) alike; a client cannot choose it (a
+ * `callerRole` metadata field is only metadata), and a server without a policy sets none.
+ */
+describe('authMiddleware hands the caller role to the handler', () => {
+  let server: ServiceServer;
+  let bare: ServiceServer;
+  let port: number;
+  let barePort: number;
+  const seen: (string | undefined)[] = [];
+  const impl = {
+    async getSandbox(_req: unknown, ctx: { callerRole?: string }) {
+      seen.push(ctx.callerRole);
+      return {};
+    },
+    async *downloadFile(_req: unknown, ctx: { callerRole?: string }) {
+      seen.push(ctx.callerRole);
+      yield { part: { $case: 'data', value: Buffer.from('x') } };
+    },
+  } as never;
+  const listen = async (s: ServiceServer) => {
+    const t = net.createServer();
+    s.serveListener(t);
+    await new Promise<void>((r) => t.listen(0, '127.0.0.1', r));
+    return (t.address() as net.AddressInfo).port;
+  };
+
+  beforeAll(async () => {
+    const policy: AuthPolicy = { verifyToken: (s) => ({ name: s, role: s === 'reader' ? 'read' : 'admin' }) };
+    server = createServiceServer({ info: { component: 'test', version: '0.0.0', commit: '', features: [] }, log, auth: policy });
+    server.add(SandboxServiceDefinition, impl);
+    port = await listen(server);
+    bare = createServiceServer({ info: { component: 'test', version: '0.0.0', commit: '', features: [] }, log });
+    bare.add(SandboxServiceDefinition, impl);
+    barePort = await listen(bare);
+  });
+  afterAll(async () => {
+    await server.shutdown(100);
+    await bare.shutdown(100);
+  });
+
+  const calls = async (p: number, metadata: Metadata) => {
+    const c = createClient(SandboxServiceDefinition, createChannel(`127.0.0.1:${p}`));
+    seen.length = 0;
+    await c.getSandbox({ sandboxId: 'x' }, { metadata });
+    for await (const _ of c.downloadFile({ sandboxId: 'x', path: 'f', offset: 0, length: 0 }, { metadata })) void _;
+    return [...seen];
+  };
+
+  it('read token: "read" on the unary and the streaming call; admin token: "admin"; a client-sent callerRole changes nothing', async () => {
+    expect(await calls(port, new Metadata().set('authorization', 'Bearer reader').set('callerrole', 'admin'))).toEqual(['read', 'read']);
+    expect(await calls(port, new Metadata().set('authorization', 'Bearer owner'))).toEqual(['admin', 'admin']);
+  });
+
+  it('a server without an AuthPolicy sets no role (its callers are all admins)', async () => {
+    expect(await calls(barePort, new Metadata().set('callerrole', 'read'))).toEqual([undefined, undefined]);
+  });
+});

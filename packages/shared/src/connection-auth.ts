@@ -11,7 +11,9 @@
  *   TCP caller must send `authorization: Bearer <secret>` that policy.verifyToken accepts (else
  *   UNAUTHENTICATED); a TLS caller is an admin unless it sends a token, whose role then applies.
  *   A `read` caller may call only methods marked NO_SIDE_EFFECTS (and Health, Version,
- *   reflection): anything else is PERMISSION_DENIED. Health checks need no credentials (probes).
+ *   reflection): anything else is PERMISSION_DENIED. The role found is handed to the handler
+ *   as the context's callerRole (SandnodeCallContext), so a read caller's calls can be no
+ *   activity of a sandbox and never wake one (services/server rpc/idle-hooks.ts). Health checks need no credentials (probes).
  *   Nothing of the service runs for a caller that is refused. A streaming call (Exec) of a token
  *   caller has its token verified again before each message it relays and every
  *   policy.recheckMs (STREAM_TOKEN_RECHECK_MS): once the token is revoked or expired the stream
@@ -190,10 +192,13 @@ export function authMiddleware(policy: AuthPolicy) {
     if (!FREE.some((p) => method.path.startsWith(p))) {
       const { who, role, secret } = identify(policy, context, method.path);
       if (role === 'read' && !mayRead(method)) throw new PermissionDeniedError(`${method.path}: ${who} has the read role and may not call a method that changes anything; nothing was done`);
+      // the handler learns the role from here only (SandnodeCallContext.callerRole)
+      const withRole = { ...context, callerRole: role } as CallContext;
       const verify = policy.verifyToken;
       if (secret !== undefined && verify && (call.method.requestStream || call.method.responseStream)) {
-        return yield* tokenGuarded(call, context, () => verify(secret), policy.recheckMs ?? STREAM_TOKEN_RECHECK_MS);
+        return yield* tokenGuarded(call, withRole, () => verify(secret), policy.recheckMs ?? STREAM_TOKEN_RECHECK_MS);
       }
+      return yield* call.next(call.request, withRole);
     }
     return yield* call.next(call.request, context);
   };

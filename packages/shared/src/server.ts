@@ -25,7 +25,7 @@ import { startServerCall } from './grpc-metrics';
 import { runWithLogContext, type LogContext } from './logger';
 import { DEADLINE_METADATA_KEY, GrpcHost } from './grpc-host';
 import { epochFenceMiddleware, type EpochFence } from './epoch-fence';
-import { authMiddleware, peerKeyOfSocket, type AuthPolicy } from './connection-auth';
+import { authMiddleware, peerKeyOfSocket, type AuthPolicy, type Role } from './connection-auth';
 import { RETRY_AFTER_MS_TRAILER, retryAfterMsOf } from './sqlite-busy';
 import { DEFAULT_GUARD_LIMITS, ServerGuards, type GuardLimits } from './server-guards';
 
@@ -34,9 +34,16 @@ export const MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
 /** Default time running calls get to finish at shutdown, in ms. */
 export const DEFAULT_DRAIN_MS = 5000;
 
-/** Extra context every handler gets: a child logger bound to the RPC. */
+/** Extra context every handler gets: a child logger bound to the RPC, and the caller's role. */
 export interface SandnodeCallContext {
   log: Logger;
+  /**
+   * The role authMiddleware found for the caller (connection-auth.ts), set only by it (never
+   * from the request or its metadata); undefined on a server without an AuthPolicy, whose
+   * callers are all admins (the socket's file mode is the only check). A handler that gives a
+   * caller more than the method's result (activity, an auto-resume: rpc/idle-hooks.ts) reads it.
+   */
+  callerRole?: Role;
 }
 
 /**

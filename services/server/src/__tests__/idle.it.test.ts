@@ -8,12 +8,13 @@
  * bad input are refused; the CLI's flags and `sandbox keepalive` reach the server. Short timers
  * (2-3 s) and waitFor, never a timed assertion. The ingress side is idle-ingress.it.test.ts.
  */
-import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Status } from 'nice-grpc-common';
 import { killComponent, startComponent, upgradeServer } from '@sandnode/node-stack';
 import type { UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
 import { SandboxState, type IdleSettings, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import { autoResumes as countAutoResumes } from './idle-helpers';
 import { describeNode, execCollect, expectCode, startNode, waitFor, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(300_000);
@@ -33,15 +34,7 @@ describeNode('idle pause, hibernate, TTL and auto-resume (whole node)', () => {
   const get = async (id: string): Promise<Sandbox> => (await node.api.sandboxes.getSandbox({ sandboxId: id })).sandbox!;
   const waitState = (id: string, state: SandboxState, what: string) => waitFor(what, async () => ((await get(id)).state === state ? true : undefined), 60_000, 100);
   const sh = (id: string, cmd: string) => execCollect(node.api, id, ['/bin/busybox', 'sh', '-c', cmd], { timeoutMs: 30_000 });
-  /** autoResumes counts the server's "auto-resumed" log lines of sandbox id (every server log of the node). */
-  const autoResumes = (id: string): number => {
-    const dir = path.join(node.dirs.runDir, 'logs');
-    let n = 0;
-    for (const f of readdirSync(dir).filter((x) => x.startsWith('server'))) {
-      for (const line of readFileSync(path.join(dir, f), 'utf8').split('\n')) if (line.includes(id) && line.includes('auto-resumed')) n++;
-    }
-    return n;
-  };
+  const autoResumes = (id: string): number => countAutoResumes(node.dirs.runDir, id);
 
   test('pause_after_s pauses an idle sandbox; an Exec resumes it with the same pid and runs', async () => {
     const sb = await create({ pauseAfterS: 2 });

@@ -294,6 +294,25 @@ export class IdleController {
     );
   }
 
+  /**
+   * refuseAsleep is what a read-role caller's call does instead of ensureRunning (rpc/idle-hooks.ts;
+   * a read caller is no activity and wakes nothing, so a read-only observer can neither keep a
+   * sandbox from its idle actions nor resume it at its owner's cost): an idle action in progress
+   * is waited for, then a PAUSED or hibernated sandbox is refused. Any other state, and a malformed
+   * or unknown id, is left for the operation's own checks. Errors: FAILED_PRECONDITION naming the
+   * state and what resumes it.
+   */
+  async refuseAsleep(id: string, op: string): Promise<void> {
+    const acting = this.acting.get(id);
+    if (acting) await acting.catch(() => undefined);
+    const rec = SANDBOX_ID_RE.test(id) ? this.c.store.get(id) : undefined;
+    if (!rec || !(rec.state === 'PAUSED' || isHibernated(rec))) return;
+    const what = rec.state === 'PAUSED' ? 'PAUSED' : 'hibernated (DRAINED)';
+    throw new FailedPreconditionError(
+      `sandbox ${id} is ${what} and ${op} needs RUNNING: a read-role caller does not resume a sandbox; ResumeSandbox it, or call with an admin-role token (which auto-resumes it)`,
+    );
+  }
+
   /** wakeForIngress: ensureRunning for an ingress request, its answer as HTTP (409: auto_resume off; 503: not up within the bound, or the resume failed). */
   async wakeForIngress(id: string): Promise<IngressWake> {
     const leave = this.enter(id);

@@ -86,7 +86,7 @@ export function execStreamService(m: SandboxManager, counters: { streams: number
       }
       // idle actions (idle-hooks.ts, which cannot see the id of a client stream: it is in the
       // first message): activity while it runs, a PAUSED or hibernated sandbox auto-resumed first
-      yield* idleStream(m.idle, sandboxId, 'ExecStream', ctx.signal, async function* () {
+      yield* idleStream(m.idle, sandboxId, 'ExecStream', ctx, async function* () {
         const events = await m.execStream(sandboxId, first, input(), ctx.signal);
         counters.streams++;
         try {

@@ -163,7 +163,7 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       // the id in a client stream's header), an upload auto-resumes a PAUSED or hibernated
       // sandbox, holds idle actions off while it runs and counts as activity
       requireSandboxId('header.sandbox_id', h.sandboxId);
-      return idleCall(m.idle, h.sandboxId, 'UploadFile', ctx.signal, async () => {
+      return idleCall(m.idle, h.sandboxId, 'UploadFile', ctx, async () => {
         const client = await podd(h.sandboxId, 'UploadFile');
         async function* relay(): AsyncIterable<PoddUploadFileRequest> {
           yield { part: { $case: 'header', value: { path: abs, offset: h.offset, mode: h.mode, createParents: true, inPlace: h.inPlace, beneath: WORKSPACE } } };

@@ -5,9 +5,15 @@
  * method not in LIFECYCLE) first auto-resume a PAUSED or hibernated one. One wrapper around the
  * whole implementation, driven by the service definition, so a new RPC is covered without a hook
  * of its own. Client-streaming methods carry no sandbox id in their first argument and are passed
- * through as they are.
+ * through as they are (ExecStream and UploadFile call idleStream / idleCall themselves).
+ *
+ * A read-role caller (ctx.callerRole, set by authMiddleware) is neither activity nor a call in
+ * flight and never auto-resumes: its call on a PAUSED or hibernated sandbox is FAILED_PRECONDITION
+ * (IdleController.refuseAsleep), so a read-only observer can neither keep a sandbox running nor
+ * wake it at its owner's cost. Admin callers, and every caller of a server without an AuthPolicy,
+ * keep the behaviour above.
  */
-import type { SandnodeCallContext } from '@sandnode/shared';
+import type { Role, SandnodeCallContext } from '@sandnode/shared';
 import type { CallContext } from 'nice-grpc-common';
 import { SandboxServiceDefinition, type SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import type { IdleController } from '../core/idle';
@@ -52,40 +58,56 @@ export function withIdle(impl: SandboxServiceImplementation<SandnodeCallContext>
       out[name] = async function* (req: unknown, ctx: Ctx) {
         const id = sandboxOf(req);
         if (!id) return yield* orig(req, ctx) as AsyncIterable<unknown>;
-        yield* idleStream(idle, id, resume ? op : undefined, ctx.signal, () => orig(req, ctx) as AsyncIterable<unknown>);
+        yield* idleStream(idle, id, resume ? op : undefined, ctx, () => orig(req, ctx) as AsyncIterable<unknown>);
       };
     } else {
       out[name] = async (req: unknown, ctx: Ctx) => {
         const id = sandboxOf(req);
         if (!id) return orig(req, ctx);
-        return idleCall(idle, id, resume ? op : undefined, ctx.signal, async () => orig(req, ctx));
+        return idleCall(idle, id, resume ? op : undefined, ctx, async () => orig(req, ctx));
       };
     }
   }
   return out as unknown as SandboxServiceImplementation<SandnodeCallContext>;
 }
 
+/** The part of a call's context the idle hooks read: its signal (bounds an auto-resume wait) and the caller's role. */
+export interface IdleCaller {
+  signal?: AbortSignal;
+  callerRole?: Role;
+}
+
 /**
  * idleCall runs fn as a call of sandbox id for idle actions (core/idle.ts): in flight (no idle
  * action runs meanwhile) and activity; with op set, a PAUSED or hibernated sandbox is
- * auto-resumed first. Errors: IdleController.ensureRunning's, then fn's. For handlers that find
- * the id themselves (a client stream names it in its first message).
+ * auto-resumed first. A read-role caller gets none of it: with op set, a PAUSED or hibernated
+ * sandbox is FAILED_PRECONDITION, then fn runs. Errors: IdleController.ensureRunning's (or
+ * refuseAsleep's), then fn's. For handlers that find the id themselves (a client stream names it
+ * in its first message).
  */
-export async function idleCall<T>(idle: IdleController, id: string, op: string | undefined, signal: AbortSignal | undefined, fn: () => Promise<T>): Promise<T> {
+export async function idleCall<T>(idle: IdleController, id: string, op: string | undefined, caller: IdleCaller, fn: () => Promise<T>): Promise<T> {
+  if (caller.callerRole === 'read') {
+    if (op) await idle.refuseAsleep(id, op);
+    return fn();
+  }
   const leave = idle.enter(id);
   try {
-    if (op) await idle.ensureRunning(id, op, signal);
+    if (op) await idle.ensureRunning(id, op, caller.signal);
     return await fn();
   } finally {
     leave();
   }
 }
 
-/** idleStream is idleCall for a stream of events: each event is activity too. */
-export async function* idleStream<T>(idle: IdleController, id: string, op: string | undefined, signal: AbortSignal | undefined, events: () => AsyncIterable<T>): AsyncIterable<T> {
+/** idleStream is idleCall for a stream of events: each event is activity too (not a read-role caller's). */
+export async function* idleStream<T>(idle: IdleController, id: string, op: string | undefined, caller: IdleCaller, events: () => AsyncIterable<T>): AsyncIterable<T> {
+  if (caller.callerRole === 'read') {
+    if (op) await idle.refuseAsleep(id, op);
+    return yield* events();
+  }
   const leave = idle.enter(id);
   try {
-    if (op) await idle.ensureRunning(id, op, signal);
+    if (op) await idle.ensureRunning(id, op, caller.signal);
     for await (const ev of events()) {
       idle.activity(id);
       yield ev;
