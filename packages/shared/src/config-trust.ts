@@ -87,7 +87,7 @@ export function readTrustedFile(file: string, uids: readonly number[] = trustedU
  */
 function checkChain(given: string, p: string, uids: readonly number[], mounts: ReadonlyMap<string, boolean>, lexical: boolean): void {
   const parts = p.split(path.sep).filter((s) => s !== '');
-  let cur = path.sep;
+  let cur: string = path.sep;
   const chain = [cur, ...parts.map((s) => (cur = path.join(cur, s)))];
   const parent = chain.length - 2;
   for (let i = 0; i < chain.length; i++) {
