@@ -16,9 +16,10 @@
  *     ({@link writeConfigSlots}) write every slot: a new key goes into the v2 slot, the v1 slot
  *     keeps the keys format-1 readers know, so a rollback never meets a key it refuses.
  */
-import { existsSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
+import { readTrustedFile } from './config-trust';
 
 /** The newest config file format this release reads and writes (the `version` key). */
 export const CONFIG_FILE_VERSION = 2;
@@ -110,7 +111,9 @@ export interface ConfigFileContent {
 }
 
 /**
- * readConfigFile reads and checks the envelope of one config file: a JSON object whose
+ * readConfigFile reads and checks the envelope of one config file, read only when it and every
+ * dir above it are root's or this daemon's ({@link readTrustedFile}, config-trust.ts: else a
+ * ConfigError naming the path, its owner and mode): a JSON object whose
  * `version` is an integer 1..CONFIG_FILE_VERSION (absent: 1, only a format-1 file may omit it)
  * and whose `required`, when present, is a list of key names. Throws ConfigError naming the
  * file and what is wrong (unreadable, not JSON, a newer format, a bad `required`).
@@ -118,8 +121,9 @@ export interface ConfigFileContent {
 export function readConfigFile(file: string): ConfigFileContent {
   let parsed: unknown;
   try {
-    parsed = JSON.parse(readFileSync(file, 'utf8'));
+    parsed = JSON.parse(readTrustedFile(file));
   } catch (err) {
+    if (err instanceof ConfigError) throw err;
     throw new ConfigError(`config file ${file}: ${(err as Error).message}`);
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new ConfigError(`config file ${file}: must be a JSON object`);

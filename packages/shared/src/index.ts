@@ -3,6 +3,7 @@ import './bulk-codec';
 export * from './errors';
 export * from './logger';
 export * from './config';
+export * from './config-trust';
 export * from './version';
 export * from './node-id';
 export * from './server';

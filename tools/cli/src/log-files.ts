@@ -76,12 +76,9 @@ export function sinceFilter(since: number | undefined): (line: string) => boolea
 /**
  * safeForTerminal shows the control characters of text (ESC, CR, backspace, C1 ...; not
  * newline or tab) as `\xNN`, so that a sandbox's output cannot move the cursor, retitle the
- * window or hide lines on the terminal that prints it.
+ * window or hide lines on the terminal that prints it: the CLI's one escaper, terminal-safe.ts.
  */
-export function safeForTerminal(text: string): string {
-  // eslint-disable-next-line no-control-regex
-  return text.replace(/[\x00-\x08\x0b-\x1f\x7f-\x9f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
-}
+export { terminalSafe as safeForTerminal } from './terminal-safe';
 
 /**
  * daemonLogFile is the file pid writes its stderr to (pino writes to fd 2), read from

@@ -8,6 +8,7 @@ import { InvalidArgumentError, Option, type Command } from 'commander';
 import { DEFAULT_RUN_DIR, DEFAULT_STATE_DIR, socketPath, unixAddress, type ClientAuth } from '@sandnode/shared';
 import type { StackDirs } from '@sandnode/node-stack';
 import { UsageError } from './output';
+import { safeLine } from './terminal-safe';
 
 /** Default TCP listen address of the server that `up` starts: none (the unix socket is the API; docs/security.md). */
 export const DEFAULT_LISTEN = '';
@@ -77,7 +78,7 @@ const warnedArgvToken = new WeakSet<Command>();
  * argv (/proc/<pid>/cmdline). Errors (UsageError, exit 2): both given the same way, a token
  * file that cannot be read, is empty, or is accessible by group or others (mode & 0077).
  */
-export function tokenOf(cmd: Command, o: Pick<GlobalOpts, 'token' | 'tokenFile'>, warn: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): string | undefined {
+export function tokenOf(cmd: Command, o: Pick<GlobalOpts, 'token' | 'tokenFile'>, warn: (line: string) => void = (l) => process.stderr.write(safeLine(l))): string | undefined {
   const fromArgv = (key: string) => cmd.getOptionValueSourceWithGlobals(key) === 'cli';
   if (o.token !== undefined && o.tokenFile !== undefined && fromArgv('token') === fromArgv('tokenFile')) {
     throw new UsageError('give only one of --token (SANDNODE_TOKEN) and --token-file (SANDNODE_TOKEN_FILE)');

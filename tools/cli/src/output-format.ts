@@ -16,6 +16,7 @@
 import { Option, type Command } from 'commander';
 import { stringify } from 'yaml';
 import { UsageError } from './output';
+import { jsonSafe, terminalSafe, yamlSafe } from './terminal-safe';
 
 /** The formats `-o` takes. */
 export const OUTPUT_FORMATS = ['json', 'yaml', 'wide'] as const;
@@ -48,16 +49,17 @@ export interface Rendering {
 }
 
 /**
- * renderText is what {@link render} prints for o (newline-terminated). UsageError when `--json`
- * and a `-o` other than json are both given.
+ * renderText is what {@link render} prints for o (newline-terminated), its control characters
+ * escaped the way the format allows (terminal-safe.ts: the names and argv in it are a
+ * sandbox's). UsageError when `--json` and a `-o` other than json are both given.
  */
 export function renderText(o: OutputOpts, r: Rendering): string {
   if (o.json && o.output && o.output !== 'json') throw new UsageError(`give either --json or -o ${o.output}, not both`);
-  if (o.output === 'json') return `${JSON.stringify(r.proto ? r.proto() : r.json, null, 2)}\n`;
-  if (o.output === 'yaml') return stringify(r.proto ? r.proto() : r.json);
-  if (o.json) return `${JSON.stringify(r.json, null, 2)}\n`;
-  if (o.output === 'wide') return `${(r.wide ?? r.human)()}\n`;
-  return `${r.human()}\n`;
+  if (o.output === 'json') return `${jsonSafe(JSON.stringify(r.proto ? r.proto() : r.json, null, 2))}\n`;
+  if (o.output === 'yaml') return yamlSafe(stringify(r.proto ? r.proto() : r.json));
+  if (o.json) return `${jsonSafe(JSON.stringify(r.json, null, 2))}\n`;
+  if (o.output === 'wide') return `${terminalSafe((r.wide ?? r.human)())}\n`;
+  return `${terminalSafe(r.human())}\n`;
 }
 
 /** render writes a read command's result to stdout in the format o asks for ({@link renderText}). */

@@ -14,6 +14,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
 import { ConfigError } from '@sandnode/shared';
 import { hintFor, targetOf, type CallTarget } from './hints';
+import { jsonSafe, terminalSafe } from './terminal-safe';
 
 /** Exit code of a command that did what it was asked. */
 export const EXIT_OK = 0;
@@ -70,10 +71,14 @@ export function describeError(err: unknown, target: CallTarget = LOCAL): ErrorRe
   return { code: 'ERROR', message: err instanceof Error ? err.message : String(err), exitCode: EXIT_FAILURE };
 }
 
-/** formatError renders a report for stderr: JSON (one line) or "sandnode: ..." lines, newline-terminated. */
+/**
+ * formatError renders a report for stderr: JSON (one line) or "sandnode: ..." lines,
+ * newline-terminated. The message may carry a server's, podd's or sandbox's text (a file name
+ * in NOT_FOUND): its control characters are escaped (terminal-safe.ts).
+ */
 export function formatError(r: ErrorReport, json: boolean): string {
-  if (json) return `${JSON.stringify({ error: r })}\n`;
-  return `sandnode: ${r.message}\n${r.hint ? `sandnode: ${r.hint}\n` : ''}`;
+  if (json) return `${jsonSafe(JSON.stringify({ error: r }))}\n`;
+  return terminalSafe(`sandnode: ${r.message}\n${r.hint ? `sandnode: ${r.hint}\n` : ''}`);
 }
 
 /**
@@ -84,9 +89,9 @@ export function jsonText(value: unknown): string {
   return JSON.stringify(value, (key, v: unknown) => (key === '_unknownFields' ? undefined : v), 2);
 }
 
-/** print writes a command's result to stdout: value as indented JSON ({@link jsonText}), or human() for people. */
+/** print writes a command's result to stdout: value as indented JSON ({@link jsonText}), or human() for people; control characters escaped either way (terminal-safe.ts). */
 export function print(json: boolean, value: unknown, human: () => string): void {
-  process.stdout.write(json ? `${jsonText(value)}\n` : `${human()}\n`);
+  process.stdout.write(json ? `${jsonSafe(jsonText(value))}\n` : `${terminalSafe(human())}\n`);
 }
 
 /** wantsJsonErrors: whether a command's options ask for a document (`--json`, `-o json`, `-o yaml`): its errors are then one JSON line. */

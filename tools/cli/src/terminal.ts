@@ -5,6 +5,7 @@
  * not print a document (--json, -o json|yaml). Piped output is never changed by either.
  */
 import { styleText } from 'node:util';
+import { terminalSafe } from './terminal-safe';
 
 /** The styles the CLI uses (node:util styleText names). */
 export type Style = 'green' | 'red' | 'yellow' | 'bold' | 'dim';
@@ -63,7 +64,7 @@ export class Progress {
   /** step prints a finished step on a line of its own (above the status line). */
   step(line: string): void {
     if (!this.on) return;
-    this.out.write(`\r\x1b[2K${line}\n`);
+    this.out.write(`\r\x1b[2K${terminalSafe(line)}\n`);
     this.draw();
   }
 
@@ -76,7 +77,7 @@ export class Progress {
 
   private draw(): void {
     const s = ((Date.now() - this.t0) / 1000).toFixed(1);
-    this.out.write(`\r\x1b[2K${paint('dim', `${this.label} (${s} s)`, this.out)}`);
+    this.out.write(`\r\x1b[2K${paint('dim', terminalSafe(`${this.label} (${s} s)`), this.out)}`);
   }
 }
 

@@ -6,6 +6,7 @@
  */
 import type { Command, CommanderError } from 'commander';
 import { EXIT_OK, EXIT_USAGE } from './output';
+import { safeLine } from './terminal-safe';
 
 /** commandWords are the command's names from the program down: ["sandnode", "sandbox", "exec"]. */
 function commandWords(cmd: Command): string[] {
@@ -93,7 +94,7 @@ export function installUsageErrors(program: Command, argv: readonly string[] = p
     cmd.exitOverride((err) => {
       if (err.exitCode === EXIT_OK || err.code === 'commander.helpDisplayed' || err.code === 'commander.version') process.exit(EXIT_OK);
       // commander.help: a command group without its subcommand, whose help was just printed
-      if (err.code !== 'commander.help') process.stderr.write(`sandnode: ${usageHint(cmd, err, argv)}\n`);
+      if (err.code !== 'commander.help') process.stderr.write(safeLine(`sandnode: ${usageHint(cmd, err, argv)}`));
       process.exit(EXIT_USAGE);
     });
     cmd.commands.forEach(walk);

@@ -9,6 +9,7 @@
 import { ClientError, Status } from 'nice-grpc-common';
 import type { ServerApi } from '@sandnode/node-stack';
 import type { ExecStreamRequest, ExecStreamStart } from '@sandnode/shared/proto/server/v1/sandbox';
+import { safeLine } from '../terminal-safe';
 
 /** Requests waiting for the call before local stdin is paused. */
 export const MAX_QUEUED = 16;
@@ -148,7 +149,9 @@ export async function runExecSession(api: ServerApi, o: ExecSessionOptions): Pro
     }
   } catch (err) {
     if (!(leave.signal.aborted && err instanceof Error && err.name === 'AbortError')) throw err;
-    process.stderr.write(`\nsandnode: left the command; it runs on in the sandbox as ${execId || 'an unknown exec'} (sandbox attach ID ${execId || 'EXEC_ID'}, sandbox ps, sandbox kill)\n`);
+    process.stderr.write(
+      `\n${safeLine(`sandnode: left the command; it runs on in the sandbox as ${execId || 'an unknown exec'} (sandbox attach ID ${execId || 'EXEC_ID'}, sandbox ps, sandbox kill)`)}`,
+    );
     return 130;
   } finally {
     queue.end();

@@ -12,6 +12,7 @@ import path from 'node:path';
 import { Option, type Command } from 'commander';
 import { buildNodeImage, nodeFor, nodeImageTag, type ImageModules } from '@sandnode/node-stack';
 import { action, print } from '../output';
+import { safeLine } from '../terminal-safe';
 
 /** The checkout this CLI belongs to (tools/cli/dist/commands -> the repository root). */
 const OWN_BUILD = path.resolve(__dirname, '..', '..', '..', '..');
@@ -55,7 +56,7 @@ export function registerImageCommands(program: Command): void {
           version,
           modules: o.modules,
           force: !!o.force,
-          log: o.json ? undefined : (l) => process.stderr.write(`${l}\n`),
+          log: o.json ? undefined : (l) => process.stderr.write(safeLine(l)),
         });
         print(!!o.json, r, () =>
           [

@@ -21,6 +21,7 @@ import { requireLocal } from '../local-only';
 import { dirsOf, wholeNumber, type CliDirs } from '../options';
 import { CliError, action } from '../output';
 import { LineSplitter, SWITCH_SCAN_BYTES, daemonLogFile, lastLines, linePid, openLog, parseSince, readAllLines, readNew, safeForTerminal, sinceFilter, type OpenLog } from '../log-files';
+import { safeLine } from '../terminal-safe';
 
 /** How often a followed file is read for new lines, ms. */
 export const FOLLOW_POLL_MS = 250;
@@ -93,7 +94,7 @@ function out(lines: string[], prefix = ''): void {
 
 /** note writes a line about the logs (not of them) to stderr. */
 function note(line: string): void {
-  process.stderr.write(`sandnode: logs: ${line}\n`);
+  process.stderr.write(safeLine(`sandnode: logs: ${line}`));
 }
 
 /** One followed file. */

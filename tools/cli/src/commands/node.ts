@@ -41,6 +41,7 @@ import { networkStatusLine, nodeNetwork } from '../node-network';
 import { deleteAllSandboxes, purgedNetworkText } from '../purge-sandboxes';
 import { listAllSandboxes, withServer } from '../server-calls';
 import { holderOf, listeningSockets, listenerFailures, type ListenerFailure } from '../listening';
+import { safeLine, terminalSafe } from '../terminal-safe';
 
 /** Options of a command that only knows --json. */
 interface JsonOpts {
@@ -91,11 +92,11 @@ export function registerNodeCommands(program: Command): void {
         // a server that runs already keeps its settings: say which asked-for ones it does not have (stderr)
         if (out.some((c) => c.name === 'server' && !c.started)) {
           const listen = cmd.getOptionValueSourceWithGlobals?.('listen') === 'default' ? undefined : d.listen;
-          process.stderr.write(driftWarning(runningDrift(d.runDir, listen, process.env)));
+          process.stderr.write(terminalSafe(driftWarning(runningDrift(d.runDir, listen, process.env))));
         }
         // a network that is off leaves the node up but makes sandboxes without one: say so (stderr), as status does
         const net = await nodeNetwork(d, (await getVersion(d, 'vmm-supervisor'))?.features ?? []);
-        if (net && !net.enabled) process.stderr.write(`sandnode: warning: ${networkStatusLine(net)}\n`);
+        if (net && !net.enabled) process.stderr.write(safeLine(`sandnode: warning: ${networkStatusLine(net)}`));
         // what up opened: each daemon's /metrics (its status file; a port in use is said, the daemon runs all the same)
         const all = metricsOf(d.runDir);
         const metrics = Object.fromEntries(out.map((c) => [c.name, all[c.name]?.pid === c.pid ? all[c.name] : undefined]));
@@ -103,7 +104,7 @@ export function registerNodeCommands(program: Command): void {
         const opens = Object.fromEntries(out.map((c) => [c.name, listeningSockets(c.pid)]));
         const server = out.find((c) => c.name === 'server');
         const failed = server?.started ? await listenerFailures(server.pid) : [];
-        for (const f of failed) process.stderr.write(`sandnode: warning: ${listenerFailureText(f)}\n`);
+        for (const f of failed) process.stderr.write(safeLine(`sandnode: warning: ${listenerFailureText(f)}`));
         print(
           !!o.json,
           {
