@@ -172,7 +172,7 @@ describe('authMiddleware hands the caller role to the handler', () => {
     const c = createClient(SandboxServiceDefinition, createChannel(`127.0.0.1:${p}`));
     seen.length = 0;
     await c.getSandbox({ sandboxId: 'x' }, { metadata });
-    for await (const _ of c.downloadFile({ sandboxId: 'x', path: 'f', offset: 0, length: 0 }, { metadata })) void _;
+    for await (const _ of c.downloadFile({ sandboxId: 'x', path: 'f', offset: 0 }, { metadata })) void _;
     return [...seen];
   };
 
