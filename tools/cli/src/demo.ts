@@ -225,14 +225,14 @@ export async function runDemo(base: StackDirs, opts: { keep: boolean }): Promise
       } finally {
         await a().sandboxes.deleteSandbox({ sandboxId: child });
       }
-      return "the child has the parent's /workspace and its own hostname; its writes stay its own; the parent kept running";
+      return "the child has the parent's /workspace and its own hostname; its writes stay its own; the parent kept running; the child deleted";
     });
 
     await step('delete all sandboxes', async () => {
       await Promise.all(ids.map((id) => a().sandboxes.deleteSandbox({ sandboxId: id })));
       const left = (await a().sandboxes.listSandboxes({})).sandboxes.length;
       if (left !== 0) throw new Error(`${left} sandboxes left`);
-      return `${ids.length} deleted`;
+      return `${ids.length} deleted (the fork's child went at the end of its step)`;
     });
   } catch {
     failed = true;
