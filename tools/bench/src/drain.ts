@@ -158,7 +158,12 @@ export async function benchDrainBuilds(root: string, rows: (string | number)[][]
     const c1 = spreadOf(rs.map((r) => r.c1 ?? 0));
     const ratio = spreadOf(rs.map((r) => r.ratio));
     out[b.name] = { runs: rs, c8SpreadMs: c8, c1SpreadMs: c1, ratioSpread: ratio };
-    rows.push([`drain (${b.name}): c=8 / c=1 / ratio over ${rs.length} rounds`, `${c8.text} ms / ${c1.text} ms / x${ratio.text}`, 'c=8 >= x3 faster', base ? 'baseline from the same run' : 'no BENCH_BUILD_DIR: no baseline']);
+    rows.push([
+      `drain (${b.name}): c=8 / c=1 / ratio over ${rs.length} rounds`,
+      `${c8.text} ms / ${c1.text} ms / x${ratio.text}`,
+      'c=8 >= x3 faster',
+      base ? 'baseline from the same run' : 'no BENCH_BUILD_DIR: no baseline',
+    ]);
   }
   return out;
 }

@@ -63,7 +63,25 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /** The sections BENCH_SECTIONS may name. */
-const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'drain', 'chaos', 'userns', 'freeze-port', 'abuse', 'network', 'slots', 'reflink', 'files', 'pool'] as const;
+const SECTIONS = [
+  'create',
+  'exec',
+  'getsandbox',
+  'fork',
+  'adoption',
+  'device',
+  'live-upgrade',
+  'drain',
+  'chaos',
+  'userns',
+  'freeze-port',
+  'abuse',
+  'network',
+  'slots',
+  'reflink',
+  'files',
+  'pool',
+] as const;
 type Section = (typeof SECTIONS)[number];
 /** The sections of a run without BENCH_SECTIONS: all but drain (live-upgrade drains on its own node already). */
 const DEFAULT_SECTIONS = SECTIONS.filter((s) => s !== 'drain');

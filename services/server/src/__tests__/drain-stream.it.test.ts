@@ -45,7 +45,11 @@ describeNode('AdminService.DrainStream with real sandboxes', () => {
 
   beforeAll(async () => {
     node = await startNode();
-    ids = await mapLimit(Array.from({ length: COUNT }, (_, i) => i), 3, async (i) => (await node.api.sandboxes.createSandbox({ template: 'base', requestId: `drain-stream-${i}` })).sandbox!.sandboxId);
+    ids = await mapLimit(
+      Array.from({ length: COUNT }, (_, i) => i),
+      3,
+      async (i) => (await node.api.sandboxes.createSandbox({ template: 'base', requestId: `drain-stream-${i}` })).sandbox!.sandboxId,
+    );
   });
   afterAll(async () => {
     // the device manager must run for the deletes in stop()
@@ -84,7 +88,13 @@ describeNode('AdminService.DrainStream with real sandboxes', () => {
     expect(kinds(es)).toEqual(['started', ...ids.map(() => 'sandbox'), 'result']);
     const events = es.slice(1, -1).map((e) => (e.event?.$case === 'sandbox' ? e.event.value : undefined)!);
     expect(events.map((s) => s.sandboxId).sort()).toEqual([...ids].sort());
-    for (const s of events) expect({ id: s.sandboxId, outcome: s.outcome, resume: s.resumeMethod, error: s.error }).toEqual({ id: s.sandboxId, outcome: DrainOutcome.DRAIN_OUTCOME_PRESERVED, resume: 'cold-start', error: '' });
+    for (const s of events)
+      expect({ id: s.sandboxId, outcome: s.outcome, resume: s.resumeMethod, error: s.error }).toEqual({
+        id: s.sandboxId,
+        outcome: DrainOutcome.DRAIN_OUTCOME_PRESERVED,
+        resume: 'cold-start',
+        error: '',
+      });
     const last = es[es.length - 1]!.event!;
     if (last.$case !== 'result') throw new Error('no result last');
     // the result has each sandbox once, with the outcome and time its event said
@@ -97,7 +107,21 @@ describeNode('AdminService.DrainStream with real sandboxes', () => {
     await waitFor('ublk-manager to exit after the drain', () => !findRunning(node.dirs, 'ublk-manager'), 15_000, 100);
     await startComponent(node.dirs, 'ublk-manager');
     await mapLimit(ids, 3, (id) => node.api.sandboxes.resumeSandbox({ sandboxId: id }));
-    const argv = [process.execPath, require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', node.dirs.stateDir, '--run-dir', node.dirs.runDir, '--listen', '', 'drain', '--deadline-ms', '30000', '--concurrency', '2'];
+    const argv = [
+      process.execPath,
+      require.resolve('@sandnode/cli/dist/main.js'),
+      '--state-dir',
+      node.dirs.stateDir,
+      '--run-dir',
+      node.dirs.runDir,
+      '--listen',
+      '',
+      'drain',
+      '--deadline-ms',
+      '30000',
+      '--concurrency',
+      '2',
+    ];
     // script(1) gives the CLI a terminal (stdout and stderr both go to it, in the order written)
     const r = spawnSync('script', ['-qec', argv.map(shellQuote).join(' '), '/dev/null'], { encoding: 'utf8', timeout: 120_000 });
     console.log(`sandnode drain on a terminal: exit ${r.status}:\n${r.stdout}`);

@@ -99,7 +99,7 @@ export async function mount(source: string, target: string, type: string, option
  * (naming the errno) or the kernel does not answer.
  */
 async function unmountLayers(d: string, layers: number): Promise<void> {
-  for (let left = layers, busy = 0; left > 0; ) {
+  for (let left = layers, busy = 0; left > 0;) {
     const r = await umount2(d, UMOUNT_NOFOLLOW, DEFAULT_COMMAND_TIMEOUT_MS).catch((err: unknown) => {
       throw new InternalError((err as Error).message);
     });
