@@ -29,8 +29,10 @@
  * Then sandbox networking (network.ts, issue 12 §6): slot setup, create with vs without network,
  * ingress vs direct and nginx, egress proxy vs kernel NAT, memory of 1000 ingress connections.
  * Then `sandbox cp` in and out (files.ts; BENCH_FILES_MB, default 1024) beside `exec cat` and a local copy.
- * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, chaos, userns, freeze-port, abuse, network, slots (network's slot setup only), reflink, files, pool;
- * default all) runs only those (create runs whenever a section of the first node does: they
+ * BENCH_SECTIONS (comma list of create, exec, getsandbox, fork, adoption, device, live-upgrade, drain (the drain
+ * of live-upgrade on nodes of its own, beside a baseline build: BENCH_BUILD_DIR, BENCH_DRAIN_ROUNDS; drain.ts),
+ * chaos, userns, freeze-port, abuse, network, slots (network's slot setup only), reflink, files, pool;
+ * default all but drain) runs only those (create runs whenever a section of the first node does: they
  * need its sandboxes) and writes bench/results/foundation-<a>+<b>.json instead;
  * BENCH_SKIP_LIVE_UPGRADE=1 skips live-upgrade.ts.
  */
@@ -44,6 +46,7 @@ import { benchFork } from './fork';
 import { samples, spreadOf, writeBenchResults } from './results';
 import { runChaos, type ChaosReport } from '@sandnode/chaos';
 import { benchLiveUpgrade } from './live-upgrade';
+import { benchDrainBuilds } from './drain';
 import { benchDeviceStall } from './device-stall';
 import { benchGetSandbox } from './getsandbox';
 import { benchUserns } from './userns';
@@ -60,12 +63,32 @@ const num = (k: string, d: number) => Number(process.env[k] ?? d);
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
 /** The sections BENCH_SECTIONS may name. */
-const SECTIONS = ['create', 'exec', 'getsandbox', 'fork', 'adoption', 'device', 'live-upgrade', 'chaos', 'userns', 'freeze-port', 'abuse', 'network', 'slots', 'reflink', 'files', 'pool'] as const;
+const SECTIONS = [
+  'create',
+  'exec',
+  'getsandbox',
+  'fork',
+  'adoption',
+  'device',
+  'live-upgrade',
+  'drain',
+  'chaos',
+  'userns',
+  'freeze-port',
+  'abuse',
+  'network',
+  'slots',
+  'reflink',
+  'files',
+  'pool',
+] as const;
 type Section = (typeof SECTIONS)[number];
+/** The sections of a run without BENCH_SECTIONS: all but drain (live-upgrade drains on its own node already). */
+const DEFAULT_SECTIONS = SECTIONS.filter((s) => s !== 'drain');
 
 function wantedSections(): Set<Section> {
   const raw = process.env.BENCH_SECTIONS;
-  if (!raw) return new Set(SECTIONS);
+  if (!raw) return new Set(DEFAULT_SECTIONS);
   const names = raw.split(',').map((s) => s.trim());
   const bad = names.filter((n) => !(SECTIONS as readonly string[]).includes(n));
   if (bad.length) throw new Error(`BENCH_SECTIONS: unknown section(s) ${bad.join(', ')}; known: ${SECTIONS.join(', ')}`);
@@ -214,6 +237,7 @@ async function main(): Promise<void> {
     if (['create', 'exec', 'getsandbox', 'abuse', 'fork', 'adoption', 'files'].some((s) => want.has(s as Section))) await benchFirstNode(root, want, results, rows);
     if (want.has('device') && num('BENCH_DEVICE_ROUNDS', 3) > 0) results.deviceHandover = await section('device handover', rows, () => benchDeviceStall(root, rows));
     if (want.has('live-upgrade')) results.liveUpgrade = await section('live upgrade', rows, () => benchLiveUpgrade(root, rows));
+    if (want.has('drain')) results.drain = await section('drain', rows, () => benchDrainBuilds(root, rows));
     if (want.has('chaos') && num('BENCH_CHAOS_STEPS', 300) > 0) results.chaos = await section('chaos', rows, () => benchChaos(rows));
     if (want.has('userns')) results.userns = await section('user namespace', rows, () => benchUserns(root, rows));
     if (want.has('freeze-port')) results.freezePort = await section('freeze port', rows, () => benchFreezePort(root, rows));
@@ -229,7 +253,7 @@ async function main(): Promise<void> {
   results.loadAverage1m = { start: r1(load0[0] ?? 0), end: r1(load1[0] ?? 0) };
   results.failedSections = failedSections;
   // a run of some sections only does not overwrite the full run's results
-  const out = writeBenchResults(want.size === SECTIONS.length ? 'foundation' : `foundation-${[...want].join('+')}`, results);
+  const out = writeBenchResults(DEFAULT_SECTIONS.every((s) => want.has(s)) ? 'foundation' : `foundation-${[...want].join('+')}`, results);
   const body = rows.map((r) => [...r, ...Array.from({ length: Math.max(0, 4 - r.length) }, () => '-')]);
   process.stdout.write(
     `${table(['MEASURE', 'RESULT', 'GOAL', 'SPREAD (min–max, n)'], body)}\n\nbench took ${results.benchSeconds} s; load average (1 min) ${load0[0]?.toFixed(2)} at the start, ${load1[0]?.toFixed(2)} at the end (${os.cpus().length} cpus)\nwritten to ${out}\n`,

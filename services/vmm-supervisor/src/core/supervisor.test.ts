@@ -252,9 +252,13 @@ describe('Supervisor driver binaries', () => {
     expect(driver.binaries.slice(-2)).toEqual([`pause ${v1}`, `create ${v2}`]);
     expect(store.get('vm-new')?.driverBinary).toBe(v2);
 
+    // a delete of a VM on the current binary cannot free a dir: no prune (no read of the table)
+    const list = jest.spyOn(store, 'list');
     await sup2.delete('vm-new');
+    expect(list).not.toHaveBeenCalled();
     expect(binaries.list()).toEqual(['fake-1.0.0', 'fake-2.0.0']); // v2 is current
     await sup2.delete('vm-old');
+    expect(list).toHaveBeenCalled();
     expect(binaries.list()).toEqual(['fake-2.0.0']);
   });
 });

@@ -325,13 +325,18 @@ export class Supervisor {
 
   /**
    * delete stops the VM if needed, removes its host state and drops its row, then prunes the
-   * driver binary dirs no VM uses any more. Idempotent: returns false when no VM had that id.
+   * driver binary dirs no VM uses any more when the VM used another binary than the current
+   * one (only then can a dir have lost its last user: the current one is always kept; a drain
+   * of N VMs read the whole table N times for nothing). Idempotent: returns false when no VM
+   * had that id.
    */
   async delete(vmId: string, keepNetwork = false): Promise<boolean> {
     requireResourceId('vm_id', vmId);
+    let binary: string | undefined;
     const existed = await this.locks.run(vmId, async () => {
       const rec = this.store.get(vmId);
       if (!rec) return false;
+      binary = rec.driverBinary;
       if (rec.state !== 'creating') {
         const live = await this.refresh(rec);
         if (live.state !== 'stopped') await this.onHost(`delete vm ${vmId}`, () => this.driver.stop(refOf(rec), this.defaults.stopTimeoutMs));
@@ -342,7 +347,7 @@ export class Supervisor {
       this.log.info({ vm_id: vmId }, 'vm deleted');
       return true;
     });
-    if (existed) this.pruneBinaries();
+    if (existed && this.binaries && binary !== this.driver.currentBinary()) this.pruneBinaries();
     return existed;
   }
 

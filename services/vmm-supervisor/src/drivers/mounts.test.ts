@@ -1,14 +1,16 @@
 /**
  * Unmounts in-process (umount2(2) through syscalls.ts; no umount process, so none is counted in
  * sandnode_vmm_host_commands_total): stacked mounts, a busy mount retried until it is free, a
- * symlink never followed.
+ * symlink never followed; unmount chains (a destroy's): the chains at once (a busy one holds
+ * only its own), each in its order (an overlay before the mount its upper dir lies on), no
+ * mountinfo read of their own.
  */
 import { closeSync, mkdirSync, openSync, symlinkSync } from 'node:fs';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
 import { describeWith, PARTS, useTempDir } from '@sandnode/testkit';
 import { hostCommands } from '../metrics';
-import { mountsUnder, unmountAllIfMounted, unmountIfMounted } from './mounts';
+import { isMountPoint, mountinfoReadCount, mountsUnder, mountTable, unmountAllIfMounted, unmountChains, unmountIfMounted } from './mounts';
 
 const tmp = useTempDir('mounts');
 
@@ -58,5 +60,56 @@ describeWith('unmount in-process', [PARTS.root], () => {
     await unmountAllIfMounted([path.join(tmp(), 'link')]);
     await unmountIfMounted(path.join(tmp(), 'link'));
     expect(mountsUnder(tmp())).toEqual([a]);
+  });
+
+  it('unmount chains: each in its order (overlay, then its upper dir), every layer, and no mountinfo read', async () => {
+    const lower = path.join(tmp(), 'lower');
+    const upperDev = path.join(tmp(), 'upper-dev');
+    const rootfs = path.join(tmp(), 'rootfs');
+    const ws = path.join(tmp(), 'ws');
+    mkdirSync(lower, { recursive: true });
+    tmpfsAt(upperDev);
+    mkdirSync(path.join(upperDev, 'upper'));
+    mkdirSync(path.join(upperDev, 'work'));
+    mkdirSync(rootfs);
+    execFileSync('mount', ['-t', 'overlay', '-o', `lowerdir=${lower},upperdir=${upperDev}/upper,workdir=${upperDev}/work`, 'overlay', rootfs]);
+    tmpfsAt(ws);
+    tmpfsAt(ws);
+    const table = mountTable();
+    const reads = mountinfoReadCount();
+    const before = await hostProcesses();
+    await unmountChains([[rootfs, upperDev], [ws], [path.join(tmp(), 'not-mounted')]], table);
+    expect(mountinfoReadCount()).toBe(reads);
+    expect(mountsUnder(tmp())).toEqual([]);
+    expect(await hostProcesses()).toBe(before);
+  });
+
+  it('unmount chains run at once: a busy mount holds only its own chain, then fails it after the others ended', async () => {
+    const a = path.join(tmp(), 'a');
+    const b = path.join(tmp(), 'b');
+    tmpfsAt(a);
+    tmpfsAt(b);
+    const fd = openSync(path.join(a, 'open-file'), 'w');
+    const done = unmountChains([[a], [b]], mountTable());
+    // b is unmounted while a is still busy
+    while (isMountPoint(b)) await new Promise((r) => setTimeout(r, 20));
+    expect(isMountPoint(a)).toBe(true);
+    closeSync(fd);
+    await done;
+    expect(mountsUnder(tmp())).toEqual([]);
+  });
+
+  it('unmount chains: a mount that stays busy fails with the dir named, after the other chains ended', async () => {
+    const a = path.join(tmp(), 'a');
+    const b = path.join(tmp(), 'b');
+    tmpfsAt(a);
+    tmpfsAt(b);
+    const fd = openSync(path.join(a, 'open-file'), 'w');
+    try {
+      await expect(unmountChains([[a], [b]], mountTable())).rejects.toThrow(`umount ${a}: still busy`);
+      expect(mountsUnder(tmp())).toEqual([a]);
+    } finally {
+      closeSync(fd);
+    }
   });
 });

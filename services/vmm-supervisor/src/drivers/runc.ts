@@ -49,19 +49,25 @@ import { commandLabel, hostCommands } from '../metrics';
 import { deleteStopped, freeze, freezerDir, killFrozen, liveStatus, signalInit, thaw } from './runc-cgroup';
 import { cgroup2Stats, freeze2, kill2, liveStatus2, thaw2, VM_CGROUP_PARENT, vmCgroup2Dir, type Cgroup2Stats } from './runc-cgroup2';
 import { cgroup2Offers, detectCgroupHierarchy, type CgroupHierarchy } from './cgroup-hierarchy';
-import { mount, mountsUnder, unmountAllIfMounted } from './mounts';
+import { mount, mountsUnderIn, mountTable, unmountChains } from './mounts';
 import { buildOciSpec } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
 import { CONSOLE_LOG_FILE, consoleTail, ConsoleWatch, DEFAULT_CONSOLE_LOG_BYTES } from './console-log';
 import { runcIsolation } from './isolation';
 import { blkioWeightOffered, driveBlockIo, ioLimitsInEffect, type IoLimits } from './block-io';
-import { DEFAULT_GUEST_RUN_DIR_BYTES, mountVmTmpfs, removeVmTmpfs, vmTmpfsPaths } from './vm-tmpfs';
+import { DEFAULT_GUEST_RUN_DIR_BYTES, mountVmTmpfs, removeVmTmpfsDir, vmTmpfsChains, vmTmpfsPaths } from './vm-tmpfs';
 import { FREEZE_PORT_DIR, makeFreezePortDir, MAX_SOCKET_PATH_BYTES, vmCgroupRunning, VmFreezer } from './freeze-port';
 import type { FreezePortServe, FreezePortServer } from '../rpc/freeze-port-service';
 import { ensureTreeInRange, inRange, lchownIntoRange, makeTraversable, openToRange, ShiftedTemplates, type UsernsRange } from './userns';
 
 /** What the driver mounts in each VM dir (`<vmDir>/<name>`), in unmount order. */
-const VM_MOUNTS = ['workspace', 'rootfs', 'upper-dev'];
+/**
+ * The VM dir's mounts as unmount chains (mounts.ts unmountChains: the chains at once, each in
+ * its order): the overlay rootfs before upper-dev (its upper dir lies there); the workspace on
+ * its own.
+ */
+const VM_UNMOUNT_CHAINS = [['rootfs', 'upper-dev'], ['workspace']];
+const VM_MOUNTS = VM_UNMOUNT_CHAINS.flat();
 
 /** Default of the longest a `runc run -d` may take before it is killed, in ms (config `runcStartTimeoutMs`). */
 export const DEFAULT_RUNC_START_TIMEOUT_MS = 30_000;
@@ -469,9 +475,13 @@ export class RuncDriver implements VmDriver {
     const { vmId } = vm;
     const runc = this.bin(vm);
     const dir = this.vmDir(vmId);
+    const tmpfs = vmTmpfsPaths(this.runDir, vmId);
+    // mountinfo is read twice (it has a line per mount of every sandbox): what is mounted
+    // before, and what is left after the unmounts
+    const before = mountTable();
     // a mount of someone else below the VM dir (a tmpfs at <dir>/workspace/mine) would make
     // our unmounts fail after the container is gone: refuse first, with nothing done
-    const foreign = mountsUnder(dir).filter((m) => !VM_MOUNTS.includes(path.relative(dir, m)));
+    const foreign = mountsUnderIn(before, dir).filter((m) => !VM_MOUNTS.includes(path.relative(dir, m)));
     if (foreign.length) {
       throw new FailedPreconditionError(`destroy vm ${vmId}: ${foreign.join(', ')} is mounted below ${dir} and sandnode did not mount it: unmount it and delete again; nothing was done`);
     }
@@ -489,11 +499,14 @@ export class RuncDriver implements VmDriver {
         if (!(err instanceof CommandError && /does not exist/i.test(err.stderr))) throw err;
       });
     }
-    await unmountAllIfMounted(VM_MOUNTS.map((sub) => path.join(dir, sub)));
-    const left = mountsUnder(dir);
+    // the VM dir's chains and the two tmpfs at once: each unmount flushes a filesystem, and
+    // none of them lies on another chain's
+    await unmountChains([...VM_UNMOUNT_CHAINS.map((c) => c.map((sub) => path.join(dir, sub))), ...vmTmpfsChains(tmpfs)], before);
+    const after = mountTable();
+    const left = mountsUnderIn(after, dir);
     if (left.length) throw new InternalError(`destroy vm ${vmId}: mounts left under ${dir}: ${left.join(', ')}`);
     await rm(dir, { recursive: true, force: true });
-    await removeVmTmpfs(vmTmpfsPaths(this.runDir, vmId)).catch((err: unknown) => {
+    await removeVmTmpfsDir(tmpfs, after).catch((err: unknown) => {
       throw new InternalError(`destroy vm ${vmId}: ${(err as Error).message}`);
     });
   }

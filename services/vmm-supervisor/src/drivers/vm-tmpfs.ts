@@ -18,7 +18,7 @@ import { mkdirSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import path from 'node:path';
 import { InternalError } from '@sandnode/shared';
-import { mount, mountsUnder, unmountAllIfMounted } from './mounts';
+import { mount, mountsUnderIn, mountTable, unmountChains, type MountTable } from './mounts';
 
 /** Dir of the per-VM tmpfs dirs inside the supervisor's runDir. */
 export const VM_TMPFS_DIR = 'vm-tmpfs';
@@ -86,13 +86,28 @@ export async function mountVmTmpfs(t: VmTmpfs, sizes: { guestBytes: number; cons
   await Promise.all([mount('tmpfs', t.guest, 'tmpfs', guestTmpfsOptions(sizes.guestBytes, owner)), mount('tmpfs', t.console, 'tmpfs', consoleTmpfsOptions(sizes.consoleBytes))]);
 }
 
+/** vmTmpfsChains are t's two mounts as unmount chains of their own (neither lies on the other: see unmountChains). */
+export function vmTmpfsChains(t: VmTmpfs): string[][] {
+  return [[t.guest], [t.console]];
+}
+
 /**
- * removeVmTmpfs unmounts both mounts (when mounted) and removes t.dir. Idempotent. Throws
- * InternalError when a mount stays (busy, or a mount below them that sandnode did not make).
+ * removeVmTmpfsDir removes t.dir once its mounts are gone, after (a table read after the
+ * unmounts) says no mount is left below it. Throws InternalError naming a mount that stays
+ * (busy, or a mount below them that sandnode did not make); nothing is removed then.
  */
-export async function removeVmTmpfs(t: VmTmpfs): Promise<void> {
-  await unmountAllIfMounted([t.guest, t.console]);
-  const left = mountsUnder(t.dir);
+export async function removeVmTmpfsDir(t: VmTmpfs, after: MountTable): Promise<void> {
+  const left = mountsUnderIn(after, t.dir);
   if (left.length) throw new InternalError(`mounts left under ${t.dir}: ${left.join(', ')}`);
   await rm(t.dir, { recursive: true, force: true });
+}
+
+/**
+ * removeVmTmpfs unmounts both mounts (when mounted; at once) and removes t.dir: two mountinfo
+ * reads. Idempotent. Throws InternalError when a mount stays (busy, or a mount below them that
+ * sandnode did not make).
+ */
+export async function removeVmTmpfs(t: VmTmpfs): Promise<void> {
+  await unmountChains(vmTmpfsChains(t), mountTable());
+  await removeVmTmpfsDir(t, mountTable());
 }
