@@ -4,7 +4,7 @@
  * bundle, when the bundle changed, or when the cache is damaged. Node's own reads are seen
  * through NODE_DEBUG_NATIVE=COMPILE_CACHE.
  */
-import { cpSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { execFileSync, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { useTempDir } from '@sandnode/testkit';
@@ -50,6 +50,7 @@ describe('podd compile cache', () => {
     expect(m).toMatchObject({ node: process.version, arch: process.arch, bundleBytes: Buffer.byteLength(FAKE_PODD) });
     expect(m.bundleSha256).toMatch(/^[0-9a-f]{64}$/);
     expect(cacheEntries(root).length).toBe(1);
+    for (const e of cacheEntries(root)) expect(statSync(e).mode & 0o777).toBe(0o644);
     const moved = path.join(tmp(), 'moved');
     cpSync(root, moved, { recursive: true });
     const r = boot(moved);

@@ -14,7 +14,7 @@
  * its own podd, which it could replace as well; the host never reads it.
  */
 import { createHash } from 'node:crypto';
-import { mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { run } from '@sandnode/shared';
 import { HOST_COMMAND_TIMEOUT_MS, runHost } from './elf';
@@ -82,6 +82,9 @@ export async function buildCompileCache(root: string, nodePath: string, nodeVers
   await writeFile(path.join(dir, COMPILE_CACHE_MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o644 });
   await run(nodePath, [at(ROOTFS_PATHS.poddBoot), '--help'], { timeoutMs: HOST_COMMAND_TIMEOUT_MS });
   const entries = (await readdir(dir, { recursive: true, withFileTypes: true })).filter((e) => e.isFile() && e.name !== COMPILE_CACHE_MANIFEST);
+  // Node writes its entries 0600 and its dirs by umask: readable by every user podd may run as
+  // (a user namespace's root is not host root)
+  for (const e of await readdir(dir, { recursive: true, withFileTypes: true })) await chmod(path.join(e.parentPath, e.name), e.isDirectory() ? 0o755 : 0o644);
   if (entries.length) return true;
   await rm(dir, { recursive: true, force: true });
   return false;
