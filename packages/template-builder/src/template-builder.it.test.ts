@@ -6,13 +6,14 @@
  * the podd bundle (`npm run build`, or the podd tsc -b + bundle): skips naming what is missing,
  * or fails under CI=true.
  */
-import { execFile, spawn } from 'node:child_process';
-import { closeSync, cpSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { execFile, spawn, spawnSync } from 'node:child_process';
+import { closeSync, cpSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, processStartTicks } from '@sandnode/shared';
 import { PoddServiceDefinition, type ExecResponse } from '@sandnode/shared/proto/podd/v1/podd';
 import { built, describeWith, makeTempDir, PARTS, waitFor, type Part } from '@sandnode/testkit';
 import { buildTemplate, ROOTFS_PATHS, type TemplateInfo } from './template-builder';
+import { buildCompileCache } from './podd-boot';
 
 const PODD_DIR = path.dirname(require.resolve('@sandnode/podd/package.json'));
 const BUNDLE = path.join(PODD_DIR, 'dist', 'podd.bundle.js');
@@ -86,6 +87,22 @@ describeWith('template builder (integration: chroot + runc)', TB_PARTS, () => {
     expect(v.stderr).toMatch(/usage: podd/);
   });
 
+  test("podd's compile cache is made by a whole start at build and used by a boot in the rootfs; nothing of the warm-up is left", () => {
+    const cache = path.join(tpl.rootfsPath, ROOTFS_PATHS.poddCompileCache);
+    const entries = readdirSync(cache, { recursive: true, withFileTypes: true }).filter((e) => e.isFile() && e.name !== 'manifest.json');
+    expect(entries).toHaveLength(1);
+    expect(statSync(tpl.rootfsPath).mode & 0o777).toBe(0o755);
+    expect(existsSync(path.join(tpl.rootfsPath, 'run/sandnode/compile-cache-warm.sock'))).toBe(false);
+    const r = spawnSync('chroot', [tpl.rootfsPath, ROOTFS_PATHS.node, ROOTFS_PATHS.poddBoot, '--help'], { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', NODE_DEBUG_NATIVE: 'COMPILE_CACHE' }, encoding: 'utf8', timeout: 30_000 });
+    expect(r.stderr).toMatch(/usage: podd/);
+    expect(r.stderr).toMatch(/reading cache from .*podd\.js\.\.\.\[[^\]]*\]\.\.\. success/);
+    expect(r.stderr).not.toContain('compile cache not used');
+    // made again in a copy: by a whole start of podd in the chroot, not the --help fallback
+    const copy = path.join(dir, 'cache-copy');
+    cpSync(tpl.rootfsPath, copy, { recursive: true, verbatimSymlinks: true });
+    return expect(buildCompileCache(copy, process.execPath, process.version)).resolves.toBe('start');
+  });
+
   test('runs under runc: podd answers on the bind-mounted socket; the init respawns a killed podd', async () => {
     // A bundle whose root is a copy of the template, so the template stays pristine.
     const bundleDir = path.join(dir, 'bundle');
@@ -143,12 +160,12 @@ describeWith('template builder (integration: chroot + runc)', TB_PARTS, () => {
 
       // kill -9 podd: the init (pid unchanged) starts a new one.
       const [podd1] = await until('podd process', () => {
-        const c = childrenMatching(initPid, ROOTFS_PATHS.podd);
+        const c = childrenMatching(initPid, ROOTFS_PATHS.poddBoot);
         return c.length === 1 ? c : undefined;
       });
       process.kill(podd1 as number, 'SIGKILL');
       const [podd2] = await until('respawned podd', () => {
-        const c = childrenMatching(initPid, ROOTFS_PATHS.podd);
+        const c = childrenMatching(initPid, ROOTFS_PATHS.poddBoot);
         return c.length === 1 && c[0] !== podd1 ? c : undefined;
       });
       expect(podd2).not.toBe(podd1);
