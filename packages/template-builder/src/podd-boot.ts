@@ -3,9 +3,10 @@
  * create). /opt/sandnode/podd-boot.js (what the init runs) turns on Node's compile cache
  * (`module.enableCompileCache`, portable: entries keyed by the bundle's path relative to the
  * cache dir, the same in the builder's temp dir and in the sandbox) in /opt/sandnode/compile-cache,
- * then loads podd.js. The builder fills the cache with one start of podd in a chroot of the new
- * rootfs, stopped once it listens (else one `podd-boot.js --help` run: every module loaded,
- * nothing listens), by the template's own Node.
+ * then loads podd.js. The builder fills the cache with one `podd-boot.js --help` run (podd loads
+ * every module and exits; nothing listens) by the template's own Node. (A whole start of podd,
+ * in a chroot, made an entry of the same size, ~520 KB: Node caches what a module's compile
+ * made, not the functions compiled later, so the build does not run a root podd for nothing.)
  *
  * A cache is never trusted blindly: the boot uses it only when its manifest names the Node
  * version and arch that runs the boot and the bundle's size; Node itself keys the cache dir by
@@ -15,8 +16,7 @@
  * its own podd, which it could replace as well; the host never reads it.
  */
 import { createHash } from 'node:crypto';
-import { spawn } from 'node:child_process';
-import { chmod, mkdir, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, readFile, readdir, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { run } from '@sandnode/shared';
 import { HOST_COMMAND_TIMEOUT_MS, runHost } from './elf';
@@ -67,51 +67,13 @@ require(bundle);
 `;
 }
 
-/** Where the warm-up podd listens, inside the rootfs (removed after). */
-const WARM_SOCKET = '/run/sandnode/compile-cache-warm.sock';
-
-/**
- * warmStart starts podd once in a chroot of root (the template's own Node, its own /run: every
- * path podd touches is the new rootfs's) until it says "podd listening", then stops it with
- * SIGTERM: at its exit Node writes the cache of every function the start compiled. root is
- * 0700 meanwhile (host users cannot reach the socket of that root podd), the socket removed
- * after. Resolves false when the run did not get there (no chroot, not root, podd failed,
- * HOST_COMMAND_TIMEOUT_MS passed: the process killed).
- */
-async function warmStart(root: string): Promise<boolean> {
-  const mode = (await stat(root)).mode & 0o7777;
-  await chmod(root, 0o700);
-  try {
-    const child = spawn('chroot', [root, ROOTFS_PATHS.node, ROOTFS_PATHS.poddBoot, '--socket', WARM_SOCKET], { stdio: ['ignore', 'ignore', 'pipe'], env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin' } });
-    let listening = false;
-    let text = '';
-    child.stderr.setEncoding('utf8').on('data', (d: string) => {
-      text = (text + d).slice(-4096);
-      if (!listening && text.includes('"podd listening"')) {
-        listening = true;
-        child.kill('SIGTERM');
-      }
-    });
-    const timer = setTimeout(() => child.kill('SIGKILL'), HOST_COMMAND_TIMEOUT_MS);
-    const code = await new Promise<number | null>((resolve) => {
-      child.on('error', () => resolve(-1));
-      child.on('exit', (c) => resolve(c));
-    });
-    clearTimeout(timer);
-    return listening && code === 0;
-  } finally {
-    await rm(path.join(root, WARM_SOCKET), { force: true });
-    await chmod(root, mode);
-  }
-}
-
 /**
  * buildCompileCache fills `<root>/opt/sandnode/compile-cache` (root: a populated rootfs dir
- * with podd.js and podd-boot.js) by one start of podd (warmStart), else by running the boot with
- * `--help` on nodePath, and writes the manifest. Returns false (and leaves no cache) when the run made no cache entry; the template
- * then boots podd without one. Throws CommandError (INTERNAL) when the `--help` run fails.
+ * with podd.js and podd-boot.js) by running the boot with `--help` on nodePath, and writes the
+ * manifest. Returns false (and leaves no cache) when the run made no cache entry; the template
+ * then boots podd without one. Throws CommandError (INTERNAL) when the run fails.
  */
-export async function buildCompileCache(root: string, nodePath: string, nodeVersion: string): Promise<'start' | 'help' | undefined> {
+export async function buildCompileCache(root: string, nodePath: string, nodeVersion: string): Promise<boolean> {
   const at = (p: string) => path.join(root, p);
   const dir = at(ROOTFS_PATHS.poddCompileCache);
   const bundle = await readFile(at(ROOTFS_PATHS.podd));
@@ -120,14 +82,12 @@ export async function buildCompileCache(root: string, nodePath: string, nodeVers
   await rm(dir, { recursive: true, force: true });
   await mkdir(dir, { recursive: true, mode: 0o755 });
   await writeFile(path.join(dir, COMPILE_CACHE_MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o644 });
-  // a whole start caches the functions it compiles too; where chroot is refused, the module loads of `--help`
-  const by = (await warmStart(root)) ? 'start' : 'help';
-  if (by === 'help') await run(nodePath, [at(ROOTFS_PATHS.poddBoot), '--help'], { timeoutMs: HOST_COMMAND_TIMEOUT_MS });
+  await run(nodePath, [at(ROOTFS_PATHS.poddBoot), '--help'], { timeoutMs: HOST_COMMAND_TIMEOUT_MS });
   const entries = (await readdir(dir, { recursive: true, withFileTypes: true })).filter((e) => e.isFile() && e.name !== COMPILE_CACHE_MANIFEST);
   // Node writes its entries 0600 and its dirs by umask: readable by every user podd may run as
   // (a user namespace's root is not host root)
   for (const e of await readdir(dir, { recursive: true, withFileTypes: true })) await chmod(path.join(e.parentPath, e.name), e.isDirectory() ? 0o755 : 0o644);
-  if (entries.length) return by;
+  if (entries.length) return true;
   await rm(dir, { recursive: true, force: true });
-  return undefined;
+  return false;
 }
