@@ -91,7 +91,11 @@ describeWith('template builder (integration: chroot + runc)', TB_PARTS, () => {
     const entries = readdirSync(cache, { recursive: true, withFileTypes: true }).filter((e) => e.isFile() && e.name !== 'manifest.json');
     expect(entries).toHaveLength(1);
     expect(statSync(tpl.rootfsPath).mode & 0o777).toBe(0o755);
-    const r = spawnSync('chroot', [tpl.rootfsPath, ROOTFS_PATHS.node, ROOTFS_PATHS.poddBoot, '--help'], { env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', NODE_DEBUG_NATIVE: 'COMPILE_CACHE' }, encoding: 'utf8', timeout: 30_000 });
+    const r = spawnSync('chroot', [tpl.rootfsPath, ROOTFS_PATHS.node, ROOTFS_PATHS.poddBoot, '--help'], {
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', NODE_DEBUG_NATIVE: 'COMPILE_CACHE' },
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
     expect(r.stderr).toMatch(/usage: podd/);
     expect(r.stderr).toMatch(/reading cache from .*podd\.js\.\.\.\[[^\]]*\]\.\.\. success/);
     expect(r.stderr).not.toContain('compile cache not used');
