@@ -3,7 +3,8 @@ import path from 'node:path';
 import { ROOTFS_PATHS } from './layout';
 
 /**
- * initScript is /sbin/sandnode-init, PID 1 of a sandbox: a busybox sh script that runs podd in
+ * initScript is /sbin/sandnode-init, PID 1 of a sandbox: a busybox sh script that runs podd (through
+ * podd-boot.js, which turns on podd's compile cache) in
  * the background (stdout and stderr appended to /run/sandnode/podd.log), restarts it when it
  * dies (backoff 0.2 s, 0.5 s, 1 s, 2 s, then 5 s; reset after 10 s of uptime) with the init's
  * pid unchanged, reaps orphans (busybox ash waits with waitpid(-1)), and on SIGTERM or SIGINT
@@ -36,7 +37,7 @@ while [ "$stopping" = 0 ]; do
   # podd serves fd 3 when the host hands in its socket (SANDNODE_PODD_LISTEN_FD=3); --socket
   # is the fallback for a runtime that does not.
   # podd's soft RLIMIT_NOFILE is raised to the hard one (its Exec streams hold pipes).
-  ( ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec ${p.node} ${p.podd} --socket ${p.poddSocket} ) </dev/null >>"$LOG" 2>&1 &
+  ( ulimit -n "$(ulimit -Hn)" 2>/dev/null; exec ${p.node} ${p.poddBoot} --socket ${p.poddSocket} ) </dev/null >>"$LOG" 2>&1 &
   podd=$!
   log "podd started, pid $podd"
   # wait returns early when a trapped signal arrives: wait again until podd is gone.

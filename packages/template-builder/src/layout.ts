@@ -35,6 +35,10 @@ export const ROOTFS_PATHS = {
   busybox: '/bin/busybox',
   node: '/usr/local/bin/node',
   podd: '/opt/sandnode/podd.js',
+  /** what the init runs: turns on podd's compile cache, then loads podd.js (podd-boot.ts) */
+  poddBoot: '/opt/sandnode/podd-boot.js',
+  /** podd's V8 code cache made at build (podd-boot.ts) */
+  poddCompileCache: '/opt/sandnode/compile-cache',
   init: '/sbin/sandnode-init',
   poddSocket: '/run/sandnode/podd.sock',
   poddLog: '/run/sandnode/podd.log',

@@ -10,6 +10,7 @@ import { elfLinkage, runHost, sharedLibraries } from './elf';
 import { isFile } from './fs-tree';
 import { initScript } from './init-script';
 import { EMPTY_DIRS, MIN_TEMPLATE_NODE_MAJOR, ROOTFS_PATHS } from './layout';
+import { buildCompileCache, poddBootScript } from './podd-boot';
 
 /** checkParts fails with FailedPreconditionError naming a missing part and how to get it. */
 export async function checkParts(busyboxPath: string, nodePath: string, bundlePath: string): Promise<void> {
@@ -79,6 +80,9 @@ export async function populate(root: string, parts: { busyboxPath: string; nodeP
     await mkdir(at('/opt/descriptor'), { recursive: true });
     await copyFile(descriptor, at('/opt/descriptor/sandnode.binpb'));
   }
+  // podd's boot and its V8 code cache (podd-boot.ts): made by the template's Node, after podd's parts are in
+  await writeFile(at(ROOTFS_PATHS.poddBoot), poddBootScript(), { mode: 0o644 });
+  await buildCompileCache(root, parts.nodePath, nodeVersion);
   await writeFile(at(ROOTFS_PATHS.init), initScript(), { mode: 0o755 });
   await chmod(at(ROOTFS_PATHS.init), 0o755);
 

@@ -6,8 +6,8 @@
  * the podd bundle (`npm run build`, or the podd tsc -b + bundle): skips naming what is missing,
  * or fails under CI=true.
  */
-import { execFile, spawn } from 'node:child_process';
-import { closeSync, cpSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { execFile, spawn, spawnSync } from 'node:child_process';
+import { closeSync, cpSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { createSandnodeChannel, createServiceClient, processStartTicks } from '@sandnode/shared';
 import { PoddServiceDefinition, type ExecResponse } from '@sandnode/shared/proto/podd/v1/podd';
@@ -86,6 +86,21 @@ describeWith('template builder (integration: chroot + runc)', TB_PARTS, () => {
     expect(v.stderr).toMatch(/usage: podd/);
   });
 
+  test("podd's compile cache is made at build and used by a boot in the rootfs", () => {
+    const cache = path.join(tpl.rootfsPath, ROOTFS_PATHS.poddCompileCache);
+    const entries = readdirSync(cache, { recursive: true, withFileTypes: true }).filter((e) => e.isFile() && e.name !== 'manifest.json');
+    expect(entries).toHaveLength(1);
+    expect(statSync(tpl.rootfsPath).mode & 0o777).toBe(0o755);
+    const r = spawnSync('chroot', [tpl.rootfsPath, ROOTFS_PATHS.node, ROOTFS_PATHS.poddBoot, '--help'], {
+      env: { PATH: '/usr/sbin:/usr/bin:/sbin:/bin', NODE_DEBUG_NATIVE: 'COMPILE_CACHE' },
+      encoding: 'utf8',
+      timeout: 30_000,
+    });
+    expect(r.stderr).toMatch(/usage: podd/);
+    expect(r.stderr).toMatch(/reading cache from .*podd\.js\.\.\.\[[^\]]*\]\.\.\. success/);
+    expect(r.stderr).not.toContain('compile cache not used');
+  });
+
   test('runs under runc: podd answers on the bind-mounted socket; the init respawns a killed podd', async () => {
     // A bundle whose root is a copy of the template, so the template stays pristine.
     const bundleDir = path.join(dir, 'bundle');
@@ -143,12 +158,12 @@ describeWith('template builder (integration: chroot + runc)', TB_PARTS, () => {
 
       // kill -9 podd: the init (pid unchanged) starts a new one.
       const [podd1] = await until('podd process', () => {
-        const c = childrenMatching(initPid, ROOTFS_PATHS.podd);
+        const c = childrenMatching(initPid, ROOTFS_PATHS.poddBoot);
         return c.length === 1 ? c : undefined;
       });
       process.kill(podd1 as number, 'SIGKILL');
       const [podd2] = await until('respawned podd', () => {
-        const c = childrenMatching(initPid, ROOTFS_PATHS.podd);
+        const c = childrenMatching(initPid, ROOTFS_PATHS.poddBoot);
         return c.length === 1 && c[0] !== podd1 ? c : undefined;
       });
       expect(podd2).not.toBe(podd1);

@@ -38,7 +38,7 @@ async function waitPodd(c: PoddClient, ms = 20_000): Promise<number> {
   return (await waitFor('podd to answer Health', () => c.health({}), ms, 100)).uptimeMs;
 }
 
-/** poddPids lists live podd processes (node ... podd.js) whose parent is initPid. */
+/** poddPids lists live podd processes (node ... podd-boot.js, or podd.js in an older template) whose parent is initPid. */
 function poddPids(initPid: number): number[] {
   const out: number[] = [];
   for (const n of readdirSync('/proc')) {
@@ -47,7 +47,7 @@ function poddPids(initPid: number): number[] {
       const stat = readFileSync(`/proc/${n}/stat`, 'utf8');
       const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
       if (Number(f[1]) !== initPid || f[0] === 'Z') continue;
-      if (readFileSync(`/proc/${n}/cmdline`, 'utf8').includes('podd.js')) out.push(Number(n));
+      if (/podd(-boot)?\.js/.test(readFileSync(`/proc/${n}/cmdline`, 'utf8'))) out.push(Number(n));
     } catch {
       /* gone */
     }

@@ -20,9 +20,11 @@ interface Row {
 
 export class SqlitePoolStore implements PoolConfigStore {
   private readonly warned = new Set<string>();
+  /** The table's statements, prepared once (list runs on every pool claim). */
+  private readonly stmts: { list: Database.Statement<[], Row>; set: Database.Statement<[string, string, number, string, number]>; del: Database.Statement<[string]> };
 
   constructor(
-    private readonly db: Database.Database,
+    db: Database.Database,
     private readonly log: Logger,
   ) {
     db.exec(`CREATE TABLE IF NOT EXISTS pools (
@@ -32,11 +34,19 @@ export class SqlitePoolStore implements PoolConfigStore {
       resources TEXT NOT NULL DEFAULT '',
       updated_at_ms INTEGER NOT NULL
     )`);
+    this.stmts = {
+      list: db.prepare<[], Row>('SELECT key, template, size, resources, updated_at_ms FROM pools ORDER BY key'),
+      set: db.prepare<[string, string, number, string, number]>(
+        `INSERT INTO pools (key, template, size, resources, updated_at_ms) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT(key) DO UPDATE SET template = excluded.template, size = excluded.size, resources = excluded.resources, updated_at_ms = excluded.updated_at_ms`,
+      ),
+      del: db.prepare<[string]>('DELETE FROM pools WHERE key = ?'),
+    };
   }
 
   /** list returns the servable pools ordered by key. StoreBusyError (UNAVAILABLE) when the DB is locked. */
   list(): PoolConfig[] {
-    const rows = busyToUnavailable('records.db: read', () => this.db.prepare<[], Row>('SELECT key, template, size, resources, updated_at_ms FROM pools ORDER BY key').all());
+    const rows = busyToUnavailable('records.db: read', () => this.stmts.list.all());
     return rows.flatMap((r) => {
       const c = this.fromRow(r);
       if (typeof c !== 'string') return [c];
@@ -48,19 +58,12 @@ export class SqlitePoolStore implements PoolConfigStore {
 
   /** set inserts or replaces c (durable on return). */
   set(c: PoolConfig): void {
-    busyToUnavailable(`records.db: write of pool ${c.key}`, () =>
-      this.db
-        .prepare(
-          `INSERT INTO pools (key, template, size, resources, updated_at_ms) VALUES (?, ?, ?, ?, ?)
-           ON CONFLICT(key) DO UPDATE SET template = excluded.template, size = excluded.size, resources = excluded.resources, updated_at_ms = excluded.updated_at_ms`,
-        )
-        .run(c.key, c.template, c.size, c.resources ? JSON.stringify(c.resources) : '', c.updatedAtMs),
-    );
+    busyToUnavailable(`records.db: write of pool ${c.key}`, () => this.stmts.set.run(c.key, c.template, c.size, c.resources ? JSON.stringify(c.resources) : '', c.updatedAtMs));
   }
 
   /** delete removes the pool keyed key (durable on return). */
   delete(key: string): void {
-    busyToUnavailable(`records.db: delete of pool ${key}`, () => this.db.prepare('DELETE FROM pools WHERE key = ?').run(key));
+    busyToUnavailable(`records.db: delete of pool ${key}`, () => this.stmts.del.run(key));
   }
 
   /** fromRow: the pool a row holds, or why it cannot be served. */

@@ -40,6 +40,8 @@ export const DEFAULT_RECORDS_OPEN_WAIT_MS = 10_000;
 export class SqliteRecordStore implements RecordStore, WriteProbe {
   private readonly db: Database.Database;
   private readonly stmts;
+  /** claimPoolMembers' transaction, made once (its BEGIN IMMEDIATE / COMMIT statements are prepared with it). */
+  private claimsTx: Database.Transaction<(key: string, applies: ((rec: SandboxRecord) => SandboxRecord)[]) => (SandboxRecord | undefined | Error)[]> | undefined;
   /** Rows set aside (in the quarantine table, or unreadable in a read-only store): id -> reason. */
   readonly quarantined = new Map<string, string>();
   private readonly readOnly: boolean;
@@ -246,19 +248,17 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
    */
   claimPoolMembers(key: string, applies: ((rec: SandboxRecord) => SandboxRecord)[]): (SandboxRecord | undefined | Error)[] {
     if (!this.stmts.claim) return applies.map(() => undefined);
-    return busyToUnavailable(`records.db: claims of pool ${key}`, () =>
-      this.db
-        .transaction(() =>
-          applies.map((apply) => {
-            try {
-              return this.claimPoolMember(key, apply);
-            } catch (err) {
-              return err instanceof Error ? err : new Error(String(err));
-            }
-          }),
-        )
-        .immediate(),
+    this.claimsTx ??= this.db.transaction((k: string, fns: ((rec: SandboxRecord) => SandboxRecord)[]) =>
+      fns.map((apply) => {
+        try {
+          return this.claimPoolMember(k, apply);
+        } catch (err) {
+          return err instanceof Error ? err : new Error(String(err));
+        }
+      }),
     );
+    const tx = this.claimsTx;
+    return busyToUnavailable(`records.db: claims of pool ${key}`, () => tx.immediate(key, applies));
   }
 
   delete(id: string): void {

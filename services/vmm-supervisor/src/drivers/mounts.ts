@@ -1,13 +1,13 @@
 /**
- * Host mount helpers: mount through the host command (run in a command helper, see
- * command-runner.ts), unmount in-process with umount2(2) (syscalls.ts: no process start), mount
- * points read from /proc/self/mountinfo.
+ * Host mount helpers: mount and unmount in-process with mount(2) and umount2(2) (syscalls.ts: no
+ * process start; a mount(8) run cost ~54 ms, the call ~0.4 ms), mount points read from
+ * /proc/self/mountinfo.
  */
 import { readFileSync } from 'node:fs';
+import { constants } from 'node:os';
 import path from 'node:path';
 import { DEFAULT_COMMAND_TIMEOUT_MS, InternalError } from '@sandnode/shared';
-import { runCommand as run } from './command-runner';
-import { ERRNO, umount2, UMOUNT_NOFOLLOW } from './syscalls';
+import { ERRNO, mount2, umount2, UMOUNT_NOFOLLOW } from './syscalls';
 
 /** How many times an EBUSY unmount is retried, and the pause between tries in ms. */
 export const DEFAULT_UMOUNT_RETRIES = 20;
@@ -83,11 +83,70 @@ export function mountsUnder(dir: string): string[] {
   return mountsUnderIn(mountTable(), dir);
 }
 
-/** mount runs `mount -t type [-o options] source target`. */
+/**
+ * The mount options mount(8) turns into mount(2) flags (util-linux libmount's table, the subset
+ * with a flag of its own; `rw`, `suid`, `dev`, `exec`, `atime` clear theirs), as MS_* values.
+ */
+const MOUNT_FLAGS: Record<string, { set?: number; clear?: number }> = {
+  ro: { set: 1 },
+  rw: { clear: 1 },
+  nosuid: { set: 2 },
+  suid: { clear: 2 },
+  nodev: { set: 4 },
+  dev: { clear: 4 },
+  noexec: { set: 8 },
+  exec: { clear: 8 },
+  sync: { set: 16 },
+  async: { clear: 16 },
+  dirsync: { set: 128 },
+  nosymfollow: { set: 256 },
+  noatime: { set: 1024 },
+  atime: { clear: 1024 },
+  nodiratime: { set: 2048 },
+  diratime: { clear: 2048 },
+  relatime: { set: 1 << 21 },
+  norelatime: { clear: 1 << 21 },
+  strictatime: { set: 1 << 24 },
+  lazytime: { set: 1 << 25 },
+  nolazytime: { clear: 1 << 25 },
+};
+
+/**
+ * mountArgs splits options as mount(8) does: the ones of {@link MOUNT_FLAGS} become MS_* flags,
+ * the rest (in order, e.g. `size=1m`, `lowerdir=...`) the filesystem's data string (null when
+ * none). Pure.
+ */
+export function mountArgs(options: string[]): { flags: number; data: string | null } {
+  let flags = 0;
+  const data: string[] = [];
+  for (const o of options) {
+    const f = MOUNT_FLAGS[o];
+    if (!f) data.push(o);
+    else if (f.set) flags |= f.set;
+    else flags &= ~(f.clear ?? 0);
+  }
+  return { flags, data: data.length ? data.join(',') : null };
+}
+
+/** errnoName is the symbolic name of errno (e.g. "ENOENT"; Node's table lacks ENOTBLK), or "errno N". */
+function errnoName(errno: number): string {
+  if (errno === 15) return 'ENOTBLK';
+  return Object.entries(constants.errno).find(([, v]) => v === errno)?.[0] ?? `errno ${errno}`;
+}
+
+/**
+ * mount mounts source (a block device, or "tmpfs" / "overlay") of type at target with options as
+ * `mount -t type [-o options] source target` would (same flags and data, see {@link mountArgs}),
+ * in-process with mount(2), bounded by DEFAULT_COMMAND_TIMEOUT_MS. Throws InternalError naming
+ * the target and the errno (e.g. "ENOENT", "ENOTBLK", "ENODEV", "EINVAL") when the kernel
+ * refuses, or when it does not answer in time.
+ */
 export async function mount(source: string, target: string, type: string, options: string[] = []): Promise<void> {
-  const args = ['-t', type];
-  if (options.length) args.push('-o', options.join(','));
-  await run('mount', [...args, source, target]);
+  const { flags, data } = mountArgs(options);
+  const r = await mount2(source, target, type, flags, data, DEFAULT_COMMAND_TIMEOUT_MS).catch((err: unknown) => {
+    throw new InternalError((err as Error).message);
+  });
+  if (!r.ok) throw new InternalError(`mount -t ${type} ${source} ${target}: ${errnoName(r.errno)}`);
 }
 
 /**
