@@ -95,6 +95,12 @@ export const UBLK_FEATURES = {
   clone: 'ublk.clone',
   /** CloneDevice is FICLONE on a reflink file system (native or the image pool) and says clone_method / copy_reason; empty ext4 devices are template clones */
   reflinkClone: 'ublk.reflink-clone.v1',
+  /**
+   * DeviceService.SnapshotDevices: the clones of a fork made (FICLONE, fsync, rows) without
+   * attaching them, so that a frozen parent waits for no device registration; CloneDevice
+   * attaches a snapshot afterwards
+   */
+  cloneSnapshot: 'ublk.clone-snapshot.v1',
   /** DeviceService.FenceEpoch: an explicit epoch announcement (before it, a DeleteDevice of an unknown id) */
   fenceEpoch: 'ublk.fence-epoch.v1',
   /** ListDevicesResponse carries the quarantined rows of the slot's device table and the fence epoch (`sandnode status`) */

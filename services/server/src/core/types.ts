@@ -334,6 +334,12 @@ export interface DevicePort {
    * retries (a frozen parent's window). Needs feature "ublk.clone".
    */
   clone(deviceId: string, sourceId: string, sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice>;
+  /**
+   * snapshot makes each item's deviceId a clone of its sourceId without attaching it (ublk
+   * SnapshotDevices, feature "ublk.clone-snapshot.v1"; all or nothing), in item order, each
+   * detached (path ""); clone() of the same ids attaches one afterwards. deadlineMs as clone's.
+   */
+  snapshot?(items: { deviceId: string; sourceId: string }[], sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice[]>;
   /** version asks the ublk-manager now (never cached: a handover may have replaced it). */
   version(): Promise<PeerVersion>;
   get(deviceId: string): Promise<DeviceInfo | undefined>;
