@@ -65,6 +65,8 @@ export const VMM_FEATURES = {
    * per-VM limits
    */
   freezeArm: 'vmm.freeze-arm.v1',
+  /** VmService.ThawVmFreeze: the host thaws a VM's freeze by its token (no round trip through podd) */
+  hostThaw: 'vmm.host-thaw.v1',
   /**
    * VmSpec.network (a netns, veth pair, pool address, NAT and the egress policy in the node's
    * nftables table), Vm.network, DeleteVm keep_network, UpdateVmNetwork, ListNetworkSlots,

@@ -288,6 +288,12 @@ export interface VmPort {
   armFreeze?(vmId: string, windowMs: number): Promise<boolean>;
   /** disarmFreeze ends vmId's unused arm (vmm DisarmFreeze). */
   disarmFreeze?(vmId: string): Promise<void>;
+  /**
+   * thawFreeze ends vmId's freeze named by token from the host (vmm ThawVmFreeze) and says how
+   * it ended; undefined, with nothing asked, when the supervisor lacks "vmm.host-thaw.v1"
+   * (thaw through podd then).
+   */
+  thawFreeze?(vmId: string, token: string): Promise<{ endedBy: string; frozenMs: number } | undefined>;
   /** delete removes the VM; keepNetwork keeps its network slot reserved for its owner (vmm DeleteVm keep_network). */
   delete(vmId: string, opts?: { keepNetwork?: boolean }): Promise<void>;
   /**
