@@ -169,14 +169,7 @@ function ublkUnavailable(parentId: string, err: unknown): UnavailableError {
  * UnavailableError naming ublk-manager when a clone failed UNAVAILABLE (the manager is gone:
  * DevicePeer.clone also reports its retries that ran into the deadline so).
  */
-async function cloneParent(
-  c: CoreContext,
-  parent: SandboxRecord,
-  child: SandboxRecord,
-  maxFreezeMs: number,
-  snapshot: boolean,
-  log: Logger,
-): Promise<ParentHold & { attach?: () => Promise<void> }> {
+async function cloneParent(c: CoreContext, parent: SandboxRecord, child: SandboxRecord, maxFreezeMs: number, snapshot: boolean, log: Logger): Promise<ParentHold & { attach?: () => Promise<void> }> {
   const sources = (['rootfs-upper', 'workspace'] as const).map((role) => {
     const d = parent.devices.find((x) => x.role === role);
     if (!d) throw new FailedPreconditionError(`sandbox ${parent.sandboxId}: its record lacks a ${role} device`);
@@ -189,7 +182,10 @@ async function cloneParent(
     settled.forEach((r, i) => {
       if (r.status === 'fulfilled') child.devices.push({ deviceId: r.value.deviceId, role: sources[i]!.role, path: r.value.path, backingFile: r.value.backingFile, sizeBytes: r.value.sizeBytes });
     });
-    throwFirst(parent.sandboxId, settled.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as unknown));
+    throwFirst(
+      parent.sandboxId,
+      settled.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as unknown),
+    );
   };
   /** deadlineMs: a frozen parent's remaining window (a clone past it is useless; fail fast and thaw) */
   const cloneAll = async (deadlineMs?: number): Promise<number> => {

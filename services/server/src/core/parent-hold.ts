@@ -104,10 +104,11 @@ export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreez
   let endedBy: string;
   try {
     // from the host when the supervisor can (no round trip through the sandbox's podd), else through podd
-    const t = (await c.vms.thawFreeze?.(vmId, freeze.token).catch((err: unknown) => {
-      log.warn({ err }, 'ThawVmFreeze failed; thawing through podd');
-      return undefined;
-    })) ?? (await podd.thaw(freeze.token));
+    const t =
+      (await c.vms.thawFreeze?.(vmId, freeze.token).catch((err: unknown) => {
+        log.warn({ err }, 'ThawVmFreeze failed; thawing through podd');
+        return undefined;
+      })) ?? (await podd.thaw(freeze.token));
     endedBy = t.endedBy;
     frozenMs = t.frozenMs;
   } catch (err) {

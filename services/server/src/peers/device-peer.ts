@@ -125,7 +125,12 @@ export class DevicePeer implements DevicePort {
    * untilDeadline runs call with deadlineMs (ms from now; default the call timeout); retries
    * that found the manager UNAVAILABLE until that deadline become UnavailableError naming rpc.
    */
-  private async untilDeadline<T>(rpc: string, deviceId: string, deadlineMs: number | undefined, call: (o: { deadline?: number; onRetryableError: (err: ClientError) => void }) => Promise<T>): Promise<T> {
+  private async untilDeadline<T>(
+    rpc: string,
+    deviceId: string,
+    deadlineMs: number | undefined,
+    call: (o: { deadline?: number; onRetryableError: (err: ClientError) => void }) => Promise<T>,
+  ): Promise<T> {
     let unavailable: ClientError | undefined;
     const onRetryableError = (err: ClientError) => void (unavailable = err.code === Status.UNAVAILABLE ? err : undefined);
     try {

@@ -109,10 +109,12 @@ export class DeviceClone {
     if (!failed) return settled.map((r) => (r as PromiseFulfilledResult<CloneOutcome>).value);
     const made = settled.flatMap((r) => (r.status === 'fulfilled' && r.value.created ? [r.value.device.deviceId] : []));
     for (const id of made) {
-      await this.core.locks.run(id, async () => {
-        const rec = this.core.store.get(id);
-        if (rec) await this.core.teardown(rec);
-      }).catch((err: unknown) => this.core.log.error({ err, device_id: id }, 'undo of a snapshot failed; the next start cleans up'));
+      await this.core.locks
+        .run(id, async () => {
+          const rec = this.core.store.get(id);
+          if (rec) await this.core.teardown(rec);
+        })
+        .catch((err: unknown) => this.core.log.error({ err, device_id: id }, 'undo of a snapshot failed; the next start cleans up'));
     }
     throw failed.reason;
   }
