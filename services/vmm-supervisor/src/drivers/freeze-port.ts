@@ -25,13 +25,9 @@ import { FailedPreconditionError, InternalError, isSameProcess, writeFileAtomic 
 import type { Logger } from '@sandnode/shared';
 import { checkThawToken, clampFreezeMs, FREEZE_RECORD_SCHEMA, newFreezeToken, statusOf, windowMs, type FreezeEnd, type FreezeRecord, type FreezeStatus, type FrozenMount } from '../core/freeze';
 import { isMountPoint, mountOptions } from './mounts';
-import { EINVAL, FIFREEZE, FITHAW, fsCheckpoint, fsIoctl, fsSyncfs, IoctlTimeoutError, type IoctlResult } from './fs-ioctl';
+import { EINVAL, FIFREEZE, FITHAW, fsIoctl, fsSyncfs, IoctlTimeoutError, type IoctlResult } from './fs-ioctl';
 import { clearDeadline, ensureWatchdog, watchdogDirOf, watchdogRunning, writeDeadline } from './freeze-watchdog';
 import { observeFreezeWindow } from '../metrics';
-
-/** errno of an ioctl the filesystem does not know (EXT4_IOC_CHECKPOINT on XFS), and of an unsupported one. */
-const ENOTTY = 25;
-const EOPNOTSUPP = 95;
 
 /** Dir under the VM dir that the VM sees read-only at {@link FREEZE_PORT_MOUNT}. */
 export const FREEZE_PORT_DIR = 'freeze-port';
@@ -328,10 +324,6 @@ export class VmFreezer implements Freezer {
       mounts.map(async (m) => {
         const r = await fsSyncfs(m.host, this.ioctlTimeoutMs).catch(() => ({ ok: false as const, errno: -1 }));
         if (!r.ok) this.log.warn({ vm_id: this.vmId, mount: m.host, errno: r.errno }, 'syncfs before the freeze failed or timed out; freezing anyway');
-        if (process.env.SANDNODE_FREEZE_CHECKPOINT === '0') return;
-        const c = await fsCheckpoint(m.host, this.ioctlTimeoutMs).catch(() => ({ ok: false as const, errno: -1 }));
-        if (!c.ok && c.errno !== ENOTTY && c.errno !== EOPNOTSUPP)
-          this.log.warn({ vm_id: this.vmId, mount: m.host, errno: c.errno }, 'journal checkpoint before the freeze failed or timed out; freezing anyway');
       }),
     );
   }

@@ -34,34 +34,6 @@ function ioctl(): IoctlFn {
   return ioctlFn;
 }
 
-/** _IOW('f', 43, __u32): checkpoint an ext4 journal (linux/ext4.h EXT4_IOC_CHECKPOINT, Linux 5.13). */
-export const EXT4_IOC_CHECKPOINT = 0x4004662b;
-
-/**
- * fsCheckpoint runs EXT4_IOC_CHECKPOINT (flags 0: write the journal's transactions to their
- * places and empty it) on mountPoint on a worker thread, so that a FIFREEZE after it has no
- * journal left to flush; ENOTTY/EOPNOTSUPP on other filesystems. Same timeout rule as fsSyncfs.
- */
-export function fsCheckpoint(mountPoint: string, timeoutMs: number): Promise<IoctlResult> {
-  const fd = openSync(mountPoint, constants.O_RDONLY | constants.O_DIRECTORY);
-  const flags = Buffer.alloc(4);
-  return new Promise<IoctlResult>((resolve) => {
-    let settled = false;
-    const timer = setTimeout(() => {
-      settled = true;
-      resolve({ ok: false, errno: -1 });
-    }, timeoutMs);
-    (ioctl().async as unknown as (fd: number, req: number, arg: Buffer, cb: (err: unknown, res: number) => void) => void)(fd, EXT4_IOC_CHECKPOINT, flags, (err, res) => {
-      const errno = koffi.errno();
-      closeSync(fd);
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      resolve(err ? { ok: false, errno: -1 } : res === 0 ? { ok: true } : { ok: false, errno });
-    });
-  });
-}
-
 type SyncfsFn = ((fd: number) => number) & { async: (fd: number, cb: (err: unknown, res: number) => void) => void };
 let syncfsFn: SyncfsFn | undefined;
 
