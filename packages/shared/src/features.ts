@@ -65,6 +65,8 @@ export const VMM_FEATURES = {
    * per-VM limits
    */
   freezeArm: 'vmm.freeze-arm.v1',
+  /** VmService.ThawVmFreeze: the host thaws a VM's freeze by its token (no round trip through podd) */
+  hostThaw: 'vmm.host-thaw.v1',
   /**
    * VmSpec.network (a netns, veth pair, pool address, NAT and the egress policy in the node's
    * nftables table), Vm.network, DeleteVm keep_network, UpdateVmNetwork, ListNetworkSlots,
@@ -95,6 +97,12 @@ export const UBLK_FEATURES = {
   clone: 'ublk.clone',
   /** CloneDevice is FICLONE on a reflink file system (native or the image pool) and says clone_method / copy_reason; empty ext4 devices are template clones */
   reflinkClone: 'ublk.reflink-clone.v1',
+  /**
+   * DeviceService.SnapshotDevices: the clones of a fork made (FICLONE, fsync, rows) without
+   * attaching them, so that a frozen parent waits for no device registration; CloneDevice
+   * attaches a snapshot afterwards
+   */
+  cloneSnapshot: 'ublk.clone-snapshot.v1',
   /** DeviceService.FenceEpoch: an explicit epoch announcement (before it, a DeleteDevice of an unknown id) */
   fenceEpoch: 'ublk.fence-epoch.v1',
   /** ListDevicesResponse carries the quarantined rows of the slot's device table and the fence epoch (`sandnode status`) */

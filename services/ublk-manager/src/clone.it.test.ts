@@ -281,6 +281,48 @@ describeWith('ublk-manager CloneDevice (loop driver, real daemon)', [...DAEMON_P
     expect((await client.getDevice({ deviceId: 'det' })).device?.state).toBe(DeviceState.DEVICE_STATE_DETACHED);
   });
 
+  it('SnapshotDevices (ublk.clone-snapshot.v1): clones of a frozen source persisted but not attached; CloneDevice attaches them after the thaw with the frozen data; one bad item undoes all', async () => {
+    expect((await version.getVersion({})).features).toContain('ublk.clone-snapshot.v1');
+    execFileSync('sh', ['-c', `echo at-freeze > ${path.join(parentMnt, 'snap.txt')}`]);
+    execFileSync('sync', ['-f', parentMnt]);
+    const before = await snapshot();
+    await expectCode(
+      frozen(parentMnt, () =>
+        client.snapshotDevices({
+          items: [
+            { deviceId: 'snap-a', sourceDeviceId: 'parent' },
+            { deviceId: 'snap-b', sourceDeviceId: 'nope' },
+          ],
+          sourceQuiesced: true,
+        }),
+      ),
+      Status.NOT_FOUND,
+      'nope',
+    );
+    await expectCode(client.snapshotDevices({ items: [], sourceQuiesced: true }), Status.INVALID_ARGUMENT, 'items');
+    await expectCode(client.snapshotDevices({ items: [{ deviceId: 'snap-a', sourceDeviceId: 'parent' }], sourceQuiesced: false }), Status.FAILED_PRECONDITION, 'read-write');
+    expect(await snapshot()).toEqual(before);
+
+    const loopsBefore = loopsUnder(tmp).size;
+    const r = await frozen(parentMnt, () => client.snapshotDevices({ items: [{ deviceId: 'snap-a', sourceDeviceId: 'parent' }], sourceQuiesced: true }));
+    expect(r.snapshots).toHaveLength(1);
+    expect(r.snapshots[0]!.device).toMatchObject({ deviceId: 'snap-a', clonedFrom: 'parent', state: DeviceState.DEVICE_STATE_DETACHED, path: '' });
+    expect(loopsUnder(tmp).size).toBe(loopsBefore);
+    expect(rows().find((x) => x.device_id === 'snap-a')).toEqual({ device_id: 'snap-a', state: 'ready', cloned_from: 'parent' });
+    // written after the thaw: not in the snapshot
+    execFileSync('sh', ['-c', `echo after-thaw > ${path.join(parentMnt, 'snap.txt')}`]);
+    const att = await client.cloneDevice(req({ deviceId: 'snap-a', sourceQuiesced: false }));
+    expect(att).toMatchObject({ cloneMs: 0, device: { state: DeviceState.DEVICE_STATE_ATTACHED, clonedFrom: 'parent' } });
+    expect(spawnSync('e2fsck', ['-fn', att.device!.backingFile]).status).toBe(0);
+    execFileSync('mount', ['-o', 'ro', att.device!.path, childMnt]);
+    try {
+      expect(readFileSync(path.join(childMnt, 'snap.txt'), 'utf8')).toBe('at-freeze\n');
+    } finally {
+      execFileSync('umount', [childMnt]);
+    }
+    await client.deleteDevice({ deviceId: 'snap-a' });
+  });
+
   it('exports sandnode_ublk_clone_seconds on /metrics', async () => {
     const body = await httpGet(`http://127.0.0.1:${metricsPort}/metrics`);
     expect(body).toMatch(/sandnode_ublk_clone_seconds_count\{reflinked="(true|false)"\} [1-9]/);

@@ -58,7 +58,7 @@ const CAPABILITY_FEATURES = { quiesce: UBLK_FEATURES.quiesce, 'user-recovery': U
  * `ublk.loop` / `ublk.ublk` (driver), `ublk.adoption.v1`, `ublk.slots.v1` (A/B slots on one
  * state dir), `ublk.handover.v1` (Quiesce/Resume/Release/Recover/AbortHandover/HandoverAll),
  * `ublk.epoch-fence.v1`, `ublk.fence-epoch.v1` (FenceEpoch), `ublk.foreign-mountns.v1`,
- * `ublk.clone`, `ublk.reflink-clone.v1` (CloneDevice says clone_method; FICLONE on a reflink images fs or the image pool), plus `ublk.quiesce`, `ublk.user-recovery`, `ublk.reissue` when the driver has
+ * `ublk.clone`, `ublk.reflink-clone.v1` (CloneDevice says clone_method; FICLONE on a reflink images fs or the image pool), `ublk.clone-snapshot.v1` (SnapshotDevices), plus `ublk.quiesce`, `ublk.user-recovery`, `ublk.reissue` when the driver has
  * them on this kernel.
  */
 export function features(driver: BlockDriver): string[] {
@@ -72,6 +72,7 @@ export function features(driver: BlockDriver): string[] {
     UBLK_FEATURES.foreignMountns,
     UBLK_FEATURES.clone,
     UBLK_FEATURES.reflinkClone,
+    UBLK_FEATURES.cloneSnapshot,
     UBLK_FEATURES.quarantineReport,
     ...driver.capabilities().map((c) => CAPABILITY_FEATURES[c]),
   ];

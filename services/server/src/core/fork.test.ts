@@ -294,6 +294,59 @@ describe('ForkSandbox negotiation', () => {
     expect(peers.events.at(-1)).toBe(`resume ${parent.sandboxId}`);
   });
 
+  it('a ublk-manager with ublk.clone-snapshot.v1: only SnapshotDevices runs in the freeze; the snapshots are attached (CloneDevice, not quiesced) after the thaw', async () => {
+    peers.ublkFeatures = ['ublk.clone', 'ublk.clone-snapshot.v1'];
+    const r = await fork(800);
+    const p = parent.sandboxId;
+    expect(peers.events).toEqual([`quiesce ${p} 800`, `snapshot ${p}-upper,${p}-ws quiesced=true`, 'thaw t1', `clone ${p}-upper quiesced=false`, `clone ${p}-ws quiesced=false`]);
+    expect(r).toMatchObject({ method: 'quiesce', parentHeldMs: 42 });
+    const child = store.get(r.child.sandboxId)!;
+    expect(child.state).toBe('RUNNING');
+    expect(child.devices.map((d) => [d.deviceId, d.path])).toEqual([
+      [`${child.sandboxId}-upper`, `/dev/loop-${child.sandboxId}-upper`],
+      [`${child.sandboxId}-ws`, `/dev/loop-${child.sandboxId}-ws`],
+    ]);
+    // a paused parent (pause path) is held for the snapshot only too
+    peers.poddFeatures = [];
+    peers.events = [];
+    await fork();
+    expect(peers.events).toEqual([`pause ${p}`, 'sync', `snapshot ${p}-upper,${p}-ws quiesced=true`, `resume ${p}`, `clone ${p}-upper quiesced=false`, `clone ${p}-ws quiesced=false`]);
+  });
+
+  it('a snapshot that fails (the manager gone, a full disk) or outlasts the window: the parent thawed, the child and its snapshots gone', async () => {
+    peers.ublkFeatures = ['ublk.clone', 'ublk.clone-snapshot.v1'];
+    const devicesBefore = [...peers.devices.keys()];
+    peers.cloneFails = () => new UnavailableError('ublk-manager SnapshotDevices: UNAVAILABLE until the deadline');
+    await expect(fork(100)).rejects.toThrow(/ublk-manager is unavailable, the clone failed/);
+    expect(peers.events.at(-1)).toBe('thaw t1');
+    peers.cloneFails = () => new DeadlineExceededError('Deadline exceeded');
+    await expect(fork(100)).rejects.toThrow(/did not finish within the parent's 100 ms freeze window/);
+    peers.cloneFails = undefined;
+    peers.failClone = true;
+    await expect(fork()).rejects.toThrow('disk full');
+    expect(childIds()).toEqual([]);
+    expect([...peers.devices.keys()]).toEqual(devicesBefore);
+    expect(store.get(parent.sandboxId)!.state).toBe('RUNNING');
+  });
+
+  it('a supervisor with vmm.host-thaw.v1 thaws the parent from the host (not through podd); a failed ThawVmFreeze thaws through podd', async () => {
+    peers.hostThaw = true;
+    const r = await fork(800);
+    const p = parent.sandboxId;
+    expect(peers.events).toEqual([`quiesce ${p} 800`, `clone ${p}-upper quiesced=true`, `clone ${p}-ws quiesced=true`, 'host-thaw t1']);
+    expect(r).toMatchObject({ method: 'quiesce', parentHeldMs: 17 });
+    peers.hostThaw = 'fails';
+    peers.events = [];
+    const r2 = await fork(800);
+    expect(peers.events.slice(-2)).toEqual(['host-thaw t1', 'thaw t1']);
+    expect(r2).toMatchObject({ method: 'quiesce', parentHeldMs: 42 });
+    // the host's word on the freeze is still checked: a watchdog end is ABORTED
+    peers.hostThaw = true;
+    peers.thawEndedBy = 'watchdog';
+    await expect(fork()).rejects.toBeInstanceOf(AbortedError);
+    expect(childIds().sort()).toEqual([r.child.sandboxId, r2.child.sandboxId].sort());
+  });
+
   it('a failed clone still thaws (quiesce) or resumes (pause) the parent and leaves no child', async () => {
     peers.failClone = true;
     await expect(fork()).rejects.toThrow('disk full');

@@ -3,12 +3,14 @@
  * workspace are CoW clones of the parent's, taken at one point in time (see
  * SandboxService.ForkSandbox for the contract; how the parent is held: parent-hold.ts).
  * Order: check the ublk-manager's features (nothing made yet) -> persist the child CREATING ->
- * hold the parent -> CloneDevice upper and workspace -> release the parent -> boot the child.
+ * hold the parent -> SnapshotDevices upper and workspace (FICLONE only; a manager without
+ * "ublk.clone-snapshot.v1": CloneDevice of both) -> release the parent -> CloneDevice of the
+ * snapshots (attaches them) -> boot the child.
  * A failure after the child record exists tears the child down; a crash is finished by
  * adoption (CREATING -> torn down, a parent paused for the fork -> resumed, a parent frozen ->
  * thawed by podd's watchdog).
  */
-import { FailedPreconditionError, InvalidArgumentError, isCode, requireFeature, requireSandboxId, Status, UBLK_FEATURES, UnavailableError, type Logger } from '@sandnode/shared';
+import { FailedPreconditionError, hasFeature, InvalidArgumentError, isCode, requireFeature, requireSandboxId, Status, UBLK_FEATURES, UnavailableError, type Logger } from '@sandnode/shared';
 import { failpoint } from '../handover/failpoints';
 import type { CoreContext } from './context';
 import { planNetwork, validateNetworkRequest, type NetworkChoice, type NetworkRequest } from './network';
@@ -97,13 +99,17 @@ async function forkNow(c: CoreContext, parentId: string, plan: ForkPlan, signal:
   const t0 = c.now();
   // Negotiation before anything is made: the device manager must clone (asked now, not from
   // a cache: a handover may have rolled it back).
-  requireFeature({ component: 'ublk-manager', ...(await c.devices.version()) }, UBLK_FEATURES.clone, 'ForkSandbox');
+  const ublk = { component: 'ublk-manager', ...(await c.devices.version()) };
+  requireFeature(ublk, UBLK_FEATURES.clone, 'ForkSandbox');
+  // a manager that snapshots (0.3.0) does only the FICLONEs while the parent is held; the
+  // device registration waits until it is released (a 0.2.0 one clones and attaches in the window)
+  const snapshot = hasFeature(ublk, UBLK_FEATURES.cloneSnapshot) && c.devices.snapshot !== undefined;
   const id = newSandboxId();
   const log = c.log.child({ sandbox_id: id, parent_id: parentId });
   return c.locks.run(id, async () => {
     let child: SandboxRecord | undefined;
     try {
-      const held = await c.locks.run(parentId, async () => {
+      const { attach, ...held } = await c.locks.run(parentId, async () => {
         const parent = c.requireState(parentId, 'ForkSandbox');
         const { template, templatePoddVersion, templateRootfs, resources, rootfsGeneration } = parent;
         // the child keeps the parent's environment, as a forked process does
@@ -120,13 +126,16 @@ async function forkNow(c: CoreContext, parentId: string, plan: ForkPlan, signal:
         rec.network = await planNetwork(c.vms, network ?? inherited, 'ForkSandbox', c.tokens, id, network === undefined);
         child = rec;
         c.touch(rec);
-        return cloneParent(c, parent, rec, maxFreezeMs, log);
+        return cloneParent(c, parent, rec, maxFreezeMs, snapshot, log);
       });
       const ch = child!;
       c.touch(ch);
+      const tAttach = c.now();
+      if (attach) await attach();
+      const attachMs = c.now() - tAttach;
       await bootVm(c, ch, signal);
       const forkMs = c.now() - t0;
-      log.info({ method: held.method, parent_held_ms: held.parentHeldMs, clone_ms: held.cloneMs, fork_ms: forkMs }, 'sandbox forked');
+      log.info({ method: held.method, parent_held_ms: held.parentHeldMs, clone_ms: held.cloneMs, snapshot, attach_ms: attachMs, fork_ms: forkMs }, 'sandbox forked');
       return { child: ch, ...held, forkMs };
     } catch (err) {
       if (child) {
@@ -152,33 +161,55 @@ function ublkUnavailable(parentId: string, err: unknown): UnavailableError {
 
 /**
  * cloneParent holds the parent still, clones its upper and workspace into the child's record
- * (not yet persisted) and releases the parent. Throws AbortedError when the freeze ran out
- * before the clones finished (they may be torn), UnavailableError naming ublk-manager when a
- * clone failed UNAVAILABLE (the manager is gone: DevicePeer.clone also reports its retries
- * that ran into the deadline so).
+ * (not yet persisted) and releases the parent. With snapshot (the manager lists
+ * "ublk.clone-snapshot.v1") only SnapshotDevices runs in the hold, and the answer's attach
+ * (CloneDevice of the snapshots, which attaches them; called after the parent's lock is let
+ * go) finishes the devices; without it both CloneDevice calls run in the hold. Throws
+ * AbortedError when the freeze ran out before the clones finished (they may be torn),
+ * UnavailableError naming ublk-manager when a clone failed UNAVAILABLE (the manager is gone:
+ * DevicePeer.clone also reports its retries that ran into the deadline so).
  */
-function cloneParent(c: CoreContext, parent: SandboxRecord, child: SandboxRecord, maxFreezeMs: number, log: Logger): Promise<ParentHold> {
+async function cloneParent(c: CoreContext, parent: SandboxRecord, child: SandboxRecord, maxFreezeMs: number, snapshot: boolean, log: Logger): Promise<ParentHold & { attach?: () => Promise<void> }> {
   const sources = (['rootfs-upper', 'workspace'] as const).map((role) => {
     const d = parent.devices.find((x) => x.role === role);
     if (!d) throw new FailedPreconditionError(`sandbox ${parent.sandboxId}: its record lacks a ${role} device`);
-    return d;
+    return { role, sourceId: d.deviceId, deviceId: `${child.sandboxId}-${role === 'rootfs-upper' ? 'upper' : 'ws'}` };
   });
+  /** cloneDevices is CloneDevice of both; sourceQuiesced false is for snapshots (a source that is not held is refused). */
+  const cloneDevices = async (sourceQuiesced: boolean, deadlineMs?: number): Promise<void> => {
+    // both at once: the parent is held for the longer clone, not for the sum
+    const settled = await Promise.allSettled(sources.map((src) => c.devices.clone(src.deviceId, src.sourceId, sourceQuiesced, deadlineMs)));
+    settled.forEach((r, i) => {
+      if (r.status === 'fulfilled') child.devices.push({ deviceId: r.value.deviceId, role: sources[i]!.role, path: r.value.path, backingFile: r.value.backingFile, sizeBytes: r.value.sizeBytes });
+    });
+    throwFirst(
+      parent.sandboxId,
+      settled.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as unknown),
+    );
+  };
   /** deadlineMs: a frozen parent's remaining window (a clone past it is useless; fail fast and thaw) */
   const cloneAll = async (deadlineMs?: number): Promise<number> => {
     failpoint('fork.after-hold');
     const t = c.now();
-    // both at once: the parent is held for the longer clone, not for the sum
-    const settled = await Promise.allSettled(sources.map((src) => c.devices.clone(`${child.sandboxId}-${src.role === 'rootfs-upper' ? 'upper' : 'ws'}`, src.deviceId, true, deadlineMs)));
-    settled.forEach((r, i) => {
-      if (r.status === 'fulfilled') child.devices.push({ deviceId: r.value.deviceId, role: sources[i]!.role, path: r.value.path, backingFile: r.value.backingFile, sizeBytes: r.value.sizeBytes });
-    });
-    const failures = settled.filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as unknown);
-    // the device manager gone is the cause, whatever the other clone said (a deadline, say)
-    const gone = failures.find((e) => isCode(e, Status.UNAVAILABLE));
-    if (gone) throw ublkUnavailable(parent.sandboxId, gone);
-    if (failures.length) throw failures[0];
+    if (snapshot) {
+      try {
+        await c.devices.snapshot!(sources, true, deadlineMs);
+      } catch (err) {
+        throwFirst(parent.sandboxId, [err]);
+      }
+    } else {
+      await cloneDevices(true, deadlineMs);
+    }
     failpoint('fork.after-clone');
     return c.now() - t;
   };
-  return holdParent(c, parent, maxFreezeMs, cloneAll, log);
+  const held = await holdParent(c, parent, maxFreezeMs, cloneAll, log);
+  return snapshot ? { ...held, attach: () => cloneDevices(false) } : held;
+}
+
+/** throwFirst throws the first of a clone's failures, the device manager gone before any other (a deadline, say). */
+function throwFirst(parentId: string, failures: unknown[]): void {
+  const gone = failures.find((e) => isCode(e, Status.UNAVAILABLE));
+  if (gone) throw ublkUnavailable(parentId, gone);
+  if (failures.length) throw failures[0];
 }

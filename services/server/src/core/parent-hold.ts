@@ -5,7 +5,8 @@
  * - RUNNING parent whose podd lists "podd.quiesce": the supervisor arms the VM's freeze port
  *   for one freeze (ArmFreeze, when it lists "vmm.freeze-arm.v1": its ports refuse unarmed
  *   freezes), podd freezes its filesystems for at most max_freeze_ms, the clones run inside
- *   that window, podd thaws, and the supervisor confirms that the freeze really held until the
+ *   that window, the supervisor thaws (ThawVmFreeze, when it lists "vmm.host-thaw.v1"; else
+ *   podd does), and the supervisor confirms that the freeze really held until the
  *   clones were done.
  * - otherwise (an older template's podd, or a freeze port that is not reachable): pause the
  *   VM, sync, clone, resume; the parent's record is marked (fork_paused_at_ms) meanwhile, so
@@ -102,7 +103,12 @@ export async function holdParent(c: CoreContext, parent: SandboxRecord, maxFreez
   let frozenMs = 0;
   let endedBy: string;
   try {
-    const t = await podd.thaw(freeze.token);
+    // from the host when the supervisor can (no round trip through the sandbox's podd), else through podd
+    const t =
+      (await c.vms.thawFreeze?.(vmId, freeze.token).catch((err: unknown) => {
+        log.warn({ err }, 'ThawVmFreeze failed; thawing through podd');
+        return undefined;
+      })) ?? (await podd.thaw(freeze.token));
     endedBy = t.endedBy;
     frozenMs = t.frozenMs;
   } catch (err) {

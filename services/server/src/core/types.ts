@@ -288,6 +288,12 @@ export interface VmPort {
   armFreeze?(vmId: string, windowMs: number): Promise<boolean>;
   /** disarmFreeze ends vmId's unused arm (vmm DisarmFreeze). */
   disarmFreeze?(vmId: string): Promise<void>;
+  /**
+   * thawFreeze ends vmId's freeze named by token from the host (vmm ThawVmFreeze) and says how
+   * it ended; undefined, with nothing asked, when the supervisor lacks "vmm.host-thaw.v1"
+   * (thaw through podd then).
+   */
+  thawFreeze?(vmId: string, token: string): Promise<{ endedBy: string; frozenMs: number } | undefined>;
   /** delete removes the VM; keepNetwork keeps its network slot reserved for its owner (vmm DeleteVm keep_network). */
   delete(vmId: string, opts?: { keepNetwork?: boolean }): Promise<void>;
   /**
@@ -334,6 +340,12 @@ export interface DevicePort {
    * retries (a frozen parent's window). Needs feature "ublk.clone".
    */
   clone(deviceId: string, sourceId: string, sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice>;
+  /**
+   * snapshot makes each item's deviceId a clone of its sourceId without attaching it (ublk
+   * SnapshotDevices, feature "ublk.clone-snapshot.v1"; all or nothing), in item order, each
+   * detached (path ""); clone() of the same ids attaches one afterwards. deadlineMs as clone's.
+   */
+  snapshot?(items: { deviceId: string; sourceId: string }[], sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice[]>;
   /** version asks the ublk-manager now (never cached: a handover may have replaced it). */
   version(): Promise<PeerVersion>;
   get(deviceId: string): Promise<DeviceInfo | undefined>;

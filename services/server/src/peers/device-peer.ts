@@ -103,17 +103,43 @@ export class DevicePeer implements DevicePort {
    * UnavailableError too (the last error goes to the log). The deadline's DEADLINE_EXCEEDED
    * stays for a manager that got the call and answered nothing in time.
    */
-  async clone(deviceId: string, sourceId: string, sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice> {
+  clone(deviceId: string, sourceId: string, sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice> {
+    return this.untilDeadline('CloneDevice', deviceId, deadlineMs, async (o) => {
+      const res = await this.client.cloneDevice({ deviceId, sourceDeviceId: sourceId, sourceQuiesced, readOnly: false }, o);
+      return { ...toInfo(res.device), cloneMs: res.cloneMs, reflinked: res.reflinked };
+    });
+  }
+
+  /**
+   * snapshot is SnapshotDevices (retried on UNAVAILABLE, all or nothing on the manager) with
+   * deadlineMs, its errors as clone's; answers in item order, each device detached.
+   */
+  snapshot(items: { deviceId: string; sourceId: string }[], sourceQuiesced: boolean, deadlineMs?: number): Promise<ClonedDevice[]> {
+    return this.untilDeadline('SnapshotDevices', items.map((i) => i.deviceId).join(','), deadlineMs, async (o) => {
+      const res = await this.client.snapshotDevices({ items: items.map((i) => ({ deviceId: i.deviceId, sourceDeviceId: i.sourceId })), sourceQuiesced }, o);
+      return res.snapshots.map((r) => ({ ...toInfo(r.device), cloneMs: r.cloneMs, reflinked: r.reflinked }));
+    });
+  }
+
+  /**
+   * untilDeadline runs call with deadlineMs (ms from now; default the call timeout); retries
+   * that found the manager UNAVAILABLE until that deadline become UnavailableError naming rpc.
+   */
+  private async untilDeadline<T>(
+    rpc: string,
+    deviceId: string,
+    deadlineMs: number | undefined,
+    call: (o: { deadline?: number; onRetryableError: (err: ClientError) => void }) => Promise<T>,
+  ): Promise<T> {
     let unavailable: ClientError | undefined;
     const onRetryableError = (err: ClientError) => void (unavailable = err.code === Status.UNAVAILABLE ? err : undefined);
     try {
-      const res = await this.client.cloneDevice({ deviceId, sourceDeviceId: sourceId, sourceQuiesced, readOnly: false }, { ...(deadlineMs ? { deadline: deadlineMs } : {}), onRetryableError });
-      return { ...toInfo(res.device), cloneMs: res.cloneMs, reflinked: res.reflinked };
+      return await call({ ...(deadlineMs ? { deadline: deadlineMs } : {}), onRetryableError });
     } catch (err) {
       if (unavailable && isCode(err, Status.DEADLINE_EXCEEDED)) {
         // the last error's text is grpc-js's (socket paths): for the log, not for a public caller
-        this.log?.warn({ err: unavailable, device_id: deviceId }, 'CloneDevice: ublk-manager unavailable until the deadline');
-        throw new UnavailableError('ublk-manager CloneDevice: UNAVAILABLE until the deadline (the manager is gone or restarting; the server log has the last error)');
+        this.log?.warn({ err: unavailable, device_id: deviceId }, `${rpc}: ublk-manager unavailable until the deadline`);
+        throw new UnavailableError(`ublk-manager ${rpc}: UNAVAILABLE until the deadline (the manager is gone or restarting; the server log has the last error)`);
       }
       throw err;
     }

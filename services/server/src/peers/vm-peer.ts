@@ -198,6 +198,23 @@ export class VmPeer implements VmPort {
     return (await this.client.releaseNetworkSlot({ slot, owner })).released;
   }
 
+  /**
+   * thawFreeze is ThawVmFreeze; undefined when the supervisor lacks "vmm.host-thaw.v1" (also
+   * when it was replaced by one without the call since its features were read: UNIMPLEMENTED).
+   */
+  async thawFreeze(vmId: string, token: string): Promise<{ endedBy: string; frozenMs: number } | undefined> {
+    if (!(await this.features.has(VMM_FEATURES.hostThaw))) return undefined;
+    try {
+      const r = await this.client.thawVmFreeze({ vmId, freezeToken: token });
+      const endedBy = r.endedBy === FreezeEndedBy.FREEZE_ENDED_BY_CALLER ? 'caller' : r.endedBy === FreezeEndedBy.FREEZE_ENDED_BY_WATCHDOG ? 'watchdog' : 'unknown';
+      return { endedBy, frozenMs: r.frozenMs };
+    } catch (err) {
+      if (!isCode(err, Status.UNIMPLEMENTED)) throw err;
+      this.features.reset();
+      return undefined;
+    }
+  }
+
   /** freezeStatus: undefined when the supervisor lacks feature vmm.freeze-status.v1 (GetVmFreeze). */
   async freezeStatus(vmId: string): Promise<VmFreezeInfo | undefined> {
     if (!(await this.features.has(VMM_FEATURES.freezeStatus))) return undefined;

@@ -116,3 +116,67 @@ describe('DeviceManager.clone', () => {
     expect(store.get('child')).toBeUndefined();
   });
 });
+
+describe('DeviceManager.snapshot (SnapshotDevices)', () => {
+  const item = (deviceId: string, sourceDeviceId: string) => ({ deviceId, sourceDeviceId, sourceQuiesced: true, readOnly: false });
+
+  it('clones every item and persists it ready without attaching it; a clone of the same ids attaches it, copying nothing more', async () => {
+    const { store, driver, images, manager } = setup();
+    await manager.create(input());
+    await manager.create(input({ deviceId: 'dev-b', filesystem: 'none' }));
+    let attaches = 0;
+    const attach = driver.attach.bind(driver);
+    driver.attach = async (f, o) => (attaches++, attach(f, o));
+    const rs = await manager.snapshot([item('c-up', 'dev-a'), item('c-ws', 'dev-b')]);
+    expect(attaches).toBe(0);
+    expect(rs.map((r) => [r.device.deviceId, r.device.state, r.device.path, r.created])).toEqual([
+      ['c-up', 'detached', '', true],
+      ['c-ws', 'detached', '', true],
+    ]);
+    expect(store.get('c-up')).toMatchObject({ state: 'ready', clonedFrom: 'dev-a', path: '' });
+    expect(images.clones).toEqual([`${DIR}/dev-a.img -> ${DIR}/c-up.img`, `${DIR}/dev-b.img -> ${DIR}/c-ws.img`]);
+    // idempotent: the same snapshot again copies nothing and attaches nothing
+    expect((await manager.snapshot([item('c-up', 'dev-a')]))[0]).toMatchObject({ created: false, cloneMs: 0 });
+    expect(attaches).toBe(0);
+    // after the source is thawed: CloneDevice without source_quiesced attaches the snapshot
+    const r = await manager.clone({ ...item('c-up', 'dev-a'), sourceQuiesced: false });
+    expect(r).toMatchObject({ created: false, device: { state: 'attached', clonedFrom: 'dev-a' } });
+    expect(store.get('c-up')!.path).toBe(r.device.path);
+    expect(attaches).toBe(1);
+    expect(images.clones).toHaveLength(2);
+  });
+
+  it('all or nothing: one failed item removes the snapshots this call made (rows and images), and leaves an earlier one', async () => {
+    const { store, images, manager } = setup();
+    await manager.create(input());
+    await manager.snapshot([item('old', 'dev-a')]);
+    const before = store.list();
+    await expect(manager.snapshot([item('c-up', 'dev-a'), item('old', 'dev-a'), item('c-ws', 'nope')])).rejects.toBeInstanceOf(NotFoundError);
+    expect(store.list()).toEqual(before);
+    expect(images.files.has(`${DIR}/c-up.img`)).toBe(false);
+    expect(images.files.has(`${DIR}/old.img`)).toBe(true);
+  });
+
+  it('bad requests: INVALID_ARGUMENT (no items, more than 8, a device_id twice, a bad id); a rw source without source_quiesced: FAILED_PRECONDITION; nothing changed', async () => {
+    const { store, images, manager } = setup();
+    await manager.create(input());
+    const before = store.list();
+    await expect(manager.snapshot([])).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(manager.snapshot(Array.from({ length: 9 }, (_, i) => item(`c${i}`, 'dev-a')))).rejects.toThrow(/1 to 8/);
+    await expect(manager.snapshot([item('c1', 'dev-a'), item('c1', 'dev-a')])).rejects.toThrow(/appears twice/);
+    await expect(manager.snapshot([item('c1', 'dev-a'), item('Bad_Id', 'dev-a')])).rejects.toThrow(/items.device_id/);
+    await expect(manager.snapshot([item('c1', '../x')])).rejects.toThrow(/items.source_device_id/);
+    await expect(manager.snapshot([{ ...item('c1', 'dev-a'), sourceQuiesced: false }])).rejects.toBeInstanceOf(FailedPreconditionError);
+    expect(store.list()).toEqual(before);
+    expect(images.clones).toEqual([]);
+  });
+
+  it('a caller that went away (signal): DEADLINE_EXCEEDED, nothing left', async () => {
+    const { store, manager } = setup();
+    await manager.create(input());
+    const ac = new AbortController();
+    ac.abort();
+    await expect(manager.snapshot([item('c-up', 'dev-a')], { signal: ac.signal })).rejects.toBeInstanceOf(DeadlineExceededError);
+    expect(store.get('c-up')).toBeUndefined();
+  });
+});

@@ -10,6 +10,9 @@ import { failpoint } from './failpoints';
 import type { AttachedDevice, Device, DeviceRecord } from './types';
 import { validateDeviceId } from './validate';
 
+/** The most snapshots one SnapshotDevices call takes (a fork takes 2). */
+export const MAX_SNAPSHOT_ITEMS = 8;
+
 /** A CloneDevice request in domain terms, before validation. */
 export interface CloneInput {
   /** The new device's id (RESOURCE_ID_RE). */
@@ -72,7 +75,7 @@ export class DeviceClone {
    * undone), DeadlineExceededError (opts.signal, the caller's, fired during the copy or the
    * attach: the copy is stopped and undone).
    */
-  async clone(input: CloneInput, opts: { signal?: AbortSignal } = {}): Promise<CloneOutcome> {
+  async clone(input: CloneInput, opts: { signal?: AbortSignal; attach?: boolean } = {}): Promise<CloneOutcome> {
     const deviceId = validateDeviceId(input.deviceId);
     const sourceId = validateDeviceId(input.sourceDeviceId, 'source_device_id');
     if (deviceId === sourceId) throw new InvalidArgumentError(`source_device_id: "${sourceId}" is device_id itself; a device cannot be cloned onto itself`);
@@ -82,12 +85,41 @@ export class DeviceClone {
     return this.core.locks.run(first, () =>
       this.core.locks.run(second, () => {
         this.core.refuseIfRetiringNow('CloneDevice');
-        return this.core.track(this.cloneLocked({ ...input, deviceId, sourceDeviceId: sourceId }, opts.signal));
+        return this.core.track(this.cloneLocked({ ...input, deviceId, sourceDeviceId: sourceId }, opts.signal, opts.attach ?? true));
       }),
     );
   }
 
-  private async cloneLocked(input: CloneInput, signal: AbortSignal | undefined): Promise<CloneOutcome> {
+  /**
+   * snapshot (SnapshotDevices): each input cloned as {@link clone} does up to the persisted
+   * `ready` row, not attached (a later clone of the same ids attaches it; so does adoption
+   * after a crash), all at once. All or nothing: when one fails, the others this call created
+   * are deleted again (their rows and images) and the first error is thrown (the caller's
+   * cancel as DeadlineExceededError). Errors as {@link clone}, plus InvalidArgumentError for no
+   * inputs, more than {@link MAX_SNAPSHOT_ITEMS} or a device id twice (nothing changed).
+   */
+  async snapshot(inputs: CloneInput[], opts: { signal?: AbortSignal } = {}): Promise<CloneOutcome[]> {
+    if (inputs.length === 0 || inputs.length > MAX_SNAPSHOT_ITEMS) throw new InvalidArgumentError(`items: ${inputs.length} snapshots; 1 to ${MAX_SNAPSHOT_ITEMS} allowed (nothing changed)`);
+    const ids = inputs.map((i) => validateDeviceId(i.deviceId, 'items.device_id'));
+    const dup = ids.find((id, i) => ids.indexOf(id) !== i);
+    if (dup !== undefined) throw new InvalidArgumentError(`items.device_id: "${dup}" appears twice (nothing changed)`);
+    inputs.forEach((i) => validateDeviceId(i.sourceDeviceId, 'items.source_device_id'));
+    const settled = await Promise.allSettled(inputs.map((i) => this.clone(i, { ...opts, attach: false })));
+    const failed = settled.find((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (!failed) return settled.map((r) => (r as PromiseFulfilledResult<CloneOutcome>).value);
+    const made = settled.flatMap((r) => (r.status === 'fulfilled' && r.value.created ? [r.value.device.deviceId] : []));
+    for (const id of made) {
+      await this.core.locks
+        .run(id, async () => {
+          const rec = this.core.store.get(id);
+          if (rec) await this.core.teardown(rec);
+        })
+        .catch((err: unknown) => this.core.log.error({ err, device_id: id }, 'undo of a snapshot failed; the next start cleans up'));
+    }
+    throw failed.reason;
+  }
+
+  private async cloneLocked(input: CloneInput, signal: AbortSignal | undefined, attach: boolean): Promise<CloneOutcome> {
     const t0 = performance.now();
     const { deviceId: id, sourceDeviceId: sourceId } = input;
     const existing = this.core.store.get(id);
@@ -97,7 +129,7 @@ export class DeviceClone {
         const what = existing.clonedFrom ? `a clone of "${existing.clonedFrom}"` : 'not a clone';
         throw new AlreadyExistsError(`device_id "${id}" exists (${what}, read_only=${existing.readOnly}); requested a clone of "${sourceId}" read_only=${input.readOnly}`);
       }
-      const device = await this.core.ensureAttached(existing);
+      const device = attach ? await this.core.ensureAttached(existing) : this.core.deviceFrom(existing, await this.core.locate(existing));
       return { device, cloneMs: 0, totalMs: performance.now() - t0, reflinked: false, cloneMethod: '', copyReason: '', copiedBytes: 0, created: false };
     }
     const src = this.core.store.get(sourceId);
@@ -148,10 +180,12 @@ export class DeviceClone {
       this.core.store.update(id, { state: 'ready' }, this.core.now());
       persisted = true;
       failpoint('ublk.clone.after-persist');
-      step = 'attach';
-      attached = await this.core.driver.attach(backingFile, { readOnly: input.readOnly });
-      step = 'record the device path';
-      this.core.store.update(id, { path: attached.path }, this.core.now());
+      if (attach) {
+        step = 'attach';
+        attached = await this.core.driver.attach(backingFile, { readOnly: input.readOnly });
+        step = 'record the device path';
+        this.core.store.update(id, { path: attached.path }, this.core.now());
+      }
     } catch (err) {
       if (persisted) this.core.store.update(id, { state: 'creating' }, this.core.now());
       await this.core.undoCreate(id, backingFile, attached);
@@ -166,7 +200,8 @@ export class DeviceClone {
       {
         device_id: id,
         cloned_from: sourceId,
-        path: attached.path,
+        path: attached?.path ?? '',
+        attached: attach,
         size_bytes: rec.sizeBytes,
         copied_bytes: copy.sourceAllocatedBytes,
         reflinked: copy.reflinked,
@@ -176,10 +211,10 @@ export class DeviceClone {
         total_ms: totalMs,
         source_quiesced: input.sourceQuiesced,
       },
-      'device cloned',
+      attach ? 'device cloned' : 'device snapshot taken (not attached)',
     );
     return {
-      device: this.core.deviceFrom({ ...rec, state: 'ready', path: attached.path }, attached),
+      device: this.core.deviceFrom({ ...rec, state: 'ready', path: attached?.path ?? '' }, attached),
       cloneMs: copy.copyMs,
       totalMs,
       reflinked: copy.reflinked,

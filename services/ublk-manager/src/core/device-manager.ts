@@ -203,6 +203,14 @@ export class DeviceManager {
     return this.cloner.clone(input, opts);
   }
 
+  /**
+   * snapshot: SnapshotDevices; see {@link DeviceClone.snapshot} (clones persisted, not
+   * attached; all or nothing). opts.signal (the RPC's) stops and undoes them.
+   */
+  snapshot(inputs: CloneInput[], opts: { signal?: AbortSignal } = {}): Promise<CloneOutcome[]> {
+    return this.cloner.snapshot(inputs, opts);
+  }
+
   /** quiesce: QuiesceDevice; see {@link DeviceHandover.quiesce}. Returns the device and the time it took, in ms. */
   quiesce(deviceId: string, timeoutMs: number): Promise<{ device: Device; quiesceMs: number }> {
     return this.handover.quiesce(deviceId, timeoutMs);

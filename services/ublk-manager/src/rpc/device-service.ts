@@ -68,6 +68,21 @@ export function deviceService(manager: DeviceManager, opts: DeviceServiceOptions
       if (r.created) opts.observeClone?.(r.cloneMs / 1000, r.reflinked);
       return cloneToPb(r);
     },
+    /**
+     * SnapshotDevices (feature "ublk.clone-snapshot.v1"): each item cloned as CloneDevice does
+     * but not attached (DeviceManager.snapshot; all or nothing), answered in item order with
+     * total_ms (the whole call, ms). Codes: CloneDevice's, INVALID_ARGUMENT for no items, more
+     * than 8 or a device_id twice, DEADLINE_EXCEEDED when the caller's deadline passed (undone).
+     */
+    async snapshotDevices(req, context) {
+      const t0 = performance.now();
+      const rs = await manager.snapshot(
+        req.items.map((i) => cloneInputFromPb({ deviceId: i.deviceId, sourceDeviceId: i.sourceDeviceId, sourceQuiesced: req.sourceQuiesced, readOnly: false })),
+        { signal: context.signal },
+      );
+      for (const r of rs) if (r.created) opts.observeClone?.(r.cloneMs / 1000, r.reflinked);
+      return { snapshots: rs.map(cloneToPb), totalMs: Math.ceil(performance.now() - t0) };
+    },
     async getCapabilities() {
       return capabilitiesToPb(manager.capabilities());
     },

@@ -8,7 +8,7 @@
  * VM uses the binary recorded for it ({@link VmRef.binary}), so upgrading the host package never
  * changes the binary that manages a running VM.
  */
-import type { FreezeStatus } from './freeze';
+import type { FreezeEnd, FreezeStatus } from './freeze';
 import type { EffectiveResources, VmProcess, VmSpec } from './types';
 import type { VmNetworkInfo } from '../network/manager';
 
@@ -99,6 +99,11 @@ export interface VmDriver {
    * it (runc: the freeze port's record); undefined when the driver has no freeze port.
    */
   freezeStatus?(vmId: string): Promise<FreezeStatus | undefined>;
+  /**
+   * thawFreeze (optional) ends the VM's freeze named by token from the host, as its freeze
+   * port's ThawFilesystems does; undefined when the driver has no freeze port for the VM.
+   */
+  thawFreeze?(vmId: string, token: string): Promise<{ endedBy: FreezeEnd; frozenMs: number } | undefined>;
   /** close (optional) stops what the driver serves in this process (daemon shutdown); VMs keep running. */
   close?(): Promise<void>;
 }

@@ -13,9 +13,9 @@
  * A supervisor restart never starts, restarts, pauses or resumes a VM: {@link Supervisor.adopt}
  * only reads the host and records what it finds.
  */
-import { statusOf, type FreezeStatus } from './freeze';
+import { statusOf, type FreezeEnd, type FreezeStatus } from './freeze';
 import { hostFailure } from './host-error';
-import { AlreadyExistsError, FailedPreconditionError, NotFoundError, requireResourceId, VMM_FEATURES, KeyedMutex } from '@sandnode/shared';
+import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError, requireResourceId, VMM_FEATURES, KeyedMutex } from '@sandnode/shared';
 import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, VmDriver, VmRef } from './driver';
 import type { EffectiveResources, VmRecord, VmSpec, VmState } from './types';
@@ -117,6 +117,7 @@ export class Supervisor {
       VMM_FEATURES.adoption,
       VMM_FEATURES.epochFence,
       VMM_FEATURES.freezeStatus,
+      ...(this.driver.thawFreeze ? [VMM_FEATURES.hostThaw] : []),
       VMM_FEATURES.fenceEpoch,
       VMM_FEATURES.quarantineReport,
       VMM_FEATURES.vmIsolation,
@@ -133,6 +134,21 @@ export class Supervisor {
     requireResourceId('vm_id', vmId);
     this.require(vmId);
     return (await this.driver.freezeStatus?.(vmId)) ?? statusOf(undefined, Date.now());
+  }
+
+  /**
+   * thawFreeze ends vmId's freeze named by token from the host (VmService.ThawVmFreeze; the
+   * freeze port's thaw: a freeze that already ended answers how). InvalidArgumentError (bad
+   * id, empty token), NotFoundError (no such VM), FailedPreconditionError (not the latest
+   * freeze, or no freeze port for the VM), InternalError (a FITHAW failed).
+   */
+  async thawFreeze(vmId: string, token: string): Promise<{ endedBy: FreezeEnd; frozenMs: number }> {
+    requireResourceId('vm_id', vmId);
+    if (!token) throw new InvalidArgumentError('freeze_token: required');
+    this.require(vmId);
+    const r = await this.driver.thawFreeze?.(vmId, token);
+    if (!r) throw new FailedPreconditionError(`vm ${vmId}: its driver has no freeze port; nothing to thaw`);
+    return r;
   }
 
   /**

@@ -25,7 +25,7 @@ import { FailedPreconditionError, InternalError, isSameProcess, writeFileAtomic 
 import type { Logger } from '@sandnode/shared';
 import { checkThawToken, clampFreezeMs, FREEZE_RECORD_SCHEMA, newFreezeToken, statusOf, windowMs, type FreezeEnd, type FreezeRecord, type FreezeStatus, type FrozenMount } from '../core/freeze';
 import { isMountPoint, mountOptions } from './mounts';
-import { EINVAL, FIFREEZE, FITHAW, fsIoctl, IoctlTimeoutError, type IoctlResult } from './fs-ioctl';
+import { EINVAL, FIFREEZE, FITHAW, fsIoctl, fsSyncfs, IoctlTimeoutError, type IoctlResult } from './fs-ioctl';
 import { clearDeadline, ensureWatchdog, watchdogDirOf, watchdogRunning, writeDeadline } from './freeze-watchdog';
 import { observeFreezeWindow } from '../metrics';
 
@@ -125,8 +125,8 @@ export class VmFreezer implements Freezer {
 
   /**
    * freeze freezes the VM's writable filesystems for at most requestedMs (0 = 1500, clamped to
-   * [100, 5000]). The watchdog is started before the first FIFREEZE and the record is persisted
-   * before this resolves. FailedPreconditionError when a freeze holds or the VM does not run
+   * [100, 5000]). Each mount is syncfs'd first (outside the window: nothing is frozen yet),
+   * then the watchdog is started and the record persisted, all before the first FIFREEZE. FailedPreconditionError when a freeze holds or the VM does not run
    * (nothing changed); InternalError when a FIFREEZE fails (whatever was frozen is thawed and
    * the watchdog killed first).
    */
@@ -141,13 +141,42 @@ export class VmFreezer implements Freezer {
       if (mounts.length === 0) throw new FailedPreconditionError(`vm ${this.vmId}: no writable filesystem is mounted`);
       const maxFreezeMs = clampFreezeMs(requestedMs);
       const token = newFreezeToken();
+      // Write back and commit each filesystem BEFORE the window: the FIFREEZE then has little
+      // left to flush, and the sandbox was not held while this ran (podd synced from inside
+      // already; this is the host's view of the same mounts, and all a firecracker guest lacks).
+      const tSync = performance.now();
+      await this.presync(mounts);
+      const presyncMs = Math.round(performance.now() - tSync);
       this.removeEndFiles();
       const endFile = path.join(this.vmDir, `freeze-watchdog-${token}.end`);
       const startedAtMs = Date.now();
       const deadlineMs = startedAtMs + maxFreezeMs;
       const wd = await this.armWatchdog(token, deadlineMs, endFile, [...mounts].reverse());
-      const t0 = performance.now();
+      // The record is persisted BEFORE the first FIFREEZE (a crash in the window leaves a record
+      // that recover() and the watchdog thaw by), and no file is written inside the window.
       const frozenAtMs = Date.now();
+      const rec: FreezeRecord = {
+        schema: FREEZE_RECORD_SCHEMA,
+        token,
+        mounts,
+        maxFreezeMs,
+        startedAtMs,
+        deadlineMs,
+        watchdogPid: wd.pid,
+        watchdogStartTicks: wd.startTicks,
+        watchdogEndFile: endFile,
+        watchdog: 'node',
+        freezeMs: 0,
+        frozenAtMs,
+      };
+      try {
+        this.save(rec);
+      } catch (err) {
+        clearDeadline(this.watchdogDir, this.vmId, token);
+        this.log.error({ vm_id: this.vmId, err }, 'could not record the freeze; nothing frozen');
+        throw new InternalError(`vm ${this.vmId}: could not record the freeze (nothing frozen; see the vmm-supervisor log)`);
+      }
+      const t0 = performance.now();
       // The filesystems are independent: freeze them at once, so the first is not held while
       // the second's FIFREEZE runs.
       const results = await Promise.allSettled(mounts.map((m) => this.ioctl(m, FIFREEZE)));
@@ -161,35 +190,16 @@ export class VmFreezer implements Freezer {
           mounts.filter((_, i) => results[i]?.status === 'fulfilled'),
           true,
         )
-          .then(() => clearDeadline(this.watchdogDir, this.vmId, token))
+          .then(() => {
+            clearDeadline(this.watchdogDir, this.vmId, token);
+            this.save({ ...rec, endedBy: 'caller', frozenMs: windowMs(rec, Date.now()) });
+          })
           .catch((err: unknown) => this.log.error({ vm_id: this.vmId, err }, 'thaw after a failed FIFREEZE failed; the watchdog thaws at the deadline'));
         throw new InternalError(`vm ${this.vmId}: FIFREEZE of ${failed.join(', ')} failed on the host (thawed; see the vmm-supervisor log)`);
       }
       const freezeMs = Math.round(performance.now() - t0);
-      const rec: FreezeRecord = {
-        schema: FREEZE_RECORD_SCHEMA,
-        token,
-        mounts,
-        maxFreezeMs,
-        startedAtMs,
-        deadlineMs,
-        watchdogPid: wd.pid,
-        watchdogStartTicks: wd.startTicks,
-        watchdogEndFile: endFile,
-        watchdog: 'node',
-        freezeMs,
-        frozenAtMs,
-      };
-      try {
-        this.save(rec);
-      } catch (err) {
-        await this.thawMounts(mounts, true)
-          .then(() => clearDeadline(this.watchdogDir, this.vmId, token))
-          .catch((e: unknown) => this.log.error({ vm_id: this.vmId, err: e }, 'thaw after a failed record failed; the watchdog thaws at the deadline'));
-        this.log.error({ vm_id: this.vmId, err }, 'could not record the freeze; thawed');
-        throw new InternalError(`vm ${this.vmId}: could not record the freeze (thawed; see the vmm-supervisor log)`);
-      }
-      this.log.info({ vm_id: this.vmId, max_freeze_ms: maxFreezeMs, freeze_ms: freezeMs, watchdog_pid: wd.pid, mounts: mounts.map((m) => m.guest) }, 'filesystems frozen');
+      rec.freezeMs = freezeMs;
+      this.log.info({ vm_id: this.vmId, max_freeze_ms: maxFreezeMs, presync_ms: presyncMs, freeze_ms: freezeMs, watchdog_pid: wd.pid, mounts: mounts.map((m) => m.guest) }, 'filesystems frozen');
       return { token, maxFreezeMs, deadlineMs, filesystems: mounts.map((m) => m.guest), freezeMs };
     });
   }
@@ -303,6 +313,19 @@ export class VmFreezer implements Freezer {
     observeFreezeWindow(done);
     this.log.info({ vm_id: this.vmId, ended_by: done.endedBy, frozen_ms: done.frozenMs }, 'filesystems thawed');
     return { endedBy: done.endedBy!, frozenMs: done.frozenMs! };
+  }
+
+  /**
+   * presync runs syncfs(2) on every mount at once, each for at most the FIFREEZE timeout; a
+   * failure or timeout is logged and the freeze goes on (its FIFREEZE syncs what is left).
+   */
+  private async presync(mounts: FrozenMount[]): Promise<void> {
+    await Promise.all(
+      mounts.map(async (m) => {
+        const r = await fsSyncfs(m.host, this.ioctlTimeoutMs).catch(() => ({ ok: false as const, errno: -1 }));
+        if (!r.ok) this.log.warn({ vm_id: this.vmId, mount: m.host, errno: r.errno }, 'syncfs before the freeze failed or timed out; freezing anyway');
+      }),
+    );
   }
 
   /** thawMounts runs FITHAW on every mount at once; "not frozen" (EINVAL) is fine. strict: throw on other errors (after trying all). */

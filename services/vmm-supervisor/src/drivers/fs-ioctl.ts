@@ -34,6 +34,40 @@ function ioctl(): IoctlFn {
   return ioctlFn;
 }
 
+type SyncfsFn = ((fd: number) => number) & { async: (fd: number, cb: (err: unknown, res: number) => void) => void };
+let syncfsFn: SyncfsFn | undefined;
+
+/** syncfsCall is libc's syncfs(2), loaded once. */
+function syncfsCall(): SyncfsFn {
+  syncfsFn ??= koffi.load('libc.so.6').func('int syncfs(int fd)') as unknown as SyncfsFn;
+  return syncfsFn;
+}
+
+/**
+ * fsSyncfs runs syncfs(2) on the filesystem of mountPoint on a worker thread (writes its dirty
+ * data and commits its journal, without freezing anything) and resolves with its result, or
+ * with `{ ok: false, errno: -1 }` after timeoutMs
+ * (the call keeps its thread until the kernel returns). Rejects with the open(2) error.
+ */
+export function fsSyncfs(mountPoint: string, timeoutMs: number): Promise<IoctlResult> {
+  const fd = openSync(mountPoint, constants.O_RDONLY | constants.O_DIRECTORY);
+  return new Promise<IoctlResult>((resolve) => {
+    let settled = false;
+    const timer = setTimeout(() => {
+      settled = true;
+      resolve({ ok: false, errno: -1 });
+    }, timeoutMs);
+    syncfsCall().async(fd, (err, res) => {
+      const errno = koffi.errno();
+      closeSync(fd);
+      if (settled) return;
+      settled = true;
+      clearTimeout(timer);
+      resolve(err ? { ok: false, errno: -1 } : res === 0 ? { ok: true } : { ok: false, errno });
+    });
+  });
+}
+
 /** IoctlResult: 0 on success, else the errno. */
 export type IoctlResult = { ok: true } | { ok: false; errno: number };
 

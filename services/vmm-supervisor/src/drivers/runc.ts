@@ -37,7 +37,7 @@ import type { Logger } from '@sandnode/shared';
 import type { LiveStatus, StartedVm, VmDriver, VmRef } from '../core/driver';
 import { HostStepError } from '../core/host-error';
 import type { EffectiveResources, VmSpec } from '../core/types';
-import type { FreezeStatus } from '../core/freeze';
+import type { FreezeEnd, FreezeStatus } from '../core/freeze';
 import { resolveExecutable } from './binary';
 import type { VmNetworkInfo } from '../network/manager';
 import { writeNetFiles } from './net-files';
@@ -553,6 +553,11 @@ export class RuncDriver implements VmDriver {
   /** freezeStatus is the VM's freeze record as its freeze port's freezer saw it (undefined: no port). */
   async freezeStatus(vmId: string): Promise<FreezeStatus | undefined> {
     return this.ports.get(vmId)?.freezer.status();
+  }
+
+  /** thawFreeze thaws the VM's freeze named by token through its freezer (undefined: no port). */
+  async thawFreeze(vmId: string, token: string): Promise<{ endedBy: FreezeEnd; frozenMs: number } | undefined> {
+    return this.ports.get(vmId)?.freezer.thaw(token);
   }
 
   private freezerOf(vmId: string, runc: string): VmFreezer {

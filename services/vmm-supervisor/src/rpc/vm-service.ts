@@ -81,6 +81,10 @@ export function createVmService(
       requireResourceId('vm_id', req.vmId);
       return { wasArmed: gate?.disarm(req.vmId) ?? false };
     },
+    async thawVmFreeze(req) {
+      const r = await supervisor.thawFreeze(req.vmId, req.freezeToken);
+      return { endedBy: freezeEndToProto(r.endedBy), frozenMs: r.frozenMs };
+    },
     async getVmFreeze(req) {
       const s = await supervisor.freezeStatus(req.vmId);
       return {

@@ -30,6 +30,8 @@ export class Peers {
   quiesceError: Error | undefined;
   /** the fake supervisor arms freezes (vmm.freeze-arm.v1) */
   armFreezes = false;
+  /** the fake supervisor thaws from the host (vmm.host-thaw.v1; event "host-thaw <token>"); "fails": ThawVmFreeze fails */
+  hostThaw: boolean | 'fails' = false;
   readonly devices = new Map<string, DeviceInfo>();
   /** the freeze as the supervisor saw it (GetVmFreeze) */
   hostFreeze: VmFreezeInfo = { token: '', frozen: false, frozenAtMs: 0, endedAtMs: 0, endedBy: 'unknown' };
@@ -99,6 +101,20 @@ export class Peers {
       const d = this.deviceInfo(id);
       this.devices.set(id, d);
       return { ...d, cloneMs: 1, reflinked: false };
+    },
+    // SnapshotDevices: used only when ublkFeatures lists ublk.clone-snapshot.v1 (event "snapshot <src>,<src> quiesced=<q>"); the
+    // snapshots are detached until a clone of the same ids attaches them
+    snapshot: async (items, quiesced, deadlineMs) => {
+      this.events.push(`snapshot ${items.map((i) => i.sourceId).join(',')} quiesced=${quiesced}`);
+      this.onClone(deadlineMs);
+      if (this.failClone) throw new Error('disk full');
+      const fails = items.map((i) => this.cloneFails?.(i.sourceId)).find((e) => e);
+      if (fails) throw fails;
+      return items.map((i) => {
+        const d = { ...this.deviceInfo(i.deviceId), path: '', attached: false };
+        this.devices.set(i.deviceId, d);
+        return { ...d, cloneMs: 1, reflinked: true };
+      });
     },
     version: async () => ({ version: this.ublkFeatures.includes('ublk.clone') ? '0.2.0' : '0.1.0', features: this.ublkFeatures }),
     get: async (id) => this.devices.get(id),
@@ -182,6 +198,13 @@ export class Peers {
     },
     disarmFreeze: async (id) => {
       this.events.push(`disarm ${id}`);
+    },
+    thawFreeze: async (_id, token) => {
+      if (!this.hostThaw) return undefined;
+      this.events.push(`host-thaw ${token}`);
+      if (this.hostThaw === 'fails') throw new Error('supervisor gone');
+      if (this.hostFreeze.frozen && this.hostFreeze.token === token) this.hostFreeze = { ...this.hostFreeze, frozen: false, endedAtMs: Date.now(), endedBy: this.thawEndedBy };
+      return { endedBy: this.thawEndedBy, frozenMs: 17 };
     },
   };
 
