@@ -36,3 +36,4 @@ export * from './egress-policy';
 export * from './network-layout';
 export * from './network-purge';
 export * from './tcp-connect';
+export * from './bulk-channel';
