@@ -25,6 +25,7 @@ export const BULK_CLI_IO_BYTES = 4 * 1024 * 1024;
 interface USock {
   connect(path: string, cb?: () => void): void;
   on(ev: string, cb: (...a: unknown[]) => void): void;
+  removeAllListeners(ev: string): void;
   read(size?: number, fds?: number): { data?: Buffer; fds?: number[] } | Buffer | null;
   write(data: Buffer): void;
   destroy(): void;
@@ -78,9 +79,14 @@ function receiveFd(usocket: USocketModule, socketPath: string, token: string): P
   return new Promise((resolve, reject) => {
     const u = new usocket.USocket();
     let text = Buffer.alloc(0);
+    let over = false;
     const finish = (err: Error | undefined, fd?: number) => {
+      if (over) return;
+      over = true;
       clearTimeout(timer);
-      u.destroy();
+      // not from inside its own 'readable' handler: usocket asserts on a read of a destroyed handle
+      u.removeAllListeners('readable');
+      setImmediate(() => u.destroy());
       if (err) reject(err);
       else resolve(fd!);
     };
