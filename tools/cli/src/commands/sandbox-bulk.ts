@@ -93,21 +93,24 @@ function receiveFd(usocket: USocketModule, socketPath: string, token: string): P
     const timer = setTimeout(() => finish(new Error('the server passed no connection in time')), BULK_LINE_TIMEOUT_MS);
     u.on('error', (e) => finish(e as Error));
     u.on('end', () => finish(new Error(`the server ended the bulk connection: ${text.toString().slice(0, 300)}`)));
-    u.on('readable', () => {
-      const got = u.read(1, 1) as { data?: Buffer; fds?: number[] } | null;
-      if (got?.fds?.length) {
-        for (const extra of got.fds.slice(1)) closeFd(extra);
-        if (got.data?.[0] === 0x4b) finish(undefined, got.fds[0]);
-        else {
-          for (const f of got.fds) closeFd(f);
-          finish(new Error('the server sent an fd with an unknown tag'));
+    // 'readable' only once connected: a read before it reaches usocket's unconnected handle (an assertion aborts the process)
+    u.connect(socketPath, () => {
+      u.on('readable', () => {
+        const got = u.read(1, 1) as { data?: Buffer; fds?: number[] } | null;
+        if (got?.fds?.length) {
+          for (const extra of got.fds.slice(1)) closeFd(extra);
+          if (got.data?.[0] === 0x4b) finish(undefined, got.fds[0]);
+          else {
+            for (const f of got.fds) closeFd(f);
+            finish(new Error('the server sent an fd with an unknown tag'));
+          }
+          return;
         }
-        return;
-      }
-      const d = u.read() as Buffer | null;
-      if (d) text = Buffer.concat([text, d]).subarray(0, 4096);
+        const d = u.read() as Buffer | null;
+        if (d) text = Buffer.concat([text, d]).subarray(0, 4096);
+      });
+      u.write(Buffer.concat([BULK_MAGIC, Buffer.from(`${token}\n`)]));
     });
-    u.connect(socketPath, () => u.write(Buffer.concat([BULK_MAGIC, Buffer.from(`${token}\n`)])));
   });
 }
 
