@@ -51,6 +51,8 @@ export interface CopyResult {
   durationMs: number;
   /** bytesSent / duration, 10^6 bytes per second */
   mbPerSec: number;
+  /** how the bytes moved: "bulk" (the bulk channel, sandbox-bulk.ts) or "grpc" (the streamed calls) */
+  via: 'bulk' | 'grpc';
 }
 
 const mib = (n: number) => (n / 1048576).toFixed(1);
@@ -183,6 +185,7 @@ export async function sendFile(api: ServerApi, src: string, st: Stats, dest: Rem
     sha256: whole.digest('hex'),
     durationMs: ms,
     mbPerSec: rate(pos - offset, ms),
+    via: bulk ? 'bulk' : 'grpc',
   };
 }
 
@@ -193,6 +196,7 @@ export interface Received {
   offset: number;
   sha256: string;
   ms: number;
+  via: 'bulk' | 'grpc';
 }
 
 /**
@@ -217,10 +221,12 @@ export async function receiveInto(
   const t0 = Date.now();
   let progress: Progress | undefined;
   let size = 0;
+  let via: 'bulk' | 'grpc' = 'grpc';
   try {
     if (offset > 0) await hashHandle(f.fh, offset, whole);
     const bulk = await openBulk(api, downloadRequest(r.sandboxId, r.path, offset));
     if (bulk) {
+      via = 'bulk';
       pos = await bulkDownload(
         bulk,
         f.fh,
@@ -252,7 +258,7 @@ export async function receiveInto(
     progress?.end();
     if (!committed) await f.abort();
   }
-  return { bytes: pos, bytesSent: pos - offset, offset, sha256: whole.digest('hex'), ms: Date.now() - t0 };
+  return { bytes: pos, bytesSent: pos - offset, offset, sha256: whole.digest('hex'), ms: Date.now() - t0, via };
 }
 
 /** writeFully writes all of data at pos. */
@@ -295,6 +301,7 @@ export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { 
       sha256: got.sha256,
       durationMs: got.ms,
       mbPerSec: rate(got.bytesSent, got.ms),
+      via: got.via,
     };
   } finally {
     await dir.close();
