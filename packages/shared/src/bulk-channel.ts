@@ -118,8 +118,7 @@ export function readLine(socket: net.Socket, max = BULK_MAX_LINE_BYTES, timeoutM
 
 /** What the server tells podd to do on a bulk connection (one JSON line after BULK_MAGIC). */
 export type PoddBulkRequest =
-  | { op: 'upload'; path: string; offset: number; mode: number; inPlace: boolean; beneath: string; sizeBytes: number }
-  | { op: 'download'; path: string; offset: number; beneath: string };
+  { op: 'upload'; path: string; offset: number; mode: number; inPlace: boolean; beneath: string; sizeBytes: number } | { op: 'download'; path: string; offset: number; beneath: string };
 
 /** An error line of the channel: code is a gRPC status number. */
 export interface BulkErrorLine {

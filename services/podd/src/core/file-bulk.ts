@@ -9,19 +9,7 @@
  * file in pieces of that size.
  */
 import type net from 'node:net';
-import {
-  BULK_MAGIC,
-  errorLine,
-  InvalidArgumentError,
-  isSize,
-  nextChunk,
-  parseBulkLine,
-  readLine,
-  writeOrDrain,
-  type PoddBulkRequest,
-  type RawProtocol,
-  type Logger,
-} from '@sandnode/shared';
+import { BULK_MAGIC, errorLine, InvalidArgumentError, isSize, nextChunk, parseBulkLine, readLine, writeOrDrain, type PoddBulkRequest, type RawProtocol, type Logger } from '@sandnode/shared';
 import { openDownload, uploadFile, type UploadPart } from './file-stream';
 
 /** Bytes per file read of a download, and the most an upload gathers before one file write (2 MiB, below MAX_UPLOAD_CHUNK_BYTES). */
@@ -115,7 +103,8 @@ async function* uploadParts(socket: net.Socket, req: Extract<PoddBulkRequest, { 
     }
     if (left === 0 && tail.length === TRAILER_BYTES) break;
   }
-  if (left > 0 || tail.length !== TRAILER_BYTES) throw new InvalidArgumentError(`end: the upload stopped after ${req.sizeBytes - left} of ${req.sizeBytes} bytes (or without its trailer); nothing was committed`);
+  if (left > 0 || tail.length !== TRAILER_BYTES)
+    throw new InvalidArgumentError(`end: the upload stopped after ${req.sizeBytes - left} of ${req.sizeBytes} bytes (or without its trailer); nothing was committed`);
   const hex = tail.subarray(0, 64).toString('latin1');
   if (tail[64] !== 10 || !/^[0-9a-f]{64}$/.test(hex)) throw new InvalidArgumentError('end: the trailer is not 64 lowercase hex digits and a newline');
   yield { end: { sha256: hex } };

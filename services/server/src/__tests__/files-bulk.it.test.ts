@@ -17,7 +17,16 @@ import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/t
 jest.setTimeout(900_000);
 
 const MiB = 1024 * 1024;
-const usocket = require('usocket') as { USocket: new () => any };
+/** The part of usocket's USocket a test uses. */
+interface USock {
+  connect(p: string, cb: () => void): void;
+  on(ev: string, cb: (e?: Error) => void): void;
+  read(size?: number, fds?: number): ({ data?: Buffer; fds?: number[] } & { toString(): string }) | null;
+  write(b: Buffer): void;
+  removeAllListeners(ev: string): void;
+  destroy(): void;
+}
+const usocket = require('usocket') as { USocket: new () => USock };
 
 async function sha256Of(file: string): Promise<string> {
   const h = createHash('sha256');
@@ -54,7 +63,7 @@ describeNode('sandbox cp over the bulk channel (server.files.bulk.v1)', () => {
           const got = u.read(1, 1);
           if (got?.fds?.length) {
             u.removeAllListeners('readable');
-            for (const fd of got.fds as number[]) require('node:fs').closeSync(fd);
+            for (const fd of got.fds) require('node:fs').closeSync(fd);
             setImmediate(() => u.destroy());
             resolve('fd');
             return;

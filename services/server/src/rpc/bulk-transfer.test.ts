@@ -12,7 +12,16 @@ import { BULK_MAGIC, readLine, Status, type PoddBulkRequest } from '@sandnode/sh
 import type { SandboxManager } from '../core/sandbox-manager';
 import { BulkChannel, MAX_BULK_TOKENS_PER_UID } from './bulk-transfer';
 
-const usocket = require('usocket') as { USocket: new () => any };
+/** The part of usocket's USocket a test uses. */
+interface USock {
+  connect(p: string, cb: () => void): void;
+  on(ev: string, cb: (e?: Error) => void): void;
+  read(size?: number, fds?: number): ({ data?: Buffer; fds?: number[] } & { toString(): string }) | null;
+  write(b: Buffer): void;
+  removeAllListeners(ev: string): void;
+  destroy(): void;
+}
+const usocket = require('usocket') as { USocket: new () => USock };
 
 let tmp: string;
 let servers: net.Server[];
@@ -69,7 +78,7 @@ function present(sock: string, token: string): Promise<{ fd?: string; error?: { 
         if (got?.fds?.length) {
           u.removeAllListeners('readable');
           setImmediate(() => u.destroy());
-          const s = new net.Socket({ fd: got.fds[0], readable: true, writable: true });
+          const s = new net.Socket({ fd: got.fds[0]!, readable: true, writable: true });
           let d = '';
           s.on('data', (b: Buffer) => (d += b.toString()));
           s.on('end', () => resolve({ fd: d }));
@@ -102,10 +111,13 @@ test('a token of another uid or pid is PERMISSION_DENIED and used up', async () 
   expect((await present(sock, other)).error?.code).toBe(Status.PERMISSION_DENIED);
   // a process of the same uid that is not the caller (a child) presents the caller's token
   const mine = bulk.issue(me, 'sb-0123456789abcdef', REQ);
-  const child = spawn(process.execPath, ['-e', `
+  const child = spawn(process.execPath, [
+    '-e',
+    `
     const net = require('node:net'); const s = net.connect(${JSON.stringify(sock)});
     s.on('connect', () => s.write(Buffer.concat([Buffer.from('SNBULK1\\n'), Buffer.from(${JSON.stringify(mine)} + '\\n')])));
-    let d = ''; s.on('data', (b) => (d += b)); s.on('close', () => process.stdout.write(d));`]);
+    let d = ''; s.on('data', (b) => (d += b)); s.on('close', () => process.stdout.write(d));`,
+  ]);
   let out = '';
   child.stdout.on('data', (b: Buffer) => (out += b.toString()));
   await new Promise((r) => child.on('close', r));

@@ -19,6 +19,7 @@ import {
   errorLine,
   FailedPreconditionError,
   fdOfSocket,
+  libcDup,
   peerCred,
   PermissionDeniedError,
   readLine,
@@ -54,18 +55,6 @@ const usocket = require('usocket') as {
     destroy(): void;
   };
 };
-
-let dupFn: ((fd: number) => number) | undefined;
-/** dup(2) through koffi (usocket adopts and later closes the fd it is given: never the net.Socket's own). */
-function dup(fd: number): number {
-  if (!dupFn) {
-    const koffi = require('koffi') as { load(lib: string): { func(decl: string): unknown } };
-    dupFn = koffi.load('libc.so.6').func('int dup(int fd)') as (fd: number) => number;
-  }
-  const d = dupFn(fd);
-  if (d < 0) throw new Error(`dup(${fd}) failed`);
-  return d;
-}
 
 /** BulkChannel holds the tokens and serves the bulk connections (file header). */
 export class BulkChannel {
@@ -161,7 +150,7 @@ function connectUnix(p: string): Promise<net.Socket> {
 
 /** passFd sends one byte "K" with fd (SCM_RIGHTS) on the caller's connection. */
 function passFd(socket: net.Socket, fd: number): Promise<void> {
-  const u = new usocket.USocket({ fd: dup(fdOfSocket(socket)) });
+  const u = new usocket.USocket({ fd: libcDup(fdOfSocket(socket)) });
   return new Promise<void>((resolve, reject) => {
     u.on('error', (e) => reject(e as Error));
     u.write({ data: Buffer.from('K'), fds: [fd], callback: () => resolve() });

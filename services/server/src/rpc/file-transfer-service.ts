@@ -67,10 +67,7 @@ export interface PoddFileRelay {
   raw(address: string): { client: ServiceClient<typeof PoddServiceDefinition>; features: PeerFeatures };
 }
 
-type FileCalls = Pick<
-  SandboxServiceImplementation<SandnodeCallContext>,
-  'downloadFile' | 'uploadFile' | 'listDirectory' | 'statFile' | 'createDirectory' | 'createSymlink' | 'prepareBulkTransfer'
->;
+type FileCalls = Pick<SandboxServiceImplementation<SandnodeCallContext>, 'downloadFile' | 'uploadFile' | 'listDirectory' | 'statFile' | 'createDirectory' | 'createSymlink' | 'prepareBulkTransfer'>;
 
 /** workspaceDir is workspacePath that also takes "" and "/workspace" (the root itself), for ListDirectory and StatFile. */
 function workspaceDir(field: string, p: string): string {
@@ -111,13 +108,7 @@ function checkOffset(offset: number): void {
  * (RESOURCE_EXHAUSTED above MAX_FILE_STREAMS_PER_SANDBOX); bulk issues the tokens of
  * PrepareBulkTransfer (bulk-transfer.ts; without it the call is UNIMPLEMENTED).
  */
-export function fileTransferService(
-  m: SandboxManager,
-  podds: PoddFileRelay | undefined,
-  counters: { streams: number } = { streams: 0 },
-  slots = new FileStreams(),
-  bulk?: BulkChannel,
-): FileCalls {
+export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | undefined, counters: { streams: number } = { streams: 0 }, slots = new FileStreams(), bulk?: BulkChannel): FileCalls {
   /**
    * podd returns the podd client of a RUNNING sandbox that has the streamed file calls.
    * Errors: INVALID_ARGUMENT (id), NOT_FOUND, FAILED_PRECONDITION (not RUNNING: names the

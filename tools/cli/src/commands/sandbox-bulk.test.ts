@@ -34,7 +34,14 @@ async function download(send: (peer: net.Socket) => void): Promise<{ err?: Error
   const fh = await open(path.join(tmp, 'out'), 'w');
   try {
     send(peer);
-    const size = await bulkDownload(c, fh, 0, createHash('sha256'), () => undefined, () => undefined);
+    const size = await bulkDownload(
+      c,
+      fh,
+      0,
+      createHash('sha256'),
+      () => undefined,
+      () => undefined,
+    );
     return { size };
   } catch (err) {
     return { err: err as Error };

@@ -154,7 +154,8 @@ export async function bulkUpload(s: net.Socket, src: string, offset: number, siz
     const v = parseBulkLine(await readLine(s, undefined, 60 * 60 * 1000));
     const err = lineError(v, 'the sandbox refused the upload');
     if (err) throw err;
-    if (!isSize(v.sizeBytes) || !isSize(v.bytesWritten) || typeof v.sha256 !== 'string') throw new CliError('the sandbox answered the upload with a malformed result; the copy may be damaged; copy again');
+    if (!isSize(v.sizeBytes) || !isSize(v.bytesWritten) || typeof v.sha256 !== 'string')
+      throw new CliError('the sandbox answered the upload with a malformed result; the copy may be damaged; copy again');
     return { sizeBytes: v.sizeBytes, bytesWritten: v.bytesWritten, sha256: v.sha256.slice(0, 64) };
   } finally {
     s.destroy();
