@@ -149,8 +149,8 @@ export async function bulkUpload(s: net.Socket, src: string, offset: number, siz
       }
     }
     if (pos !== offset + size) throw new CliError(`${src} changed while it was copied (${pos - offset} bytes read of ${size}); copy again`);
+    // no end(): podd's socket is not half-open, a FIN would close its side before it answers
     s.write(`${hashes[0]!.copy().digest('hex')}\n`);
-    s.end();
     const v = parseBulkLine(await readLine(s, undefined, 60 * 60 * 1000));
     const err = lineError(v, 'the sandbox refused the upload');
     if (err) throw err;
