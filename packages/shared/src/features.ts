@@ -157,6 +157,8 @@ export const SERVER_FEATURES = {
   templateDelete: 'server.template-delete.v1',
   /** AdminService.DrainStream: Drain with a progress event per sandbox (the CLI's drain progress) */
   drainStream: 'server.drain-stream.v1',
+  /** SandboxService.PrepareBulkTransfer and the bulk channel on the unix socket (`sandbox cp` without the server in the data path; bulk-channel.ts) */
+  filesBulk: 'server.files.bulk.v1',
 } as const;
 
 /** Features of podd (`podd.*`). */
@@ -177,6 +179,8 @@ export const PODD_FEATURES = {
   filesStream: 'podd.files.stream.v1',
   /** CreateDirectory / CreateSymlink (confined, no symlink followed) and DirectoryEntry.link_target */
   filesTree: 'podd.files.tree.v1',
+  /** the bulk channel on podd's socket: a connection that starts with BULK_MAGIC carries one raw upload or download (bulk-channel.ts) */
+  filesBulk: 'podd.files.bulk.v1',
 } as const;
 
 /** The answer of a peer's GetVersion, as far as feature checks need it. */

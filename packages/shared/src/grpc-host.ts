@@ -16,6 +16,7 @@ import type { CompatServiceDefinition, ServiceImplementation } from 'nice-grpc';
 import { composeServerMiddleware, type ServerMiddleware } from 'nice-grpc-common';
 import { boundDetails, InvalidArgumentError, UnimplementedError } from './errors';
 import { stampPeer } from './connection-auth';
+import { sniffRaw, type RawProtocol } from './bulk-channel';
 /* eslint-disable @typescript-eslint/no-explicit-any */
 const defs = require('nice-grpc/lib/service-definitions') as {
   normalizeServiceDefinition(d: CompatServiceDefinition): Record<string, any>;
@@ -163,12 +164,14 @@ export class GrpcHost {
   /**
    * serveListener serves gRPC on connections accepted by a listening net.Server we own (e.g.
    * `net.createServer().listen({ fd })`), with creds (default insecure: plaintext HTTP/2; TLS
-   * credentials make each connection a TLS one first). Returns the net.Server.
+   * credentials make each connection a TLS one first). With raw, a connection whose first
+   * bytes are raw.magic goes to raw.handle instead (bulk-channel.ts sniffRaw). Returns the net.Server.
    */
-  serveListener(listener: net.Server, creds: grpc.ServerCredentials = INSECURE): net.Server {
+  serveListener(listener: net.Server, creds: grpc.ServerCredentials = INSECURE, raw?: RawProtocol): net.Server {
     let injector = this.injectors.get(creds);
     if (!injector) this.injectors.set(creds, (injector = this.server.createConnectionInjector(creds)));
-    listener.on('connection', (socket: net.Socket) => injector.injectConnection(socket));
+    const inject = (socket: net.Socket) => injector.injectConnection(socket);
+    listener.on('connection', raw ? (socket: net.Socket) => sniffRaw(socket, raw, inject) : inject);
     this.listeners.add(listener);
     return listener;
   }

@@ -38,3 +38,4 @@ export * from './network-layout';
 export * from './network-purge';
 export * from './tcp-connect';
 export * from './signals';
+export * from './bulk-channel';

@@ -51,6 +51,19 @@ function lib(): { getsockopt: GetSockOpt; errno: () => number } {
   }
 }
 
+let dupFn: ((fd: number) => number) | undefined;
+
+/** libcDup is dup(2) through koffi: a new fd of the same open file (an Error when it fails or koffi does not load). */
+export function libcDup(fd: number): number {
+  if (!dupFn) {
+    const koffi = require('koffi') as { load(lib: string): { func(decl: string): unknown } };
+    dupFn = koffi.load('libc.so.6').func('int dup(int fd)') as (fd: number) => number;
+  }
+  const d = dupFn(fd);
+  if (d < 0) throw new Error(`dup(${fd}) failed`);
+  return d;
+}
+
 /** fdOfSocket: the fd of a connected net.Socket (its libuv handle); an Error when it has none (closed, or not a plain socket). */
 export function fdOfSocket(socket: net.Socket): number {
   const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;

@@ -10,6 +10,8 @@ import { TemplateServiceDefinition } from './gen/sandnode/server/v1/template';
 
 export interface ServerApi {
   channel: Channel;
+  /** the address it was opened at ("unix:///abs.sock" or "host:port"); the bulk channel needs a unix one */
+  address?: string;
   sandboxes: ServiceClient<typeof SandboxServiceDefinition>;
   templates: ServiceClient<typeof TemplateServiceDefinition>;
   close(): void;
@@ -24,6 +26,7 @@ export function connectServerApi(address: string, timeoutMs = 120_000, auth: Cli
   const channel = createSandnodeChannel(address, auth);
   return {
     channel,
+    address,
     sandboxes: createServiceClient(SandboxServiceDefinition, channel, { timeoutMs, token: auth.token }),
     templates: createServiceClient(TemplateServiceDefinition, channel, { timeoutMs, token: auth.token }),
     close: () => channel.close(),

@@ -24,6 +24,7 @@ import { setBuildInfo } from './metrics';
 import { startServerCall } from './grpc-metrics';
 import { runWithLogContext, type LogContext } from './logger';
 import { DEADLINE_METADATA_KEY, GrpcHost } from './grpc-host';
+import type { RawProtocol } from './bulk-channel';
 import { epochFenceMiddleware, type EpochFence } from './epoch-fence';
 import { authMiddleware, peerKeyOfSocket, type AuthPolicy, type Role } from './connection-auth';
 import { RETRY_AFTER_MS_TRAILER, retryAfterMsOf } from './sqlite-busy';
@@ -104,7 +105,7 @@ export interface ServiceServer {
   /** shutdown runs the shutdown order; resolves when the server is closed. */
   shutdown(drainMs?: number): Promise<void>;
   /** serveListener serves gRPC on connections accepted by a listening net.Server we own (creds: default insecure). */
-  serveListener(listener: net.Server, creds?: grpc.ServerCredentials): void;
+  serveListener(listener: net.Server, creds?: grpc.ServerCredentials, raw?: RawProtocol): void;
   /** The grpc-js host (for handover: injected listeners, stop accepting). */
   readonly host: GrpcHost;
   /** The per-call and per-connection limits (server-guards.ts); setPeerKey names peers. */
@@ -283,9 +284,9 @@ export function createServiceServer(opts: ServiceServerOptions): ServiceServer {
       this.setServing(true);
       return ports;
     },
-    serveListener(listener, creds) {
+    serveListener(listener, creds, raw) {
       addReflection();
-      host.serveListener(listener, creds);
+      host.serveListener(listener, creds, raw);
       guards.watch(host.server);
       this.setServing(true);
     },

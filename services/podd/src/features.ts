@@ -22,8 +22,9 @@ export const PODD_BASE_FEATURES: readonly string[] = [
 /**
  * poddFeatures is the feature list of this podd: PODD_BASE_FEATURES, plus "podd.quiesce"
  * (Quiesce / Thaw / GetFreezeStatus) when the host's freeze port existed at start, plus
- * "podd.exec-pty.v1" when pseudo-terminals can be made (koffi loads, /dev/ptmx exists).
+ * "podd.exec-pty.v1" when pseudo-terminals can be made (koffi loads, /dev/ptmx exists), plus
+ * "podd.files.bulk.v1" when it serves a socket it owns (--listen-fd: the bulk channel is sniffed there).
  */
-export function poddFeatures(hasFreezePort: boolean, hasPty = false): string[] {
-  return [...PODD_BASE_FEATURES, ...(hasFreezePort ? [PODD_FEATURES.quiesce] : []), ...(hasPty ? [PODD_FEATURES.execPty] : [])];
+export function poddFeatures(hasFreezePort: boolean, hasPty = false, hasBulk = false): string[] {
+  return [...PODD_BASE_FEATURES, ...(hasFreezePort ? [PODD_FEATURES.quiesce] : []), ...(hasPty ? [PODD_FEATURES.execPty] : []), ...(hasBulk ? [PODD_FEATURES.filesBulk] : [])];
 }

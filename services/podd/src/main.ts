@@ -24,6 +24,7 @@ import { PODD_COMPONENT, poddFeatures } from './features';
 import { Quiescer } from './core/quiesce';
 import { createFreezePortClient } from './rpc/freeze-port-client';
 import { poddService } from './rpc/podd-service';
+import { bulkProtocol } from './core/file-bulk';
 
 /** Exit code of a usage or config error. */
 const EXIT_USAGE = 2;
@@ -55,7 +56,7 @@ async function main(): Promise<void> {
   const hasFreezePort = existsSync(cfg.freezeSocket);
   const quiescer = new Quiescer({ port: createFreezePortClient(cfg.freezeSocket, cfg.freezePortTimeoutMs), failpoints, syncTimeoutMs: cfg.syncTimeoutMs, log });
   const server = createServiceServer({
-    info: { component: PODD_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: poddFeatures(hasFreezePort, ptyAvailable()) },
+    info: { component: PODD_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: poddFeatures(hasFreezePort, ptyAvailable(), cfg.listenFd >= 0) },
     log,
   });
   server.add(PoddServiceDefinition, poddService({ runner, sessions, startedAtMs, quiescer, forwarder: new PortForwarder() }));
@@ -84,7 +85,8 @@ async function main(): Promise<void> {
       listener.once('error', reject);
       listener.listen({ fd: cfg.listenFd }, () => resolve());
     });
-    server.serveListener(listener);
+    // a connection that begins with the bulk magic is one raw transfer (core/file-bulk.ts)
+    server.serveListener(listener, undefined, bulkProtocol(log));
     log.info({ fd: cfg.listenFd, commit: buildCommit(), freeze_port: hasFreezePort }, 'podd serving on the inherited socket');
   } else {
     mkdirSync(path.dirname(cfg.socket), { recursive: true });

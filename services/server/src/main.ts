@@ -53,6 +53,7 @@ import { SlotBusyError } from './handover/slot-lock';
 import { DEFAULT_HOLD_MS } from './handover/takeover';
 import { DevicePeer } from './peers/device-peer';
 import { PoddPeers } from './peers/podd-peer';
+import { BulkChannel } from './rpc/bulk-transfer';
 import { VmPeer } from './peers/vm-peer';
 import { adminService } from './rpc/admin-service';
 import { sandboxService } from './rpc/sandbox-service';
@@ -101,6 +102,7 @@ export function wiring(
   net?: (directory: MapNetworkDirectory, vms: () => VmPeer | undefined, idle: () => IdleController | undefined) => NetworkServices,
 ): NodeWiring {
   const podd = new PoddPeers({ timeoutMs: cfg.poddCallTimeoutMs, retryAttempts: cfg.poddRetryAttempts, log: rootLog.child({ peer: 'podd' }) });
+  const bulk = new BulkChannel(rootLog.child({ api: 'bulk' }));
   // one directory per process: the network services keep it across activations
   const directory = new MapNetworkDirectory();
   const ingress = { listen: cfg.ingressListen, domain: cfg.ingressDomain };
@@ -113,6 +115,7 @@ export function wiring(
   );
   return {
     podd,
+    bulk,
     // the ingress, egress proxy and resolver listen on named listeners a handover passes on
     named: services && { wanted: () => services.wanted(), serve: (spec) => services.serve(spec), late: () => services.late() },
     onActive() {
@@ -148,6 +151,7 @@ export function wiring(
         pool: { configs: store.pools(), fillConcurrency: cfg.poolFillConcurrency, healthIntervalMs: cfg.poolHealthIntervalMs },
       });
       idleOfActive = manager.idle;
+      bulk.manager = manager;
       manager.gate.holdMs = DEFAULT_HOLD_MS;
       templates.inUse = (name) => manager.templateInUse(name);
       templates.retire = (name) => manager.retireTemplate(name);
@@ -159,7 +163,7 @@ export function wiring(
         devices,
         poolAdmin: manager.pool ? { pool: manager.pool, configs: store.pools(), templates, resourceDefaults, now: Date.now } : undefined,
         register(server) {
-          server.add(SandboxServiceDefinition, gateWritesWhileBusy(sandboxService(manager, streams, ingress, podd), SANDBOX_WRITES, store, { what: 'records.db' }));
+          server.add(SandboxServiceDefinition, gateWritesWhileBusy(sandboxService(manager, streams, ingress, podd, bulk), SANDBOX_WRITES, store, { what: 'records.db' }));
           server.add(TemplateServiceDefinition, templateService(templates));
         },
       };

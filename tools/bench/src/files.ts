@@ -6,7 +6,9 @@
  * the same bytes out through `exec cat` (the Exec stream), and a raw local copy of the file
  * (read + write + fsync on the host disk). The host's load average is recorded before and
  * after: the machine is shared, so a figure is only as good as the load beside it; and the CPU
- * time the server and podd spent per GiB, which the load does not inflate much.
+ * time the server, podd and the CLI spent per GiB, which the load does not inflate much. Each
+ * copy runs twice: over the gRPC streams (SANDNODE_CP_GRPC=1, the baseline) and over the bulk
+ * channel (the default on a unix socket), in the same run.
  * Goal: >= 200 MB/s each way.
  */
 import { spawn } from 'node:child_process';
@@ -40,6 +42,17 @@ export interface FilesBench {
   /** CPU time (user + system) the server and the sandbox's podd spent per GiB moved, ms, in and out */
   serverCpuMsPerGiB: { in: number; out: number };
   poddCpuMsPerGiB: { in: number; out: number };
+  /** CPU time of the `sandnode` CLI process per GiB, ms, in and out */
+  cliCpuMsPerGiB: { in: number; out: number };
+  /** the same copies over the gRPC streams (SANDNODE_CP_GRPC=1), in the same run before the bulk channel's: the baseline */
+  grpc: {
+    inMbPerSec: number;
+    outMbPerSec: number;
+    sha256Intact: boolean;
+    serverCpuMsPerGiB: { in: number; out: number };
+    poddCpuMsPerGiB: { in: number; out: number };
+    cliCpuMsPerGiB: { in: number; out: number };
+  };
   /** os.loadavg() (1, 5, 15 min) before and after the section, on a host of `cpus` cores */
   loadBefore: number[];
   loadAfter: number[];
@@ -61,16 +74,24 @@ async function writeRandom(file: string, n: number): Promise<string> {
 }
 
 /** cli runs `sandnode` against dirs and returns its parsed --json output and wall time. */
-async function cli(dirs: StackDirs, args: string[]): Promise<{ out: { mbPerSec: number; sha256: string; bytes: number }; wallMs: number }> {
+async function cli(dirs: StackDirs, args: string[], grpc = false): Promise<{ out: { mbPerSec: number; sha256: string; bytes: number }; wallMs: number; cliCpuMs: number }> {
   const t0 = performance.now();
-  const p = spawn(process.execPath, [require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', dirs.stateDir, '--run-dir', dirs.runDir, ...args, '--json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  // through sh so that its `times` reports the CLI's CPU time (user + system of its children) on stderr
+  const argv = [process.execPath, require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', dirs.stateDir, '--run-dir', dirs.runDir, ...args, '--json'];
+  const p = spawn('/bin/sh', ['-c', '"$@"; s=$?; times >&2; exit $s', 'sh', ...argv], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, SANDNODE_CP_GRPC: grpc ? '1' : '0' },
+  });
   let stdout = '';
   let stderr = '';
   p.stdout.on('data', (d: Buffer) => (stdout += d.toString()));
   p.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
   const status = await new Promise((r) => p.on('close', r));
   if (status !== 0) throw new Error(`sandnode ${args.join(' ')}: exit ${String(status)}: ${stderr.slice(0, 300)}`);
-  return { out: JSON.parse(stdout) as { mbPerSec: number; sha256: string; bytes: number }, wallMs: performance.now() - t0 };
+  // the second line of `times`: the children's user and system time, "0m1.230000s 0m0.450000s"
+  const t = /(\d+)m([\d.]+)s (\d+)m([\d.]+)s\s*$/.exec(stderr.trim());
+  const cliCpuMs = t ? Math.round((Number(t[1]) * 60 + Number(t[2]) + Number(t[3]) * 60 + Number(t[4])) * 1000) : 0;
+  return { out: JSON.parse(stdout) as { mbPerSec: number; sha256: string; bytes: number }, wallMs: performance.now() - t0, cliCpuMs };
 }
 
 /** cpuMs is the user + system CPU time of pid from /proc, ms (clock ticks of 10 ms); 0 when it cannot be read. */
@@ -131,6 +152,15 @@ export async function benchFiles(api: ServerApi, dirs: StackDirs, rows: (string 
     const sha = await writeRandom(src, bytes);
     const local = await localCopy(src, path.join(dir, 'local.bin'));
     rmSync(path.join(dir, 'local.bin'));
+    // the gRPC streams first (SANDNODE_CP_GRPC=1), as the baseline of the same run
+    const g0 = [cpuMs(serverPid), cpuMs(podd)];
+    const gUp = await cli(dirs, ['sandbox', 'cp', src, `${id}:/workspace/bench-files-grpc.bin`], true);
+    const g1 = [cpuMs(serverPid), cpuMs(podd)];
+    const gDown = await cli(dirs, ['sandbox', 'cp', `${id}:/workspace/bench-files-grpc.bin`, back], true);
+    const g2 = [cpuMs(serverPid), cpuMs(podd)];
+    const grpcIntact = gUp.out.sha256 === sha && gDown.out.sha256 === sha;
+    rmSync(back, { force: true });
+    for await (const ev of api.sandboxes.exec({ sandboxId: id, argv: ['rm', '-f', '/workspace/bench-files-grpc.bin'] })) void ev;
     const c0 = [cpuMs(serverPid), cpuMs(podd)];
     const up = await cli(dirs, ['sandbox', 'cp', src, `${id}:/workspace/bench-files.bin`]);
     const c1 = [cpuMs(serverPid), cpuMs(podd)];
@@ -152,6 +182,15 @@ export async function benchFiles(api: ServerApi, dirs: StackDirs, rows: (string 
       localCopyMbPerSec: mbps(bytes, local),
       serverCpuMsPerGiB: { in: perGiB((c1[0] ?? 0) - (c0[0] ?? 0)), out: perGiB((c2[0] ?? 0) - (c1[0] ?? 0)) },
       poddCpuMsPerGiB: { in: perGiB((c1[1] ?? 0) - (c0[1] ?? 0)), out: perGiB((c2[1] ?? 0) - (c1[1] ?? 0)) },
+      cliCpuMsPerGiB: { in: perGiB(up.cliCpuMs), out: perGiB(down.cliCpuMs) },
+      grpc: {
+        inMbPerSec: gUp.out.mbPerSec,
+        outMbPerSec: gDown.out.mbPerSec,
+        sha256Intact: grpcIntact,
+        serverCpuMsPerGiB: { in: perGiB((g1[0] ?? 0) - (g0[0] ?? 0)), out: perGiB((g2[0] ?? 0) - (g1[0] ?? 0)) },
+        poddCpuMsPerGiB: { in: perGiB((g1[1] ?? 0) - (g0[1] ?? 0)), out: perGiB((g2[1] ?? 0) - (g1[1] ?? 0)) },
+        cliCpuMsPerGiB: { in: perGiB(gUp.cliCpuMs), out: perGiB(gDown.cliCpuMs) },
+      },
       loadBefore,
       loadAfter: os.loadavg().map(r1),
       cpus: os.cpus().length,
@@ -161,9 +200,9 @@ export async function benchFiles(api: ServerApi, dirs: StackDirs, rows: (string 
       `files: sandbox cp ${bytes / MiB} MiB in / out`,
       `${r.cpInMbPerSec} / ${r.cpOutMbPerSec} MB/s (sha256 ${r.sha256Intact ? 'intact' : 'DIFFERENT'})`,
       '>= 200 MB/s',
-      `baseline exec cat ${r.execCatOutMbPerSec} MB/s, local copy ${r.localCopyMbPerSec} MB/s; CPU ms/GiB in/out server ${r.serverCpuMsPerGiB.in}/${r.serverCpuMsPerGiB.out}, podd ${r.poddCpuMsPerGiB.in}/${r.poddCpuMsPerGiB.out}; load ${loadBefore.join(' ')} -> ${r.loadAfter.join(' ')} on ${r.cpus} cpus`,
+      `baseline gRPC streams ${r.grpc.inMbPerSec} / ${r.grpc.outMbPerSec} MB/s (CPU ms/GiB in/out server ${r.grpc.serverCpuMsPerGiB.in}/${r.grpc.serverCpuMsPerGiB.out}, podd ${r.grpc.poddCpuMsPerGiB.in}/${r.grpc.poddCpuMsPerGiB.out}, cli ${r.grpc.cliCpuMsPerGiB.in}/${r.grpc.cliCpuMsPerGiB.out}), exec cat ${r.execCatOutMbPerSec} MB/s, local copy ${r.localCopyMbPerSec} MB/s; bulk CPU ms/GiB in/out server ${r.serverCpuMsPerGiB.in}/${r.serverCpuMsPerGiB.out}, podd ${r.poddCpuMsPerGiB.in}/${r.poddCpuMsPerGiB.out}, cli ${r.cliCpuMsPerGiB.in}/${r.cliCpuMsPerGiB.out}; load ${loadBefore.join(' ')} -> ${r.loadAfter.join(' ')} on ${r.cpus} cpus`,
     ]);
-    if (!r.sha256Intact) throw new Error('sandbox cp changed the bytes (sha256 differs)');
+    if (!r.sha256Intact || !grpcIntact) throw new Error('sandbox cp changed the bytes (sha256 differs)');
     return r;
   } finally {
     rmSync(dir, { recursive: true, force: true });

@@ -101,6 +101,22 @@ async function openRegular(dirFd: number, name: string, p: string, confined: boo
 }
 
 /**
+ * openDownload opens the regular file p below beneath for reading (walk.ts: no symlink
+ * followed), as downloadFile and the bulk channel do. Errors: as downloadFile.
+ */
+export async function openDownload(p: string, offset: number, beneath: string): Promise<{ fh: FileHandle; st: Stats }> {
+  checkStreamPath(p);
+  checkOffset(offset);
+  const w = await walkParent(p, beneath);
+  try {
+    if (!w.name) throw new FailedPreconditionError(`path: ${p} is a directory`);
+    return await openRegular(w.dir.fd, w.name, p, w.confined, fsc.O_RDONLY);
+  } finally {
+    await w.release();
+  }
+}
+
+/**
  * downloadFile streams the regular file p from offset: a first chunk with its size and no
  * data, then chunks of at most STREAM_CHUNK_BYTES up to that size (bytes appended while it
  * streams are not sent; a file cut short ends the stream early). The file is
@@ -109,17 +125,7 @@ async function openRegular(dirFd: number, name: string, p: string, confined: boo
  * NOT_FOUND, FAILED_PRECONDITION (not a regular file, a symlink on the way below beneath).
  */
 export async function* downloadFile(p: string, offset: number, beneath: string, signal?: AbortSignal): AsyncGenerator<DownloadChunk> {
-  checkStreamPath(p);
-  checkOffset(offset);
-  const w = await walkParent(p, beneath);
-  let opened;
-  try {
-    if (!w.name) throw new FailedPreconditionError(`path: ${p} is a directory`);
-    opened = await openRegular(w.dir.fd, w.name, p, w.confined, fsc.O_RDONLY);
-  } finally {
-    await w.release();
-  }
-  const { fh, st } = opened;
+  const { fh, st } = await openDownload(p, offset, beneath);
   // the file as it was opened: a writer that appends while it streams cannot make it endless
   const end = st.size;
   const readAt = async (pos: number): Promise<Buffer> => {

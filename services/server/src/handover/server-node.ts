@@ -20,6 +20,7 @@ import {
   SUITE_VERSION,
   unixAddress,
   type Logger,
+  type RawProtocol,
   type ServiceServer,
   type TakeoverResult,
   type TokenIdentity,
@@ -75,6 +76,8 @@ export interface ActiveParts {
 export interface NodeWiring {
   /** the podd clients (one per sandbox socket), kept across activations */
   podd: PoddPeers;
+  /** the bulk channel (rpc/bulk-transfer.ts) served on the public unix sockets beside gRPC; none: gRPC only */
+  bulk?: { raw: RawProtocol };
   /** activate builds the active parts on store; epoch() is the node's current epoch. */
   activate(a: { store: SqliteRecordStore; epoch: () => number; log: Logger; streams: { streams: number } }): ActiveParts;
   /** onActive runs each time this server has become ACTIVE (main.ts: the settings file). */
@@ -332,7 +335,7 @@ export class ServerNode implements StandbyNode, OldServer {
     // sends GOAWAY). The clients it sends GOAWAY reconnect into a process that already
     // accepts, so the switch costs them a reconnect, not this server's listen steps.
     const [listeners, named] = await Promise.all([
-      openListeners(source, (s, address) => pub.serveListener(s, address.startsWith('unix://') ? undefined : tcpCreds)),
+      openListeners(source, (s, address) => (address.startsWith('unix://') ? pub.serveListener(s, undefined, this.wiring.bulk?.raw) : pub.serveListener(s, tcpCreds))),
       this.wiring.named
         ? Promise.resolve(this.wiring.named.wanted()).then((specs) => openNamedListeners(specs, 'received' in source ? (source.named ?? []) : [], this.wiring.named!.serve))
         : undefined,

@@ -13,19 +13,22 @@ import {
   InternalError,
   InvalidArgumentError,
   PODD_FEATURES,
+  peerOf,
   requireSandboxId,
   ResourceExhaustedError,
   UnimplementedError,
   type PeerFeatures,
+  type PoddBulkRequest,
   type SandnodeCallContext,
   type ServiceClient,
 } from '@sandnode/shared';
 import type { EntryType, UploadFileRequest as PoddUploadFileRequest } from '@sandnode/shared/proto/podd/v1/files';
 import type { FileType as PoddFileType, PoddServiceDefinition } from '@sandnode/shared/proto/podd/v1/podd';
-import { FileType, type DownloadFileResponse, type FileInfo, type UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
+import { BulkDirection, FileType, type DownloadFileResponse, type FileInfo, type UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
 import type { SandboxServiceImplementation } from '@sandnode/shared/proto/server/v1/sandbox';
 import path from 'node:path';
 import type { SandboxManager } from '../core/sandbox-manager';
+import type { BulkChannel } from './bulk-transfer';
 import { idleCall } from './idle-hooks';
 import { MAX_FILE_CHUNK_BYTES, workspacePath } from '../core/validate';
 
@@ -64,7 +67,7 @@ export interface PoddFileRelay {
   raw(address: string): { client: ServiceClient<typeof PoddServiceDefinition>; features: PeerFeatures };
 }
 
-type FileCalls = Pick<SandboxServiceImplementation<SandnodeCallContext>, 'downloadFile' | 'uploadFile' | 'listDirectory' | 'statFile' | 'createDirectory' | 'createSymlink'>;
+type FileCalls = Pick<SandboxServiceImplementation<SandnodeCallContext>, 'downloadFile' | 'uploadFile' | 'listDirectory' | 'statFile' | 'createDirectory' | 'createSymlink' | 'prepareBulkTransfer'>;
 
 /** workspaceDir is workspacePath that also takes "" and "/workspace" (the root itself), for ListDirectory and StatFile. */
 function workspaceDir(field: string, p: string): string {
@@ -76,7 +79,7 @@ function workspaceDir(field: string, p: string): string {
 const isFileName = (name: string): boolean => name !== '' && name !== '.' && name !== '..' && !name.includes('/') && !name.includes('\0');
 
 /** Which SandboxService call needs a RUNNING sandbox with a streaming podd. */
-type Call = 'DownloadFile' | 'UploadFile' | 'ListDirectory' | 'StatFile' | 'CreateDirectory' | 'CreateSymlink';
+type Call = 'DownloadFile' | 'UploadFile' | 'ListDirectory' | 'StatFile' | 'CreateDirectory' | 'CreateSymlink' | 'PrepareBulkTransfer';
 
 /** typeToPb maps podd's entry types to the API's (podd.v1.EntryType and podd.v1.FileType number their common values alike). */
 function typeToPb(t: EntryType | PoddFileType): FileType {
@@ -102,9 +105,10 @@ function checkOffset(offset: number): void {
  * fileTransferService implements the streamed file calls over m (records) and podds (the
  * sandboxes' podd clients); counters.streams counts running transfers beside Exec streams
  * (a retiring server relays them to their end); slots caps the transfers per sandbox
- * (RESOURCE_EXHAUSTED above MAX_FILE_STREAMS_PER_SANDBOX).
+ * (RESOURCE_EXHAUSTED above MAX_FILE_STREAMS_PER_SANDBOX); bulk issues the tokens of
+ * PrepareBulkTransfer (bulk-transfer.ts; without it the call is UNIMPLEMENTED).
  */
-export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | undefined, counters: { streams: number } = { streams: 0 }, slots = new FileStreams()): FileCalls {
+export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | undefined, counters: { streams: number } = { streams: 0 }, slots = new FileStreams(), bulk?: BulkChannel): FileCalls {
   /**
    * podd returns the podd client of a RUNNING sandbox that has the streamed file calls.
    * Errors: INVALID_ARGUMENT (id), NOT_FOUND, FAILED_PRECONDITION (not RUNNING: names the
@@ -220,6 +224,23 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
       if (req.mode > 0o777) throw new InvalidArgumentError(`mode: ${req.mode.toString(8)} is not a permission mode (0..0777)`);
       const client = await podd(req.sandboxId, 'CreateDirectory', PODD_FEATURES.filesTree);
       return client.createDirectory({ path: abs, mode: req.mode, createParents: true, beneath: WORKSPACE }, { signal: ctx.signal });
+    },
+
+    async prepareBulkTransfer(req, ctx) {
+      const abs = workspacePath('path', req.path);
+      checkOffset(req.offset);
+      if (req.mode > 0o777) throw new InvalidArgumentError(`mode: ${req.mode.toString(8)} is not a permission mode (0..0777)`);
+      const up = req.direction === BulkDirection.BULK_DIRECTION_UPLOAD;
+      if (!up && req.direction !== BulkDirection.BULK_DIRECTION_DOWNLOAD) throw new InvalidArgumentError('direction: must be BULK_DIRECTION_UPLOAD or BULK_DIRECTION_DOWNLOAD');
+      if (up && !Number.isSafeInteger(req.sizeBytes)) throw new InvalidArgumentError('size_bytes: must be below 2^53');
+      if (!bulk) throw new UnimplementedError('PrepareBulkTransfer: this server runs without the bulk channel');
+      const peer = peerOf(ctx);
+      if (peer?.transport !== 'unix') throw new FailedPreconditionError('PrepareBulkTransfer: the bulk channel is served on the unix socket only; use UploadFile / DownloadFile');
+      await podd(req.sandboxId, 'PrepareBulkTransfer', PODD_FEATURES.filesBulk);
+      const request: PoddBulkRequest = up
+        ? { op: 'upload', path: abs, offset: req.offset, mode: req.mode, inPlace: req.inPlace, beneath: WORKSPACE, sizeBytes: req.sizeBytes }
+        : { op: 'download', path: abs, offset: req.offset, beneath: WORKSPACE };
+      return { token: bulk.issue(peer, req.sandboxId, request), expiresInMs: bulk.ttlMs };
     },
 
     async createSymlink(req, ctx) {

@@ -9,6 +9,7 @@ import type { SandboxRecord } from '../core/types';
 import { observeFork } from '../metrics';
 import { execStreamService } from './exec-stream-service';
 import { withIdle } from './idle-hooks';
+import type { BulkChannel } from './bulk-transfer';
 import { fileTransferService, type PoddFileRelay } from './file-transfer-service';
 import { forkMethodToPb, NO_INGRESS, sandboxToPb as recordToPb, statesFromPb, type IngressAddress } from './convert';
 
@@ -31,20 +32,21 @@ function varintBytes(n: number): number {
  * counters.streams counts running Exec streams and file transfers (a retiring server relays
  * them to the end); ingress is where the ingress listener is (Sandbox.network.ingress_url);
  * podds reaches the sandboxes' podds for the streamed file calls (file-transfer-service.ts;
- * without it they are UNIMPLEMENTED).
+ * without it they are UNIMPLEMENTED); bulk issues PrepareBulkTransfer's tokens (bulk-transfer.ts).
  */
 export function sandboxService(
   m: SandboxManager,
   counters: { streams: number } = { streams: 0 },
   ingress: IngressAddress = NO_INGRESS,
   podds?: PoddFileRelay,
+  bulk?: BulkChannel,
 ): SandboxServiceImplementation<SandnodeCallContext> {
   const sandboxToPb = (r: SandboxRecord) => recordToPb(r, ingress, m.idle.lastActivityMs(r));
   // activity and auto-resume of every handler that names a sandbox (idle-hooks.ts)
   return withIdle(
     {
       ...execStreamService(m, counters),
-      ...fileTransferService(m, podds, counters),
+      ...fileTransferService(m, podds, counters, undefined, bulk),
       async createSandbox(req, ctx) {
         const t0 = performance.now();
         const { rec, poolMiss } = await m.createDetailed(

@@ -2,7 +2,9 @@
  * `sandnode sandbox cp SRC DST | ls ID [PATH] | stat ID PATH`: files in and out of a sandbox,
  * like `kubectl cp`. One side of `cp` is `sb-<16 hex>:PATH` (PATH relative to /workspace, or
  * absolute below it), the other a local file. Any size: the bytes stream (UploadFile /
- * DownloadFile, feature "server.files.stream.v1"), one chunk in memory at a time. A copy goes
+ * DownloadFile, feature "server.files.stream.v1"), one chunk in memory at a time; on a unix
+ * socket over the bulk channel instead (sandbox-bulk.ts, "server.files.bulk.v1": the server
+ * leaves the data path), falling back to the streams when the server or podd lacks it. A copy goes
  * to a temp file beside the target that replaces it at the end, so a cut copy leaves the
  * target as it was; `--resume` writes in place and continues from the target's size instead.
  * Progress goes to stderr on a TTY; `--json` prints {source, destination, bytes, bytesSent,
@@ -17,6 +19,7 @@ import { FileType, type FileInfo, type UploadFileRequest } from '@sandnode/share
 import type { ServerApi } from '@sandnode/node-stack';
 import { CliError, UsageError } from '../output';
 import { openRoot, receiveFile } from './local-beneath';
+import { bulkDownload, bulkUpload, downloadRequest, openBulk, uploadRequest } from './sandbox-bulk';
 
 /** Bytes per UploadFile data message (1 MiB). */
 export const UPLOAD_CHUNK_BYTES = 1024 * 1024;
@@ -48,6 +51,8 @@ export interface CopyResult {
   durationMs: number;
   /** bytesSent / duration, 10^6 bytes per second */
   mbPerSec: number;
+  /** how the bytes moved: "bulk" (the bulk channel, sandbox-bulk.ts) or "grpc" (the streamed calls) */
+  via: 'bulk' | 'grpc';
 }
 
 const mib = (n: number) => (n / 1048576).toFixed(1);
@@ -128,6 +133,21 @@ export async function sendFile(api: ServerApi, src: string, st: Stats, dest: Rem
   await hashPrefix(src, offset, whole);
   const progress = new Progress(st.size, offset, o.json === true || o.quiet === true);
   let pos = offset;
+  const t0 = Date.now();
+  let res: { sizeBytes: number; bytesWritten: number; sha256: string } | undefined;
+  const bulk = await openBulk(api, uploadRequest(dest.sandboxId, dest.path, offset, st.mode & 0o777, o.resume === true, st.size - offset)).catch((err: unknown) => {
+    throw streamFailed(err);
+  });
+  if (bulk) {
+    try {
+      res = await bulkUpload(bulk, src, offset, st.size - offset, whole === sent ? [sent] : [sent, whole], (p) => {
+        pos = p;
+        progress.tick(p);
+      });
+    } finally {
+      progress.end();
+    }
+  }
   async function* requests(): AsyncIterable<UploadFileRequest> {
     yield { part: { $case: 'header', value: { sandboxId: dest.sandboxId, path: dest.path, offset, mode: st.mode & 0o777, inPlace: o.resume === true } } };
     for await (const c of createReadStream(src, { start: offset, highWaterMark: UPLOAD_CHUNK_BYTES })) {
@@ -141,15 +161,15 @@ export async function sendFile(api: ServerApi, src: string, st: Stats, dest: Rem
     // the end says the upload is complete (a stream cut before it is never committed), with the hash podd checks
     yield { part: { $case: 'end', value: { sha256: sent.copy().digest('hex') } } };
   }
-  const t0 = Date.now();
-  let res;
-  try {
-    // no deadline: the size decides how long it takes; Ctrl-C ends it
-    res = await api.sandboxes.uploadFile(requests(), { deadline: undefined, retry: false });
-  } catch (err) {
-    throw streamFailed(err);
-  } finally {
-    progress.end();
+  if (!res) {
+    try {
+      // no deadline: the size decides how long it takes; Ctrl-C ends it
+      res = await api.sandboxes.uploadFile(requests(), { deadline: undefined, retry: false });
+    } catch (err) {
+      throw streamFailed(err);
+    } finally {
+      progress.end();
+    }
   }
   const ms = Date.now() - t0;
   const mine = sent.copy().digest('hex');
@@ -165,6 +185,7 @@ export async function sendFile(api: ServerApi, src: string, st: Stats, dest: Rem
     sha256: whole.digest('hex'),
     durationMs: ms,
     mbPerSec: rate(pos - offset, ms),
+    via: bulk ? 'bulk' : 'grpc',
   };
 }
 
@@ -175,6 +196,7 @@ export interface Received {
   offset: number;
   sha256: string;
   ms: number;
+  via: 'bulk' | 'grpc';
 }
 
 /**
@@ -199,9 +221,22 @@ export async function receiveInto(
   const t0 = Date.now();
   let progress: Progress | undefined;
   let size = 0;
+  let via: 'bulk' | 'grpc' = 'grpc';
   try {
     if (offset > 0) await hashHandle(f.fh, offset, whole);
-    for await (const m of api.sandboxes.downloadFile({ sandboxId: r.sandboxId, path: r.path, offset })) {
+    const bulk = await openBulk(api, downloadRequest(r.sandboxId, r.path, offset));
+    if (bulk) {
+      via = 'bulk';
+      pos = await bulkDownload(
+        bulk,
+        f.fh,
+        offset,
+        whole,
+        (n) => (progress = new Progress(n, offset, o.json === true || o.quiet === true)),
+        (p) => progress?.tick(p),
+      );
+    }
+    for await (const m of bulk ? [] : api.sandboxes.downloadFile({ sandboxId: r.sandboxId, path: r.path, offset })) {
       if (!progress) {
         progress = new Progress(m.sizeBytes, offset, o.json === true || o.quiet === true);
         size = m.sizeBytes;
@@ -223,7 +258,7 @@ export async function receiveInto(
     progress?.end();
     if (!committed) await f.abort();
   }
-  return { bytes: pos, bytesSent: pos - offset, offset, sha256: whole.digest('hex'), ms: Date.now() - t0 };
+  return { bytes: pos, bytesSent: pos - offset, offset, sha256: whole.digest('hex'), ms: Date.now() - t0, via };
 }
 
 /** writeFully writes all of data at pos. */
@@ -266,6 +301,7 @@ export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { 
       sha256: got.sha256,
       durationMs: got.ms,
       mbPerSec: rate(got.bytesSent, got.ms),
+      via: got.via,
     };
   } finally {
     await dir.close();
