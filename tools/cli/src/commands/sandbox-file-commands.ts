@@ -25,7 +25,10 @@ export function registerFileCommands(sandbox: Command): void {
     .description(
       'copy a file or directory into (cp ./d sb-ID:/workspace/d) or out of (cp sb-ID:/workspace/d ./d) a sandbox; any size, streamed; directories recursively with modes, symlinks as symlinks',
     )
-    .option('--resume', 'write in place and continue each file from the size its target has: a cut cp --resume continues where it stopped (a plain cp writes a temp file, so a cut one leaves nothing to continue)')
+    .option(
+      '--resume',
+      'write in place and continue each file from the size its target has: a cut cp --resume continues where it stopped (a plain cp writes a temp file, so a cut one leaves nothing to continue)',
+    )
     .option('--json', 'print the result as JSON (bytes, sha256, rate)')
     .action(
       action(async (src: string, dst: string, o: { resume?: boolean; json?: boolean }, cmd: Command) => {
