@@ -67,6 +67,12 @@ describe('hintFor: the other codes', () => {
 });
 
 describe('hintFor: FAILED_PRECONDITION', () => {
+  it('a fork that missed its freeze window: names the --max-freeze-ms flag, not the proto field', () => {
+    expect(hintFor(Status.ABORTED, "the clone did not finish within the parent's 1500 ms freeze window; retry with a larger max_freeze_ms (at most 10000)", TCP)).toBe(
+      'retry with a longer freeze window: sandnode sandbox fork ID --max-freeze-ms N (ms, at most 10000), or pause the sandbox and fork it paused',
+    );
+  });
+
   it('a pause of a PAUSED or DRAINED sandbox: says so instead of asking to resume it', () => {
     expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-9f is PAUSED; PauseSandbox needs RUNNING', TCP)).toBe('it is paused already: nothing to do (sandnode sandbox get sb-9f)');
     expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-9f is DRAINED; PauseSandbox needs RUNNING', TCP)).toBe('it is drained: it runs nothing to pause');
