@@ -23,6 +23,7 @@
  * socket whose peer is the CLI's process, with a request the server wrote.
  */
 import type net from 'node:net';
+import { peerCred } from './peer-cred';
 
 /** The first bytes of a bulk connection (to the server and to podd). */
 export const BULK_MAGIC = Buffer.from('SNBULK1\n');
@@ -39,23 +40,67 @@ export interface RawProtocol {
 }
 
 /**
+ * How long a connection on a sniffing listener may take to tell its protocol (its first bytes:
+ * BULK_MAGIC or not), ms; then it is closed. The same as ServerGuards' handshake timeout
+ * (DEFAULT_GUARD_LIMITS.handshakeTimeoutMs), which a connection reaches only once it is HTTP/2.
+ */
+export const SNIFF_TIMEOUT_MS = 10_000;
+/**
+ * Most connections one uid (SO_PEERCRED) may have undecided at once on the sniffing listeners
+ * of a process; one more is closed at once. The same as ServerGuards' maxConnectionsPerPeer,
+ * which counts a connection only once it is HTTP/2.
+ */
+export const SNIFF_MAX_PENDING_PER_UID = 256;
+/** undecided connections by peer key (uid, or "?" when the socket has no peer credentials) */
+const sniffPending = new Map<string, number>();
+
+/** sniffKey names the peer of socket for SNIFF_MAX_PENDING_PER_UID: its uid. */
+function sniffKey(socket: net.Socket): string {
+  try {
+    return `uid:${peerCred(socket).uid}`;
+  } catch {
+    return '?';
+  }
+}
+
+/**
  * sniffRaw reads the first bytes of socket: when they are raw.magic, raw.handle gets the socket
  * (magic consumed), else grpc does with every byte it sent unshifted (Node's HTTP/2 session
  * takes bytes buffered in the socket first). An HTTP/2 client's preface ("PRI * ...") differs
  * at its first byte, so a gRPC connection waits for nothing more than its first read.
+ * Hostility: a connection that sends nothing, or a prefix of raw.magic, and stalls reaches
+ * neither side's limits; it is closed after timeoutMs (SNIFF_TIMEOUT_MS), and one beyond
+ * SNIFF_MAX_PENDING_PER_UID undecided connections of its uid is closed at once (before: held
+ * for good, uncounted; attack-bulk-sniff.it.test.ts).
  */
-export function sniffRaw(socket: net.Socket, raw: RawProtocol, grpc: (s: net.Socket) => void): void {
+export function sniffRaw(socket: net.Socket, raw: RawProtocol, grpc: (s: net.Socket) => void, timeoutMs = SNIFF_TIMEOUT_MS, maxPendingPerUid = SNIFF_MAX_PENDING_PER_UID): void {
+  const key = sniffKey(socket);
+  const pending = sniffPending.get(key) ?? 0;
+  if (pending >= maxPendingPerUid) {
+    socket.destroy();
+    return;
+  }
+  sniffPending.set(key, pending + 1);
   let got: Buffer = Buffer.alloc(0);
+  let decided = false;
   const done = () => {
+    decided = true;
+    clearTimeout(timer);
+    const m = (sniffPending.get(key) ?? 1) - 1;
+    if (m > 0) sniffPending.set(key, m);
+    else sniffPending.delete(key);
     socket.off('data', onData);
     socket.off('end', onEnd);
     socket.off('error', onEnd);
+    socket.off('close', onEnd);
     socket.pause();
   };
   const onEnd = () => {
+    if (decided) return;
     done();
     socket.destroy();
   };
+  const timer = setTimeout(onEnd, timeoutMs);
   const onData = (d: Buffer) => {
     got = got.length ? Buffer.concat([got, d]) : d;
     const n = Math.min(got.length, raw.magic.length);
@@ -73,6 +118,7 @@ export function sniffRaw(socket: net.Socket, raw: RawProtocol, grpc: (s: net.Soc
   socket.on('data', onData);
   socket.on('end', onEnd);
   socket.on('error', onEnd);
+  socket.on('close', onEnd);
 }
 
 /**

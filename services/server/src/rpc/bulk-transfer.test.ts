@@ -10,7 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { BULK_MAGIC, readLine, Status, type PoddBulkRequest } from '@sandnode/shared';
 import type { SandboxManager } from '../core/sandbox-manager';
-import { BulkChannel, MAX_BULK_TOKENS_PER_UID } from './bulk-transfer';
+import { BulkChannel, MAX_BULK_CONNECTIONS_PER_UID, MAX_BULK_TOKENS_PER_UID } from './bulk-transfer';
 
 /** The part of usocket's USocket a test uses. */
 interface USock {
@@ -147,4 +147,28 @@ test('a sandbox that is not RUNNING any more is FAILED_PRECONDITION and the podd
   const r = await present(sock, bulk.issue(me, 'sb-0123456789abcdef', REQ));
   expect(r.error?.code).toBe(Status.FAILED_PRECONDITION);
   expect(podd).toHaveLength(0);
+});
+
+test('bulk connections that stall after the magic are bounded per uid: one more is RESOURCE_EXHAUSTED at once', async () => {
+  const bulk = new BulkChannel();
+  const { sock } = await node(bulk);
+  // attack: MAX stallers (magic, then no token line) hold their slots; before, any number was held
+  const stallers: net.Socket[] = [];
+  for (let i = 0; i < MAX_BULK_CONNECTIONS_PER_UID; i++) {
+    const s = net.connect({ path: sock });
+    s.on('error', () => undefined);
+    await new Promise((r) => s.once('connect', r));
+    s.write(BULK_MAGIC);
+    stallers.push(s);
+  }
+  // wait until the server holds them all (each is read by the test server and handed to serve)
+  const token = bulk.issue(me, 'sb-0123456789abcdef', REQ);
+  let r = await present(sock, token);
+  for (let i = 0; i < 10 && r.error?.code !== Status.RESOURCE_EXHAUSTED; i++) r = await present(sock, bulk.issue(me, 'sb-0123456789abcdef', REQ));
+  expect(r.error?.code).toBe(Status.RESOURCE_EXHAUSTED);
+  for (const s of stallers) s.destroy();
+  // once they are gone, a good token is served again (the server sees their ends soon after)
+  let again = await present(sock, bulk.issue(me, 'sb-0123456789abcdef', REQ));
+  for (let i = 0; i < 4 && !again.fd; i++) again = await present(sock, bulk.issue(me, 'sb-0123456789abcdef', REQ));
+  expect(again).toEqual({ fd: 'hi' });
 });

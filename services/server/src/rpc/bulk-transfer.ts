@@ -36,6 +36,13 @@ import type { SandboxManager } from '../core/sandbox-manager';
 export const BULK_TOKEN_TTL_MS = 10_000;
 /** Most unused tokens one uid may hold; one more is RESOURCE_EXHAUSTED. */
 export const MAX_BULK_TOKENS_PER_UID = 16;
+/**
+ * Most bulk connections one uid (SO_PEERCRED) may have in the server at once (token line not
+ * yet read, or podd being connected); one more is answered RESOURCE_EXHAUSTED at once. Each
+ * holds a descriptor for up to BULK_LINE_TIMEOUT_MS + BULK_PODD_CONNECT_MS; before, a caller
+ * could open them without bound (attack-bulk-sniff.it.test.ts).
+ */
+export const MAX_BULK_CONNECTIONS_PER_UID = 32;
 /** How long the server waits for the podd's socket to accept, ms. */
 export const BULK_PODD_CONNECT_MS = 5000;
 
@@ -59,6 +66,8 @@ const usocket = require('usocket') as {
 /** BulkChannel holds the tokens and serves the bulk connections (file header). */
 export class BulkChannel {
   private readonly grants = new Map<string, Grant>();
+  /** bulk connections being served, by uid */
+  private readonly serving = new Map<number, number>();
   /** the active server's records (set when it activates) */
   manager: SandboxManager | undefined;
 
@@ -110,9 +119,14 @@ export class BulkChannel {
   async serve(socket: net.Socket): Promise<void> {
     socket.on('error', () => undefined);
     let podd: net.Socket | undefined;
+    let uid: number | undefined;
     try {
+      const cred = peerCred(socket);
+      const n = this.serving.get(cred.uid) ?? 0;
+      if (n >= MAX_BULK_CONNECTIONS_PER_UID) throw new ResourceExhaustedError(`uid ${cred.uid} has ${n} bulk connections being set up (the most); retry when one is done`);
+      this.serving.set((uid = cred.uid), n + 1);
       const token = await readLine(socket, 128);
-      const grant = this.take(token, peerCred(socket));
+      const grant = this.take(token, cred);
       const rec = this.manager?.get(grant.sandboxId);
       if (!rec || rec.state !== 'RUNNING') throw new FailedPreconditionError(`sandbox ${grant.sandboxId} is ${rec?.state ?? 'not known to this server'}: a bulk transfer needs it RUNNING`);
       podd = await connectUnix(rec.poddAddress.replace(/^unix:\/\//, ''));
@@ -122,6 +136,11 @@ export class BulkChannel {
     } catch (err) {
       await new Promise<void>((resolve) => socket.end(errorLine(err), () => resolve()));
     } finally {
+      if (uid !== undefined) {
+        const m = (this.serving.get(uid) ?? 1) - 1;
+        if (m > 0) this.serving.set(uid, m);
+        else this.serving.delete(uid);
+      }
       podd?.destroy();
       socket.destroy();
     }
