@@ -11,7 +11,7 @@
  */
 import net from 'node:net';
 import { readdirSync } from 'node:fs';
-import { SNIFF_MAX_PENDING_PER_UID, socketPath } from '@sandnode/shared';
+import { connectServerApi, SNIFF_MAX_PENDING_PER_UID, socketPath, unixAddress } from '@sandnode/shared';
 import { describeNode, serverProcesses, startNode, waitFor, type TestNode } from '@sandnode/testkit';
 
 jest.setTimeout(180_000);
@@ -50,9 +50,14 @@ describeNode('attack: stalled connections against the sniffing unix listener', (
       s.on('close', () => closed.add(s));
       held.push(s);
     }
-    // an honest client meanwhile: every call is served
+    // an honest client meanwhile, on its open connection and on a new connection per call: every call is served
     let failed = 0;
     for (let i = 0; i < 20; i++) await node.api.sandboxes.listSandboxes({ pageSize: 10 }).catch(() => failed++);
+    for (let i = 0; i < 20; i++) {
+      const api = connectServerApi(unixAddress(sock), 20_000);
+      await api.sandboxes.listSandboxes({ pageSize: 10 }).catch(() => failed++);
+      api.close();
+    }
     expect(failed).toBe(0);
     expect(readdirSync(`/proc/${server}/fd`).length).toBeGreaterThanOrEqual(before + 150);
     // before: none of them was ever closed (held for good)
