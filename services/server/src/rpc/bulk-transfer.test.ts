@@ -172,3 +172,11 @@ test('bulk connections that stall after the magic are bounded per uid: one more 
   for (let i = 0; i < 4 && !again.fd; i++) again = await present(sock, bulk.issue(me, 'sb-0123456789abcdef', REQ));
   expect(again).toEqual({ fd: 'hi' });
 });
+
+test('an oversize or garbage token line is INVALID_ARGUMENT (bad input), not INTERNAL', async () => {
+  const bulk = new BulkChannel();
+  const { sock, podd } = await node(bulk);
+  expect((await present(sock, 'A'.repeat(200))).error?.code).toBe(Status.INVALID_ARGUMENT);
+  expect((await present(sock, '\u0000\u00ff garbage')).error?.code).toBe(Status.UNAUTHENTICATED);
+  expect(podd).toHaveLength(0);
+});

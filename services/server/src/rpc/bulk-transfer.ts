@@ -19,6 +19,7 @@ import {
   errorLine,
   FailedPreconditionError,
   fdOfSocket,
+  InvalidArgumentError,
   libcDup,
   peerCred,
   PermissionDeniedError,
@@ -115,7 +116,12 @@ export class BulkChannel {
     for (const [k, g] of this.grants) if (g.expiresAtMs <= t) this.grants.delete(k);
   }
 
-  /** serve runs one bulk connection (magic already read): token line -> checks -> podd connection passed; an error line otherwise. */
+  /**
+   * serve runs one bulk connection (magic already read): token line -> checks -> podd connection
+   * passed; an error line otherwise. Errors (the line's code): INVALID_ARGUMENT (no token line of
+   * at most 128 bytes within BULK_LINE_TIMEOUT_MS), RESOURCE_EXHAUSTED (MAX_BULK_CONNECTIONS_PER_UID),
+   * take's, FAILED_PRECONDITION (the sandbox is not RUNNING, its podd does not accept).
+   */
   async serve(socket: net.Socket): Promise<void> {
     socket.on('error', () => undefined);
     let podd: net.Socket | undefined;
@@ -125,7 +131,9 @@ export class BulkChannel {
       const n = this.serving.get(cred.uid) ?? 0;
       if (n >= MAX_BULK_CONNECTIONS_PER_UID) throw new ResourceExhaustedError(`uid ${cred.uid} has ${n} bulk connections being set up (the most); retry when one is done`);
       this.serving.set((uid = cred.uid), n + 1);
-      const token = await readLine(socket, 128);
+      const token = await readLine(socket, 128).catch((e: unknown) => {
+        throw new InvalidArgumentError(`bulk connection: no token line (${(e as Error).message})`);
+      });
       const grant = this.take(token, cred);
       const rec = this.manager?.get(grant.sandboxId);
       if (!rec || rec.state !== 'RUNNING') throw new FailedPreconditionError(`sandbox ${grant.sandboxId} is ${rec?.state ?? 'not known to this server'}: a bulk transfer needs it RUNNING`);
