@@ -454,10 +454,16 @@ export class RuncDriver implements VmDriver {
     const fast = this.fastStatus(vm);
     const st = fast ? { status: fast } : await this.state(vmId, runc);
     if (st.status === 'absent' || st.status === 'stopped') return;
-    if (st.status === 'paused') {
+    const dir2 = st.status === 'paused' ? this.cgroup2Of(vm) : undefined;
+    if (dir2 !== undefined && kill2(dir2, `/${VM_CGROUP_PARENT}/${vmId}`)) {
+      // v2: cgroup.kill ends frozen tasks too, so the init may be a zombie or gone at once (the
+      // status then no longer says paused): thaw the dir found before the kill, no runc; a dir
+      // already removed (its tasks gone) is fine
+      thaw2(dir2);
+    } else if (st.status === 'paused') {
       // Frozen tasks do not die until thawed (v1): queue SIGKILL, then thaw.
       if (!this.killFast(vm)) await this.killAll(runc, vmId);
-      if (!this.thawFast(vm)) await this.exec(runc, ['resume', vmId]).catch(() => undefined); // runc may already have thawed it
+      if (!this.thawFast(vm) && this.fastStatus(vm) !== 'stopped') await this.exec(runc, ['resume', vmId]).catch(() => undefined); // runc may already have thawed it
     } else {
       const term = signalInit(vm.process, SIGTERM);
       if (term === 'not-verified') await this.exec(runc, ['kill', vmId, 'TERM']).catch((err: unknown) => this.log.debug({ vm_id: vmId, err }, 'SIGTERM failed'));
