@@ -13,20 +13,11 @@ import path from 'node:path';
 import { askVersion, BULK_MAGIC, Status } from '@sandnode/shared';
 import { BulkDirection } from '@sandnode/shared/proto/server/v1/files';
 import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
+import { usocket } from './usock';
 
 jest.setTimeout(900_000);
 
 const MiB = 1024 * 1024;
-/** The part of usocket's USocket a test uses. */
-interface USock {
-  connect(p: string, cb: () => void): void;
-  on(ev: string, cb: (e?: Error) => void): void;
-  read(size?: number, fds?: number): ({ data?: Buffer; fds?: number[] } & { toString(): string }) | null;
-  write(b: Buffer): void;
-  removeAllListeners(ev: string): void;
-  destroy(): void;
-}
-const usocket = require('usocket') as { USocket: new () => USock };
 
 async function sha256Of(file: string): Promise<string> {
   const h = createHash('sha256');

@@ -11,17 +11,7 @@ import path from 'node:path';
 import { BULK_MAGIC, readLine, Status, type PoddBulkRequest } from '@sandnode/shared';
 import type { SandboxManager } from '../core/sandbox-manager';
 import { BulkChannel, MAX_BULK_CONNECTIONS_PER_UID, MAX_BULK_TOKENS_PER_UID } from './bulk-transfer';
-
-/** The part of usocket's USocket a test uses. */
-interface USock {
-  connect(p: string, cb: () => void): void;
-  on(ev: string, cb: (e?: Error) => void): void;
-  read(size?: number, fds?: number): ({ data?: Buffer; fds?: number[] } & { toString(): string }) | null;
-  write(b: Buffer): void;
-  removeAllListeners(ev: string): void;
-  destroy(): void;
-}
-const usocket = require('usocket') as { USocket: new () => USock };
+import { usocket } from '../__tests__/usock';
 
 let tmp: string;
 let servers: net.Server[];
