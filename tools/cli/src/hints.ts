@@ -61,10 +61,8 @@ export function hintFor(code: Status, details: string, target: CallTarget): stri
     return undefined;
   }
   // a fork that missed its freeze window (server parent-hold.ts): the flag, not the proto field
-  if (code === Status.ABORTED && /retry with a larger max_freeze_ms \(at most (\d+)\)/.test(details)) {
-    const most = /at most (\d+)/.exec(details)?.[1] ?? '';
-    return `retry with a longer freeze window: sandnode sandbox fork ID --max-freeze-ms N (ms, at most ${most}), or pause the sandbox and fork it paused`;
-  }
+  const freeze = code === Status.ABORTED ? /retry with a larger max_freeze_ms \(at most (\d+)\)/.exec(details) : null;
+  if (freeze) return `retry with a longer freeze window: sandnode sandbox fork ID --max-freeze-ms N (ms, at most ${freeze[1]}), or pause the sandbox and fork it paused`;
   if (code === Status.FAILED_PRECONDITION) {
     // "sandbox sb-... is DRAINED; Exec needs RUNNING" (server core/transitions.ts), "... is PAUSED and its idle.auto_resume is off ..."
     const m = /\bsandbox (sb-[0-9a-z-]+) is (DRAINED|PAUSED)\b/.exec(details);
