@@ -72,19 +72,25 @@ function sniffKey(socket: net.Socket): string {
  * neither side's limits; it is closed after timeoutMs (SNIFF_TIMEOUT_MS), and one beyond
  * SNIFF_MAX_PENDING_PER_UID undecided connections of its uid is closed at once (before: held
  * for good, uncounted; attack-bulk-sniff.it.test.ts).
+ * Returns a promise that settles once the connection is decided (handed to raw.handle or grpc,
+ * or closed): GrpcHost.shutdown waits for it, so that a connection this process accepted is
+ * given to its HTTP/2 server before the GOAWAY and not after the process chose to exit.
  */
-export function sniffRaw(socket: net.Socket, raw: RawProtocol, grpc: (s: net.Socket) => void, timeoutMs = SNIFF_TIMEOUT_MS, maxPendingPerUid = SNIFF_MAX_PENDING_PER_UID): void {
+export function sniffRaw(socket: net.Socket, raw: RawProtocol, grpc: (s: net.Socket) => void, timeoutMs = SNIFF_TIMEOUT_MS, maxPendingPerUid = SNIFF_MAX_PENDING_PER_UID): Promise<void> {
   const key = sniffKey(socket);
   const pending = sniffPending.get(key) ?? 0;
   if (pending >= maxPendingPerUid) {
     socket.destroy();
-    return;
+    return Promise.resolve();
   }
   sniffPending.set(key, pending + 1);
   let got: Buffer = Buffer.alloc(0);
   let decided = false;
+  let settle!: () => void;
+  const settled = new Promise<void>((r) => (settle = r));
   const done = () => {
     decided = true;
+    settle();
     clearTimeout(timer);
     const m = (sniffPending.get(key) ?? 1) - 1;
     if (m > 0) sniffPending.set(key, m);
@@ -119,6 +125,7 @@ export function sniffRaw(socket: net.Socket, raw: RawProtocol, grpc: (s: net.Soc
   socket.on('end', onEnd);
   socket.on('error', onEnd);
   socket.on('close', onEnd);
+  return settled;
 }
 
 /**

@@ -89,12 +89,32 @@ export const HTTP2_STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
 /** The connection-level window (several bulk streams at once), bytes. */
 export const HTTP2_CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
 
+/**
+ * How long GrpcHost.shutdown waits for accepted connections on a sniffing listener to send
+ * their first bytes before its GOAWAY, ms. A client's HTTP/2 preface follows its connect at once;
+ * one silent for this long is closed.
+ */
+export const SHUTDOWN_SNIFF_WAIT_MS = 2000;
+/**
+ * How long a connection that one of our listeners accepted has, from its start, to make its
+ * first call before GrpcHost.shutdown sends GOAWAY, ms. A client becomes ready only when the
+ * server's SETTINGS reached it; a GOAWAY before its first HEADERS makes grpc-js fail the
+ * waiting call ("Failed to connect", UNAVAILABLE) instead of retrying it elsewhere, and Node
+ * closes a session with no stream at once. With the grace the call is served here; the GOAWAY
+ * then sends the client's next call to the next server.
+ */
+export const FRESH_CONNECTION_GRACE_MS = 500;
+
 /** GrpcHost serves registered services on bound addresses and on injected listeners. */
 export class GrpcHost {
   readonly server: grpc.Server;
   /** one injector per credentials (insecure for unix sockets, TLS for a TCP listener with certificates) */
   private readonly injectors = new Map<grpc.ServerCredentials, ReturnType<grpc.Server['createConnectionInjector']>>();
   private readonly listeners = new Set<net.Server>();
+  /** connections accepted on a sniffing listener whose protocol is not told yet (sniffRaw), with the promise that settles when it is */
+  private readonly sniffing = new Map<net.Socket, Promise<void>>();
+  /** connections our listeners gave the HTTP/2 server in the last FRESH_CONNECTION_GRACE_MS, with when (ms since epoch) */
+  private readonly fresh = new Map<net.Socket, number>();
   private readonly middleware: ServerMiddleware<any, any> | undefined;
 
   constructor(opts: GrpcHostOptions) {
@@ -170,8 +190,16 @@ export class GrpcHost {
   serveListener(listener: net.Server, creds: grpc.ServerCredentials = INSECURE, raw?: RawProtocol): net.Server {
     let injector = this.injectors.get(creds);
     if (!injector) this.injectors.set(creds, (injector = this.server.createConnectionInjector(creds)));
-    const inject = (socket: net.Socket) => injector.injectConnection(socket);
-    listener.on('connection', raw ? (socket: net.Socket) => sniffRaw(socket, raw, inject) : inject);
+    const inject = (socket: net.Socket) => {
+      this.noteFresh(socket);
+      injector.injectConnection(socket);
+    };
+    const sniff = (socket: net.Socket) => {
+      const settled = sniffRaw(socket, raw!, inject);
+      this.sniffing.set(socket, settled);
+      void settled.then(() => this.sniffing.delete(socket));
+    };
+    listener.on('connection', raw ? sniff : inject);
     this.listeners.add(listener);
     return listener;
   }
@@ -186,9 +214,56 @@ export class GrpcHost {
     this.listeners.clear();
   }
 
-  /** shutdown: stop accepting, GOAWAY at once, wait for running calls; force after drainMs. */
+  /**
+   * settleSniffing waits, up to waitMs, for the connections this host accepted on a sniffing
+   * listener to tell their protocol (a gRPC client sends its preface at once), so that each is
+   * in the HTTP/2 server before it sends GOAWAY; the ones still silent then are closed. Before,
+   * a connection whose preface came after tryShutdown got a session that nothing waited for,
+   * and the retiring server exited under it: its call failed ECONNRESET
+   * (handover-fresh-conn.it.test.ts, 1 of 250 fresh unix connections in CI).
+   */
+  private async settleSniffing(waitMs: number): Promise<void> {
+    if (this.sniffing.size === 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(this.sniffing.values()), new Promise<void>((r) => (timer = setTimeout(r, waitMs)))]);
+    clearTimeout(timer);
+    for (const socket of this.sniffing.keys()) socket.destroy();
+    this.sniffing.clear();
+  }
+
+  /** noteFresh records when socket went to the HTTP/2 server (for FRESH_CONNECTION_GRACE_MS); entries past the grace are dropped. */
+  private noteFresh(socket: net.Socket): void {
+    const now = Date.now();
+    // insertion order is time order: the old ones are at the front
+    for (const [s, at] of this.fresh) {
+      if (now - at < FRESH_CONNECTION_GRACE_MS) break;
+      this.fresh.delete(s);
+    }
+    this.fresh.set(socket, now);
+    socket.once('close', () => this.fresh.delete(socket));
+  }
+
+  /** graceFresh waits until every open connection on our listeners is FRESH_CONNECTION_GRACE_MS old, waitMs at most. */
+  private async graceFresh(waitMs: number): Promise<void> {
+    let youngest: number | undefined;
+    for (const [s, at] of this.fresh) if (!s.destroyed) youngest = at;
+    this.fresh.clear();
+    if (youngest === undefined) return;
+    const left = Math.min(waitMs, youngest + FRESH_CONNECTION_GRACE_MS - Date.now());
+    if (left > 0) await new Promise((r) => setTimeout(r, left));
+  }
+
+  /**
+   * shutdown: stop accepting; let accepted connections on sniffing listeners tell their protocol
+   * (SHUTDOWN_SNIFF_WAIT_MS at most) and give each connection on our listeners
+   * FRESH_CONNECTION_GRACE_MS from its start to make its first call, both within drainMs; then
+   * GOAWAY on every connection, wait for running calls; force after drainMs.
+   */
   async shutdown(drainMs: number): Promise<void> {
+    const t0 = Date.now();
     this.stopAccepting();
+    await this.settleSniffing(Math.min(drainMs, SHUTDOWN_SNIFF_WAIT_MS));
+    await this.graceFresh(drainMs - (Date.now() - t0));
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.server.forceShutdown();
