@@ -79,7 +79,7 @@ describe('GrpcHost.shutdown with a sniffing listener', () => {
     await new Promise<void>((r) => proxy.listen(proxyPath, r));
     const channel = createChannel(`unix://${proxyPath}`);
     try {
-      const call = createClient(SandboxServiceDefinition, channel).getSandbox({ sandboxId: 'x' }, { deadline: new Date(Date.now() + 8000) });
+      const call = createClient(SandboxServiceDefinition, channel).getSandbox({ sandboxId: 'x' }, { signal: AbortSignal.timeout(8000) });
       while (accepted === 0) await new Promise((r) => setTimeout(r, 10));
       // the old server has accepted the connection; none of the client's bytes reached it yet
       const shut = oldServer.shutdown(5000).then(() => {
