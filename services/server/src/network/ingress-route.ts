@@ -60,7 +60,7 @@ export function tokenMatches(token: string | undefined, accessTokenSha256: strin
  * tried after the headers and before Host. Answers: 400 (neither headers nor a Host of that
  * form, or a bad port header), 404 (no networked sandbox of that id), 503 + Retry-After (the
  * sandbox is not RUNNING: paused, drained, being created; notRunning names it, for an auto-resume), 401 (private and the token is
- * missing or wrong).
+ * missing, or wrong: the reason says which).
  */
 export function route(headers: IncomingHttpHeaders, dir: NetworkDirectory, domain: string, authority?: string): Route {
   const idHeader = one(headers[SANDBOX_ID_HEADER]);
@@ -76,8 +76,16 @@ export function route(headers: IncomingHttpHeaders, dir: NetworkDirectory, domai
   }
   const view = dir.bySandboxId(target.sandboxId);
   if (!view) return { ok: false, status: 404, reason: `no networked sandbox ${target.sandboxId.slice(0, 64)} on this node` };
-  if (!view.public && !tokenMatches(one(headers[ACCESS_TOKEN_HEADER]), view.accessTokenSha256)) {
-    return { ok: false, status: 401, reason: `sandbox ${view.sandboxId} is private: send its access token in the ${ACCESS_TOKEN_HEADER} header` };
+  if (!view.public) {
+    const token = one(headers[ACCESS_TOKEN_HEADER]);
+    if (!token) return { ok: false, status: 401, reason: `sandbox ${view.sandboxId} is private: send its access token in the ${ACCESS_TOKEN_HEADER} header` };
+    if (!tokenMatches(token, view.accessTokenSha256)) {
+      return {
+        ok: false,
+        status: 401,
+        reason: `sandbox ${view.sandboxId} is private and the ${ACCESS_TOKEN_HEADER} header holds a wrong access token (the one printed when the sandbox was created or forked)`,
+      };
+    }
   }
   if (view.state !== 'RUNNING') return { ok: false, status: 503, reason: `sandbox ${view.sandboxId} is ${view.state}, not RUNNING: resume it`, retryAfterS: RETRY_AFTER_S, notRunning: view.sandboxId };
   return { ok: true, view, port: target.port };
