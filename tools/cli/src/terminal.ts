@@ -55,6 +55,11 @@ export class Progress {
     }
   }
 
+  /** shown: whether this progress is drawn (stderr is a TTY and not quiet), so its step lines were printed. */
+  get shown(): boolean {
+    return this.on;
+  }
+
   /** set changes the status line's text. */
   set(label: string): void {
     this.label = label;

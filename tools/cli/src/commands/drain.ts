@@ -8,7 +8,7 @@
  */
 import { existsSync, rmSync } from 'node:fs';
 import type { Command } from 'commander';
-import { checkStackDirs, findRunning, pidFile, table, waitForActiveServer } from '@sandnode/node-stack';
+import { checkStackDirs, findRunning, pidFile, waitForActiveServer } from '@sandnode/node-stack';
 import { DEFAULT_DRAIN_CONCURRENCY, DEFAULT_DRAIN_DEADLINE_MS, createSandnodeChannel, createServiceClient, processState, type ServiceClient } from '@sandnode/shared';
 import { AdminServiceDefinition, DrainOutcome, type DrainedSandbox, type DrainResponse } from '@sandnode/shared/proto/server/v1/admin';
 import { ClientError, Status } from 'nice-grpc-common';
@@ -37,9 +37,9 @@ export interface DrainRow {
 /** What a cold-start resume keeps and loses: the words of a PRESERVED sandbox. */
 export const PRESERVED_TEXT = 'kept: rootfs and /workspace disks, id, labels, network slot; lost: running processes and memory (resume boots it again, new pid)';
 
-/** drainedText is the line the drain prints for one sandbox: what was preserved and what was not. */
+/** drainedText is the line the drain prints for one sandbox: preserved (how long, how it resumes) or not (why); what a preserved one keeps is said once, {@link PRESERVED_TEXT}. */
 export function drainedText(x: DrainRow): string {
-  if (x.outcome === 'PRESERVED') return `${x.id}: preserved in ${x.ms} ms (${x.resume}): ${PRESERVED_TEXT}; \`sandnode sandbox resume ${x.id}\``;
+  if (x.outcome === 'PRESERVED') return `${x.id}: preserved in ${x.ms} ms (${x.resume}); \`sandnode sandbox resume ${x.id}\``;
   return `${x.id}: NOT preserved after ${x.ms} ms: ${x.error || 'no reason given'}`;
 }
 
@@ -77,9 +77,15 @@ function rowOf(s: DrainedSandbox): DrainRow {
  * runDrain drains through AdminService.DrainStream (feature server.drain-stream.v1): on a TTY
  * each sandbox's line is printed as its drain ends, under a "k of n" status line. A server
  * without it answers UNIMPLEMENTED before doing anything, and the drain goes through Drain with
- * the polled progress line instead. Resolves with the drain's report.
+ * the polled progress line instead. Resolves with the drain's report and whether each
+ * sandbox's line was already printed (streamed to a TTY), so the report does not repeat them.
  */
-export async function runDrain(admin: ServiceClient<typeof AdminServiceDefinition>, req: { deadlineMs: number; concurrency: number }, d: CliDirs, quiet: boolean): Promise<DrainResponse> {
+export async function runDrain(
+  admin: ServiceClient<typeof AdminServiceDefinition>,
+  req: { deadlineMs: number; concurrency: number },
+  d: CliDirs,
+  quiet: boolean,
+): Promise<{ report: DrainResponse; linesShown: boolean }> {
   const p = new Progress('draining', quiet);
   let total = 0;
   let done = 0;
@@ -95,7 +101,8 @@ export async function runDrain(admin: ServiceClient<typeof AdminServiceDefinitio
         p.step(drainedText(rowOf(ev.value)));
         p.set(`draining: ${done} of ${total} sandboxes`);
       } else if (ev?.$case === 'result') {
-        return ev.value;
+        // on a terminal the lines are seen; a report sent to a file still gets them
+        return { report: ev.value, linesShown: p.shown && process.stdout.isTTY === true };
       }
     }
     throw new Error('the server ended the drain stream without its report: run `sandnode status` and `sandnode sandbox list` to see what was drained');
@@ -107,7 +114,7 @@ export async function runDrain(admin: ServiceClient<typeof AdminServiceDefinitio
   // an older server (no DrainStream): nothing was done yet
   const progress = drainProgress(d, quiet);
   try {
-    return await admin.drain(req);
+    return { report: await admin.drain(req), linesShown: false };
   } finally {
     progress.stop();
   }
@@ -146,7 +153,7 @@ export function registerDrainCommand(program: Command): void {
         const ch = createSandnodeChannel(holder.admin);
         try {
           const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: o.deadlineMs + DRAIN_CALL_MARGIN_MS });
-          const r = await runDrain(admin, { deadlineMs: o.deadlineMs, concurrency: o.concurrency }, d, !!o.json);
+          const { report: r, linesShown } = await runDrain(admin, { deadlineMs: o.deadlineMs, concurrency: o.concurrency }, d, !!o.json);
           const rows: DrainRow[] = r.sandboxes.map(rowOf);
           const notPreserved = rows.filter((x) => x.outcome !== 'PRESERVED');
           const partial = notPreserved.length > 0 || !r.deviceManagerStopped;
@@ -155,11 +162,9 @@ export function registerDrainCommand(program: Command): void {
           const json = { sandboxes: rows, durationMs: r.durationMs, deviceManagerStopped: r.deviceManagerStopped, deviceManagerError: r.deviceManagerError, partial };
           print(!!o.json, json, () =>
             [
-              table(
-                ['ID', 'OUTCOME', 'RESUME', 'MS', 'ERROR'],
-                rows.map((x) => [x.id, x.outcome === 'PRESERVED' ? paint('green', x.outcome) : paint('red', x.outcome), x.resume, x.ms, x.error]),
-              ),
-              ...rows.map(drainedText),
+              // each sandbox once: its line, unless the progress already printed it on the TTY
+              ...(linesShown ? [] : rows.map((x) => (x.outcome === 'PRESERVED' ? drainedText(x) : paint('red', drainedText(x))))),
+              ...(rows.length > notPreserved.length ? [`preserved sandboxes ${PRESERVED_TEXT}`] : []),
               `drained ${rows.length - notPreserved.length} of ${rows.length} sandboxes in ${r.durationMs} ms; device manager ${r.deviceManagerStopped ? 'stopped' : 'NOT stopped'}${r.deviceManagerError ? ` (${r.deviceManagerError})` : ''}; the vmm-supervisor and server keep running`,
               ...(partial
                 ? [
