@@ -7,8 +7,9 @@
  * Exit codes: {@link EXIT_OK} 0; {@link EXIT_FAILURE} 1 for every failure, whatever the gRPC
  * status (the code is in the message and in the JSON); {@link EXIT_USAGE} 2 for a command
  * line that is wrong (unknown option, missing or bad value, missing argument) or a node config
- * the command refuses (ConfigError: e.g. a run dir another user owns). `sandbox exec`
- * exits with the command's exit code.
+ * the command refuses (ConfigError: e.g. a run dir another user owns); {@link EXIT_NOT_RUNNING}
+ * 3 for `status` when the node is not all up (as `systemctl status` and LSB init scripts: its
+ * report is printed all the same). `sandbox exec` exits with the command's exit code.
  */
 import { InvalidArgumentError, type Command } from 'commander';
 import { ClientError, Status } from 'nice-grpc-common';
@@ -22,6 +23,9 @@ export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 /** Exit code of a wrong command line. */
 export const EXIT_USAGE = 2;
+
+/** Exit code of `status` when a component is down or no server is active (LSB: "program is not running"). */
+export const EXIT_NOT_RUNNING = 3;
 
 /** UsageError is a wrong command line found after parsing (e.g. two options that exclude each other): exit 2. */
 export class UsageError extends Error {

@@ -47,8 +47,13 @@ describeNode('sandnode up when a component does not start', () => {
 
   it('stops what it started when a later component fails to start', () => {
     pid = 0;
+    expect(node.cli(['status']).status).toBe(0);
     expect(node.cli(['down']).status).toBe(0);
     expect(sandnodeProcesses(node.dirs.runDir)).toEqual([]);
+    // scripts ask status whether the node runs: 3 (LSB "not running") with the report printed all the same
+    const down = node.cli(['status', '--json']);
+    expect(down.status).toBe(3);
+    expect((JSON.parse(down.stdout) as { components: { up: boolean }[] }).components.map((c) => c.up)).toEqual([false, false, false]);
     // a bad config value: the server exits 2 at once
     const d = node.dirs;
     const r = spawnSync(process.execPath, [require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', d.stateDir, '--run-dir', d.runDir, '--listen', '', 'up'], {

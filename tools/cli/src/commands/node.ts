@@ -28,7 +28,7 @@ import {
 } from '@sandnode/node-stack';
 import { dirsOf, wholeNumber } from '../options';
 import { isolationGroups } from '../isolation-groups';
-import { action, print } from '../output';
+import { EXIT_NOT_RUNNING, action, print } from '../output';
 import { OUTPUT_FORMATS, render, type OutputOpts } from '../output-format';
 import { paint } from '../terminal';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
@@ -176,7 +176,7 @@ export function registerNodeCommands(program: Command): void {
   program
     .command('status')
     .description(
-      "show the components (version, pid, metrics URL, features), the number of sandboxes, whether the sandbox network is on (and why not), each peer's fence epoch and every quarantined row (count and reason per component)",
+      "show the components (version, pid, metrics URL, features), the number of sandboxes, whether the sandbox network is on (and why not), each peer's fence epoch and every quarantined row (count and reason per component); exits 3 when a component is down or no server is active",
     )
     .option('--json', 'print JSON')
     .addOption(
@@ -246,6 +246,9 @@ export function registerNodeCommands(program: Command): void {
             ...healthLines(health, epoch),
           ].join('\n');
         render(o, { json: doc, human: () => lines(false), wide: () => lines(true) });
+        // scripts ask `sandnode status` whether the node runs: every component up (a device manager stopped by a drain counts) and a server active
+        const down = components.filter((c) => !c.up && !(c.name === 'ublk-manager' && drained));
+        if (down.length || !server) process.exitCode = EXIT_NOT_RUNNING;
       }),
     );
 }
