@@ -85,7 +85,9 @@ describeNode('sandbox network end to end', () => {
     expect(asNobody.stdout.trim()).toMatch(/^error (ECONNREFUSED|ECONNRESET|EHOSTUNREACH)/);
     expect(spawnSync(process.execPath, ['-e', direct], { encoding: 'utf8', timeout: 20_000 }).stdout.trim()).toBe('status 200');
 
-    await upgradeServer(node.dirs, '.');
+    const up = await upgradeServer(node.dirs, '.');
+    // the report names every listener the new server took over, the named ones too
+    expect(up.listeners).toEqual(expect.arrayContaining([expect.stringMatching(/^unix:\/\//), expect.stringMatching(/^ingress tcp \S+:\d+$/)]));
     node.reconnect();
     expect(await ingressGet(token)).toEqual({ status: 200, body: `hello from ${sb.sandboxId}` });
     const ns = await sh(node, sb.sandboxId, `nslookup ${inet.names.allowed} 2>&1`);

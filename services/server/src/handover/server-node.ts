@@ -399,6 +399,11 @@ export class ServerNode implements StandbyNode, OldServer {
     }
   }
 
+  /** servedListeners: the gRPC listeners' addresses, then each named listener as "name kind host:port" (the takeover report and `sandnode upgrade server` list them). */
+  servedListeners(): string[] {
+    return [...this.listeners.map((l) => l.address), ...this.named.map((l) => `${l.name} ${l.kind} ${l.address}`)];
+  }
+
   /**
    * openLateNamed opens the named listeners the wiring can give only now (late): they join the
    * ones a handover passes on. Opened while a handover began are closed again (the next server

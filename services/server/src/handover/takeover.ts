@@ -56,6 +56,8 @@ export interface StandbyNode {
   freshListeners(): ListenerSource;
   /** becomeActive takes the role ACTIVE on the listeners of source with an epoch above atLeastEpoch. */
   becomeActive(source: ListenerSource, atLeastEpoch: number, o?: { peerWaitMs?: number; beforeServing?: () => Promise<void> }): Promise<AdoptionReport>;
+  /** servedListeners: what this server serves once active, gRPC addresses then named listeners as "name kind host:port" (ingress, egress proxy, DNS); absent: the gRPC addresses of the source are reported */
+  servedListeners?(): string[];
 }
 
 export interface TakeoverOptions {
@@ -167,7 +169,7 @@ function reportTakeover(node: StandbyNode, res: HandoverResponse, report: Adopti
     holdWindowMs: (servingAtMs || Date.now()) - Number(res.holdStartedAtMs),
     adopted: report.adopted.length,
     adoptionMs: report.durationMs,
-    listeners: sourceAddresses(listeners),
+    listeners: node.servedListeners?.() ?? sourceAddresses(listeners),
     poolMembersAdopted: report.poolMembers.length,
   };
   handoverHoldWindow.observe(result.holdWindowMs / 1000);

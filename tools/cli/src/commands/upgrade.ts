@@ -63,7 +63,7 @@ export function registerUpgradeCommands(program: Command): void {
                 ['epoch', r.epoch - 1, r.epoch],
               ],
             ),
-            `hold window ${r.holdWindowMs} ms, ${r.adopted} sandboxes adopted${poolPart(r.poolMembersAdopted)} in ${r.adoptionMs} ms, listeners ${r.listeners.join(' ')}`,
+            `hold window ${r.holdWindowMs} ms, ${r.adopted} sandboxes adopted${poolPart(r.poolMembersAdopted)} in ${r.adoptionMs} ms, listeners: ${r.listeners.join(', ')}`,
           ].join('\n'),
         );
       }),
