@@ -17,6 +17,13 @@ export const BULK_IO_BYTES = 2 * 1024 * 1024;
 /** The trailer of an upload: 64 hex digits of SHA-256 and "\n". */
 const TRAILER_BYTES = 65;
 
+let activeTransfers = 0;
+
+/** activeBulkTransfers is how many bulk connections serveBulk runs now (Health's bulk_transfers). */
+export function activeBulkTransfers(): number {
+  return activeTransfers;
+}
+
 /** bulkProtocol is the listener hook of podd's socket (GrpcHost.serveListener). */
 export function bulkProtocol(log: Logger): RawProtocol {
   return {
@@ -43,6 +50,7 @@ function checkRequest(v: Record<string, unknown>): PoddBulkRequest {
 export async function serveBulk(socket: net.Socket): Promise<void> {
   socket.on('error', () => undefined);
   let sending = false;
+  activeTransfers++;
   try {
     const req = checkRequest(parseBulkLine(await readLine(socket)));
     if (req.op === 'download') {
@@ -70,6 +78,7 @@ export async function serveBulk(socket: net.Socket): Promise<void> {
     if (!sending && !socket.destroyed) await new Promise<void>((resolve) => socket.end(errorLine(err), () => resolve()));
     throw err;
   } finally {
+    activeTransfers--;
     socket.destroySoon();
   }
 }

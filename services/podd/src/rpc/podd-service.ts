@@ -14,6 +14,7 @@ import type { ExecSessions } from '../core/exec-session';
 import { execStreamHandlers } from './exec-stream';
 import { fileStreamService, statWithBeneath } from './file-stream-service';
 import { readFileBeneath, writeFileBeneath } from '../core/files-beneath';
+import { activeBulkTransfers } from '../core/file-bulk';
 
 export interface PoddServiceDeps {
   runner: ExecRunner;
@@ -39,7 +40,7 @@ export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<Sa
   return {
     ...execStreamHandlers(deps.sessions),
     async health() {
-      return { ok: true, uptimeMs: Date.now() - deps.startedAtMs, hostname: hostname() };
+      return { ok: true, uptimeMs: Date.now() - deps.startedAtMs, hostname: hostname(), bulkTransfers: activeBulkTransfers() };
     },
     async *exec(req, context) {
       let pid = 0;

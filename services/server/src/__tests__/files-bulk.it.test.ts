@@ -6,13 +6,15 @@
  * (SANDNODE_CP_GRPC=1, the fallback the CLI takes when a server or podd lacks the feature).
  */
 import { spawn } from 'node:child_process';
+import net from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { askVersion, BULK_MAGIC, Status } from '@sandnode/shared';
 import { BulkDirection } from '@sandnode/shared/proto/server/v1/files';
-import { describeNode, execCollect, startNode, type TestNode } from '@sandnode/testkit';
+import { describeNode, execCollect, startNode, waitFor, type TestNode } from '@sandnode/testkit';
+import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
 import { usocket } from './usock';
 
 jest.setTimeout(900_000);
@@ -133,6 +135,56 @@ describeNode('sandbox cp over the bulk channel (server.files.bulk.v1)', () => {
     expect((JSON.parse(out) as { error: { code: number } }).error.code).toBe(Status.PERMISSION_DENIED);
     expect(await present(other)).toBe(Status.UNAUTHENTICATED);
     expect(await present('not-a-token')).toBe(Status.UNAUTHENTICATED);
+  });
+
+  it('a bulk download the caller holds open keeps its sandbox from being paused idle (the server sees none of its bytes); once it ends, the pause comes', async () => {
+    const sb = (await node.api.sandboxes.createSandbox({ template: 'base', idle: { pauseAfterS: 1, hibernateAfterS: 0, pausedTtlS: 0 } })).sandbox!.sandboxId;
+    try {
+      const made = await execCollect(node.api, sb, ['sh', '-c', 'dd if=/dev/urandom of=/workspace/held.bin bs=1M count=48 2>/dev/null && sha256sum /workspace/held.bin']);
+      expect(made.exitCode).toBe(0);
+      const want = made.stdout.split(' ')[0];
+      const token = (
+        await node.api.sandboxes.prepareBulkTransfer({ sandboxId: sb, path: 'held.bin', direction: BulkDirection.BULK_DIRECTION_DOWNLOAD, offset: 0, mode: 0, inPlace: false, sizeBytes: 0 })
+      ).token;
+      const fd = await new Promise<number>((resolve, reject) => {
+        const u = new usocket.USocket();
+        u.on('error', reject);
+        u.connect(`${node.dirs.runDir}/server.sock`, () => {
+          u.on('readable', () => {
+            const got = u.read(1, 1);
+            if (got?.fds?.length) {
+              u.removeAllListeners('readable');
+              setImmediate(() => u.destroy());
+              resolve(got.fds[0]!);
+            }
+          });
+          u.write(Buffer.concat([BULK_MAGIC, Buffer.from(`${token}\n`)]));
+        });
+      });
+      const podd = new net.Socket({ fd, readable: true, writable: true });
+      podd.pause();
+      // the transfer is held: 48 MiB do not fit the socket buffers; pause_after_s (1 s) and several reaper ticks pass
+      await new Promise((r) => setTimeout(r, 4000));
+      expect((await node.api.sandboxes.getSandbox({ sandboxId: sb })).sandbox!.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
+      const h = createHash('sha256');
+      let head = Buffer.alloc(0);
+      let headDone = false;
+      podd.on('data', (d: Buffer) => {
+        if (headDone) return void h.update(d);
+        head = Buffer.concat([head, d]);
+        const nl = head.indexOf(10);
+        if (nl < 0) return;
+        headDone = true;
+        expect(JSON.parse(head.subarray(0, nl).toString())).toEqual({ sizeBytes: 48 * MiB });
+        h.update(head.subarray(nl + 1));
+      });
+      podd.resume();
+      await new Promise((r) => podd.on('close', r));
+      expect(h.digest('hex')).toBe(want);
+      await waitFor('the idle pause after the transfer ended', async () => (await node.api.sandboxes.getSandbox({ sandboxId: sb })).sandbox!.state === SandboxState.SANDBOX_STATE_PAUSED, 15_000, 200);
+    } finally {
+      await node.api.sandboxes.deleteSandbox({ sandboxId: sb }).catch(() => undefined);
+    }
   });
 
   it('an expired token is refused', async () => {

@@ -13,7 +13,7 @@ import { RuntimeRecord } from '@sandnode/shared/proto/server/v1/record';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { decodeRecord, encodeRecord } from '../store/record-codec';
 import { managerOptions, Peers } from './__tests__/fake-peers';
-import { nextIdleAction, ResumeWaitError, validateIdle } from './idle';
+import { BULK_HOLD_MAX_MS, nextIdleAction, ResumeWaitError, validateIdle } from './idle';
 import { SandboxManager, type CreateSandboxArgs } from './sandbox-manager';
 
 const log = createLogger('test', '0', 'silent');
@@ -64,6 +64,43 @@ describe('idle actions', () => {
     leave();
     clock += 10_000;
     expect(await m.runIdle()).toEqual([{ sandboxId: id, action: 'pause' }]);
+  });
+
+  it("a bulk transfer podd serves (out of the server's sight) holds pause and hibernate off; it ends, the action comes", async () => {
+    const { sandboxId: id } = await create({ pauseAfterS: 10, hibernateAfterS: 20, pausedTtlS: 0 });
+    peers.poddBulk = 1;
+    clock += 30_000;
+    expect(await m.runIdle()).toEqual([]);
+    // each hold is activity: the next action is pause_after_s after it
+    clock += 9_000;
+    peers.poddBulk = 0;
+    expect(await m.runIdle()).toEqual([]);
+    clock += 1_000;
+    expect(await m.runIdle()).toEqual([{ sandboxId: id, action: 'pause' }]);
+    expect(pauses()).toBe(1);
+  });
+
+  it('podd claiming a bulk transfer forever holds the actions off for BULK_HOLD_MAX_MS at most; a podd that fails or hangs holds nothing', async () => {
+    const { sandboxId: id } = await create({ pauseAfterS: 10, hibernateAfterS: 0, pausedTtlS: 0 });
+    peers.poddBulk = 3;
+    clock += 10_000;
+    expect(await m.runIdle()).toEqual([]);
+    const heldFrom = clock;
+    while (clock + 500_000 < heldFrom + BULK_HOLD_MAX_MS) {
+      clock += 500_000;
+      expect(await m.runIdle()).toEqual([]);
+    }
+    clock = heldFrom + BULK_HOLD_MAX_MS;
+    expect(await m.runIdle()).toEqual([{ sandboxId: id, action: 'pause' }]);
+
+    const { sandboxId: b } = await create({ pauseAfterS: 10, hibernateAfterS: 0, pausedTtlS: 0 });
+    peers.poddBulk = new Error('podd: UNAVAILABLE');
+    clock += 10_000;
+    expect(await m.runIdle()).toEqual([{ sandboxId: b, action: 'pause' }]);
+    const { sandboxId: c } = await create({ pauseAfterS: 10, hibernateAfterS: 0, pausedTtlS: 0 });
+    peers.poddBulk = 'hang';
+    clock += 10_000;
+    expect(await m.runIdle()).toEqual([{ sandboxId: c, action: 'pause' }]);
   });
 
   it('KeepAlive holds the idle actions off until the lease ends; 0 ends it', async () => {

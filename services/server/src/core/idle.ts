@@ -19,6 +19,12 @@
  *              VM is stopped (freeze first when RUNNING), disks and network slot kept (drain.ts)
  *   delete     PAUSED or hibernated longer than paused_ttl_s: teardown (provision.ts)
  *
+ * A bulk transfer (sandbox cp through PrepareBulkTransfer) runs between the caller and podd,
+ * where the server sees no byte: before it pauses or hibernates a RUNNING sandbox the action asks
+ * podd (Health bulk_transfers, at most BULK_CHECK_TIMEOUT_MS) and waits while one runs, counting
+ * it as activity, for at most BULK_HOLD_MAX_MS in a row (podd runs in the sandbox: a hostile one
+ * could claim a transfer forever). A podd that does not answer in time holds nothing.
+ *
  * Races resolve to one transition: an action in progress is waited for by an auto-resume
  * (`acting`), an auto-resume in progress is joined by the next one (`resuming`), and an action
  * that finds a call in flight under the lock does nothing (the caller's entry is counted before
@@ -39,6 +45,11 @@ export const DEFAULT_AUTO_RESUME_TIMEOUT_MS = 30_000;
 export const DEFAULT_IDLE_ACTIVITY_FLUSH_MS = 5_000;
 /** What a caller past the auto-resume bound is told to wait before a retry, ms (trailer retry-after-ms). */
 export const AUTO_RESUME_RETRY_AFTER_MS = 1_000;
+
+/** How long an idle action waits for podd's count of bulk transfers, ms (no answer: the action goes on). */
+export const BULK_CHECK_TIMEOUT_MS = 500;
+/** Longest run of idle actions that podd's bulk transfers hold off, ms (1 h: 700 GB at 200 MB/s). */
+export const BULK_HOLD_MAX_MS = 3_600_000;
 
 /** An idle action. */
 export type IdleAction = 'pause' | 'hibernate' | 'delete';
@@ -172,6 +183,8 @@ export class IdleController {
   private readonly acting = new Map<string, Promise<unknown>>();
   /** auto-resumes in progress (the next caller joins) */
   private readonly resuming = new Map<string, Promise<void>>();
+  /** since when podd's bulk transfers have held off the idle actions of a sandbox, epoch ms */
+  private readonly bulkHeldSince = new Map<string, number>();
 
   constructor(
     private readonly c: CoreContext,
@@ -226,6 +239,28 @@ export class IdleController {
   /** forget drops what is kept in memory of a sandbox (it is gone). */
   private forget(id: string): void {
     this.seen.delete(id);
+    this.bulkHeldSince.delete(id);
+  }
+
+  /**
+   * bulkTransferring: podd of rec says a bulk transfer runs (file header), and its transfers have
+   * not held the idle actions off for BULK_HOLD_MAX_MS in a row yet. False when podd does not
+   * answer within BULK_CHECK_TIMEOUT_MS, fails, or has no such count.
+   */
+  private async bulkTransferring(rec: SandboxRecord): Promise<boolean> {
+    const id = rec.sandboxId;
+    const client = this.c.podd.connect(rec.poddAddress);
+    const n = await Promise.resolve(client.bulkTransfers?.(BULK_CHECK_TIMEOUT_MS)).then(
+      (v) => v ?? 0,
+      () => 0,
+    );
+    if (n <= 0) {
+      this.bulkHeldSince.delete(id);
+      return false;
+    }
+    const since = this.bulkHeldSince.get(id) ?? this.c.now();
+    this.bulkHeldSince.set(id, since);
+    return this.c.now() - since < BULK_HOLD_MAX_MS;
   }
 
   /**
@@ -366,6 +401,11 @@ export class IdleController {
     const due = nextIdleAction(rec, this.lastActivityMs(rec), this.c.now());
     if (!due || due.atMs > this.c.now()) return undefined;
     const log = this.c.log.child({ sandbox_id: id });
+    if (due.action !== 'delete' && rec.state === 'RUNNING' && (await this.bulkTransferring(rec))) {
+      this.activity(id);
+      log.debug({ action: due.action }, 'idle: a bulk transfer runs in the sandbox; the action waits');
+      return undefined;
+    }
     const vmId = rec.vm?.vmId ?? id;
     switch (due.action) {
       case 'pause':

@@ -385,6 +385,8 @@ export interface PoddThaw {
 /** PoddClient talks to the podd of one sandbox. */
 export interface PoddClient {
   health(timeoutMs: number): Promise<boolean>;
+  /** bulkTransfers: how many bulk-channel transfers podd serves now (Health bulk_transfers; 0 from an older podd); absent in fakes */
+  bulkTransfers?(timeoutMs: number): Promise<number>;
   version(): Promise<PeerVersion>;
   /** quiesce freezes the sandbox's writable filesystems for at most maxFreezeMs (podd.quiesce). */
   quiesce(maxFreezeMs: number): Promise<PoddFreeze>;

@@ -49,6 +49,11 @@ class PoddPeer implements PoddClient {
     return res.ok;
   }
 
+  async bulkTransfers(timeoutMs: number): Promise<number> {
+    const res = await this.client.health({}, { deadline: timeoutMs, retry: false });
+    return res.bulkTransfers;
+  }
+
   async version(): Promise<PeerVersion> {
     const v = await this.features.get();
     return { version: v.version, features: v.features };

@@ -18,6 +18,8 @@ export class Peers {
   thawEndedBy: 'caller' | 'watchdog' = 'caller';
   /** what podd Health answers */
   poddHealthy = true;
+  /** podd Health's bulk_transfers: a number, a failure, or 'hang' (never answers within the caller's bound) */
+  poddBulk: number | Error | 'hang' = 0;
   failClone = false;
   /** what a clone of source device src throws, when set (undefined: it succeeds) */
   cloneFails: ((src: string) => Error | undefined) | undefined;
@@ -211,6 +213,15 @@ export class Peers {
   readonly podd: PoddConnector = {
     connect: (address): PoddClient => ({
       health: async () => this.poddHealthy,
+      bulkTransfers: async (timeoutMs) => {
+        const b = this.poddBulk;
+        if (b === 'hang') {
+          await new Promise((r) => setTimeout(r, timeoutMs));
+          throw new Error('podd Health: deadline exceeded');
+        }
+        if (b instanceof Error) throw b;
+        return b;
+      },
       version: async () => ({ version: this.poddFeatures.length ? '0.2.0' : '0.1.0', features: this.poddFeatures }),
       quiesce: async (max) => {
         this.events.push(`quiesce ${address.split('/').at(-2)} ${max}`);
