@@ -6,6 +6,7 @@
  * load, what one sandbox's drain cost the vmm-supervisor: host processes started (by command)
  * and CPU ms of its process tree (vmm-cost.ts).
  */
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -29,6 +30,20 @@ async function freePort(): Promise<number> {
 }
 
 let metricsAddress: string | undefined;
+
+/** cpuTimes: the host's busy and total CPU time so far (/proc/stat "cpu" line, clock ticks; busy = all but idle and iowait). */
+export function cpuTimes(stat = readFileSync('/proc/stat', 'utf8')): { busy: number; total: number } {
+  const f = stat.split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  const idle = (f[3] ?? 0) + (f[4] ?? 0);
+  return { busy: total - idle, total };
+}
+
+/** busyCores is how many of the host's cores were busy on average between two cpuTimes readings. */
+export function busyCores(a: { busy: number; total: number }, b: { busy: number; total: number }, cores = os.cpus().length): number {
+  const dt = b.total - a.total;
+  return dt > 0 ? ((b.busy - a.busy) / dt) * cores : 0;
+}
 
 /**
  * withVmmMetrics runs start (which starts the node's components) with the vmm-supervisor's
@@ -71,9 +86,12 @@ export async function benchDrain(dirs: StackDirs, api: ServerApi, rows: (string 
     const holder = await waitForActiveServer(dirs.runDir);
     const ch = createSandnodeChannel(holder.admin);
     const before = vmmPid && metricsAddress ? await vmmCost(vmmPid, metricsAddress, holder.holderPid) : undefined;
+    const cpu0 = cpuTimes();
     const t0 = performance.now();
     const r = await createServiceClient(AdminServiceDefinition, ch, { timeoutMs: 600_000 }).drain({ deadlineMs: 600_000, concurrency: conc });
     drainMs[`c${conc}`] = Math.round(performance.now() - t0);
+    // how much of the host the drain kept busy: at c=1 it bounds what concurrency can give here
+    const cores = busyCores(cpu0, cpuTimes());
     const after = before ? await vmmCost(vmmPid!, metricsAddress!, holder.holderPid) : undefined;
     ch.close();
     drainMs[`c${conc}Preserved`] = r.sandboxes.filter((s) => s.outcome === 1).length;
@@ -88,6 +106,7 @@ export async function benchDrain(dirs: StackDirs, api: ServerApi, rows: (string 
       sandboxMaxMs: Math.max(0, ...r.sandboxes.map((s) => s.ms)),
       deviceManagerStopped: r.deviceManagerStopped,
       deviceManagerError: r.deviceManagerError,
+      busyCores: Math.round(cores * 100) / 100,
       // what one sandbox's drain cost the vmm-supervisor (independent of the host's load)
       perSandbox: before && after ? costPer(before, after, Math.max(1, r.sandboxes.length)) : undefined,
     };
@@ -101,6 +120,15 @@ export async function benchDrain(dirs: StackDirs, api: ServerApi, rows: (string 
   const ratio = r1((drainMs.c1 ?? 0) / (drainMs.c8 ?? 1));
   const load = os.loadavg().map(r1);
   rows.push([`${label}drain of ${n} sandboxes: concurrency 8 vs 1`, `${drainMs.c8} ms vs ${drainMs.c1} ms (x${ratio}; load avg ${load.join(' ')})`, 'c=8 >= x3 faster']);
+  const c1Busy = (drainDetail.c1 as { busyCores?: number } | undefined)?.busyCores ?? 0;
+  const cores = os.cpus().length;
+  // the drain's work is CPU (runc, mounts, the services): c=1 keeping b of the host's n cores busy leaves concurrency at most n/b
+  const cpuBound = c1Busy > 0 ? r1(cores / c1Busy) : undefined;
+  rows.push([
+    `  ${label}drain: host cores busy at c=8 / c=1 (of ${cores})`,
+    `${(drainDetail.c8 as { busyCores?: number } | undefined)?.busyCores ?? '-'} / ${c1Busy}`,
+    cpuBound ? `concurrency gives at most x${cpuBound} here` : '',
+  ]);
   for (const conc of [8, 1]) {
     const per = (drainDetail[`c${conc}`] as { perSandbox?: ReturnType<typeof costPer> }).perSandbox;
     if (!per) continue;
@@ -114,7 +142,7 @@ export async function benchDrain(dirs: StackDirs, api: ServerApi, rows: (string 
       by || 'none',
     ]);
   }
-  return { sandboxes: n, ...drainMs, ratio, detail: drainDetail, loadAverage: load, goalRatio: 3 };
+  return { sandboxes: n, ...drainMs, ratio, detail: drainDetail, loadAverage: load, goalRatio: 3, cores, cpuBoundRatio: cpuBound };
 }
 
 /**
