@@ -5,6 +5,7 @@ export * from './wait-for';
 export * from './temp-dir';
 export * from './daemon';
 export * from './node-fixture';
+export * from './dead-nodes';
 export * from './test-pool';
 export * from './wire-fuzz';
 export * from './sqlite-lock';

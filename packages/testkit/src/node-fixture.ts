@@ -12,6 +12,7 @@ import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { describeWith, NODE_PARTS } from './prereq';
 import { passableTempDir } from './temp-dir';
+import { sweepDeadTestNodes, TEST_NODE_PREFIX, writeOwner } from './dead-nodes';
 import { takeTestPool, type TestPool } from './test-pool';
 import {
   COMPONENTS,
@@ -130,6 +131,9 @@ export function freePort(): Promise<number> {
   });
 }
 
+/** The sweep of dead test nodes this process ran (the first startNode starts it). */
+let sweeping: Promise<string[]> | undefined;
+
 /** startNode starts the three daemons in fresh temp dirs and builds (or reuses) the base template. */
 export async function startNode(
   opts: {
@@ -146,8 +150,12 @@ export async function startNode(
     network?: boolean;
   } = {},
 ): Promise<TestNode> {
-  const root = passableTempDir('sandnode-it-');
+  // the nodes of a killed test run go first (dead-nodes.ts); once per process
+  sweeping ??= sweepDeadTestNodes().catch(() => []);
+  await sweeping;
+  const root = passableTempDir(TEST_NODE_PREFIX);
   const pool: TestPool | undefined = opts.network ? takeTestPool() : undefined;
+  writeOwner(root, pool?.settings.tag ?? '');
   const dirs: StackDirs = {
     stateDir: path.join(root, 'state'),
     runDir: path.join(root, 'run'),
