@@ -131,10 +131,13 @@ describe('ServerGuards', () => {
     sessions.push(...conns);
     const calls = conns.flatMap((s) => Array.from({ length: 8 }, () => rawCall(s, 'Exec', Buffer.concat([prefix(4 * MiB), Buffer.alloc(MiB)]), false)));
     await waitFor('the held bytes to reach the server cap', () => server.guards.heldBytes >= 9 * MiB || undefined);
-    const settled = await Promise.all(calls.map((c) => Promise.race([c.status, new Promise<string>((r) => setTimeout(() => r('held'), 500))])));
-    const refused = settled.filter((x) => x === String(Status.RESOURCE_EXHAUSTED)).length;
-    // at most 6 per connection and 10 in all are held: the other 14 or more were refused
-    expect(refused).toBeGreaterThanOrEqual(14);
+    // at most 6 per connection and 10 in all are held: the other 14 or more are refused (as fast
+    // as a loaded machine answers: counted as they come, not within a fixed time)
+    let refused = 0;
+    let other = 0;
+    for (const c of calls) void c.status.then((x) => (x === String(Status.RESOURCE_EXHAUSTED) ? refused++ : other++));
+    await waitFor('14 of the 24 held calls to be refused', () => refused >= 14 || undefined);
+    expect(other).toBe(0);
     expect(server.guards.heldBytes).toBeLessThanOrEqual(10 * MiB);
     const ch = createChannel(`127.0.0.1:${port}`);
     await expect(createClient(SandboxServiceDefinition, ch).getSandbox({ sandboxId: 'x' })).resolves.toBeDefined();
