@@ -7,6 +7,7 @@ import { createSandnodeChannel, createServiceClient, type ServiceClient } from '
 import type { ClientAuth } from './client-auth';
 import { SandboxServiceDefinition } from './gen/sandnode/server/v1/sandbox';
 import { TemplateServiceDefinition } from './gen/sandnode/server/v1/template';
+import { VersionServiceDefinition } from './gen/sandnode/common/v1/version';
 
 export interface ServerApi {
   channel: Channel;
@@ -14,6 +15,8 @@ export interface ServerApi {
   address?: string;
   sandboxes: ServiceClient<typeof SandboxServiceDefinition>;
   templates: ServiceClient<typeof TemplateServiceDefinition>;
+  /** the server's GetVersion (its version and features), on the same channel and token */
+  version: ServiceClient<typeof VersionServiceDefinition>;
   close(): void;
 }
 
@@ -29,6 +32,7 @@ export function connectServerApi(address: string, timeoutMs = 120_000, auth: Cli
     address,
     sandboxes: createServiceClient(SandboxServiceDefinition, channel, { timeoutMs, token: auth.token }),
     templates: createServiceClient(TemplateServiceDefinition, channel, { timeoutMs, token: auth.token }),
+    version: createServiceClient(VersionServiceDefinition, channel, { timeoutMs, token: auth.token }),
     close: () => channel.close(),
   };
 }

@@ -12,6 +12,7 @@ import { createChannel, type Channel } from 'nice-grpc';
 import { MAX_MESSAGE_BYTES, createServiceClient, type ServiceClientOptions } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { TemplateServiceDefinition } from '@sandnode/shared/proto/server/v1/template';
+import { VersionServiceDefinition } from '@sandnode/shared/proto/common/v1/version';
 import type { ServerApi, StackDirs } from '@sandnode/node-stack';
 
 /** Deadline of the chaos client's unary calls, ms. */
@@ -32,7 +33,13 @@ export function localChannel(address: string): Channel {
 export function connectApi(address: string, opts: ServiceClientOptions = {}): ServerApi {
   const channel = localChannel(address);
   const o = { timeoutMs: API_TIMEOUT_MS, ...opts };
-  return { channel, sandboxes: createServiceClient(SandboxServiceDefinition, channel, o), templates: createServiceClient(TemplateServiceDefinition, channel, o), close: () => channel.close() };
+  return {
+    channel,
+    sandboxes: createServiceClient(SandboxServiceDefinition, channel, o),
+    templates: createServiceClient(TemplateServiceDefinition, channel, o),
+    version: createServiceClient(VersionServiceDefinition, channel, o),
+    close: () => channel.close(),
+  };
 }
 
 /**

@@ -14,6 +14,8 @@ import { addOutputOptions, render, type OutputOpts } from '../output-format';
 import { listAllSandboxes, withServer } from '../server-calls';
 import { addIdleFlags, idleLine, idleRequest, registerIdleCommands, type IdleFlags } from './sandbox-idle';
 import { addNetworkFlags, networkLine, networkRequest, registerNetworkCommands, tokenText, type NetworkFlags } from './sandbox-network';
+import { requireServerFeatures, type FeatureNeed } from '../server-features';
+import { SERVER_FEATURES } from '@sandnode/shared';
 
 /** The state names `sandbox list --state` takes: RUNNING, PAUSED, ... */
 const STATE_NAMES = Object.keys(SandboxState)
@@ -37,6 +39,29 @@ export function forkMethodName(m: ForkMethod): string {
     default:
       return 'existing';
   }
+}
+
+/**
+ * flagNeeds is what the flags of `create` (or `fork`) need of the server (server-features.ts):
+ * the idle flags server.idle.v1 (a fork's: server.fork-idle.v1), --env server.sandbox-env.v1,
+ * the network policy flags server.network.v1. --no-network needs nothing: an older server's
+ * sandboxes have no network.
+ */
+export function flagNeeds(o: NetworkFlags & IdleFlags & { env?: Record<string, string> }, fork: boolean): FeatureNeed[] {
+  const needs: FeatureNeed[] = [];
+  const idleFlag: [keyof IdleFlags, string][] = [
+    ['pauseAfterS', '--pause-after-s'],
+    ['hibernateAfterS', '--hibernate-after-s'],
+    ['pausedTtlS', '--paused-ttl-s'],
+  ];
+  for (const [k, flag] of idleFlag) if (o[k] !== undefined) needs.push({ feature: fork ? SERVER_FEATURES.forkIdle : SERVER_FEATURES.idle, what: flag });
+  if (o.autoResume === false) needs.push({ feature: fork ? SERVER_FEATURES.forkIdle : SERVER_FEATURES.idle, what: '--no-auto-resume' });
+  if (!fork && o.env && Object.keys(o.env).length) needs.push({ feature: SERVER_FEATURES.sandboxEnv, what: '--env' });
+  if (o.allowOut?.length) needs.push({ feature: SERVER_FEATURES.network, what: '--allow-out' });
+  if (o.denyOut?.length) needs.push({ feature: SERVER_FEATURES.network, what: '--deny-out' });
+  if (o.blockAll) needs.push({ feature: SERVER_FEATURES.network, what: '--block-all' });
+  if (o.public) needs.push({ feature: SERVER_FEATURES.network, what: '--public' });
+  return needs;
 }
 
 /** requestIdOr is the given idempotency key, or a fresh "cli-<16 hex>": always one, so that the client's retry on UNAVAILABLE cannot create (or fork) twice. */
@@ -80,8 +105,10 @@ export function registerSandboxCommands(program: Command): Command {
       ) => {
         const network = networkRequest(o);
         const idle = idleRequest(o);
-        const r = await withServer(dirsOf(cmd), (api) =>
-          api.sandboxes.createSandbox({
+        const needs = flagNeeds(o, false);
+        const r = await withServer(dirsOf(cmd), async (api) => {
+          await requireServerFeatures(api, needs);
+          return api.sandboxes.createSandbox({
             template: o.template,
             timeoutSeconds: o.timeout,
             metadata: o.metadata,
@@ -90,8 +117,8 @@ export function registerSandboxCommands(program: Command): Command {
             network,
             idle,
             env: o.env,
-          }),
-        );
+          });
+        });
         const s = sandboxJson(r.sandbox!);
         // the access token is shown once: the server keeps only its hash
         const pool = { from_pool: r.fromPool, create_ms: r.createMs, pool_miss: r.poolMiss };
@@ -204,9 +231,11 @@ export function registerSandboxCommands(program: Command): Command {
       const network = networkRequest(o);
       // no idle flag: the child takes the parent's idle settings; any idle flag: these settings instead
       const idle = idleRequest(o);
-      const r = await withServer(dirsOf(cmd), (api) =>
-        api.sandboxes.forkSandbox({ parentId: id, metadata: o.metadata, timeoutSeconds: o.timeout, maxFreezeMs: o.maxFreezeMs, requestId: requestIdOr(o.requestId), network, idle }),
-      );
+      const needs = flagNeeds(o, true);
+      const r = await withServer(dirsOf(cmd), async (api) => {
+        await requireServerFeatures(api, needs);
+        return api.sandboxes.forkSandbox({ parentId: id, metadata: o.metadata, timeoutSeconds: o.timeout, maxFreezeMs: o.maxFreezeMs, requestId: requestIdOr(o.requestId), network, idle });
+      });
       const s = sandboxJson(r.sandbox!);
       const method = forkMethodName(r.method);
       const out = { ...s, fork: { method, parent_held_ms: r.parentHeldMs, clone_ms: r.cloneMs, fork_ms: r.forkMs }, access_token: r.accessToken };
