@@ -51,7 +51,7 @@ export function canonicalPolicy(p: EgressPolicyWire | undefined, field: string):
 /**
  * checkAllowsReachable refuses (InvalidArgumentError naming `field`) a policy whose allow_out
  * holds a CIDR wholly inside one of the node's always-denied ranges (NodeNetwork.alwaysDenied:
- * server key networkAlwaysDenied, the slot pool, the node's own addresses): the kernel and the
+ * vmm-supervisor key networkAlwaysDenied, the slot pool, the node's own addresses): the kernel and the
  * egress proxy deny it first, so the entry would be accepted and never work (newcomer finding:
  * `--allow-out 10.1.2.3` was taken silently and its connections refused).
  */
@@ -68,7 +68,7 @@ export function checkAllowsReachable(egress: EgressPolicyWire, alwaysDenied: rea
   if (bad.length === 0) return;
   const list = bad.map((b) => `${b.allow} (inside ${b.deniedBy})`).join(', ');
   throw new InvalidArgumentError(
-    `${field}.allow_out: ${list}: this node always denies ${bad.length === 1 ? 'that range' : 'those ranges'} (private, link-local and loopback ranges, the sandbox pool, the node's own addresses; the operator's server key networkAlwaysDenied), so the entry could never allow a connection; nothing was changed`,
+    `${field}.allow_out: ${list}: this node always denies ${bad.length === 1 ? 'that range' : 'those ranges'} (private, link-local and loopback ranges, the sandbox pool, the node's own addresses; the operator's vmm-supervisor key networkAlwaysDenied), so the entry could never allow a connection; nothing was changed`,
   );
 }
 

@@ -6,7 +6,7 @@
  * is asked, a network where none is) is not claimed: the create goes cold and says why.
  */
 import type { CoreContext } from './context';
-import { syncDirectory, type NetworkChoice } from './network';
+import { checkAllowsReachable, nodeNetwork, syncDirectory, type NetworkChoice } from './network';
 import { setVmEgress } from './network-update';
 import { PoolUnfit, type WarmPool } from './pool';
 import { teardown } from './provision';
@@ -43,6 +43,11 @@ const samePolicy = (a: unknown, b: unknown) => JSON.stringify(a) === JSON.string
 export async function claimFromPool(c: CoreContext, pool: WarmPool, a: PoolClaimArgs): Promise<{ rec?: SandboxRecord; miss: string }> {
   const now = c.now();
   const asked = a.network && a.network !== 'disabled' ? a.network : undefined;
+  // the check of a cold create (planNetwork), before any member is taken: an allow_out inside an always-denied range is INVALID_ARGUMENT here too
+  if (asked?.egress.allowOut.length) {
+    const node = await nodeNetwork(c.vms);
+    if (node.available) checkAllowsReachable(asked.egress, node.alwaysDenied, 'network.egress');
+  }
   let needsPolicy = false;
   const got = await pool.claim(a.template, a.resources, (m, key) => {
     const why = networkFit(a.network, m);
