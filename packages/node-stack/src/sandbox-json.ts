@@ -6,10 +6,10 @@ import { SandboxNetwork, SandboxState, type IdleStatus, type Sandbox } from '@sa
 
 /**
  * A sandbox's network in the proto JSON mapping (SandboxNetwork.toJSON: lowerCamel names,
- * fields at their default omitted, so slot 0 and an empty policy are absent).
+ * fields at their default omitted, so an empty policy is absent), with slot always there.
  */
 export interface SandboxNetworkJson {
-  slot?: number;
+  slot: number;
   address?: string;
   gateway?: string;
   egress?: { allowOut?: string[]; denyOut?: string[]; blockAll?: boolean };
@@ -126,7 +126,8 @@ export function sandboxJson(s: Sandbox): SandboxJson {
     rootfs_generation: s.rootfsGeneration || 1,
     forked_from: s.forkedFrom,
     isolation: [...s.isolation],
-    network: s.network ? (SandboxNetwork.toJSON(s.network) as SandboxNetworkJson) : null,
+    // slot always (the proto JSON mapping leaves out a 0, the first slot, and a script read undefined)
+    network: s.network ? { ...(SandboxNetwork.toJSON(s.network) as Omit<SandboxNetworkJson, 'slot'>), slot: s.network.slot } : null,
     idle: idleJson(s.idle),
     env_keys: [...s.envKeys],
   };

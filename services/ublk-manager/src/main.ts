@@ -173,7 +173,7 @@ async function start(argv: string[]): Promise<void> {
     maxBytes: cfg.imagePoolMaxBytes,
     minFreeBytes: cfg.imagePoolMinFreeBytes,
     hostMinFreeBytes: cfg.imagePoolHostMinFreeBytes,
-    log: log.child({ component: 'image-pool' }),
+    log: log.child({ component_part: 'image-pool' }),
   });
   const poolStatus = await pool.setup();
   const images = new FileImages(cfg.imagesDir, {

@@ -15,7 +15,7 @@
  */
 import { Option, type Command } from 'commander';
 import { stringify } from 'yaml';
-import { UsageError } from './output';
+import { UsageError, jsonText } from './output';
 import { jsonSafe, terminalSafe, yamlSafe } from './terminal-safe';
 
 /** The formats `-o` takes. */
@@ -55,9 +55,9 @@ export interface Rendering {
  */
 export function renderText(o: OutputOpts, r: Rendering): string {
   if (o.json && o.output && o.output !== 'json') throw new UsageError(`give either --json or -o ${o.output}, not both`);
-  if (o.output === 'json') return `${jsonSafe(JSON.stringify(r.proto ? r.proto() : r.json, null, 2))}\n`;
-  if (o.output === 'yaml') return yamlSafe(stringify(r.proto ? r.proto() : r.json));
-  if (o.json) return `${jsonSafe(JSON.stringify(r.json, null, 2))}\n`;
+  if (o.output === 'json') return `${jsonSafe(r.proto ? JSON.stringify(r.proto(), null, 2) : jsonText(r.json))}\n`;
+  if (o.output === 'yaml') return yamlSafe(stringify(r.proto ? r.proto() : r.json === undefined ? r.json : JSON.parse(jsonText(r.json))));
+  if (o.json) return `${jsonSafe(jsonText(r.json))}\n`;
   if (o.output === 'wide') return `${terminalSafe((r.wide ?? r.human)())}\n`;
   return `${terminalSafe(r.human())}\n`;
 }

@@ -57,7 +57,7 @@ export function execStreamHandlers(sessions: ExecSessions): Handlers {
       if (i?.$case === 'start') {
         const st = i.value;
         s = await sessions.start({ argv: st.argv, env: st.env, cwd: st.cwd, timeoutMs: st.timeoutMs, pty: st.pty, size: st.size, detachKeepMs: st.detachKeepMs });
-        context.log.debug({ argv0: st.argv[0], pid: s.pid, exec_id: s.execId, pty: st.pty }, 'exec stream started');
+        context.log.debug({ argv0: st.argv[0], child_pid: s.pid, exec_id: s.execId, pty: st.pty }, 'exec stream started');
       } else if (i?.$case === 'attach') {
         s = sessions.get(i.value.execId);
       } else {

@@ -47,9 +47,9 @@ export function poddService(deps: PoddServiceDeps): PoddServiceImplementation<Sa
       for await (const ev of deps.runner.run(execSpecFromProto(req), context.signal)) {
         if (ev.kind === 'started') {
           pid = ev.pid;
-          context.log.debug({ argv0: req.argv[0], pid }, 'exec started');
+          context.log.debug({ argv0: req.argv[0], child_pid: pid }, 'exec started');
         } else if (ev.kind === 'exit') {
-          context.log.debug({ pid, exitCode: ev.exitCode, signal: ev.signal }, 'exec exited');
+          context.log.debug({ child_pid: pid, exitCode: ev.exitCode, signal: ev.signal }, 'exec exited');
         }
         yield execEventToProto(ev);
       }

@@ -303,7 +303,7 @@ async function stopDeviceManager(d: DrainDeps, deadline: number): Promise<{ stop
   while (alive() && Date.now() < killAt) await new Promise((r) => setTimeout(r, EXIT_POLL_MS));
   if (!alive()) return { stopped: true, error: '' };
   const termMs = Date.now() - t0;
-  d.log.warn({ pid, term_ms: termMs }, 'drain: the device manager did not exit on SIGTERM in time; SIGKILL');
+  d.log.warn({ device_manager_pid: pid, term_ms: termMs }, 'drain: the device manager did not exit on SIGTERM in time; SIGKILL');
   try {
     kill(pid, 'SIGKILL');
   } catch (err) {

@@ -307,7 +307,7 @@ export class IdleController {
       p = this.o
         .resume(id)
         .then(
-          (r) => this.c.log.info({ sandbox_id: id, pid: r.vm?.pid, op }, `auto-resumed a ${what} sandbox`),
+          (r) => this.c.log.info({ sandbox_id: id, vm_pid: r.vm?.pid, op }, `auto-resumed a ${what} sandbox`),
           (err: unknown) => {
             // another caller's resume (ResumeSandbox) won: it runs
             if (this.c.store.get(id)?.state === 'RUNNING') return;

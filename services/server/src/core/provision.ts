@@ -203,7 +203,7 @@ export async function coldStart(c: CoreContext, rec: SandboxRecord): Promise<San
     if (!node.available) throw new FailedPreconditionError(`sandbox ${rec.sandboxId} has a network (slot ${rec.network.slot}, ${rec.network.address}), but ${node.reason}; it stays DRAINED`);
   }
   await bootVm(c, rec);
-  c.log.info({ sandbox_id: rec.sandboxId, pid: rec.vm?.pid }, 'drained sandbox started again on its disks');
+  c.log.info({ sandbox_id: rec.sandboxId, vm_pid: rec.vm?.pid }, 'drained sandbox started again on its disks');
   return rec;
 }
 

@@ -44,7 +44,7 @@ export async function checkLiveness(c: CoreContext): Promise<string[]> {
       c.touch(rec);
       c.podd.forget(rec.poddAddress);
       marked.push(rec.sandboxId);
-      c.log.error({ sandbox_id: rec.sandboxId, pid: rec.vm.pid }, 'sandbox VM process is gone: marked ERROR');
+      c.log.error({ sandbox_id: rec.sandboxId, vm_pid: rec.vm.pid }, 'sandbox VM process is gone: marked ERROR');
     });
   }
   if (unknown.length) c.log.warn({ sandbox_ids: unknown }, 'liveness: /proc could not be read for these VMs (out of file descriptors?); left as they are until it can');
@@ -103,7 +103,7 @@ export async function recoverLiveness(c: CoreContext): Promise<LivenessRecovery>
         rec.errorMessage = '';
         c.touch(rec);
         out.recovered.push(rec.sandboxId);
-        c.log.warn({ sandbox_id: rec.sandboxId, pid: rec.vm.pid, state: rec.state }, 'liveness recovery: the VM was wrongly taken for gone (a /proc read that failed); back to its state');
+        c.log.warn({ sandbox_id: rec.sandboxId, vm_pid: rec.vm.pid, state: rec.state }, 'liveness recovery: the VM was wrongly taken for gone (a /proc read that failed); back to its state');
       })
       .catch((err: unknown) => c.log.warn({ sandbox_id: r.sandboxId, err }, 'liveness recovery failed; will try again'));
   }

@@ -39,7 +39,7 @@ export function resetRootfs(c: CoreContext, id: string, signal?: AbortSignal): P
       switchUpper(c, rec, fresh, generation);
       await c.devices.delete(old.deviceId);
       await bootVm(c, rec);
-      c.log.info({ sandbox_id: id, generation, pid: rec.vm?.pid }, 'rootfs reset');
+      c.log.info({ sandbox_id: id, generation, vm_pid: rec.vm?.pid }, 'rootfs reset');
       return rec;
     },
     signal,

@@ -193,7 +193,7 @@ export class SandboxManager {
         ? new WarmPool({
             store: o.store,
             configs: pool.configs,
-            log: o.log.child({ component: 'warm-pool' }),
+            log: o.log.child({ component_part: 'warm-pool' }),
             now: () => this.now(),
             resourceDefaults: o.resourceDefaults,
             fillConcurrency: pool.fillConcurrency ?? DEFAULT_POOL_FILL_CONCURRENCY,
@@ -418,7 +418,7 @@ export class SandboxManager {
         // still there; from its return to the answer there is no await, so the caller cannot
         // go away unseen in between
         await bootVm(this.ctx, rec, signal, mark);
-        log.info({ pid: rec.vm?.pid, template: origin.template, ms: this.now() - t0, steps, pool: pool?.key }, 'sandbox created');
+        log.info({ vm_pid: rec.vm?.pid, template: origin.template, ms: this.now() - t0, steps, pool: pool?.key }, 'sandbox created');
         return rec;
       } catch (err) {
         log.warn({ err }, 'create failed; tearing down');

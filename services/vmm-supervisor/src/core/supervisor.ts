@@ -187,7 +187,7 @@ export class Supervisor {
             if (before !== 'stopped') log.warn({ was: before }, 'adopt: VM processes are gone; marked stopped');
           } else {
             report.adopted.push(rec.vmId);
-            log.info({ state: after.state, pid: after.pid }, 'adopt: VM adopted');
+            log.info({ state: after.state, vm_pid: after.pid }, 'adopt: VM adopted');
           }
         });
       } catch (err) {
@@ -267,7 +267,7 @@ export class Supervisor {
         const { pid, startTimeTicks } = started.process;
         const running: VmRecord = { ...rec, state: 'running', pid, startTimeTicks, apiSocket: started.apiSocket, isolation: [...(started.isolation ?? [])] };
         this.store.put(running);
-        log.info({ pid, binary: rec.driverBinary }, 'vm created');
+        log.info({ vm_pid: pid, binary: rec.driverBinary }, 'vm created');
         return running;
       } catch (err) {
         // a slot that was reserved for the owner stays reserved; any other is freed

@@ -238,7 +238,7 @@ export class NetworkManager {
       mkdirSync(path.dirname(a.netnsPath), { recursive: true, mode: 0o755 });
       writeFileSync(a.netnsPath, '', { mode: 0o444 });
       await runCommand('mount', ['--bind', `/proc/${pid}/ns/net`, a.netnsPath]);
-      this.log.warn({ slot: a.slot, pid }, 'adopt: netns bind mount was missing; bound again from the VM process');
+      this.log.warn({ slot: a.slot, vm_pid: pid }, 'adopt: netns bind mount was missing; bound again from the VM process');
       return (await this.repair(a, link, 0)) || true;
     }
     if (!isMountPoint(a.netnsPath)) {

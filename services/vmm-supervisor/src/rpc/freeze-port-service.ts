@@ -123,7 +123,7 @@ export type FreezePortServe = (vmId: string, socketPath: string, freezer: Freeze
  */
 export function freezePortServer(log: Logger, gate?: FreezeGate, limits: FreezePortLimits = DEFAULT_FREEZE_PORT_LIMITS): FreezePortServe {
   return async (vmId, socketPath, freezer) => {
-    const vmLog = log.child({ vm_id: vmId, component: FREEZE_PORT_COMPONENT });
+    const vmLog = log.child({ vm_id: vmId, component_part: FREEZE_PORT_COMPONENT });
     const server = createServiceServer({
       info: { component: FREEZE_PORT_COMPONENT, version: SUITE_VERSION, commit: buildCommit(), features: [VMM_FEATURES.freezePort, ...(gate ? [VMM_FEATURES.freezeArm] : [])] },
       log: vmLog,

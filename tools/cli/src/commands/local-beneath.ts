@@ -11,7 +11,7 @@
  * walk.ts does. Errors: CliError naming the path and what was refused.
  */
 import { randomBytes } from 'node:crypto';
-import { constants as fsc } from 'node:fs';
+import { constants as fsc, unlinkSync } from 'node:fs';
 import { mkdir, open, rename, symlink, unlink, type FileHandle } from 'node:fs/promises';
 import { CliError } from '../output';
 
@@ -45,6 +45,32 @@ export function tempName(name: string, mark: string): string {
 }
 
 const DOWNLOAD_TEMP_MARK = '.sandnode-download-';
+
+/**
+ * Temp files of downloads not committed yet, removed when the CLI is stopped by SIGINT or
+ * SIGTERM (Node ends the process at once on those, so no `finally` runs): a cut plain copy
+ * leaves nothing (newcomer: each ^C left a hidden file as large as what had arrived). The
+ * handlers are installed while one is pending; after the cleanup the process exits with
+ * 128 + the signal's number, as it would have.
+ */
+const pendingTemps = new Map<string, () => void>();
+const SIGNAL_EXIT: Partial<Record<NodeJS.Signals, number>> = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 };
+
+function onStopSignal(sig: NodeJS.Signals): void {
+  for (const remove of pendingTemps.values()) remove();
+  pendingTemps.clear();
+  process.exit(SIGNAL_EXIT[sig] ?? 1);
+}
+
+/** pendTemp registers the cleanup of a temp file until the returned function is called. */
+function pendTemp(key: string, remove: () => void): () => void {
+  if (pendingTemps.size === 0) for (const sig of Object.keys(SIGNAL_EXIT) as NodeJS.Signals[]) process.on(sig, onStopSignal);
+  pendingTemps.set(key, remove);
+  return () => {
+    pendingTemps.delete(key);
+    if (pendingTemps.size === 0) for (const sig of Object.keys(SIGNAL_EXIT) as NodeJS.Signals[]) process.off(sig, onStopSignal);
+  };
+}
 
 /** openRoot opens the directory the user named (followed as given: it is the user's own path). */
 export async function openRoot(dir: string): Promise<FileHandle> {
@@ -116,6 +142,16 @@ export async function receiveFile(dir: FileHandle, name: string, shown: string, 
     if (open_) await fh.close();
     open_ = false;
   };
+  // the temp file goes with a ^C; a resumed file stays (a later --resume continues it)
+  const unpend = resume
+    ? () => undefined
+    : pendTemp(`${dir.fd}/${target}`, () => {
+        try {
+          unlinkSync(at(dir.fd, target));
+        } catch {
+          /* gone already */
+        }
+      });
   return {
     fh,
     size: resume ? st.size : 0,
@@ -134,8 +170,11 @@ export async function receiveFile(dir: FileHandle, name: string, shown: string, 
         }
         await dir.sync();
       }
+      // after the rename: a ^C before it still removes the temp file (after it, the name is gone)
+      unpend();
     },
     async abort() {
+      unpend();
       await close().catch(() => undefined);
       if (!resume) await unlink(at(dir.fd, target)).catch(() => undefined);
     },

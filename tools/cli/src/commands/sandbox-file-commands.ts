@@ -39,7 +39,8 @@ export function registerFileCommands(sandbox: Command): void {
           if (to) return (await isLocalDir(src)) ? uploadTree(api, src, to, o) : upload(api, src, to, o);
           const remote = from as RemoteSpec;
           const info = await statRemote(api, remote);
-          return info?.type === FileType.FILE_TYPE_DIRECTORY ? downloadTree(api, remote, dst, o) : download(api, remote, dst, o);
+          // a file keeps its permission bits, as in a directory copy (never set-id or sticky bits)
+          return info?.type === FileType.FILE_TYPE_DIRECTORY ? downloadTree(api, remote, dst, o) : download(api, remote, dst, { ...o, mode: info ? info.mode & 0o777 : undefined });
         });
         print(o.json === true, r, () =>
           'sha256' in r

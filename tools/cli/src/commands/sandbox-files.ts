@@ -281,11 +281,12 @@ async function hashHandle(fh: FileHandle, n: number, h: Hash): Promise<void> {
 }
 
 /**
- * download copies file r to local dst (into it when dst is a directory). The file is written
- * through the fd of its directory without following a symlink (local-beneath.ts). Errors:
- * CliError (a damaged or cut stream, a symlink at the target with --resume), the stream's ClientError.
+ * download copies file r to local dst (into it when dst is a directory), given permission bits
+ * o.mode when set (else 0600). The file is written through the fd of its directory without
+ * following a symlink (local-beneath.ts). Errors: CliError (a damaged or cut stream, a symlink
+ * at the target with --resume), the stream's ClientError.
  */
-export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?: boolean; json?: boolean }): Promise<CopyResult> {
+export async function download(api: ServerApi, r: RemoteSpec, dst: string, o: { resume?: boolean; json?: boolean; mode?: number }): Promise<CopyResult> {
   let target = dst;
   const local = await stat(dst).catch(() => undefined);
   if (dst.endsWith('/') || local?.isDirectory()) target = path.join(dst, path.posix.basename(r.path));

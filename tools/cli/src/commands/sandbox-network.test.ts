@@ -63,7 +63,8 @@ describe('sandbox network', () => {
       ingressUrl: 'http://{port}-sb-1.localhost:8480',
     });
     const j = sandboxJson({ sandboxId: 'sb-1', state: 2, isolation: [], metadata: {}, envKeys: [], createdAtMs: 0, network: n } as never);
-    expect(j.network).toEqual({ address: '10.209.0.2', gateway: '10.209.0.1', egress: { allowOut: ['example.com'], blockAll: true }, ingressUrl: 'http://{port}-sb-1.localhost:8480' });
+    // slot 0 is kept (the proto JSON mapping would leave it out)
+    expect(j.network).toEqual({ slot: 0, address: '10.209.0.2', gateway: '10.209.0.1', egress: { allowOut: ['example.com'], blockAll: true }, ingressUrl: 'http://{port}-sb-1.localhost:8480' });
     expect(networkText(j.network)).toMatch(/^slot {10}0\naddress {7}10\.209\.0\.2\n.*allow out {5}example\.com\n.*block all {5}yes\ningress {7}private/s);
     expect(networkText(null)).toBe('no network');
   });
