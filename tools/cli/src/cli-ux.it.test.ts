@@ -139,6 +139,9 @@ describeNode('sandnode CLI formats, deletes and logs', () => {
     const st = node.cli(['status']);
     expect(st.stdout).not.toContain('stale pid file');
     expect(st.stdout).toContain('2 DRAINED');
+    // the device manager the drain stopped is "stopped", and the node counts as running (exit 0)
+    expect(st.stdout).toMatch(/ublk-manager +stopped +- +- \(stopped by the drain of 2 sandboxes/);
+    expect(st.status).toBe(0);
 
     const down = node.cli(['down', '--purge', '--json']);
     expect({ status: down.status, stderr: down.stderr }).toEqual({ status: 0, stderr: expect.stringContaining('started ublk-manager') });

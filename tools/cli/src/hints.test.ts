@@ -74,7 +74,7 @@ describe('hintFor: FAILED_PRECONDITION', () => {
   });
 
   it('a pause of a PAUSED or DRAINED sandbox: says so instead of asking to resume it', () => {
-    expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-9f is PAUSED; PauseSandbox needs RUNNING', TCP)).toBe('it is paused already: nothing to do (sandnode sandbox get sb-9f)');
+    expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-9f is PAUSED; PauseSandbox needs RUNNING', TCP)).toBe('it is paused already; it stays paused (sandnode sandbox get sb-9f)');
     expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-9f is DRAINED; PauseSandbox needs RUNNING', TCP)).toBe('it is drained: it runs nothing to pause');
   });
 

@@ -67,7 +67,7 @@ export function hintFor(code: Status, details: string, target: CallTarget): stri
     // "sandbox sb-... is DRAINED; Exec needs RUNNING" (server core/transitions.ts), "... is PAUSED and its idle.auto_resume is off ..."
     const m = /\bsandbox (sb-[0-9a-z-]+) is (DRAINED|PAUSED)\b/.exec(details);
     // a pause of a sandbox that is not RUNNING: resuming it is not what was asked
-    if (m && /\bPauseSandbox needs\b/.test(details)) return m[2] === 'PAUSED' ? `it is paused already: nothing to do (sandnode sandbox get ${m[1]})` : `it is drained: it runs nothing to pause`;
+    if (m && /\bPauseSandbox needs\b/.test(details)) return m[2] === 'PAUSED' ? `it is paused already; it stays paused (sandnode sandbox get ${m[1]})` : `it is drained: it runs nothing to pause`;
     if (m) return `resume it first: sandnode sandbox resume ${m[1]}`;
   }
   return PLAIN[code];

@@ -35,6 +35,7 @@ import { sweepOrphans } from '../core/orphan-sweep';
 import type { SandboxManager } from '../core/sandbox-manager';
 import { ALL_TEMPLATES } from '../core/pool';
 import { isPoolMember } from '../core/pool-config';
+import { isLive } from '../core/transitions';
 import type { PoolAdminPort } from '../rpc/pool-service';
 import type { DevicePeer } from '../peers/device-peer';
 import type { PoddPeers } from '../peers/podd-peer';
@@ -159,9 +160,9 @@ export class ServerNode implements StandbyNode, OldServer {
     return this.active?.manager;
   }
 
-  /** How many sandboxes the records hold (0 without records); warm-pool members are no user's and not counted. */
+  /** How many sandboxes a standby would adopt (PrepareHandover): the live ones (RUNNING or PAUSED) of the records; warm-pool members are no user's and not counted (newcomer: a DRAINED one was counted, and adoption has nothing to adopt of it). */
   sandboxCount(): number {
-    return this.store?.list().filter((r) => !isPoolMember(r)).length ?? 0;
+    return this.store?.list().filter((r) => !isPoolMember(r) && isLive(r)).length ?? 0;
   }
 
   /** poolAdmin: the warm pools of this server while ACTIVE (AdminService.SetPool/GetPoolStatus). */

@@ -220,10 +220,10 @@ export function registerNodeCommands(program: Command): void {
         const network = await nodeNetwork(d, components.find((c) => c.name === 'vmm-supervisor')?.features ?? []);
         const doc = { nodeId: node.nodeId, components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches, network };
         const drained = all ? all.filter((s) => s.state === SandboxState.SANDBOX_STATE_DRAINED).length : 0;
-        const statusText = (c: (typeof components)[number]) =>
-          c.up ? paint('green', 'up') : c.stalePid && c.name === 'ublk-manager' && drained ? 'stopped' : paint(c.stalePid ? 'red' : 'yellow', 'down');
-        const pidCol = (c: (typeof components)[number]) =>
-          !c.up && c.stalePid && c.name === 'ublk-manager' && drained ? `- (stopped by the drain of ${drained} sandboxes; \`sandbox resume\` starts it)` : pidText(c);
+        // the device manager a drain stopped (its pid file removed by the drain, or left stale) is stopped, not down
+        const stoppedByDrain = (c: (typeof components)[number]) => !c.up && c.name === 'ublk-manager' && drained > 0;
+        const statusText = (c: (typeof components)[number]) => (c.up ? paint('green', 'up') : stoppedByDrain(c) ? 'stopped' : paint(c.stalePid ? 'red' : 'yellow', 'down'));
+        const pidCol = (c: (typeof components)[number]) => (stoppedByDrain(c) ? `- (stopped by the drain of ${drained} sandboxes; \`sandbox resume\` starts it)` : pidText(c));
         const lines = (wide: boolean) =>
           [
             node.text,
@@ -247,7 +247,7 @@ export function registerNodeCommands(program: Command): void {
           ].join('\n');
         render(o, { json: doc, human: () => lines(false), wide: () => lines(true) });
         // scripts ask `sandnode status` whether the node runs: every component up (a device manager stopped by a drain counts) and a server active
-        const down = components.filter((c) => !c.up && !(c.name === 'ublk-manager' && drained));
+        const down = components.filter((c) => !c.up && !stoppedByDrain(c));
         if (down.length || !server) process.exitCode = EXIT_NOT_RUNNING;
       }),
     );

@@ -83,7 +83,7 @@ describe('sandbox url', () => {
 describe('upgrade server --dry-run text', () => {
   it('says whether the handover would start and each loss', () => {
     const p = { ok: true, reasons: [], losses: ['the standby (0.2.0) lacks "server.ingress.v1": ...'], sandboxes: 3, inFlight: 0, fromVersion: '0.3.0', toVersion: '0.2.0' };
-    expect(previewText(p)).toBe('a handover from 0.3.0 to 0.2.0 would start now (3 sandboxes adopted)\nloses: the standby (0.2.0) lacks "server.ingress.v1": ...');
+    expect(previewText(p)).toBe('a handover from 0.3.0 to 0.2.0 would start now (3 live sandboxes adopted)\nloses: the standby (0.2.0) lacks "server.ingress.v1": ...');
     expect(previewText({ ...p, ok: false, reasons: ['this server is STANDBY, not ACTIVE'], losses: [] })).toBe(
       'a handover from 0.3.0 to 0.2.0 would not start: this server is STANDBY, not ACTIVE\nloses: nothing the target lacks',
     );

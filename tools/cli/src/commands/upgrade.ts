@@ -19,7 +19,7 @@ interface UpgradeOpts {
 /** previewText is how `upgrade server --dry-run` shows a preview. */
 export function previewText(p: UpgradePreview): string {
   const head = p.ok
-    ? `a handover from ${p.fromVersion} to ${p.toVersion} would start now (${p.sandboxes} sandboxes adopted)`
+    ? `a handover from ${p.fromVersion} to ${p.toVersion} would start now (${p.sandboxes} live ${p.sandboxes === 1 ? 'sandbox' : 'sandboxes'} adopted)`
     : `a handover from ${p.fromVersion} to ${p.toVersion} would not start: ${p.reasons.join('; ')}`;
   return [head, ...(p.losses.length ? p.losses.map((l) => `loses: ${l}`) : ['loses: nothing the target lacks'])].join('\n');
 }
@@ -63,7 +63,7 @@ export function registerUpgradeCommands(program: Command): void {
                 ['epoch', r.epoch - 1, r.epoch],
               ],
             ),
-            `hold window ${r.holdWindowMs} ms, ${r.adopted} sandboxes adopted${poolPart(r.poolMembersAdopted)} in ${r.adoptionMs} ms, listeners: ${r.listeners.join(', ')}`,
+            `hold window ${r.holdWindowMs} ms, ${r.adopted} ${r.adopted === 1 ? 'sandbox' : 'sandboxes'} adopted${poolPart(r.poolMembersAdopted)} in ${r.adoptionMs} ms, listeners: ${r.listeners.join(', ')}`,
           ].join('\n'),
         );
       }),
