@@ -9,6 +9,7 @@
  * - daemon log lines carried a key twice ("pid": the daemon's and the sandbox's; "component":
  *   "server" and "warm-pool"), so `jq .pid` gave the wrong one.
  * - `sandbox create --json`'s network object (proto JSON) left `slot` out when it was 0.
+ * - `sandbox exec` of a missing command exited 1, like a command's own exit 1; now 127.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -69,6 +70,12 @@ describeNode('sandnode CLI walkthrough (newcomer findings)', () => {
     expect(await exited).not.toBe(0);
     await new Promise((r) => setTimeout(r, 500));
     expect(readdirSync(out)).toEqual([]);
+  });
+
+  it('exec of a command the sandbox does not have exits 127 (as sh and docker exec), its own exit 1 stays 1', () => {
+    const missing = node.cli(['sandbox', 'exec', id, '--', '/nonexistent']);
+    expect({ status: missing.status, stderr: missing.stderr }).toEqual({ status: 127, stderr: expect.stringContaining('NOT_FOUND: argv[0]: /nonexistent: command not found') });
+    expect(node.cli(['sandbox', 'exec', id, '--', 'sh', '-c', 'exit 1']).status).toBe(1);
   });
 
   it('template list --json shows no ts-proto internals (_unknownFields)', () => {

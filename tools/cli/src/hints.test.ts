@@ -89,4 +89,10 @@ describe('hintFor: FAILED_PRECONDITION', () => {
     expect(hintFor(Status.FAILED_PRECONDITION, 'template base is used by sandbox sb-1', SOCK)).toBeUndefined();
     expect(hintFor(Status.FAILED_PRECONDITION, 'sandbox sb-1 is CREATING; Exec needs RUNNING', SOCK)).toBeUndefined();
   });
+  it('a token given and refused (unknown, revoked, expired) gets its own hint, not the one for no token', () => {
+    const tcp = { address: '127.0.0.1:7070' };
+    expect(hintFor(Status.UNAUTHENTICATED, 'the bearer token is not known to this node; nothing was done', tcp)).toMatch(/^the token given is not one this node accepts/);
+    expect(hintFor(Status.UNAUTHENTICATED, 'token ci (tk-1) was revoked; nothing was done', tcp)).toMatch(/^the token given/);
+    expect(hintFor(Status.UNAUTHENTICATED, 'no bearer token', tcp)).toMatch(/^give a token/);
+  });
 });

@@ -52,6 +52,9 @@ export function hintFor(code: Status, details: string, target: CallTarget): stri
     if (!target.tls) return `is the server listening at ${target.address}? if it serves TLS, give ${TLS_OPTIONS}`;
     return `is the server listening at ${target.address}?`;
   }
+  // a token was given and refused: wrong, revoked or expired (connection-auth / the token store say which)
+  if (code === Status.UNAUTHENTICATED && !unix && /\b(not known to this node|was revoked|expired)\b/.test(details))
+    return 'the token given is not one this node accepts: check SANDNODE_TOKEN / --token-file (on the node: sandnode token list; sandnode token create makes a new one)';
   if (code === Status.UNAUTHENTICATED && !unix) return `give a token (--token, sandnode token create on the node) or a client certificate (${TLS_OPTIONS})`;
   if (code === Status.PERMISSION_DENIED) {
     if (/has the read role/.test(details)) return "the token's role does not allow this call: use an admin token (on the node: sandnode token create --name N --role admin)";

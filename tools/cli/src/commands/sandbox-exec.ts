@@ -13,7 +13,7 @@ import { ClientError, Status } from 'nice-grpc-common';
 import { table } from '@sandnode/node-stack';
 import { SIGNAL_PROCESS_SIGNALS } from '@sandnode/shared';
 import { dirsOf, keyValue, wholeNumber } from '../options';
-import { CliError, EXIT_FAILURE, UsageError, action } from '../output';
+import { CliError, EXIT_FAILURE, UsageError, action, describeError, formatError } from '../output';
 import { withServer } from '../server-calls';
 import { argsOf, commandPath, shellWord } from '../usage';
 import { isUnimplemented, runExecSession } from './exec-session';
@@ -83,6 +83,14 @@ interface ExecOpts {
 }
 
 /** registerExecCommand adds `exec`, `ps` and `kill` to the sandbox command group. */
+/** Exit code of `sandbox exec` when the command is not found in the sandbox (as sh and docker exec). */
+export const EXIT_COMMAND_NOT_FOUND = 127;
+
+/** commandNotFound: err is podd's NOT_FOUND for a missing argv[0] ("argv[0]: X: command not found"). */
+export function commandNotFound(err: unknown): boolean {
+  return err instanceof ClientError && err.code === Status.NOT_FOUND && /^argv\[0\]: .*: command not found$/.test(err.details);
+}
+
 /**
  * processRows are the table rows of `sandbox ps`: exec id, pid, status, start (ISO), tty, command.
  * Every string comes from the sandbox's podd, so control characters are shown escaped (shownName):
@@ -115,6 +123,7 @@ export function registerExecCommand(sandbox: Command): void {
         const line = raw ? ownFlagAfterCommand(cmd, raw) : undefined;
         if (line) throw new UsageError(`an option of sandbox exec after the command is read as sandnode's; put -- before the command: ${line}`);
         const sendStdin = !!(o.interactive || o.stdin || o.tty);
+        if (o.tty && !process.stdin.isTTY) process.stderr.write('sandnode: warning: -t: stdin is not a terminal: the command gets a pty in the sandbox, but this side is not put in raw mode\n');
         process.exitCode = await withServer(dirsOf(cmd), async (api) => {
           const start = { sandboxId: id, argv, env: o.env, cwd: o.cwd, timeoutMs: o.timeoutMs, pty: !!o.tty, detachKeepMs: 0 };
           try {
@@ -136,6 +145,11 @@ export function registerExecCommand(sandbox: Command): void {
             throw stdinTooLarge(err, stdin.length, id);
           }
           return code;
+        }).catch((err: unknown) => {
+          // as a shell and docker exec: a command that is not there exits 127, not the 1 a command may exit with itself
+          if (!commandNotFound(err)) throw err;
+          process.stderr.write(formatError(describeError(err), false));
+          return EXIT_COMMAND_NOT_FOUND;
         });
         // stdin may still hold the event loop (a terminal); the answer is complete
         if (sendStdin) process.stdin.destroy();
