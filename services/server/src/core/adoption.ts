@@ -132,6 +132,19 @@ async function adoptOne(
     report.tornDown.push(rec.sandboxId);
     return;
   }
+  if (rec.state === 'DRAINED') {
+    // a DRAINED sandbox has no VM: one under its id is what a resume booted before its server
+    // died, unanswered (the caller saw the call fail) and not recorded: stopped, its disks and
+    // network slot kept, so the record holds and a retried resume boots it again (attacker:
+    // the container ran on, hidden, with the record DRAINED pid 0)
+    const vmId = rec.vm?.vmId ?? rec.sandboxId;
+    if (vms.has(vmId)) {
+      log.warn({ vm_pid: vms.get(vmId)!.pid }, 'a DRAINED sandbox had a VM (a resume interrupted before it was recorded): stopped, disks and slot kept');
+      await stopVmKeepingSlot(d.vms, rec);
+      report.reconciled.push(rec.sandboxId);
+    }
+    return;
+  }
   if (!isLive(rec)) return;
 
   const fail = (reason: string) => {
