@@ -348,10 +348,23 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
     return (this.poolStore ??= new SqlitePoolStore(this.db, this.log));
   }
 
-  /** epoch is the node's current epoch (0 before the first takeover). */
+  /**
+   * epoch is the node's current epoch (0 before the first takeover). Throws an Error naming
+   * records.db's meta row when the stored value is not a whole number (a bad edit, a bit flip:
+   * read as it was it became NaN, Infinity or 3.5 and was written back, or '' read as 0 went
+   * below the peers' fences; attacker): nothing is written, and the message says how to set it.
+   */
   epoch(): number {
-    const row = this.db.prepare<[], { value: string }>("SELECT value FROM meta WHERE key = 'epoch'").get();
-    return row ? Number(row.value) : 0;
+    const row = this.db.prepare<[], { value: unknown }>("SELECT value FROM meta WHERE key = 'epoch'").get();
+    if (!row) return 0;
+    const text = String(row.value);
+    const n = /^\d{1,15}$/.test(text) ? Number(text) : NaN;
+    if (!Number.isSafeInteger(n)) {
+      throw new Error(
+        `records.db: the meta row 'epoch' holds ${JSON.stringify(text.slice(0, 40))}, not a whole number; nothing was changed. Set it to the highest fence epoch \`sandnode status\` shows for vmm-supervisor and ublk-manager (sqlite3 records.db "UPDATE meta SET value = 'N' WHERE key = 'epoch'"), then start the server`,
+      );
+    }
+    return n;
   }
 
   /**
