@@ -21,9 +21,11 @@
  *
  * A bulk transfer (sandbox cp through PrepareBulkTransfer) runs between the caller and podd,
  * where the server sees no byte: before it pauses or hibernates a RUNNING sandbox the action asks
- * podd (Health bulk_transfers, at most BULK_CHECK_TIMEOUT_MS) and waits while one runs, counting
- * it as activity, for at most BULK_HOLD_MAX_MS in a row (podd runs in the sandbox: a hostile one
- * could claim a transfer forever). A podd that does not answer in time holds nothing.
+ * podd (Health bulk_transfers, at most BULK_CHECK_TIMEOUT_MS) and waits while one runs, for at
+ * most BULK_HOLD_MAX_MS after the sandbox's last activity (PrepareBulkTransfer is one; the bound
+ * lives in the record, so no handover or restart starts it again: podd runs in the sandbox, and
+ * a hostile one could claim a transfer forever; attacker). The end of a transfer this server saw
+ * counts as activity. A podd that does not answer in time holds nothing.
  *
  * Races resolve to one transition: an action in progress is waited for by an auto-resume
  * (`acting`), an auto-resume in progress is joined by the next one (`resuming`), and an action
@@ -183,8 +185,8 @@ export class IdleController {
   private readonly acting = new Map<string, Promise<unknown>>();
   /** auto-resumes in progress (the next caller joins) */
   private readonly resuming = new Map<string, Promise<void>>();
-  /** since when podd's bulk transfers have held off the idle actions of a sandbox, epoch ms */
-  private readonly bulkHeldSince = new Map<string, number>();
+  /** sandboxes whose idle action this server held off for a bulk transfer (its end is activity) */
+  private readonly bulkHeld = new Set<string>();
 
   constructor(
     private readonly c: CoreContext,
@@ -239,28 +241,29 @@ export class IdleController {
   /** forget drops what is kept in memory of a sandbox (it is gone). */
   private forget(id: string): void {
     this.seen.delete(id);
-    this.bulkHeldSince.delete(id);
+    this.bulkHeld.delete(id);
   }
 
   /**
-   * bulkTransferring: podd of rec says a bulk transfer runs (file header), and its transfers have
-   * not held the idle actions off for BULK_HOLD_MAX_MS in a row yet. False when podd does not
-   * answer within BULK_CHECK_TIMEOUT_MS, fails, or has no such count.
+   * bulkState: 'hold' while podd of rec says a bulk transfer runs and the sandbox's last
+   * activity (the record's, which a handover keeps) is less than BULK_HOLD_MAX_MS ago; 'ended'
+   * when a transfer this server held for has ended; else 'none' (also when podd does not
+   * answer within BULK_CHECK_TIMEOUT_MS, fails, or has no such count).
    */
-  private async bulkTransferring(rec: SandboxRecord): Promise<boolean> {
+  private async bulkState(rec: SandboxRecord): Promise<'hold' | 'ended' | 'none'> {
     const id = rec.sandboxId;
     const client = this.c.podd.connect(rec.poddAddress);
     const n = await Promise.resolve(client.bulkTransfers?.(BULK_CHECK_TIMEOUT_MS)).then(
       (v) => v ?? 0,
       () => 0,
     );
-    if (n <= 0) {
-      this.bulkHeldSince.delete(id);
-      return false;
+    if (n > 0 && this.c.now() - this.lastActivityMs(rec) < BULK_HOLD_MAX_MS) {
+      this.bulkHeld.add(id);
+      return 'hold';
     }
-    const since = this.bulkHeldSince.get(id) ?? this.c.now();
-    this.bulkHeldSince.set(id, since);
-    return this.c.now() - since < BULK_HOLD_MAX_MS;
+    const ended = n <= 0 && this.bulkHeld.has(id);
+    this.bulkHeld.delete(id);
+    return ended ? 'ended' : 'none';
   }
 
   /**
@@ -401,10 +404,13 @@ export class IdleController {
     const due = nextIdleAction(rec, this.lastActivityMs(rec), this.c.now());
     if (!due || due.atMs > this.c.now()) return undefined;
     const log = this.c.log.child({ sandbox_id: id });
-    if (due.action !== 'delete' && rec.state === 'RUNNING' && (await this.bulkTransferring(rec))) {
-      this.activity(id);
-      log.debug({ action: due.action }, 'idle: a bulk transfer runs in the sandbox; the action waits');
-      return undefined;
+    if (due.action !== 'delete' && rec.state === 'RUNNING') {
+      const bulk = await this.bulkState(rec);
+      if (bulk === 'ended') this.activity(id);
+      if (bulk !== 'none') {
+        log.debug({ action: due.action, bulk }, 'idle: a bulk transfer runs (or just ended) in the sandbox; the action waits');
+        return undefined;
+      }
     }
     const vmId = rec.vm?.vmId ?? id;
     switch (due.action) {
