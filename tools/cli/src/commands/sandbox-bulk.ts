@@ -19,6 +19,11 @@ import { BULK_LINE_TIMEOUT_MS, BULK_MAGIC, isSize, nextChunk, parseBulkLine, rea
 import { BulkDirection, type PrepareBulkTransferRequest } from '@sandnode/shared/proto/server/v1/files';
 import { CliError } from '../output';
 
+/** How long the CLI waits for podd's answer to an upload once every byte was sent, ms (its fsync and sha256 of a large file). */
+const UPLOAD_ANSWER_TIMEOUT_MS = 60 * 60 * 1000;
+/** Most bytes of podd's answer to an upload the CLI keeps (one JSON line). */
+const UPLOAD_ANSWER_MAX_BYTES = 64 * 1024;
+
 /** Bytes the CLI reads from a local file at once, and gathers before one write to it (4 MiB). */
 export const BULK_CLI_IO_BYTES = 4 * 1024 * 1024;
 
@@ -135,9 +140,42 @@ export interface BulkUploaded {
  * line), CliError (the file changed size, a bad result line).
  */
 export async function bulkUpload(s: net.Socket, src: string, offset: number, size: number, hashes: Hash[], tick: (pos: number) => void): Promise<BulkUploaded> {
+  // what podd sends: nothing until its result line, or an error line at once when it refuses
+  // (a symlink or fifo at the target), then it closes; read as it comes, so a refusal's reason
+  // and code survive the close (attacker: "closed during the upload" was all the CLI said)
+  let text = '';
+  let closed = false;
+  let wake: () => void = () => undefined;
+  s.on('data', (d: Buffer) => {
+    if (text.length < UPLOAD_ANSWER_MAX_BYTES) text += d.toString('utf8');
+    wake();
+  });
+  s.once('close', () => {
+    closed = true;
+    wake();
+  });
+  s.resume();
+  const line = (): string | undefined => {
+    const i = text.indexOf('\n');
+    return i >= 0 ? text.slice(0, i) : undefined;
+  };
+  const refusal = (): Error => {
+    const l = line();
+    try {
+      const err = l ? lineError(parseBulkLine(l), 'the sandbox refused the upload') : undefined;
+      if (err) return err;
+    } catch {
+      /* not a line of podd's */
+    }
+    return new CliError('the sandbox closed the bulk connection during the upload');
+  };
   try {
     let pos = offset;
-    const failed = new Promise<never>((_, reject) => s.once('close', () => reject(new CliError('the sandbox closed the bulk connection during the upload'))));
+    const failed = new Promise<never>((_, reject) => {
+      const check = () => (closed || line() !== undefined ? reject(refusal()) : undefined);
+      wake = check;
+      check();
+    });
     failed.catch(() => undefined);
     if (size > 0) {
       for await (const c of createReadStream(src, { start: offset, end: offset + size - 1, highWaterMark: BULK_CLI_IO_BYTES })) {
@@ -145,13 +183,25 @@ export async function bulkUpload(s: net.Socket, src: string, offset: number, siz
         for (const h of hashes) h.update(b);
         pos += b.length;
         tick(pos);
-        await Promise.race([writeOrDrain(s, b), failed]);
+        await Promise.race([writeOrDrain(s, b).catch((err: unknown) => Promise.reject(line() !== undefined ? refusal() : err)), failed]);
       }
     }
     if (pos !== offset + size) throw new CliError(`${src} changed while it was copied (${pos - offset} bytes read of ${size}); copy again`);
     // no end(): podd's socket is not half-open, a FIN would close its side before it answers
     s.write(`${hashes[0]!.copy().digest('hex')}\n`);
-    const v = parseBulkLine(await readLine(s, undefined, 60 * 60 * 1000));
+    const answer = await new Promise<string>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new CliError('the sandbox did not answer the upload within 1 h; copy again')), UPLOAD_ANSWER_TIMEOUT_MS);
+      const check = () => {
+        const l = line();
+        if (l === undefined && !closed) return;
+        clearTimeout(timer);
+        if (l === undefined) reject(new CliError('the sandbox closed the bulk connection before its answer; the copy may not be complete; copy again'));
+        else resolve(l);
+      };
+      wake = check;
+      check();
+    });
+    const v = parseBulkLine(answer);
     const err = lineError(v, 'the sandbox refused the upload');
     if (err) throw err;
     if (!isSize(v.sizeBytes) || !isSize(v.bytesWritten) || typeof v.sha256 !== 'string')
