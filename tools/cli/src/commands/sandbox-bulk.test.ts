@@ -3,14 +3,14 @@
  * real unix sockets, and the fallback to gRPC when the server lacks PrepareBulkTransfer.
  */
 import { createHash } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { ClientError, Status } from 'nice-grpc-common';
-import type { ServerApi } from '@sandnode/shared';
-import { bulkDownload, downloadRequest, openBulk } from './sandbox-bulk';
+import { errorLine, type ServerApi } from '@sandnode/shared';
+import { bulkDownload, bulkUpload, downloadRequest, openBulk } from './sandbox-bulk';
 
 let tmp: string;
 beforeEach(() => (tmp = mkdtempSync(path.join(os.tmpdir(), 'sandnode-bulk-'))));
@@ -92,4 +92,31 @@ test('openBulk falls back (undefined) when the server lacks PrepareBulkTransfer 
   await expect(openBulk(api('127.0.0.1:1', Status.OK, ''), req)).resolves.toBeUndefined();
   // other refusals are the copy's errors, not a reason to try another way
   await expect(openBulk(api('unix:///run/x.sock', Status.NOT_FOUND, 'no sandbox'), req)).rejects.toMatchObject({ code: Status.NOT_FOUND });
+});
+
+/**
+ * Attacker finding (fixed): podd refuses an upload at once (a symlink or fifo at the target) by
+ * writing its error line and closing; the CLI said "the sandbox closed the bulk connection during
+ * the upload" and lost podd's reason and code.
+ */
+const refusal = Object.assign(new Error('path: /workspace/pw is a symlink; uploads below /workspace do not follow symlinks'), { code: Status.FAILED_PRECONDITION });
+
+it.each([6, 8 * 1024 * 1024])('a podd that refuses a %d-byte upload at once (error line, then close) is reported with its code and reason', async (size) => {
+  const src = path.join(tmp, 'src');
+  writeFileSync(src, Buffer.alloc(size, 1));
+  const [c, peer, close] = await pair();
+  peer.on('error', () => undefined);
+  // as podd: the request line came from the server; it refuses before reading any data
+  peer.end(errorLine(refusal), () => peer.destroySoon());
+  await new Promise((r) => setTimeout(r, 50));
+  let err: Error | undefined;
+  try {
+    await bulkUpload(c, src, 0, size, [createHash('sha256')], () => undefined);
+  } catch (e) {
+    err = e as Error;
+  } finally {
+    close();
+  }
+  expect(err?.message).toContain('is a symlink');
+  expect((err as { code?: unknown } | undefined)?.code).toBe(Status.FAILED_PRECONDITION);
 });
