@@ -17,6 +17,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { processStartTicks } from '@sandnode/shared';
 import { purgeNode, sandnodeProcesses, type StackDirs } from '@sandnode/node-stack';
+import { killProcesses } from './kill-processes';
 
 /** The prefix of a test node's root in the temp dir (startNode). */
 export const TEST_NODE_PREFIX = 'sandnode-it-';
@@ -96,14 +97,10 @@ export async function sweepDeadTestNodes(tmp = os.tmpdir()): Promise<string[]> {
     } catch {
       continue; // another worker sweeps it
     }
-    for (const p of sandnodeProcesses(dirs.runDir)) {
-      try {
-        process.kill(p.pid, 'SIGKILL');
-      } catch {
-        /* gone */
-      }
-    }
-    for (let i = 0; i < 100 && sandnodeProcesses(dirs.runDir).length; i++) await new Promise((r) => setTimeout(r, 50));
+    await killProcesses(
+      sandnodeProcesses(dirs.runDir).map((p) => p.pid),
+      0,
+    );
     await purgeNode(dirs).catch(() => undefined);
     // never into a mount the purge could not remove (it is left, and named by rm's error)
     const rm = spawnSync('rm', ['-rf', '--one-file-system', root], { encoding: 'utf8' });

@@ -6,13 +6,15 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
-import { createSandnodeChannel, createServiceClient, metricsStatusFile, processStartTicks, readMetricsStatus, serverLeasePath, socketPath, unixAddress } from '@sandnode/shared';
+import { createSandnodeChannel, createServiceClient, metricsStatusFile, readMetricsStatus, serverLeasePath, socketPath, unixAddress } from '@sandnode/shared';
 import { AdminServiceDefinition, type ServerRole } from '@sandnode/shared/proto/server/v1/admin';
 import { DeviceServiceDefinition } from '@sandnode/shared/proto/ublk/v1/ublk';
 import { VmServiceDefinition } from '@sandnode/shared/proto/vmm/v1/vmm';
 import { describeWith, NODE_PARTS } from './prereq';
 import { passableTempDir } from './temp-dir';
 import { sweepDeadTestNodes, TEST_NODE_PREFIX, writeOwner } from './dead-nodes';
+import { killProcesses } from './kill-processes';
+export { killProcesses } from './kill-processes';
 import { takeTestPool, type TestPool } from './test-pool';
 import {
   COMPONENTS,
@@ -61,29 +63,6 @@ export function serverProcesses(runDir: string): number[] {
   return sandnodeProcesses(runDir)
     .filter((p) => /services\/server\/dist\/main\.js/.test(p.cmd))
     .map((p) => p.pid);
-}
-
-/**
- * killProcesses stops the given pids of this run (SIGTERM, SIGKILL after graceMs; 0: SIGKILL at
- * once) and waits until they are gone. Only for pids found by sandnodeProcesses(ourRunDir).
- */
-export async function killProcesses(pids: number[], graceMs = 5000): Promise<void> {
-  const live = pids.map((pid) => ({ pid, ticks: processStartTicks(pid) })).filter((p) => p.ticks !== undefined);
-  const alive = (p: { pid: number; ticks: number | undefined }) => processStartTicks(p.pid) === p.ticks;
-  const signal = (sig: NodeJS.Signals) => {
-    for (const p of live.filter(alive)) {
-      try {
-        process.kill(p.pid, sig);
-      } catch {
-        /* gone */
-      }
-    }
-  };
-  signal(graceMs > 0 ? 'SIGTERM' : 'SIGKILL');
-  const deadline = Date.now() + graceMs;
-  while (live.some(alive) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
-  signal('SIGKILL');
-  while (live.some(alive)) await new Promise((r) => setTimeout(r, 10));
 }
 
 /** withEnv runs fn (which must spawn synchronously or await its spawn) with extra env vars set. */

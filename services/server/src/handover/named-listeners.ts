@@ -87,6 +87,11 @@ function tcpFd(s: net.Server): number {
   return fd;
 }
 
+/** namedText is a named listener as reports and logs show it: "name kind host:port". */
+export function namedText(l: NamedListenerSpec): string {
+  return `${l.name} ${l.kind} ${l.address}`;
+}
+
 function own(spec: NamedListenerSpec, socket: net.Server | dgram.Socket): OwnedNamedListener {
   if (socket instanceof net.Server) {
     const a = socket.address();

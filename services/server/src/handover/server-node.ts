@@ -48,7 +48,7 @@ import { adoption, observeDrain, setSandboxSource } from '../metrics';
 import { ADMIN_SOCKET_CHECK_MS, bindAdminSocket, checkAdminSocket, type AdminSocketBinding } from './admin-socket';
 import { openListeners, type ListenerSource, type OwnedListener } from './listeners';
 import { warmUp } from './warm-up';
-import { namedListenerLosses, openNamedListeners, type NamedListenerSpec, type NamedServe, type OwnedNamedListener } from './named-listeners';
+import { namedListenerLosses, namedText, openNamedListeners, type NamedListenerSpec, type NamedServe, type OwnedNamedListener } from './named-listeners';
 import { ADMIN_POLICY, publicPolicy, shareSocket, tcpCredentials } from './api-access';
 import { Roles, type Role } from './roles';
 import { removeStaleAdminSockets, SlotLock, slotLockFile } from './slot-lock';
@@ -360,7 +360,7 @@ export class ServerNode implements StandbyNode, OldServer {
     log.info(
       {
         listeners: listeners.map((l) => l.address),
-        named: this.named.map((l) => `${l.name} ${l.kind} ${l.address}`),
+        named: this.named.map(namedText),
         adopted: report.adopted.length,
         pool_members: report.poolMembers.length,
         adoption_ms: report.durationMs,
@@ -406,7 +406,7 @@ export class ServerNode implements StandbyNode, OldServer {
 
   /** servedListeners: the gRPC listeners' addresses, then each named listener as "name kind host:port" (the takeover report and `sandnode upgrade server` list them). */
   servedListeners(): string[] {
-    return [...this.listeners.map((l) => l.address), ...this.named.map((l) => `${l.name} ${l.kind} ${l.address}`)];
+    return [...this.listeners.map((l) => l.address), ...this.named.map(namedText)];
   }
 
   /**
@@ -426,7 +426,7 @@ export class ServerNode implements StandbyNode, OldServer {
       return;
     }
     this.named.push(...got.opened);
-    this.log.info({ named: got.opened.map((l) => `${l.name} ${l.kind} ${l.address}`) }, 'named listeners opened after activation');
+    this.log.info({ named: got.opened.map(namedText) }, 'named listeners opened after activation');
   }
 
   private startReaper(): void {
