@@ -91,6 +91,10 @@ describeNode('sandnode sandbox exec on a terminal', () => {
     const ps = node.cli(['sandbox', 'ps', id]);
     expect(ps.status).toBe(0);
     expect(ps.stdout).toMatch(new RegExp(`${started.execId}\\s+${started.pid}\\s+running .*sleep 100`));
+    // -o wide: the client's stream is attached (this test holds it) and the age
+    const wide = node.cli(['sandbox', 'ps', id, '-o', 'wide']).stdout;
+    expect(wide.split('\n')[0]).toMatch(/^EXEC ID +PID +STATUS +STARTED +TTY +ATTACHED +AGE +COMMAND$/);
+    expect(wide).toMatch(new RegExp(`${started.execId}\\s+${started.pid}\\s+running .* yes +\\d+[smhd]\\S* +sleep 100`));
     const js = JSON.parse(node.cli(['sandbox', 'ps', id, '--json']).stdout) as { processes: { execId: string; pid: number; running: boolean; argv: string[] }[] };
     expect(js.processes.find((p) => p.execId === started.execId)).toMatchObject({ pid: started.pid, running: true, argv: ['sleep', '100'] });
 

@@ -97,6 +97,8 @@ export interface CreateResult {
   rec: SandboxRecord;
   /** why a template with a pool was created cold ("" from the pool or without a pool) */
   poolMiss: string;
+  /** true when the request_id named a create made earlier or still in flight: this call created nothing */
+  repeat?: boolean;
 }
 
 export interface CreateSandboxArgs {
@@ -289,9 +291,9 @@ export class SandboxManager {
     const what = `a create from template ${template}`;
     if (requestId) {
       const inflight = this.requests.join<CreateResult>(requestId, what);
-      if (inflight) return inflight;
+      if (inflight) return { ...(await inflight), repeat: true };
       const existing = this.o.store.findByRequestId(requestId);
-      if (existing) return { rec: this.existingCreate(existing, template), poolMiss: '' };
+      if (existing) return { rec: this.existingCreate(existing, template), poolMiss: '', repeat: true };
     }
     const bootSignal = requestId ? undefined : signal;
     // Registered before the first await, so a parallel create with the same request_id joins it.

@@ -40,7 +40,11 @@ describe('SandboxService network fields', () => {
     const id = a.sandbox!.sandboxId!;
     expect(a.accessToken).toMatch(/^[A-Za-z0-9_-]{43}$/);
     expect(a.sandbox!.network).toMatchObject({ slot: 0, address: '10.209.0.2', public: false, ingressUrl: `http://{port}-${id}.localhost:8480` });
-    expect((await svc.createSandbox(req, ctx)).accessToken).toBe(a.accessToken);
+    expect(a.repeat).toBe(false);
+    const again = await svc.createSandbox(req, ctx);
+    expect(again.accessToken).toBe(a.accessToken);
+    // the repeat says it created nothing (the CLI then does not print "created in 0 ms")
+    expect(again).toMatchObject({ repeat: true, sandbox: { sandboxId: id } });
     expect((await svc.getSandbox({ sandboxId: id }, ctx)).sandbox!.network?.address).toBe('10.209.0.2');
     const f = await svc.forkSandbox({ parentId: id, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '', network: undefined }, ctx);
     expect(f.accessToken).toMatch(/^[A-Za-z0-9_-]{43}$/);

@@ -49,7 +49,7 @@ export function sandboxService(
       ...fileTransferService(m, podds, counters, undefined, bulk),
       async createSandbox(req, ctx) {
         const t0 = performance.now();
-        const { rec, poolMiss } = await m.createDetailed(
+        const { rec, poolMiss, repeat } = await m.createDetailed(
           {
             template: req.template,
             timeoutSeconds: req.timeoutSeconds,
@@ -64,7 +64,7 @@ export function sandboxService(
         );
         // a repeat by request_id derives the same token (core/network.ts, AccessTokens)
         const createMs = Math.min(0xffffffff, Math.round(performance.now() - t0));
-        return { sandbox: sandboxToPb(rec), accessToken: m.accessToken(rec), fromPool: (rec.pool?.claimedAtMs ?? 0) > 0, createMs, poolMiss };
+        return { sandbox: sandboxToPb(rec), accessToken: m.accessToken(rec), fromPool: (rec.pool?.claimedAtMs ?? 0) > 0, createMs, poolMiss, repeat: repeat === true };
       },
       async getSandbox(req) {
         return { sandbox: sandboxToPb(m.get(req.sandboxId)) };

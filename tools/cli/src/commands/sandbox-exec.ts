@@ -96,15 +96,31 @@ export function commandNotFound(err: unknown): boolean {
  * Every string comes from the sandbox's podd, so control characters are shown escaped (shownName):
  * a command line holding escape sequences must not drive the operator's terminal.
  */
-export function processRows(processes: readonly ProcessInfo[]): (string | number)[][] {
+export function processRows(processes: readonly ProcessInfo[], wide = false, nowMs = Date.now()): (string | number)[][] {
   return processes.map((p) => [
     shownName(p.execId),
     p.pid,
     p.running ? 'running' : p.signal ? `killed (${shownName(p.signal)})` : `exited ${p.exitCode}`,
     new Date(p.startedAtMs).toISOString(),
     p.pty ? 'tty' : '',
+    ...(wide ? [p.attached ? 'yes' : 'no', ageText(nowMs - p.startedAtMs)] : []),
     shownName(p.argv.join(' ')),
   ]);
+}
+
+/** The columns of `sandbox ps` (wide: ATTACHED, whether a client's stream is attached, and AGE since the start). */
+export const processColumns = (wide: boolean): string[] => ['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', ...(wide ? ['ATTACHED', 'AGE'] : []), 'COMMAND'];
+
+/** ageText is a duration as kubectl's AGE column shows it: 45s, 12m, 3h20m, 2d4h (ms; below 0 counts as 0). */
+export function ageText(ms: number): string {
+  const s = Math.max(0, Math.floor(ms / 1000));
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m`;
+  const h = Math.floor(m / 60);
+  if (h < 24) return m % 60 ? `${h}h${m % 60}m` : `${h}h`;
+  const d = Math.floor(h / 24);
+  return h % 24 ? `${d}d${h % 24}h` : `${d}d`;
 }
 
 export function registerExecCommand(sandbox: Command): void {
@@ -167,14 +183,14 @@ export function registerExecCommand(sandbox: Command): void {
       }),
     );
 
-  addOutputOptions(sandbox.command('ps <id>').description('list the commands exec started in the sandbox (running, or ended in the last minute)')).action(
+  addOutputOptions(sandbox.command('ps <id>').description('list the commands exec started in the sandbox (running, or ended in the last minute; -o wide: attached, age)')).action(
     action(async (id: string, o: OutputOpts, cmd: Command) => {
       const r = await withServer(dirsOf(cmd), (api) => api.sandboxes.listProcesses({ sandboxId: id }));
-      const rows = processRows(r.processes);
       render(o, {
         json: { processes: r.processes.map(({ _unknownFields, ...p }) => p) },
         proto: () => ListProcessesResponse.toJSON(r),
-        human: () => table(['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', 'COMMAND'], rows),
+        human: () => table(processColumns(false), processRows(r.processes)),
+        wide: () => table(processColumns(true), processRows(r.processes, true)),
       });
     }),
   );

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { ServerApi } from '@sandnode/node-stack';
 import { FileType, type FileInfo } from '@sandnode/shared/proto/server/v1/files';
-import { processRows } from './sandbox-exec';
+import { ageText, processColumns, processRows } from './sandbox-exec';
 import { download, infoLine, listAll, LS_MAX_ENTRIES } from './sandbox-files';
 
 /** fakeApi answers DownloadFile with data (a first message with the size, then the data), as the server does. */
@@ -132,4 +132,23 @@ describe('sandbox ls of a podd that pages without end', () => {
     const { api } = pagingApi((n) => (n < 3 ? `t${n}` : ''));
     expect(await listAll(api, 'sb-0123456789abcdef', '')).toHaveLength(3000);
   });
+});
+
+// `sandbox ps -o wide` adds what the plain table leaves out: whether a client is attached, and the age.
+describe('sandbox ps -o wide', () => {
+  const p = { execId: 'ex-1', pid: 9, argv: ['sleep', '100'], startedAtMs: 1_000, running: true, exitCode: 0, signal: '', pty: true, attached: true };
+  test('adds ATTACHED and AGE before the command', () => {
+    expect(processColumns(true)).toEqual(['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', 'ATTACHED', 'AGE', 'COMMAND']);
+    expect(processRows([p], true, 1_000 + 3_725_000)[0]).toEqual(['ex-1', 9, 'running', new Date(1_000).toISOString(), 'tty', 'yes', '1h2m', 'sleep 100']);
+    expect(processRows([{ ...p, attached: false }], true, 1_000)[0]![5]).toBe('no');
+    expect(processRows([p])[0]).toHaveLength(processColumns(false).length);
+  });
+  test.each([
+    [-5, '0s'],
+    [59_999, '59s'],
+    [60_000, '1m'],
+    [3_600_000, '1h'],
+    [90_000_000, '1d1h'],
+    [172_800_000, '2d'],
+  ])('age of %d ms is %s', (ms, text) => expect(ageText(ms)).toBe(text));
 });

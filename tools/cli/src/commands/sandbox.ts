@@ -7,7 +7,7 @@ import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
 import { isolationText, sandboxJson, startWhatResumeNeeds, table, type SandboxJson } from '@sandnode/node-stack';
 import { ClientError, Status } from 'nice-grpc-common';
-import { ForkMethod, GetSandboxResponse, ListSandboxesResponse, SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { ForkMethod, GetSandboxResponse, ListSandboxesResponse, SandboxState, type CreateSandboxResponse } from '@sandnode/shared/proto/server/v1/sandbox';
 import { dirsOf, keyValue, oneOf, wholeNumber } from '../options';
 import { action, print } from '../output';
 import { addOutputOptions, render, type OutputOpts } from '../output-format';
@@ -62,6 +62,19 @@ export function flagNeeds(o: NetworkFlags & IdleFlags & { env?: Record<string, s
   if (o.blockAll) needs.push({ feature: SERVER_FEATURES.network, what: '--block-all' });
   if (o.public) needs.push({ feature: SERVER_FEATURES.network, what: '--public' });
   return needs;
+}
+
+/**
+ * createdText is the last line of `sandbox create`: how long the create took and whether it
+ * came from the warm pool, or, when the server says the request_id named an earlier create
+ * (CreateSandboxResponse.repeat) and the id was the user's own (--request-id), that nothing was
+ * created. With the CLI's own id a repeat can only be the client's retry of this call (on
+ * UNAVAILABLE) joining the create it had sent.
+ */
+export function createdText(r: Pick<CreateSandboxResponse, 'createMs' | 'fromPool' | 'poolMiss' | 'repeat'>, givenRequestId: string): string {
+  if (r.repeat && givenRequestId) return `already created by an earlier create with request id ${givenRequestId}: nothing new was created`;
+  const from = r.fromPool ? ' (from the warm pool)' : r.poolMiss ? ` (cold: ${r.poolMiss})` : '';
+  return `created in ${r.createMs} ms${from}${r.repeat ? ' (after a retry that joined the create)' : ''}`;
 }
 
 /** requestIdOr is the given idempotency key, or a fresh "cli-<16 hex>": always one, so that the client's retry on UNAVAILABLE cannot create (or fork) twice. */
@@ -121,8 +134,8 @@ export function registerSandboxCommands(program: Command): Command {
         });
         const s = sandboxJson(r.sandbox!);
         // the access token is shown once: the server keeps only its hash
-        const pool = { from_pool: r.fromPool, create_ms: r.createMs, pool_miss: r.poolMiss };
-        const how = `created in ${r.createMs} ms${r.fromPool ? ' (from the warm pool)' : r.poolMiss ? ` (cold: ${r.poolMiss})` : ''}`;
+        const pool = { from_pool: r.fromPool, create_ms: r.createMs, pool_miss: r.poolMiss, repeat: r.repeat };
+        const how = createdText(r, o.requestId ?? '');
         print(!!o.json, { ...s, access_token: r.accessToken, ...pool }, () => [oneLine(s), networkLine(s.network), idleLine(s.idle), tokenText(r.accessToken), how].filter(Boolean).join('\n'));
       },
     ),

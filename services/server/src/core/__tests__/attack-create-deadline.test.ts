@@ -60,10 +60,11 @@ describe('a create without request_id whose caller goes away during a podd Healt
     const p = m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'r-1' }, ac.signal);
     await waitFor('the first podd Health call', () => healthCalls === 1);
     ac.abort(new Error('caller went away'));
-    const retry = m.create({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'r-1' });
+    const retry = m.createDetailed({ template: 'base', timeoutSeconds: 0, metadata: {}, resources: undefined, requestId: 'r-1' });
     answerHealth(true);
     const [first, again] = await Promise.all([p, retry]);
-    expect(again.sandboxId).toBe(first.sandboxId);
+    expect(again.rec.sandboxId).toBe(first.sandboxId);
+    expect(again.repeat).toBe(true); // it joined the create in flight: it created nothing
     expect(store.list().map((r) => r.state)).toEqual(['RUNNING']);
   });
 
