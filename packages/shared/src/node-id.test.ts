@@ -6,7 +6,7 @@
 import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { NODE_ID_ENV, NODE_ID_FILE, claimNodeId, nodeIdProblem, resolveNodeId } from './node-id';
+import { NODE_ID_ENV, NODE_ID_FILE, claimNodeId, keptNodeId, nodeIdProblem, resolveNodeId } from './node-id';
 
 describe('resolveNodeId', () => {
   const made: string[] = [];
@@ -54,6 +54,20 @@ describe('resolveNodeId', () => {
     const d3 = path.join(dir, 'c');
     mkdirSync(path.join(d3, NODE_ID_FILE), { recursive: true });
     expect(() => resolveNodeId(d3, {})).toThrow(/not a regular file/);
+  });
+
+  it('keptNodeId reads the kept id and makes nothing: undefined when there is none, or garbage, or a symlink', () => {
+    const dir = tmp();
+    expect(keptNodeId(dir)).toBeUndefined();
+    expect(readdirSync(dir)).toEqual([]);
+    const id = resolveNodeId(dir, {});
+    expect(keptNodeId(dir)).toBe(id);
+    writeFileSync(path.join(dir, NODE_ID_FILE), 'Not An Id');
+    expect(keptNodeId(dir)).toBeUndefined();
+    const d2 = tmp();
+    writeFileSync(path.join(d2, 'elsewhere'), 'node-0123456789abcdef\n');
+    symlinkSync(path.join(d2, 'elsewhere'), path.join(d2, NODE_ID_FILE));
+    expect(keptNodeId(d2)).toBeUndefined();
   });
 
   it("a component that lost the race (the file appeared after its read) takes the winner's id, never writes over it", () => {

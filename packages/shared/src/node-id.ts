@@ -76,6 +76,19 @@ export function claimNodeId(file: string, candidate: string): string {
   return won;
 }
 
+/**
+ * keptNodeId is the id kept in `<stateDir>/node-id`, read only (nothing is made): undefined when
+ * there is none or it is not a node id. For readers that are not components (`sandnode status`
+ * with every component down).
+ */
+export function keptNodeId(stateDir: string): string | undefined {
+  try {
+    return readKept(path.join(stateDir, NODE_ID_FILE));
+  } catch {
+    return undefined;
+  }
+}
+
 /** readKept reads the kept id (undefined when the file does not exist); throws naming the file when its content is not a node id or it is not a regular file. */
 function readKept(file: string): string | undefined {
   let fd: number;

@@ -2,7 +2,7 @@ import net from 'node:net';
 import { linkSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { failuresIn, holderOf, LISTENER_FAILURE_MSG, listenerFailures, listeningSockets, procAddress, unixPathNow } from './listening';
+import { failuresIn, holderOf, LISTENER_FAILURE_MSG, listenerFailures, listeningSockets, nodeOpens, procAddress, unixPathNow } from './listening';
 
 describe('listening sockets from /proc', () => {
   it('decodes /proc/net addresses (IPv4 and IPv6)', () => {
@@ -86,5 +86,20 @@ describe('listener failures in the server log', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+// `up`'s OPENS column: a freeze port per VM (warm pool members too) is counted, not listed
+describe('nodeOpens', () => {
+  it('keeps the node sockets and counts the per-sandbox freeze sockets in one entry', () => {
+    const vms = '/var/lib/sandnode/run/vmm/vms';
+    const got = nodeOpens([
+      'tcp 127.0.0.1:9102',
+      `unix ${vms}/vm-a/freeze-port/freeze.sock`,
+      'unix /var/lib/sandnode/run/vmm.sock',
+      `unix ${vms}/vm-b/freeze-port/freeze.sock`,
+    ]);
+    expect(got).toEqual(['tcp 127.0.0.1:9102', 'unix /var/lib/sandnode/run/vmm.sock', `unix ${vms}/<id>/freeze-port/freeze.sock (one per sandbox: 2)`]);
+    expect(nodeOpens(['unix /run/x/freeze.sock'])).toEqual(['unix /run/x/freeze.sock']);
   });
 });

@@ -91,6 +91,27 @@ export function listeningSockets(pid: number): string[] {
   return [...out].sort();
 }
 
+/** The socket each VM's freeze port listens on, below its VM dir (vmm-supervisor drivers/runc.ts). */
+const PER_SANDBOX_SOCKET = /^unix (.*)\/[^/]+\/freeze-port\/freeze\.sock$/;
+
+/**
+ * nodeOpens is what `up` shows a daemon opens for the node: listeningSockets less the sockets
+ * made for one sandbox each (vmm-supervisor's freeze port of every VM, warm pool members too),
+ * which are counted in one entry "unix <vms>/<id>/freeze-port/freeze.sock (one per sandbox: N)"
+ * rather than listed (before: a node with a pool of 20 printed 20 paths in the OPENS column).
+ */
+export function nodeOpens(opens: readonly string[]): string[] {
+  const perSandbox = new Map<string, number>();
+  const out: string[] = [];
+  for (const o of opens) {
+    const m = PER_SANDBOX_SOCKET.exec(o);
+    if (m) perSandbox.set(m[1]!, (perSandbox.get(m[1]!) ?? 0) + 1);
+    else out.push(o);
+  }
+  for (const [dir, n] of perSandbox) out.push(`unix ${dir}/<id>/freeze-port/freeze.sock (one per sandbox: ${n})`);
+  return out;
+}
+
 /** A listener the server could not open (its log line "could not open a named listener"). */
 export interface ListenerFailure {
   /** "ingress", "egress-proxy", "dns", … */

@@ -90,6 +90,10 @@ describeNode('sandnode up when a component does not start', () => {
       expect(server.opens).not.toContain(`tcp ${address}`);
       // the table shows the same column
       expect(node.cli(['up']).stdout).toMatch(/OPENS[\s\S]*unix /);
+      // status says it too, for as long as that server runs (before: silent)
+      const st = node.cli(['status']);
+      expect(st.stdout).toContain(`listener off: the server could not open its ingress listener on ${address}`);
+      expect((JSON.parse(node.cli(['status', '--json']).stdout) as { listenerFailures: unknown[] }).listenerFailures).toEqual([{ listener: 'ingress', address, error: 'EADDRINUSE' }]);
     } finally {
       squatter.close();
     }

@@ -32,6 +32,7 @@ import { EXIT_NOT_RUNNING, action, print } from '../output';
 import { OUTPUT_FORMATS, render, type OutputOpts } from '../output-format';
 import { paint } from '../terminal';
 import { SandboxState } from '@sandnode/shared/proto/server/v1/sandbox';
+import { keptNodeId } from '@sandnode/shared';
 import { requireLocal } from '../local-only';
 import { driftWarning, runningDrift } from '../settings-drift';
 import { componentPid, pidText, type ComponentPid } from '../component-pid';
@@ -40,7 +41,7 @@ import { healthLines, nodeHealth } from '../node-health';
 import { networkStatusLine, nodeNetwork } from '../node-network';
 import { deleteAllSandboxes, purgedNetworkText } from '../purge-sandboxes';
 import { listAllSandboxes, withServer } from '../server-calls';
-import { holderOf, listeningSockets, listenerFailures, type ListenerFailure } from '../listening';
+import { holderOf, listeningSockets, listenerFailures, nodeOpens, type ListenerFailure } from '../listening';
 import { safeLine, terminalSafe } from '../terminal-safe';
 
 /** Options of a command that only knows --json. */
@@ -101,7 +102,7 @@ export function registerNodeCommands(program: Command): void {
         const all = metricsOf(d.runDir);
         const metrics = Object.fromEntries(out.map((c) => [c.name, all[c.name]?.pid === c.pid ? all[c.name] : undefined]));
         // what each daemon listens on, as the kernel shows it; a listener the server could not open is said (stderr), the node runs without it
-        const opens = Object.fromEntries(out.map((c) => [c.name, listeningSockets(c.pid)]));
+        const opens = Object.fromEntries(out.map((c) => [c.name, nodeOpens(listeningSockets(c.pid))]));
         const server = out.find((c) => c.name === 'server');
         const failed = server?.started ? await listenerFailures(server.pid) : [];
         for (const f of failed) process.stderr.write(safeLine(`sandnode: warning: ${listenerFailureText(f)}`));
@@ -176,7 +177,7 @@ export function registerNodeCommands(program: Command): void {
   program
     .command('status')
     .description(
-      "show the components (version, pid, metrics URL, features), the number of sandboxes, whether the sandbox network is on (and why not), each peer's fence epoch and every quarantined row (count and reason per component); exits 3 when a component is down or no server is active",
+      "show the components (version, pid, metrics URL, features), the number of sandboxes, whether the sandbox network is on (and why not), each peer's fence epoch, every quarantined row (count and reason per component) and each listener the server could not open; exits 3 when a component is down or no server is active",
     )
     .option('--json', 'print JSON')
     .addOption(
@@ -204,7 +205,7 @@ export function registerNodeCommands(program: Command): void {
             metricsError: m && !m.url ? (m.error ?? 'not bound yet') : null,
           });
         }
-        const node = nodeIdentity(components);
+        const node = nodeIdentity(components, keptNodeId(d.stateDir));
         const all = components.find((c) => c.name === 'server')?.up ? await withServer(d, (api) => listAllSandboxes(api)) : null;
         const sandboxes = all?.length ?? null;
         const isolation = all ? isolationGroups(all) : null;
@@ -218,7 +219,9 @@ export function registerNodeCommands(program: Command): void {
         const fences = Object.fromEntries(health.filter((h) => h.name !== 'server').map((h) => [h.name, { epoch: h.fenceEpoch, aboveServer: h.fencedAboveServer }]));
         const networkMismatches = health.find((h) => h.name === 'server')?.networkMismatches ?? null;
         const network = await nodeNetwork(d, components.find((c) => c.name === 'vmm-supervisor')?.features ?? []);
-        const doc = { nodeId: node.nodeId, components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches, network };
+        // the listeners the active server could not open (its log; up says it too): the node runs without them
+        const listenerFailed = active ? await listenerFailures(active.holderPid, 0) : [];
+        const doc = { nodeId: node.nodeId, components, sandboxes, isolation, epoch, server, fences, quarantine, networkMismatches, network, listenerFailures: listenerFailed };
         const drained = all ? all.filter((s) => s.state === SandboxState.SANDBOX_STATE_DRAINED).length : 0;
         // the device manager a drain stopped (its pid file removed by the drain, or left stale) is stopped, not down
         const stoppedByDrain = (c: (typeof components)[number]) => !c.up && c.name === 'ublk-manager' && drained > 0;
@@ -243,6 +246,7 @@ export function registerNodeCommands(program: Command): void {
             ...(isolation ?? []).map((g) => `  isolation ${isolationText(g.isolation)}: ${g.sandboxes.length} (${g.sandboxes.join(', ')})`),
             `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : noActiveServer(components)}`,
             networkStatusLine(network),
+            ...listenerFailed.map((f) => paint('yellow', `listener off: ${listenerFailureText(f)}`)),
             ...healthLines(health, epoch),
           ].join('\n');
         render(o, { json: doc, human: () => lines(false), wide: () => lines(true) });
@@ -258,10 +262,12 @@ export function registerNodeCommands(program: Command): void {
  * agree on (null when none answers with one) and the line `status` prints, which names every
  * component that disagrees (a misconfigured SANDNODE_NODE_ID).
  */
-export function nodeIdentity(components: { name: string; nodeId: string | null }[]): { nodeId: string | null; text: string } {
+export function nodeIdentity(components: { name: string; nodeId: string | null }[], kept?: string): { nodeId: string | null; text: string } {
   const said = components.filter((c): c is { name: string; nodeId: string } => !!c.nodeId);
   const ids = [...new Set(said.map((c) => c.nodeId))];
   const first = ids[0];
+  // every component down (or too old to say): the id the node keeps in its state dir, said as such
+  if (first === undefined && kept) return { nodeId: kept, text: `node: ${kept} (kept in <stateDir>/node-id; no component is up to report it)` };
   if (first === undefined) return { nodeId: null, text: 'node: unknown (no component reports a node id)' };
   if (ids.length === 1) return { nodeId: first, text: `node: ${first}` };
   const server = said.find((c) => c.name === 'server')?.nodeId ?? first;
