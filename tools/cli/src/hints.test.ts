@@ -20,6 +20,17 @@ describe('hintFor: UNAVAILABLE', () => {
     expect(hintFor(Status.UNAVAILABLE, 'No connection established. Last error: Error: connect ENOENT /run/sandnode/server.sock.', SOCK)).toBe('is the node up? run: sandnode up');
   });
 
+  it('the node socket took the connection and closed it unserved (its per-user limit of silent connections): the node is up, not "is the node up?"', () => {
+    // what grpc-js says when the server accepts and closes at once (measured: a net server destroying each connection)
+    const h = hintFor(Status.UNAVAILABLE, 'No connection established. Last error: Failed to connect (2026-12-03T13:37:44.989Z). Resolution note: ', SOCK);
+    expect(h).toContain('the node is up');
+    expect(h).toContain('256');
+    expect(h).not.toContain('is the node up');
+    expect(hintFor(Status.UNAVAILABLE, 'read ECONNRESET', SOCK)).toContain('closed it unserved');
+    // a TCP address keeps its own hints
+    expect(hintFor(Status.UNAVAILABLE, 'No connection established. Last error: Failed to connect (x)', TCP)).toContain('is the server listening');
+  });
+
   it('a TCP address never asks "is the node up?"; a TLS failure names the --tls-* options', () => {
     const cert = hintFor(
       Status.UNAVAILABLE,

@@ -30,6 +30,10 @@ const PLAIN: Partial<Record<Status, string>> = {
 };
 
 const isUnix = (address: string) => address.startsWith('unix:');
+/** grpc-js's words for a connection the peer accepted and closed before HTTP/2 started ("Failed to connect" without an errno), or reset. */
+const CLOSED_UNSERVED = /Failed to connect \(|\bECONNRESET\b|\bEPIPE\b|Connection dropped|Connection closed/;
+const CLOSED_UNSERVED_HINT =
+  "the node's socket took the connection and closed it unserved: the node is up, but this user holds too many connections that sent nothing yet (256 at most), or the server was exiting; retry, and see: sandnode status";
 /** A TLS failure as grpc-js / OpenSSL word it (handshake alerts, certificate checks). */
 const TLS_ERROR = /ssl|tls|handshake|certificate|self[- ]signed|alert number|wrong version number|packet length too long/i;
 
@@ -47,7 +51,11 @@ function socketHint(t: CallTarget): string {
 export function hintFor(code: Status, details: string, target: CallTarget): string | undefined {
   const unix = isUnix(target.address);
   if (code === Status.UNAVAILABLE) {
-    if (unix) return /\b(EACCES|EPERM)\b/.test(details) ? socketHint(target) : 'is the node up? run: sandnode up';
+    if (unix && /\b(EACCES|EPERM)\b/.test(details)) return socketHint(target);
+    // the socket took the connection and the server closed it unserved (grpc-js: "Failed to connect" with no errno, or a reset):
+    // the node is up; it is at its limit of undecided connections of this user (SNIFF_MAX_PENDING_PER_UID), or its server is exiting
+    if (unix && CLOSED_UNSERVED.test(details) && !/\b(ENOENT|ECONNREFUSED|ENOTSOCK)\b/.test(details)) return CLOSED_UNSERVED_HINT;
+    if (unix) return 'is the node up? run: sandnode up';
     if (TLS_ERROR.test(details)) return `TLS with ${target.address} failed: give ${TLS_OPTIONS}`;
     if (!target.tls) return `is the server listening at ${target.address}? if it serves TLS, give ${TLS_OPTIONS}`;
     return `is the server listening at ${target.address}?`;

@@ -80,5 +80,10 @@ describeNode('attack: stalled connections against the sniffing unix listener', (
     let failed = 0;
     for (let i = 0; i < 10; i++) await node.api.sandboxes.listSandboxes({ pageSize: 10 }).catch(() => failed++);
     expect(failed).toBe(0);
+    // a fresh CLI of the same uid is closed unserved: it says the node is up and why, not "is the node up? run: sandnode up"
+    const cli = node.cli(['sandbox', 'list']);
+    expect(cli.status).not.toBe(0);
+    expect(cli.stderr).toContain('the node is up');
+    expect(cli.stderr).not.toContain('is the node up');
   });
 });

@@ -62,6 +62,23 @@ describe('runtime record codec', () => {
     expect(() => decodeRecord(newerWriterBytes(2))).toThrow(/schema 2 .*schema 1/);
   });
 
+  it('calls a schema no release writes (a huge varint) a damaged row, not a newer one to upgrade for', () => {
+    for (const schema of [102, 0xffffffff]) {
+      const err = (() => {
+        try {
+          decodeRecord(newerWriterBytes(schema));
+        } catch (e) {
+          return e as Error;
+        }
+        throw new Error('decoded');
+      })();
+      expect(err).not.toBeInstanceOf(FailedPreconditionError);
+      expect(err.message).toMatch(new RegExp(`schema ${schema} is no schema any sandnode writes .*damaged, not newer`));
+      expect(err.message).not.toMatch(/upgrade/);
+    }
+    expect(() => decodeRecord(newerWriterBytes(101))).toThrow(/newer than schema 1 .*upgrade the server/);
+  });
+
   it('maps an unknown state value to UNKNOWN instead of failing', () => {
     const bytes = RuntimeRecord.encode(RuntimeRecord.fromPartial({ schema: 1, sandboxId: 'sb-0123456789abcdef', state: 42 as SandboxState })).finish();
     expect(decodeRecord(bytes).state).toBe('UNKNOWN');

@@ -156,12 +156,21 @@ function networkFromPb(id: string, n: NetworkRecord): NetworkRef {
   return { slot: n.slot, address: n.address, gateway: n.gateway, egress, public: n.public, accessTokenSha256: n.accessTokenSha256, hostIfname: n.hostIfname };
 }
 
+/** How far above RECORD_SCHEMA a schema may be and still be read as a newer release's record (above: a damaged row). */
+const PLAUSIBLE_SCHEMA_STEPS = 100;
+
 /**
  * decodeRecord parses persisted bytes. Throws FailedPreconditionError naming both schema
- * numbers when the record is newer than this server can read.
+ * numbers when the record is newer than this server can read, and a plain Error (the row is
+ * quarantined as damaged) for a schema more than PLAUSIBLE_SCHEMA_STEPS above it (a random or
+ * huge varint: before, it said "upgrade the server").
  */
 export function decodeRecord(bytes: Uint8Array): SandboxRecord {
   const msg = RuntimeRecord.decode(bytes);
+  // a schema far above this one is no newer release's (schema moves by one per incompatible change): the row is damaged
+  if (msg.schema > RECORD_SCHEMA + PLAUSIBLE_SCHEMA_STEPS) {
+    throw new Error(`runtime record ${msg.sandboxId.slice(0, 64)}: schema ${msg.schema} is no schema any sandnode writes (this server reads ${RECORD_SCHEMA}); the row is damaged, not newer`);
+  }
   if (msg.schema > RECORD_SCHEMA) {
     throw new FailedPreconditionError(`runtime record ${msg.sandboxId}: schema ${msg.schema} is newer than schema ${RECORD_SCHEMA} this server reads; upgrade the server`);
   }
