@@ -20,6 +20,8 @@ interface Row {
 
 export class SqlitePoolStore implements PoolConfigStore {
   private readonly warned = new Set<string>();
+  /** the rows the last list skipped: key -> why */
+  private skipped = new Map<string, string>();
   /** The table's statements, prepared once (list runs on every pool claim). */
   private readonly stmts: { list: Database.Statement<[], Row>; set: Database.Statement<[string, string, number, string, number]>; del: Database.Statement<[string]> };
 
@@ -47,13 +49,27 @@ export class SqlitePoolStore implements PoolConfigStore {
   /** list returns the servable pools ordered by key. StoreBusyError (UNAVAILABLE) when the DB is locked. */
   list(): PoolConfig[] {
     const rows = busyToUnavailable('records.db: read', () => this.stmts.list.all());
-    return rows.flatMap((r) => {
+    const skipped = new Map<string, string>();
+    const out = rows.flatMap((r) => {
       const c = this.fromRow(r);
       if (typeof c !== 'string') return [c];
       if (!this.warned.has(r.key)) this.log.error({ pool: r.key, reason: c }, 'warm pool row skipped: not served');
       this.warned.add(r.key);
+      skipped.set(r.key, c);
       return [];
     });
+    this.skipped = skipped;
+    return out;
+  }
+
+  /**
+   * skippedRows are the rows of the pools table the last list skipped, as status shows
+   * quarantined rows: key "pool <key as stored>", the reason, and quarantinedAtMs 0 (they stay in
+   * the table, unserved, until `sandnode pool set` of that template replaces or `pool delete`
+   * removes them).
+   */
+  skippedRows(): { key: string; reason: string; quarantinedAtMs: number }[] {
+    return [...this.skipped].map(([key, why]) => ({ key: `pool ${key}`, reason: `pools table row skipped, not served: ${why}`, quarantinedAtMs: 0 }));
   }
 
   /** set inserts or replaces c (durable on return). */

@@ -140,6 +140,8 @@ describe('warm pool rows in records.db', () => {
       { key: 'base', template: 'base', resources: undefined, size: 3, updatedAtMs: 1 },
       { key: 'base@2c256m16777216d0p', template: 'base', resources: r, size: 1, updatedAtMs: 2 },
     ]);
+    // the skipped row is reported where status looks (AdminService quarantined_records), not only in the log
+    expect(t.quarantinedRows()).toEqual([{ key: 'pool evil', reason: expect.stringMatching(/^pools table row skipped, not served: key "evil" is not that of template "base"/), quarantinedAtMs: 0 }]);
     t.pools().delete('base');
     expect(
       t
@@ -147,6 +149,10 @@ describe('warm pool rows in records.db', () => {
         .list()
         .map((p) => p.key),
     ).toEqual(['base@2c256m16777216d0p']);
+    // once the row is gone, so is the report
+    t.pools().delete('evil');
+    t.pools().list();
+    expect(t.quarantinedRows()).toEqual([]);
     t.close();
   });
 });

@@ -196,7 +196,8 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
     }
     const seen = new Set(rows.map((r) => r.key));
     for (const [key, reason] of this.quarantined) if (!seen.has(key)) rows.push({ key, reason, quarantinedAtMs: 0 });
-    return rows;
+    // the warm-pool rows this server skips (left in the pools table): a bad row there was only in the log
+    return [...rows, ...(this.poolStore?.skippedRows() ?? [])];
   }
 
   /**
