@@ -64,9 +64,9 @@ export class SqlitePoolStore implements PoolConfigStore {
 
   /**
    * skippedRows are the rows of the pools table the last list skipped, as status shows
-   * quarantined rows: key "pool <key as stored>", the reason, and quarantinedAtMs 0 (they stay in
-   * the table, unserved, until `sandnode pool set` of that template replaces or `pool delete`
-   * removes them).
+   * quarantined rows: key "pool <key as stored>", the reason, and quarantinedAtMs 0. They stay in
+   * the table, unserved and unchanged (a newer server may read a row this one cannot), until
+   * `sandnode pool set` of the same key replaces them or an operator removes them.
    */
   skippedRows(): { key: string; reason: string; quarantinedAtMs: number }[] {
     return [...this.skipped].map(([key, why]) => ({ key: `pool ${key}`, reason: `pools table row skipped, not served: ${why}`, quarantinedAtMs: 0 }));
