@@ -28,8 +28,10 @@ export interface AdoptionReport {
   tornDown: string[];
   /** records marked ERROR, with reasons */
   failed: { sandboxId: string; reason: string }[];
-  /** podd did not answer Health (the sandbox stays RUNNING; its init respawns podd) */
+  /** podd did not answer Health (the sandbox stays RUNNING; its init respawns podd); filled by checkPodds when deferred */
   poddUnhealthy: string[];
+  /** the RUNNING sandboxes whose podd is still to be asked (deferPoddChecks); checkPodds asks them */
+  poddToCheck?: { sandboxId: string; poddAddress: string }[];
   /** live sandboxes whose VM's network differs from the record (slot or address), with how; kept as they are */
   networkMismatch: { sandboxId: string; reason: string }[];
   durationMs: number;
@@ -46,6 +48,13 @@ export interface AdoptionDeps {
   concurrency?: number;
   /** podd Health timeout per sandbox, ms (default DEFAULT_ADOPT_PODD_TIMEOUT_MS) */
   poddTimeoutMs?: number;
+  /**
+   * leave the podd Health calls to checkPodds (report.poddToCheck) instead of making them inside
+   * adoption: a server taking over adopts while lifecycle calls are held, and a sandbox that
+   * stops its podd (SIGSTOP: the connect succeeds, the call hangs) made each handover's hold
+   * poddTimeoutMs longer. The answer changes nothing (the sandbox stays RUNNING either way).
+   */
+  deferPoddChecks?: boolean;
 }
 
 /** Records checked at once during adoption (config key adoptConcurrency). */
@@ -209,16 +218,37 @@ async function adoptOne(
     }
   }
   if (rec.state === 'RUNNING') {
-    const ok = await d.podd
-      .connect(rec.poddAddress)
-      .health(d.poddTimeoutMs ?? DEFAULT_ADOPT_PODD_TIMEOUT_MS)
-      .catch(() => false);
-    if (!ok) {
-      report.poddUnhealthy.push(rec.sandboxId);
-      log.warn('podd did not answer Health; sandbox kept RUNNING');
-    }
+    if (d.deferPoddChecks) (report.poddToCheck ??= []).push({ sandboxId: rec.sandboxId, poddAddress: rec.poddAddress });
+    else await checkPodd(d, rec.sandboxId, rec.poddAddress, report, log);
   }
   (isPoolMember(rec) ? report.poolMembers : report.adopted).push(rec.sandboxId);
+}
+
+/** checkPodd asks one sandbox's podd for Health (poddTimeoutMs); no answer is recorded in report.poddUnhealthy and logged. */
+async function checkPodd(d: Pick<AdoptionDeps, 'podd' | 'poddTimeoutMs'>, sandboxId: string, poddAddress: string, report: AdoptionReport, log: Logger): Promise<void> {
+  const ok = await d.podd
+    .connect(poddAddress)
+    .health(d.poddTimeoutMs ?? DEFAULT_ADOPT_PODD_TIMEOUT_MS)
+    .catch(() => false);
+  if (!ok) {
+    report.poddUnhealthy.push(sandboxId);
+    log.warn({ sandbox_id: sandboxId }, 'podd did not answer Health; sandbox kept RUNNING');
+  }
+}
+
+/**
+ * checkPodds makes the podd Health calls an adoption with deferPoddChecks left
+ * (report.poddToCheck, emptied), concurrency at a time; never throws. Returns how many did not
+ * answer (also in report.poddUnhealthy).
+ */
+export async function checkPodds(d: Pick<AdoptionDeps, 'podd' | 'poddTimeoutMs' | 'concurrency' | 'log'>, report: AdoptionReport): Promise<number> {
+  const todo = report.poddToCheck ?? [];
+  report.poddToCheck = [];
+  const before = report.poddUnhealthy.length;
+  await mapLimit(todo, d.concurrency ?? DEFAULT_ADOPT_CONCURRENCY, (t) => checkPodd(d, t.sandboxId, t.poddAddress, report, d.log).catch(() => undefined));
+  const unhealthy = report.poddUnhealthy.length - before;
+  if (todo.length) d.log.info({ asked: todo.length, podd_unhealthy: unhealthy }, 'podd health after adoption');
+  return unhealthy;
 }
 
 /** samePolicy compares two canonical egress policies (wire shape; both sides store formatEgressPolicy's order). */

@@ -29,7 +29,7 @@ import {
 } from '@sandnode/shared';
 import { AdminServiceDefinition, type AdminServiceImplementation, type HandoverResponse } from '@sandnode/shared/proto/server/v1/admin';
 import type { ServerConfig } from '../config';
-import { adoptAll, type AdoptionReport } from '../core/adoption';
+import { adoptAll, checkPodds, type AdoptionReport } from '../core/adoption';
 import { drainNode, type DrainDeps, type DrainReport } from '../core/drain';
 import { sweepOrphans } from '../core/orphan-sweep';
 import type { SandboxManager } from '../core/sandbox-manager';
@@ -61,6 +61,8 @@ export const SERVER_FEATURE_LIST: readonly string[] = Object.values(SERVER_FEATU
 
 /** How often a standby looks at the lease, ms. */
 const STANDBY_POLL_MS = 500;
+/** How long after becoming active the server asks the adopted sandboxes' podds for Health (core/adoption.ts checkPodds), ms: after the switch's reconnects. */
+const POST_SWITCH_PODD_CHECK_DELAY_MS = 500;
 
 /** What an active server runs, built by main.ts for each activation. */
 export interface ActiveParts {
@@ -313,7 +315,8 @@ export class ServerNode implements StandbyNode, OldServer {
     await waitFor('vmm-supervisor', () => vms.features.get(), peerWaitMs);
     await waitFor('ublk-manager', () => devices.features.get(), peerWaitMs);
     await this.announceEpoch();
-    const report = await adoptAll({ store, vms, devices, podd: this.wiring.podd, manager, log, concurrency: this.cfg.adoptConcurrency });
+    // podd Health after the switch (checkPodds below): a stopped podd must not lengthen the hold
+    const report = await adoptAll({ store, vms, devices, podd: this.wiring.podd, manager, log, concurrency: this.cfg.adoptConcurrency, deferPoddChecks: true });
     this.lastAdoption = report;
     adoption.observe({ how: 'received' in source ? 'takeover' : 'start' }, report.durationMs / 1000);
     const swept = await sweepOrphans({ store, vms, devices, runDir: this.cfg.runDir, log });
@@ -369,6 +372,8 @@ export class ServerNode implements StandbyNode, OldServer {
       },
       'active',
     );
+    // the podd checks adoption left: after the switch (FinishHandover ran in beforeServing), off the clients' first moments
+    setTimeout(() => void checkPodds({ podd: this.wiring.podd, concurrency: this.cfg.adoptConcurrency, log }, report), POST_SWITCH_PODD_CHECK_DELAY_MS).unref();
     const tcp = listeners.find((l) => l.port > 0);
     process.stdout.write(`${JSON.stringify({ ready: true, epoch: this.epoch, port: tcp?.port ?? 0, socket: this.cfg.socket, adopted: report.adopted.length, adoptionMs: report.durationMs })}\n`);
     return report;
