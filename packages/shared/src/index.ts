@@ -28,6 +28,7 @@ export * from './features';
 export * from './failpoints';
 export * from './daemon-args';
 export * from './sqlite-busy';
+export * from './writeback';
 export * from './sqlite-file';
 export * from './peer-cred';
 export * from './connection-auth';

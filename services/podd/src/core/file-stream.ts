@@ -9,7 +9,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { constants as fsc, type Stats } from 'node:fs';
 import { lstat, open, rename, unlink, type FileHandle } from 'node:fs/promises';
-import { FailedPreconditionError, InvalidArgumentError } from '@sandnode/shared';
+import { FailedPreconditionError, InvalidArgumentError, WritebackPacer } from '@sandnode/shared';
 import { DEFAULT_FILE_MODE, fsError } from './files';
 import { MAX_FILE_BYTES, MAX_NAME_BYTES } from './limits';
 import { at, checkStreamPath, walkParent } from './walk';
@@ -218,6 +218,8 @@ export async function uploadFile(parts: AsyncIterable<UploadPart>): Promise<Uplo
       if (h.offset > st.size) throw new FailedPreconditionError(`offset: ${h.offset} is beyond the end of ${h.path} (${st.size} bytes; resume from there)`);
       if (inPlace) await fh.truncate(h.offset);
       const hash = createHash('sha256');
+      // the disk writes beside the transfer, not all of it at the final fsync (writeback.ts)
+      const writeback = new WritebackPacer(fh);
       let pos = h.offset;
       let end: { sha256: string } | undefined;
       for (let r = await it.next(); !r.done; r = await it.next()) {
@@ -235,11 +237,17 @@ export async function uploadFile(parts: AsyncIterable<UploadPart>): Promise<Uplo
         }
         hash.update(part.data);
         pos += part.data.length;
+        writeback.wrote(part.data.length);
       }
       // a stream that stopped without its end is cut, however the transport ended it
       if (!end) throw new InvalidArgumentError('end: the upload stream stopped before its end message; nothing was committed');
       const sha256 = hash.digest('hex');
       if (end.sha256 && end.sha256 !== sha256) throw new InvalidArgumentError(`end.sha256: the ${pos - h.offset} bytes received hash to ${sha256}, not ${end.sha256}; nothing was committed`);
+      try {
+        await writeback.drain();
+      } catch (err) {
+        throw fsError(err, h.path, 'write');
+      }
       await fh.sync();
       if (tmp) {
         await rename(at(w.dir.fd, tmp), at(w.dir.fd, w.name));

@@ -15,7 +15,7 @@ import { createReadStream } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import net from 'node:net';
 import { ClientError, Status } from 'nice-grpc-common';
-import { BULK_LINE_TIMEOUT_MS, BULK_MAGIC, isSize, nextChunk, parseBulkLine, readLine, writeOrDrain, type ServerApi } from '@sandnode/shared';
+import { BULK_LINE_TIMEOUT_MS, BULK_MAGIC, WritebackPacer, isSize, nextChunk, parseBulkLine, readLine, writeOrDrain, type ServerApi } from '@sandnode/shared';
 import { BulkDirection, type PrepareBulkTransferRequest } from '@sandnode/shared/proto/server/v1/files';
 import { CliError } from '../output';
 
@@ -228,10 +228,13 @@ export async function bulkDownload(s: net.Socket, fh: FileHandle, offset: number
     let pos = offset;
     let gathered: Buffer[] = [];
     let n = 0;
+    // the disk writes beside the transfer, not all of it at the commit's fsync (writeback.ts)
+    const writeback = new WritebackPacer(fh);
     const flush = async () => {
       if (n === 0) return;
       const b = gathered.length === 1 ? gathered[0]! : Buffer.concat(gathered, n);
       for (let done = 0; done < b.length;) done += (await fh.write(b, done, b.length - done, pos - n + done)).bytesWritten;
+      writeback.wrote(b.length);
       gathered = [];
       n = 0;
     };
@@ -247,6 +250,7 @@ export async function bulkDownload(s: net.Socket, fh: FileHandle, offset: number
       tick(pos);
     }
     await flush();
+    await writeback.drain();
     // after the announced size only the end may come
     const more = await Promise.race([nextChunk(s), new Promise<'late'>((r) => setTimeout(() => r('late'), BULK_LINE_TIMEOUT_MS).unref())]);
     if (more === 'late') throw new CliError(`the sandbox did not end the stream after the ${size} bytes it announced; stopped (the copy was not committed)`);

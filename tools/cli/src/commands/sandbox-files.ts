@@ -17,6 +17,7 @@ import path from 'node:path';
 import { ClientError, Status } from 'nice-grpc-common';
 import { FileType, type FileInfo, type UploadFileRequest } from '@sandnode/shared/proto/server/v1/files';
 import type { ServerApi } from '@sandnode/node-stack';
+import { WritebackPacer } from '@sandnode/shared';
 import { CliError, UsageError } from '../output';
 import { openRoot, receiveFile } from './local-beneath';
 import { bulkDownload, bulkUpload, downloadRequest, openBulk, uploadRequest } from './sandbox-bulk';
@@ -236,6 +237,7 @@ export async function receiveInto(
         (p) => progress?.tick(p),
       );
     }
+    const writeback = new WritebackPacer(f.fh);
     for await (const m of bulk ? [] : api.sandboxes.downloadFile({ sandboxId: r.sandboxId, path: r.path, offset })) {
       if (!progress) {
         progress = new Progress(m.sizeBytes, offset, o.json === true || o.quiet === true);
@@ -246,10 +248,12 @@ export async function receiveInto(
       // podd runs in the sandbox: one that sends past the size it announced is not written out (it could fill this disk)
       if (pos + m.data.length > size) throw new CliError(`the sandbox sent more than the ${size} bytes the file had when the copy began; stopped there (only the bytes up to that size were written)`);
       await writeFully(f.fh, m.data, pos);
+      writeback.wrote(m.data.length);
       whole.update(m.data);
       pos += m.data.length;
       progress.tick(pos);
     }
+    await writeback.drain();
     await f.commit(o.mode);
     committed = true;
   } catch (err) {

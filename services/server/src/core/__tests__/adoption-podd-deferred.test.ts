@@ -36,6 +36,7 @@ describe('adoption with a podd that never answers', () => {
 
   /** a connector whose Health of the stopped sandbox's podd hangs until the test ends, the others answer */
   const stoppedPodd = (stoppedAddress: () => string, asked: string[]): PoddConnector => ({
+    ...peers.podd,
     connect: (address) => ({
       ...peers.podd.connect(address),
       health: async () => {
