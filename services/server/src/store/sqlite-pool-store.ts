@@ -9,6 +9,7 @@ import type Database from 'better-sqlite3';
 import { busyToUnavailable, type Logger } from '@sandnode/shared';
 import { MAX_POOL_SIZE, poolKey, type PoolConfig, type PoolConfigStore } from '../core/pool-config';
 import type { Resources } from '../core/types';
+import { TEMPLATE_NAME_RE } from '@sandnode/template-builder';
 
 interface Row {
   key: string;
@@ -53,7 +54,7 @@ export class SqlitePoolStore implements PoolConfigStore {
     const out = rows.flatMap((r) => {
       const c = this.fromRow(r);
       if (typeof c !== 'string') return [c];
-      if (!this.warned.has(r.key)) this.log.error({ pool: r.key, reason: c }, 'warm pool row skipped: not served');
+      if (!this.warned.has(r.key)) this.log.error({ pool: String(r.key).slice(0, 200), reason: c }, 'warm pool row skipped: not served');
       this.warned.add(r.key);
       skipped.set(r.key, c);
       return [];
@@ -85,17 +86,21 @@ export class SqlitePoolStore implements PoolConfigStore {
   /** fromRow: the pool a row holds, or why it cannot be served. */
   private fromRow(r: Row): PoolConfig | string {
     if (!Number.isInteger(r.size) || r.size < 1 || r.size > MAX_POOL_SIZE) return `size ${r.size} is out of range 1..${MAX_POOL_SIZE}`;
+    // what SetPool would have refused (validateTemplateName): such a row was never written by a server
+    if (typeof r.template !== 'string' || !TEMPLATE_NAME_RE.test(r.template)) return 'template is not a template name';
     let resources: Resources | undefined;
     if (r.resources) {
       try {
         const v = JSON.parse(r.resources) as Resources;
         if (![v.vcpus, v.memoryMib, v.diskBytes, v.pids].every((n) => Number.isSafeInteger(n) && n >= 0)) return 'resources are not whole numbers';
+        // the wire's widths (common/v1/resources.proto: uint32, uint32, uint64, uint32): a larger one could not be answered in GetPoolStatus
+        if (![v.vcpus, v.memoryMib, v.pids].every((n) => n <= 0xffffffff)) return 'resources: vcpus, memory_mib or pids above 2^32 - 1';
         resources = { vcpus: v.vcpus, memoryMib: v.memoryMib, diskBytes: v.diskBytes, pids: v.pids };
       } catch {
         return 'resources are not JSON';
       }
     }
-    if (poolKey(r.template, resources) !== r.key) return `key ${JSON.stringify(r.key)} is not that of template ${JSON.stringify(r.template)} and its resources`;
+    if (poolKey(r.template, resources) !== r.key) return `key ${JSON.stringify(String(r.key).slice(0, 80))} is not that of template ${JSON.stringify(r.template)} and its resources`;
     return { key: r.key, template: r.template, size: r.size, resources, updatedAtMs: r.updated_at_ms };
   }
 }

@@ -37,6 +37,25 @@ export const MAX_RECORD_BYTES = 1024 * 1024;
 /** Longest SqliteRecordStore.open waits for a database another process holds locked, in ms. */
 export const DEFAULT_RECORDS_OPEN_WAIT_MS = 10_000;
 
+/** Most quarantined rows GetLeaseStatus reports one by one (the rest are counted in one more row). */
+export const MAX_REPORTED_QUARANTINE_ROWS = 200;
+/** Longest key and reason of a reported row, characters (a key as stored may be megabytes). */
+const MAX_REPORTED_KEY_CHARS = 200;
+const MAX_REPORTED_REASON_CHARS = 1000;
+
+/**
+ * boundReport keeps the quarantine report small enough for one gRPC answer whatever the tables
+ * hold (attacker: one pools row with a 2.2 MB key made GetLeaseStatus exceed 4 MiB, and status,
+ * pool set and upgrade then said "no active server"): keys and reasons cut (with their length
+ * said), at most MAX_REPORTED_QUARANTINE_ROWS rows and one row counting the others.
+ */
+export function boundReport(rows: { key: string; reason: string; quarantinedAtMs: number }[]): { key: string; reason: string; quarantinedAtMs: number }[] {
+  const cut = (t: string, max: number) => (t.length > max ? `${t.slice(0, max)}... (${t.length} characters)` : t);
+  const out = rows.slice(0, MAX_REPORTED_QUARANTINE_ROWS).map((r) => ({ key: cut(r.key, MAX_REPORTED_KEY_CHARS), reason: cut(r.reason, MAX_REPORTED_REASON_CHARS), quarantinedAtMs: r.quarantinedAtMs }));
+  if (rows.length > out.length) out.push({ key: '', reason: `${rows.length - out.length} more rows not shown (${rows.length} in all; see the quarantine and pools tables of records.db)`, quarantinedAtMs: 0 });
+  return out;
+}
+
 export class SqliteRecordStore implements RecordStore, WriteProbe {
   private readonly db: Database.Database;
   private readonly stmts;
@@ -197,7 +216,7 @@ export class SqliteRecordStore implements RecordStore, WriteProbe {
     const seen = new Set(rows.map((r) => r.key));
     for (const [key, reason] of this.quarantined) if (!seen.has(key)) rows.push({ key, reason, quarantinedAtMs: 0 });
     // the warm-pool rows this server skips (left in the pools table): a bad row there was only in the log
-    return [...rows, ...(this.poolStore?.skippedRows() ?? [])];
+    return boundReport([...rows, ...(this.poolStore?.skippedRows() ?? [])]);
   }
 
   /**

@@ -253,6 +253,9 @@ export async function receiveInto(
       pos += m.data.length;
       progress.tick(pos);
     }
+    // the first message announced the size: a stream that ends short of it is cut (the file
+    // shrank while podd read it, or a hostile podd stopped), never committed (the bulk path's rule)
+    if (!bulk && progress && pos < size) throw new CliError(`the sandbox's stream ended at byte ${pos} of the ${size} it announced; nothing was committed; copy again (--resume continues)`);
     await writeback.drain();
     await f.commit(o.mode);
     committed = true;
