@@ -41,6 +41,9 @@ describeNode('sandnode CLI formats, deletes and logs', () => {
     expect(st).toMatchObject({ sandboxes: 1 });
     expect(st.components.every((c) => c.up)).toBe(true);
     expect(node.cli(['status', '-o', 'wide']).stdout).toMatch(/FEATURES +NODE ID/);
+    // the default table counts the features; -o wide names them
+    expect(node.cli(['status']).stdout).not.toMatch(/server\.[a-z.-]+\.v\d/);
+    expect(node.cli(['status', '-o', 'wide']).stdout).toMatch(/server\.[a-z.-]+\.v\d/);
     // piped: no colour escapes anywhere
     expect(node.cli(['status']).stdout).not.toContain('\x1b[');
 

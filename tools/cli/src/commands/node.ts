@@ -181,7 +181,7 @@ export function registerNodeCommands(program: Command): void {
     )
     .option('--json', 'print JSON')
     .addOption(
-      new Option('-o, --output <format>', 'json: the --json document (status has no one response message); yaml: the same as YAML; wide: adds node id and metrics errors').choices(OUTPUT_FORMATS),
+      new Option('-o, --output <format>', 'json: the --json document (status has no one response message); yaml: the same as YAML; wide: lists the features (the table counts them) and adds the node id').choices(OUTPUT_FORMATS),
     )
     .action(
       action(async (o: OutputOpts, cmd: Command) => {
@@ -238,7 +238,8 @@ export function registerNodeCommands(program: Command): void {
                 c.version ?? '-',
                 pidCol(c),
                 c.metrics ?? (c.metricsError ? `not served (${c.metricsError})` : '-'),
-                c.features.join(','),
+                // the list is long (20+ names per component): counted here, listed by -o wide and --json
+                wide ? c.features.join(',') : String(c.features.length),
                 ...(wide ? [c.nodeId ?? '-'] : []),
               ]),
             ),
