@@ -19,6 +19,13 @@ interface Row {
   updated_at_ms: number;
 }
 
+/** keyText is a pools row's key as reports show it: the text, or a BLOB's bytes as x'hex' (first 64 bytes). */
+function keyText(k: unknown): string {
+  if (typeof k === 'string') return k;
+  if (Buffer.isBuffer(k)) return `x'${k.subarray(0, 64).toString('hex')}'${k.length > 64 ? `... (${k.length} bytes)` : ''}`;
+  return String(k);
+}
+
 export class SqlitePoolStore implements PoolConfigStore {
   private readonly warned = new Set<string>();
   /** the rows the last list skipped: key -> why */
@@ -54,9 +61,11 @@ export class SqlitePoolStore implements PoolConfigStore {
     const out = rows.flatMap((r) => {
       const c = this.fromRow(r);
       if (typeof c !== 'string') return [c];
-      if (!this.warned.has(r.key)) this.log.error({ pool: String(r.key).slice(0, 200), reason: c }, 'warm pool row skipped: not served');
-      this.warned.add(r.key);
-      skipped.set(r.key, c);
+      // a key that is no text (a BLOB: a new Buffer on every read) is named by its bytes, so it is warned of once
+      const key = keyText(r.key);
+      if (!this.warned.has(key)) this.log.error({ pool: key.slice(0, 200), reason: c }, 'warm pool row skipped: not served');
+      this.warned.add(key);
+      skipped.set(key, c);
       return [];
     });
     this.skipped = skipped;
@@ -85,6 +94,7 @@ export class SqlitePoolStore implements PoolConfigStore {
 
   /** fromRow: the pool a row holds, or why it cannot be served. */
   private fromRow(r: Row): PoolConfig | string {
+    if (typeof r.key !== 'string') return 'key is not text';
     if (!Number.isInteger(r.size) || r.size < 1 || r.size > MAX_POOL_SIZE) return `size ${r.size} is out of range 1..${MAX_POOL_SIZE}`;
     // what SetPool would have refused (validateTemplateName): such a row was never written by a server
     if (typeof r.template !== 'string' || !TEMPLATE_NAME_RE.test(r.template)) return 'template is not a template name';

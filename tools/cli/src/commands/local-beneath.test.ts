@@ -1,8 +1,11 @@
-import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import type { ServerApi } from '@sandnode/node-stack';
+import { processStartTicks } from '@sandnode/shared';
 import { FileType, type FileInfo } from '@sandnode/shared/proto/server/v1/files';
+import { sweepDeadTemps } from './local-beneath';
 import { download } from './sandbox-files';
 import { downloadTree } from './sandbox-tree';
 
@@ -89,5 +92,30 @@ describe('sandbox cp out writes only below the target, never through a symlink',
       await expect(downloadTree(api, { sandboxId: ID, path: '/workspace/d' }, path.join(dir, 'out2'), {})).rejects.toThrow(/not a file name/);
     }
     expect(existsSync(path.join(dir, 'x'))).toBe(false);
+  });
+});
+
+// attacker: a download killed with SIGKILL left its temp file for good; the next copy of that
+// name removes the temp files of CLIs that are gone (pid and start ticks in the name)
+describe('sweepDeadTemps', () => {
+  it('removes the temp files of gone CLIs for that name only; keeps a live one and others', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'cli-sweep-'));
+    try {
+      const mine = `.f.txt.sandnode-download-${process.pid}.${processStartTicks(process.pid)}-0123456789ab`;
+      const dead = `.f.txt.sandnode-download-${process.pid}.1-aaaaaaaaaaaa`; // same pid, other start: gone
+      const gone = `.f.txt.sandnode-download-${2 ** 22 + 17}.5-bbbbbbbbbbbb`;
+      const other = `.g.txt.sandnode-download-${2 ** 22 + 17}.5-cccccccccccc`;
+      const oldStyle = '.f.txt.sandnode-download-dddddddddddd';
+      for (const n of [mine, dead, gone, other, oldStyle, 'f.txt']) writeFileSync(path.join(dir, n), 'x');
+      const fh = await open(dir, 'r');
+      try {
+        expect(await sweepDeadTemps(fh, 'f.txt')).toBe(2);
+      } finally {
+        await fh.close();
+      }
+      expect(readdirSync(dir).sort()).toEqual([mine, other, oldStyle, 'f.txt'].sort());
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -12,7 +12,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import { constants as fsc, unlinkSync } from 'node:fs';
-import { mkdir, open, rename, symlink, unlink, type FileHandle } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, symlink, unlink, type FileHandle } from 'node:fs/promises';
+import { processLiveness, processStartTicks } from '@sandnode/shared';
 import { CliError } from '../output';
 
 /** at is the path of name inside the directory fd holds. */
@@ -44,7 +45,42 @@ export function tempName(name: string, mark: string): string {
   return `.${kept}${mark}${randomBytes(6).toString('hex')}`;
 }
 
-const DOWNLOAD_TEMP_MARK = '.sandnode-download-';
+/**
+ * The mark of a download's temp file: it names the CLI process (pid and start ticks), so that a
+ * later copy to the same name removes the temp files of CLIs that are gone (kill -9 runs no
+ * handler: before, each left a hidden file as large as what had arrived, for good).
+ */
+const DOWNLOAD_TEMP_MARK = `.sandnode-download-${process.pid}.${processStartTicks(process.pid) ?? 0}-`;
+/** A download temp name and its owner: `.<name>.sandnode-download-<pid>.<start ticks>-<12 hex>`. */
+const DOWNLOAD_TEMP_RE = /^\.(.*)\.sandnode-download-(\d+)\.(\d+)-[0-9a-f]{12}$/s;
+
+/**
+ * sweepDeadTemps removes, in dir, the download temp files of name whose CLI process is gone
+ * (processLiveness by pid and start ticks; one that cannot be told is left). Unlinks by name
+ * through dir's fd (never follows); never throws. Returns how many it removed.
+ */
+export async function sweepDeadTemps(dir: FileHandle, name: string): Promise<number> {
+  const prefix = tempName(name, DOWNLOAD_TEMP_MARK).slice(0, -(DOWNLOAD_TEMP_MARK.length + 12));
+  let removed = 0;
+  let entries: string[];
+  try {
+    entries = await readdir(`/proc/self/fd/${dir.fd}`);
+  } catch {
+    return 0;
+  }
+  for (const e of entries) {
+    const m = DOWNLOAD_TEMP_RE.exec(e);
+    if (!m || `.${m[1]}` !== prefix) continue;
+    if (processLiveness(Number(m[2]), Number(m[3])) !== 'gone') continue;
+    try {
+      await unlink(at(dir.fd, e));
+      removed++;
+    } catch {
+      /* gone meanwhile, or not ours to remove */
+    }
+  }
+  return removed;
+}
 
 /**
  * Temp files of downloads not committed yet, removed when the CLI is stopped by SIGINT or
@@ -121,6 +157,7 @@ export interface LocalFile {
  */
 export async function receiveFile(dir: FileHandle, name: string, shown: string, resume: boolean): Promise<LocalFile> {
   checkName(name, shown);
+  await sweepDeadTemps(dir, name);
   const target = resume ? name : tempName(name, DOWNLOAD_TEMP_MARK);
   let fh: FileHandle;
   try {

@@ -240,7 +240,7 @@ export async function bulkDownload(s: net.Socket, fh: FileHandle, offset: number
     };
     while (pos < size) {
       const c = await nextChunk(s);
-      if (!c) throw new CliError(`the sandbox's stream ended at byte ${pos} of ${size}; copy again (--resume continues)`);
+      if (!c) throw new CliError(`the sandbox's stream ended at byte ${pos} of ${size}; copy again (only a copy with --resume keeps what arrived, and a later --resume continues it)`);
       if (pos + c.length > size) throw new CliError(`the sandbox sent more than the ${size} bytes it announced; stopped (the copy was not committed)`);
       whole.update(c);
       gathered.push(c);

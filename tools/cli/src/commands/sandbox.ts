@@ -102,9 +102,9 @@ export function registerSandboxCommands(program: Command): Command {
         .option('--timeout <seconds>', 'lifetime in seconds (0: none)', wholeNumber, 0)
         .option('--metadata <key=value>', 'label (repeatable)', keyValue, {})
         .option('--env <NAME=VALUE>', "environment variable of every command run in the sandbox (repeatable; exec's own --env wins; kept by forks; shown by name only)", keyValue, {})
-        .option('--vcpus <n>', 'virtual CPUs', wholeNumber, 0)
-        .option('--memory-mib <n>', 'memory limit in MiB', wholeNumber, 0)
-        .option('--disk-bytes <n>', '/workspace size in bytes', wholeNumber, 0)
+        .option('--vcpus <n>', "virtual CPUs (0: the node's default, defaultVcpus: 1 unless configured)", wholeNumber, 0)
+        .option('--memory-mib <n>', "memory limit in MiB (0: the node's default, defaultMemoryMib: 512 unless configured)", wholeNumber, 0)
+        .option('--disk-bytes <n>', "/workspace size in bytes (0: the node's default, defaultDiskBytes: 1 GiB unless configured)", wholeNumber, 0)
         .option('--request-id <id>', 'idempotency key')
         .option('--json', 'print JSON'),
     ),
