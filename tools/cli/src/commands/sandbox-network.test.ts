@@ -40,6 +40,8 @@ describe('sandbox create network flags', () => {
   it('the token line says it is shown once and names the header; none without a token', () => {
     expect(tokenText('abc')).toBe('access token abc (shown only now; send it as header sandnode-access-token: for its ingress)');
     expect(tokenText('')).toBe('');
+    // a repeat by request_id gives the first create's token again: not "shown only now"
+    expect(tokenText('abc', true)).toBe('access token abc (the one the first create gave; send it as header sandnode-access-token: for its ingress)');
   });
 });
 

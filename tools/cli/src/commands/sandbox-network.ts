@@ -58,8 +58,11 @@ export function networkRequest(f: NetworkFlags): SandboxNetworkRequest | undefin
 }
 
 /** tokenText is what `create` prints of a new sandbox's access token (it is shown only once). */
-export function tokenText(token: string): string {
-  return token ? `access token ${token} (shown only now; send it as header ${ACCESS_TOKEN_HEADER}: for its ingress)` : '';
+export function tokenText(token: string, repeat = false): string {
+  if (!token) return '';
+  // a repeat by request_id derives the first answer's token again (CreateSandboxResponse.access_token)
+  if (repeat) return `access token ${token} (the one the first create gave; send it as header ${ACCESS_TOKEN_HEADER}: for its ingress)`;
+  return `access token ${token} (shown only now; send it as header ${ACCESS_TOKEN_HEADER}: for its ingress)`;
 }
 
 /**

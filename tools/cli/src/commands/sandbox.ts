@@ -79,7 +79,8 @@ export function createdText(r: Pick<CreateSandboxResponse, 'createMs' | 'fromPoo
 
 /** requestIdOr is the given idempotency key, or a fresh "cli-<16 hex>": always one, so that the client's retry on UNAVAILABLE cannot create (or fork) twice. */
 function requestIdOr(given: string | undefined): string {
-  return given ?? `cli-${randomBytes(8).toString('hex')}`;
+  // an empty --request-id is none: the CLI's own then (without one, a retry could create twice)
+  return given || `cli-${randomBytes(8).toString('hex')}`;
 }
 
 /** oneLine is how a sandbox is shown after a command that changed it. */
@@ -136,7 +137,7 @@ export function registerSandboxCommands(program: Command): Command {
         // the access token is shown once: the server keeps only its hash
         const pool = { from_pool: r.fromPool, create_ms: r.createMs, pool_miss: r.poolMiss, repeat: r.repeat };
         const how = createdText(r, o.requestId ?? '');
-        print(!!o.json, { ...s, access_token: r.accessToken, ...pool }, () => [oneLine(s), networkLine(s.network), idleLine(s.idle), tokenText(r.accessToken), how].filter(Boolean).join('\n'));
+        print(!!o.json, { ...s, access_token: r.accessToken, ...pool }, () => [oneLine(s), networkLine(s.network), idleLine(s.idle), tokenText(r.accessToken, r.repeat), how].filter(Boolean).join('\n'));
       },
     ),
   );
