@@ -62,8 +62,9 @@ export interface PoddExecStreams {
 }
 
 /** poddStreams: the sandbox's podd if it lists podd.exec-stream.v1 (and, for pty, podd.exec-pty.v1); else FAILED_PRECONDITION. */
-async function poddStreams(c: CoreContext, id: string, needPty: boolean): Promise<PoddExecStreams> {
-  const rec = c.requireState(id, 'Exec');
+async function poddStreams(c: CoreContext, id: string, needPty: boolean, rpc: 'Exec' | 'ListProcesses' | 'SignalProcess' = 'Exec'): Promise<PoddExecStreams> {
+  // the RPC the caller made names itself in a refusal ("ListProcesses needs RUNNING", not "Exec")
+  const rec = c.requireState(id, rpc);
   const podd: PoddClient = c.podd.connect(rec.poddAddress);
   const v = await podd.version();
   if (!podd.execStreams || !v.features.includes(PODD_FEATURES.execStream)) {
@@ -106,12 +107,12 @@ export async function execStream(c: CoreContext, id: string, first: ExecStreamFi
 
 /** listProcesses lists the commands podd's ExecStream started in sandbox id. Errors: NOT_FOUND, FAILED_PRECONDITION. */
 export async function listProcesses(c: CoreContext, id: string): Promise<ProcessInfo[]> {
-  return (await poddStreams(c, id, false)).listProcesses();
+  return (await poddStreams(c, id, false, 'ListProcesses')).listProcesses();
 }
 
 /** signalProcess signals one command of sandbox id (by exec id or pid). Errors: INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION. */
 export async function signalProcess(c: CoreContext, id: string, execId: string, pid: number, sig: string): Promise<void> {
-  return (await poddStreams(c, id, false)).signalProcess(execId, pid, sig);
+  return (await poddStreams(c, id, false, 'SignalProcess')).signalProcess(execId, pid, sig);
 }
 
 async function* released<T>(events: AsyncIterable<T>, release: () => void): AsyncIterable<T> {

@@ -20,7 +20,7 @@ import { LifecycleGate } from './gate';
 import { DEFAULT_AUTO_RESUME_TIMEOUT_MS, DEFAULT_IDLE_ACTIVITY_FLUSH_MS, IdleController, keepAlive, newIdleRef, validateIdle, type IdleSettingsRequest } from './idle';
 import { execStream, listProcesses, signalProcess, type ExecInput, type ExecStreamEvent, type ExecStreamFirst, type ProcessInfo } from './exec-stream';
 import { DEFAULT_MAX_EXEC_STREAMS, exec as guestExec, ExecStreams, readFile as guestReadFile, writeFile as guestWriteFile } from './guest-io';
-import { AccessTokens, ACCESS_TOKEN_BYTES, planNetwork, syncDirectory, validateNetworkRequest, type NetworkRequest } from './network';
+import { AccessTokens, ACCESS_TOKEN_BYTES, planNetwork, syncDirectory, validateNetworkRequest, type NetworkChoice, type NetworkRequest } from './network';
 import { reapplyPolicies, updateNetwork, type UpdateNetworkArgs } from './network-update';
 import { MapNetworkDirectory } from './network-directory';
 import { checkLiveness, expired, recoverLiveness, retryTeardowns, type LivenessRecovery } from './reaper';
@@ -293,7 +293,7 @@ export class SandboxManager {
       const inflight = this.requests.join<CreateResult>(requestId, what);
       if (inflight) return { ...(await inflight), repeat: true };
       const existing = this.o.store.findByRequestId(requestId);
-      if (existing) return { rec: this.existingCreate(existing, template), poolMiss: '', repeat: true };
+      if (existing) return { rec: this.existingCreate(existing, template, { metadata, network }), poolMiss: '', repeat: true };
     }
     const bootSignal = requestId ? undefined : signal;
     // Registered before the first await, so a parallel create with the same request_id joins it.
@@ -359,7 +359,14 @@ export class SandboxManager {
   }
 
   /** existingCreate answers a repeated request_id: the same sandbox, if it still lives. */
-  private existingCreate(rec: SandboxRecord, template: string): SandboxRecord {
+  /**
+   * existingCreate is the sandbox an earlier create with this request_id made, when this repeat
+   * asks for the same (template, metadata, no network): a repeat that asks otherwise is refused
+   * with INVALID_ARGUMENT naming what differs (newcomer: `--no-network --metadata a=b` silently
+   * got the first create's networked, unlabelled sandbox), as Kubernetes refuses a second create
+   * of a name with another spec.
+   */
+  private existingCreate(rec: SandboxRecord, template: string, asked: { metadata: Record<string, string>; network: NetworkChoice }): SandboxRecord {
     if (rec.pool?.state === 'CLAIMING') throw new UnavailableError(`request_id: ${rec.requestId}: the claim of sandbox ${rec.sandboxId} was cut and it is being torn down; retry to create anew`);
     if (rec.forkedFrom) throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId}, a fork of ${rec.forkedFrom}`);
     if (rec.template !== template) {
@@ -368,6 +375,11 @@ export class SandboxManager {
     if (rec.state !== 'RUNNING' && rec.state !== 'PAUSED') {
       throw new FailedPreconditionError(`request_id: ${rec.requestId} made sandbox ${rec.sandboxId}, which is ${rec.state}`);
     }
+    const sorted = (m: Record<string, string>) => JSON.stringify(Object.entries(m).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
+    if (sorted(rec.metadata) !== sorted(asked.metadata))
+      throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId} with other metadata; a repeat must ask for the same (use a new request_id for a new sandbox)`);
+    if (asked.network === 'disabled' && rec.network && rec.network.slot >= 0)
+      throw new InvalidArgumentError(`request_id: ${rec.requestId} was used for sandbox ${rec.sandboxId}, which has a network; this repeat asks for none (use a new request_id for a new sandbox)`);
     return rec;
   }
 

@@ -114,6 +114,8 @@ describe('the runtime record transition table', () => {
     const r = rec('PAUSED');
     expect(requireState(r, 'ResumeSandbox')).toBe(r);
     expect(() => requireState(r, 'Exec')).toThrow(new FailedPreconditionError('sandbox sb-0123456789abcdef is PAUSED; Exec needs RUNNING'));
+    // `sandbox ps` of a drained sandbox names its own call (newcomer: it said "Exec needs RUNNING")
+    expect(() => requireState(rec('DRAINED'), 'ListProcesses')).toThrow(new FailedPreconditionError('sandbox sb-0123456789abcdef is DRAINED; ListProcesses needs RUNNING'));
     expect(() => requireState(rec('UNKNOWN'), 'ResumeSandbox')).toThrow(/is UNKNOWN; ResumeSandbox needs PAUSED or DRAINED/);
     expect(() => requireState(rec('UNKNOWN'), 'ResumeSandbox')).toThrow(FailedPreconditionError);
   });

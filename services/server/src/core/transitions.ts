@@ -68,6 +68,8 @@ export const OPERATION_STATES = {
   /** a DRAINED sandbox's policy is recorded and applied at its resume */
   UpdateSandboxNetwork: ['RUNNING', 'PAUSED', 'DRAINED'],
   Exec: ['RUNNING'],
+  ListProcesses: ['RUNNING'],
+  SignalProcess: ['RUNNING'],
   ReadFile: ['RUNNING'],
   WriteFile: ['RUNNING'],
 } as const satisfies Record<string, readonly SandboxState[]>;

@@ -6,7 +6,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { createLogger } from '@sandnode/shared';
+import { createLogger, InvalidArgumentError } from '@sandnode/shared';
 import { SqliteRecordStore } from '../store/sqlite-record-store';
 import { managerOptions, Peers } from '../core/__tests__/fake-peers';
 import { SandboxManager } from '../core/sandbox-manager';
@@ -45,6 +45,11 @@ describe('SandboxService network fields', () => {
     expect(again.accessToken).toBe(a.accessToken);
     // the repeat says it created nothing (the CLI then does not print "created in 0 ms")
     expect(again).toMatchObject({ repeat: true, sandbox: { sandboxId: id } });
+    // a repeat that asks for something else is refused, not silently given the first sandbox (newcomer)
+    await expect(svc.createSandbox({ ...req, metadata: { a: 'b' } }, ctx)).rejects.toThrow(InvalidArgumentError);
+    await expect(svc.createSandbox({ ...req, metadata: { a: 'b' } }, ctx)).rejects.toThrow(/other metadata/);
+    await expect(svc.createSandbox({ ...req, network: { disabled: true, egress: undefined, public: false } }, ctx)).rejects.toThrow(/has a network; this repeat asks for none/);
+    expect(store.list()).toHaveLength(1);
     expect((await svc.getSandbox({ sandboxId: id }, ctx)).sandbox!.network?.address).toBe('10.209.0.2');
     const f = await svc.forkSandbox({ parentId: id, metadata: {}, timeoutSeconds: 0, maxFreezeMs: 0, requestId: '', network: undefined }, ctx);
     expect(f.accessToken).toMatch(/^[A-Za-z0-9_-]{43}$/);
