@@ -1,4 +1,4 @@
-import type { Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
+import { SandboxState, type Sandbox } from '@sandnode/shared/proto/server/v1/sandbox';
 import { isolationGroups } from './isolation-groups';
 
 const sb = (id: string, isolation: string[]) => ({ sandboxId: id, isolation }) as unknown as Sandbox;
@@ -10,5 +10,14 @@ describe('isolationGroups', () => {
       { isolation: full, sandboxes: ['sb-a', 'sb-b'] },
       { isolation: [], sandboxes: ['sb-old'] },
     ]);
+  });
+});
+
+// newcomer: a DRAINED sandbox (no VM) of this release was shown as one without isolation
+describe('isolationGroups and DRAINED sandboxes', () => {
+  it('leaves them out: they have no VM to show the isolation of', () => {
+    const drained = { sandboxId: 'sb-d', isolation: [], state: SandboxState.SANDBOX_STATE_DRAINED } as unknown as Sandbox;
+    const running = { sandboxId: 'sb-r', isolation: ['vmm.seccomp.v1'], state: SandboxState.SANDBOX_STATE_RUNNING } as unknown as Sandbox;
+    expect(isolationGroups([drained, running])).toEqual([{ isolation: ['vmm.seccomp.v1'], sandboxes: ['sb-r'] }]);
   });
 });

@@ -243,7 +243,7 @@ export function registerNodeCommands(program: Command): void {
                 ...(wide ? [c.nodeId ?? '-'] : []),
               ]),
             ),
-            `sandboxes: ${sandboxes ?? 'unknown (the server is down; sandboxes keep running)'}${drained ? ` (${drained} DRAINED: \`sandnode sandbox resume ID\` boots one again)` : ''}`,
+            `sandboxes: ${sandboxes ?? 'unknown (the server is down; the sandboxes it had, if any, keep running)'}${drained ? ` (${drained} DRAINED: \`sandnode sandbox resume ID\` boots one again)` : ''}`,
             ...(isolation ?? []).map((g) => `  isolation ${isolationText(g.isolation)}: ${g.sandboxes.length} (${g.sandboxes.join(', ')})`),
             `epoch: ${epoch ?? '-'}; active server: ${server ? `${server.slot ? `slot ${server.slot}, ` : ''}pid ${server.pid}, version ${server.version}` : noActiveServer(components)}`,
             networkStatusLine(network),
