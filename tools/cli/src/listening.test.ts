@@ -93,12 +93,7 @@ describe('listener failures in the server log', () => {
 describe('nodeOpens', () => {
   it('keeps the node sockets and counts the per-sandbox freeze sockets in one entry', () => {
     const vms = '/var/lib/sandnode/run/vmm/vms';
-    const got = nodeOpens([
-      'tcp 127.0.0.1:9102',
-      `unix ${vms}/vm-a/freeze-port/freeze.sock`,
-      'unix /var/lib/sandnode/run/vmm.sock',
-      `unix ${vms}/vm-b/freeze-port/freeze.sock`,
-    ]);
+    const got = nodeOpens(['tcp 127.0.0.1:9102', `unix ${vms}/vm-a/freeze-port/freeze.sock`, 'unix /var/lib/sandnode/run/vmm.sock', `unix ${vms}/vm-b/freeze-port/freeze.sock`]);
     expect(got).toEqual(['tcp 127.0.0.1:9102', 'unix /var/lib/sandnode/run/vmm.sock', `unix ${vms}/<id>/freeze-port/freeze.sock (one per sandbox: 2)`]);
     expect(nodeOpens(['unix /run/x/freeze.sock'])).toEqual(['unix /run/x/freeze.sock']);
   });

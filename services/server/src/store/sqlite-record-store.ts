@@ -51,8 +51,11 @@ const MAX_REPORTED_REASON_CHARS = 1000;
  */
 export function boundReport(rows: { key: string; reason: string; quarantinedAtMs: number }[]): { key: string; reason: string; quarantinedAtMs: number }[] {
   const cut = (t: string, max: number) => (t.length > max ? `${t.slice(0, max)}... (${t.length} characters)` : t);
-  const out = rows.slice(0, MAX_REPORTED_QUARANTINE_ROWS).map((r) => ({ key: cut(r.key, MAX_REPORTED_KEY_CHARS), reason: cut(r.reason, MAX_REPORTED_REASON_CHARS), quarantinedAtMs: r.quarantinedAtMs }));
-  if (rows.length > out.length) out.push({ key: '', reason: `${rows.length - out.length} more rows not shown (${rows.length} in all; see the quarantine and pools tables of records.db)`, quarantinedAtMs: 0 });
+  const out = rows
+    .slice(0, MAX_REPORTED_QUARANTINE_ROWS)
+    .map((r) => ({ key: cut(r.key, MAX_REPORTED_KEY_CHARS), reason: cut(r.reason, MAX_REPORTED_REASON_CHARS), quarantinedAtMs: r.quarantinedAtMs }));
+  if (rows.length > out.length)
+    out.push({ key: '', reason: `${rows.length - out.length} more rows not shown (${rows.length} in all; see the quarantine and pools tables of records.db)`, quarantinedAtMs: 0 });
   return out;
 }
 

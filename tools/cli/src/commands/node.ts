@@ -181,7 +181,10 @@ export function registerNodeCommands(program: Command): void {
     )
     .option('--json', 'print JSON')
     .addOption(
-      new Option('-o, --output <format>', 'json: the --json document (status has no one response message); yaml: the same as YAML; wide: lists the features (the table counts them) and adds the node id').choices(OUTPUT_FORMATS),
+      new Option(
+        '-o, --output <format>',
+        'json: the --json document (status has no one response message); yaml: the same as YAML; wide: lists the features (the table counts them) and adds the node id',
+      ).choices(OUTPUT_FORMATS),
     )
     .action(
       action(async (o: OutputOpts, cmd: Command) => {

@@ -12,7 +12,7 @@ describe('sandbox create: the line after the sandbox', () => {
     expect(createdText({ ...fresh, fromPool: true, createMs: 4 }, 'job-1')).toBe('created in 4 ms (from the warm pool)');
     expect(createdText({ ...fresh, poolMiss: 'the pool of base is empty' }, '')).toBe('created in 812 ms (cold: the pool of base is empty)');
   });
-  test('a repeat of the user\'s request id: nothing was created', () => {
+  test("a repeat of the user's request id: nothing was created", () => {
     const t = createdText({ ...fresh, createMs: 0, repeat: true }, 'job-1');
     expect(t).toBe('already created by an earlier create with request id job-1: nothing new was created');
     expect(t).not.toMatch(/created in/);

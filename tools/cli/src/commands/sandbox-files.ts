@@ -255,7 +255,10 @@ export async function receiveInto(
     }
     // the first message announced the size: a stream that ends short of it is cut (the file
     // shrank while podd read it, or a hostile podd stopped), never committed (the bulk path's rule)
-    if (!bulk && progress && pos < size) throw new CliError(`the sandbox's stream ended at byte ${pos} of the ${size} it announced; nothing was committed; copy again (only a copy with --resume keeps what arrived, and a later --resume continues it)`);
+    if (!bulk && progress && pos < size)
+      throw new CliError(
+        `the sandbox's stream ended at byte ${pos} of the ${size} it announced; nothing was committed; copy again (only a copy with --resume keeps what arrived, and a later --resume continues it)`,
+      );
     await writeback.drain();
     await f.commit(o.mode);
     committed = true;

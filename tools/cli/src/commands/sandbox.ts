@@ -137,7 +137,9 @@ export function registerSandboxCommands(program: Command): Command {
         // the access token is shown once: the server keeps only its hash
         const pool = { from_pool: r.fromPool, create_ms: r.createMs, pool_miss: r.poolMiss, repeat: r.repeat };
         const how = createdText(r, o.requestId ?? '');
-        print(!!o.json, { ...s, access_token: r.accessToken, ...pool }, () => [oneLine(s), networkLine(s.network), idleLine(s.idle), tokenText(r.accessToken, r.repeat), how].filter(Boolean).join('\n'));
+        print(!!o.json, { ...s, access_token: r.accessToken, ...pool }, () =>
+          [oneLine(s), networkLine(s.network), idleLine(s.idle), tokenText(r.accessToken, r.repeat), how].filter(Boolean).join('\n'),
+        );
       },
     ),
   );
