@@ -22,6 +22,9 @@ describe('listening sockets from /proc', () => {
       expect(got).toContain(`tcp 127.0.0.1:${port}`);
       expect(got).toContain(`unix ${path.join(dir, 's.sock')}`);
       expect(holderOf(`127.0.0.1:${port}`)).toMatch(new RegExp(`^pid ${process.pid}\\b`));
+      // named by its command line, not Node 24's thread name (newcomer: "pid 16155 (MainThread)")
+      expect(holderOf(`127.0.0.1:${port}`)).not.toContain('(MainThread)');
+      expect(holderOf(`127.0.0.1:${port}`)).toContain(process.argv[1]!.split('/').pop()!);
     } finally {
       tcp.close();
       unix.close();

@@ -169,6 +169,27 @@ export async function listenerFailures(pid: number, waitMs = 1500, logFile = dae
   }
 }
 
+/**
+ * commandOf is how a holder is named: its command line (arguments joined, cut to 120 characters)
+ * rather than its comm, which for every Node 24 process is the thread name "MainThread"
+ * (newcomer: the ingress holder was named "pid 16155 (MainThread)"); its comm when the command
+ * line cannot be read; "" when neither.
+ */
+export function commandOf(pid: number): string {
+  try {
+    const args = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter(Boolean);
+    const text = args.join(' ');
+    if (text) return text.length > 120 ? `${text.slice(0, 120)}...` : text;
+  } catch {
+    /* gone, or not ours to read */
+  }
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+  } catch {
+    return '';
+  }
+}
+
 /** holderOf names the process (pid and command) that listens on TCP port of address ("host:port"), or "" when none is found. */
 export function holderOf(address: string): string {
   const port = Number(/:(\d+)$/.exec(address)?.[1]);
@@ -189,13 +210,7 @@ export function holderOf(address: string): string {
     const pid = Number(p);
     for (const ino of socketInodes(pid)) {
       if (!listening.has(ino)) continue;
-      let comm = '';
-      try {
-        comm = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
-      } catch {
-        /* gone */
-      }
-      return `pid ${pid}${comm ? ` (${comm})` : ''}`;
+      return `pid ${pid}${((c) => (c ? ` (${c})` : ''))(commandOf(pid))}`;
     }
   }
   return '';

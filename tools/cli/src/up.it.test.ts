@@ -78,9 +78,12 @@ describeNode('sandnode up when a component does not start', () => {
       const r = spawnSync(process.execPath, [require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', d.stateDir, '--run-dir', d.runDir, '--listen', '', 'up', '--json'], {
         encoding: 'utf8',
         timeout: 120_000,
-        env: { ...process.env, SANDNODE_SERVER_INGRESS_LISTEN: address },
+        env: { ...process.env, SANDNODE_SERVER_INGRESS_LISTEN: address, SANDNODE_SERVER_METRICS_LISTEN: address },
       });
       expect({ status: r.status, stderr: r.stderr }).toMatchObject({ status: 0 });
+      // the metrics port taken too: said with its holder (before: only "in use; retrying" in the METRICS column)
+      expect(r.stderr).toContain(`sandnode: warning: server cannot serve /metrics on ${address}: the address is taken by pid ${process.pid}`);
+      expect(r.stderr).toContain('SANDNODE_SERVER_METRICS_LISTEN');
       expect(r.stderr).toContain(`sandnode: warning: the server could not open its ingress listener on ${address} (the address is taken by pid ${process.pid}`);
       expect(r.stderr).toContain('SANDNODE_SERVER_INGRESS_LISTEN');
       const out = JSON.parse(r.stdout) as { components: { name: string; opens: string[]; listenerFailures?: unknown[] }[] };

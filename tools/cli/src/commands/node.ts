@@ -12,6 +12,7 @@ import {
   findRunning,
   getVersion,
   isolationText,
+  METRICS_LISTEN_ENV,
   metricsOf,
   metricsText,
   nodeSettings,
@@ -24,6 +25,7 @@ import {
   stopComponent,
   table,
   withNodeLock,
+  type Component,
   type NodeSettings,
 } from '@sandnode/node-stack';
 import { dirsOf, wholeNumber } from '../options';
@@ -106,6 +108,17 @@ export function registerNodeCommands(program: Command): void {
         const server = out.find((c) => c.name === 'server');
         const failed = server?.started ? await listenerFailures(server.pid) : [];
         for (const f of failed) process.stderr.write(safeLine(`sandnode: warning: ${listenerFailureText(f)}`));
+        // a metrics port taken by another process: said with its holder (the daemon runs and retries the bind)
+        for (const c of out) {
+          const m = metrics[c.name];
+          if (!m || m.url || !/EADDRINUSE/.test(m.error ?? '')) continue;
+          const holder = m.listen ? holderOf(m.listen) : '';
+          process.stderr.write(
+            safeLine(
+              `sandnode: warning: ${c.name} cannot serve /metrics on ${m.listen ?? '?'}: the address is taken${holder ? ` by ${holder}` : ''}; it retries. Free it or set ${METRICS_LISTEN_ENV[c.name as Component]}`,
+            ),
+          );
+        }
         print(
           !!o.json,
           {
