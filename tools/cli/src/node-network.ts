@@ -64,5 +64,8 @@ export async function nodeNetwork(dirs: StackDirs, features: string[]): Promise<
 export function networkStatusLine(n: NodeNetworkStatus | null): string {
   if (!n) return 'network: unknown (the vmm-supervisor is down or has no vmm.network.v1)';
   if (!n.enabled) return `network: OFF: ${n.reason || 'no reason given'} (sandboxes are created without network; a create with a network flag fails)`;
-  return `network: on, pool ${n.pool}, table ${n.table}, slots ${n.inUse} in use, ${n.reserved} reserved, ${n.spare} spare; dns port ${n.dnsPort}, egress proxy port ${n.egressProxyPort}`;
+  // the pool's room in /30 slots (network-layout.ts slotCount): "2 in use" alone did not say of how many (newcomer)
+  const prefix = Number(/\/(\d+)$/.exec(n.pool)?.[1]);
+  const of = Number.isInteger(prefix) && prefix >= 8 && prefix <= 30 ? ` of ${2 ** (32 - prefix) / 4}` : '';
+  return `network: on, pool ${n.pool}, table ${n.table}, slots${of}: ${n.inUse} in use, ${n.reserved} reserved (drained sandboxes keep theirs), ${n.spare} spare (made ahead for fast creates); dns port ${n.dnsPort}, egress proxy port ${n.egressProxyPort}`;
 }

@@ -44,8 +44,8 @@ export function registerFileCommands(sandbox: Command): void {
         });
         print(o.json === true, r, () =>
           'sha256' in r
-            ? `${r.source} -> ${r.destination}: ${r.bytes} bytes (${r.bytesSent} sent from ${r.offset}) in ${r.durationMs} ms${rateText(r)}, sha256 ${r.sha256}`
-            : `${r.source} -> ${r.destination}: ${r.files} files, ${r.directories} directories, ${r.symlinks} symlinks${r.skipped ? `, ${r.skipped} skipped (not a file, directory or symlink)` : ''}; ${r.bytes} bytes (${r.bytesSent} sent) in ${r.durationMs} ms${rateText(r)}`,
+            ? `${r.source} -> ${r.destination}: ${r.bytes} bytes (${r.bytesSent} copied from byte ${r.offset}) in ${r.durationMs} ms${rateText(r)}, sha256 ${r.sha256}`
+            : `${r.source} -> ${r.destination}: ${r.files} files, ${r.directories} directories, ${r.symlinks} symlinks${r.skipped ? `, ${r.skipped} skipped (not a file, directory or symlink)` : ''}; ${r.bytes} bytes (${r.bytesSent} copied) in ${r.durationMs} ms${rateText(r)}`,
         );
       }),
     );

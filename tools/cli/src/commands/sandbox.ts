@@ -5,7 +5,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
-import { isolationText, sandboxJson, startWhatResumeNeeds, table, type SandboxJson } from '@sandnode/node-stack';
+import { isolationText, nodeSettings, recordedNote, sandboxJson, startWhatResumeNeeds, table, type SandboxJson } from '@sandnode/node-stack';
 import { ClientError, Status } from 'nice-grpc-common';
 import { ForkMethod, GetSandboxResponse, ListSandboxesResponse, SandboxState, type CreateSandboxResponse } from '@sandnode/shared/proto/server/v1/sandbox';
 import { dirsOf, keyValue, oneOf, wholeNumber } from '../options';
@@ -222,7 +222,10 @@ export function registerSandboxCommands(program: Command): Command {
         const d = dirsOf(cmd);
         // only the local node's daemons: with --address the server may be another machine's
         if (cmd.optsWithGlobals<{ address?: string }>().address === undefined) {
-          for (const c of await startWhatResumeNeeds(d)) process.stderr.write(`sandnode: started ${c.name} (pid ${c.pid}) for the resume: it was not running (a drain stops the ublk-manager)\n`);
+          const started = await startWhatResumeNeeds(d);
+          for (const c of started) process.stderr.write(`sandnode: started ${c.name} (pid ${c.pid}) for the resume: it was not running (a drain stops the ublk-manager)\n`);
+          // with which settings, as up says it (newcomer: resume did use the recorded ones, silently)
+          if (started.length) process.stderr.write(recordedNote(nodeSettings(d.stateDir, process.env)));
         }
         const s = sandboxJson((await withServer(d, (api) => api.sandboxes.resumeSandbox({ sandboxId: id }))).sandbox!);
         print(!!o.json, s, () => oneLine(s));
