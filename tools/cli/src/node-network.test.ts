@@ -21,7 +21,9 @@ describe('status network line', () => {
     });
     const n = networkStatusOf(r);
     expect(n).toMatchObject({ enabled: true, inUse: 2, reserved: 1, spare: 1 });
-    expect(networkStatusLine(n)).toBe('network: on, pool 10.209.0.0/16, table inet sandnode-6036, slots of 16384: 2 in use, 1 reserved (drained sandboxes keep theirs), 1 spare (made ahead for fast creates); dns port 15053, egress proxy port 15080');
+    expect(networkStatusLine(n)).toBe(
+      'network: on, pool 10.209.0.0/16, table inet sandnode-6036, slots of 16384: 2 in use, 1 reserved (drained sandboxes keep theirs), 1 spare (made ahead for fast creates); dns port 15053, egress proxy port 15080',
+    );
   });
 
   it("says OFF with the supervisor's reason, and what that does to creates", () => {
