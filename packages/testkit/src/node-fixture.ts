@@ -79,6 +79,24 @@ export async function withEnv<T>(env: Record<string, string>, fn: () => Promise<
   }
 }
 
+/**
+ * waitReadyPort is readyPort once the ready line is there: the server answers on its socket (what
+ * startNode waits for) a moment before it writes that line, after its metrics and reaper start,
+ * and on a loaded CI host that moment was long enough for a test to look first ("no server ready
+ * line with a TCP port"). Waits at most timeoutMs (a synchronous sleep: tcpAddress is sync).
+ */
+export function waitReadyPort(runDir: string, timeoutMs = 30_000): number {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return readyPort(runDir);
+    } catch (err) {
+      if (Date.now() >= until) throw err;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 50);
+    }
+  }
+}
+
 /** readyPort returns the TCP port of the newest server ready line in runDir's server logs. */
 export function readyPort(runDir: string): number {
   const logDir = path.join(runDir, 'logs');
@@ -178,7 +196,7 @@ export async function startNode(
       return { status: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
     },
     tcpAddress() {
-      return `127.0.0.1:${readyPort(dirs.runDir)}`;
+      return `127.0.0.1:${waitReadyPort(dirs.runDir)}`;
     },
     metricsUrl(c) {
       const url = readMetricsStatus(dirs.runDir, c)?.url;
