@@ -184,7 +184,9 @@ describeNode('warm pools on a real node', () => {
     const r = node.cli(['drain', '--json']);
     expect(r.status).toBe(0);
     expect((JSON.parse(r.stdout) as { sandboxes: { id: string; outcome: string }[] }).sandboxes).toEqual([expect.objectContaining({ id: u.sandboxId, outcome: 'PRESERVED' })]);
-    expect(records(node).filter((x) => x.poolState !== PoolState.POOL_STATE_UNSPECIFIED)).toEqual([]);
+    // a member whose claim was cut (a loaded host: the create claimed another) is torn down in the
+    // background and may still be DELETING when the drain answers (clean-clone CI): it goes soon after
+    await waitFor('the pool members deleted', () => records(node).every((x) => x.poolState === PoolState.POOL_STATE_UNSPECIFIED), 30_000);
     expect(records(node).map((x) => x.id)).toEqual([u.sandboxId]);
   });
 });

@@ -75,6 +75,9 @@ interface Stats {
   nextFillAtMs: number;
 }
 
+/** How long retireTemplate waits for members another pool path holds (a retire, a claim in flight), ms. */
+const RETIRE_HELD_WAIT_MS = 10_000;
+
 /** retireTemplate's name for every template (a drain). */
 export const ALL_TEMPLATES = '*';
 
@@ -372,15 +375,25 @@ export class WarmPool {
     const mine = (template: string | undefined) => name === ALL_TEMPLATES || template === name;
     try {
       while ([...this.filling.keys()].some((k) => mine(this.p.configs.list().find((c) => c.key === k)?.template))) await new Promise((r) => setTimeout(r, 50));
-      for (const m of this.members().filter((r) => mine(r.template) && !this.claiming.has(r.sandboxId))) {
-        if (m.state === 'RUNNING' && m.pool?.state === 'READY' && !this.takeBack(m)) continue;
-        this.claiming.add(m.sandboxId);
-        try {
-          await this.p.deleteMember(m.sandboxId);
-        } finally {
-          this.claiming.delete(m.sandboxId);
+      const retireFree = async () => {
+        for (const m of this.members().filter((r) => mine(r.template) && !this.claiming.has(r.sandboxId))) {
+          if (m.state === 'RUNNING' && m.pool?.state === 'READY' && !this.takeBack(m)) continue;
+          this.claiming.add(m.sandboxId);
+          try {
+            await this.p.deleteMember(m.sandboxId);
+          } finally {
+            this.claiming.delete(m.sandboxId);
+          }
         }
-      }
+      };
+      await retireFree();
+      // a member another path of the pool held meanwhile (its tick retiring one, a claim being
+      // applied) was skipped: wait for that path to end (bounded), then retire what is left of
+      // them (clean-clone CI: a drain answered while the tick still deleted a member, and the
+      // ublk-manager the drain then stopped left it DELETING)
+      const held = () => this.members().some((r) => mine(r.template) && this.claiming.has(r.sandboxId));
+      for (const t0 = Date.now(); held() && Date.now() - t0 < RETIRE_HELD_WAIT_MS;) await new Promise((r) => setTimeout(r, 50));
+      await retireFree();
       this.p.log.info({ template: name }, 'warm pool members retired (template rebuild or drain)');
       return done;
     } catch (err) {
