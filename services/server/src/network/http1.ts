@@ -44,21 +44,54 @@ export interface MessageHead {
   headers: Record<string, string | string[]>;
   /** [name, value] pairs as received (names as sent, values trimmed) */
   raw: [string, string][];
+  /** the lower-cased name of each raw pair */
+  lower: string[];
+  /** where each raw pair's line is in the parsed buffer: [start, end) offsets, two per pair (end: its CRLF) */
+  spans: number[];
 }
 
 /** Largest chunk-size line (size, extensions, CRLF), bytes. */
 export const MAX_CHUNK_LINE = 4096;
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-// field values: visible ASCII, obs-text, SP and HTAB (no CR, LF, NUL or other controls)
-function badValue(v: string): boolean {
-  for (let i = 0; i < v.length; i++) {
-    const c = v.charCodeAt(i);
-    if ((c < 0x20 && c !== 0x09) || c === 0x7f) return true;
-  }
-  return false;
-}
+/** TCHAR[c] is 1 for the bytes of an RFC 9110 token (tchar), 0 for every other latin1 code. */
+const TCHAR = new Uint8Array(256);
+for (const c of "!#$%&'*+-.^_`|~") TCHAR[c.charCodeAt(0)] = 1;
+for (let c = 0x30; c <= 0x39; c++) TCHAR[c] = 1;
+for (let c = 0x41; c <= 0x5a; c++) TCHAR[c] = TCHAR[c + 0x20] = 1;
+/** VCHAR[c] is 1 for the bytes a field value may hold: visible ASCII, obs-text, SP and HTAB (no CR, LF, NUL or other controls). */
+const VCHAR = new Uint8Array(256).fill(1);
+for (let c = 0; c < 0x20; c++) if (c !== 0x09) VCHAR[c] = 0;
+VCHAR[0x7f] = 0;
 const TARGET = /^[\x21-\x7e\x80-\xff]+$/;
+/** Lower-cased names of the fields most requests and responses carry (a name seen as sent gives its lower case without a new string). */
+const LOWER = new Map<string, string>();
+for (const n of [
+  'Host',
+  'host',
+  'Connection',
+  'connection',
+  'Keep-Alive',
+  'keep-alive',
+  'Content-Length',
+  'content-length',
+  'Content-Type',
+  'content-type',
+  'Date',
+  'date',
+  'Transfer-Encoding',
+  'transfer-encoding',
+  'User-Agent',
+  'user-agent',
+  'Accept',
+  'accept',
+  'Upgrade',
+  'upgrade',
+  'sandnode-access-token',
+  'sandnode-sandbox-id',
+  'sandnode-sandbox-port',
+])
+  LOWER.set(n, n.toLowerCase());
 
 /** findHeadEnd: the offset just past the CRLFCRLF ending a head in buf (from `from`), or -1. */
 export function findHeadEnd(buf: Buffer, from = 0): number {
@@ -69,17 +102,24 @@ export function findHeadEnd(buf: Buffer, from = 0): number {
 /**
  * parseHead parses buf[0..end) (end from findHeadEnd) as a request head (`request`) or a
  * response head. Throws HttpParseError (400) on anything outside the form in the file header.
+ * One pass over the head's latin1 text, byte classes from tables (this runs for every request
+ * and response the raw ingress relays).
  */
 export function parseHead(buf: Buffer, end: number, request: boolean): MessageHead {
   const text = buf.toString('latin1', 0, end - 4);
-  const lines = text.split('\r\n');
-  for (const l of lines) if (l.includes('\n') || l.includes('\r')) throw new HttpParseError(400, 'bare CR or LF in the head');
-  const start = lines[0] ?? '';
-  const head: MessageHead = { method: '', target: '', status: 0, reason: '', minor: 1, headers: {}, raw: [] };
+  const n = text.length;
+  let eol = text.indexOf('\r\n');
+  if (eol < 0) eol = n;
+  const start = text.slice(0, eol);
+  if (start.includes('\n') || start.includes('\r')) throw new HttpParseError(400, 'bare CR or LF in the head');
+  const head: MessageHead = { method: '', target: '', status: 0, reason: '', minor: 1, headers: {}, raw: [], lower: [], spans: [] };
   if (request) {
-    const parts = start.split(' ');
-    if (parts.length !== 3) throw new HttpParseError(400, 'bad request line');
-    const [method, target, version] = parts as [string, string, string];
+    const sp1 = start.indexOf(' ');
+    const sp2 = sp1 < 0 ? -1 : start.indexOf(' ', sp1 + 1);
+    if (sp2 < 0 || start.indexOf(' ', sp2 + 1) >= 0) throw new HttpParseError(400, 'bad request line');
+    const method = start.slice(0, sp1);
+    const target = start.slice(sp1 + 1, sp2);
+    const version = start.slice(sp2 + 1);
     if (!TOKEN.test(method)) throw new HttpParseError(400, 'bad method');
     if (!TARGET.test(target)) throw new HttpParseError(400, 'bad request target');
     head.method = method;
@@ -92,20 +132,41 @@ export function parseHead(buf: Buffer, end: number, request: boolean): MessageHe
     head.status = Number(m[2]);
     head.reason = m[3] ?? '';
   }
-  for (let i = 1; i < lines.length; i++) {
-    const l = lines[i]!;
-    const colon = l.indexOf(':');
-    if (colon <= 0) throw new HttpParseError(400, l.startsWith(' ') || l.startsWith('\t') ? 'obsolete line folding' : 'bad header line');
-    const name = l.slice(0, colon);
-    if (!TOKEN.test(name)) throw new HttpParseError(400, `bad header name`);
-    const value = l.slice(colon + 1).replace(/^[ \t]+|[ \t]+$/g, '');
-    if (badValue(value)) throw new HttpParseError(400, `bad value of header ${name}`);
-    const k = name.toLowerCase();
-    const had = head.headers[k];
-    head.headers[k] = had === undefined ? value : Array.isArray(had) ? [...had, value] : [had, value];
+  const headers = head.headers;
+  for (let i = eol + 2; i < n;) {
+    let next = text.indexOf('\r\n', i);
+    if (next < 0) next = n;
+    // the name: tchars up to ':'
+    let j = i;
+    while (j < next && TCHAR[text.charCodeAt(j)] === 1) j++;
+    if (j === next || text.charCodeAt(j) !== 0x3a /* : */ || j === i) throw lineError(text, i, j, next);
+    const name = text.slice(i, j);
+    // the value: OWS trimmed both ends, every byte a VCHAR (a bare CR or LF is not one)
+    let a = j + 1;
+    let b = next;
+    for (let k = a; k < b; k++) if (VCHAR[text.charCodeAt(k)] !== 1) throw lineError(text, i, k, next);
+    while (a < b && (text.charCodeAt(a) === 0x20 || text.charCodeAt(a) === 0x09)) a++;
+    while (b > a && (text.charCodeAt(b - 1) === 0x20 || text.charCodeAt(b - 1) === 0x09)) b--;
+    const value = text.slice(a, b);
+    const k = LOWER.get(name) ?? name.toLowerCase();
+    const had = headers[k];
+    headers[k] = had === undefined ? value : Array.isArray(had) ? [...had, value] : [had, value];
     head.raw.push([name, value]);
+    head.lower.push(k);
+    head.spans.push(i, next);
+    i = next + 2;
   }
   return head;
+}
+
+/** lineError: the error for the field line text[i..next) that stopped being valid at offset j. */
+function lineError(text: string, i: number, j: number, next: number): HttpParseError {
+  const line = text.slice(i, next);
+  if (line.includes('\n') || line.includes('\r')) return new HttpParseError(400, 'bare CR or LF in the head');
+  const colon = line.indexOf(':');
+  if (colon <= 0) return new HttpParseError(400, line.startsWith(' ') || line.startsWith('\t') ? 'obsolete line folding' : 'bad header line');
+  if (j - i <= colon) return new HttpParseError(400, 'bad header name');
+  return new HttpParseError(400, `bad value of header ${line.slice(0, colon)}`);
 }
 
 function badVersion(): never {

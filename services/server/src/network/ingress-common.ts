@@ -96,9 +96,15 @@ export function one(h: string | string[] | undefined): string | undefined {
   return Array.isArray(h) ? h[0] : h;
 }
 
-/** connectionTokens: the lower-cased tokens of the Connection field(s). */
-export function connectionTokens(h: Headers): Set<string> {
+const NO_TOKENS: ReadonlySet<string> = new Set();
+/** The Connection values nearly every message carries, as they are sent by most clients and servers. */
+const ONE_TOKEN: Record<'keep-alive' | 'close' | 'upgrade', ReadonlySet<string>> = { 'keep-alive': new Set(['keep-alive']), close: new Set(['close']), upgrade: new Set(['upgrade']) };
+
+/** connectionTokens: the lower-cased tokens of the Connection field(s) (a set shared between calls: read it, never change it). */
+export function connectionTokens(h: Headers): ReadonlySet<string> {
   const v = h.connection;
+  if (v === undefined) return NO_TOKENS;
+  if (v === 'keep-alive' || v === 'close' || v === 'upgrade') return ONE_TOKEN[v];
   const all = Array.isArray(v) ? v.join(',') : (v ?? '');
   return new Set(
     all

@@ -26,13 +26,15 @@ import type { IncomingHttpHeaders } from 'node:http';
 import net from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { SandboxNetworkView } from '../core/network-directory';
-import { route } from './ingress-route';
+import { route, type TokenMemo } from './ingress-route';
 import { answerBytes, connectionTokens, forwardedFields, IngressCore, requestHead, type ClientSlot, type Headers, type Ingress, type IngressOptions } from './ingress-common';
 import { BULK_READ_BYTES, SMALL_READ_BYTES } from './relay';
 import { BodyTracker, findHeadEnd, HttpParseError, parseHead, requestFraming, responseFraming, type Framing, type MessageHead } from './http1';
 
-/** How long a free upstream connection is kept, ms (below the usual 5 s keep-alive of servers). */
+/** How long a free upstream connection is kept, ms (below the usual 5 s keep-alive of servers): an older one is not reused. */
 const FREE_UPSTREAM_MS = 4000;
+/** How often free upstream connections older than FREE_UPSTREAM_MS are closed, ms (one timer per pool, not one per request). */
+const FREE_SWEEP_MS = 1000;
 /** Free upstream connections kept per sandbox address:port. */
 const MAX_FREE_PER_KEY = 64;
 /** Largest response head taken from a sandbox, bytes. */
@@ -45,7 +47,8 @@ interface Upstream {
   sock: Duplex;
   key: string;
   free: boolean;
-  timer?: NodeJS.Timeout;
+  /** when it was put back free (Date.now() ms) */
+  freeSince: number;
   /** the exchange's reader: `b` is valid during the call only (a copy is kept when more is needed), unless `held` is set */
   onData?: (b: Buffer) => void;
   onEnd?: () => void;
@@ -89,21 +92,25 @@ class UpstreamReads {
 /** Kept-alive upstream connections per sandbox id + address + port (a deleted sandbox's are never reused for the next owner of its address). */
 class UpstreamPool {
   private readonly free = new Map<string, Upstream[]>();
+  private sweeper: NodeJS.Timeout | undefined;
 
-  /** get: a free connection for key (the most recently used), or undefined. */
+  /** get: a free connection for key (the most recently used) kept less than FREE_UPSTREAM_MS, or undefined. */
   get(key: string): Upstream | undefined {
     const list = this.free.get(key);
     const up = list?.pop();
     if (list && list.length === 0) this.free.delete(key);
     if (!up) return undefined;
-    clearTimeout(up.timer);
     up.free = false;
-    return up;
+    if (Date.now() - up.freeSince < FREE_UPSTREAM_MS) return up;
+    // the most recent is too old: so are the rest of its list
+    up.sock.destroy();
+    this.sweep(key);
+    return undefined;
   }
 
   /** wrap attaches the listeners of a new upstream connection; `reads`: the onread it was dialled with (a direct connection), else 'data' events are read. */
   wrap(sock: Duplex, key: string, reads?: UpstreamReads): Upstream {
-    const up: Upstream = { sock, key, free: false, held: false, dispatch: (b) => (up.free ? this.drop(up) : up.onData?.(b)) };
+    const up: Upstream = { sock, key, free: false, freeSince: 0, held: false, dispatch: (b) => (up.free ? this.drop(up) : up.onData?.(b)) };
     if (reads && sock instanceof net.Socket) reads.up = up;
     else sock.on('data', up.dispatch);
     sock.on('end', () => (up.free ? this.drop(up) : up.onEnd?.()));
@@ -122,13 +129,35 @@ class UpstreamPool {
     const list = this.free.get(up.key) ?? [];
     if (up.sock.destroyed || list.length >= MAX_FREE_PER_KEY) return void up.sock.destroy();
     up.free = true;
-    up.timer = setTimeout(() => this.drop(up), FREE_UPSTREAM_MS);
+    up.freeSince = Date.now();
     list.push(up);
     this.free.set(up.key, list);
+    if (!this.sweeper) {
+      this.sweeper = setInterval(() => this.sweep(), FREE_SWEEP_MS);
+      this.sweeper.unref();
+    }
+  }
+
+  /** sweep closes the free connections (of key, else of every key) kept FREE_UPSTREAM_MS or longer; the timer stops when none is left. */
+  private sweep(key?: string): void {
+    const now = Date.now();
+    for (const [k, list] of key === undefined ? this.free : [[key, this.free.get(key) ?? []] as const]) {
+      // lists are in put order: the old ones first
+      let n = 0;
+      while (n < list.length && now - list[n]!.freeSince >= FREE_UPSTREAM_MS) n++;
+      for (const up of list.splice(0, n)) {
+        up.free = false;
+        up.sock.destroy();
+      }
+      if (list.length === 0) this.free.delete(k);
+    }
+    if (this.free.size === 0 && this.sweeper) {
+      clearInterval(this.sweeper);
+      this.sweeper = undefined;
+    }
   }
 
   private drop(up: Upstream): void {
-    clearTimeout(up.timer);
     const list = this.free.get(up.key);
     const i = list?.indexOf(up) ?? -1;
     if (list && i >= 0) list.splice(i, 1);
@@ -139,6 +168,8 @@ class UpstreamPool {
   close(): void {
     for (const list of this.free.values()) for (const up of list) up.sock.destroy();
     this.free.clear();
+    clearInterval(this.sweeper);
+    this.sweeper = undefined;
   }
 }
 
@@ -192,6 +223,10 @@ class ClientConn {
   private headTimer: NodeJS.Timeout | undefined;
   private readonly pendingLimit: number;
   private readonly peer: string;
+  /** the access token this connection last proved (route() skips the hash for the same one) */
+  private readonly tokenMemo: TokenMemo = {};
+  /** the upstream pool key of this connection's last request (a new string per request costs a hash) */
+  private lastKey: { view: SandboxNetworkView; port: number; key: string } | undefined;
   private readonly onData = (b: Buffer) => this.data(b);
 
   constructor(
@@ -315,7 +350,7 @@ class ClientConn {
 
   private routed(ex: Exchange, woken: boolean): void {
     const { o } = this.core;
-    const r = route(ex.head.headers as IncomingHttpHeaders, o.directory, o.domain);
+    const r = route(ex.head.headers as IncomingHttpHeaders, o.directory, o.domain, undefined, this.tokenMemo);
     if (!r.ok && r.notRunning && o.idle && !woken) {
       void this.core.awake(r.notRunning).then((w) => {
         if (this.ex !== ex || this.closed) return;
@@ -336,7 +371,9 @@ class ClientConn {
       this.core.log.info({ sandbox_id: view.sandboxId, port }, 'ingress: request cut: the sandbox is gone or no longer lets it in');
       this.teardown();
     });
-    const key = `${view.sandboxId}|${view.address}|${port}`;
+    const last = this.lastKey;
+    const key = last && last.view === view && last.port === port ? last.key : `${view.sandboxId}|${view.address}|${port}`;
+    if (key !== last?.key) this.lastKey = { view, port, key };
     const pooled = this.pool.get(key);
     if (pooled) return this.attach(ex, pooled);
     const reads = new UpstreamReads();
@@ -428,22 +465,15 @@ class ClientConn {
       const upConn = connectionTokens(head.headers as Headers);
       if (upConn.has('close') || head.minor === 0 || framing.kind === 'close') ex.reusable = false;
       if (framing.kind === 'close') this.closeAfter = true;
-      let s = `HTTP/1.1 ${head.status} ${head.reason}\r\n`;
-      for (const [k, v] of head.raw) {
-        const l = k.toLowerCase();
-        if (l === 'connection' || l === 'keep-alive' || l === 'proxy-connection' || (upConn.has(l) && l !== 'content-length' && l !== 'transfer-encoding')) continue;
-        s += `${k}: ${v}\r\n`;
-      }
-      if (this.closeAfter) s += 'Connection: close\r\n';
-      s += '\r\n';
-      const rest = ex.respBuf.subarray(end);
+      const buf = ex.respBuf;
+      const rest = buf.subarray(end);
       ex.respBuf = EMPTY;
       ex.respState = 'body';
       ex.respBody = new BodyTracker(framing);
       const n = ex.respBody.feed(rest);
       if (n < rest.length) ex.reusable = false;
-      // the head goes out with the body bytes that came with it (one write); alone when none did
-      this.toClient(ex, n ? Buffer.concat([Buffer.from(s, 'latin1'), rest.subarray(0, n)]) : Buffer.from(s, 'latin1'));
+      // the head goes out with the body bytes that came with it (one write)
+      this.toClient(ex, clientResponse(buf, head, end, upConn, this.closeAfter, n));
       if (ex.respBody.done) this.respDone(ex);
       return;
     }
@@ -591,4 +621,41 @@ class ClientConn {
     this.closed = true;
     this.sock.destroy();
   }
+}
+
+/** Response fields never passed to the client as the sandbox sent them (hop-by-hop; the ingress's own Connection follows). */
+function dropToClient(name: string, upConn: ReadonlySet<string>): boolean {
+  return name === 'connection' || name === 'keep-alive' || name === 'proxy-connection' || (upConn.has(name) && name !== 'content-length' && name !== 'transfer-encoding');
+}
+
+/**
+ * clientResponse: the bytes of a response head (parsed from buf[0..end)) as the client gets it,
+ * followed by the `bodyBytes` body bytes that came with it in buf: the sandbox's field lines as
+ * they came minus the hop-by-hop ones, the start line as HTTP/1.1, `Connection: close` when the
+ * client connection ends after it. When nothing changes, that part of buf itself (no copy).
+ */
+function clientResponse(buf: Buffer, head: MessageHead, end: number, upConn: ReadonlySet<string>, close: boolean, bodyBytes: number): Buffer {
+  // kept byte ranges of buf, two numbers each; the start line is rewritten only for HTTP/1.0
+  const ranges: number[] = [];
+  const firstField = head.spans.length ? head.spans[0]! : end - 2;
+  const prefix = head.minor === 1 ? '' : `HTTP/1.1 ${head.status} ${head.reason}\r\n`;
+  let from = head.minor === 1 ? 0 : firstField;
+  for (let i = 0; i < head.lower.length; i++) {
+    if (!dropToClient(head.lower[i]!, upConn)) continue;
+    const lineStart = head.spans[2 * i]!;
+    if (lineStart > from) ranges.push(from, lineStart);
+    from = head.spans[2 * i + 1]! + 2;
+  }
+  if (end - 2 > from) ranges.push(from, end - 2);
+  const tail = close ? 'Connection: close\r\n\r\n' : '\r\n';
+  const contiguous = !prefix && !close && ranges.length === 2 && ranges[0] === 0 && ranges[1] === end - 2;
+  if (contiguous) return buf.subarray(0, end + bodyBytes);
+  let size = prefix.length + tail.length + bodyBytes;
+  for (let i = 0; i < ranges.length; i += 2) size += ranges[i + 1]! - ranges[i]!;
+  const out = Buffer.allocUnsafe(size);
+  let at = out.write(prefix, 0, 'latin1');
+  for (let i = 0; i < ranges.length; i += 2) at += buf.copy(out, at, ranges[i]!, ranges[i + 1]!);
+  at += out.write(tail, at, 'latin1');
+  buf.copy(out, at, end, end + bodyBytes);
+  return out;
 }

@@ -56,13 +56,23 @@ export function tokenMatches(token: string | undefined, accessTokenSha256: strin
 }
 
 /**
+ * TokenMemo: the last access token a client connection proved, and the digest it matched. A
+ * request on that connection carrying the same token for a sandbox with the same digest is let
+ * in without hashing again (the same inputs give the same answer; anything else is checked).
+ */
+export interface TokenMemo {
+  token?: string;
+  sha?: string;
+}
+
+/**
  * route decides where a request goes. authority is the CONNECT target (req.url of a CONNECT),
  * tried after the headers and before Host. Answers: 400 (neither headers nor a Host of that
  * form, or a bad port header), 404 (no networked sandbox of that id), 503 + Retry-After (the
  * sandbox is not RUNNING: paused, drained, being created; notRunning names it, for an auto-resume), 401 (private and the token is
  * missing, or wrong: the reason says which).
  */
-export function route(headers: IncomingHttpHeaders, dir: NetworkDirectory, domain: string, authority?: string): Route {
+export function route(headers: IncomingHttpHeaders, dir: NetworkDirectory, domain: string, authority?: string, memo?: TokenMemo): Route {
   const idHeader = one(headers[SANDBOX_ID_HEADER]);
   const portHeader = one(headers[SANDBOX_PORT_HEADER]);
   let target: { sandboxId: string; port: number } | undefined;
@@ -79,12 +89,17 @@ export function route(headers: IncomingHttpHeaders, dir: NetworkDirectory, domai
   if (!view.public) {
     const token = one(headers[ACCESS_TOKEN_HEADER]);
     if (!token) return { ok: false, status: 401, reason: `sandbox ${view.sandboxId} is private: send its access token in the ${ACCESS_TOKEN_HEADER} header` };
-    if (!tokenMatches(token, view.accessTokenSha256)) {
+    const proved = memo !== undefined && memo.token === token && memo.sha === view.accessTokenSha256;
+    if (!proved && !tokenMatches(token, view.accessTokenSha256)) {
       return {
         ok: false,
         status: 401,
         reason: `sandbox ${view.sandboxId} is private and the ${ACCESS_TOKEN_HEADER} header holds a wrong access token (the one printed when the sandbox was created or forked)`,
       };
+    }
+    if (memo && !proved) {
+      memo.token = token;
+      memo.sha = view.accessTokenSha256;
     }
   }
   if (view.state !== 'RUNNING') return { ok: false, status: 503, reason: `sandbox ${view.sandboxId} is ${view.state}, not RUNNING: resume it`, retryAfterS: RETRY_AFTER_S, notRunning: view.sandboxId };
