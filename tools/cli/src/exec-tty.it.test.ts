@@ -93,8 +93,8 @@ describeNode('sandnode sandbox exec on a terminal', () => {
     expect(ps.stdout).toMatch(new RegExp(`${started.execId}\\s+${started.pid}\\s+running .*sleep 100`));
     // -o wide: the client's stream is attached (this test holds it) and the age
     const wide = node.cli(['sandbox', 'ps', id, '-o', 'wide']).stdout;
-    expect(wide.split('\n')[0]).toMatch(/^EXEC ID +PID +STATUS +STARTED +TTY +ATTACHED +AGE +COMMAND$/);
-    expect(wide).toMatch(new RegExp(`${started.execId}\\s+${started.pid}\\s+running .* yes +\\d+[smhd]\\S* +sleep 100`));
+    expect(wide.split('\n')[0]).toMatch(/^EXEC ID +PID +STATUS +STARTED +TTY +ATTACHED +AGE +ENDED +COMMAND$/);
+    expect(wide).toMatch(new RegExp(`${started.execId}\\s+${started.pid}\\s+running .* yes +\\d+[smhd]\\S* +- +sleep 100`));
     const js = JSON.parse(node.cli(['sandbox', 'ps', id, '--json']).stdout) as { processes: { execId: string; pid: number; running: boolean; argv: string[] }[] };
     expect(js.processes.find((p) => p.execId === started.execId)).toMatchObject({ pid: started.pid, running: true, argv: ['sleep', '100'] });
 
@@ -105,6 +105,9 @@ describeNode('sandnode sandbox exec on a terminal', () => {
     await done;
     push?.();
     expect(events.at(-1)?.event).toMatchObject({ $case: 'exit', value: { exitCode: 137, signal: 'SIGKILL' } });
+    // the finished command: ENDED is its exit time and run time (the podd of this tree says it)
+    const after = node.cli(['sandbox', 'ps', id, '-o', 'wide']).stdout;
+    expect(after).toMatch(new RegExp(`${started.execId}\\s+${started.pid}\\s+killed \\(SIGKILL\\) .* \\d{4}-\\d\\d-\\d\\dT\\S+Z \\(ran \\d+s\\) +sleep 100`));
   });
 
   test('a second Ctrl-C leaves the command running; sandbox attach gets its output and exit code', async () => {

@@ -83,14 +83,19 @@ describe('podd core exec sessions', () => {
   test('signals by name reach the process group; unknown names are INVALID_ARGUMENT; exited is FAILED_PRECONDITION', async () => {
     const s = await start({ argv: ['sleep', '100'] });
     const c = new Client(sessions, s);
-    expect(sessions.list().find((p) => p.execId === s.execId)).toMatchObject({ pid: s.pid, argv: ['sleep', '100'], running: true, attached: true });
+    expect(sessions.list().find((p) => p.execId === s.execId)).toMatchObject({ pid: s.pid, argv: ['sleep', '100'], running: true, attached: true, endedAtMs: 0 });
     expect(() => parseSignal('signal', 'SIGBOGUS')).toThrow(/signal: "SIGBOGUS" is not one of SIGINT/);
     expect(() => parseSignal('signal', 'SIGSEGV')).toThrow(InvalidArgumentError);
     expect(parseSignal('signal', 'SIGINT')).toBe('SIGINT');
+    const signalledAt = Date.now();
     sessions.find(s.execId, 0).signal('SIGTERM');
     await c.done;
     expect(c.exit).toEqual({ kind: 'exit', exitCode: 143, signal: 'SIGTERM' });
-    expect(sessions.list().find((p) => p.execId === s.execId)).toMatchObject({ running: false, exitCode: 143, signal: 'SIGTERM', attached: false });
+    const ended = sessions.list().find((p) => p.execId === s.execId)!;
+    expect(ended).toMatchObject({ running: false, exitCode: 143, signal: 'SIGTERM', attached: false });
+    // ended_at_ms: when it exited (after the signal, not after the stream's end)
+    expect(ended.endedAtMs).toBeGreaterThanOrEqual(signalledAt);
+    expect(ended.endedAtMs).toBeLessThanOrEqual(Date.now());
     expect(() => s.signal('SIGKILL')).toThrow(FailedPreconditionError);
     expect(() => sessions.find('', process.pid)).toThrow(NotFoundError);
     expect(() => sessions.find('', 1)).toThrow(NotFoundError);

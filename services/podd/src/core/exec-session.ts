@@ -63,6 +63,8 @@ export interface ProcessView {
   pid: number;
   argv: string[];
   startedAtMs: number;
+  /** when the command exited (unix ms); 0 while it runs */
+  endedAtMs: number;
   running: boolean;
   exitCode: number;
   signal: string;
@@ -95,6 +97,8 @@ export function parseSignal(field: string, name: string): NodeJS.Signals {
 export class Session {
   readonly startedAtMs = Date.now();
   exit: { exitCode: number; signal: string } | undefined;
+  /** when the command exited (unix ms); 0 while it runs */
+  exitedAtMs = 0;
   /** the output sources are closed: nothing more comes */
   ended = false;
   queue: Array<{ kind: 'stdout' | 'stderr'; data: Buffer }> = [];
@@ -182,6 +186,7 @@ export class Session {
       pid: this.pid,
       argv: listedArgv(this.argv),
       startedAtMs: this.startedAtMs,
+      endedAtMs: this.exitedAtMs,
       running: !this.exit,
       exitCode: this.exit?.exitCode ?? 0,
       signal: this.exit?.signal ?? '',
@@ -288,6 +293,7 @@ export class ExecSessions {
     s.child.once('exit', (code, sig) => {
       clearTimeout(timer);
       s.exit = exitCodeOf(code, sig);
+      s.exitedAtMs = Date.now();
       clearTimeout(s.detachTimer);
       // pipes (or the pty) still held by a background process are closed after a grace period
       const drain = () =>

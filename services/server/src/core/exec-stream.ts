@@ -47,6 +47,8 @@ export interface ProcessInfo {
   pid: number;
   argv: string[];
   startedAtMs: number;
+  /** when it exited (unix ms); 0 while it runs or when the podd does not say */
+  endedAtMs: number;
   running: boolean;
   exitCode: number;
   signal: string;

@@ -103,13 +103,20 @@ export function processRows(processes: readonly ProcessInfo[], wide = false, now
     p.running ? 'running' : p.signal ? `killed (${shownName(p.signal)})` : `exited ${p.exitCode}`,
     new Date(p.startedAtMs).toISOString(),
     p.pty ? 'tty' : '',
-    ...(wide ? [p.attached ? 'yes' : 'no', ageText(nowMs - p.startedAtMs)] : []),
+    ...(wide ? [p.attached ? 'yes' : 'no', ageText(nowMs - p.startedAtMs), endedText(p)] : []),
     shownName(p.argv.join(' ')),
   ]);
 }
 
-/** The columns of `sandbox ps` (wide: ATTACHED, whether a client's stream is attached, and AGE since the start). */
-export const processColumns = (wide: boolean): string[] => ['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', ...(wide ? ['ATTACHED', 'AGE'] : []), 'COMMAND'];
+/** The columns of `sandbox ps` (wide: ATTACHED, whether a client's stream is attached, AGE since the start, and ENDED). */
+export const processColumns = (wide: boolean): string[] => ['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', ...(wide ? ['ATTACHED', 'AGE', 'ENDED'] : []), 'COMMAND'];
+
+/** endedText is the ENDED cell: '-' while the command runs, its exit time (ISO) and run time, or "not told" when an older podd gave no end time. */
+export function endedText(p: Pick<ProcessInfo, 'running' | 'startedAtMs' | 'endedAtMs'>): string {
+  if (p.running) return '-';
+  if (!p.endedAtMs) return 'not told (older podd)';
+  return `${new Date(p.endedAtMs).toISOString()} (ran ${ageText(p.endedAtMs - p.startedAtMs)})`;
+}
 
 /** ageText is a duration as kubectl's AGE column shows it: 45s, 12m, 3h20m, 2d4h (ms; below 0 counts as 0). */
 export function ageText(ms: number): string {

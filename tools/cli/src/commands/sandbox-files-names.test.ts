@@ -92,7 +92,18 @@ describe('sandbox ls shows control characters of names escaped', () => {
 // `sandbox ps` prints what the sandbox's podd says of its commands: the same escaping applies.
 describe('sandbox ps shows control characters escaped', () => {
   test('exec id, signal and command line', () => {
-    const p = { execId: 'x\u001b[2J', pid: 7, argv: ['sh', '-c', 'echo \u001b]0;owned\u0007'], startedAtMs: 0, running: false, exitCode: 0, signal: 'SIG\u009bK', pty: false, attached: false };
+    const p = {
+      execId: 'x\u001b[2J',
+      pid: 7,
+      argv: ['sh', '-c', 'echo \u001b]0;owned\u0007'],
+      startedAtMs: 0,
+      endedAtMs: 5,
+      running: false,
+      exitCode: 0,
+      signal: 'SIG\u009bK',
+      pty: false,
+      attached: false,
+    };
     const row = processRows([p])[0]!;
     expect(row).toEqual(['x\\x1b[2J', 7, 'killed (SIG\\x9bK)', new Date(0).toISOString(), '', 'sh -c echo \\x1b]0;owned\\x07']);
   });
@@ -134,14 +145,20 @@ describe('sandbox ls of a podd that pages without end', () => {
   });
 });
 
-// `sandbox ps -o wide` adds what the plain table leaves out: whether a client is attached, and the age.
+// `sandbox ps -o wide` adds what the plain table leaves out: whether a client is attached, the age, and when a finished command ended.
 describe('sandbox ps -o wide', () => {
-  const p = { execId: 'ex-1', pid: 9, argv: ['sleep', '100'], startedAtMs: 1_000, running: true, exitCode: 0, signal: '', pty: true, attached: true };
-  test('adds ATTACHED and AGE before the command', () => {
-    expect(processColumns(true)).toEqual(['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', 'ATTACHED', 'AGE', 'COMMAND']);
-    expect(processRows([p], true, 1_000 + 3_725_000)[0]).toEqual(['ex-1', 9, 'running', new Date(1_000).toISOString(), 'tty', 'yes', '1h2m', 'sleep 100']);
+  const p = { execId: 'ex-1', pid: 9, argv: ['sleep', '100'], startedAtMs: 1_000, endedAtMs: 0, running: true, exitCode: 0, signal: '', pty: true, attached: true };
+  test('adds ATTACHED, AGE and ENDED before the command', () => {
+    expect(processColumns(true)).toEqual(['EXEC ID', 'PID', 'STATUS', 'STARTED', 'TTY', 'ATTACHED', 'AGE', 'ENDED', 'COMMAND']);
+    expect(processRows([p], true, 1_000 + 3_725_000)[0]).toEqual(['ex-1', 9, 'running', new Date(1_000).toISOString(), 'tty', 'yes', '1h2m', '-', 'sleep 100']);
     expect(processRows([{ ...p, attached: false }], true, 1_000)[0]![5]).toBe('no');
     expect(processRows([p])[0]).toHaveLength(processColumns(false).length);
+  });
+  test('ENDED: the exit time and how long it ran; a podd that does not say is named, not shown as 1970', () => {
+    const done = { ...p, running: false, endedAtMs: 1_000 + 125_000 };
+    expect(processRows([done], true, 9e9)[0]![7]).toBe(`${new Date(126_000).toISOString()} (ran 2m)`);
+    expect(processRows([{ ...done, endedAtMs: 0 }], true)[0]![7]).toBe('not told (older podd)');
+    expect(processRows([done], true)[0]).toHaveLength(processColumns(true).length);
   });
   test.each([
     [-5, '0s'],
