@@ -161,6 +161,48 @@ describeWith('network worker (integration)', NET_PARTS, () => {
     await w.close();
   });
 
+  test('a spare whose in-use row cannot be written: the acquire fails, the spare keeps no rules and is handed out whole next', async () => {
+    const db = new Database(path.join(dir, 'vm-table-put-fails.db'));
+    db.pragma('journal_mode = WAL');
+    const store = new SlotStore(db);
+    const nft = {
+      layout,
+      dnsPort: pool.settings.dnsPort!,
+      egressProxyPort: pool.settings.egressProxyPort!,
+      proxiedPorts: [80],
+      alwaysDenied: parseCidrList([...DEFAULT_ALWAYS_DENIED, pool.settings.pool!], 'a'),
+    };
+    const m = new NetworkManager({ layout, store, spareTarget: 1, slotSetup: 'netlink', log, nft });
+    const elements = (): string =>
+      execFileSync('nft', ['list', 'map', 'inet', tableName(layout), 'slots']).toString() + execFileSync('nft', ['list', 'set', 'inet', tableName(layout), 'proxy_ifaces']).toString();
+    const put = store.put.bind(store);
+    try {
+      await m.start(new Map());
+      await m.idle();
+      expect(store.list().map((r) => r.state)).toEqual(['spare']);
+      const spareIf = slotAddresses(layout, store.list()[0]!.slot).hostIfname;
+      const spy = jest.spyOn(store, 'put').mockImplementationOnce(() => {
+        throw new Error('SQLITE_FULL: database or disk is full');
+      });
+      await expect(m.acquire('vm-full', { owner: 'sb-full', slot: -1, egress: { allowOut: ['allowed.test'], denyOut: [], blockAll: false } })).rejects.toThrow(/SQLITE_FULL/);
+      spy.mockRestore();
+      expect(store.list().map((r) => r.state)).toEqual(['spare']);
+      expect(elements()).not.toContain(spareIf);
+      const info = await m.acquire('vm-next', { owner: 'sb-next', slot: -1, egress: { allowOut: ['allowed.test'], denyOut: [], blockAll: false } });
+      expect(slotAddresses(layout, info.slot).hostIfname).toBe(spareIf);
+      expect(elements()).toContain(spareIf);
+      await m.release('vm-next', false);
+      expect(elements()).not.toContain(spareIf);
+    } finally {
+      store.put = put;
+      await m.close();
+      await m.idle().catch(() => undefined);
+      for (const r of store.list()) await destroySlot(slotAddresses(layout, r.slot)).catch(() => undefined);
+      db.close();
+      await deleteTable(layout);
+    }
+  });
+
   /** crashMidSetup runs a manager in a child process that SIGKILLs itself at network.slot.half-made. */
   function crashMidSetup(via: SlotSetupPath, kind: 'fresh' | 'spare', db: string): void {
     const script = path.join(dir, `crash-${via}-${kind}.js`);
