@@ -349,7 +349,7 @@ export class IngressCore {
         sock.on('error', () => undefined);
         this.tunnels.add(client);
         if (t.connect !== undefined) client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-        else sock.write(t.upstreamHead(port));
+        else sock.write(t.upstreamHead(port), 'latin1'); // the head's bytes as the client sent them (its strings are latin1)
         if (t.rest.length) sock.write(t.rest);
         if (client instanceof net.Socket) client.setTimeout(this.limits.idleTimeoutMs, () => client.destroy());
         let done = false;

@@ -47,7 +47,7 @@ interface Upstream {
   sock: Duplex;
   key: string;
   free: boolean;
-  /** when it was put back free (Date.now() ms) */
+  /** when it was put back free (performance.now() ms: monotonic, a wall clock stepped back kept connections for good: attacker) */
   freeSince: number;
   /** the exchange's reader: `b` is valid during the call only (a copy is kept when more is needed), unless `held` is set */
   onData?: (b: Buffer) => void;
@@ -101,7 +101,7 @@ class UpstreamPool {
     if (list && list.length === 0) this.free.delete(key);
     if (!up) return undefined;
     up.free = false;
-    if (Date.now() - up.freeSince < FREE_UPSTREAM_MS) return up;
+    if (performance.now() - up.freeSince < FREE_UPSTREAM_MS) return up;
     // the most recent is too old: so are the rest of its list
     up.sock.destroy();
     this.sweep(key);
@@ -129,7 +129,7 @@ class UpstreamPool {
     const list = this.free.get(up.key) ?? [];
     if (up.sock.destroyed || list.length >= MAX_FREE_PER_KEY) return void up.sock.destroy();
     up.free = true;
-    up.freeSince = Date.now();
+    up.freeSince = performance.now();
     list.push(up);
     this.free.set(up.key, list);
     if (!this.sweeper) {
@@ -140,7 +140,7 @@ class UpstreamPool {
 
   /** sweep closes the free connections (of key, else of every key) kept FREE_UPSTREAM_MS or longer; the timer stops when none is left. */
   private sweep(key?: string): void {
-    const now = Date.now();
+    const now = performance.now();
     for (const [k, list] of key === undefined ? this.free : [[key, this.free.get(key) ?? []] as const]) {
       // lists are in put order: the old ones first
       let n = 0;
@@ -399,7 +399,8 @@ class ClientConn {
     up.onData = (b) => this.fromUpstream(ex, b);
     up.onEnd = () => this.upstreamEnded(ex);
     const fields = forwardedFields(ex.head.raw, ex.head.headers as Headers, this.peer, ex.port!, { upgrade: false, keepFraming: true });
-    up.sock.write(requestHead(ex.head.method, ex.head.target, fields));
+    // latin1: the head was read byte for byte as latin1, so 8-bit bytes go on as they came (as UTF-8 0xE9 became 0xC3 0xA9: attacker)
+    up.sock.write(requestHead(ex.head.method, ex.head.target, fields), 'latin1');
     if (ex.reqEnded) return;
     // the body bytes already here go with the head in one write
     up.sock.cork();
@@ -453,16 +454,19 @@ class ClientConn {
         if (ex.respBuf.buffer === b.buffer) ex.respBuf = Buffer.from(ex.respBuf); // part of the reader's buffer, read into again
         return;
       }
+      // the bound holds however the head was read (a head whose end came in the read that passed it was relayed whole: attacker)
+      if (end > MAX_RESPONSE_HEAD) throw new Error(`response head over ${MAX_RESPONSE_HEAD} bytes`);
       const head = parseHead(ex.respBuf, end, false);
       if (head.status === 101) throw new Error('101 to a request that asked for no upgrade');
+      const upConn = connectionTokens(head.headers as Headers);
       if (head.status < 200) {
-        // 100 Continue, 103 Early Hints: passed on, the final response follows
-        this.toClient(ex, ex.respBuf.subarray(0, end));
+        // 100 Continue, 103 Early Hints: passed on as HTTP/1.1 without hop-by-hop fields (never to an
+        // HTTP/1.0 client: RFC 9110 15.2), the final response follows
+        if (ex.head.minor === 1) this.toClient(ex, clientResponse(ex.respBuf, head, end, upConn, false, 0));
         ex.respBuf = ex.respBuf.subarray(end);
         continue;
       }
       const framing = responseFraming(head, ex.head.method);
-      const upConn = connectionTokens(head.headers as Headers);
       if (upConn.has('close') || head.minor === 0 || framing.kind === 'close') ex.reusable = false;
       if (framing.kind === 'close') this.closeAfter = true;
       const buf = ex.respBuf;
