@@ -86,6 +86,10 @@ describeNode('sandnode up when a component does not start', () => {
       expect(r.stderr).toContain('SANDNODE_SERVER_METRICS_LISTEN');
       expect(r.stderr).toContain(`sandnode: warning: the server could not open its ingress listener on ${address} (the address is taken by pid ${process.pid}`);
       expect(r.stderr).toContain('SANDNODE_SERVER_INGRESS_LISTEN');
+      // and one hint pointing to the second-node settings (before: each warning alone, no word of a second node)
+      const hints = r.stderr.split('\n').filter((l) => l.startsWith('sandnode: hint: '));
+      expect(hints).toHaveLength(1);
+      expect(hints[0]).toMatch(/the ingress port, .*the server metrics port of this node are held elsewhere .*SANDNODE_SERVER_INGRESS_LISTEN=127\.0\.0\.1:8481 /);
       const out = JSON.parse(r.stdout) as { components: { name: string; opens: string[]; listenerFailures?: unknown[] }[] };
       for (const c of out.components) expect(c.opens.some((o) => o.startsWith(`unix ${d.runDir}/`))).toBe(true);
       const server = out.components.find((c) => c.name === 'server')!;

@@ -119,6 +119,13 @@ export function registerNodeCommands(program: Command): void {
             ),
           );
         }
+        // the node's defaults held by something else (most often a first node): one hint with the variables a second node sets
+        const held = [
+          ...(net && !net.enabled && /overlaps/.test(net.reason) ? ['the network pool'] : []),
+          ...failed.filter((f) => f.error === 'EADDRINUSE').map((f) => `the ${f.listener} port`),
+          ...out.filter((c) => /EADDRINUSE/.test(metrics[c.name]?.error ?? '') && !metrics[c.name]?.url).map((c) => `the ${c.name} metrics port`),
+        ];
+        if (held.length) process.stderr.write(safeLine(`sandnode: hint: ${secondNodeHint(held)}`));
         print(
           !!o.json,
           {
@@ -289,6 +296,15 @@ export function nodeIdentity(components: { name: string; nodeId: string | null }
   if (ids.length === 1) return { nodeId: first, text: `node: ${first}` };
   const server = said.find((c) => c.name === 'server')?.nodeId ?? first;
   return { nodeId: server, text: `node: ${server}; MISMATCH: ${said.map((c) => `${c.name} says ${c.nodeId}`).join(', ')} (check SANDNODE_NODE_ID and <stateDir>/node-id)` };
+}
+
+/** The settings of a second node beside a first one on its defaults (README "A second node beside the first"; the README shows these very values). */
+export const SECOND_NODE_ENV =
+  'SANDNODE_VMM_SUPERVISOR_NETWORK_POOL=10.210.0.0/24 SANDNODE_VMM_SUPERVISOR_DNS_PORT=15153 SANDNODE_VMM_SUPERVISOR_EGRESS_PROXY_PORT=15180 SANDNODE_SERVER_INGRESS_LISTEN=127.0.0.1:8481 SANDNODE_SERVER_METRICS_LISTEN=127.0.0.1:9474 SANDNODE_VMM_SUPERVISOR_METRICS_LISTEN=127.0.0.1:9475 SANDNODE_UBLK_MANAGER_METRICS_LISTEN=127.0.0.1:9476';
+
+/** secondNodeHint: what `up` says when defaults of this node are held elsewhere (`held`: what, e.g. "the ingress port"), pointing to the second-node settings. */
+export function secondNodeHint(held: readonly string[]): string {
+  return `${held.join(', ')} of this node ${held.length === 1 ? 'is' : 'are'} held elsewhere (often another sandnode node on the defaults). A second node beside the first needs its own pool and ports (README: "A second node beside the first"), e.g. sandnode down, then: ${SECOND_NODE_ENV} sandnode --state-dir ... --run-dir ... up`;
 }
 
 /** listenerFailureText says which listener the server could not open, why, and what to do. */
