@@ -29,8 +29,12 @@ describe('decideEgress', () => {
     const p = policy({ allowOut: ['*.test'], blockAll: true });
     expect((await decideEgress(p, ALWAYS, dns, dst, 'meta.test')).verdict).toEqual({ allowed: false, rule: 'always-denied 169.254.0.0/16 (meta.test resolves to 169.254.169.254)' });
     expect((await decideEgress(p, ALWAYS, dns, dst, 'lan.test')).target).toEqual({ address: '198.51.100.11', port: 443 });
-    expect((await decideEgress(p, ALWAYS, dns, dst, 'none.test')).verdict).toEqual({ allowed: false, rule: 'none.test has no IPv4 address' });
-    expect((await decideEgress(p, ALWAYS, dns, dst, 'gone.test')).verdict.rule).toMatch(/^resolving gone.test failed/);
+    // an allowed name with nothing to connect to is no refusal: unresolved (HTTP 502, as docs/network.md says; it was a 403 "refused by": newcomer)
+    expect(await decideEgress(p, ALWAYS, dns, dst, 'none.test')).toEqual({ name: 'none.test', unresolved: true, verdict: { allowed: false, rule: 'none.test is allowed but has no IPv4 address' } });
+    const gone = await decideEgress(p, ALWAYS, dns, dst, 'gone.test');
+    expect(gone.unresolved).toBe(true);
+    expect(gone.verdict.rule).toMatch(/^resolving gone.test failed/);
+    expect((await decideEgress(p, ALWAYS, dns, dst, 'meta.test')).unresolved).toBeUndefined();
   });
 
   it('decides a name not allowed by the original address alone', async () => {
@@ -117,6 +121,16 @@ describe('startEgressProxy on loopback', () => {
     const { data } = await got;
     expect(data).toMatch(/^HTTP\/1\.1 403 Forbidden\r\n/);
     expect(data).toContain('refused by block_all');
+  });
+
+  it('an allowed Host that does not resolve gets a 502 saying so (not a 403 refusal)', async () => {
+    dir.set(view({ allowOut: ['allowed.test', 'noaddr.test'], blockAll: true }));
+    const s = connect();
+    const got = collect(s);
+    s.write('GET / HTTP/1.1\r\nHost: noaddr.test\r\n\r\n');
+    const { data } = await got;
+    expect(data).toMatch(/^HTTP\/1\.1 502 Bad Gateway\r\n/);
+    expect(data).toMatch(/sandnode egress: error: (resolving noaddr\.test failed|noaddr\.test is allowed but has no IPv4 address)/);
   });
 
   it('an oversized request head gets a 400 and nothing reaches upstream', async () => {

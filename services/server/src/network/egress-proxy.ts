@@ -139,6 +139,8 @@ function decideAddress(policy: Parameters<typeof evaluateEgress>[0], alwaysDenie
 /** How a connection was decided (exported for tests and logs). */
 export interface EgressDecision {
   verdict: EgressVerdict;
+  /** an allowed name that gave no address to connect to (resolution failed, no A record): not a refusal; HTTP 502, TLS RST */
+  unresolved?: boolean;
   /** where to connect when allowed */
   target?: Destination;
   /** the name read from SNI/Host, normalised (undefined: none) */
@@ -166,7 +168,7 @@ export async function decideEgress(
     try {
       addresses = await upstream.resolve4(name);
     } catch (err) {
-      return { name, verdict: { allowed: false, rule: `resolving ${name} failed: ${(err as Error).message}` } };
+      return { name, unresolved: true, verdict: { allowed: false, rule: `resolving ${name} failed: ${(err as Error).message}` } };
     }
     let refusal: EgressVerdict | undefined;
     for (const a of addresses) {
@@ -174,7 +176,7 @@ export async function decideEgress(
       if (v.allowed) return { name, verdict: v, target: { address: a, port: dst.port } };
       refusal ??= { allowed: false, rule: `${v.rule} (${name} resolves to ${a})` };
     }
-    return { name, verdict: refusal ?? { allowed: false, rule: `${name} has no IPv4 address` } };
+    return refusal ? { name, verdict: refusal } : { name, unresolved: true, verdict: { allowed: false, rule: `${name} is allowed but has no IPv4 address` } };
   }
   const v = decideAddress(policy, alwaysDenied, own, dst.address);
   return { name, verdict: v, target: v.allowed ? dst : undefined };
@@ -302,7 +304,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     if (!d.verdict.allowed || !d.target) {
       t.refused++;
       slog.debug({ dst, name: d.name, rule: d.verdict.rule }, 'egress: refused');
-      return refuse(client, p, d.verdict.rule);
+      return refuse(client, p, d.verdict.rule, d.unresolved ? 502 : 403);
     }
     const target = d.target;
     slog.debug({ dst, name: d.name, target, rule: d.verdict.rule }, 'egress: allowed');
