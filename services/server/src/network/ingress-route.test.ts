@@ -32,3 +32,17 @@ describe('ingress route: a private sandbox', () => {
     expect(route({ ...host, [ACCESS_TOKEN_HEADER]: token }, dir, 'localhost')).toMatchObject({ ok: true, port: 8080 });
   });
 });
+
+describe('ingress route: a sandbox that is not running', () => {
+  const dir = new MapNetworkDirectory();
+  const host = { host: '8080-sb-1.localhost' };
+  it('PAUSED: 503 with Retry-After (it may come back: auto-resume, a resume); DRAINED: 503 without Retry-After, naming the resume', () => {
+    dir.set({ ...loopbackView({}), public: true, state: 'PAUSED' });
+    expect(route(host, dir, 'localhost')).toMatchObject({ ok: false, status: 503, retryAfterS: 5, notRunning: 'sb-1' });
+    dir.set({ ...loopbackView({}), public: true, state: 'DRAINED' });
+    const drained = route(host, dir, 'localhost');
+    expect(drained).toMatchObject({ ok: false, status: 503, notRunning: 'sb-1' });
+    expect(!drained.ok && drained.retryAfterS).toBeUndefined();
+    expect(!drained.ok && drained.reason).toMatch(/is DRAINED .*sandnode sandbox resume sb-1/);
+  });
+});

@@ -69,7 +69,7 @@ export interface TokenMemo {
  * route decides where a request goes. authority is the CONNECT target (req.url of a CONNECT),
  * tried after the headers and before Host. Answers: 400 (neither headers nor a Host of that
  * form, or a bad port header), 404 (no networked sandbox of that id), 503 + Retry-After (the
- * sandbox is not RUNNING: paused, drained, being created; notRunning names it, for an auto-resume), 401 (private and the token is
+ * sandbox is not RUNNING: paused, being created; DRAINED without Retry-After, it needs an operator's resume; notRunning names it, for an auto-resume), 401 (private and the token is
  * missing, or wrong: the reason says which).
  */
 export function route(headers: IncomingHttpHeaders, dir: NetworkDirectory, domain: string, authority?: string, memo?: TokenMemo): Route {
@@ -102,6 +102,14 @@ export function route(headers: IncomingHttpHeaders, dir: NetworkDirectory, domai
       memo.sha = view.accessTokenSha256;
     }
   }
+  // a DRAINED sandbox comes back only when an operator resumes it: no Retry-After (a client would retry for good: newcomer)
+  if (view.state === 'DRAINED')
+    return {
+      ok: false,
+      status: 503,
+      reason: `sandbox ${view.sandboxId} is DRAINED (its node was drained): it serves again only after \`sandnode sandbox resume ${view.sandboxId}\``,
+      notRunning: view.sandboxId,
+    };
   if (view.state !== 'RUNNING') return { ok: false, status: 503, reason: `sandbox ${view.sandboxId} is ${view.state}, not RUNNING: resume it`, retryAfterS: RETRY_AFTER_S, notRunning: view.sandboxId };
   return { ok: true, view, port: target.port };
 }
