@@ -195,6 +195,10 @@ describeNode('sandbox network across the lifecycle', () => {
     const first = url.stdout.split('\n')[0]!;
     expect(first).toBe(`http://8080-${made.id}.localhost:${n().dirs.network!.ingressListen!.split(':')[1]}`);
     expect(url.stdout).toContain('header sandnode-access-token');
+    // and the form for clients that cannot resolve *.localhost (newcomer: Node fetch, wget got ENOTFOUND)
+    expect(url.stdout).toContain(
+      `without a *.localhost resolver (Node fetch, wget): http://127.0.0.1:${n().dirs.network!.ingressListen!.split(':')[1]}/ with headers sandnode-sandbox-id: ${made.id}, sandnode-sandbox-port: 8080`,
+    );
     await serve(n(), made.id);
     expect(await ingressGet(n(), made.id, made.access_token)).toEqual({ status: 200, body: `hello from ${made.id}` });
     await n().api.sandboxes.deleteSandbox({ sandboxId: made.id });

@@ -6,9 +6,9 @@
 import { Command } from 'commander';
 import { SandboxNetwork } from '@sandnode/shared/proto/server/v1/sandbox';
 import { sandboxJson } from '@sandnode/node-stack';
-import { UsageError } from '../output';
+import { CliError, UsageError } from '../output';
 import { previewText } from './upgrade';
-import { addNetworkFlags, networkChange, networkLine, networkRequest, networkText, tokenText, urlOf, type NetworkFlags } from './sandbox-network';
+import { addNetworkFlags, headerForm, networkChange, networkLine, networkRequest, networkText, tokenText, urlOf, type NetworkFlags } from './sandbox-network';
 
 /** parse runs a throwaway command with the network flags over argv and returns its options. */
 function parse(argv: string[], extra: (c: Command) => Command = (c) => c): NetworkFlags & { private?: boolean } {
@@ -42,6 +42,10 @@ describe('sandbox create network flags', () => {
     expect(tokenText('')).toBe('');
     // a repeat by request_id gives the first create's token again: not "shown only now"
     expect(tokenText('abc', true)).toBe('access token abc (the one the first create gave; send it as header sandnode-access-token: for its ingress)');
+    // a public sandbox's ingress takes no token: said so (newcomer: "send it as header" read as needed)
+    expect(tokenText('abc', false, true)).toBe(
+      'access token abc (shown only now; not needed while the sandbox is public; send it as header sandnode-access-token: once `sandbox network ID --private` makes it private)',
+    );
   });
 });
 
@@ -79,6 +83,14 @@ describe('sandbox url', () => {
     expect(() => urlOf('sb-1', 'http://{port}-sb-1.localhost:8480', '65536')).toThrow(UsageError);
     expect(() => urlOf('sb-1', 'http://{port}-sb-1.localhost:8480', '80a')).toThrow(UsageError);
     expect(() => urlOf('sb-1', '', '8080')).toThrow(/has no ingress URL/);
+    // a sandbox without one is a failure (exit 1), not a wrong command line (exit 2: newcomer)
+    expect(() => urlOf('sb-1', '', '8080')).toThrow(CliError);
+    expect(() => urlOf('sb-1', '', '8080')).not.toThrow(UsageError);
+  });
+  test('headerForm: the 127.0.0.1 listener and the routing headers for a *.localhost URL (glibc does not resolve those); none for another domain', () => {
+    expect(headerForm('sb-1', 'http://8080-sb-1.localhost:8480', 8080)).toEqual({ url: 'http://127.0.0.1:8480/', headers: { 'sandnode-sandbox-id': 'sb-1', 'sandnode-sandbox-port': '8080' } });
+    expect(headerForm('sb-1', 'http://8080-sb-1.sandbox.example.com:8480', 8080)).toBeUndefined();
+    expect(headerForm('sb-1', 'not a url', 8080)).toBeUndefined();
   });
 });
 

@@ -7,7 +7,7 @@ import type { Command } from 'commander';
 import type { SandboxNetworkRequest } from '@sandnode/shared/proto/server/v1/sandbox';
 import { sandboxJson } from '@sandnode/node-stack';
 import { dirsOf } from '../options';
-import { UsageError, action, print } from '../output';
+import { CliError, UsageError, action, print } from '../output';
 import { withServer } from '../server-calls';
 
 /** The header a private sandbox's ingress needs. */
@@ -57,12 +57,18 @@ export function networkRequest(f: NetworkFlags): SandboxNetworkRequest | undefin
   return { disabled: false, egress: policy ? { allowOut: f.allowOut, denyOut: f.denyOut, blockAll: !!f.blockAll } : undefined, public: !!f.public };
 }
 
-/** tokenText is what `create` prints of a new sandbox's access token (it is shown only once). */
-export function tokenText(token: string, repeat = false): string {
+/**
+ * tokenText is what `create` prints of a new sandbox's access token (it is shown only once); a
+ * public sandbox's ingress needs none, so its token is said to be for when it turns private.
+ */
+export function tokenText(token: string, repeat = false, isPublic = false): string {
   if (!token) return '';
+  const use = isPublic
+    ? `not needed while the sandbox is public; send it as header ${ACCESS_TOKEN_HEADER}: once \`sandbox network ID --private\` makes it private`
+    : `send it as header ${ACCESS_TOKEN_HEADER}: for its ingress`;
   // a repeat by request_id derives the first answer's token again (CreateSandboxResponse.access_token)
-  if (repeat) return `access token ${token} (the one the first create gave; send it as header ${ACCESS_TOKEN_HEADER}: for its ingress)`;
-  return `access token ${token} (shown only now; send it as header ${ACCESS_TOKEN_HEADER}: for its ingress)`;
+  if (repeat) return `access token ${token} (the one the first create gave; ${use})`;
+  return `access token ${token} (shown only now; ${use})`;
 }
 
 /**
@@ -75,19 +81,40 @@ export function networkLine(n: ReturnType<typeof sandboxJson>['network']): strin
   return `network ${n.address ?? ''} (gateway ${n.gateway ?? ''}), ingress ${n.ingressUrl ?? 'off'}${n.public ? ' (public)' : ''}`;
 }
 
-/** urlOf fills the port (text, 1..65535) into an ingress_url; UsageError for a bad port or a sandbox without one. */
+/**
+ * urlOf fills the port (text, 1..65535) into an ingress_url. UsageError (exit 2) for a bad port;
+ * CliError (exit 1: the command line is right, the sandbox has none) for a sandbox without one.
+ */
 export function urlOf(id: string, ingressUrl: string | undefined, portText: string): string {
   const port = Number(portText);
   if (!/^\d{1,5}$/.test(portText) || port < 1 || port > 65535) throw new UsageError(`port: ${JSON.stringify(portText)} is not 1..65535`);
-  if (!ingressUrl) throw new UsageError(`sandbox ${id} has no ingress URL (no network, or the server has no ingress listener: config ingressListen)`);
+  if (!ingressUrl) throw new CliError(`sandbox ${id} has no ingress URL (no network, or the server has no ingress listener: config ingressListen)`);
   return ingressUrl.replace('{port}', String(port));
+}
+
+/**
+ * headerForm is the same target for a client that cannot resolve `*.localhost` (glibc's resolver,
+ * so Node's fetch, wget, most libraries; curl and browsers can): the listener on 127.0.0.1 with
+ * the routing headers. undefined when the URL is not under `.localhost` (its names resolve).
+ */
+export function headerForm(id: string, url: string, port: number): { url: string; headers: Record<string, string> } | undefined {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    return undefined;
+  }
+  if (!u.hostname.endsWith('.localhost')) return undefined;
+  return { url: `${u.protocol}//127.0.0.1${u.port ? `:${u.port}` : ''}/`, headers: { 'sandnode-sandbox-id': id, 'sandnode-sandbox-port': String(port) } };
 }
 
 /** registerNetworkCommands adds `sandbox network` and `sandbox url` to the sandbox command. */
 export function registerNetworkCommands(sandbox: Command): void {
   sandbox
     .command('network <id>')
-    .description("show a sandbox's network, or change its egress policy (the new one replaces the old whole) and whether its ingress is public")
+    .description(
+      "show a sandbox's network, or change it: policy flags set a new egress policy (it replaces the old whole); --public or --private alone changes only who may reach the ingress (the policy stays)",
+    )
     .option('--allow-out <dest>', ALLOW_OUT_HELP, collect, [])
     .option('--deny-out <dest>', 'refused destination: address or CIDR (repeatable)', collect, [])
     .option('--block-all', 'refuse every destination --allow-out does not allow')
@@ -118,8 +145,21 @@ export function registerNetworkCommands(sandbox: Command): void {
         const s = (await withServer(dirsOf(cmd), (api) => api.sandboxes.getSandbox({ sandboxId: id }))).sandbox!;
         const url = urlOf(id, s.network?.ingressUrl, portText);
         const isPublic = !!s.network?.public;
-        const out = { url, public: isPublic, header: isPublic ? '' : ACCESS_TOKEN_HEADER };
-        print(!!o.json, out, () => (isPublic ? url : `${url}\nheader ${ACCESS_TOKEN_HEADER}: <the access token \`sandbox create\` printed>`));
+        const direct = headerForm(id, url, Number(portText));
+        const out = { url, public: isPublic, header: isPublic ? '' : ACCESS_TOKEN_HEADER, ...(direct ? { headerForm: direct } : {}) };
+        print(!!o.json, out, () =>
+          [
+            url,
+            ...(isPublic ? [] : [`header ${ACCESS_TOKEN_HEADER}: <the access token \`sandbox create\` printed>`]),
+            ...(direct
+              ? [
+                  `without a *.localhost resolver (Node fetch, wget): ${direct.url} with headers ${Object.entries(direct.headers)
+                    .map(([k, v]) => `${k}: ${v}`)
+                    .join(', ')}`,
+                ]
+              : []),
+          ].join('\n'),
+        );
       }),
     );
 }

@@ -138,7 +138,7 @@ export function registerSandboxCommands(program: Command): Command {
         const pool = { from_pool: r.fromPool, create_ms: r.createMs, pool_miss: r.poolMiss, repeat: r.repeat };
         const how = createdText(r, o.requestId ?? '');
         print(!!o.json, { ...s, access_token: r.accessToken, ...pool }, () =>
-          [oneLine(s), networkLine(s.network), idleLine(s.idle), tokenText(r.accessToken, r.repeat), how].filter(Boolean).join('\n'),
+          [oneLine(s), networkLine(s.network), idleLine(s.idle), tokenText(r.accessToken, r.repeat, !!s.network?.public), how].filter(Boolean).join('\n'),
         );
       },
     ),
@@ -259,7 +259,11 @@ export function registerSandboxCommands(program: Command): Command {
       const method = forkMethodName(r.method);
       const out = { ...s, fork: { method, parent_held_ms: r.parentHeldMs, clone_ms: r.cloneMs, fork_ms: r.forkMs }, access_token: r.accessToken };
       print(!!o.json, out, () =>
-        [`${oneLine(s)} forked from ${s.forked_from} (${method}: parent held ${r.parentHeldMs} ms, clone ${r.cloneMs} ms, fork ${r.forkMs} ms)`, networkLine(s.network), tokenText(r.accessToken)]
+        [
+          `${oneLine(s)} forked from ${s.forked_from} (${method}: parent held ${r.parentHeldMs} ms, clone ${r.cloneMs} ms, fork ${r.forkMs} ms)`,
+          networkLine(s.network),
+          tokenText(r.accessToken, false, !!s.network?.public),
+        ]
           .filter(Boolean)
           .join('\n'),
       );
