@@ -5,43 +5,19 @@
  * A hostile sandbox writes a 120 KB head in one write: the first read (64 KiB) has no end,
  * the next (up to 256 KiB) brings the rest, and the client gets all 120 KB instead of a 502.
  */
-import { createHash } from 'node:crypto';
-import net from 'node:net';
-import { createLogger } from '@sandnode/shared';
 import { MapNetworkDirectory } from '../core/network-directory';
-import { createIngress, type Ingress } from './ingress';
 import { loopbackView } from './__tests__/loopback-view';
-
-const sha = (t: string) => createHash('sha256').update(t).digest('hex');
-
-/** send writes `data` on a new connection and resolves with every byte received until the connection closes or `ms` pass. */
-function send(port: number, data: string, ms: number): Promise<string> {
-  return new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1');
-    let got = '';
-    s.on('data', (d: Buffer) => (got += d.toString('latin1')));
-    s.on('error', () => undefined);
-    const done = () => {
-      clearTimeout(t);
-      s.destroy();
-      resolve(got);
-    };
-    const t = setTimeout(done, ms);
-    s.on('close', done);
-    s.write(data);
-  });
-}
+import { rawRig, send, sha, type RawRig } from './__tests__/raw-rig';
 
 describe('ingress [raw]: the response head bound holds however the head is read', () => {
-  let upstream: net.Server;
-  let ingress: Ingress;
+  let rig: RawRig;
   let port: number;
   let upPort: number;
   let answer = '';
   const dir = new MapNetworkDirectory();
 
   beforeAll(async () => {
-    upstream = net.createServer((sock) => {
+    rig = await rawRig('attack3-ingress-1', dir, (sock) => {
       let got = '';
       sock.on('error', () => undefined);
       sock.on('data', (d: Buffer) => {
@@ -52,16 +28,12 @@ describe('ingress [raw]: the response head bound holds however the head is read'
         }
       });
     });
-    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-    upPort = (upstream.address() as net.AddressInfo).port;
+    upPort = rig.upPort;
     dir.set({ ...loopbackView({}), accessTokenSha256: sha('token-a') });
-    ingress = createIngress({ engine: 'raw', directory: dir, domain: 'localhost', log: createLogger('attack3-ingress-1', '0', 'silent') });
-    await new Promise<void>((r) => ingress.server.listen(0, '127.0.0.1', r));
-    port = (ingress.server.address() as net.AddressInfo).port;
+    port = rig.port;
   });
   afterAll(async () => {
-    await ingress?.close();
-    await new Promise((r) => upstream?.close(r));
+    await rig?.close();
   });
 
   test('a 120 KB response head sent in one write is refused with 502, never relayed', async () => {

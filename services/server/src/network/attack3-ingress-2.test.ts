@@ -8,15 +8,11 @@
  * server's event loop (gRPC API, handovers), so one hostile sandbox or one unauthenticated
  * client stalls the node.
  */
-import { createHash } from 'node:crypto';
 import net from 'node:net';
-import { createLogger } from '@sandnode/shared';
 import { MapNetworkDirectory } from '../core/network-directory';
 import { findHeadEnd, parseHead } from './http1';
-import { createIngress, type Ingress } from './ingress';
 import { loopbackView } from './__tests__/loopback-view';
-
-const sha = (t: string) => createHash('sha256').update(t).digest('hex');
+import { rawRig, sha, type RawRig } from './__tests__/raw-rig';
 
 /** maxGap runs fn and resolves with the longest the event loop was blocked meanwhile, ms. */
 async function maxGap(fn: () => Promise<unknown>): Promise<number> {
@@ -54,14 +50,13 @@ describe('ingress [raw]: repeated fields cost linear time', () => {
   });
 
   describe('through the ingress', () => {
-    let upstream: net.Server;
-    let ingress: Ingress;
+    let rig: RawRig;
     let port: number;
     let upPort: number;
     const dir = new MapNetworkDirectory();
 
     beforeAll(async () => {
-      upstream = net.createServer((sock) => {
+      rig = await rawRig('attack3-ingress-2', dir, (sock) => {
         let got = '';
         sock.on('error', () => undefined);
         sock.on('data', (d: Buffer) => {
@@ -73,16 +68,12 @@ describe('ingress [raw]: repeated fields cost linear time', () => {
           }
         });
       });
-      await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-      upPort = (upstream.address() as net.AddressInfo).port;
+      upPort = rig.upPort;
       dir.set({ ...loopbackView({}), accessTokenSha256: sha('token-a') });
-      ingress = createIngress({ engine: 'raw', directory: dir, domain: 'localhost', log: createLogger('attack3-ingress-2', '0', 'silent') });
-      await new Promise<void>((r) => ingress.server.listen(0, '127.0.0.1', r));
-      port = (ingress.server.address() as net.AddressInfo).port;
+      port = rig.port;
     });
     afterAll(async () => {
-      await ingress?.close();
-      await new Promise((r) => upstream?.close(r));
+      await rig?.close();
     });
 
     test("one response of a hostile sandbox does not block the server's event loop for 300 ms", async () => {

@@ -1,32 +1,6 @@
-import { createHash } from 'node:crypto';
-import net from 'node:net';
-import { createLogger } from '@sandnode/shared';
 import { MapNetworkDirectory } from '../core/network-directory';
-import { createIngress, type Ingress } from './ingress';
 import { loopbackView } from './__tests__/loopback-view';
-
-const sha = (t: string) => createHash('sha256').update(t).digest('hex');
-
-/** send writes `data` on a new connection and resolves with every byte received (latin1) until it closes or `ms` pass. */
-function send(port: number, data: Buffer | string, ms: number, until?: (got: string) => boolean): Promise<string> {
-  return new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1');
-    let got = '';
-    const done = () => {
-      clearTimeout(t);
-      s.destroy();
-      resolve(got);
-    };
-    s.on('data', (d: Buffer) => {
-      got += d.toString('latin1');
-      if (until?.(got)) done();
-    });
-    s.on('error', () => undefined);
-    const t = setTimeout(done, ms);
-    s.on('close', done);
-    s.write(data);
-  });
-}
+import { rawRig, send, sha, type RawRig } from './__tests__/raw-rig';
 
 /**
  * attack3-ingress-4 (attacker finding): the free-upstream expiry moved from one timer per connection (monotonic) to
@@ -38,15 +12,14 @@ function send(port: number, data: Buffer | string, ms: number, until?: (got: str
  * out on it; with a step of an hour, free connections are kept for an hour.
  */
 describe('ingress [raw]: free upstream expiry does not follow the wall clock', () => {
-  let upstream: net.Server;
-  let ingress: Ingress;
+  let rig: RawRig;
   let port: number;
   let upPort: number;
   let accepted = 0;
   const dir = new MapNetworkDirectory();
 
   beforeAll(async () => {
-    upstream = net.createServer((sock) => {
+    rig = await rawRig('attack3-ingress-4', dir, (sock) => {
       accepted++;
       let got = '';
       sock.on('error', () => undefined);
@@ -58,16 +31,12 @@ describe('ingress [raw]: free upstream expiry does not follow the wall clock', (
         }
       });
     });
-    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-    upPort = (upstream.address() as net.AddressInfo).port;
+    upPort = rig.upPort;
     dir.set({ ...loopbackView({}), accessTokenSha256: sha('token-a') });
-    ingress = createIngress({ engine: 'raw', directory: dir, domain: 'localhost', log: createLogger('attack3-ingress-4', '0', 'silent') });
-    await new Promise<void>((r) => ingress.server.listen(0, '127.0.0.1', r));
-    port = (ingress.server.address() as net.AddressInfo).port;
+    port = rig.port;
   });
   afterAll(async () => {
-    await ingress?.close();
-    await new Promise((r) => upstream?.close(r));
+    await rig?.close();
   });
 
   test('a connection idle 4.5 s (real time) is not reused after the clock stepped back an hour', async () => {

@@ -1,32 +1,6 @@
-import { createHash } from 'node:crypto';
-import net from 'node:net';
-import { createLogger } from '@sandnode/shared';
 import { MapNetworkDirectory } from '../core/network-directory';
-import { createIngress, type Ingress } from './ingress';
 import { loopbackView } from './__tests__/loopback-view';
-
-const sha = (t: string) => createHash('sha256').update(t).digest('hex');
-
-/** send writes `data` on a new connection and resolves with every byte received (latin1) until it closes or `ms` pass. */
-function send(port: number, data: Buffer | string, ms: number, until?: (got: string) => boolean): Promise<string> {
-  return new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1');
-    let got = '';
-    const done = () => {
-      clearTimeout(t);
-      s.destroy();
-      resolve(got);
-    };
-    s.on('data', (d: Buffer) => {
-      got += d.toString('latin1');
-      if (until?.(got)) done();
-    });
-    s.on('error', () => undefined);
-    const t = setTimeout(done, ms);
-    s.on('close', done);
-    s.write(data);
-  });
-}
+import { rawRig, send, sha, type RawRig } from './__tests__/raw-rig';
 
 /**
  * attack3-ingress-5 (attacker finding): interim (1xx) responses are relayed as the sandbox wrote them (ingress-raw.ts
@@ -37,15 +11,14 @@ function send(port: number, data: Buffer | string, ms: number, until?: (got: str
  * intermediary removes the connection fields of every message it forwards).
  */
 describe('ingress [raw]: interim responses get the same treatment as final ones', () => {
-  let upstream: net.Server;
-  let ingress: Ingress;
+  let rig: RawRig;
   let port: number;
   let upPort: number;
   const dir = new MapNetworkDirectory();
   const interim = 'HTTP/1.0 103 Early Hints\r\nConnection: X-Secret, keep-alive\r\nX-Secret: internal-only\r\nKeep-Alive: timeout=5\r\nLink: </a.css>; rel=preload\r\n\r\n';
 
   beforeAll(async () => {
-    upstream = net.createServer((sock) => {
+    rig = await rawRig('attack3-ingress-5', dir, (sock) => {
       let got = '';
       sock.on('error', () => undefined);
       sock.on('data', (d: Buffer) => {
@@ -56,16 +29,12 @@ describe('ingress [raw]: interim responses get the same treatment as final ones'
         }
       });
     });
-    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-    upPort = (upstream.address() as net.AddressInfo).port;
+    upPort = rig.upPort;
     dir.set({ ...loopbackView({}), accessTokenSha256: sha('token-a') });
-    ingress = createIngress({ engine: 'raw', directory: dir, domain: 'localhost', log: createLogger('attack3-ingress-5', '0', 'silent') });
-    await new Promise<void>((r) => ingress.server.listen(0, '127.0.0.1', r));
-    port = (ingress.server.address() as net.AddressInfo).port;
+    port = rig.port;
   });
   afterAll(async () => {
-    await ingress?.close();
-    await new Promise((r) => upstream?.close(r));
+    await rig?.close();
   });
 
   const req = (v: string) => `GET / ${v}\r\nHost: ${upPort}-sb-1.localhost\r\nsandnode-access-token: token-a\r\n\r\n`;

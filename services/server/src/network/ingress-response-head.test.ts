@@ -7,15 +7,11 @@
  * connection that proved a token once is still refused a wrong one, and a sandbox whose token
  * changed is checked again.
  */
-import { createHash } from 'node:crypto';
 import net from 'node:net';
-import { createLogger } from '@sandnode/shared';
 import { MapNetworkDirectory } from '../core/network-directory';
-import { createIngress, type Ingress } from './ingress';
 import { route, type TokenMemo } from './ingress-route';
 import { loopbackView } from './__tests__/loopback-view';
-
-const sha = (t: string) => createHash('sha256').update(t).digest('hex');
+import { rawRig, sha, type RawRig } from './__tests__/raw-rig';
 
 /** A client connection to the ingress that sends a request and reads exactly one response (by its Content-Length, or to the close). */
 class Client {
@@ -63,8 +59,7 @@ class Client {
 }
 
 describe('ingress [raw]: response heads and access on the fast paths', () => {
-  let upstream: net.Server;
-  let ingress: Ingress;
+  let rig: RawRig;
   let port: number;
   let upPort: number;
   /** what the sandbox answers to the next requests, one string per request (head and body as bytes) */
@@ -75,7 +70,7 @@ describe('ingress [raw]: response heads and access on the fast paths', () => {
   const host = () => `${upPort}-sb-1.localhost`;
 
   beforeAll(async () => {
-    upstream = net.createServer((sock) => {
+    rig = await rawRig('ingress-response-head', dir, (sock) => {
       accepted++;
       let got = '';
       sock.on('error', () => undefined);
@@ -89,16 +84,12 @@ describe('ingress [raw]: response heads and access on the fast paths', () => {
         }
       });
     });
-    await new Promise<void>((r) => upstream.listen(0, '127.0.0.1', r));
-    upPort = (upstream.address() as net.AddressInfo).port;
+    upPort = rig.upPort;
     dir.set({ ...loopbackView({}), accessTokenSha256: sha('token-a') });
-    ingress = createIngress({ engine: 'raw', directory: dir, domain: 'localhost', log: createLogger('ingress-response-head', '0', 'silent') });
-    await new Promise<void>((r) => ingress.server.listen(0, '127.0.0.1', r));
-    port = (ingress.server.address() as net.AddressInfo).port;
+    port = rig.port;
   });
   afterAll(async () => {
-    await ingress?.close();
-    await new Promise((r) => upstream?.close(r));
+    await rig?.close();
   });
   beforeEach(() => {
     answers.splice(0);
