@@ -8,7 +8,8 @@
  */
 import { spawnSync } from 'node:child_process';
 import { upgradeServer } from '@sandnode/node-stack';
-import { describeNode, startNode, startTestInternet, type TestInternet, type TestNode } from '@sandnode/testkit';
+import type { ExecStreamRequest } from '@sandnode/shared';
+import { describeNode, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
 import { create, fetchIn, httpGet, serve, serverDnsEnv, sh } from './network-helpers';
 
 jest.setTimeout(240_000);
@@ -62,6 +63,55 @@ describeNode('sandbox network end to end', () => {
     expect(echoed.stdout).toBe('hi\n');
     const got = await node.api.sandboxes.getSandbox({ sandboxId: sb.sandboxId });
     expect(got.sandbox?.network?.egress?.allowOut).toEqual([`${inet.address}/32`]);
+    await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
+  });
+
+  test('a live deny cuts connections already open: nothing more passes on the kernel path (echo) or through the egress proxy (HTTP)', async () => {
+    const { sb } = await create(node, undefined);
+    for (const port of [7, 80]) {
+      // nc in the sandbox on one connection, fed through an ExecStream: a line before the deny, one after
+      const lines: string[] = [];
+      let wake: (() => void) | undefined;
+      const feed = (l: string) => {
+        lines.push(l);
+        wake?.();
+      };
+      let closed = false;
+      const requests = (async function* (): AsyncIterable<ExecStreamRequest> {
+        yield {
+          input: {
+            $case: 'start',
+            value: { sandboxId: sb.sandboxId, argv: ['/bin/busybox', 'nc', inet.address, String(port)], env: {}, cwd: '', timeoutMs: 30_000, pty: false, detachKeepMs: 0, size: undefined },
+          },
+        };
+        for (;;) {
+          while (lines.length) yield { input: { $case: 'stdin', value: Buffer.from(lines.shift()!) } };
+          if (closed) return;
+          await new Promise<void>((r) => (wake = r));
+        }
+      })();
+      let out = '';
+      let exited = false;
+      const done = (async () => {
+        for await (const ev of node.api.sandboxes.execStream(requests)) {
+          if (ev.event?.$case === 'stdout') out += Buffer.from(ev.event.value).toString('latin1');
+          if (ev.event?.$case === 'exit') exited = true;
+        }
+      })();
+      const ask = (tag: string) => (port === 80 ? `GET /${tag} HTTP/1.1\r\nHost: ${inet.names.allowed}\r\n\r\n` : `${tag}\n`);
+      feed(ask('before'));
+      await waitFor(`an answer on port ${port} before the deny`, () => (port === 80 ? /\r\n\r\n/.test(out) : out.includes('before\n')) || undefined, 10_000);
+      const seen = out.length;
+      await node.api.sandboxes.updateSandboxNetwork({ sandboxId: sb.sandboxId, egress: { allowOut: [], denyOut: [`${inet.address}/32`], blockAll: false }, public: undefined });
+      feed(ask('after'));
+      // the connection is cut (nc exits) or stays silent: either way not one byte of an answer
+      await waitFor(`nc on port ${port} to end after the deny`, () => exited || undefined, 15_000).catch(() => undefined);
+      expect({ port, after: out.slice(seen) }).toEqual({ port, after: '' });
+      closed = true;
+      wake?.();
+      await done.catch(() => undefined);
+      await node.api.sandboxes.updateSandboxNetwork({ sandboxId: sb.sandboxId, egress: { allowOut: [], denyOut: [], blockAll: false }, public: undefined });
+    }
     await node.api.sandboxes.deleteSandbox({ sandboxId: sb.sandboxId });
   });
 
