@@ -8,7 +8,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { upgradeServer } from '@sandnode/node-stack';
-import type { ExecStreamRequest } from '@sandnode/shared';
+import type { ExecStreamRequest } from '@sandnode/shared/proto/server/v1/sandbox';
 import { describeNode, startNode, startTestInternet, waitFor, type TestInternet, type TestNode } from '@sandnode/testkit';
 import { create, fetchIn, httpGet, serve, serverDnsEnv, sh } from './network-helpers';
 
