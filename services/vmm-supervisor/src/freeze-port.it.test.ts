@@ -18,6 +18,7 @@ import { Fixture, FREEZE_PARTS } from './__tests__/fixture';
 import type { Daemon } from './__tests__/fixture';
 import { freezePortClient, sleep, startWriter, WINDOW_SLACK_MS } from './__tests__/freeze-helpers';
 import { FREEZE_PORT_MAX_CONNECTIONS } from './rpc/freeze-port-service';
+import { WATCHDOG_NICE } from './drivers/freeze-watchdog-files';
 
 jest.setTimeout(120_000);
 
@@ -219,6 +220,9 @@ describeWith('vmm-supervisor freeze port and machine_id (integration)', FREEZE_P
     const begin = f.deadlineUnixMs - f.maxFreezeMs;
     const watchdogPid = () => (JSON.parse(readFileSync(path.join(fx.runDir, 'freeze-watchdog', 'watchdog.json'), 'utf8')) as { pid: number }).pid;
     const wd = watchdogPid();
+    // it runs ahead of the node's other work (field 19 of /proc/PID/stat: nice)
+    const stat = readFileSync(`/proc/${wd}/stat`, 'utf8');
+    expect(Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16])).toBe(WATCHDOG_NICE);
     await daemon.kill('SIGKILL');
     const w = startWriter(wsFile('d'));
     const end = await w.done;

@@ -165,9 +165,11 @@ describe('ingress [raw]: response heads and access on the fast paths', () => {
 
   test('a free upstream connection is reused within 4 s of its last answer, never after (the sandbox may have closed it)', async () => {
     const ok = (b: string) => `HTTP/1.1 200 OK\r\nContent-Length: ${b.length}\r\n\r\n${b}`;
-    answers.push(ok('x'), ok('y'), ok('z'));
+    answers.push(ok('x'), ok('y'), ok('z'), ok('w'));
     const c = new Client(port);
-    const now = performance.now();
+    // a whole number: now + 3900 + 4000 - (now + 3900) is exactly 4000 (with a fraction it can be
+    // 3999.9999…, and the 4 s old connection was reused: a CI flake)
+    const now = Math.ceil(performance.now());
     const clock = jest.spyOn(performance, 'now');
     try {
       clock.mockReturnValue(now);
@@ -176,8 +178,11 @@ describe('ingress [raw]: response heads and access on the fast paths', () => {
       clock.mockReturnValue(now + 3900);
       expect((await c.request(get('/g'))).body).toBe('y');
       expect(accepted).toBe(before);
-      clock.mockReturnValue(now + 3900 + 4000);
+      clock.mockReturnValue(now + 3900 + 3999);
       expect((await c.request(get('/h'))).body).toBe('z');
+      expect(accepted).toBe(before);
+      clock.mockReturnValue(now + 3900 + 3999 + 4000);
+      expect((await c.request(get('/i'))).body).toBe('w');
       expect(accepted).toBe(before + 1);
     } finally {
       clock.mockRestore();

@@ -16,6 +16,8 @@ export const WATCHDOG_LOCK_FILE = 'watchdog.lock';
 export const DEADLINE_SUFFIX = '.deadline';
 /** How often the watchdog reads the dir even without a change, ms. */
 export const WATCHDOG_RESCAN_MS = 1000;
+/** The watchdog's nice value (setpriority(2); -20..19, lower runs first): ahead of the node's other work. */
+export const WATCHDOG_NICE = -10;
 /** DeadlineFile is what the supervisor hands the watchdog for one freeze. */
 export interface DeadlineFile {
   schema: number;
