@@ -183,6 +183,12 @@ describeWith('vmm-supervisor runc driver (integration)', VMM_PARTS, () => {
       .filter((l) => l && !l.startsWith('0::'));
     expect(cgroups.length).toBeGreaterThan(0);
     for (const l of cgroups) expect(l).toMatch(/:\/sandnode\/vm-a$/);
+    // 1 vCPU is a quota of one period, with a burst of one quota (podd's start is not throttled)
+    const cpuDir = '/sys/fs/cgroup/cpu/sandnode/vm-a';
+    if (existsSync(path.join(cpuDir, 'cpu.cfs_quota_us'))) {
+      expect(readFileSync(path.join(cpuDir, 'cpu.cfs_quota_us'), 'utf8').trim()).toBe('100000');
+      if (existsSync(path.join(cpuDir, 'cpu.cfs_burst_us'))) expect(readFileSync(path.join(cpuDir, 'cpu.cfs_burst_us'), 'utf8').trim()).toBe('100000');
+    }
     const [pgrp, session] = statFields(pidA);
     const [daemonPgrp, daemonSession] = statFields(daemon.pid);
     expect(pgrp).not.toBe(daemonPgrp);

@@ -4,11 +4,11 @@
  * processes (signals only to a verified process).
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { isSameProcess, processStartTicks } from '@sandnode/shared';
 import { useTempDir } from '@sandnode/testkit';
-import { deleteStopped, killFrozen, liveStatus, signalInit } from './runc-cgroup';
+import { deleteStopped, killFrozen, liveStatus, setCpuBurst, signalInit } from './runc-cgroup';
 
 const tmp = useTempDir('runc-cgroup');
 
@@ -138,5 +138,28 @@ describe('deleteStopped', () => {
     stateOf(runcRoot, 'vm-y', { freezer: busy });
     expect(await deleteStopped(runcRoot, 'vm-y', root)).toBe(false);
     expect([existsSync(busy), existsSync(path.join(runcRoot, 'vm-y'))]).toEqual([true, true]);
+  });
+});
+
+describe('setCpuBurst', () => {
+  it('writes cpu.cfs_burst_us (v1) or cpu.max.burst (v2) of the VM cgroup; false, creating nothing, where the file is not there', () => {
+    const root = tmp();
+    const v1 = path.join(root, 'cpu', 'sandnode', 'vm-b');
+    mkdirSync(v1, { recursive: true });
+    writeFileSync(path.join(v1, 'cpu.cfs_burst_us'), '0\n');
+    expect(setCpuBurst('vm-b', 150_000.7, root)).toBe(true);
+    expect(readFileSync(path.join(v1, 'cpu.cfs_burst_us'), 'utf8')).toBe('150000\n');
+    const v2Root = path.join(root, 'unified');
+    const v2 = path.join(v2Root, 'sandnode', 'vm-b');
+    mkdirSync(v2, { recursive: true });
+    writeFileSync(path.join(v2, 'cpu.max.burst'), '0\n');
+    expect(setCpuBurst('vm-b', 100_000, root, v2Root)).toBe(true);
+    expect(readFileSync(path.join(v2, 'cpu.max.burst'), 'utf8')).toBe('100000\n');
+    // an older kernel (no burst file), or no such cgroup: nothing made
+    expect(setCpuBurst('vm-c', 100_000, root)).toBe(false);
+    expect(existsSync(path.join(root, 'cpu', 'sandnode', 'vm-c'))).toBe(false);
+    mkdirSync(path.join(root, 'cpu', 'sandnode', 'vm-d'), { recursive: true });
+    expect(setCpuBurst('vm-d', 100_000, root)).toBe(false);
+    expect(existsSync(path.join(root, 'cpu', 'sandnode', 'vm-d', 'cpu.cfs_burst_us'))).toBe(false);
   });
 });

@@ -46,11 +46,11 @@ import { runCommand } from './command-runner';
 import { bindPoddSocket, PODD_LISTEN_FD, preparePoddDirs, type PoddSocket } from './podd-socket';
 import { failpoints, FAILPOINTS } from '../core/failpoints';
 import { commandLabel, hostCommands } from '../metrics';
-import { deleteStopped, freeze, freezerDir, killFrozen, liveStatus, signalInit, thaw } from './runc-cgroup';
+import { deleteStopped, freeze, freezerDir, killFrozen, liveStatus, setCpuBurst, signalInit, thaw } from './runc-cgroup';
 import { cgroup2Stats, freeze2, kill2, liveStatus2, thaw2, VM_CGROUP_PARENT, vmCgroup2Dir, type Cgroup2Stats } from './runc-cgroup2';
 import { cgroup2Offers, detectCgroupHierarchy, type CgroupHierarchy } from './cgroup-hierarchy';
 import { mount, mountsUnderIn, mountTable, unmountChains } from './mounts';
-import { buildOciSpec } from './oci-spec';
+import { buildOciSpec, CPU_PERIOD_US } from './oci-spec';
 import type { SeccompProfile } from './seccomp';
 import { CONSOLE_LOG_FILE, consoleTail, ConsoleWatch, DEFAULT_CONSOLE_LOG_BYTES } from './console-log';
 import { runcIsolation } from './isolation';
@@ -340,6 +340,8 @@ export class RuncDriver implements VmDriver {
 
       step = 'runc run';
       await this.runDetached(runc, vmId, bundle, pidFile, consoleLog, podd.fd);
+      // a burst of one quota: the init and podd start on threads at once (runc 1.1 has no spec field for it)
+      setCpuBurst(vmId, resources.vcpus * CPU_PERIOD_US, undefined, this.v2Root);
       this.watchConsole(vmId);
       // The container holds the socket now: publish its name and drop our copy.
       step = 'publish podd socket';
