@@ -292,10 +292,11 @@ export class NetworkManager {
 
   private async acquireOnce(vmId: string, req: NetworkRequest, egress: EgressPolicyInput): Promise<VmNetworkInfo> {
     const info = await this.mutex.run(KEY, async () => {
-      const mine = this.forVm(vmId);
+      const rows = this.store.list(); // one read of the rows for every check below
+      const mine = rows.find((r) => r.state === 'in-use' && r.vmId === vmId);
       if (mine) return this.infoOf(mine);
       // an owner holds one slot: a second row of it would stay in use after the owner is gone
-      const held = this.store.list().find((r) => r.state !== 'spare' && r.owner === req.owner && r.slot !== req.slot);
+      const held = rows.find((r) => r.state !== 'spare' && r.owner === req.owner && r.slot !== req.slot);
       if (held)
         throw new AlreadyExistsError(`owner ${req.owner} already holds network slot ${held.slot} (${held.state}${held.vmId ? ` by vm ${held.vmId}` : ''}); ask for that slot or release it first`);
       let s = req.slot;
@@ -303,25 +304,36 @@ export class NetworkManager {
       if (s >= 0) {
         if (s >= slotCount(this.layout)) throw new InvalidArgumentError(`spec.network.slot: ${s} is outside the pool ${this.layout.pool.text} (0..${slotCount(this.layout) - 1})`);
         if (this.making.has(s)) throw new AlreadyExistsError(`network slot ${s} is being made as a spare; ask for another slot or -1`);
-        const row = this.store.get(s);
+        const row = rows.find((r) => r.slot === s);
         if (row?.state === 'in-use') throw new AlreadyExistsError(`network slot ${s} is in use by vm ${row.vmId} (owner ${row.owner})`);
         if (row?.state === 'reserved' && row.owner !== req.owner) throw new AlreadyExistsError(`network slot ${s} is reserved for owner ${row.owner}`);
         if (this.store.quarantinedSlots().has(s)) throw new AlreadyExistsError(`network slot ${s} has a quarantined row; it is not handed out`);
         fresh = row === undefined;
       } else {
-        const spare = this.store.list().find((r) => r.state === 'spare');
+        const spare = rows.find((r) => r.state === 'spare');
         if (spare) s = spare.slot;
         else {
           s = this.freeSlot();
           fresh = true;
         }
       }
-      const before = this.store.get(s);
+      const before = rows.find((r) => r.slot === s);
       const row: SlotRow = { slot: s, state: 'in-use', owner: req.owner, vmId, egress, ...(before?.state === 'reserved' ? { wasReserved: true } : {}) };
-      this.store.put(row);
+      const policy = parseEgressPolicy(egress);
+      // a made slot (spare, reserved): its rules go in on the worker while the row is written
+      // (the fsync): both are done before the answer; a crash between them leaves rules that the
+      // next start's adopt renders away from the rows (the VM does not exist yet)
+      const applying = fresh ? undefined : this.applyChange(s, undefined, policy);
+      applying?.catch(() => undefined); // awaited below; a failure must not be unhandled while put runs
+      try {
+        this.store.put(row);
+      } catch (err) {
+        if (applying) await this.undoApply(s, applying, policy);
+        throw err;
+      }
       try {
         if (fresh) await host.makeSlot(this.addresses(s), this.mode, this.worker, this.log);
-        await this.applyChange(s, undefined, parseEgressPolicy(egress));
+        await (applying ?? this.applyChange(s, undefined, policy));
       } catch (err) {
         if (before) this.store.put(before);
         else {
@@ -451,6 +463,11 @@ export class NetworkManager {
       this.log.warn({ err, slot: s }, 'the table differs from the slot rows; rendering it whole');
       await this.session.apply(renderTable(this.nft, this.nftSlots().filter(keep)));
     }
+  }
+
+  /** undoApply takes slot s's rules out again after its row could not be written (applying: the change that put them in). */
+  private async undoApply(s: number, applying: Promise<void>, policy: EgressPolicy): Promise<void> {
+    if (await applying.then(() => true, () => false)) await this.applyChange(s, policy, undefined).catch((err) => this.log.warn({ err, slot: s }, 'could not take a slot\'s rules out after its row failed; the next start renders the table from the rows'));
   }
 
   private nftSlots(): NftSlot[] {

@@ -46,6 +46,8 @@ export class NftSession {
   private stderr = '';
   private seq = 0;
   private tail: Promise<unknown> = Promise.resolve();
+  /** Changes applied or waiting (0: the next one starts at once, in the caller's turn). */
+  private queued = 0;
   private closed = false;
   /** Why libnftables is not used (undefined: it is, when there is a worker). */
   private noLib: string | undefined;
@@ -56,9 +58,14 @@ export class NftSession {
     private readonly worker?: NetWorker,
   ) {}
 
-  /** apply runs text (an nft script) as one transaction. Throws CommandError naming nft's error; nothing changed then. */
+  /**
+   * apply runs text (an nft script) as one transaction. Throws CommandError naming nft's error;
+   * nothing changed then. With nothing queued the change starts before apply returns (its
+   * message is on the worker), so a caller can write its row while the worker applies it.
+   */
   apply(text: string): Promise<void> {
-    const next = this.tail.then(() => this.applyNow(text));
+    this.queued++;
+    const next = (this.queued === 1 ? this.applyNow(text) : this.tail.then(() => this.applyNow(text))).finally(() => this.queued--);
     this.tail = next.catch(() => undefined);
     return next;
   }
