@@ -36,6 +36,14 @@ export interface IngressLimits {
   headersTimeoutMs: number;
   /** a client connection or tunnel without traffic is closed after this, ms (default 120000) */
   idleTimeoutMs: number;
+  /**
+   * a client that closed its side (FIN) while its answer is on the way: the exchange ends when
+   * no byte passed for this long, ms (default 5000; at most idleTimeoutMs). A FIN cannot tell a
+   * client gone from one that half-closed and still reads: a flowing answer goes on, a silent
+   * one (long poll, SSE between beats) no longer holds the sandbox's slot for idleTimeoutMs
+   * (512 such requests, every client gone, kept a sandbox's ingress at 429 for 2 min: attacker)
+   */
+  halfClosedIdleMs: number;
   /** upstream connect (direct or through podd), ms (default 5000) */
   connectTimeoutMs: number;
 }
@@ -46,6 +54,7 @@ export const DEFAULT_INGRESS_LIMITS: IngressLimits = {
   maxHeaderBytes: 16 * 1024,
   headersTimeoutMs: 10_000,
   idleTimeoutMs: 120_000,
+  halfClosedIdleMs: 5000,
   connectTimeoutMs: 5000,
 };
 

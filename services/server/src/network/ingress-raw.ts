@@ -588,7 +588,11 @@ class ClientConn {
     const ex = this.ex;
     if (ex && !ex.reqEnded) return this.teardown(); // the request body is cut short
     this.closeAfter = true;
-    if (!ex) this.sock.end();
+    if (!ex) return void this.sock.end();
+    // the answer is on the way: it goes on while bytes pass (a half-closed client still reads; a
+    // write to a closed one fails at once), a silent one ends after halfClosedIdleMs (IngressLimits)
+    const { halfClosedIdleMs, idleTimeoutMs } = this.core.limits;
+    this.sock.setTimeout(Math.min(halfClosedIdleMs, idleTimeoutMs), () => this.teardown());
   }
 
   /** tunnel hands the connection to the shared WebSocket/CONNECT tunnel (ingress-common.ts). */
