@@ -93,10 +93,19 @@ for (const n of [
 ])
   LOWER.set(n, n.toLowerCase());
 
-/** findHeadEnd: the offset just past the CRLFCRLF ending a head in buf (from `from`), or -1. */
+/**
+ * findHeadEnd: the offset just past the CRLFCRLF ending a head in buf (from `from`), or -1 while
+ * the head is not complete. Throws HttpParseError (400) for a bare LF in what came so far: a
+ * head ended by LF LF would else wait for a CRLFCRLF that never comes (until the size bound or
+ * the head timeout: a sandbox's bare-LF response hung its client, attacker).
+ */
 export function findHeadEnd(buf: Buffer, from = 0): number {
   const i = buf.indexOf('\r\n\r\n', from, 'latin1');
-  return i < 0 ? -1 : i + 4;
+  if (i >= 0) return i + 4;
+  for (let lf = buf.indexOf(0x0a, from); lf >= 0; lf = buf.indexOf(0x0a, lf + 1)) {
+    if (lf === 0 || buf[lf - 1] !== 0x0d) throw new HttpParseError(400, 'bare LF in the head');
+  }
+  return -1;
 }
 
 /**
