@@ -12,6 +12,9 @@
  *   connection (BENCH_NET_LATENCY requests, default 500), through the ingress, directly to the
  *   sandbox address and through nginx (Debian's package; the figure is skipped naming it when
  *   absent) in front of the same port; BENCH_NET_ROUNDS (default 3) rounds, targets in turn.
+ *   Requests/s by wrk and the download by curl (Debian's packages, installed by
+ *   bench-setup.sh; node:http when absent, named in the figure): a node:http client took more
+ *   of the 2 cores than the proxies (its CPU per request is in the detail, `nodeClient`).
  *   Goals: >= 80% of direct throughput, +<= 0.5 ms p50 over direct, not behind nginx by more
  *   than 20% (throughput >= 0.8x nginx's, p50 <= 1.2x nginx's); in the same rounds both ingress
  *   engines (raw, node-http), each in a process of its own in front of the same port
@@ -31,7 +34,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { sandnodeProcesses, type ServerApi } from '@sandnode/node-stack';
 import { execCollect, startNode, startTestInternet, type TestInternet, type TestNode } from '@sandnode/testkit';
-import { download, latency, openUpgraded, p, requestsPerSecond, type Target } from './network-load';
+import { download, latency, loadClient, nodeRequestsPerSecond, openUpgraded, p, requestsPerSecond, type Target } from './network-load';
 import { startEngineIngress, type EngineIngress } from './network-engines';
 import { EGRESS_CLIENT, freePort, nginxBinary, SANDBOX_PORT, SANDBOX_SERVER, startNginx } from './network-scripts';
 import { slotSetupMs } from './network-slots';
@@ -283,6 +286,9 @@ async function benchIngress(direct: Target, ingress: Target, sb: { id: string; a
     await engineTarget('node-http'),
     ...(nginx ? [{ name: 'nginx', host: '127.0.0.1', port: nginxPort, headers: { host: `127.0.0.1:${nginxPort}` } }] : []),
   ];
+  // throughput through wrk/curl when installed (bench-setup.sh), else node:http (network-load.ts says why)
+  const client = loadClient();
+  const nodeClient: Record<string, { rps: number; clientCpuUsPerRequest: number }> = {};
   type Samples = { mibPerS: number[]; rps: number[]; lat: number[]; latP50: number[] };
   const s: Record<string, Samples> = Object.fromEntries(targets.map((t) => [t.name, { mibPerS: [], rps: [], lat: [], latP50: [] }]));
   try {
@@ -302,6 +308,8 @@ async function benchIngress(direct: Target, ingress: Target, sb: { id: string; a
         x.latP50.push(p(l, 50));
       }
     }
+    // the earlier client beside it, once: its requests/s and its own CPU per request
+    if (client === 'wrk') for (const t of targets.filter((x) => ['direct', 'ingress', 'nginx'].includes(x.name))) nodeClient[t.name] = await nodeRequestsPerSecond(t, 32, rpsMs);
   } finally {
     await nginx?.stop();
     for (const e of engines) await e.stop();
@@ -313,7 +321,7 @@ async function benchIngress(direct: Target, ingress: Target, sb: { id: string; a
   const detail = (x: Samples) => ({ downloadMibPerS: r1(median(x.mibPerS)), requestsPerS: Math.round(median(x.rps)), latencyP50Ms: p(x.lat, 50), latencyP99Ms: p(x.lat, 99) });
   const er = s['engine-raw']!;
   const en = s['engine-node-http']!;
-  const details = { direct: detail(d), ingress: detail(i), engineRaw: detail(er), engineNodeHttp: detail(en), ...(g ? { nginx: detail(g) } : {}), rounds, downloadBytes: bytes, clients: 32 };
+  const details = { direct: detail(d), ingress: detail(i), engineRaw: detail(er), engineNodeHttp: detail(en), ...(g ? { nginx: detail(g) } : {}), rounds, downloadBytes: bytes, clients: 32, client: client === 'wrk' ? 'wrk -t1 -c32 (requests/s), curl (download)' : 'node:http (wrk or curl not installed)', ...(client === 'wrk' ? { nodeClient } : {}) };
   figure(out, rows, 'ingressEngines', 'network: ingress engines raw / node-http: download MiB/s, requests/s, GET p50 ms', {
     value: `${r1(median(er.mibPerS))} / ${r1(median(en.mibPerS))}, ${Math.round(median(er.rps))} / ${Math.round(median(en.rps))}, ${p(er.lat, 50)} / ${p(en.lat, 50)}`,
     unit: '',
@@ -323,7 +331,7 @@ async function benchIngress(direct: Target, ingress: Target, sb: { id: string; a
     detail: { raw: detail(er), nodeHttp: detail(en), direct: detail(d) },
   });
   const dl = r2(median(i.mibPerS) / median(d.mibPerS));
-  figure(out, rows, 'ingressDownload', 'network: ingress download MiB/s (direct, nginx)', {
+  figure(out, rows, 'ingressDownload', `network: ingress download MiB/s (direct, nginx; ${client === 'wrk' ? 'curl' : 'node:http'})`, {
     value: `${r1(median(i.mibPerS))} (${r1(median(d.mibPerS))}, ${g ? r1(median(g.mibPerS)) : 'no nginx'}) = ${Math.round(dl * 100)}% of direct`,
     unit: '',
     goal: '>= 80% of direct',
@@ -332,7 +340,7 @@ async function benchIngress(direct: Target, ingress: Target, sb: { id: string; a
     detail: details,
   });
   const rps = r2(median(i.rps) / median(d.rps));
-  figure(out, rows, 'ingressRequests', 'network: ingress requests/s at 32 clients (direct, nginx)', {
+  figure(out, rows, 'ingressRequests', `network: ingress requests/s at 32 clients (direct, nginx; ${client === 'wrk' ? 'wrk' : 'node:http'})`, {
     value: `${Math.round(median(i.rps))} (${Math.round(median(d.rps))}, ${g ? Math.round(median(g.rps)) : 'no nginx'}) = ${Math.round(rps * 100)}% of direct`,
     unit: '',
     goal: '>= 80% of direct',
