@@ -28,10 +28,13 @@ describe('http1 heads', () => {
   test('a head ended by bare LFs is refused as it comes, not waited on for a CRLFCRLF (attacker)', () => {
     const b = (s: string) => Buffer.from(s, 'latin1');
     expect(() => findHeadEnd(b('HTTP/1.1 200 OK\nContent-Length: 2\n\nok'))).toThrow('bare LF in the head');
-    expect(() => findHeadEnd(b('GET / HTTP/1.1\r\nHost: x\nX-A'))).toThrow('bare LF in the head');
-    expect(() => findHeadEnd(b('\nGET / HTTP/1.1\r\n'))).toThrow('bare LF in the head');
-    // a head still coming, CRLF so far (its CR may end this read): wait for more
+    expect(() => findHeadEnd(b('HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\nok'))).toThrow('bare LF in the head');
+    expect(() => findHeadEnd(b('GET / HTTP/1.1\r\nHost: x\n\r\n'))).toThrow('bare LF in the head');
+    // a head still coming (its CR may end this read): wait for more; a bare LF inside a line is parseHead's to refuse
     expect(findHeadEnd(b('GET / HTTP/1.1\r\nHost: x\r'))).toBe(-1);
+    expect(findHeadEnd(b('GET / HTTP/1.1\r\nHost: x\r\n\r'))).toBe(-1);
+    expect(findHeadEnd(b('GET / HTTP/1.1\r\nHost: x\nX-A'))).toBe(-1);
+    expect(() => head('GET / HTTP/1.1\r\nHost: x\nX-A: 1\r\n\r\n')).toThrow(HttpParseError);
     expect(findHeadEnd(b('GET / HTTP/1.1\r\nHost: x\r\n\r\nbody\n'))).toBe(27); // body bytes are not the head's
   });
   test('request framing: smuggling forms refused', () => {
