@@ -4,6 +4,7 @@
  * send the user the wrong way: "is the node up?" only when the node's own socket did not answer.
  */
 import { readFileSync, statSync } from 'node:fs';
+import net from 'node:net';
 import type { Command } from 'commander';
 import { Status } from 'nice-grpc-common';
 import { dirsOf } from './options';
@@ -34,6 +35,20 @@ const isUnix = (address: string) => address.startsWith('unix:');
 const CLOSED_UNSERVED = /Failed to connect \(|\bECONNRESET\b|\bEPIPE\b|Connection dropped|Connection closed/;
 const CLOSED_UNSERVED_HINT =
   "the node's socket took the connection and closed it unserved: the node is up, but this user holds too many connections that sent nothing yet (256 at most), or the server was exiting; retry, and see: sandnode status";
+/** Node's words for a server certificate that does not name the host dialled (ERR_TLS_CERT_ALTNAME_INVALID): "... is not in the cert's list: A, B." */
+const ALTNAME = /altnames?:.*?(?:list|names?): ([^\n]*)/i;
+
+/** altnameHint: the server certificate does not name the host of address; names: what it does name. */
+function altnameHint(address: string, names: string): string {
+  const host = address.replace(/:\d+$/, '').replace(/^\[(.*)\]$/, '$1');
+  const kind = net.isIP(host) ? 'IP' : 'DNS';
+  return `the server's certificate does not name ${host} (it names ${names}): dial one of those, or make the server pair naming it: sandnode certs init --force --san ${kind}:${host} (then restart the server with it)`;
+}
+
+/** The server's words for a podd that did not answer (services/server peers/peer-errors.ts PODD_PREFIX). */
+const PODD_FAILED = /\bthe sandbox's podd did not answer\b/;
+const PODD_FAILED_HINT =
+  "the node is up; the sandbox's agent (podd) did not answer: a process in the sandbox may have stopped or replaced it; retry, or put podd back with: sandnode sandbox reset-rootfs ID (keeps /workspace)";
 /** A TLS failure as grpc-js / OpenSSL word it (handshake alerts, certificate checks). */
 const TLS_ERROR = /ssl|tls|handshake|certificate|self[- ]signed|alert number|wrong version number|packet length too long/i;
 
@@ -45,17 +60,34 @@ function socketHint(t: CallTarget): string {
 }
 
 /**
+ * nodeDownHint: nothing answers at the node's socket. It names the socket tried: the default run
+ * dir is relative (./.sandnode/run), so a command run from another directory looks for another
+ * node, and `sandnode up` there starts a second one (newcomer).
+ */
+function nodeDownHint(address: string): string {
+  const sock = address.replace(/^unix:(\/\/)?/, '');
+  const relative = sock.endsWith('/.sandnode/run/server.sock')
+    ? " (the default --run-dir ./.sandnode/run is relative to this directory: run from the node's directory, or give --run-dir / SANDNODE_RUN_DIR)"
+    : '';
+  return `is the node up? nothing answers at ${sock}; run: sandnode up${relative}`;
+}
+
+/**
  * hintFor: the hint for a call that failed with code and details at target, or undefined when
  * there is nothing useful to say. Pure (the caller finds the socket's group).
  */
 export function hintFor(code: Status, details: string, target: CallTarget): string | undefined {
   const unix = isUnix(target.address);
+  // the server answered: the sandbox's own agent did not (server peer-errors.ts PODD_PREFIX)
+  if ((code === Status.UNAVAILABLE || code === Status.DEADLINE_EXCEEDED) && PODD_FAILED.test(details)) return PODD_FAILED_HINT;
   if (code === Status.UNAVAILABLE) {
     if (unix && /\b(EACCES|EPERM)\b/.test(details)) return socketHint(target);
     // the socket took the connection and the server closed it unserved (grpc-js: "Failed to connect" with no errno, or a reset):
     // the node is up; it is at its limit of undecided connections of this user (SNIFF_MAX_PENDING_PER_UID), or its server is exiting
     if (unix && CLOSED_UNSERVED.test(details) && !/\b(ENOENT|ECONNREFUSED|ENOTSOCK)\b/.test(details)) return CLOSED_UNSERVED_HINT;
-    if (unix) return 'is the node up? run: sandnode up';
+    if (unix) return nodeDownHint(target.address);
+    const altname = ALTNAME.exec(details);
+    if (altname) return altnameHint(target.address, altname[1]!.replace(/\.$/, ''));
     if (TLS_ERROR.test(details)) return `TLS with ${target.address} failed: give ${TLS_OPTIONS}`;
     if (!target.tls) return `is the server listening at ${target.address}? if it serves TLS, give ${TLS_OPTIONS}`;
     return `is the server listening at ${target.address}?`;

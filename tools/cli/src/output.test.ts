@@ -14,7 +14,7 @@ describe('describeError: a ClientError of each common code', () => {
     ['ABORTED', Status.ABORTED, undefined],
     ['INTERNAL', Status.INTERNAL, undefined],
     ['UNKNOWN', Status.UNKNOWN, undefined],
-    ['UNAVAILABLE', Status.UNAVAILABLE, 'is the node up? run: sandnode up'],
+    ['UNAVAILABLE', Status.UNAVAILABLE, 'is the node up? nothing answers at /run/sandnode/server.sock; run: sandnode up'],
     ['DEADLINE_EXCEEDED', Status.DEADLINE_EXCEEDED, 'the node did not answer in time; see: sandnode status'],
     ['PERMISSION_DENIED', Status.PERMISSION_DENIED, expect.stringContaining('run sandnode as root')],
     ['UNIMPLEMENTED', Status.UNIMPLEMENTED, 'the node runs a build without this call; see: sandnode version'],
@@ -70,7 +70,7 @@ describe('formatError', () => {
   const unavailable = describeError(new ClientError(rpc, Status.UNAVAILABLE, 'No connection established. Resolution note: '));
 
   it('prints "sandnode: CODE: details" and the hint on its own line for people', () => {
-    expect(formatError(unavailable, false)).toBe('sandnode: UNAVAILABLE: No connection established.\nsandnode: is the node up? run: sandnode up\n');
+    expect(formatError(unavailable, false)).toBe('sandnode: UNAVAILABLE: No connection established.\nsandnode: is the node up? nothing answers at /run/sandnode/server.sock; run: sandnode up\n');
     expect(formatError(describeError(new ClientError(rpc, Status.NOT_FOUND, 'sandbox sb-1 not found')), false)).toBe('sandnode: NOT_FOUND: sandbox sb-1 not found\n');
   });
 
@@ -79,7 +79,7 @@ describe('formatError', () => {
     expect(line.endsWith('\n')).toBe(true);
     expect(line.trimEnd().includes('\n')).toBe(false);
     expect(JSON.parse(line)).toEqual({
-      error: { code: 'UNAVAILABLE', grpcCode: 14, message: 'UNAVAILABLE: No connection established.', hint: 'is the node up? run: sandnode up', exitCode: 1 },
+      error: { code: 'UNAVAILABLE', grpcCode: 14, message: 'UNAVAILABLE: No connection established.', hint: 'is the node up? nothing answers at /run/sandnode/server.sock; run: sandnode up', exitCode: 1 },
     });
   });
 });

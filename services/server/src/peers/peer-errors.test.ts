@@ -25,6 +25,18 @@ describe('peer errors', () => {
     }
   });
 
+  it("a podd that does not answer is named as the sandbox's podd (UNAVAILABLE, DEADLINE_EXCEEDED keep their code), once", () => {
+    for (const code of [Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED]) {
+      const got = mapPeerError('podd', 'exec', new ClientError('/podd.v1.PoddService/Exec', code, 'Connection attempt timed out after 20000ms'));
+      expect(got).toMatchObject({ code, message: "the sandbox's podd did not answer exec: Connection attempt timed out after 20000ms" });
+    }
+    const twice = new ClientError('/podd.v1.PoddService/Exec', Status.UNAVAILABLE, 'Protocol error');
+    mapPeerError('podd', 'exec', twice);
+    expect(mapPeerError('podd', 'exec', twice)).toMatchObject({ message: "the sandbox's podd did not answer exec: Protocol error" });
+    // what podd says with another code is podd's words, as before
+    expect(mapPeerError('podd', 'readFile', new ClientError('/x/Y', Status.NOT_FOUND, '/workspace/a: not found'))).toMatchObject({ message: '/workspace/a: not found' });
+  });
+
   it('non-gRPC errors and cancellations pass unchanged', () => {
     const e = new Error('local');
     expect(mapPeerError('podd', 'exec', e)).toBe(e);

@@ -23,6 +23,9 @@ const STABLE_CODES: ReadonlySet<Status> = new Set([
   Status.UNIMPLEMENTED,
 ]);
 
+/** How a podd's UNAVAILABLE / DEADLINE_EXCEEDED message starts (the CLI's hint keys on it). */
+export const PODD_PREFIX = "the sandbox's podd did not answer ";
+
 /**
  * mapPeerError maps err, thrown by a call of rpc on peer ("vmm-supervisor"), as described in
  * the file header; logs the original of an unstable code at warn with `{ err }`.
@@ -32,6 +35,13 @@ export function mapPeerError(peer: string, rpc: string, err: unknown, log?: Logg
   if (!(err instanceof Error) || err.name !== 'ClientError' || typeof (err as { code?: unknown }).code !== 'number') return err; // abort errors, local errors
   const code = (err as Error & { code: Status }).code;
   if (code === Status.CANCELLED) return err;
+  // a podd that does not answer is the sandbox's own agent, not the node: its transport text
+  // ("Connection attempt timed out", "Protocol error") is named so, or the CLI took it for the
+  // node's socket and said "is the node up?" (attacker: a sandbox that replaced its podd)
+  if ((code === Status.UNAVAILABLE || code === Status.DEADLINE_EXCEEDED) && peer === 'podd') {
+    const e = err as Error & { details?: string };
+    if (!e.details?.startsWith(PODD_PREFIX)) e.details = `${PODD_PREFIX}${rpc}: ${e.details ?? e.message}`;
+  }
   if (STABLE_CODES.has(code)) return fromClientError(err);
   log?.warn({ err, peer, rpc, code: Status[code] }, 'peer call failed');
   return new InternalError(`${peer} ${rpc} failed (${Status[code]}); the server log has the details`);
