@@ -4,6 +4,7 @@
  * served; one without a certificate, or with a certificate of another CA, or plaintext, is
  * not (its call fails, the handler never runs); existing files are kept without --force.
  */
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
@@ -11,7 +12,7 @@ import path from 'node:path';
 import { createLogger, createServiceClient, createSandnodeChannel, createServiceServer, serverTlsCredentials, type ServiceServer } from '@sandnode/shared';
 import { SandboxServiceDefinition } from '@sandnode/shared/proto/server/v1/sandbox';
 import { Status } from 'nice-grpc-common';
-import { initCerts } from './certs';
+import { initCerts, parseSan } from './certs';
 
 const log = createLogger('test', '0', 'silent');
 
@@ -73,5 +74,40 @@ describe('certs init', () => {
   it('keeps files already there unless forced', () => {
     expect(() => initCerts(path.join(dir, 'a'))).toThrow(/already holds ca.pem/);
     expect(Object.keys(initCerts(path.join(dir, 'a'), true))).toContain('client.key');
+  });
+
+  it('--san names the server certificate for a remote address: a client dialling 127.0.0.2 is served with it and refused without it (newcomer)', async () => {
+    const named = initCerts(path.join(dir, 'c'), false, 'h', ['IP:127.0.0.2', 'DNS:node1.example']);
+    const text = execFileSync('openssl', ['x509', '-in', named['server.pem']!, '-noout', '-ext', 'subjectAltName']).toString();
+    expect(text).toMatch(/DNS:localhost, IP Address:127\.0\.0\.1, DNS:h, IP Address:127\.0\.0\.2, DNS:node1\.example/);
+    const serve = async (f: Record<string, string>) => {
+      const srv = createServiceServer({ info: { component: 'test', version: '0.0.0', commit: '', features: [] }, log, auth: {} });
+      srv.add(SandboxServiceDefinition, { getSandbox: () => ({}) } as never);
+      const l = net.createServer();
+      srv.serveListener(l, serverTlsCredentials({ tlsCa: f['ca.pem']!, tlsCert: f['server.pem']!, tlsKey: f['server.key']! }));
+      await new Promise<void>((r) => l.listen(0, '127.0.0.2', r));
+      return { srv, port: (l.address() as net.AddressInfo).port };
+    };
+    for (const [f, want] of [
+      [named, Status.OK],
+      [files, Status.UNAVAILABLE],
+    ] as const) {
+      const { srv, port: p } = await serve(f);
+      try {
+        expect(await call(`127.0.0.2:${p}`, { tlsCa: f['ca.pem'], tlsCert: f['client.pem'], tlsKey: f['client.key'] })).toBe(want);
+      } finally {
+        await srv.shutdown(100);
+      }
+    }
+  });
+
+  it('--san takes IP:, DNS: or a bare address or name, and nothing that could reach the extension file', () => {
+    expect(parseSan('IP:192.0.2.2')).toBe('IP:192.0.2.2');
+    expect(parseSan('192.0.2.2')).toBe('IP:192.0.2.2');
+    expect(parseSan('ip:2001:db8::1')).toBe('IP:2001:db8::1');
+    expect(parseSan('node1.example')).toBe('DNS:node1.example');
+    expect(parseSan('DNS:*.nodes.example')).toBe('DNS:*.nodes.example');
+    for (const bad of ['IP:300.1.1.1', 'DNS:a,IP:1.2.3.4', 'a\nbasicConstraints=CA:TRUE', 'DNS:', 'a b', 'URI:http://x']) expect(() => parseSan(bad)).toThrow(/--san/);
+    expect(() => initCerts(path.join(dir, 'd'), false, 'h', ['DNS:a,IP:1.2.3.4'])).toThrow(/--san/);
   });
 });

@@ -1,17 +1,19 @@
 /**
- * `sandnode certs init [--dir D] [--force]`: a development CA and two pairs it signs, for the
- * server's mutual-TLS TCP listener (issue 10 §4): `server.pem`/`server.key` (SAN: localhost,
- * 127.0.0.1 and this machine's hostname; server keys tlsCert/tlsKey, tlsCa = ca.pem) and
+ * `sandnode certs init [--dir D] [--force] [--san IP:A|DNS:N ...]`: a development CA and two
+ * pairs it signs, for the server's mutual-TLS TCP listener (issue 10 §4): `server.pem`/`server.key`
+ * (SAN: localhost, 127.0.0.1, this machine's hostname and each --san; server keys
+ * tlsCert/tlsKey, tlsCa = ca.pem) and
  * `client.pem`/`client.key` (CLI: --tls-ca ca.pem --tls-cert client.pem --tls-key client.key).
  * Made with openssl (EC P-256); keys are 0600. Files already there are kept unless --force
  * (exit 1 naming them). For production, use certificates of your own CA.
  */
 import { execFileSync } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import type { Command } from 'commander';
-import { action, print } from '../output';
+import { action, print, UsageError } from '../output';
 
 /** Days the CA and the pairs are valid. */
 const CA_DAYS = 3650;
@@ -37,8 +39,30 @@ function makePair(dir: string, name: string, cn: string, ext: string, days: numb
   chmodSync(path.join(dir, `${name}.key`), 0o600);
 }
 
-/** initCerts makes the CA and the server and client pairs in dir (see the file header); returns the file paths. Errors: an Error naming files already there (without force), or openssl's. */
-export function initCerts(dir: string, force = false, hostname = os.hostname()): Record<string, string> {
+/**
+ * parseSan reads one --san value as a subjectAltName entry: `IP:a.b.c.d` / `IP:v6`, `DNS:name`,
+ * or a bare address or name (taken as IP or DNS by its form). Throws UsageError for anything
+ * else: the value goes into openssl's extension file, so a comma, newline or other byte outside
+ * a host name never reaches it.
+ */
+export function parseSan(v: string): string {
+  const m = /^(IP|DNS):(.*)$/i.exec(v.trim());
+  const kind = m ? m[1]!.toUpperCase() : undefined;
+  const value = m ? m[2]! : v.trim();
+  if ((kind === undefined || kind === 'IP') && net.isIP(value)) return `IP:${value}`;
+  if (kind === 'IP') throw new UsageError(`--san ${v}: ${JSON.stringify(value)} is not an IPv4 or IPv6 address`);
+  if (/^(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*$/.test(value) && value.length <= 253) return `DNS:${value}`;
+  throw new UsageError(`--san ${v}: give IP:ADDRESS or DNS:NAME (a host name: letters, digits, '-' and '.')`);
+}
+
+/**
+ * initCerts makes the CA and the server and client pairs in dir (see the file header); san adds
+ * names to the server certificate (parseSan's form: what a remote client dials, e.g. IP:192.0.2.2).
+ * Returns the file paths. Errors: an Error naming files already there (without force), UsageError
+ * for a bad san, or openssl's.
+ */
+export function initCerts(dir: string, force = false, hostname = os.hostname(), san: string[] = []): Record<string, string> {
+  const extra = san.map(parseSan);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const there = FILES.filter((f) => existsSync(path.join(dir, f)));
   if (there.length && !force) throw new Error(`${dir} already holds ${there.join(', ')}: kept (use --force to make new ones)`);
@@ -67,8 +91,8 @@ export function initCerts(dir: string, force = false, hostname = os.hostname()):
     dir,
   );
   chmodSync(path.join(dir, 'ca.key'), 0o600);
-  const san = [...new Set(['DNS:localhost', 'IP:127.0.0.1', ...(hostname && /^[A-Za-z0-9.-]+$/.test(hostname) ? [`DNS:${hostname}`] : [])])].join(',');
-  makePair(dir, 'server', 'sandnode-server', `subjectAltName=${san}\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n`, PAIR_DAYS);
+  const names = [...new Set(['DNS:localhost', 'IP:127.0.0.1', ...(hostname && /^[A-Za-z0-9.-]+$/.test(hostname) ? [`DNS:${hostname}`] : []), ...extra])].join(',');
+  makePair(dir, 'server', 'sandnode-server', `subjectAltName=${names}\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n`, PAIR_DAYS);
   makePair(dir, 'client', 'sandnode-client', 'extendedKeyUsage=clientAuth\nbasicConstraints=CA:FALSE\n', PAIR_DAYS);
   rmSync(path.join(dir, 'ca.srl'), { force: true });
   return Object.fromEntries(FILES.map((f) => [f, path.join(dir, f)]));
@@ -83,11 +107,12 @@ export function registerCertsCommands(program: Command): void {
     .description('make a development CA, a server pair and a client pair (openssl)')
     .option('--dir <dir>', 'where to write them', './.sandnode/certs')
     .option('--force', 'replace files already there')
+    .option('--san <name>', 'another name of the server certificate, repeatable: IP:ADDRESS or DNS:NAME (what remote clients dial; localhost, 127.0.0.1 and the hostname are always in)', (v: string, acc: string[]) => [...acc, v], [] as string[])
     .option('--json', 'print JSON')
     .action(
-      action(async (o: { dir: string; force?: boolean; json?: boolean }) => {
+      action(async (o: { dir: string; force?: boolean; san: string[]; json?: boolean }) => {
         const dir = path.resolve(o.dir);
-        const files = initCerts(dir, !!o.force);
+        const files = initCerts(dir, !!o.force, os.hostname(), o.san);
         print(!!o.json, { dir, files }, () =>
           [
             `made a development CA and server/client pairs in ${dir}`,
