@@ -311,7 +311,7 @@ export class SandboxManager {
           poolMiss = got.miss;
         }
         const tpl = await this.o.templates.get(template);
-        if (!tpl) throw new NotFoundError(`template ${JSON.stringify(template)} not found (build it: sandnode template build ${template})`);
+        if (!tpl) throw await templateNotFound(this.o.templates, template);
         const origin: RecordOrigin = {
           template,
           templatePoddVersion: tpl.poddVersion,
@@ -347,7 +347,7 @@ export class SandboxManager {
       this.creatingFrom.set(c.template, (this.creatingFrom.get(c.template) ?? 0) + 1);
       try {
         const tpl = await this.o.templates.get(c.template);
-        if (!tpl) throw new NotFoundError(`template ${JSON.stringify(c.template)} not found (build it: sandnode template build ${c.template})`);
+        if (!tpl) throw await templateNotFound(this.o.templates, c.template);
         const origin: RecordOrigin = { template: c.template, templatePoddVersion: tpl.poddVersion, templateRootfs: tpl.rootfsPath, resources, rootfsGeneration: 1, forkedFrom: '' };
         return await this.createFromTemplate(origin, 0, {}, '', undefined, undefined, { key: c.key, state: 'READY', claimedAtMs: 0 });
       } finally {
@@ -656,4 +656,15 @@ export class SandboxManager {
   withLock<T>(id: string, fn: () => Promise<T>): Promise<T> {
     return this.locks.run(id, fn);
   }
+}
+
+/**
+ * templateNotFound is the NOT_FOUND of a create naming a template this node lacks: it names the
+ * templates there are (at most 20), so a typo is seen as one, and says what a build would make (a
+ * template of the base image under that name; newcomer: the old hint built a typo's copy).
+ */
+export async function templateNotFound(templates: Pick<TemplateCatalog, 'list'>, name: string): Promise<NotFoundError> {
+  const have = (await templates.list().catch(() => [])).map((t) => t.name).sort();
+  const names = have.length === 0 ? 'none yet' : `${have.slice(0, 20).join(', ')}${have.length > 20 ? `, … (${have.length} in all: sandnode template list)` : ''}`;
+  return new NotFoundError(`template ${JSON.stringify(name)} not found; this node has: ${names} (sandnode template build NAME makes one from the base image)`);
 }

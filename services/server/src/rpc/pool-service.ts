@@ -8,13 +8,14 @@ import type { GetPoolStatusResponse, PoolStatus, SetPoolRequest, SetPoolResponse
 import type { WarmPool, PoolStatusInfo } from '../core/pool';
 import { poolKey, validatePoolRequest, type PoolConfigStore } from '../core/pool-config';
 import type { TemplateCatalog } from '../core/types';
+import { templateNotFound } from '../core/sandbox-manager';
 import type { ResourceDefaults } from '../core/validate';
 
 /** What the pool RPCs need of the active server (undefined unless ACTIVE). */
 export interface PoolAdminPort {
   pool: WarmPool;
   configs: PoolConfigStore;
-  templates: Pick<TemplateCatalog, 'get'>;
+  templates: Pick<TemplateCatalog, 'get' | 'list'>;
   resourceDefaults: ResourceDefaults;
   now(): number;
 }
@@ -37,7 +38,7 @@ export async function setPool(port: PoolAdminPort | undefined, req: SetPoolReque
   if (v.size === 0) {
     p.configs.delete(key);
   } else {
-    if (!(await p.templates.get(v.template))) throw new NotFoundError(`template ${JSON.stringify(v.template)} not found (build it: sandnode template build ${v.template}); no pool was set`);
+    if (!(await p.templates.get(v.template))) throw new NotFoundError(`${(await templateNotFound(p.templates, v.template)).message}; no pool was set`);
     p.configs.set({ key, template: v.template, resources: v.resources, size: v.size, updatedAtMs: p.now() });
   }
   // removed members are retired and new ones made by the next pass; start the refill now
