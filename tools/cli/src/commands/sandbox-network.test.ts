@@ -8,7 +8,7 @@ import { SandboxNetwork } from '@sandnode/shared/proto/server/v1/sandbox';
 import { sandboxJson } from '@sandnode/node-stack';
 import { CliError, UsageError } from '../output';
 import { previewText } from './upgrade';
-import { addNetworkFlags, headerForm, networkChange, networkLine, networkRequest, networkText, tokenText, urlOf, type NetworkFlags } from './sandbox-network';
+import { addNetworkFlags, allowOutNote, headerForm, networkChange, type NetworkFlags, networkLine, networkRequest, networkText, tokenText, urlOf } from './sandbox-network';
 
 /** parse runs a throwaway command with the network flags over argv and returns its options. */
 function parse(argv: string[], extra: (c: Command) => Command = (c) => c): NetworkFlags & { private?: boolean } {
@@ -110,5 +110,16 @@ describe('the network line of create and fork', () => {
     const j = sandboxJson({ sandboxId: 'sb-1', state: 2, isolation: [], metadata: {}, envKeys: [], createdAtMs: 0, network: n } as never);
     expect(networkLine(j.network)).toBe('network 10.209.0.6 (gateway 10.209.0.5), ingress http://{port}-sb-1.localhost:8480 (public)');
     expect(networkLine(null)).toBe('no network (loopback only)');
+  });
+});
+
+describe('allowOutNote', () => {
+  it('notes an --allow-out that changes nothing: no --block-all and no --deny-out to lift (newcomer)', () => {
+    expect(allowOutNote({ allowOut: ['8.8.8.8/32'], denyOut: [], blockAll: false })).toMatch(/^sandnode: note: --allow-out changes nothing without --block-all/);
+  });
+  it('says nothing when it does something, or when there is none', () => {
+    expect(allowOutNote({ allowOut: ['8.8.8.8/32'], denyOut: [], blockAll: true })).toBeUndefined();
+    expect(allowOutNote({ allowOut: ['8.8.8.8/32'], denyOut: ['8.8.0.0/16'], blockAll: false })).toBeUndefined();
+    expect(allowOutNote({ allowOut: [], denyOut: [], blockAll: false })).toBeUndefined();
   });
 });

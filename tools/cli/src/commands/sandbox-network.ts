@@ -124,6 +124,8 @@ export function registerNetworkCommands(sandbox: Command): void {
     .action(
       action(async (id: string, o: NetworkFlags & { private?: boolean; json?: boolean }, cmd: Command) => {
         const change = networkChange(o);
+        const note = allowOutNote(o);
+        if (note && !o.json) process.stderr.write(note);
         const s = await withServer(dirsOf(cmd), async (api) => {
           const now = (await api.sandboxes.getSandbox({ sandboxId: id })).sandbox!;
           if (!change) return now;
@@ -162,6 +164,16 @@ export function registerNetworkCommands(sandbox: Command): void {
         );
       }),
     );
+}
+
+/**
+ * allowOutNote: the note for --allow-out given without --block-all or a --deny-out it could lift
+ * (allow wins over deny): every destination that is not always denied is allowed already, so the
+ * flag changes nothing (newcomer: accepted silently). undefined when it does something.
+ */
+export function allowOutNote(f: Pick<NetworkFlags, 'allowOut' | 'denyOut' | 'blockAll'>): string | undefined {
+  if (f.allowOut.length === 0 || f.blockAll || f.denyOut.length > 0) return undefined;
+  return 'sandnode: note: --allow-out changes nothing without --block-all or a --deny-out it lifts: every destination not always denied is allowed already\n';
 }
 
 /** networkChange is what `sandbox network` flags change: undefined without flags (show). UsageError for --public with --private. */

@@ -13,7 +13,7 @@ import { action, print } from '../output';
 import { addOutputOptions, render, type OutputOpts } from '../output-format';
 import { listAllSandboxes, withServer } from '../server-calls';
 import { addIdleFlags, idleLine, idleRequest, registerIdleCommands, type IdleFlags } from './sandbox-idle';
-import { addNetworkFlags, networkLine, networkRequest, registerNetworkCommands, tokenText, type NetworkFlags } from './sandbox-network';
+import { addNetworkFlags, allowOutNote, networkLine, networkRequest, registerNetworkCommands, tokenText, type NetworkFlags } from './sandbox-network';
 import { requireServerFeatures, type FeatureNeed } from '../server-features';
 import { SERVER_FEATURES } from '@sandnode/shared';
 
@@ -118,6 +118,8 @@ export function registerSandboxCommands(program: Command): Command {
         cmd: Command,
       ) => {
         const network = networkRequest(o);
+        const note = allowOutNote(o);
+        if (note && !o.json) process.stderr.write(note);
         const idle = idleRequest(o);
         const needs = flagNeeds(o, false);
         const r = await withServer(dirsOf(cmd), async (api) => {
@@ -248,6 +250,8 @@ export function registerSandboxCommands(program: Command): Command {
   ).action(
     action(async (id: string, o: JsonOpts & NetworkFlags & IdleFlags & { metadata: Record<string, string>; timeout: number; maxFreezeMs: number; requestId?: string }, cmd: Command) => {
       const network = networkRequest(o);
+      const note = allowOutNote(o);
+      if (note && !o.json) process.stderr.write(note);
       // no idle flag: the child takes the parent's idle settings; any idle flag: these settings instead
       const idle = idleRequest(o);
       const needs = flagNeeds(o, true);
