@@ -139,4 +139,28 @@ describeNode('kill -9 at each step of a server handover', () => {
     expect(inv.devices).toHaveLength(4);
     expect(inv.loopBackingFiles).toHaveLength(4);
   });
+
+  it('the active server killed -9 while the standby boots: the upgrade takes the node over as a failover, no operator (attacker: no server was left, 3 of 3)', async () => {
+    await restartServer({});
+    const before = (await holderStatus(node.dirs))!;
+    const oldPid = serverProcesses(node.dirs.runDir)[0]!;
+    const upgrade = upgradeServer(node.dirs, '.', 60_000).then(
+      (r) => `returned (new pid ${r.newPid}, epoch ${r.epoch})`,
+      (e: Error) => `failed: ${e.message.split('\n')[0]}`,
+    );
+    // the standby's process is there (booting, niced, before it asks anything): the active one dies
+    await waitFor('the standby process', async () => (serverProcesses(node.dirs.runDir).length >= 2 ? true : undefined), 20_000, 10);
+    process.kill(oldPid, 'SIGKILL');
+    const outcome = await upgrade;
+    const c = await converge();
+    console.log(`killed while the standby booted: upgrade ${outcome}; converged on pid ${c.pid} (old ${oldPid})`);
+    expect(outcome).toMatch(/^returned/);
+    expect(c.operatorStarted).toBe(false);
+    expect(c.pid).not.toBe(oldPid);
+    expect((await holderStatus(node.dirs))!.epoch).toBeGreaterThan(before.epoch);
+    const api = node.reconnect();
+    const r = (await api.sandboxes.getSandbox({ sandboxId: running.sandboxId })).sandbox!;
+    expect([r.state, r.pid]).toEqual([SandboxState.SANDBOX_STATE_RUNNING, running.pid]);
+    expect((await execCollect(api, running.sandboxId, ['cat', 'crash.txt'])).stdout).toBe('still here');
+  });
 });

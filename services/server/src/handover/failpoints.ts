@@ -12,6 +12,7 @@ import { ConfigError, Failpoints } from '@sandnode/shared';
 
 /** The failpoints of the server handover, in the order they are reached. */
 export const HANDOVER_FAILPOINTS = [
+  'handover.at-prepare', // old: PrepareHandover asked (the standby's preflight), nothing held yet
   'handover.after-hold', // old: lifecycle calls held, in-flight ones done
   'handover.after-send', // old: listeners sent to the standby
   'handover.after-release', // old: lease released, before answering

@@ -8,8 +8,9 @@
  *   up -> accept on those sockets (beside the old server for a moment) -> FinishHandover (the
  *   old server stops accepting and retires: GOAWAY)
  *
- * If the active server dies during Handover and the lease is free, this server takes the node
- * over as a failover would (with the sockets if they arrived, else fresh ones).
+ * If the active server dies before or during PrepareHandover or Handover and its lease is free,
+ * this server takes the node over as a failover would (with the sockets if they arrived, else
+ * fresh ones): an upgrade never leaves the node without a server because the old one died.
  */
 import path from 'node:path';
 import {
@@ -87,15 +88,32 @@ export interface TakeoverOptions {
 export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<TakeoverResult> {
   const { cfg, log, lease } = node;
   const holder = FlockLease.readHolder(lease.file);
-  if (!holder || !FlockLease.isHeld(lease.file)) throw new FailedPreconditionError('no active server holds the lease: start normally instead');
+  if (!holder) throw new FailedPreconditionError('no active server holds the lease: start normally instead');
   await checkPeers(cfg);
   o.signal?.throwIfAborted();
+  // the server named in the lease died before the handover began (after `upgrade server` saw it
+  // active): take the node over as a failover would, or the node is left with no server until an
+  // operator runs `up` (attacker: 3 of 3 kills at that moment)
+  if (!FlockLease.isHeld(lease.file)) {
+    const r = await failoverIfGone(node, holder, 'the active server was gone before the handover began');
+    if (r) return r;
+    throw new FailedPreconditionError('no active server holds the lease: start normally instead');
+  }
   const peerWaitMs = Math.min(cfg.peerStartTimeoutMs, Math.floor((o.finishTimeoutMs || DEFAULT_FINISH_TIMEOUT_MS) / 3));
   const ch = createSandnodeChannel(holder.admin);
   const admin = createServiceClient(AdminServiceDefinition, ch, { timeoutMs: cfg.handoverCallTimeoutMs, retryAttempts: 1 });
   let servingAtMs: number;
   try {
-    const pre = await admin.prepareHandover({ standbyVersion: SUITE_VERSION, standbyFeatures: [...o.features] }, { signal: o.signal });
+    let pre;
+    try {
+      pre = await admin.prepareHandover({ standbyVersion: SUITE_VERSION, standbyFeatures: [...o.features] }, { signal: o.signal });
+    } catch (err) {
+      // the active server died while it was asked (handover.at-prepare): nothing was held or sent yet
+      if (o.signal?.aborted) throw err;
+      const r = await failoverIfGone(node, holder, 'the active server died during PrepareHandover', err);
+      if (r) return r;
+      throw err;
+    }
     if (!pre.ok) throw new FailedPreconditionError(`the active server refuses a handover: ${pre.reasons.join('; ')}`);
     const fdPath = path.join(cfg.runDir, `server-${cfg.slot || String(process.pid)}-fds.sock`);
     const rx = receiveFds<HandoverFdMeta>(fdPath, cfg.handoverFdTimeoutMs);
@@ -116,20 +134,14 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
       });
     } catch (err) {
       // The old server died during the handover: if the lease is free, take the node over as
-      // a failover would. (Its connection drops while it is still exiting: give the kernel a
-      // moment to end it and release its lease.)
-      let free = false;
-      for (const t0 = Date.now(); !free && Date.now() - t0 < DEAD_HOLDER_LEASE_WAIT_MS;) {
-        free = !holderAlive(holder.pid) && lease.tryAcquire();
-        if (!free) await sleep(50);
-      }
-      if (!free) throw err;
-      log.warn({ err, old_pid: holder.pid }, 'the old server died during the handover: taking over as failover');
-      const got = await Promise.race([rx.message, sleep(DEAD_HOLDER_FD_WAIT_MS).then(() => undefined)]).catch(() => undefined);
-      const listeners = got ? received(got) : node.freshListeners();
-      const report = await node.becomeActive(listeners, holder.epoch);
-      const failover = { token: '', epoch: holder.epoch, listeners: [], inFlightFinished: 0, holdStartedAtMs: holdStarted, oldPid: holder.pid, oldVersion: holder.version };
-      return reportTakeover(node, failover, report, listeners, 0);
+      // a failover would, with its sockets when they arrived.
+      const got = rx.message.then(
+        (m) => m,
+        () => undefined,
+      );
+      const r = await failoverIfGone(node, holder, 'the old server died during the handover', err, holdStarted, () => Promise.race([got, sleep(DEAD_HOLDER_FD_WAIT_MS).then(() => undefined)]));
+      if (r) return r;
+      throw err;
     }
     const msg = await rx.message;
     failpoint('takeover.after-fds');
@@ -155,6 +167,35 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
   } finally {
     ch.close();
   }
+}
+
+/**
+ * failoverIfGone takes the node over when the server named in the lease (holder) is dead and its
+ * lease free (its process may still be exiting: looked for up to DEAD_HOLDER_LEASE_WAIT_MS), on
+ * the sockets `sockets` gives (the old server's, when they arrived) or fresh ones, with an epoch
+ * above the holder's. Returns the takeover's result, or undefined (nothing done) when the holder
+ * lives or another process took the lease.
+ */
+async function failoverIfGone(
+  node: StandbyNode,
+  holder: { pid: number; epoch: number; version: string },
+  why: string,
+  err?: unknown,
+  holdStartedAtMs = Date.now(),
+  sockets?: () => Promise<{ fds: number[]; meta: HandoverFdMeta } | undefined>,
+): Promise<TakeoverResult | undefined> {
+  let free = false;
+  for (const t0 = Date.now(); !free && Date.now() - t0 < DEAD_HOLDER_LEASE_WAIT_MS;) {
+    free = !holderAlive(holder.pid) && node.lease.tryAcquire();
+    if (!free) await sleep(50);
+  }
+  if (!free) return undefined;
+  node.log.warn({ err, old_pid: holder.pid }, `${why}: taking over as failover`);
+  const got = sockets ? await sockets().catch(() => undefined) : undefined;
+  const listeners = got ? received(got) : node.freshListeners();
+  const report = await node.becomeActive(listeners, holder.epoch);
+  const failover = { token: '', epoch: holder.epoch, listeners: [], inFlightFinished: 0, holdStartedAtMs, oldPid: holder.pid, oldVersion: holder.version };
+  return reportTakeover(node, failover, report, listeners, 0);
 }
 
 function reportTakeover(node: StandbyNode, res: HandoverResponse, report: AdoptionReport, listeners: ListenerSource, servingAtMs: number): TakeoverResult {

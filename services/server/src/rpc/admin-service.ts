@@ -14,6 +14,7 @@ import { drainedToPb, drainReportToPb } from './convert';
 import { handoverLosses } from './handover-losses';
 import type { Role } from '../handover/roles';
 import { FlockLease } from '../store/flock-lease';
+import { failpoint } from '../handover/failpoints';
 import { getPoolStatus, setPool, type PoolAdminPort } from './pool-service';
 
 /** Most sandboxes a Drain may stop at once. */
@@ -96,6 +97,7 @@ export function adminService(node: AdminPort): AdminServiceImplementation<Sandno
       };
     },
     async prepareHandover(req) {
+      failpoint('handover.at-prepare');
       const reasons: string[] = [];
       if (node.role !== 'ACTIVE') reasons.push(`this server is ${node.role}, not ACTIVE`);
       if (node.handingOver) reasons.push('a handover is already in progress');
