@@ -10,7 +10,7 @@ import { PoddServiceDefinition, ThawEndedBy } from '@sandnode/shared/proto/podd/
 import type { Channel } from 'nice-grpc';
 import { DEFAULT_PODD_CALL_TIMEOUT_MS, DEFAULT_PODD_RETRY_ATTEMPTS } from '../config';
 import type { ExecArgs, ExecEvent, PoddClient, PoddConnector, PeerVersion, PoddFreeze, PoddThaw } from '../core/types';
-import { withMappedErrors } from './peer-errors';
+import { mapPeerError, withMappedErrors } from './peer-errors';
 import { poddExecStreams } from './podd-exec-stream';
 import type { PoddExecStreams } from '../core/exec-stream';
 
@@ -32,6 +32,7 @@ class PoddPeer implements PoddClient {
   readonly client: ServiceClient<typeof PoddServiceDefinition>;
   readonly features: PeerFeatures;
   readonly execStreams: PoddExecStreams;
+  private readonly log: Logger | undefined;
 
   constructor(address: string, o: PoddPeerOptions) {
     this.channel = createSandnodeChannel(address);
@@ -40,6 +41,7 @@ class PoddPeer implements PoddClient {
       retryAttempts: o.retryAttempts ?? DEFAULT_PODD_RETRY_ATTEMPTS,
     });
     this.client = withMappedErrors(client, 'podd', o.log);
+    this.log = o.log;
     this.features = new PeerFeatures(this.channel, `podd at ${address}`);
     this.execStreams = poddExecStreams(this.client);
   }
@@ -55,7 +57,8 @@ class PoddPeer implements PoddClient {
   }
 
   async version(): Promise<PeerVersion> {
-    const v = await this.features.get();
+    // GetVersion goes on the raw channel (PeerFeatures): its errors are mapped as every other call's
+    const v = await this.features.get().catch((err: unknown) => Promise.reject(mapPeerError('podd', 'getVersion', err, this.log)));
     return { version: v.version, features: v.features };
   }
 
