@@ -135,3 +135,11 @@ describe('hintFor: FAILED_PRECONDITION', () => {
     expect(hintFor(Status.UNAUTHENTICATED, 'no bearer token', tcp)).toMatch(/^give a token/);
   });
 });
+
+describe('hintFor: UNAUTHENTICATED', () => {
+  it('names the safe forms of a token first (env, file), not --token, whose secret every local user can read', () => {
+    const h = hintFor(Status.UNAUTHENTICATED, 'no credentials', TCP)!;
+    expect(h).toMatch(/^give a token \(env SANDNODE_TOKEN or --token-file FILE;/);
+    expect(h).not.toContain('--token,');
+  });
+});
