@@ -141,4 +141,17 @@ describeNode('AdminService.DrainStream with real sandboxes', () => {
     expect(out.match(/preserved sandboxes kept: rootfs/g)?.length).toBe(1);
     expect(out).toContain(`drained ${COUNT} of ${COUNT} sandboxes`);
   });
+
+  it('sandnode sandbox resume --all-drained brings every drained sandbox back (it starts the ublk-manager the drain stopped)', async () => {
+    for (const id of ids) expect((await node.api.sandboxes.getSandbox({ sandboxId: id })).sandbox!.state).toBe(SandboxState.SANDBOX_STATE_DRAINED);
+    const r = spawnSync(
+      process.execPath,
+      [require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', node.dirs.stateDir, '--run-dir', node.dirs.runDir, '--listen', '', 'sandbox', 'resume', '--all-drained'],
+      { encoding: 'utf8', timeout: 120_000 },
+    );
+    console.log(`sandnode sandbox resume --all-drained: exit ${r.status}:\n${r.stdout}${r.stderr}`);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain(`resumed ${COUNT} of ${COUNT} drained sandboxes`);
+    for (const id of ids) expect((await node.api.sandboxes.getSandbox({ sandboxId: id })).sandbox!.state).toBe(SandboxState.SANDBOX_STATE_RUNNING);
+  });
 });

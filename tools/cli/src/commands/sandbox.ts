@@ -5,11 +5,11 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { Command } from 'commander';
-import { isolationText, nodeSettings, recordedNote, sandboxJson, startWhatResumeNeeds, table, type SandboxJson } from '@sandnode/node-stack';
+import { isolationText, nodeSettings, recordedNote, sandboxJson, startWhatResumeNeeds, table, type SandboxJson, type ServerApi } from '@sandnode/node-stack';
 import { ClientError, Status } from 'nice-grpc-common';
 import { ForkMethod, GetSandboxResponse, ListSandboxesResponse, SandboxState, type CreateSandboxResponse } from '@sandnode/shared/proto/server/v1/sandbox';
 import { dirsOf, keyValue, oneOf, wholeNumber } from '../options';
-import { action, print } from '../output';
+import { action, print, UsageError } from '../output';
 import { addOutputOptions, render, type OutputOpts } from '../output-format';
 import { listAllSandboxes, withServer } from '../server-calls';
 import { addIdleFlags, idleLine, idleRequest, registerIdleCommands, type IdleFlags } from './sandbox-idle';
@@ -214,13 +214,15 @@ export function registerSandboxCommands(program: Command): Command {
     );
 
   sandbox
-    .command('resume <id>')
+    .command('resume [id]')
     .description(
-      'thaw a PAUSED sandbox, or boot a DRAINED one again on its disks; on this node it first starts the daemons that are not running (a drain stops the ublk-manager), so no `up` is needed after a drain',
+      'thaw a PAUSED sandbox, or boot a DRAINED one again on its disks; on this node it first starts the daemons that are not running (a drain stops the ublk-manager), so no `up` is needed after a drain. --all-drained: every DRAINED sandbox a drain left (not the hibernated ones: they wake on their next use)',
     )
+    .option('--all-drained', 'resume every sandbox a drain left DRAINED (4 at a time); exit 1 when one fails')
     .option('--json', 'print JSON')
     .action(
-      action(async (id: string, o: JsonOpts, cmd: Command) => {
+      action(async (id: string | undefined, o: JsonOpts & { allDrained?: boolean }, cmd: Command) => {
+        if (!!id === !!o.allDrained) throw new UsageError('resume: give a sandbox id or --all-drained (one of them)');
         const d = dirsOf(cmd);
         // only the local node's daemons: with --address the server may be another machine's
         if (cmd.optsWithGlobals<{ address?: string }>().address === undefined) {
@@ -229,8 +231,14 @@ export function registerSandboxCommands(program: Command): Command {
           // with which settings, as up says it (newcomer: resume did use the recorded ones, silently)
           if (started.length) process.stderr.write(recordedNote(nodeSettings(d.stateDir, process.env)));
         }
-        const s = sandboxJson((await withServer(d, (api) => api.sandboxes.resumeSandbox({ sandboxId: id }))).sandbox!);
-        print(!!o.json, s, () => oneLine(s));
+        if (id) {
+          const s = sandboxJson((await withServer(d, (api) => api.sandboxes.resumeSandbox({ sandboxId: id }))).sandbox!);
+          print(!!o.json, s, () => oneLine(s));
+          return;
+        }
+        const done = await withServer(d, async (api) => resumeAllDrained(api));
+        print(!!o.json, done, () => resumeAllText(done));
+        if (done.failed.length) process.exitCode = 1;
       }),
     );
 
@@ -325,4 +333,54 @@ export function registerSandboxCommands(program: Command): Command {
   registerNetworkCommands(sandbox);
   registerIdleCommands(sandbox);
   return sandbox;
+}
+
+/** What `sandbox resume --all-drained` did: the sandboxes resumed and those that failed (id, the error). */
+export interface ResumeAllResult {
+  resumed: SandboxJson[];
+  failed: { id: string; error: string }[];
+  /** DRAINED by hibernation (idle): left as they are, they wake on their next use */
+  hibernated: string[];
+}
+
+/** RESUME_ALL_AT_ONCE: resumes in flight at once (each boots a VM: the node's cores are the bound). */
+const RESUME_ALL_AT_ONCE = 4;
+
+/**
+ * resumeAllDrained resumes every DRAINED sandbox that a drain left (not the hibernated ones),
+ * RESUME_ALL_AT_ONCE at a time; a failed resume is reported, the others go on (newcomer: after a
+ * drain of many the operator looped over the ids by hand).
+ */
+export async function resumeAllDrained(api: Pick<ServerApi, 'sandboxes'>): Promise<ResumeAllResult> {
+  const drained = await listAllSandboxes(api as ServerApi, { states: [SandboxState.SANDBOX_STATE_DRAINED] });
+  const out: ResumeAllResult = { resumed: [], failed: [], hibernated: [] };
+  const todo = drained.filter((x) => {
+    if (!x.idle?.hibernated) return true;
+    out.hibernated.push(x.sandboxId);
+    return false;
+  });
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(RESUME_ALL_AT_ONCE, todo.length) }, async () => {
+      for (let i = next++; i < todo.length; i = next++) {
+        const sb = todo[i]!;
+        try {
+          out.resumed.push(sandboxJson((await api.sandboxes.resumeSandbox({ sandboxId: sb.sandboxId })).sandbox!));
+        } catch (err) {
+          out.failed.push({ id: sb.sandboxId, error: err instanceof ClientError ? `${Status[err.code]}: ${err.details}` : (err as Error).message });
+        }
+      }
+    }),
+  );
+  return out;
+}
+
+/** resumeAllText is resumeAllDrained's result for people: a line per sandbox, then the counts. */
+export function resumeAllText(r: ResumeAllResult): string {
+  const lines = [
+    ...r.resumed.map((s) => oneLine(s)),
+    ...r.failed.map((f) => `${f.id}: resume failed: ${f.error}`),
+    `resumed ${r.resumed.length} of ${r.resumed.length + r.failed.length} drained sandboxes${r.hibernated.length ? `; ${r.hibernated.length} hibernated left as they are (they wake on their next use)` : ''}`,
+  ];
+  return lines.join('\n');
 }
