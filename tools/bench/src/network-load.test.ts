@@ -40,7 +40,12 @@ describe('parseCurl', () => {
 });
 
 describe('headerArgs', () => {
-  it("spells Host so that wrk replaces its own (a second Host is a bad request)", () => {
-    expect(headerArgs({ name: 'ingress', host: '127.0.0.1', port: 1, headers: { host: '8080-sb.localhost', 'sandnode-access-token': 't' } })).toEqual(['-H', 'Host: 8080-sb.localhost', '-H', 'sandnode-access-token: t']);
+  it('spells Host so that wrk replaces its own (a second Host is a bad request)', () => {
+    expect(headerArgs({ name: 'ingress', host: '127.0.0.1', port: 1, headers: { host: '8080-sb.localhost', 'sandnode-access-token': 't' } })).toEqual([
+      '-H',
+      'Host: 8080-sb.localhost',
+      '-H',
+      'sandnode-access-token: t',
+    ]);
   });
 });

@@ -321,7 +321,18 @@ async function benchIngress(direct: Target, ingress: Target, sb: { id: string; a
   const detail = (x: Samples) => ({ downloadMibPerS: r1(median(x.mibPerS)), requestsPerS: Math.round(median(x.rps)), latencyP50Ms: p(x.lat, 50), latencyP99Ms: p(x.lat, 99) });
   const er = s['engine-raw']!;
   const en = s['engine-node-http']!;
-  const details = { direct: detail(d), ingress: detail(i), engineRaw: detail(er), engineNodeHttp: detail(en), ...(g ? { nginx: detail(g) } : {}), rounds, downloadBytes: bytes, clients: 32, client: client === 'wrk' ? 'wrk -t1 -c32 (requests/s), curl (download)' : 'node:http (wrk or curl not installed)', ...(client === 'wrk' ? { nodeClient } : {}) };
+  const details = {
+    direct: detail(d),
+    ingress: detail(i),
+    engineRaw: detail(er),
+    engineNodeHttp: detail(en),
+    ...(g ? { nginx: detail(g) } : {}),
+    rounds,
+    downloadBytes: bytes,
+    clients: 32,
+    client: client === 'wrk' ? 'wrk -t1 -c32 (requests/s), curl (download)' : 'node:http (wrk or curl not installed)',
+    ...(client === 'wrk' ? { nodeClient } : {}),
+  };
   figure(out, rows, 'ingressEngines', 'network: ingress engines raw / node-http: download MiB/s, requests/s, GET p50 ms', {
     value: `${r1(median(er.mibPerS))} / ${r1(median(en.mibPerS))}, ${Math.round(median(er.rps))} / ${Math.round(median(en.rps))}, ${p(er.lat, 50)} / ${p(en.lat, 50)}`,
     unit: '',

@@ -17,17 +17,22 @@ describe('hintFor: UNAVAILABLE', () => {
   });
 
   it('the node socket is missing: is the node up?', () => {
-    expect(hintFor(Status.UNAVAILABLE, 'No connection established. Last error: Error: connect ENOENT /run/sandnode/server.sock.', SOCK)).toBe('is the node up? nothing answers at /run/sandnode/server.sock; run: sandnode up');
+    expect(hintFor(Status.UNAVAILABLE, 'No connection established. Last error: Error: connect ENOENT /run/sandnode/server.sock.', SOCK)).toBe(
+      'is the node up? nothing answers at /run/sandnode/server.sock; run: sandnode up',
+    );
   });
 
-  it("a server certificate that does not name the host dialled: say so and how to add the name, not \"give --tls-ca\" (newcomer)", () => {
+  it('a server certificate that does not name the host dialled: say so and how to add the name, not "give --tls-ca" (newcomer)', () => {
     const details =
       "No connection established. Last error: Error [ERR_TLS_CERT_ALTNAME_INVALID]: Hostname/IP does not match certificate's altnames: IP: 192.0.2.2 is not in the cert's list: 127.0.0.1.";
     expect(hintFor(Status.UNAVAILABLE, details, { address: '192.0.2.2:7071', tls: true })).toBe(
       "the server's certificate does not name 192.0.2.2 (it names 127.0.0.1): dial one of those, or make the server pair naming it: sandnode certs init --force --san IP:192.0.2.2 (then restart the server with it)",
     );
-    const dns = "No connection established. Last error: Error [ERR_TLS_CERT_ALTNAME_INVALID]: Hostname/IP does not match certificate's altnames: Host: node1.example. is not in the cert's altnames: DNS:localhost, IP Address:127.0.0.1";
-    expect(hintFor(Status.UNAVAILABLE, dns, { address: 'node1.example:7071', tls: true })).toMatch(/does not name node1\.example \(it names DNS:localhost, IP Address:127\.0\.0\.1\).*--san DNS:node1\.example/);
+    const dns =
+      "No connection established. Last error: Error [ERR_TLS_CERT_ALTNAME_INVALID]: Hostname/IP does not match certificate's altnames: Host: node1.example. is not in the cert's altnames: DNS:localhost, IP Address:127.0.0.1";
+    expect(hintFor(Status.UNAVAILABLE, dns, { address: 'node1.example:7071', tls: true })).toMatch(
+      /does not name node1\.example \(it names DNS:localhost, IP Address:127\.0\.0\.1\).*--san DNS:node1\.example/,
+    );
   });
 
   it('the default run dir is relative: the hint names the socket tried and says so (newcomer: `up` from another directory started a second node)', () => {
@@ -35,7 +40,7 @@ describe('hintFor: UNAVAILABLE', () => {
     expect(h).toMatch(/^is the node up\? nothing answers at \/tmp\/\.sandnode\/run\/server\.sock; run: sandnode up \(the default --run-dir \.\/\.sandnode\/run is relative to this directory/);
   });
 
-  it("the server answered that the sandbox's podd did not: the node is up (attacker: a sandbox that replaced its podd got \"is the node up?\")", () => {
+  it('the server answered that the sandbox\'s podd did not: the node is up (attacker: a sandbox that replaced its podd got "is the node up?")', () => {
     for (const [code, details] of [
       [Status.UNAVAILABLE, "the sandbox's podd did not answer exec: Connection attempt timed out after 20000ms"],
       [Status.UNAVAILABLE, "the sandbox's podd did not answer exec: Protocol error"],

@@ -96,8 +96,7 @@ export function hintFor(code: Status, details: string, target: CallTarget): stri
   if (code === Status.UNAUTHENTICATED && !unix && /\b(not known to this node|was revoked|expired)\b/.test(details))
     return 'the token given is not one this node accepts: check SANDNODE_TOKEN / --token-file (on the node: sandnode token list; sandnode token create makes a new one)';
   // the token's safe forms first: --token puts the secret in the process list (newcomer)
-  if (code === Status.UNAUTHENTICATED && !unix)
-    return `give a token (env SANDNODE_TOKEN or --token-file FILE; sandnode token create on the node makes one) or a client certificate (${TLS_OPTIONS})`;
+  if (code === Status.UNAUTHENTICATED && !unix) return `give a token (env SANDNODE_TOKEN or --token-file FILE; sandnode token create on the node makes one) or a client certificate (${TLS_OPTIONS})`;
   if (code === Status.PERMISSION_DENIED) {
     if (/has the read role/.test(details)) return "the token's role does not allow this call: use an admin token (on the node: sandnode token create --name N --role admin)";
     const group = /members of group ([^\s)]+)/.exec(details)?.[1];

@@ -79,7 +79,13 @@ describe('formatError', () => {
     expect(line.endsWith('\n')).toBe(true);
     expect(line.trimEnd().includes('\n')).toBe(false);
     expect(JSON.parse(line)).toEqual({
-      error: { code: 'UNAVAILABLE', grpcCode: 14, message: 'UNAVAILABLE: No connection established.', hint: 'is the node up? nothing answers at /run/sandnode/server.sock; run: sandnode up', exitCode: 1 },
+      error: {
+        code: 'UNAVAILABLE',
+        grpcCode: 14,
+        message: 'UNAVAILABLE: No connection established.',
+        hint: 'is the node up? nothing answers at /run/sandnode/server.sock; run: sandnode up',
+        exitCode: 1,
+      },
     });
   });
 });

@@ -33,7 +33,10 @@ describeNode('a sandbox that replaces its podd', () => {
   });
 
   const cli = (...args: string[]) =>
-    spawnSync(process.execPath, [require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', node.dirs.stateDir, '--run-dir', node.dirs.runDir, '--listen', '', ...args], { encoding: 'utf8', timeout: 60_000 });
+    spawnSync(process.execPath, [require.resolve('@sandnode/cli/dist/main.js'), '--state-dir', node.dirs.stateDir, '--run-dir', node.dirs.runDir, '--listen', '', ...args], {
+      encoding: 'utf8',
+      timeout: 60_000,
+    });
 
   test("the CLI says the sandbox's podd did not answer (the node is up), other sandboxes work, reset-rootfs restores podd", async () => {
     const bad = (await node.api.sandboxes.createSandbox({ template: 'base' })).sandbox!;

@@ -33,7 +33,8 @@ describe.each(['raw', 'node-http'] as IngressEngine[])('ingress [%s]: a client g
       sock.on('data', (d: Buffer) => {
         got += d.toString('latin1');
         if (!got.includes('\r\n\r\n')) return;
-        if (got.startsWith('GET /silent')) sock.write('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n'); // ...and nothing more
+        if (got.startsWith('GET /silent'))
+          sock.write('HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n'); // ...and nothing more
         else if (got.startsWith('GET /slow')) {
           // 10 chunks of "x\n", one every 100 ms: the answer keeps flowing after the client's FIN
           sock.write('HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n');

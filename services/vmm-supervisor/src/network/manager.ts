@@ -467,7 +467,15 @@ export class NetworkManager {
 
   /** undoApply takes slot s's rules out again after its row could not be written (applying: the change that put them in). */
   private async undoApply(s: number, applying: Promise<void>, policy: EgressPolicy): Promise<void> {
-    if (await applying.then(() => true, () => false)) await this.applyChange(s, policy, undefined).catch((err) => this.log.warn({ err, slot: s }, 'could not take a slot\'s rules out after its row failed; the next start renders the table from the rows'));
+    if (
+      await applying.then(
+        () => true,
+        () => false,
+      )
+    )
+      await this.applyChange(s, policy, undefined).catch((err) =>
+        this.log.warn({ err, slot: s }, "could not take a slot's rules out after its row failed; the next start renders the table from the rows"),
+      );
   }
 
   private nftSlots(): NftSlot[] {

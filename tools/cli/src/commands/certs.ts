@@ -107,7 +107,12 @@ export function registerCertsCommands(program: Command): void {
     .description('make a development CA, a server pair and a client pair (openssl)')
     .option('--dir <dir>', 'where to write them', './.sandnode/certs')
     .option('--force', 'replace files already there')
-    .option('--san <name>', 'another name of the server certificate, repeatable: IP:ADDRESS or DNS:NAME (what remote clients dial; localhost, 127.0.0.1 and the hostname are always in)', (v: string, acc: string[]) => [...acc, v], [] as string[])
+    .option(
+      '--san <name>',
+      'another name of the server certificate, repeatable: IP:ADDRESS or DNS:NAME (what remote clients dial; localhost, 127.0.0.1 and the hostname are always in)',
+      (v: string, acc: string[]) => [...acc, v],
+      [] as string[],
+    )
     .option('--json', 'print JSON')
     .action(
       action(async (o: { dir: string; force?: boolean; san: string[]; json?: boolean }) => {
