@@ -2,6 +2,7 @@
  * `sandnode up | down [--purge] | status`: the node's daemons as a whole.
  */
 import { existsSync } from 'node:fs';
+import path from 'node:path';
 import { Option, type Command } from 'commander';
 import {
   checkStackDirs,
@@ -60,6 +61,16 @@ function lockWaitMs(startTimeoutMs: number): number {
 function noActiveServer(components: { name: string; pid: number | null }[]): string {
   const pid = components.find((c) => c.name === 'server')?.pid;
   return pid ? `none answers on an admin socket, but server pid ${pid} runs: its admin socket is missing or not answering (it binds a removed one again within seconds; else see its log)` : 'none';
+}
+
+/**
+ * nodeDirsLine: the node's state and run dirs as absolute paths, and the line `up` prints of
+ * them (stderr): the defaults (./.sandnode/...) are relative to the directory a command runs in.
+ */
+export function nodeDirsLine(d: { stateDir: string; runDir: string }): { stateDir: string; runDir: string; text: string } {
+  const stateDir = path.resolve(d.stateDir);
+  const runDir = path.resolve(d.runDir);
+  return { stateDir, runDir, text: `sandnode: this node: state ${stateDir}, run ${runDir} (other commands find it from this directory, or with --state-dir/--run-dir)` };
 }
 
 /** registerNodeCommands adds up, down and status to program. */
@@ -126,9 +137,14 @@ export function registerNodeCommands(program: Command): void {
           ...out.filter((c) => /EADDRINUSE/.test(metrics[c.name]?.error ?? '') && !metrics[c.name]?.url).map((c) => `the ${c.name} metrics port`),
         ];
         if (held.length) process.stderr.write(safeLine(`sandnode: hint: ${secondNodeHint(held)}`));
+        // which node this is: the default dirs are relative, so one run from another directory is another node (newcomer)
+        const where = nodeDirsLine(d);
+        if (!o.json) process.stderr.write(safeLine(where.text));
         print(
           !!o.json,
           {
+            stateDir: where.stateDir,
+            runDir: where.runDir,
             components: out.map((c) => ({
               ...c,
               metrics: metrics[c.name]?.url ?? null,
