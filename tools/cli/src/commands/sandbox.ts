@@ -193,10 +193,7 @@ export function registerSandboxCommands(program: Command): Command {
       const width = Math.max(...Object.keys(s).map((k) => k.length));
       const human = () =>
         Object.entries(s)
-          .map(
-            ([k, v]) =>
-              `${k.padEnd(width)} ${k === 'isolation' ? isolationText(s.isolation) : k === 'network' && v === null ? 'none' : typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v)}`,
-          )
+          .map(([k, v]) => `${k.padEnd(width)} ${getValueText(k, v, s)}`)
           .join('\n');
       render(o, { json: s, proto: () => GetSandboxResponse.toJSON(r), human });
     }),
@@ -333,6 +330,14 @@ export function registerSandboxCommands(program: Command): Command {
   registerNetworkCommands(sandbox);
   registerIdleCommands(sandbox);
   return sandbox;
+}
+
+/** getValueText is one field of `sandbox get` for people: isolation and idle in words (idle was a JSON blob: newcomer), other objects as JSON. */
+export function getValueText(k: string, v: unknown, s: SandboxJson): string {
+  if (k === 'isolation') return isolationText(s.isolation);
+  if (k === 'idle') return s.idle ? idleLine(s.idle).replace(/^idle: /, '') : 'none';
+  if (k === 'network' && v === null) return 'none';
+  return typeof v === 'object' && v !== null ? JSON.stringify(v) : String(v);
 }
 
 /** What `sandbox resume --all-drained` did: the sandboxes resumed and those that failed (id, the error). */
