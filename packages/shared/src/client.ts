@@ -142,11 +142,16 @@ export class PeerFeatures {
   private version: Promise<GetVersionResponse> | undefined;
   private readonly client: ServiceClient<typeof VersionServiceDefinition>;
 
-  /** peer: as ServiceClientOptions.peer (wait for a restarting peer, name it when it stays away). */
+  /**
+   * peer: as ServiceClientOptions.peer (wait for a restarting peer, name it when it stays away).
+   * mapError: what a failed GetVersion rejects with instead of the ClientError (a caller's own
+   * peer-error mapping, so that GetVersion fails like the peer's other calls).
+   */
   constructor(
     channel: Channel,
     private readonly peerName: string,
     peer?: PeerConnect,
+    private readonly mapError?: (err: unknown) => unknown,
   ) {
     this.client = createServiceClient(VersionServiceDefinition, channel, { timeoutMs: 5000, ...(peer ? { peer } : {}) });
   }
@@ -154,7 +159,8 @@ export class PeerFeatures {
   /** get returns the peer's GetVersion answer, asking once. */
   get(): Promise<GetVersionResponse> {
     if (!this.version) {
-      this.version = this.client.getVersion({});
+      const map = this.mapError;
+      this.version = map ? this.client.getVersion({}).catch((err: unknown) => Promise.reject(map(err))) : this.client.getVersion({});
       this.version.catch(() => {
         this.version = undefined; // ask again next time
       });

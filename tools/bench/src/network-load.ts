@@ -12,12 +12,12 @@
  * Latency (one request at a time on one connection) always uses node:http: one request in
  * flight leaves the cores to the proxy, and its client time is the same for every target.
  */
-import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { percentile } from '@sandnode/node-stack';
+import { run } from '@sandnode/shared';
 
 /** onPath: the path of cmd in a PATH directory, or undefined. */
 function onPath(cmd: string): string | undefined {
@@ -28,16 +28,6 @@ function onPath(cmd: string): string | undefined {
 /** The throughput client: 'wrk' (wrk for requests/s, curl for downloads) when both are installed, else 'node'. */
 export function loadClient(): 'wrk' | 'node' {
   return onPath('wrk') && onPath('curl') ? 'wrk' : 'node';
-}
-
-/** run runs cmd with args and resolves with its stdout; rejects naming cmd and its stderr when it fails. */
-function run(cmd: string, args: string[], timeoutMs: number): Promise<string> {
-  return new Promise((resolve, reject) => {
-    execFile(cmd, args, { timeout: timeoutMs, maxBuffer: 1 << 20 }, (err, stdout, stderr) => {
-      if (err) reject(new Error(`${cmd} ${args.join(' ')}: ${err.message} ${String(stderr).slice(0, 300)}`));
-      else resolve(String(stdout));
-    });
-  });
 }
 
 /** headerArgs are t's headers as -H arguments (wrk and curl take the same form); `Host` spelled so, as wrk only replaces its own Host header then (a `host:` went as a second one, answered 400). */
@@ -57,7 +47,7 @@ function url(t: Target, p: string): string {
  */
 export async function wrkRequestsPerSecond(t: Target, clients: number, ms: number): Promise<number> {
   const secs = Math.max(1, Math.round(ms / 1000));
-  const out = await run('wrk', ['-t1', `-c${clients}`, `-d${secs}s`, ...headerArgs(t), url(t, '/')], secs * 1000 + 30_000);
+  const { stdout: out } = await run('wrk', ['-t1', `-c${clients}`, `-d${secs}s`, ...headerArgs(t), url(t, '/')], { timeoutMs: secs * 1000 + 30_000 });
   return parseWrk(t.name, out);
 }
 
@@ -74,7 +64,9 @@ export function parseWrk(target: string, out: string): number {
 
 /** curlDownload fetches /bytes/<bytes> with curl (body to /dev/null) and gives MiB/s; throws when the status is not 200 or bytes are missing. */
 export async function curlDownload(t: Target, bytes: number): Promise<number> {
-  const out = await run('curl', ['-sS', '--http1.1', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{time_total}', ...headerArgs(t), url(t, `/bytes/${bytes}`)], 120_000);
+  const { stdout: out } = await run('curl', ['-sS', '--http1.1', '-o', '/dev/null', '-w', '%{http_code} %{size_download} %{time_total}', ...headerArgs(t), url(t, `/bytes/${bytes}`)], {
+    timeoutMs: 120_000,
+  });
   return parseCurl(t.name, out, bytes);
 }
 

@@ -135,10 +135,7 @@ export async function takeOver(node: StandbyNode, o: TakeoverOptions): Promise<T
     } catch (err) {
       // The old server died during the handover: if the lease is free, take the node over as
       // a failover would, with its sockets when they arrived.
-      const got = rx.message.then(
-        (m) => m,
-        () => undefined,
-      );
+      const got = rx.message.catch(() => undefined);
       const r = await failoverIfGone(node, holder, 'the old server died during the handover', err, holdStarted, () => Promise.race([got, sleep(DEAD_HOLDER_FD_WAIT_MS).then(() => undefined)]));
       if (r) return r;
       throw err;
@@ -191,7 +188,7 @@ async function failoverIfGone(
   }
   if (!free) return undefined;
   node.log.warn({ err, old_pid: holder.pid }, `${why}: taking over as failover`);
-  const got = sockets ? await sockets().catch(() => undefined) : undefined;
+  const got = await sockets?.();
   const listeners = got ? received(got) : node.freshListeners();
   const report = await node.becomeActive(listeners, holder.epoch);
   const failover = { token: '', epoch: holder.epoch, listeners: [], inFlightFinished: 0, holdStartedAtMs, oldPid: holder.pid, oldVersion: holder.version };

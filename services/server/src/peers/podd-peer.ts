@@ -32,7 +32,6 @@ class PoddPeer implements PoddClient {
   readonly client: ServiceClient<typeof PoddServiceDefinition>;
   readonly features: PeerFeatures;
   readonly execStreams: PoddExecStreams;
-  private readonly log: Logger | undefined;
 
   constructor(address: string, o: PoddPeerOptions) {
     this.channel = createSandnodeChannel(address);
@@ -41,8 +40,8 @@ class PoddPeer implements PoddClient {
       retryAttempts: o.retryAttempts ?? DEFAULT_PODD_RETRY_ATTEMPTS,
     });
     this.client = withMappedErrors(client, 'podd', o.log);
-    this.log = o.log;
-    this.features = new PeerFeatures(this.channel, `podd at ${address}`);
+    // GetVersion (asked before an exec stream or a copy) fails as every other podd call
+    this.features = new PeerFeatures(this.channel, `podd at ${address}`, undefined, (err) => mapPeerError('podd', 'getVersion', err, o.log));
     this.execStreams = poddExecStreams(this.client);
   }
 
@@ -57,8 +56,7 @@ class PoddPeer implements PoddClient {
   }
 
   async version(): Promise<PeerVersion> {
-    // GetVersion goes on the raw channel (PeerFeatures): its errors are mapped as every other call's
-    const v = await this.features.get().catch((err: unknown) => Promise.reject(mapPeerError('podd', 'getVersion', err, this.log)));
+    const v = await this.features.get();
     return { version: v.version, features: v.features };
   }
 

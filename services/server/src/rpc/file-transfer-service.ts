@@ -30,7 +30,6 @@ import path from 'node:path';
 import type { SandboxManager } from '../core/sandbox-manager';
 import type { BulkChannel } from './bulk-transfer';
 import { idleCall } from './idle-hooks';
-import { mapPeerError } from '../peers/peer-errors';
 import { MAX_FILE_CHUNK_BYTES, workspacePath } from '../core/validate';
 
 /** The root every relayed path is confined below (podd's beneath). */
@@ -124,7 +123,7 @@ export function fileTransferService(m: SandboxManager, podds: PoddFileRelay | un
     }
     if (!podds) throw new UnimplementedError(`${call}: this server runs without the file relay`);
     const p = podds.raw(rec.poddAddress);
-    const v = await p.features.get().catch((err: unknown) => Promise.reject(mapPeerError('podd', 'getVersion', err)));
+    const v = await p.features.get();
     if (!v.features.includes(feature)) {
       throw new UnimplementedError(
         `${call}: the podd of sandbox ${id} (podd ${v.version || 'of an unknown version'}, its template's) lacks feature "${feature}"; rebuild the template with this release`,

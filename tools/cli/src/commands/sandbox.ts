@@ -15,7 +15,7 @@ import { listAllSandboxes, withServer } from '../server-calls';
 import { addIdleFlags, idleLine, idleRequest, registerIdleCommands, type IdleFlags } from './sandbox-idle';
 import { addNetworkFlags, allowOutNote, networkLine, networkRequest, registerNetworkCommands, tokenText, type NetworkFlags } from './sandbox-network';
 import { requireServerFeatures, type FeatureNeed } from '../server-features';
-import { SERVER_FEATURES } from '@sandnode/shared';
+import { mapLimit, SERVER_FEATURES } from '@sandnode/shared';
 
 /** The state names `sandbox list --state` takes: RUNNING, PAUSED, ... */
 const STATE_NAMES = Object.keys(SandboxState)
@@ -364,19 +364,13 @@ export async function resumeAllDrained(api: Pick<ServerApi, 'sandboxes'>): Promi
     out.hibernated.push(x.sandboxId);
     return false;
   });
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(RESUME_ALL_AT_ONCE, todo.length) }, async () => {
-      for (let i = next++; i < todo.length; i = next++) {
-        const sb = todo[i]!;
-        try {
-          out.resumed.push(sandboxJson((await api.sandboxes.resumeSandbox({ sandboxId: sb.sandboxId })).sandbox!));
-        } catch (err) {
-          out.failed.push({ id: sb.sandboxId, error: err instanceof ClientError ? `${Status[err.code]}: ${err.details}` : (err as Error).message });
-        }
-      }
-    }),
-  );
+  await mapLimit(todo, RESUME_ALL_AT_ONCE, async (sb) => {
+    try {
+      out.resumed.push(sandboxJson((await api.sandboxes.resumeSandbox({ sandboxId: sb.sandboxId })).sandbox!));
+    } catch (err) {
+      out.failed.push({ id: sb.sandboxId, error: err instanceof ClientError ? `${Status[err.code]}: ${err.details}` : (err as Error).message });
+    }
+  });
   return out;
 }
 
